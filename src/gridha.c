@@ -1,0 +1,125 @@
+/*-------------------------------------------------------------------------
+ *
+ * gridha.c
+ *		Module entry point: the settings (GUCs) and the effective timings.
+ *
+ * The SQL API works without shared_preload_libraries: the library is then
+ * loaded by the first gridha function a session calls, and any gridha.*
+ * value set before that (ALTER SYSTEM, ALTER DATABASE, SET) is taken over.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "compat.h"
+#include "gridha.h"
+
+#include "access/htup_details.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+PG_MODULE_MAGIC;
+
+int			gridha_soft_expiry_ms = 30 * 1000;
+int			gridha_hard_expiry_ms = 3 * 60 * 1000;
+int			gridha_renew_interval_ms = 10 * 1000;
+bool		gridha_balance_claims = true;
+
+void		_PG_init(void);
+
+/*
+ * _PG_init: defines the gridha.* settings.
+ *
+ * They are PGC_SUSET: the timings decide when one instance may take another's
+ * work, so only a superuser (or ALTER SYSTEM / ALTER DATABASE) sets them.
+ */
+void
+_PG_init(void)
+{
+	DefineCustomIntVariable("gridha.soft_expiry",
+							"Claim window: past it, an idle claim may be taken over.",
+							"A claim whose soft expiry has passed is taken by another instance when none of its batches is submitting.",
+							&gridha_soft_expiry_ms,
+							30 * 1000, 10, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.hard_expiry",
+							"Past it, a claim is taken over even in the middle of a submission.",
+							"Never shorter than gridha.soft_expiry; a smaller value acts as gridha.soft_expiry.",
+							&gridha_hard_expiry_ms,
+							3 * 60 * 1000, 10, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.renew_interval",
+							"How often an instance renews its claims and looks for more.",
+							"Must stay below gridha.soft_expiry; a larger value acts as half of gridha.soft_expiry.",
+							&gridha_renew_interval_ms,
+							10 * 1000, 1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("gridha.balance_claims",
+							 "Each instance claims about its fair share of the services.",
+							 "When off, an instance claims every service it can.",
+							 &gridha_balance_claims,
+							 true,
+							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("gridha");
+}
+
+/*
+ * gridha_timing: the claim timings as they are applied right now.
+ *
+ * Guarantees hard_ms >= soft_ms and renew_ms < soft_ms whatever the
+ * settings say, so a live instance never lets its own claims lapse.
+ */
+GridhaTiming
+gridha_timing(void)
+{
+	GridhaTiming t;
+
+	t.soft_ms = gridha_soft_expiry_ms;
+	t.hard_ms = Max(gridha_hard_expiry_ms, gridha_soft_expiry_ms);
+	t.renew_ms = gridha_renew_interval_ms;
+	if (t.renew_ms >= t.soft_ms)
+		t.renew_ms = Max(t.soft_ms / 2, 1);
+	return t;
+}
+
+static Datum
+gridha_ms_interval(int64 ms)
+{
+	Interval   *iv = palloc0(sizeof(Interval));
+
+	iv->time = ms * INT64CONST(1000);
+	return IntervalPGetDatum(iv);
+}
+
+PG_FUNCTION_INFO_V1(gridha_expiry_settings);
+
+/*
+ * gridha_expiry_settings: the effective timings as intervals, for views.
+ */
+Datum
+gridha_expiry_settings(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[3];
+	bool		nulls[3] = {false, false, false};
+	GridhaTiming t = gridha_timing();
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "gridha: expiry_settings must return a record");
+	tupdesc = BlessTupleDesc(tupdesc);
+
+	values[0] = gridha_ms_interval(t.soft_ms);
+	values[1] = gridha_ms_interval(t.hard_ms);
+	values[2] = gridha_ms_interval(t.renew_ms);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}

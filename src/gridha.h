@@ -1,0 +1,52 @@
+/*-------------------------------------------------------------------------
+ *
+ * gridha.h
+ *		Settings and SQLSTATEs shared by every part of gridha.
+ *
+ * Times are kept in milliseconds, as the GUCs store them; the effective
+ * timings (gridha_timing) repair inconsistent combinations so a claim is
+ * always renewed before its soft expiry and never hard-expires first.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef GRIDHA_H
+#define GRIDHA_H
+
+#include "postgres.h"
+
+/*
+ * gridha's own SQLSTATE class "RG": not one PostgreSQL uses, so a client
+ * can tell gridha's refusals apart from everything else.
+ */
+#define ERRCODE_GRIDHA_STALE_CLAIM			MAKE_SQLSTATE('R','G','0','0','1')
+#define ERRCODE_GRIDHA_NOT_IN_FLIGHT		MAKE_SQLSTATE('R','G','0','0','2')
+#define ERRCODE_GRIDHA_UNKNOWN_BATCH		MAKE_SQLSTATE('R','G','0','0','3')
+#define ERRCODE_GRIDHA_UNKNOWN_OUTCOME		MAKE_SQLSTATE('R','G','0','0','4')
+#define ERRCODE_GRIDHA_UNKNOWN_DLT_STATUS	MAKE_SQLSTATE('R','G','0','0','5')
+#define ERRCODE_GRIDHA_UNKNOWN_TARGET		MAKE_SQLSTATE('R','G','0','0','6')
+
+/* GUC storage (gridha.c) */
+extern int	gridha_soft_expiry_ms;
+extern int	gridha_hard_expiry_ms;
+extern int	gridha_renew_interval_ms;
+extern bool gridha_balance_claims;
+
+/* Claim timings as they are applied */
+typedef struct GridhaTiming
+{
+	int64		soft_ms;		/* claim window */
+	int64		hard_ms;		/* never below soft_ms */
+	int64		renew_ms;		/* always below soft_ms */
+} GridhaTiming;
+
+extern GridhaTiming gridha_timing(void);
+
+/* How many surplus claims an instance may keep above its fair share */
+#define GRIDHA_BALANCE_SLACK 1
+
+/* Backoff of a delayed batch: base, growth per attempt, cap (ms) */
+#define GRIDHA_BACKOFF_BASE_MS		250
+#define GRIDHA_BACKOFF_STEP_MS		500
+#define GRIDHA_BACKOFF_MAX_MS		60000
+
+#endif							/* GRIDHA_H */

@@ -1,0 +1,318 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue.c
+ *		Enqueue and the ordered hand-out: gridha.enqueue, next_batch,
+ *		next_batches, claimed_batches, verify_batch.
+ *
+ * Words:
+ *   head      a service's oldest batch that is not final (service_claims.
+ *             head_seq); only the head is ever handed out or in flight, so
+ *             batches leave strictly in enqueue order, one at a time
+ *   ready     a head that may be handed out now (ready_at <= now()): queued,
+ *             delayed past its not_before, unknown, or left submitting by a
+ *             claimant that was taken over
+ *   hand-out  marking a ready head submitting under the claim's epoch
+ *
+ * A hand-out is one index range scan over (claimant, ready_at): its cost
+ * does not depend on how many services exist or how many batches wait.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "claims.h"
+#include "gridha.h"
+#include "instances.h"
+#include "queue.h"
+#include "spi_util.h"
+
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/tuplestore.h"
+
+static GridhaStatement queue_handout_stmt = {
+	"WITH s AS ("
+	"  SELECT c.service_id, c.head_seq, c.epoch"
+	"    FROM gridha.service_claims c"
+	"   WHERE c.claimant = $1 AND c.ready_at <= now() AND c.soft_expiry > now()"
+	"   ORDER BY c.ready_at"
+	"   LIMIT $2"
+	"   FOR UPDATE SKIP LOCKED"
+	"), b AS ("
+	"  UPDATE gridha.batches b"
+	"     SET status = 'submitting', epoch = s.epoch, attempts = b.attempts + 1,"
+	"         instance_id = $1, handed_out_at = now(), not_before = NULL"
+	"    FROM s"
+	"   WHERE b.service_id = s.service_id AND b.seq = s.head_seq"
+	"     AND b.status IN ('queued', 'delayed', 'unknown', 'submitting')"
+	"  RETURNING b.service_id, b.batch_id, b.payload, b.epoch, b.attempts"
+	"), c AS ("
+	"  UPDATE gridha.service_claims c"
+	"     SET ready_at = NULL, in_flight = true, submitting = true"
+	"    FROM b WHERE c.service_id = b.service_id"
+	")"
+	" SELECT service_id, batch_id, payload, epoch, attempts FROM b",
+	2, {UUIDOID, INT8OID}
+};
+
+static GridhaStatement queue_target_exists_stmt = {
+	"SELECT 1 FROM gridha.targets WHERE target = $1",
+	1, {TEXTOID}
+};
+
+static GridhaStatement queue_set_target_stmt = {
+	"INSERT INTO gridha.service_claims AS c (service_id, target) VALUES ($1, $2)"
+	" ON CONFLICT (service_id) DO UPDATE SET target = EXCLUDED.target"
+	" WHERE c.target IS DISTINCT FROM EXCLUDED.target",
+	2, {TEXTOID, TEXTOID}
+};
+
+static GridhaStatement queue_batch_exists_stmt = {
+	"SELECT 1 FROM gridha.batches WHERE service_id = $1 AND batch_id = $2",
+	2, {TEXTOID, TEXTOID}
+};
+
+static GridhaStatement queue_insert_stmt = {
+	"INSERT INTO gridha.batches (service_id, batch_id, payload)"
+	" VALUES ($1, $2, $3) RETURNING seq",
+	3, {TEXTOID, TEXTOID, BYTEAOID}
+};
+
+static GridhaStatement queue_claimed_stmt = {
+	"SELECT c.service_id, b.batch_id, b.seq, b.status, c.epoch"
+	"  FROM gridha.service_claims c"
+	"  JOIN gridha.batches b ON b.service_id = c.service_id AND b.seq = c.head_seq"
+	" WHERE c.claimant = $1"
+	" ORDER BY c.ready_at, c.service_id"
+	" LIMIT $2",
+	2, {UUIDOID, INT8OID}
+};
+
+static GridhaStatement queue_verify_stmt = {
+	"SELECT c.claimant = $3 AND c.epoch = $4 AND c.hard_expiry > now()"
+	"       AND b.seq = c.head_seq AND b.status = 'submitting' AND b.epoch = $4"
+	"  FROM gridha.service_claims c"
+	"  JOIN gridha.batches b ON b.service_id = c.service_id AND b.batch_id = $2"
+	" WHERE c.service_id = $1",
+	4, {TEXTOID, TEXTOID, UUIDOID, INT8OID}
+};
+
+/*
+ * gridha_queue_handout: hands out up to max_batches ready heads of this
+ * instance's services, the one that has waited longest first, one per
+ * service; each becomes submitting under its claim's current epoch and its
+ * attempts grow by one. Rows go to rsinfo's tuplestore.
+ *
+ * Only claims within their soft expiry are served. Returns the number
+ * handed out.
+ */
+int
+gridha_queue_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rsinfo)
+{
+	Datum		args[2];
+	uint64		i;
+
+	args[0] = instance_id;
+	args[1] = Int64GetDatum(max_batches);
+	gridha_exec(&queue_handout_stmt, args, NULL, false);
+
+	for (i = 0; i < SPI_processed; i++)
+	{
+		Datum		values[5];
+		bool		isnull[5];
+		int			col;
+
+		for (col = 0; col < 5; col++)
+			values[col] = gridha_col(i, col + 1, &isnull[col]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, isnull);
+	}
+	return (int) SPI_processed;
+}
+
+/*
+ * queue_next: the queuer cycle shared by next_batch and next_batches.
+ *
+ * Renews and acquires when the renew interval has passed; otherwise claim
+ * work is done only when there is nothing to hand out (then acquire only).
+ */
+static void
+queue_next(FunctionCallInfo fcinfo, Datum instance_id, int32 max_batches)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	GridhaInstance inst;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (max_batches == 0)
+		return;
+
+	SPI_connect();
+	inst = gridha_instance_touch(instance_id);
+	if (inst.cycle_due)
+	{
+		(void) gridha_claims_renew(instance_id);
+		(void) gridha_claims_acquire(instance_id, inst.is_worker, NULL);
+	}
+	if (gridha_queue_handout(instance_id, max_batches, rsinfo) == 0 && !inst.cycle_due)
+	{
+		if (gridha_claims_acquire(instance_id, inst.is_worker, NULL) > 0)
+			(void) gridha_queue_handout(instance_id, max_batches, rsinfo);
+	}
+	SPI_finish();
+}
+
+PG_FUNCTION_INFO_V1(gridha_next_batch);
+
+/*
+ * gridha_next_batch: SQL gridha.next_batch(instance_id), 0 or 1 row.
+ */
+Datum
+gridha_next_batch(PG_FUNCTION_ARGS)
+{
+	queue_next(fcinfo, gridha_arg_uuid(fcinfo, 0, "instance_id"), 1);
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(gridha_next_batches);
+
+/*
+ * gridha_next_batches: SQL gridha.next_batches(instance_id, max_batches).
+ */
+Datum
+gridha_next_batches(PG_FUNCTION_ARGS)
+{
+	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	int32		max_batches = gridha_arg_count(fcinfo, 1, "max_batches");
+
+	queue_next(fcinfo, instance_id, max_batches);
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(gridha_enqueue);
+
+/*
+ * gridha_enqueue: SQL gridha.enqueue(service_id, batch_id, payload, target)
+ * -> seq.
+ *
+ * A given target must exist and becomes the service's target; the batch
+ * goes to the tail of the service's queue (see the batches_enqueue trigger).
+ */
+Datum
+gridha_enqueue(PG_FUNCTION_ARGS)
+{
+	text	   *service_id = gridha_arg_id(fcinfo, 0, "service_id");
+	text	   *batch_id = gridha_arg_id(fcinfo, 1, "batch_id");
+	Datum		args[3];
+	char		nulls[4] = "   ";
+	int64		seq;
+
+	SPI_connect();
+
+	if (!PG_ARGISNULL(3))
+	{
+		text	   *target = gridha_arg_id(fcinfo, 3, "target");
+
+		args[0] = PointerGetDatum(target);
+		gridha_exec(&queue_target_exists_stmt, args, NULL, false);
+		if (SPI_processed == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_GRIDHA_UNKNOWN_TARGET),
+					 errmsg("unknown target \"%s\"", text_to_cstring(target)),
+					 errhint("Add it first: INSERT INTO gridha.targets (target, ...) VALUES (...).")));
+		args[0] = PointerGetDatum(service_id);
+		args[1] = PointerGetDatum(target);
+		gridha_exec(&queue_set_target_stmt, args, NULL, false);
+	}
+
+	args[0] = PointerGetDatum(service_id);
+	args[1] = PointerGetDatum(batch_id);
+	gridha_exec(&queue_batch_exists_stmt, args, NULL, false);
+	if (SPI_processed > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNIQUE_VIOLATION),
+				 errmsg("batch \"%s\" of service \"%s\" already exists",
+						text_to_cstring(batch_id), text_to_cstring(service_id)),
+				 errdetail("A batch id is unique within its service.")));
+
+	if (PG_ARGISNULL(2))
+		nulls[2] = 'n';
+	else
+		args[2] = PG_GETARG_DATUM(2);
+	gridha_exec(&queue_insert_stmt, args, nulls, false);
+	seq = gridha_col_int64(0, 1);
+
+	SPI_finish();
+	PG_RETURN_INT64(seq);
+}
+
+PG_FUNCTION_INFO_V1(gridha_claimed_batches);
+
+/*
+ * gridha_claimed_batches: SQL gridha.claimed_batches(instance_id,
+ * max_batches): the head of every service this instance holds, ready ones
+ * first (longest waiting first). Read-only.
+ */
+Datum
+gridha_claimed_batches(PG_FUNCTION_ARGS)
+{
+	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	int32		max_batches = gridha_arg_count(fcinfo, 1, "max_batches");
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum		args[2];
+	uint64		i;
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	args[0] = instance_id;
+	args[1] = Int64GetDatum(max_batches);
+	gridha_exec(&queue_claimed_stmt, args, NULL, true);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		Datum		values[5];
+		bool		isnull[5];
+		int			col;
+
+		for (col = 0; col < 5; col++)
+			values[col] = gridha_col(i, col + 1, &isnull[col]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, isnull);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(gridha_verify_batch);
+
+/*
+ * gridha_verify_batch: SQL gridha.verify_batch(instance_id, service_id,
+ * batch_id, epoch) -> boolean.
+ *
+ * True only while this instance holds the claim at this epoch, the claim
+ * has not hard-expired, and the batch is the head, submitting under this
+ * epoch. An unknown batch is simply not this instance's: false.
+ */
+Datum
+gridha_verify_batch(PG_FUNCTION_ARGS)
+{
+	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	text	   *service_id = gridha_arg_id(fcinfo, 1, "service_id");
+	text	   *batch_id = gridha_arg_id(fcinfo, 2, "batch_id");
+	int64		epoch = gridha_arg_epoch(fcinfo, 3);
+	Datum		args[4];
+	bool		ok = false;
+
+	SPI_connect();
+	args[0] = PointerGetDatum(service_id);
+	args[1] = PointerGetDatum(batch_id);
+	args[2] = instance_id;
+	args[3] = Int64GetDatum(epoch);
+	gridha_exec(&queue_verify_stmt, args, NULL, true);
+	if (SPI_processed > 0)
+	{
+		bool		isnull;
+		Datum		d = gridha_col(0, 1, &isnull);
+
+		ok = !isnull && DatumGetBool(d);
+	}
+	SPI_finish();
+	PG_RETURN_BOOL(ok);
+}

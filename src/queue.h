@@ -1,0 +1,18 @@
+/*-------------------------------------------------------------------------
+ *
+ * queue.h
+ *		Batches in: enqueue. Batches out: the ordered hand-out.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef GRIDHA_QUEUE_H
+#define GRIDHA_QUEUE_H
+
+#include "postgres.h"
+#include "fmgr.h"
+#include "nodes/execnodes.h"
+
+extern int	gridha_queue_handout(Datum instance_id, int32 max_batches,
+								 ReturnSetInfo *rsinfo);
+
+#endif							/* GRIDHA_QUEUE_H */

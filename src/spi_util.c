@@ -1,0 +1,153 @@
+/*-------------------------------------------------------------------------
+ *
+ * spi_util.c
+ *		Kept SPI plans and the argument checks shared by the SQL API.
+ *
+ * Every SQL-callable function validates its arguments here before it
+ * touches anything, so bad input is refused with its own SQLSTATE and
+ * changes nothing.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "spi_util.h"
+#include "utils/builtins.h"
+
+/*
+ * gridha_exec: runs a kept statement and returns SPI's result code.
+ *
+ * The plan is prepared once per backend. An SPI failure is "cannot happen"
+ * territory (SQL errors are raised by SPI itself), so it is an elog.
+ */
+int
+gridha_exec(GridhaStatement *stmt, Datum *values, const char *nulls, bool read_only)
+{
+	int			rc;
+
+	if (stmt->plan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(stmt->sql, stmt->nargs, stmt->argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "gridha: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "gridha: SPI_keepplan failed");
+		stmt->plan = plan;
+	}
+
+	rc = SPI_execute_plan(stmt->plan, values, nulls, read_only, 0);
+	if (rc < 0)
+		elog(ERROR, "gridha: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+	return rc;
+}
+
+/*
+ * gridha_col: column "col" of result row "row" of the last SPI statement.
+ */
+Datum
+gridha_col(int row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
+}
+
+/*
+ * gridha_col_int64: a bigint or integer column that must not be NULL.
+ */
+int64
+gridha_col_int64(int row, int col)
+{
+	bool		isnull;
+	Datum		d = gridha_col(row, col, &isnull);
+	Oid			typid = SPI_gettypeid(SPI_tuptable->tupdesc, col);
+
+	if (isnull)
+		elog(ERROR, "gridha: unexpected NULL in column %d", col);
+	if (typid == INT4OID)
+		return DatumGetInt32(d);
+	return DatumGetInt64(d);
+}
+
+/*
+ * gridha_arg_uuid: a uuid argument that must be given.
+ */
+Datum
+gridha_arg_uuid(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+	return PG_GETARG_DATUM(argno);
+}
+
+/*
+ * gridha_arg_id: a text identifier that must be given and not empty.
+ */
+text *
+gridha_arg_id(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	text	   *t;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+	t = PG_GETARG_TEXT_PP(argno);
+	if (VARSIZE_ANY_EXHDR(t) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", name)));
+	return t;
+}
+
+/*
+ * gridha_arg_epoch: an epoch argument, given and not negative.
+ */
+int64
+gridha_arg_epoch(FunctionCallInfo fcinfo, int argno)
+{
+	int64		epoch;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("epoch must not be null")));
+	epoch = PG_GETARG_INT64(argno);
+	if (epoch < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("epoch must not be negative"),
+				 errdetail("The epoch given was " INT64_FORMAT ".", epoch)));
+	return epoch;
+}
+
+/*
+ * gridha_arg_count: a row count argument, given and not negative.
+ */
+int32
+gridha_arg_count(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	int32		n;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+	n = PG_GETARG_INT32(argno);
+	if (n < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be negative", name),
+				 errdetail("The value given was %d.", n)));
+	return n;
+}
+
+/*
+ * gridha_uuid_equal: byte equality of two uuid Datums.
+ */
+bool
+gridha_uuid_equal(Datum a, Datum b)
+{
+	return memcmp(DatumGetUUIDP(a)->data, DatumGetUUIDP(b)->data, UUID_LEN) == 0;
+}

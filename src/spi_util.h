@@ -1,0 +1,46 @@
+/*-------------------------------------------------------------------------
+ *
+ * spi_util.h
+ *		Prepared statements kept for the life of the backend, and the
+ *		argument checks every SQL-callable function shares.
+ *
+ * A GridhaStatement is a static description of one SQL statement; its plan
+ * is prepared on first use and kept (SPI_keepplan), so hot paths pay no
+ * parse or plan cost after the first call in a session.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef GRIDHA_SPI_UTIL_H
+#define GRIDHA_SPI_UTIL_H
+
+#include "postgres.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/uuid.h"
+
+#define GRIDHA_MAX_ARGS 8
+
+typedef struct GridhaStatement
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[GRIDHA_MAX_ARGS];
+	SPIPlanPtr	plan;			/* prepared on first use */
+} GridhaStatement;
+
+extern int	gridha_exec(GridhaStatement *stmt, Datum *values, const char *nulls,
+						bool read_only);
+
+/* Column accessors on SPI_tuptable row "row" (column numbers from 1) */
+extern Datum gridha_col(int row, int col, bool *isnull);
+extern int64 gridha_col_int64(int row, int col);
+
+/* Argument checks: raise a clear error (22004 NULL, 22023 bad value) */
+extern Datum gridha_arg_uuid(FunctionCallInfo fcinfo, int argno, const char *name);
+extern text *gridha_arg_id(FunctionCallInfo fcinfo, int argno, const char *name);
+extern int64 gridha_arg_epoch(FunctionCallInfo fcinfo, int argno);
+extern int32 gridha_arg_count(FunctionCallInfo fcinfo, int argno, const char *name);
+
+extern bool gridha_uuid_equal(Datum a, Datum b);
+
+#endif							/* GRIDHA_SPI_UTIL_H */
