@@ -11,7 +11,8 @@
  *             hard expiry has passed, whatever is going on
  *   share     with gridha.balance_claims, ceil(services / live instances);
  *             an instance acquires up to its share and releases idle claims
- *             above share + GRIDHA_BALANCE_SLACK
+ *             above it. Rounding up is the slack: the shares add up to at
+ *             least the number of services, so every service finds a holder
  *
  * Every candidate row is locked with FOR UPDATE SKIP LOCKED and its
  * condition is re-checked on the newest row version (READ COMMITTED
@@ -194,7 +195,8 @@ claims_take(GridhaStatement *stmt, Datum instance_id, bool is_worker,
 /*
  * gridha_claims_acquire: takes free claims, then expired ones, up to this
  * instance's fair share (no limit with balance off); with balance on, an
- * instance above share + slack first releases idle surplus claims.
+ * instance above its share releases idle surplus claims instead, so a
+ * newcomer finds free claims at its next acquisition.
  *
  * Returns the number of claims newly taken; when rsinfo is given, each one
  * is added to its tuplestore as (service_id, epoch).
@@ -223,7 +225,7 @@ gridha_claims_acquire(Datum instance_id, bool is_worker, ReturnSetInfo *rsinfo)
 		held = gridha_col_int64(0, 3);
 
 		share = (services + live - 1) / live;
-		if (held > share + GRIDHA_BALANCE_SLACK)
+		if (held > share)
 		{
 			Datum		rargs[2];
 

@@ -41,9 +41,6 @@ typedef struct GridhaTiming
 
 extern GridhaTiming gridha_timing(void);
 
-/* How many surplus claims an instance may keep above its fair share */
-#define GRIDHA_BALANCE_SLACK 1
-
 /* Backoff of a delayed batch: base, growth per attempt, cap (ms) */
 #define GRIDHA_BACKOFF_BASE_MS		250
 #define GRIDHA_BACKOFF_STEP_MS		500
