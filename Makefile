@@ -3,25 +3,53 @@
 
 EXTENSION = gridha
 MODULE_big = gridha
+# Core: claims, hand-out, reports
 OBJS = src/gridha.o src/spi_util.o src/instances.o src/claims.o src/queue.o src/status.o
+# HTTP submission to a ledger (libcurl), shared with client/gridha-client
+OBJS += src/dlt_http.o
+# Background-worker instances
+OBJS += src/worker.o src/submit.o src/targets.o
+# Section 7: leader lease, ID windows, rate limits
+OBJS += src/leader.o src/idseq.o src/ratelimit.o
 DATA = sql/gridha--1.0.sql
 DOCS = README.md
 
-REGRESS = api claims lifecycle errors
+REGRESS = api claims lifecycle errors coordination
 REGRESS_OPTS = --load-extension=gridha
 
 PG_CONFIG ?= $(shell test -x /usr/lib/postgresql/15/bin/pg_config && echo /usr/lib/postgresql/15/bin/pg_config || echo pg_config)
 PG_CPPFLAGS = -Isrc
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 SHLIB_LINK =
+SHLIB_LINK += -lcurl
+EXTRA_CLEAN += client/gridha-client client/test_dlt_http
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-.PHONY: test bench
+# The reference external client and the unit test of src/dlt_http.c: plain
+# programs on libpq and libcurl, built with the extension.
+CLIENT_CFLAGS = -std=c99 -D_POSIX_C_SOURCE=200809L -g -O2 -Wall -Wextra -Werror \
+	-Wmissing-prototypes -Wdeclaration-after-statement -Isrc \
+	-I$(shell $(PG_CONFIG) --includedir)
+CLIENT_LIBS = -L$(shell $(PG_CONFIG) --libdir) -lpq -lcurl
+
+all: client/gridha-client client/test_dlt_http
+
+client/gridha-client: client/gridha-client.c src/dlt_http.c src/dlt_http.h
+	$(CC) $(CLIENT_CFLAGS) -o $@ client/gridha-client.c src/dlt_http.c $(CLIENT_LIBS)
+
+client/test_dlt_http: client/test_dlt_http.c src/dlt_http.c src/dlt_http.h
+	$(CC) $(CLIENT_CFLAGS) -o $@ client/test_dlt_http.c src/dlt_http.c -lcurl
+
+.PHONY: test bench demo
 
 test:
 	bash test/run.sh
 
 bench:
 	bash test/bench/run.sh
+
+# A minute of gridha at work: three workers, a test ledger, a takeover.
+demo:
+	bash demo/run.sh

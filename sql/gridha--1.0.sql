@@ -54,11 +54,12 @@ CREATE TABLE gridha.instances (
                   CHECK (kind IN ('external', 'worker')),
     registered_at timestamptz NOT NULL DEFAULT now(),
     last_seen_at  timestamptz,
-    stopped_at    timestamptz
+    stopped_at    timestamptz,
+    session_key   bigint
 );
 
 COMMENT ON TABLE gridha.instances IS
-'every instance ever seen; last_seen_at is its last claim cycle (renewal), stopped_at its last release of all claims';
+'every instance ever seen; last_seen_at is its last claim cycle (renewal), stopped_at its last release of all claims, session_key the advisory lock its session holds (gridha.session_liveness)';
 
 CREATE TABLE gridha.service_claims (
     service_id  text PRIMARY KEY CHECK (service_id <> ''),
@@ -74,7 +75,10 @@ CREATE TABLE gridha.service_claims (
     in_flight   boolean NOT NULL DEFAULT false,
     submitting  boolean NOT NULL DEFAULT false,
     CHECK (claimant IS NULL OR (soft_expiry IS NOT NULL AND hard_expiry >= soft_expiry))
-);
+)
+-- Every hand-out and report rewrites the row: room on its page keeps the
+-- new version there (fewer pages touched, and HOT when no key changes).
+WITH (fillfactor = 50);
 
 COMMENT ON TABLE gridha.service_claims IS
 'one row per service: its claim (claimant, epoch, soft_expiry, hard_expiry) and its queue state (head_seq = oldest unfinished batch, tail_seq = last enqueued, ready_at = when the head became submittable, NULL while it is in flight or the queue is empty)';
@@ -104,7 +108,10 @@ CREATE TABLE gridha.batches (
     detail        text,
     PRIMARY KEY (service_id, batch_id),
     UNIQUE (service_id, seq)
-);
+)
+-- A batch is rewritten three times (hand-out, submission, final status) and
+-- none of those changes a key: free room on its page makes them HOT updates.
+WITH (fillfactor = 80);
 
 COMMENT ON TABLE gridha.batches IS
 'every batch; seq is its position in its service''s enqueue order, epoch and instance_id belong to its latest hand-out';
@@ -183,6 +190,32 @@ CREATE TRIGGER batches_final
     FOR EACH ROW
     WHEN (OLD.status IN ('committed', 'invalid'))
     EXECUTE FUNCTION gridha.batches_guard_final();
+
+/*
+ * batches_guard_delete: only a finished batch may be deleted. A queued or
+ * in-flight batch is part of its service's gap-free sequence: the next head
+ * after a final batch is always seq + 1.
+ */
+CREATE FUNCTION gridha.batches_guard_delete()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, gridha
+AS $$
+BEGIN
+    RAISE EXCEPTION 'batch "%" of service "%" is % and cannot be deleted', OLD.batch_id, OLD.service_id, OLD.status
+        USING ERRCODE = 'RG002',
+              DETAIL = 'Only committed and invalid batches may be deleted.';
+END
+$$;
+
+COMMENT ON FUNCTION gridha.batches_guard_delete() IS
+'trigger: refuses to delete a batch that is not final';
+
+CREATE TRIGGER batches_unfinished
+    BEFORE DELETE ON gridha.batches
+    FOR EACH ROW
+    WHEN (OLD.status NOT IN ('committed', 'invalid'))
+    EXECUTE FUNCTION gridha.batches_guard_delete();
 
 -- Settings as the server sees them now, as intervals; used by the views.
 CREATE FUNCTION gridha.expiry_settings(
@@ -383,6 +416,81 @@ COMMENT ON VIEW gridha.service_queues IS
 'each service''s queue: its head batch and how many batches are in each state';
 
 -- ---------------------------------------------------------------------------
+-- Background-worker instances (need shared_preload_libraries = 'gridha')
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION gridha.start_worker(label text DEFAULT NULL)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'gridha_start_worker'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha;
+
+COMMENT ON FUNCTION gridha.start_worker(text) IS
+'starts a background-worker instance now and returns its instance id';
+
+CREATE FUNCTION gridha.stop_worker(instance_id uuid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_stop_worker'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha;
+
+COMMENT ON FUNCTION gridha.stop_worker(uuid) IS
+'asks a running worker instance to stop: it reports the batch in hand, releases its claims and exits; false when no running worker has this id';
+
+CREATE FUNCTION gridha.worker_slots(
+    OUT instance_id uuid,
+    OUT label text,
+    OUT pid integer,
+    OUT state text,
+    OUT state_since timestamptz,
+    OUT service_id text,
+    OUT batch_id text,
+    OUT started_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'gridha_worker_slots'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha;
+
+COMMENT ON FUNCTION gridha.worker_slots() IS
+'the running worker instances as their shared-memory slots show them (empty without preload)';
+
+CREATE VIEW gridha.workers AS
+SELECT w.instance_id, w.label, w.pid, w.state, w.state_since,
+       w.service_id, w.batch_id, w.started_at
+FROM gridha.worker_slots() w;
+
+COMMENT ON VIEW gridha.workers IS
+'one row per running background-worker instance: its instance id, pid (as in pg_stat_activity), state and the batch in hand';
+
+-- A commit that enqueued batches wakes the workers (no-op without preload).
+CREATE FUNCTION gridha.batches_wake()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'gridha_batches_wake'
+LANGUAGE C
+SET search_path = pg_catalog, gridha;
+
+COMMENT ON FUNCTION gridha.batches_wake() IS
+'trigger: wakes the background workers when the enqueuing transaction commits';
+
+CREATE TRIGGER batches_wake
+    AFTER INSERT ON gridha.batches
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha.batches_wake();
+
+-- A target a worker could not use is refused when it is written (RG007).
+CREATE FUNCTION gridha.targets_check()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'gridha_targets_check'
+LANGUAGE C
+SET search_path = pg_catalog, gridha;
+
+COMMENT ON FUNCTION gridha.targets_check() IS
+'trigger: refuses malformed URLs, two sources of one kind, and functions of the wrong signature in gridha.targets';
+
+CREATE TRIGGER targets_check
+    BEFORE INSERT OR UPDATE ON gridha.targets
+    FOR EACH ROW EXECUTE FUNCTION gridha.targets_check();
+
+-- ---------------------------------------------------------------------------
 -- Privileges: nothing for PUBLIC; the role gridha_client gets the API.
 -- ---------------------------------------------------------------------------
 
@@ -414,4 +522,318 @@ GRANT EXECUTE ON FUNCTION
     gridha.expiry_settings()
 TO gridha_client;
 GRANT INSERT ON gridha.batches TO gridha_client;
-GRANT SELECT ON gridha.claims, gridha.instance_health, gridha.service_queues TO gridha_client;
+GRANT SELECT ON gridha.claims, gridha.instance_health, gridha.service_queues, gridha.workers TO gridha_client;
+GRANT EXECUTE ON FUNCTION gridha.worker_slots() TO gridha_client;
+-- A client needs each service's target to submit to it.
+GRANT SELECT ON gridha.targets TO gridha_client;
+GRANT SELECT (service_id, target) ON gridha.service_claims TO gridha_client;
+
+-- Section 7: leader lease, ID windows, rate limits
+--
+-- Words used here (see src/leader.c, src/idseq.c, src/ratelimit.c):
+--   role     a singleton duty; one lease per role in gridha.leases
+--   term     bumped each time a role's leader changes; a lease is renewed
+--            only under its term
+--   tick     one run of a role's duties, keyed (role, tick) so that it runs
+--            once: the start of its slot of the server clock, in ms since 1970
+--   window   ids [window_start, window_end) of an id sequence, reserved in
+--            blocks from next_id on; the high water is the last id ever
+--            given to a window of the sequence
+--   slot     the right to hand out one batch of a rate-limited target; tat
+--            is the target's theoretical arrival time (generic cell rate
+--            algorithm)
+
+CREATE TABLE gridha.leases (
+    role        text PRIMARY KEY CHECK (role <> ''),
+    leader      uuid,
+    term        bigint NOT NULL DEFAULT 0,
+    acquired_at timestamptz,
+    renewed_at  timestamptz,
+    expires_at  timestamptz,
+    CHECK (leader IS NULL OR expires_at IS NOT NULL)
+);
+
+COMMENT ON TABLE gridha.leases IS
+'one row per singleton role: its leader (NULL after a resignation), the term it leads under, and when the lease expires (gridha.soft_expiry after its last renewal)';
+
+CREATE TABLE gridha.maintenance_ticks (
+    role            text NOT NULL,
+    tick            bigint NOT NULL,
+    term            bigint NOT NULL,
+    leader          uuid NOT NULL,
+    started_at      timestamptz NOT NULL,
+    finished_at     timestamptz,
+    swept_instances integer,
+    pruned_batches  bigint,
+    opened_windows  integer,
+    PRIMARY KEY (role, tick)
+);
+
+COMMENT ON TABLE gridha.maintenance_ticks IS
+'every run of a role''s duties, keyed by (role, tick): a second leader trying the same tick hits the key and backs off; a tick runs only past every stored tick of its role';
+
+CREATE FUNCTION gridha.try_lead(instance_id uuid, role text DEFAULT 'maintenance')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_try_lead'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha;
+
+COMMENT ON FUNCTION gridha.try_lead(uuid, text) IS
+'leads the role (a new term when the leader changes) or renews this instance''s lease; returns the term, or NULL while another instance holds an unexpired lease';
+
+CREATE FUNCTION gridha.renew_lead(instance_id uuid, role text, term bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_renew_lead'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha;
+
+COMMENT ON FUNCTION gridha.renew_lead(uuid, text, bigint) IS
+'renews the lease only if this instance still leads the role under this term; false once the term has moved on';
+
+CREATE FUNCTION gridha.resign(instance_id uuid, role text DEFAULT 'maintenance')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_resign'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha;
+
+COMMENT ON FUNCTION gridha.resign(uuid, text) IS
+'gives up this instance''s lease on the role at once; true if it held it';
+
+CREATE FUNCTION gridha.run_maintenance(
+    instance_id uuid,
+    role text DEFAULT 'maintenance',
+    OUT term bigint,
+    OUT tick bigint,
+    OUT outcome text,
+    OUT swept_instances integer,
+    OUT pruned_batches bigint,
+    OUT opened_windows integer)
+RETURNS record
+AS 'MODULE_PATHNAME', 'gridha_run_maintenance'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha;
+
+COMMENT ON FUNCTION gridha.run_maintenance(uuid, text) IS
+'leads the role if it can and runs the current tick once: sweeps long-gone instances, prunes final batches past gridha.retention, tops up ID windows; outcome ran, not_leader, already_run, clock_behind or lost_lease';
+
+CREATE VIEW gridha.leaders AS
+SELECT l.role,
+       l.leader,
+       l.term,
+       l.acquired_at,
+       l.renewed_at,
+       l.expires_at,
+       CASE
+           WHEN l.leader IS NULL THEN 'vacant'
+           WHEN l.expires_at > now() THEN 'held'
+           ELSE 'expired'
+       END AS state,
+       t.tick AS last_tick,
+       t.started_at AS last_run_at
+FROM gridha.leases l
+LEFT JOIN LATERAL (
+    SELECT m.tick, m.started_at
+    FROM gridha.maintenance_ticks m
+    WHERE m.role = l.role
+    ORDER BY m.tick DESC
+    LIMIT 1
+) t ON true;
+
+COMMENT ON VIEW gridha.leaders IS
+'each role''s leader, term, lease expiry and state (held, expired, vacant), with its latest tick';
+
+CREATE SEQUENCE gridha.id_sequence_serial;
+
+CREATE TABLE gridha.id_sequences (
+    name             text PRIMARY KEY CHECK (name <> ''),
+    serial           bigint NOT NULL UNIQUE DEFAULT nextval('gridha.id_sequence_serial'),
+    window_size      bigint NOT NULL CHECK (window_size > 0),
+    min_open_windows integer NOT NULL CHECK (min_open_windows >= 0),
+    high_water       bigint NOT NULL DEFAULT 0,
+    dropped          boolean NOT NULL DEFAULT false,
+    created_at       timestamptz NOT NULL DEFAULT now()
+);
+
+ALTER SEQUENCE gridha.id_sequence_serial OWNED BY gridha.id_sequences.serial;
+
+COMMENT ON TABLE gridha.id_sequences IS
+'ID sequences (distributed hi-lo): high_water is the last id given to any window and never goes down; a dropped sequence keeps its row so that one created again under its name continues above it; serial names the incarnation';
+
+CREATE TABLE gridha.id_windows (
+    name         text NOT NULL REFERENCES gridha.id_sequences ON DELETE CASCADE,
+    window_start bigint NOT NULL,
+    window_end   bigint NOT NULL,
+    next_id      bigint NOT NULL,
+    opened_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (name, window_start),
+    CHECK (window_start < window_end AND next_id BETWEEN window_start AND window_end)
+);
+
+COMMENT ON TABLE gridha.id_windows IS
+'windows of ID sequences: ids [window_start, window_end), of which [next_id, window_end) are not reserved yet (open while next_id < window_end)';
+
+CREATE FUNCTION gridha.id_sequences_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'gridha_id_sequences_changed'
+LANGUAGE C
+SET search_path = pg_catalog, gridha;
+
+COMMENT ON FUNCTION gridha.id_sequences_changed() IS
+'trigger: rows of gridha.id_sequences deleted by hand make every backend look its next_id names up again';
+
+CREATE TRIGGER id_sequences_changed
+    AFTER DELETE OR TRUNCATE ON gridha.id_sequences
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha.id_sequences_changed();
+
+CREATE FUNCTION gridha.create_id_sequence(name text, window_size bigint DEFAULT 1000000,
+                                          min_open_windows integer DEFAULT 4)
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_create_id_sequence'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha;
+
+COMMENT ON FUNCTION gridha.create_id_sequence(text, bigint, integer) IS
+'creates an ID sequence and opens its first min_open_windows windows; a name dropped before continues above its old ids';
+
+CREATE FUNCTION gridha.drop_id_sequence(name text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_drop_id_sequence'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha;
+
+COMMENT ON FUNCTION gridha.drop_id_sequence(text) IS
+'drops an ID sequence and its windows (its high water is kept); false if there was none';
+
+CREATE FUNCTION gridha.reserve_ids(name text, count integer)
+RETURNS int8range
+AS 'MODULE_PATHNAME', 'gridha_reserve_ids'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha;
+
+COMMENT ON FUNCTION gridha.reserve_ids(text, integer) IS
+'reserves count contiguous ids inside one open window (opening one when none has room); concurrent callers never wait on each other';
+
+CREATE FUNCTION gridha.next_id(name text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_next_id'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha;
+
+COMMENT ON FUNCTION gridha.next_id(text) IS
+'the next id of the sequence from this backend''s block, reserving a block of gridha.id_block_size ids when it is spent';
+
+CREATE VIEW gridha.id_sequence_status AS
+SELECT q.name,
+       q.window_size,
+       q.min_open_windows,
+       q.high_water,
+       count(w.window_start) FILTER (WHERE w.next_id < w.window_end) AS open_windows,
+       coalesce(sum(w.window_end - w.next_id), 0) AS free_ids
+FROM gridha.id_sequences q
+LEFT JOIN gridha.id_windows w ON w.name = q.name
+WHERE NOT q.dropped
+GROUP BY q.name;
+
+COMMENT ON VIEW gridha.id_sequence_status IS
+'each ID sequence with its high water, its open windows and how many ids they still hold';
+
+CREATE TABLE gridha.target_rate_state (
+    target      text PRIMARY KEY REFERENCES gridha.targets ON DELETE CASCADE ON UPDATE CASCADE,
+    tat         timestamptz NOT NULL DEFAULT '-infinity',
+    slots_taken bigint NOT NULL DEFAULT 0
+);
+
+COMMENT ON TABLE gridha.target_rate_state IS
+'shared state of each rate-limited target: its theoretical arrival time (tat) and how many slots were taken; a hand-out at t conforms when t >= tat - (rate_burst - 1) * rate_interval';
+
+CREATE TABLE gridha.rate_handouts (
+    target      text NOT NULL,
+    slot_at     timestamptz NOT NULL,
+    service_id  text NOT NULL,
+    batch_id    text NOT NULL,
+    instance_id uuid NOT NULL,
+    epoch       bigint NOT NULL
+);
+
+CREATE INDEX rate_handouts_target_slot ON gridha.rate_handouts (target, slot_at);
+
+COMMENT ON TABLE gridha.rate_handouts IS
+'every hand-out of a rate-limited target, at the time of its slot; maintenance forgets rows after a day';
+
+/*
+ * targets_rate_changed: a new rate applies at once. The time a target still
+ * owes under the old interval is scaled to the new one; without a limit
+ * nothing is owed.
+ */
+CREATE FUNCTION gridha.targets_rate_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, gridha
+AS $$
+BEGIN
+    UPDATE gridha.target_rate_state r
+       SET tat = CASE
+               WHEN OLD.rate_interval IS NOT NULL AND NEW.rate_interval IS NOT NULL
+                    AND r.tat > clock_timestamp()
+               THEN clock_timestamp() + (r.tat - clock_timestamp())
+                    * (extract(epoch FROM NEW.rate_interval) / extract(epoch FROM OLD.rate_interval))::float8
+               ELSE least(r.tat, clock_timestamp())
+           END
+     WHERE r.target = NEW.target;
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.targets_rate_changed() IS
+'trigger: rescales a target''s rate state when its rate_interval changes, so the new rate applies at once';
+
+CREATE TRIGGER targets_rate_changed
+    AFTER UPDATE OF rate_interval ON gridha.targets
+    FOR EACH ROW
+    WHEN (OLD.rate_interval IS DISTINCT FROM NEW.rate_interval)
+    EXECUTE FUNCTION gridha.targets_rate_changed();
+
+CREATE VIEW gridha.target_rates AS
+SELECT t.target,
+       t.rate_interval,
+       t.rate_burst,
+       coalesce(s.slots_taken, 0) AS slots_taken,
+       CASE
+           WHEN t.rate_interval IS NULL THEN NULL
+           WHEN t.rate_burst = 0 THEN 'infinity'::timestamptz
+           ELSE greatest(now(), coalesce(s.tat, '-infinity') - (t.rate_burst - 1) * t.rate_interval)
+       END AS next_slot_at
+FROM gridha.targets t
+LEFT JOIN gridha.target_rate_state s ON s.target = t.target;
+
+COMMENT ON VIEW gridha.target_rates IS
+'each target''s rate limit and when its next hand-out slot opens (NULL: not limited; infinity: rate_burst 0 pauses it)';
+
+REVOKE ALL ON gridha.leases, gridha.maintenance_ticks, gridha.id_sequences, gridha.id_windows,
+    gridha.target_rate_state, gridha.rate_handouts, gridha.leaders, gridha.id_sequence_status,
+    gridha.target_rates FROM PUBLIC;
+REVOKE ALL ON SEQUENCE gridha.id_sequence_serial FROM PUBLIC;
+REVOKE ALL ON FUNCTION
+    gridha.try_lead(uuid, text),
+    gridha.renew_lead(uuid, text, bigint),
+    gridha.resign(uuid, text),
+    gridha.run_maintenance(uuid, text),
+    gridha.create_id_sequence(text, bigint, integer),
+    gridha.drop_id_sequence(text),
+    gridha.reserve_ids(text, integer),
+    gridha.next_id(text),
+    gridha.id_sequences_changed(),
+    gridha.targets_rate_changed()
+FROM PUBLIC;
+
+-- Clients lead, run maintenance and take ids; creating and dropping ID
+-- sequences stays with the owner.
+GRANT EXECUTE ON FUNCTION
+    gridha.try_lead(uuid, text),
+    gridha.renew_lead(uuid, text, bigint),
+    gridha.resign(uuid, text),
+    gridha.run_maintenance(uuid, text),
+    gridha.reserve_ids(text, integer),
+    gridha.next_id(text)
+TO gridha_client;
+GRANT SELECT ON gridha.leaders, gridha.id_sequence_status, gridha.target_rates TO gridha_client;

@@ -70,7 +70,8 @@ static GridhaStatement claims_counts_stmt = {
 	"       (SELECT count(*) FROM gridha.instances i"
 	"         WHERE i.instance_id = $1"
 	"            OR (i.last_seen_at > now() - $3 * interval '1 millisecond'"
-	"                AND (i.stopped_at IS NULL OR i.stopped_at < i.last_seen_at))),"
+	"                AND (i.stopped_at IS NULL OR i.stopped_at < i.last_seen_at)"
+	"                AND NOT " GRIDHA_SESSION_GONE("i") ")),"
 	"       (SELECT count(*) FROM gridha.service_claims c WHERE c.claimant = $1)",
 	3, {UUIDOID, BOOLOID, INT8OID}
 };
@@ -102,6 +103,31 @@ static GridhaStatement claims_take_expired_stmt = {
 	")"
 	" UPDATE gridha.service_claims c" CLAIMS_TAKE_SET
 	"  FROM cand WHERE c.service_id = cand.service_id"
+	" RETURNING c.service_id, c.epoch",
+	5, {UUIDOID, BOOLOID, INT8OID, INT8OID, INT8OID}
+};
+
+/*
+ * Orphaned claims: held by an instance whose session has ended (session
+ * liveness), within their soft expiry (later ones are expired claims), and
+ * with nothing submitting: taken like a soft-expired claim.
+ */
+static GridhaStatement claims_take_orphaned_stmt = {
+	"WITH gone AS ("
+	"  SELECT i.instance_id FROM gridha.instances i"
+	"   WHERE i.instance_id <> $1 AND " GRIDHA_SESSION_GONE("i")
+	"), cand AS ("
+	"  SELECT c.service_id FROM gridha.service_claims c"
+	"    JOIN gone ON c.claimant = gone.instance_id"
+	"   WHERE c.soft_expiry > now() AND NOT c.submitting"
+	CLAIMS_TARGET_FILTER("c")
+	"   ORDER BY c.ready_at"
+	"   LIMIT $3"
+	"   FOR UPDATE OF c SKIP LOCKED"
+	")"
+	" UPDATE gridha.service_claims c" CLAIMS_TAKE_SET
+	"  FROM cand WHERE c.service_id = cand.service_id"
+	"   AND NOT c.submitting"
 	" RETURNING c.service_id, c.epoch",
 	5, {UUIDOID, BOOLOID, INT8OID, INT8OID, INT8OID}
 };
@@ -193,7 +219,8 @@ claims_take(GridhaStatement *stmt, Datum instance_id, bool is_worker,
 }
 
 /*
- * gridha_claims_acquire: takes free claims, then expired ones, up to this
+ * gridha_claims_acquire: takes free claims, then expired ones, then those
+ * of instances whose session has ended (gridha.session_liveness), up to this
  * instance's fair share (no limit with balance off); with balance on, an
  * instance above its share releases idle surplus claims instead, so a
  * newcomer finds free claims at its next acquisition.
@@ -242,6 +269,9 @@ gridha_claims_acquire(Datum instance_id, bool is_worker, ReturnSetInfo *rsinfo)
 	taken = claims_take(&claims_take_free_stmt, instance_id, is_worker, limit, rsinfo);
 	if (limit < 0 || taken < limit)
 		taken += claims_take(&claims_take_expired_stmt, instance_id, is_worker,
+							 limit < 0 ? -1 : limit - taken, rsinfo);
+	if (limit < 0 || taken < limit)
+		taken += claims_take(&claims_take_orphaned_stmt, instance_id, is_worker,
 							 limit < 0 ? -1 : limit - taken, rsinfo);
 	return taken;
 }

@@ -13,9 +13,12 @@
 
 #include "compat.h"
 #include "gridha.h"
+#include "worker.h"
+#include "leader.h"
 
 #include "access/htup_details.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "funcapi.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
@@ -26,6 +29,7 @@ int			gridha_soft_expiry_ms = 30 * 1000;
 int			gridha_hard_expiry_ms = 3 * 60 * 1000;
 int			gridha_renew_interval_ms = 10 * 1000;
 bool		gridha_balance_claims = true;
+bool		gridha_session_liveness = true;
 
 void		_PG_init(void);
 
@@ -70,7 +74,25 @@ _PG_init(void)
 							 PGC_SUSET, 0,
 							 NULL, NULL, NULL);
 
+	DefineCustomBoolVariable("gridha.session_liveness",
+							 "An instance's claims are taken over as soon as its database session ends.",
+							 "Only claims with nothing submitting, as at soft expiry. Turn it off for a client behind a connection pool that does not keep one session per instance.",
+							 &gridha_session_liveness,
+							 true,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+
+	gridha_worker_define_gucs();
+
+	gridha_coordination_define_gucs();
 	MarkGUCPrefixReserved("gridha");
+
+	/* workers and their shared memory only exist when gridha is preloaded */
+	if (process_shared_preload_libraries_in_progress)
+	{
+		gridha_worker_install_hooks();
+		gridha_worker_register_static();
+	}
 }
 
 /*

@@ -24,12 +24,33 @@
 #define ERRCODE_GRIDHA_UNKNOWN_OUTCOME		MAKE_SQLSTATE('R','G','0','0','4')
 #define ERRCODE_GRIDHA_UNKNOWN_DLT_STATUS	MAKE_SQLSTATE('R','G','0','0','5')
 #define ERRCODE_GRIDHA_UNKNOWN_TARGET		MAKE_SQLSTATE('R','G','0','0','6')
+#define ERRCODE_GRIDHA_INVALID_TARGET		MAKE_SQLSTATE('R','G','0','0','7')
+/* Section 7: ID windows */
+#define ERRCODE_GRIDHA_UNKNOWN_ID_SEQUENCE	MAKE_SQLSTATE('R','G','0','1','0')
+#define ERRCODE_GRIDHA_ID_COUNT_TOO_LARGE	MAKE_SQLSTATE('R','G','0','1','1')
+#define ERRCODE_GRIDHA_ID_SEQUENCE_EXISTS	MAKE_SQLSTATE('R','G','0','1','2')
 
 /* GUC storage (gridha.c) */
 extern int	gridha_soft_expiry_ms;
 extern int	gridha_hard_expiry_ms;
 extern int	gridha_renew_interval_ms;
 extern bool gridha_balance_claims;
+extern bool gridha_session_liveness;
+
+/*
+ * Session liveness: an instance's session holds the advisory lock
+ * (GRIDHA_LOCK_CLASS, its session_key); a lock nobody holds means the
+ * session has ended. The SQL condition below is true for such an instance
+ * (alias i of gridha.instances).
+ */
+#define GRIDHA_LOCK_CLASS			1735551073	/* "grha" */
+#define GRIDHA_SESSION_GONE(i) \
+	"(" i ".session_key IS NOT NULL AND NOT EXISTS (" \
+	" SELECT 1 FROM pg_catalog.pg_locks l" \
+	"  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2" \
+	"    AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())" \
+	"    AND l.classid = " CppAsString2(GRIDHA_LOCK_CLASS) "::oid" \
+	"    AND l.objid = " i ".session_key::oid))"
 
 /* Claim timings as they are applied */
 typedef struct GridhaTiming

@@ -8,6 +8,15 @@
  * (renewal); it decides whether the next cycle is due and whether other
  * instances count it as live when they balance.
  *
+ * Session liveness (gridha.session_liveness, on by default): the session an
+ * instance calls from holds a session-level advisory lock keyed by the
+ * instance (GRIDHA_LOCK_CLASS, session_key). When that session ends, for
+ * any reason, the lock goes with it, and other instances take the idle
+ * claims of the instance at once instead of waiting for soft expiry
+ * (claims.c). A second session of the same instance cannot take the lock
+ * and simply does not bind; a session with the setting off clears the key,
+ * so an instance behind a connection pool is judged by expiry alone.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -17,12 +26,23 @@
 #include "spi_util.h"
 
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/uuid.h"
+
+/* Instances whose liveness lock this session holds (a few at most) */
+#define INSTANCES_MAX_BOUND 64
+static pg_uuid_t instances_bound[INSTANCES_MAX_BOUND];
+static int	instances_nbound = 0;
 
 static GridhaStatement instances_lookup = {
 	"SELECT i.kind = 'worker',"
 	"       i.last_seen_at IS NULL"
-	"       OR i.last_seen_at <= now() - $2 * interval '1 millisecond'"
+	"       OR i.last_seen_at <= now() - $2 * interval '1 millisecond',"
+	"       i.session_key"
 	"  FROM gridha.instances i"
 	" WHERE i.instance_id = $1",
 	2, {UUIDOID, INT8OID}
@@ -34,6 +54,11 @@ static GridhaStatement instances_insert = {
 	1, {UUIDOID}
 };
 
+static GridhaStatement instances_set_key = {
+	"UPDATE gridha.instances SET session_key = $2 WHERE instance_id = $1",
+	2, {UUIDOID, INT8OID}
+};
+
 static GridhaStatement instances_register = {
 	"INSERT INTO gridha.instances (instance_id, label, kind)"
 	" VALUES (gen_random_uuid(), $1, 'external')"
@@ -42,10 +67,74 @@ static GridhaStatement instances_register = {
 };
 
 /*
+ * instances_session_key: the instance's liveness lock key.
+ */
+static uint32
+instances_session_key(pg_uuid_t *id)
+{
+	return hash_bytes(id->data, UUID_LEN);
+}
+
+/*
+ * instances_bind: makes this session hold the instance's liveness lock, if
+ * it can; true when it holds it (now or from before).
+ */
+static bool
+instances_bind(pg_uuid_t *id, uint32 key)
+{
+	LOCKTAG		tag;
+	int			i;
+
+	for (i = 0; i < instances_nbound; i++)
+		if (memcmp(instances_bound[i].data, id->data, UUID_LEN) == 0)
+			return true;
+	if (instances_nbound >= INSTANCES_MAX_BOUND)
+		return false;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, GRIDHA_LOCK_CLASS, key, 2);
+	if (LockAcquire(&tag, ExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	instances_bound[instances_nbound++] = *id;
+	return true;
+}
+
+/*
+ * instances_liveness: keeps the instance's stored session_key in line with
+ * this session: set when this session holds the lock, cleared when the
+ * setting is off here. Writes only when the stored key is wrong.
+ */
+static void
+instances_liveness(Datum instance_id, bool stored_null, int64 stored)
+{
+	Datum		args[2];
+	char		nulls[3] = "  ";
+	pg_uuid_t  *id = DatumGetUUIDP(instance_id);
+	uint32		key = instances_session_key(id);
+
+	args[0] = instance_id;
+	if (gridha_session_liveness)
+	{
+		if (!instances_bind(id, key) || (!stored_null && stored == (int64) key))
+			return;
+		args[1] = Int64GetDatum((int64) key);
+	}
+	else
+	{
+		if (stored_null)
+			return;
+		nulls[1] = 'n';
+		args[1] = (Datum) 0;
+	}
+	gridha_exec(&instances_set_key, args, nulls, false);
+}
+
+/*
  * gridha_instance_touch: the instance's kind and whether its claim cycle is
- * due; an unknown id is registered (kind 'external', cycle due).
+ * due; an unknown id is registered (kind 'external', cycle due). The
+ * session's liveness lock is taken on first use (see above).
  *
- * Must be called inside SPI. Writes nothing for a known instance.
+ * Must be called inside SPI. Writes nothing for a known instance already
+ * bound to this session.
  */
 GridhaInstance
 gridha_instance_touch(Datum instance_id)
@@ -54,17 +143,24 @@ gridha_instance_touch(Datum instance_id)
 	GridhaTiming t = gridha_timing();
 	Datum		args[2];
 	bool		isnull;
+	bool		key_null = true;
+	int64		key = 0;
+	Datum		d;
 
 	args[0] = instance_id;
 	args[1] = Int64GetDatum(t.renew_ms);
 	gridha_exec(&instances_lookup, args, NULL, false);
 	if (SPI_processed == 0)
-	{
 		gridha_exec(&instances_insert, args, NULL, false);
-		return inst;
+	else
+	{
+		inst.is_worker = DatumGetBool(gridha_col(0, 1, &isnull));
+		inst.cycle_due = DatumGetBool(gridha_col(0, 2, &isnull));
+		d = gridha_col(0, 3, &key_null);
+		if (!key_null)
+			key = DatumGetInt64(d);
 	}
-	inst.is_worker = DatumGetBool(gridha_col(0, 1, &isnull));
-	inst.cycle_due = DatumGetBool(gridha_col(0, 2, &isnull));
+	instances_liveness(instance_id, key_null, key);
 	return inst;
 }
 

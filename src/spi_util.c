@@ -17,8 +17,12 @@
 /*
  * gridha_exec: runs a kept statement and returns SPI's result code.
  *
- * The plan is prepared once per backend. An SPI failure is "cannot happen"
- * territory (SQL errors are raised by SPI itself), so it is an elog.
+ * The plan is prepared once per backend and is always the generic plan:
+ * every statement here looks rows up by key, so the parameter values never
+ * change the best plan, and a custom plan would cost a planner run on every
+ * call. An ANALYZE of a table (autovacuum's) invalidates the plan, so it
+ * follows the table's size. An SPI failure is "cannot happen" territory
+ * (SQL errors are raised by SPI itself), so it is an elog.
  */
 int
 gridha_exec(GridhaStatement *stmt, Datum *values, const char *nulls, bool read_only)
@@ -27,7 +31,8 @@ gridha_exec(GridhaStatement *stmt, Datum *values, const char *nulls, bool read_o
 
 	if (stmt->plan == NULL)
 	{
-		SPIPlanPtr	plan = SPI_prepare(stmt->sql, stmt->nargs, stmt->argtypes);
+		SPIPlanPtr	plan = SPI_prepare_cursor(stmt->sql, stmt->nargs, stmt->argtypes,
+												  CURSOR_OPT_GENERIC_PLAN);
 
 		if (plan == NULL)
 			elog(ERROR, "gridha: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));

@@ -9,13 +9,23 @@
  *   in flight   submitting (under the current epoch), pending or valid
  *   final       committed or invalid: never changes again, and moves the
  *               service's head to its next batch
- *   fencing     every report first locks the service's claim row and checks
- *               claimant and epoch; a stale report raises RG001 and changes
- *               nothing
+ *   fencing     a report locks the service's claim row only if this instance
+ *               holds it at this epoch; a stale report raises RG001 and
+ *               changes nothing
  *
- * A report runs two statements: the lock-and-check, then the transition.
- * The second takes a fresh snapshot after the lock, so it sees every batch
- * enqueued before the lock was granted; the next head is never missed.
+ * A report is one statement: lock the claim (claimant and epoch in its
+ * WHERE), move the batch (its status and hand-out epoch in its WHERE), move
+ * the claim. Every writer of a batch row holds its service's claim row
+ * locked, so once the lock is granted nothing else changes either. The next
+ * head is seq + 1: seqs are given out gap-free under the claim lock
+ * (batches_before_insert) and an unfinished batch cannot be deleted, so the
+ * claim's tail_seq, read under the lock, says whether it exists even when
+ * it was enqueued after the statement's snapshot.
+ *
+ * When the statement changes nothing, a second read with a fresh snapshot
+ * says why (RG003, RG001, RG002). If that read finds the report valid after
+ * all, the batch or claim moved between the snapshot and the lock; the
+ * report runs once more, now with a snapshot taken under the lock.
  *
  *-------------------------------------------------------------------------
  */
@@ -30,51 +40,66 @@
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
 
-/* The claim row locked, with the batch's state; one row per service. */
-static GridhaStatement status_lock_stmt = {
-	"SELECT c.claimant, c.epoch, c.head_seq, b.seq, b.status::text,"
-	"       b.epoch, b.attempts"
+/* Statuses a report may move a batch from */
+typedef enum ReportFrom
+{
+	FROM_SUBMITTING,			/* submitting under this epoch */
+	FROM_IN_FLIGHT				/* that, or pending, or valid */
+} ReportFrom;
+
+/*
+ * $1 service, $2 batch, $3 instance, $4 epoch, $5 new status, $6 detail,
+ * $7 pending/valid may be reported on too, $8 a submission was accepted.
+ *
+ * The claim is found by its primary key only: "IS NOT DISTINCT FROM" keeps
+ * the planner off the (claimant, ready_at) index, which stale statistics
+ * (every claimant NULL when the table was last analyzed) make look cheaper.
+ */
+static GridhaStatement status_report_stmt = {
+	"WITH c AS ("
+	"  SELECT head_seq, tail_seq FROM gridha.service_claims"
+	"   WHERE service_id = $1"
+	"     AND claimant IS NOT DISTINCT FROM $3 AND epoch = $4"
+	"     FOR UPDATE"
+	"), b AS ("
+	"  UPDATE gridha.batches b"
+	"     SET status = $5::gridha.batch_status,"
+	"         not_before = CASE WHEN $5 = 'delayed' THEN now() + least("
+	CppAsString2(GRIDHA_BACKOFF_BASE_MS) " + " CppAsString2(GRIDHA_BACKOFF_STEP_MS)
+	"           * greatest(b.attempts - 1, 0), " CppAsString2(GRIDHA_BACKOFF_MAX_MS)
+	"         ) * interval '1 millisecond' END,"
+	"         detail = coalesce($6, b.detail),"
+	"         submitted_at = CASE WHEN $8 THEN now() ELSE b.submitted_at END,"
+	"         finished_at = CASE WHEN $5 IN ('committed', 'invalid') THEN now() END"
+	"    FROM c"
+	"   WHERE b.service_id = $1 AND b.batch_id = $2 AND b.seq = c.head_seq"
+	"     AND ((b.status = 'submitting' AND b.epoch = $4)"
+	"          OR ($7 AND b.status IN ('pending', 'valid')))"
+	"  RETURNING b.seq, b.not_before, c.tail_seq"
+	")"
+	" UPDATE gridha.service_claims s"
+	"    SET submitting = false,"
+	"        in_flight = $5 IN ('pending', 'valid'),"
+	"        head_seq = CASE WHEN $5 NOT IN ('committed', 'invalid') THEN s.head_seq"
+	"                        WHEN b.tail_seq > b.seq THEN b.seq + 1 END,"
+	"        ready_at = CASE WHEN $5 IN ('committed', 'invalid')"
+	"                        THEN CASE WHEN b.tail_seq > b.seq THEN now() END"
+	"                        WHEN $5 = 'delayed' THEN b.not_before"
+	"                        WHEN $5 = 'unknown' THEN now() END"
+	"   FROM b"
+	"  WHERE s.service_id = $1"
+	" RETURNING $5::gridha.batch_status",
+	8, {TEXTOID, TEXTOID, UUIDOID, INT8OID, TEXTOID, TEXTOID, BOOLOID, BOOLOID}
+};
+
+/* Why a report changed nothing: the claim and the batch as they are now */
+static GridhaStatement status_diagnose_stmt = {
+	"SELECT c.claimant, c.epoch, c.head_seq, b.seq, b.status::text, b.epoch"
 	"  FROM gridha.service_claims c"
 	"  LEFT JOIN gridha.batches b"
 	"         ON b.service_id = c.service_id AND b.batch_id = $2"
-	" WHERE c.service_id = $1"
-	"   FOR UPDATE OF c",
+	" WHERE c.service_id = $1",
 	2, {TEXTOID, TEXTOID}
-};
-
-/*
- * $1 service, $2 seq, $3 new status, $4 delay ms (delayed only), $5 detail,
- * $6 final, $7 a new submission was accepted.
- */
-static GridhaStatement status_transition_stmt = {
-	"WITH b AS ("
-	"  UPDATE gridha.batches"
-	"     SET status = $3::gridha.batch_status,"
-	"         not_before = now() + $4 * interval '1 millisecond',"
-	"         detail = coalesce($5, detail),"
-	"         submitted_at = CASE WHEN $7 THEN now() ELSE submitted_at END,"
-	"         finished_at = CASE WHEN $6 THEN now() END"
-	"   WHERE service_id = $1 AND seq = $2"
-	"  RETURNING seq"
-	"), n AS ("
-	"  SELECT (SELECT nb.seq FROM gridha.batches nb"
-	"           WHERE nb.service_id = $1 AND nb.seq > $2"
-	"           ORDER BY nb.seq LIMIT 1) AS next_seq"
-	"   WHERE $6"
-	")"
-	" UPDATE gridha.service_claims c"
-	"    SET submitting = false,"
-	"        in_flight = $3 IN ('pending', 'valid'),"
-	"        head_seq = CASE WHEN $6 THEN n.next_seq ELSE c.head_seq END,"
-	"        ready_at = CASE"
-	"                     WHEN $6 THEN CASE WHEN n.next_seq IS NULL THEN NULL ELSE now() END"
-	"                     WHEN $3 = 'delayed' THEN now() + $4 * interval '1 millisecond'"
-	"                     WHEN $3 = 'unknown' THEN now()"
-	"                   END"
-	"   FROM b LEFT JOIN n ON true"
-	"  WHERE c.service_id = $1"
-	" RETURNING $3::gridha.batch_status",
-	7, {TEXTOID, INT8OID, TEXTOID, INT8OID, TEXTOID, BOOLOID, BOOLOID}
 };
 
 static GridhaStatement status_pending_stmt = {
@@ -88,48 +113,29 @@ static GridhaStatement status_pending_stmt = {
 	2, {UUIDOID, INT8OID}
 };
 
-/* What the lock-and-check found */
-typedef struct StatusBatch
-{
-	int64		seq;
-	char	   *status;
-	bool		epoch_matches;	/* batch's hand-out epoch = the report's */
-	bool		is_head;
-	int32		attempts;
-} StatusBatch;
-
 /*
- * gridha_backoff_ms: 250 ms for the first attempt, 500 ms more for each
- * further one, at most GRIDHA_BACKOFF_MAX_MS.
+ * status_diagnose: explains why a report changed nothing, by raising RG003
+ * (unknown service or batch), RG001 (stale claim) or RG002 (batch not in
+ * the state the report needs). Returns only when the report is valid now.
  */
-int64
-gridha_backoff_ms(int32 attempts)
-{
-	int64		ms = GRIDHA_BACKOFF_BASE_MS +
-		(int64) GRIDHA_BACKOFF_STEP_MS * Max(attempts - 1, 0);
-
-	return Min(ms, GRIDHA_BACKOFF_MAX_MS);
-}
-
-/*
- * status_lock: locks the service's claim row and checks that this instance
- * holds it at this epoch. Raises RG003 for an unknown service or batch and
- * RG001 for a stale claim; returns the batch's state otherwise.
- */
-static StatusBatch
-status_lock(Datum instance_id, text *service_id, text *batch_id, int64 epoch)
+static void
+status_diagnose(Datum instance_id, text *service_id, text *batch_id,
+				int64 epoch, ReportFrom from)
 {
 	Datum		args[2];
 	bool		isnull;
-	Datum		claimant;
 	bool		claimant_null;
+	Datum		claimant;
 	int64		claim_epoch;
-	StatusBatch sb;
+	int64		seq;
+	bool		is_head;
+	bool		epoch_matches;
+	char	   *status;
 	Datum		d;
 
 	args[0] = PointerGetDatum(service_id);
 	args[1] = PointerGetDatum(batch_id);
-	gridha_exec(&status_lock_stmt, args, NULL, false);
+	gridha_exec(&status_diagnose_stmt, args, NULL, false);
 
 	if (SPI_processed == 0)
 		ereport(ERROR,
@@ -146,7 +152,7 @@ status_lock(Datum instance_id, text *service_id, text *batch_id, int64 epoch)
 				(errcode(ERRCODE_GRIDHA_UNKNOWN_BATCH),
 				 errmsg("unknown batch \"%s\" of service \"%s\"",
 						text_to_cstring(batch_id), text_to_cstring(service_id))));
-	sb.seq = DatumGetInt64(d);
+	seq = DatumGetInt64(d);
 
 	if (claimant_null || !gridha_uuid_equal(claimant, instance_id) || claim_epoch != epoch)
 		ereport(ERROR,
@@ -163,56 +169,62 @@ status_lock(Datum instance_id, text *service_id, text *batch_id, int64 epoch)
 				 errhint("Drop this batch: the claim has moved on and its current holder hands the batch out again.")));
 
 	d = gridha_col(0, 3, &isnull);
-	sb.is_head = !isnull && DatumGetInt64(d) == sb.seq;
-	sb.status = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5);
+	is_head = !isnull && DatumGetInt64(d) == seq;
+	status = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5);
 	d = gridha_col(0, 6, &isnull);
-	sb.epoch_matches = !isnull && DatumGetInt64(d) == epoch;
-	sb.attempts = DatumGetInt32(gridha_col(0, 7, &isnull));
-	return sb;
-}
+	epoch_matches = !isnull && DatumGetInt64(d) == epoch;
 
-/*
- * status_not_in_flight: the RG002 refusal.
- */
-static void
-status_not_in_flight(text *service_id, text *batch_id, StatusBatch *sb, const char *what)
-{
+	if (is_head &&
+		((strcmp(status, "submitting") == 0 && epoch_matches) ||
+		 (from == FROM_IN_FLIGHT &&
+		  (strcmp(status, "pending") == 0 || strcmp(status, "valid") == 0))))
+		return;
+
 	ereport(ERROR,
 			(errcode(ERRCODE_GRIDHA_NOT_IN_FLIGHT),
 			 errmsg("batch \"%s\" of service \"%s\" is not %s",
-					text_to_cstring(batch_id), text_to_cstring(service_id), what),
-			 errdetail("Its status is %s%s.", sb->status,
-					   strcmp(sb->status, "submitting") == 0 && !sb->epoch_matches ?
+					text_to_cstring(batch_id), text_to_cstring(service_id),
+					from == FROM_SUBMITTING ? "submitting under this epoch" : "in flight"),
+			 errdetail("Its status is %s%s.", status,
+					   strcmp(status, "submitting") == 0 && !epoch_matches ?
 					   ", handed out under another epoch" : "")));
 }
 
 /*
- * status_apply: runs the transition and returns the new status (enum Datum).
+ * status_report: moves the batch to new_status if this instance holds the
+ * service at this epoch and the batch is its head in one of the "from"
+ * statuses; raises RG001/RG002/RG003 otherwise. Returns the new status.
  */
 static Datum
-status_apply(text *service_id, int64 seq, const char *new_status, int64 delay_ms,
-			 text *detail, bool final, bool submitted)
+status_report(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
+			  const char *new_status, text *detail, ReportFrom from, bool submitted)
 {
-	Datum		args[7];
-	char		nulls[8] = "       ";
+	Datum		args[8];
+	char		nulls[9] = "        ";
 	bool		isnull;
+	int			attempt;
 
 	args[0] = PointerGetDatum(service_id);
-	args[1] = Int64GetDatum(seq);
-	args[2] = CStringGetTextDatum(new_status);
-	args[3] = Int64GetDatum(delay_ms);
-	if (delay_ms < 0)
-		nulls[3] = 'n';
-	args[4] = PointerGetDatum(detail);
+	args[1] = PointerGetDatum(batch_id);
+	args[2] = instance_id;
+	args[3] = Int64GetDatum(epoch);
+	args[4] = CStringGetTextDatum(new_status);
+	args[5] = PointerGetDatum(detail);
 	if (detail == NULL)
-		nulls[4] = 'n';
-	args[5] = BoolGetDatum(final);
-	args[6] = BoolGetDatum(submitted);
-	gridha_exec(&status_transition_stmt, args, nulls, false);
-	if (SPI_processed != 1)
-		elog(ERROR, "gridha: status transition of seq " INT64_FORMAT " touched " UINT64_FORMAT " rows",
-			 seq, SPI_processed);
-	return gridha_col(0, 1, &isnull);
+		nulls[5] = 'n';
+	args[6] = BoolGetDatum(from == FROM_IN_FLIGHT);
+	args[7] = BoolGetDatum(submitted);
+
+	for (attempt = 0; attempt < 2; attempt++)
+	{
+		gridha_exec(&status_report_stmt, args, nulls, false);
+		if (SPI_processed == 1)
+			return gridha_col(0, 1, &isnull);
+		status_diagnose(instance_id, service_id, batch_id, epoch, from);
+	}
+	elog(ERROR, "gridha: report on batch \"%s\" of service \"%s\" found it in flight but could not move it",
+		 text_to_cstring(batch_id), text_to_cstring(service_id));
+	pg_unreachable();
 }
 
 PG_FUNCTION_INFO_V1(gridha_report_submission);
@@ -235,7 +247,6 @@ gridha_report_submission(PG_FUNCTION_ARGS)
 	text	   *detail = PG_ARGISNULL(5) ? NULL : PG_GETARG_TEXT_PP(5);
 	char	   *outcome;
 	const char *new_status;
-	StatusBatch sb;
 	Datum		result;
 
 	if (PG_ARGISNULL(4))
@@ -256,15 +267,9 @@ gridha_report_submission(PG_FUNCTION_ARGS)
 				 errhint("Use accepted, delayed or rejected.")));
 
 	SPI_connect();
-	sb = status_lock(instance_id, service_id, batch_id, epoch);
-	if (!sb.is_head || strcmp(sb.status, "submitting") != 0 || !sb.epoch_matches)
-		status_not_in_flight(service_id, batch_id, &sb, "submitting under this epoch");
-
-	result = status_apply(service_id, sb.seq, new_status,
-						  strcmp(new_status, "delayed") == 0 ? gridha_backoff_ms(sb.attempts) : -1,
-						  detail,
-						  strcmp(new_status, "invalid") == 0,
-						  strcmp(new_status, "pending") == 0);
+	result = status_report(instance_id, service_id, batch_id, epoch, new_status,
+						   detail, FROM_SUBMITTING,
+						   strcmp(new_status, "pending") == 0);
 	SPI_finish();
 	PG_RETURN_DATUM(result);
 }
@@ -289,7 +294,6 @@ gridha_report_status(PG_FUNCTION_ARGS)
 	int64		epoch = gridha_arg_epoch(fcinfo, 3);
 	char	   *word;
 	const char *new_status = NULL;
-	StatusBatch sb;
 	Datum		result;
 	int			i;
 
@@ -308,16 +312,8 @@ gridha_report_status(PG_FUNCTION_ARGS)
 				 errhint("Use pending, valid, committed, invalid or unknown (any case).")));
 
 	SPI_connect();
-	sb = status_lock(instance_id, service_id, batch_id, epoch);
-	if (!sb.is_head ||
-		!(strcmp(sb.status, "pending") == 0 || strcmp(sb.status, "valid") == 0 ||
-		  (strcmp(sb.status, "submitting") == 0 && sb.epoch_matches)))
-		status_not_in_flight(service_id, batch_id, &sb, "in flight");
-
-	result = status_apply(service_id, sb.seq, new_status, -1, NULL,
-						  strcmp(new_status, "committed") == 0 ||
-						  strcmp(new_status, "invalid") == 0,
-						  false);
+	result = status_report(instance_id, service_id, batch_id, epoch, new_status,
+						   NULL, FROM_IN_FLIGHT, false);
 	SPI_finish();
 	PG_RETURN_DATUM(result);
 }

@@ -11,7 +11,4 @@
 
 #include "postgres.h"
 
-/* Backoff before a delayed batch may be handed out again, by attempt */
-extern int64 gridha_backoff_ms(int32 attempts);
-
 #endif							/* GRIDHA_STATUS_H */

@@ -1,0 +1,458 @@
+/*-------------------------------------------------------------------------
+ *
+ * leader.c
+ *		Leader leases for singleton duties and the keyed maintenance tick:
+ *		gridha.try_lead, renew_lead, resign, run_maintenance; and the
+ *		settings of section 7 (gridha_coordination_define_gucs).
+ *
+ * Words:
+ *   role      the name of a singleton duty ('maintenance' by default); each
+ *             role has one row in gridha.leases
+ *   lease     who leads a role (leader), since when, and until when
+ *             (expires_at); it lasts gridha.soft_expiry from its last
+ *             renewal, like a claim
+ *   term      a counter per role, incremented every time the leader
+ *             changes (or the role is taken after a resignation); a lease is
+ *             renewed only under the term it was taken with
+ *   tick      one run of a role's duties, named by the start of its slot of
+ *             the server clock: floor(now / interval) * interval, in
+ *             milliseconds since 1970, with gridha.maintenance_interval as
+ *             the interval. Ticks are rows of gridha.maintenance_ticks keyed
+ *             by (role, tick): a second, stale leader that tries the same
+ *             tick hits the key and backs off, and a tick that is not past
+ *             every stored tick of its role is not run at all (the clock went
+ *             back: wait). After a jump forward, only the current tick runs.
+ *
+ * A run's duties happen in the same transaction as its tick row: a run that
+ * fails leaves no tick behind and is retried at the next call.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "gridha.h"
+#include "idseq.h"
+#include "instances.h"
+#include "leader.h"
+#include "ratelimit.h"
+#include "spi_util.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+
+int			gridha_maintenance_interval_ms = 60 * 1000;
+int			gridha_retention_s = -1;
+int			gridha_sweep_instances_after_s = 24 * 60 * 60;
+int			gridha_id_block_size = 100;
+
+/* Terminal batches pruned by one tick at most, so a tick stays short. */
+#define LEADER_PRUNE_LIMIT 10000
+
+static GridhaStatement leader_read_stmt = {
+	"SELECT coalesce(l.leader = $1, false), l.term,"
+	"       coalesce(l.expires_at > now(), false),"
+	"       coalesce(l.renewed_at <= now() - $3 * interval '1 millisecond', true)"
+	"  FROM gridha.leases l"
+	" WHERE l.role = $2",
+	3, {UUIDOID, TEXTOID, INT8OID}
+};
+
+/*
+ * Take or renew: the row lock of the upsert and the re-check of its WHERE
+ * on the newest row version make two would-be leaders agree on one.
+ */
+static GridhaStatement leader_take_stmt = {
+	"INSERT INTO gridha.leases AS l"
+	"       (role, leader, term, acquired_at, renewed_at, expires_at)"
+	" VALUES ($2, $1, 1, now(), now(), now() + $3 * interval '1 millisecond')"
+	" ON CONFLICT (role) DO UPDATE"
+	"   SET leader = $1,"
+	"       term = CASE WHEN l.leader = $1 THEN l.term ELSE l.term + 1 END,"
+	"       acquired_at = CASE WHEN l.leader = $1 THEN l.acquired_at ELSE now() END,"
+	"       renewed_at = now(),"
+	"       expires_at = EXCLUDED.expires_at"
+	" WHERE l.leader = $1 OR l.leader IS NULL OR l.expires_at <= now()"
+	" RETURNING l.term",
+	3, {UUIDOID, TEXTOID, INT8OID}
+};
+
+static GridhaStatement leader_renew_stmt = {
+	"UPDATE gridha.leases"
+	"   SET renewed_at = now(), expires_at = now() + $4 * interval '1 millisecond'"
+	" WHERE role = $2 AND leader = $1 AND term = $3",
+	4, {UUIDOID, TEXTOID, INT8OID, INT8OID}
+};
+
+static GridhaStatement leader_resign_stmt = {
+	"UPDATE gridha.leases"
+	"   SET leader = NULL, expires_at = NULL, renewed_at = now()"
+	" WHERE role = $2 AND leader = $1",
+	2, {UUIDOID, TEXTOID}
+};
+
+/* The current tick: the start of now()'s slot, in ms since 1970. */
+#define LEADER_TICK_EXPR \
+	"(floor(extract(epoch FROM now()) * 1000 / $4) * $4)::int8"
+
+static GridhaStatement leader_tick_stmt = {
+	"INSERT INTO gridha.maintenance_ticks AS m (role, tick, term, leader, started_at)"
+	" SELECT $1, t.tick, $3, $2, now()"
+	"   FROM (SELECT " LEADER_TICK_EXPR " AS tick) t"
+	"  WHERE EXISTS (SELECT 1 FROM gridha.leases l"
+	"                 WHERE l.role = $1 AND l.leader = $2 AND l.term = $3"
+	"                   AND l.expires_at > now())"
+	"    AND NOT EXISTS (SELECT 1 FROM gridha.maintenance_ticks p"
+	"                     WHERE p.role = $1 AND p.tick >= t.tick)"
+	" ON CONFLICT (role, tick) DO NOTHING"
+	" RETURNING m.tick",
+	4, {TEXTOID, UUIDOID, INT8OID, INT8OID}
+};
+
+/* Why no tick was run: the current tick, the highest stored, the lease. */
+static GridhaStatement leader_why_stmt = {
+	"SELECT t.tick,"
+	"       (SELECT max(p.tick) FROM gridha.maintenance_ticks p WHERE p.role = $1),"
+	"       EXISTS (SELECT 1 FROM gridha.leases l"
+	"                WHERE l.role = $1 AND l.leader = $2 AND l.term = $3"
+	"                  AND l.expires_at > now())"
+	"  FROM (SELECT " LEADER_TICK_EXPR " AS tick) t",
+	4, {TEXTOID, UUIDOID, INT8OID, INT8OID}
+};
+
+static GridhaStatement leader_sweep_stmt = {
+	"WITH d AS ("
+	"  DELETE FROM gridha.instances i"
+	"   WHERE greatest(i.registered_at, i.last_seen_at, i.stopped_at)"
+	"         < now() - $1 * interval '1 second'"
+	"     AND NOT EXISTS (SELECT 1 FROM gridha.service_claims c"
+	"                      WHERE c.claimant = i.instance_id)"
+	"     AND NOT EXISTS (SELECT 1 FROM gridha.leases l"
+	"                      WHERE l.leader = i.instance_id)"
+	"  RETURNING 1"
+	")"
+	" SELECT count(*)::int4 FROM d",
+	1, {INT8OID}
+};
+
+static GridhaStatement leader_prune_stmt = {
+	"WITH old AS ("
+	"  SELECT b.service_id, b.batch_id FROM gridha.batches b"
+	"   WHERE b.status IN ('committed', 'invalid')"
+	"     AND coalesce(b.finished_at, b.created_at) < now() - $1 * interval '1 second'"
+	"   LIMIT $2"
+	"), d AS ("
+	"  DELETE FROM gridha.batches b USING old"
+	"   WHERE b.service_id = old.service_id AND b.batch_id = old.batch_id"
+	"     AND b.status IN ('committed', 'invalid')"
+	"  RETURNING 1"
+	")"
+	" SELECT count(*) FROM d",
+	2, {INT8OID, INT8OID}
+};
+
+/* Old tick rows go after a day; the newest one of the role always stays. */
+static GridhaStatement leader_prune_ticks_stmt = {
+	"DELETE FROM gridha.maintenance_ticks"
+	" WHERE role = $1 AND tick < $2 AND started_at < now() - interval '1 day'",
+	2, {TEXTOID, INT8OID}
+};
+
+static GridhaStatement leader_record_stmt = {
+	"UPDATE gridha.maintenance_ticks"
+	"   SET finished_at = clock_timestamp(), swept_instances = $3,"
+	"       pruned_batches = $4, opened_windows = $5"
+	" WHERE role = $1 AND tick = $2",
+	5, {TEXTOID, INT8OID, INT4OID, INT8OID, INT4OID}
+};
+
+/*
+ * gridha_coordination_define_gucs: the settings of the leader lease, the
+ * maintenance tick and the ID windows. Called once from _PG_init.
+ */
+void
+gridha_coordination_define_gucs(void)
+{
+	DefineCustomIntVariable("gridha.maintenance_interval",
+							"Length of a maintenance tick.",
+							"The leader runs its duties at most once per tick; ticks are slots of the server clock of this length.",
+							&gridha_maintenance_interval_ms,
+							60 * 1000, 10, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.retention",
+							"Age past which maintenance deletes committed and invalid batches.",
+							"-1 (the default) keeps them forever.",
+							&gridha_retention_s,
+							-1, -1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.sweep_instances_after",
+							"Age past which maintenance forgets an instance that holds nothing.",
+							"Counted from the instance's last claim cycle, release or registration; -1 never forgets.",
+							&gridha_sweep_instances_after_s,
+							24 * 60 * 60, -1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.id_block_size",
+							"How many ids gridha.next_id reserves at a time for its backend.",
+							"Ids of a block that a backend does not use are a gap; a block never exceeds its sequence's window size.",
+							&gridha_id_block_size,
+							100, 1, INT_MAX,
+							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+}
+
+/*
+ * leader_lead: the term under which this instance leads the role now, or
+ * -1 when another instance leads it.
+ *
+ * With force, a held lease is always renewed (try_lead); without it, only
+ * once gridha.renew_interval has passed since its last renewal, so a leader
+ * that runs maintenance often does not write its lease every time.
+ * Must be called inside SPI.
+ */
+static int64
+leader_lead(Datum instance_id, text *role, bool force)
+{
+	GridhaTiming t = gridha_timing();
+	Datum		args[3];
+
+	args[0] = instance_id;
+	args[1] = PointerGetDatum(role);
+	args[2] = Int64GetDatum(t.renew_ms);
+	gridha_exec(&leader_read_stmt, args, NULL, true);
+	if (SPI_processed > 0)
+	{
+		bool		isnull;
+		bool		mine = DatumGetBool(gridha_col(0, 1, &isnull));
+		int64		term = gridha_col_int64(0, 2);
+		bool		live = DatumGetBool(gridha_col(0, 3, &isnull));
+		bool		due = DatumGetBool(gridha_col(0, 4, &isnull));
+
+		if (live && !mine)
+			return -1;
+		if (live && mine && !force && !due)
+			return term;
+	}
+
+	args[2] = Int64GetDatum(t.soft_ms);
+	gridha_exec(&leader_take_stmt, args, NULL, false);
+	if (SPI_processed == 0)
+		return -1;
+	return gridha_col_int64(0, 1);
+}
+
+PG_FUNCTION_INFO_V1(gridha_try_lead);
+
+/*
+ * gridha_try_lead: SQL gridha.try_lead(instance_id, role) -> bigint.
+ *
+ * The term when this instance leads the role (newly or renewed), NULL when
+ * another instance holds an unexpired lease on it.
+ */
+Datum
+gridha_try_lead(PG_FUNCTION_ARGS)
+{
+	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	text	   *role = gridha_arg_id(fcinfo, 1, "role");
+	int64		term;
+
+	SPI_connect();
+	(void) gridha_instance_touch(instance_id);
+	term = leader_lead(instance_id, role, true);
+	SPI_finish();
+	if (term < 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(term);
+}
+
+PG_FUNCTION_INFO_V1(gridha_renew_lead);
+
+/*
+ * gridha_renew_lead: SQL gridha.renew_lead(instance_id, role, term)
+ * -> boolean.
+ *
+ * Renews the lease only if this instance still leads the role under that
+ * very term; false once the term has moved on (taken over, resigned).
+ */
+Datum
+gridha_renew_lead(PG_FUNCTION_ARGS)
+{
+	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	text	   *role = gridha_arg_id(fcinfo, 1, "role");
+	GridhaTiming t = gridha_timing();
+	Datum		args[4];
+	int64		term;
+	bool		ok;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("term must not be null")));
+	term = PG_GETARG_INT64(2);
+
+	args[0] = instance_id;
+	args[1] = PointerGetDatum(role);
+	args[2] = Int64GetDatum(term);
+	args[3] = Int64GetDatum(t.soft_ms);
+	SPI_connect();
+	gridha_exec(&leader_renew_stmt, args, NULL, false);
+	ok = SPI_processed > 0;
+	SPI_finish();
+	PG_RETURN_BOOL(ok);
+}
+
+PG_FUNCTION_INFO_V1(gridha_resign);
+
+/*
+ * gridha_resign: SQL gridha.resign(instance_id, role) -> boolean.
+ *
+ * Gives up the lease at once (true) if this instance holds it; the next
+ * leader takes the role under a new term.
+ */
+Datum
+gridha_resign(PG_FUNCTION_ARGS)
+{
+	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	text	   *role = gridha_arg_id(fcinfo, 1, "role");
+	Datum		args[2];
+	bool		ok;
+
+	args[0] = instance_id;
+	args[1] = PointerGetDatum(role);
+	SPI_connect();
+	gridha_exec(&leader_resign_stmt, args, NULL, false);
+	ok = SPI_processed > 0;
+	SPI_finish();
+	PG_RETURN_BOOL(ok);
+}
+
+/*
+ * leader_duties: the work of one tick; returns the counts through its
+ * arguments. Every duty is idempotent and bounded.
+ */
+static void
+leader_duties(text *role, int64 tick, int32 *swept, int64 *pruned, int32 *opened)
+{
+	Datum		args[2];
+
+	*swept = 0;
+	*pruned = 0;
+	if (gridha_sweep_instances_after_s >= 0)
+	{
+		args[0] = Int64GetDatum(gridha_sweep_instances_after_s);
+		gridha_exec(&leader_sweep_stmt, args, NULL, false);
+		*swept = (int32) gridha_col_int64(0, 1);
+	}
+	if (gridha_retention_s >= 0)
+	{
+		args[0] = Int64GetDatum(gridha_retention_s);
+		args[1] = Int64GetDatum(LEADER_PRUNE_LIMIT);
+		gridha_exec(&leader_prune_stmt, args, NULL, false);
+		*pruned = gridha_col_int64(0, 1);
+	}
+	*opened = gridha_idseq_top_up();
+	gridha_ratelimit_prune_log();
+
+	args[0] = PointerGetDatum(role);
+	args[1] = Int64GetDatum(tick);
+	gridha_exec(&leader_prune_ticks_stmt, args, NULL, false);
+}
+
+PG_FUNCTION_INFO_V1(gridha_run_maintenance);
+
+/*
+ * gridha_run_maintenance: SQL gridha.run_maintenance(instance_id, role)
+ * -> (term, tick, outcome, swept_instances, pruned_batches, opened_windows).
+ *
+ * Leads the role if it can and runs the current tick if no tick at or past
+ * it has run. outcome is one of:
+ *   ran           this call ran the tick's duties
+ *   not_leader    another instance leads the role (term and tick NULL)
+ *   already_run   the current tick has run (here or by another leader)
+ *   clock_behind  a stored tick is later than the clock: wait for it
+ *   lost_lease    the lease moved on between leading and the tick
+ */
+Datum
+gridha_run_maintenance(PG_FUNCTION_ARGS)
+{
+	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	text	   *role = gridha_arg_id(fcinfo, 1, "role");
+	TupleDesc	tupdesc;
+	Datum		values[6];
+	bool		nulls[6] = {false, false, false, false, false, false};
+	Datum		args[5];
+	const char *outcome;
+	int64		term;
+	int64		tick = 0;
+	int32		swept = 0;
+	int64		pruned = 0;
+	int32		opened = 0;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "gridha: run_maintenance must return a record");
+	tupdesc = BlessTupleDesc(tupdesc);
+
+	SPI_connect();
+	(void) gridha_instance_touch(instance_id);
+	term = leader_lead(instance_id, role, false);
+	if (term < 0)
+	{
+		outcome = "not_leader";
+		nulls[0] = nulls[1] = true;
+	}
+	else
+	{
+		args[0] = PointerGetDatum(role);
+		args[1] = instance_id;
+		args[2] = Int64GetDatum(term);
+		args[3] = Int64GetDatum(gridha_maintenance_interval_ms);
+		gridha_exec(&leader_tick_stmt, args, NULL, false);
+		if (SPI_processed > 0)
+		{
+			tick = gridha_col_int64(0, 1);
+			leader_duties(role, tick, &swept, &pruned, &opened);
+			args[0] = PointerGetDatum(role);
+			args[1] = Int64GetDatum(tick);
+			args[2] = Int32GetDatum(swept);
+			args[3] = Int64GetDatum(pruned);
+			args[4] = Int32GetDatum(opened);
+			gridha_exec(&leader_record_stmt, args, NULL, false);
+			outcome = "ran";
+		}
+		else
+		{
+			bool		isnull;
+			int64		latest;
+			bool		lease_ok;
+
+			gridha_exec(&leader_why_stmt, args, NULL, false);
+			tick = gridha_col_int64(0, 1);
+			latest = DatumGetInt64(gridha_col(0, 2, &isnull));
+			if (isnull)
+				latest = PG_INT64_MIN;
+			lease_ok = DatumGetBool(gridha_col(0, 3, &isnull));
+			if (!lease_ok)
+				outcome = "lost_lease";
+			else if (latest > tick)
+				outcome = "clock_behind";
+			else
+				outcome = "already_run";
+		}
+	}
+	SPI_finish();
+
+	values[0] = Int64GetDatum(term);
+	values[1] = Int64GetDatum(tick);
+	values[2] = CStringGetTextDatum(outcome);
+	values[3] = Int32GetDatum(swept);
+	values[4] = Int64GetDatum(pruned);
+	values[5] = Int32GetDatum(opened);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}

@@ -1,0 +1,289 @@
+# shellcheck shell=bash
+# test/lib.sh: helpers for gridha's test scripts. Source it, don't run it.
+#
+# It manages one throwaway PostgreSQL 15 cluster per test run:
+#
+#   gridha_cluster_init              new cluster in a fresh /tmp directory
+#   gridha_cluster_start [OPT...]    start it with extra settings
+#   gridha_cluster_restart [OPT...]  stop, then start with (other) settings
+#   gridha_cluster_stop [MODE]       stop it (fast by default)
+#   gridha_cluster_wait [SECONDS]    wait until it accepts connections
+#   gridha_cluster_cleanup           stop it and remove the directory
+#
+# OPT is `name=value` or `-c name=value`, e.g.
+#   gridha_cluster_restart shared_preload_libraries=gridha max_worker_processes=32
+# Settings given to a start replace those of the previous start; the base
+# settings (port, socket directory, listen_addresses, logging) always apply.
+#
+# After gridha_cluster_init these are exported, so psql, pgbench, pg_prove and
+# the suites connect without flags:
+#   GRIDHA_TEST_DIR  the run's scratch directory (owned by postgres)
+#   PGDATA           the data directory           PGHOST  the socket directory
+#   PGPORT           the TCP port (127.0.0.1)     PGUSER  postgres
+#   GRIDHA_PGLOG     the server log file
+#
+# The server refuses to run as root, so when we are root every server-side
+# command runs as the postgres user through runuser.
+
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+PG_BINDIR=${PG_BINDIR:-$("$PG_CONFIG" --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)}
+case ":$PATH:" in
+	*":$PG_BINDIR:"*) ;;
+	*) PATH="$PG_BINDIR:$PATH" ;;
+esac
+export PG_CONFIG PG_BINDIR PATH
+
+# First port probed; later ones are tried when it is taken.
+GRIDHA_BASE_PORT=${GRIDHA_BASE_PORT:-54329}
+
+# gridha_log MSG...: a progress line on stderr, so it never mixes with output
+# a caller parses.
+gridha_log() {
+	printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2
+}
+
+# gridha_as_pg CMD...: run a command as the server's owner.
+gridha_as_pg() {
+	if [ "$(id -u)" -eq 0 ]; then
+		runuser -u postgres -- "$@"
+	else
+		"$@"
+	fi
+}
+
+# gridha_port_free PORT: true when nothing listens on 127.0.0.1:PORT and
+# nothing can be bound there. Binding (not just connecting) also catches
+# ports held by a server that is still starting.
+gridha_port_free() {
+	python3 - "$1" <<'EOF' 2>/dev/null
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+try:
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError:
+    sys.exit(1)
+finally:
+    s.close()
+EOF
+}
+
+# gridha_free_port [FROM]: print the first free port at or after FROM.
+gridha_free_port() {
+	local port=${1:-$GRIDHA_BASE_PORT}
+	local last=$((port + 200))
+	while [ "$port" -le "$last" ]; do
+		if gridha_port_free "$port"; then
+			echo "$port"
+			return 0
+		fi
+		port=$((port + 1))
+	done
+	echo "gridha_free_port: no free port in ${1:-$GRIDHA_BASE_PORT}..$last" >&2
+	return 1
+}
+
+# gridha_cluster_init: create and initdb a cluster in a new /tmp directory.
+# Exports the variables listed at the top; does not start it.
+gridha_cluster_init() {
+	GRIDHA_TEST_DIR=$(mktemp -d /tmp/gridha-test.XXXXXX)
+	# Readable by all so any tool can reach the socket; the data directory
+	# itself stays 0700 as the server demands.
+	chmod 755 "$GRIDHA_TEST_DIR"
+	if [ "$(id -u)" -eq 0 ]; then
+		chown postgres: "$GRIDHA_TEST_DIR"
+	fi
+	PGDATA=$GRIDHA_TEST_DIR/data
+	PGHOST=$GRIDHA_TEST_DIR
+	PGUSER=postgres
+	PGPORT=$(gridha_free_port "$GRIDHA_BASE_PORT")
+	GRIDHA_PGLOG=$GRIDHA_TEST_DIR/postgres.log
+	export GRIDHA_TEST_DIR PGDATA PGHOST PGUSER PGPORT GRIDHA_PGLOG
+	# Settings from the caller's environment must not leak into the tests.
+	unset PGDATABASE PGOPTIONS PGPASSWORD PGSERVICE PGSSLMODE
+
+	local out
+	if ! out=$(gridha_as_pg "$PG_BINDIR/initdb" --auth=trust -U postgres \
+			--encoding=UTF8 --locale=C.UTF-8 --no-sync -D "$PGDATA" 2>&1); then
+		echo "$out" >&2
+		echo "gridha_cluster_init: initdb failed" >&2
+		return 1
+	fi
+	# Two included files: the base settings (rewritten when the port has to
+	# change) and the per-start extra settings.
+	cat >>"$PGDATA/postgresql.conf" <<EOF
+
+# --- gridha test harness (test/lib.sh) ---
+include_if_exists = '$GRIDHA_TEST_DIR/base.conf'
+include_if_exists = '$GRIDHA_TEST_DIR/extra.conf'
+EOF
+	gridha_write_base_conf
+	: >"$GRIDHA_TEST_DIR/extra.conf"
+	gridha_fix_owner "$GRIDHA_TEST_DIR/extra.conf"
+}
+
+# gridha_fix_owner FILE...: files the server reads must belong to postgres.
+gridha_fix_owner() {
+	if [ "$(id -u)" -eq 0 ]; then
+		chown postgres: "$@"
+	fi
+}
+
+# gridha_write_base_conf: the settings every start uses.
+gridha_write_base_conf() {
+	cat >"$GRIDHA_TEST_DIR/base.conf" <<EOF
+port = $PGPORT
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$GRIDHA_TEST_DIR'
+# A throwaway cluster: durability is not needed, speed is.
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_connections = 100
+log_line_prefix = '%m [%p] %q%a '
+log_min_messages = warning
+log_lock_waits = on
+EOF
+	gridha_fix_owner "$GRIDHA_TEST_DIR/base.conf"
+}
+
+# gridha_conf_quote VALUE: VALUE as a postgresql.conf string literal.
+gridha_conf_quote() {
+	printf "'%s'" "${1//\'/\'\'}"
+}
+
+# gridha_write_extra_conf OPT...: replace the per-start settings.
+gridha_write_extra_conf() {
+	local f=$GRIDHA_TEST_DIR/extra.conf opt
+	: >"$f"
+	while [ $# -gt 0 ]; do
+		opt=$1
+		shift
+		if [ "$opt" = "-c" ]; then
+			opt=${1:?"-c needs name=value"}
+			shift
+		fi
+		opt=${opt#-c}
+		case "$opt" in
+			*=*) ;;
+			*)
+				echo "gridha_cluster_start: expected name=value, got '$opt'" >&2
+				return 1
+				;;
+		esac
+		printf '%s = %s\n' "${opt%%=*}" "$(gridha_conf_quote "${opt#*=}")" >>"$f"
+	done
+	gridha_fix_owner "$f"
+}
+
+# gridha_cluster_running: true when the postmaster of $PGDATA is alive.
+gridha_cluster_running() {
+	gridha_as_pg "$PG_BINDIR/pg_ctl" status -D "$PGDATA" >/dev/null 2>&1
+}
+
+# gridha_cluster_start [OPT...]: start with the given extra settings and wait
+# until it accepts connections. When the port was taken in the meantime (a
+# parallel test run), it moves to the next free one, up to 5 times.
+gridha_cluster_start() {
+	gridha_write_extra_conf "$@" || return 1
+	local _try
+	for _try in 1 2 3 4 5; do
+		local mark=0
+		if [ -f "$GRIDHA_PGLOG" ]; then
+			mark=$(wc -l <"$GRIDHA_PGLOG")
+		fi
+		if gridha_as_pg "$PG_BINDIR/pg_ctl" start -w -t 60 -D "$PGDATA" \
+				-l "$GRIDHA_PGLOG" >/dev/null 2>&1; then
+			gridha_cluster_wait 30
+			return $?
+		fi
+		if tail -n +"$((mark + 1))" "$GRIDHA_PGLOG" 2>/dev/null |
+				grep -q 'could not bind\|could not create any TCP/IP sockets\|Address already in use'; then
+			PGPORT=$(gridha_free_port $((PGPORT + 1))) || return 1
+			export PGPORT
+			gridha_write_base_conf
+			gridha_log "port taken, retrying on $PGPORT"
+			continue
+		fi
+		echo "gridha_cluster_start: the server did not start; end of $GRIDHA_PGLOG:" >&2
+		tail -n 30 "$GRIDHA_PGLOG" >&2 2>/dev/null || true
+		return 1
+	done
+	echo "gridha_cluster_start: no usable port" >&2
+	return 1
+}
+
+# gridha_cluster_stop [MODE]: stop the server (smart|fast|immediate; default
+# fast). Falls back to immediate when a fast stop hangs.
+gridha_cluster_stop() {
+	local mode=${1:-fast}
+	gridha_cluster_running || return 0
+	if ! gridha_as_pg "$PG_BINDIR/pg_ctl" stop -w -t 30 -m "$mode" -D "$PGDATA" >/dev/null 2>&1; then
+		gridha_log "pg_ctl stop -m $mode failed; stopping immediately"
+		gridha_as_pg "$PG_BINDIR/pg_ctl" stop -w -t 30 -m immediate -D "$PGDATA" >/dev/null 2>&1 || true
+	fi
+	! gridha_cluster_running
+}
+
+# gridha_cluster_restart [OPT...]: stop, then start with these settings.
+gridha_cluster_restart() {
+	gridha_cluster_stop fast || return 1
+	gridha_cluster_start "$@"
+}
+
+# gridha_cluster_wait [SECONDS]: wait until the server accepts connections.
+gridha_cluster_wait() {
+	local deadline=$((SECONDS + ${1:-30}))
+	while [ "$SECONDS" -lt "$deadline" ]; do
+		if "$PG_BINDIR/pg_isready" -q -h "$PGHOST" -p "$PGPORT" -U postgres -d postgres; then
+			return 0
+		fi
+		sleep 0.2
+	done
+	echo "gridha_cluster_wait: no connection after ${1:-30}s" >&2
+	return 1
+}
+
+# gridha_cluster_cleanup: stop the server and remove the run's directory
+# (kept when GRIDHA_KEEP_TMP=1, to look at logs). Safe to call twice.
+gridha_cluster_cleanup() {
+	[ -n "${GRIDHA_TEST_DIR:-}" ] || return 0
+	if [ -d "${PGDATA:-}" ]; then
+		gridha_cluster_stop fast || gridha_cluster_stop immediate || true
+	fi
+	if [ "${GRIDHA_KEEP_TMP:-0}" = 1 ]; then
+		gridha_log "kept $GRIDHA_TEST_DIR (GRIDHA_KEEP_TMP=1)"
+	else
+		rm -rf "$GRIDHA_TEST_DIR"
+	fi
+	GRIDHA_TEST_DIR=
+}
+
+# gridha_apt_install PKG...: install Debian packages with apt-get, quietly
+# (apt-get update first, once per call). Needs root. Shows apt-get's
+# warnings and errors, and all of its output when it fails; returns
+# non-zero then. Nothing to install: returns at once.
+gridha_apt_install() {
+	[ $# -gt 0 ] || return 0
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "missing packages ($*): run as root, or install them" >&2
+		return 1
+	fi
+	local log rc=0
+	log=$(mktemp /tmp/gridha-apt.XXXXXX)
+	if ! DEBIAN_FRONTEND=noninteractive apt-get update -qq >"$log" 2>&1 ||
+		! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends "$@" >>"$log" 2>&1; then
+		cat "$log" >&2
+		rc=1
+	else
+		grep -E '^(E|W):' "$log" >&2 || true
+	fi
+	rm -f "$log"
+	return "$rc"
+}
+
+# gridha_psql [ARG...]: psql that stops at the first error and reads no
+# ~/.psqlrc, quiet, unaligned and tuples-only for easy parsing.
+gridha_psql() {
+	"$PG_BINDIR/psql" -X -q -A -t -v ON_ERROR_STOP=1 "$@"
+}

@@ -1,0 +1,137 @@
+-- 05_balance_health.sql: claim balance between live instances, and the
+-- instance_health decision tree.
+--
+-- One transaction: now() stands still, and time passes only where an UPDATE
+-- moves last_seen_at or an expiry into the past.
+--
+-- Instances: P = 11111111-0000-0000-0000-000000000001 (first, alone)
+--            Q = 22222222-0000-0000-0000-000000000002 (joins later)
+--            H = 33333333-0000-0000-0000-000000000003 (health walk-through)
+--            E = 44444444-0000-0000-0000-000000000004 (no claims)
+BEGIN;
+SELECT plan(31);
+
+DELETE FROM gridha.batches;
+DELETE FROM gridha.service_claims;
+DELETE FROM gridha.instances;
+
+\o /dev/null
+SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
+SET LOCAL gridha.balance_claims = on;
+SELECT gridha.enqueue(format('bal-%s', lpad(i::text, 2, '0')), 'b1', NULL) FROM generate_series(1, 10) AS i;
+\o
+
+CREATE FUNCTION pg_temp.claims_of(inst uuid) RETURNS bigint
+LANGUAGE sql AS $$ SELECT count(*) FROM gridha.service_claims WHERE claimant = inst $$;
+
+-- ---------------------------------------------------------------------------
+-- Balance: 10 services, 2 live instances -> 5 each
+-- ---------------------------------------------------------------------------
+
+SELECT is((SELECT count(*) FROM gridha.next_batch('11111111-0000-0000-0000-000000000001')), 1::bigint,
+          'P, alone, is handed a batch');
+SELECT is(pg_temp.claims_of('11111111-0000-0000-0000-000000000001'), 10::bigint,
+          'P, alone, claims all 10 services');
+SELECT is_empty($$SELECT * FROM gridha.next_batch('22222222-0000-0000-0000-000000000002')$$,
+                'Q registers; every claim is P''s and live, so Q is handed nothing');
+SELECT is(pg_temp.claims_of('22222222-0000-0000-0000-000000000002'), 0::bigint,
+          'Q takes no live claim from P');
+SELECT is(pg_temp.claims_of('11111111-0000-0000-0000-000000000001'), 10::bigint,
+          'P keeps its 10 claims until its next renewal');
+
+-- P's renewal becomes due
+UPDATE gridha.instances SET last_seen_at = now() - interval '1 hour'
+ WHERE instance_id = '11111111-0000-0000-0000-000000000001';
+SELECT is((SELECT count(*) FROM gridha.next_batch('11111111-0000-0000-0000-000000000001')), 1::bigint,
+          'P''s next cycle still hands out a batch');
+SELECT is(pg_temp.claims_of('11111111-0000-0000-0000-000000000001'), 5::bigint,
+          'P, counting Q as live, keeps its share: 5 claims');
+SELECT is((SELECT count(*) FROM gridha.service_claims WHERE claimant IS NULL), 5::bigint,
+          'P''s 5 surplus claims are free');
+SELECT is((SELECT count(*) FROM gridha.batches b JOIN gridha.service_claims c USING (service_id)
+            WHERE b.status = 'submitting'
+              AND c.claimant = '11111111-0000-0000-0000-000000000001' AND c.epoch = b.epoch), 2::bigint,
+          'P released only idle claims: both batches it was handed are still its own');
+
+-- Q's renewal becomes due
+UPDATE gridha.instances SET last_seen_at = now() - interval '1 hour'
+ WHERE instance_id = '22222222-0000-0000-0000-000000000002';
+SELECT is((SELECT count(*) FROM gridha.next_batch('22222222-0000-0000-0000-000000000002')), 1::bigint,
+          'Q''s next cycle hands it a batch');
+SELECT results_eq(
+    $$SELECT claimant, count(*) FROM gridha.service_claims GROUP BY claimant ORDER BY claimant$$,
+    $$VALUES ('11111111-0000-0000-0000-000000000001'::uuid, 5::bigint),
+             ('22222222-0000-0000-0000-000000000002'::uuid, 5::bigint)$$,
+    'balanced: P and Q hold 5 claims each, none is free');
+SELECT is((SELECT array_agg(DISTINCT epoch) FROM gridha.service_claims
+            WHERE claimant = '22222222-0000-0000-0000-000000000002'), ARRAY[2::bigint],
+          'each claim Q took changed hands once more: epoch 2');
+SELECT is_empty($$SELECT * FROM gridha.acquire_claims('22222222-0000-0000-0000-000000000002')$$,
+                'acquire_claims: Q, at its share, takes nothing more');
+SELECT is_empty($$SELECT * FROM gridha.acquire_claims('11111111-0000-0000-0000-000000000001')$$,
+                'acquire_claims: P, at its share, takes nothing more');
+
+-- With balance off, an instance claims all it can (only free or expired
+-- claims, never live ones).
+SET LOCAL gridha.balance_claims = off;
+UPDATE gridha.service_claims SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL
+ WHERE claimant = '22222222-0000-0000-0000-000000000002'
+   AND service_id NOT IN (SELECT service_id FROM gridha.batches WHERE status = 'submitting');
+SELECT is((SELECT count(*) FROM gridha.acquire_claims('11111111-0000-0000-0000-000000000001')), 4::bigint,
+          'balance off: P takes all 4 free claims beyond its share');
+SELECT is(pg_temp.claims_of('11111111-0000-0000-0000-000000000001'), 9::bigint,
+          'balance off: P holds 9 of 10');
+SET LOCAL gridha.balance_claims = on;
+
+-- ---------------------------------------------------------------------------
+-- instance_health: healthy / slow / failed / stopped
+-- ---------------------------------------------------------------------------
+
+SET LOCAL gridha.balance_claims = off;
+SELECT gridha.enqueue('hl-1', 'h1', NULL) \g /dev/null
+SELECT results_eq(
+    $$SELECT service_id, batch_id FROM gridha.next_batch('33333333-0000-0000-0000-000000000003')$$,
+    $$VALUES ('hl-1'::text, 'h1'::text)$$,
+    'H claims hl-1 and is handed h1');
+SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '33333333-0000-0000-0000-000000000003'),
+          'healthy', 'within its claim window: healthy');
+SELECT is((SELECT state FROM gridha.claims WHERE service_id = 'hl-1'), 'held', 'claims: hl-1 is held');
+
+UPDATE gridha.service_claims SET soft_expiry = now() - interval '1 second' WHERE service_id = 'hl-1';
+SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '33333333-0000-0000-0000-000000000003'),
+          'slow', 'past soft expiry and mid-submission: slow (assumed healthy)');
+
+UPDATE gridha.service_claims SET soft_expiry = now() - interval '2 minutes', hard_expiry = now() - interval '1 second'
+ WHERE service_id = 'hl-1';
+SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '33333333-0000-0000-0000-000000000003'),
+          'failed', 'past hard expiry, even mid-submission: failed');
+
+UPDATE gridha.service_claims SET soft_expiry = now() + interval '30 seconds', hard_expiry = now() + interval '3 minutes'
+ WHERE service_id = 'hl-1';
+SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '33333333-0000-0000-0000-000000000003'),
+          'healthy', 'renewed: healthy again');
+
+SELECT is(gridha.report_submission('33333333-0000-0000-0000-000000000003', 'hl-1', 'h1', 1, 'accepted'),
+          'pending'::gridha.batch_status, 'h1 accepted: H has nothing submitting');
+UPDATE gridha.service_claims SET soft_expiry = now() - interval '1 second' WHERE service_id = 'hl-1';
+SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '33333333-0000-0000-0000-000000000003'),
+          'failed', 'past soft expiry and idle: failed');
+SELECT is((SELECT state FROM gridha.claims WHERE service_id = 'hl-1'), 'soft_expired',
+          'claims: hl-1 is soft_expired');
+
+SELECT is(gridha.release_claims('33333333-0000-0000-0000-000000000003'), 1, 'H releases its claim');
+SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '33333333-0000-0000-0000-000000000003'),
+          'stopped', 'released everything: stopped');
+SELECT is((SELECT state FROM gridha.claims WHERE service_id = 'hl-1'), 'free', 'claims: hl-1 is free');
+
+-- An instance holding nothing is judged by its own last cycle.
+SELECT is(gridha.renew_claims('44444444-0000-0000-0000-000000000004'), 0, 'E cycles, holding nothing');
+SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '44444444-0000-0000-0000-000000000004'),
+          'healthy', 'no claims, seen within the claim window: healthy');
+UPDATE gridha.instances SET last_seen_at = now() - interval '1 hour'
+ WHERE instance_id = '44444444-0000-0000-0000-000000000004';
+SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '44444444-0000-0000-0000-000000000004'),
+          'failed', 'no claims, not seen for an hour: failed');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,439 @@
+#!/usr/bin/env bash
+# test/run.sh: gridha's one test command (`make test`).
+#
+# Runs as root on a fresh Debian 12 with PostgreSQL 15:
+#
+#   0. install the missing build/test packages (apt-get, only if missing)
+#   1. build with -Werror (the Makefile sets it) and install
+#   2. phase 1, a throwaway cluster WITHOUT shared_preload_libraries:
+#        regress    pg_regress suite (make installcheck): the SQL API needs
+#                   no preload
+#   3. phase 2, the same cluster restarted WITH shared_preload_libraries:
+#        isolation  test/isolation/specs/*.spec (pg_isolation_regress)
+#        pgtap      test/pgtap/*.sql (pg_prove), one database for all files
+#        soak       test/soak/run.sh, the concurrency soak
+#        suites     every executable test/suites/*.sh (see its README)
+#        serverlog  no server process crashed during the run
+#
+# Every test counts once: a regress test, a spec, a pgTAP file, a TAP line of
+# a suite. The last line is exactly "N passed, N failed"; the exit status is
+# non-zero when anything failed. The cluster and its /tmp directory are
+# removed on any exit (GRIDHA_KEEP_TMP=1 keeps the directory).
+#
+# GRIDHA_ONLY='words' runs only the parts named (regress isolation pgtap soak
+# and the suite names, e.g. 20_workers); a developer's shortcut, not CI's.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+
+export PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+export PG_BINDIR=/usr/lib/postgresql/15/bin
+PGXS_DIR=/usr/lib/postgresql/15/lib/pgxs
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$REPO/test/lib.sh"
+
+# Settings of phase 2; suites get them too, to restart the cluster alike.
+PHASE2_OPTS="shared_preload_libraries=gridha max_worker_processes=32"
+
+# Time limits, so one hung suite cannot hang `make test`.
+SUITE_TIMEOUT=${GRIDHA_SUITE_TIMEOUT:-900}
+
+PASSED=0
+FAILED=0
+SUMMARY=()
+
+# ---------------------------------------------------------------------------
+# Bookkeeping
+
+# record NAME PASSED FAILED [NOTE]: add a suite's counts to the totals.
+record() {
+	local name=$1 p=$2 f=$3 note=${4:-}
+	PASSED=$((PASSED + p))
+	FAILED=$((FAILED + f))
+	SUMMARY+=("$(printf '  %-10s %3d passed, %3d failed%s' "$name" "$p" "$f" "${note:+  ($note)}")")
+}
+
+# skip NAME WHY: a suite with nothing to run.
+skip() {
+	SUMMARY+=("$(printf '  %-10s skipped (%s)' "$1" "$2")")
+}
+
+# finish: the summary, the totals line, the exit status.
+finish() {
+	echo
+	echo "== summary =="
+	local line
+	for line in "${SUMMARY[@]}"; do
+		echo "$line"
+	done
+	echo "$PASSED passed, $FAILED failed"
+	[ "$FAILED" -eq 0 ] && exit 0
+	exit 1
+}
+
+# fatal NAME WHY: a step that every later one needs has failed. It counts as
+# one failure, and the run ends with the totals line.
+fatal() {
+	echo "FAILED: $1: $2" >&2
+	record "$1" 0 1 "$2"
+	finish
+}
+
+section() {
+	echo
+	echo "== $* =="
+}
+
+# count_pg_regress LOG: print "passed failed" for a pg_regress log. PG15
+# prints "test foo ... ok  12 ms", parallel groups "     foo ... ok"; PG16+
+# prints TAP ("ok 1 - foo", "not ok 2 - foo"), counted too.
+count_pg_regress() {
+	awk '
+		/^(test +| +)[^ ]+ +\.\.\. / {
+			if ($0 ~ /\.\.\. +ok/ || $0 ~ /failed \(ignored\)/) p++
+			else f++
+			next
+		}
+		/^ok +[0-9]+ / { p++; next }
+		/^not ok +[0-9]+ / { if ($0 ~ /# +\(ignored\)/) p++; else f++ }
+		END { printf "%d %d\n", p, f }
+	' "$1"
+}
+
+# count_tap LOG: print "passed failed" for TAP lines ("ok ...", "not ok ...",
+# numbered or not) in a suite's output.
+count_tap() {
+	awk '
+		/^ok([ \t]|$)/ { p++ }
+		/^not ok([ \t]|$)/ { f++ }
+		END { printf "%d %d\n", p, f }
+	' "$1"
+}
+
+# pg_regress's set-up chatter, kept in the logs but not shown.
+QUIET_LINES='^(SET|DROP DATABASE|CREATE DATABASE|ALTER DATABASE|CREATE EXTENSION)$'
+
+# run_logged LOG SECONDS CMD...: run CMD with a time limit, its output shown
+# (less QUIET_LINES) and kept in LOG; return its exit status. --foreground
+# keeps it in our process group, so Ctrl-C reaches it too.
+run_logged() {
+	local log=$1 secs=$2 rc
+	shift 2
+	set +e
+	timeout --foreground -k 10 "$secs" "$@" 2>&1 | tee "$log" |
+		grep --line-buffered -v -E "$QUIET_LINES"
+	rc=${PIPESTATUS[0]}
+	set -e
+	[ "$rc" -eq 124 ] && echo "(timed out after ${secs}s)" | tee -a "$log"
+	return "$rc"
+}
+
+# ---------------------------------------------------------------------------
+# Steps
+
+# missing_packages: the packages this run needs that are not installed, each
+# detected by a file it provides.
+missing_packages() {
+	[ -f /usr/include/postgresql/15/server/postgres.h ] || echo postgresql-server-dev-15
+	[ -f /usr/share/postgresql/15/extension/pgtap.control ] || echo postgresql-15-pgtap
+	[ -x /usr/bin/pg_prove ] || echo libtap-parser-sourcehandler-pgtap-perl
+	# test/lib.sh and the test ledger (test/dlt) are Python 3.
+	[ -x /usr/bin/python3 ] || echo python3
+	# Any libcurl development package will do (they conflict with each other).
+	if ! compgen -G '/usr/include/*/curl/curl.h' >/dev/null && [ ! -f /usr/include/curl/curl.h ]; then
+		echo libcurl4-openssl-dev
+	fi
+}
+
+# install_prerequisites: apt-get install what is missing; apt-get update
+# only then, and only once.
+install_prerequisites() {
+	local missing
+	missing=$(missing_packages | tr '\n' ' ')
+	missing=${missing% }
+	[ -z "$missing" ] && return 0
+
+	section "installing $missing"
+	if [ "$(id -u)" -ne 0 ]; then
+		fatal setup "missing packages ($missing); run as root or install them"
+	fi
+	local log
+	log=$(mktemp /tmp/gridha-apt.XXXXXX)
+	export DEBIAN_FRONTEND=noninteractive
+	# shellcheck disable=SC2086
+	if ! apt-get update -qq >"$log" 2>&1 ||
+		! apt-get install -y -qq --no-install-recommends $missing >>"$log" 2>&1; then
+		cat "$log" >&2
+		rm -f "$log"
+		fatal setup "apt-get could not install $missing"
+	fi
+	# Keep the quiet output quiet, but not its warnings and errors.
+	grep -E '^(E|W):' "$log" >&2 || true
+	rm -f "$log"
+	missing=$(missing_packages | tr '\n' ' ')
+	missing=${missing% }
+	[ -z "$missing" ] || fatal setup "still missing after apt-get: $missing"
+}
+
+# build: compile (the Makefile adds -Werror) and install the extension.
+build() {
+	section build
+	local log
+	log=$(mktemp /tmp/gridha-build.XXXXXX)
+	if ! make -j"$(nproc)" PG_CONFIG="$PG_CONFIG" >"$log" 2>&1; then
+		# The diagnostics, not the long compiler command lines.
+		grep -E -A3 '(error|warning):|\*\*\*' "$log" | head -n 120 || tail -n 40 "$log"
+		rm -f "$log"
+		fatal build "make failed"
+	fi
+	if ! make install PG_CONFIG="$PG_CONFIG" >"$log" 2>&1; then
+		tail -n 40 "$log"
+		rm -f "$log"
+		fatal build "make install failed"
+	fi
+	rm -f "$log"
+	echo "built and installed"
+}
+
+# start_cluster: phase 1's cluster, no preload.
+start_cluster() {
+	section "cluster"
+	gridha_cluster_init || fatal cluster "initdb failed"
+	gridha_cluster_start || fatal cluster "the server did not start"
+	echo "PGHOST=$PGHOST PGPORT=$PGPORT PGDATA=$PGDATA"
+}
+
+# run_regress: the pg_regress suite through PGXS's installcheck. Its output
+# goes to the run's directory, so parallel runs do not clash in the repo.
+run_regress() {
+	section "phase 1 (no preload): pg_regress"
+	local out=$GRIDHA_TEST_DIR/regress log rc=0 p f
+	mkdir -p "$out"
+	log=$out/make.log
+	run_logged "$log" "$SUITE_TIMEOUT" make -s installcheck PG_CONFIG="$PG_CONFIG" \
+		PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER=postgres \
+		EXTRA_REGRESS_OPTS="--outputdir=$out" || rc=$?
+	read -r p f < <(count_pg_regress "$log")
+	if [ $((p + f)) -eq 0 ]; then
+		if [ "$rc" -eq 0 ]; then
+			skip regress "no REGRESS tests"
+		else
+			record regress 0 1 "pg_regress did not run (exit $rc)"
+		fi
+		return 0
+	fi
+	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		f=1 # it failed in a way no test line shows
+	fi
+	if [ "$f" -gt 0 ] && [ -s "$out/regression.diffs" ]; then
+		echo "--- regression.diffs (first 200 lines) ---"
+		head -n 200 "$out/regression.diffs"
+	fi
+	record regress "$p" "$f"
+}
+
+# start_phase2: restart with gridha preloaded.
+start_phase2() {
+	section "phase 2: restart with shared_preload_libraries = 'gridha'"
+	# shellcheck disable=SC2086
+	if ! gridha_cluster_restart $PHASE2_OPTS; then
+		fatal cluster "the server did not start with gridha preloaded"
+	fi
+	echo "shared_preload_libraries = $(gridha_psql -d postgres -c 'SHOW shared_preload_libraries')"
+}
+
+# ensure_phase2 NAME: after a suite, the cluster must be up with the phase 2
+# settings; restore it when a suite left it otherwise.
+ensure_phase2() {
+	local spl
+	spl=$(gridha_psql -d postgres -c 'SHOW shared_preload_libraries' 2>/dev/null || true)
+	if [ "$spl" != "gridha" ]; then
+		echo "note: $1 left the cluster down or changed; restarting it" >&2
+		gridha_cluster_stop immediate || true
+		# shellcheck disable=SC2086 # word splitting wanted
+		gridha_cluster_start $PHASE2_OPTS || fatal cluster "could not restart after $1"
+	fi
+}
+
+# run_isolation: every spec in test/isolation/specs against the preloaded
+# cluster; pg_isolation_regress creates the extension in its database.
+run_isolation() {
+	section "phase 2: isolation"
+	local specs=() s unmatched=0
+	for s in test/isolation/specs/*.spec; do
+		[ -e "$s" ] || continue
+		s=${s##*/}
+		s=${s%.spec}
+		# pg_isolation_regress stops the whole run at a spec without
+		# expected output; count it as failed and run the others.
+		if [ ! -f "test/isolation/expected/$s.out" ]; then
+			echo "FAILED  $s: no test/isolation/expected/$s.out"
+			unmatched=$((unmatched + 1))
+			continue
+		fi
+		specs+=("$s")
+	done
+	if [ ${#specs[@]} -eq 0 ]; then
+		if [ "$unmatched" -gt 0 ]; then
+			record isolation 0 "$unmatched" "specs without expected output"
+		else
+			echo "no test/isolation/specs/*.spec yet"
+			skip isolation "no specs yet"
+		fi
+		return 0
+	fi
+	local out=$GRIDHA_TEST_DIR/isolation rc=0 p f
+	mkdir -p "$out"
+	run_logged "$out/run.log" "$SUITE_TIMEOUT" \
+		"$PGXS_DIR/src/test/isolation/pg_isolation_regress" \
+		--inputdir="$REPO/test/isolation" --outputdir="$out" \
+		--bindir="$PG_BINDIR" --host="$PGHOST" --port="$PGPORT" --user=postgres \
+		--load-extension=gridha "${specs[@]}" || rc=$?
+	read -r p f < <(count_pg_regress "$out/run.log")
+	if [ $((p + f)) -eq 0 ]; then
+		record isolation 0 1 "pg_isolation_regress did not run (exit $rc)"
+		return 0
+	fi
+	# Specs it never reached (it stopped early) are failures too.
+	if [ $((p + f)) -lt ${#specs[@]} ]; then
+		f=$((${#specs[@]} - p))
+	fi
+	[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+	if [ "$f" -gt 0 ] && [ -s "$out/regression.diffs" ]; then
+		echo "--- isolation regression.diffs (first 200 lines) ---"
+		head -n 200 "$out/regression.diffs"
+	fi
+	record isolation "$p" $((f + unmatched)) \
+		"$([ "$unmatched" -gt 0 ] && echo "$unmatched without expected output")"
+}
+
+# run_pgtap: every test/pgtap/*.sql with pg_prove, in one fresh database;
+# each file is one test (pg_prove per file, so its exit status is the file's).
+run_pgtap() {
+	section "phase 2: pgTAP"
+	local files=() f
+	for f in test/pgtap/*.sql; do
+		[ -e "$f" ] && files+=("$f")
+	done
+	if [ ${#files[@]} -eq 0 ]; then
+		echo "no test/pgtap/*.sql yet"
+		skip pgtap "no test files yet"
+		return 0
+	fi
+	local db=gridha_pgtap out=$GRIDHA_TEST_DIR/pgtap p=0 n=0 log
+	mkdir -p "$out"
+	if ! gridha_psql -d postgres -c "SET client_min_messages = warning" \
+			-c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" ||
+		! gridha_psql -d "$db" -c "CREATE EXTENSION pgtap" -c "CREATE EXTENSION gridha"; then
+		record pgtap 0 1 "could not create the pgTAP database"
+		return 0
+	fi
+	for f in "${files[@]}"; do
+		log=$out/$(basename "$f" .sql).log
+		if timeout -k 10 "$SUITE_TIMEOUT" pg_prove -h "$PGHOST" -p "$PGPORT" -U postgres \
+				-d "$db" "$f" >"$log" 2>&1; then
+			p=$((p + 1))
+			echo "ok      $f"
+		else
+			n=$((n + 1))
+			echo "FAILED  $f"
+			head -n 100 "$log" | sed 's/^/    /'
+		fi
+	done
+	record pgtap "$p" "$n"
+}
+
+# want PART: true when GRIDHA_ONLY is unset or names PART.
+want() {
+	[ -z "${GRIDHA_ONLY:-}" ] || [[ " $GRIDHA_ONLY " == *" $1 "* ]]
+}
+
+# run_tap_suite NAME SCRIPT: a suite script that prints TAP lines; each line
+# counts. One without TAP lines counts as one test by its exit status; a
+# non-zero exit with every TAP line passing adds one failure.
+run_tap_suite() {
+	local name=$1 script=$2 rc=0 p f
+	local dir=$GRIDHA_TEST_DIR/suites/$name
+	mkdir -p "$dir"
+	GRIDHA_SUITE_DIR=$dir run_logged "$dir/output.log" "$SUITE_TIMEOUT" bash "$script" || rc=$?
+	read -r p f < <(count_tap "$dir/output.log")
+	if [ $((p + f)) -eq 0 ]; then
+		if [ "$rc" -eq 0 ]; then p=1; else f=1; fi
+	elif [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+		f=1
+	fi
+	record "$name" "$p" "$f" "$([ "$rc" -ne 0 ] && echo "exit $rc")"
+	ensure_phase2 "$name"
+}
+
+run_soak() {
+	section "phase 2: soak"
+	run_tap_suite soak test/soak/run.sh
+}
+
+# run_suites: the hook for later work (HA faults, workers): every executable
+# test/suites/*.sh, in name order.
+run_suites() {
+	section "phase 2: test/suites"
+	local s found=0
+	for s in test/suites/*.sh; do
+		if [ ! -f "$s" ] || [ ! -x "$s" ]; then
+			continue
+		fi
+		found=1
+		want "$(basename "$s" .sh)" || continue
+		echo "--- $s"
+		run_tap_suite "$(basename "$s" .sh)" "$s"
+	done
+	if [ "$found" -eq 0 ]; then
+		echo "no executable test/suites/*.sh yet"
+		skip suites "none yet"
+	fi
+}
+
+# check_server_log: one test that no server process crashed during the run
+# (SIGSEGV, SIGABRT, SIGBUS, PANIC, failed assertion). Suites may kill
+# processes on purpose (signal 9, immediate stops); those do not count.
+check_server_log() {
+	section "server log"
+	local hits
+	hits=$(grep -E 'terminated by signal (6|7|11)|PANIC:|TRAP:' "$GRIDHA_PGLOG" || true)
+	if [ -z "$hits" ]; then
+		echo "no crashes in $GRIDHA_PGLOG"
+		record serverlog 1 0
+	else
+		echo "$hits" | head -n 20
+		record serverlog 0 1 "a server process crashed"
+	fi
+}
+
+# ---------------------------------------------------------------------------
+
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+	gridha_cluster_cleanup || true
+}
+
+main() {
+	trap cleanup EXIT
+	# The EXIT trap does the cleaning; these make Ctrl-C and kill end the run.
+	trap 'echo "interrupted" >&2; exit 130' INT
+	trap 'exit 143' TERM
+
+	install_prerequisites
+	build
+	start_cluster
+	want regress && run_regress
+	start_phase2
+	# What suites can rely on (see test/suites/README).
+	export GRIDHA_REPO=$REPO GRIDHA_LIB=$REPO/test/lib.sh GRIDHA_CLUSTER_OPTS=$PHASE2_OPTS
+	want isolation && run_isolation
+	want pgtap && run_pgtap
+	want soak && run_soak
+	run_suites
+	check_server_log
+	finish
+}
+
+main "$@"

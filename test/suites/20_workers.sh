@@ -1,0 +1,744 @@
+#!/usr/bin/env bash
+# test/suites/20_workers.sh: gridha's background-worker instances
+# (src/worker.c, src/submit.c, src/targets.c) against the test ledger
+# (test/dlt/ledger.py).
+#
+# The cluster is restarted with two static workers serving this suite's
+# database (gridha.workers = 2, gridha.database), short claim timings and a
+# 1 s gridha.submit_timeout; at the end it is restarted with the phase 2
+# settings only. Steps, in the order they run:
+#
+#   static      two workers: distinct instance ids, pids in pg_stat_activity
+#               as 'gridha worker', instances of kind 'worker'
+#   targets     RG007 for a malformed submit_url, a status_url without
+#               {batch_ids}, submit_url together with submit_function, a
+#               submit_function of the wrong signature; the row unchanged
+#   http        20 services x 25 batches over HTTP, both status dialects:
+#               all committed, enqueue order at the ledger, no duplicate
+#   dynamic     start_worker / stop_worker, the worker slots running out
+#               (53400 with a hint)
+#   faults      503s, then stalls longer than gridha.submit_timeout: all
+#               committed, delayed batches were attempted again
+#   invalid     a batch the ledger marks invalid, a batch it rejects (400):
+#               each ends invalid, the next batch of its service commits
+#   functions   targets with submit_function (fire and forget, and with a
+#               status_function); a submit_function that raises is retried
+#               and blocks nobody else
+#   client      client/gridha-client and the workers share services
+#   wake-up     with gridha.naptime and gridha.monitor_interval at 60 s, an
+#               enqueue is still handed out at once (the latch)
+#   crash       kill -9 of a worker: the postmaster restarts every backend,
+#               the static workers come back as new instances
+#   sigterm     pg_terminate_backend of a worker while batches flow: it
+#               exits, releases its claims, is not restarted, the other
+#               worker finishes everything
+#
+# Words: "victim" is the worker a step signals; every wait is a bounded
+# poll, never a sleep standing in for an assertion. Services are named per
+# step (e01.., f1.., v1, r1, fa1.., sh.., w1, t01..), so each step checks
+# only its own.
+#
+# Works in a database of its own (gridha_worker_test); everything it starts
+# it stops, on any exit.
+set -uo pipefail
+
+REPO=${GRIDHA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+WORK=${GRIDHA_SUITE_DIR:-$(mktemp -d /tmp/gridha-workers.XXXXXX)}
+LIB=${GRIDHA_LIB:-$REPO/test/lib.sh}
+BASE_OPTS=${GRIDHA_CLUSTER_OPTS:-shared_preload_libraries=gridha max_worker_processes=32}
+DB=gridha_worker_test
+CLIENT=$REPO/client/gridha-client
+QUERY=$REPO/test/workers/ledger_query.py
+CHECK_LOG=$REPO/test/dlt/check_log.py
+FAILED=0
+PIDS=()
+RESTARTED=0
+
+# The worker settings of this suite (see the header).
+WORKER_OPTS="gridha.workers=2 gridha.database=$DB gridha.naptime=200ms
+	gridha.monitor_interval=100ms gridha.submit_timeout=1s
+	gridha.soft_expiry=6s gridha.hard_expiry=20s gridha.renew_interval=1s"
+
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$LIB"
+
+ok() {
+	echo "ok - $*"
+}
+
+not_ok() {
+	echo "not ok - $*"
+	FAILED=$((FAILED + 1))
+}
+
+# check STATUS WHAT: a TAP line from the exit status of the last test.
+check() {
+	if [ "$1" -eq 0 ]; then ok "$2"; else not_ok "$2"; fi
+}
+
+diag() {
+	sed 's/^/# /'
+}
+
+psql_db() {
+	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB" "$@"
+}
+
+# sql_is EXPECTED SQL: the query's output is exactly EXPECTED.
+sql_is() {
+	[ "$(psql_db -c "$2" 2>/dev/null)" = "$1" ]
+}
+
+# wait_until SECONDS CMD...: poll CMD every 0.2 s until it succeeds.
+wait_until() {
+	local deadline=$((SECONDS + $1))
+	shift
+	while [ "$SECONDS" -lt "$deadline" ]; do
+		"$@" && return 0
+		sleep 0.2
+	done
+	"$@"
+}
+
+# wait_port_file FILE: a server writes its port there once listening.
+wait_port_file() {
+	wait_until 15 test -s "$1" && cat "$1"
+}
+
+# log_mark: the server log's current length in lines; log_since MARK
+# prints what was written after it.
+log_mark() {
+	wc -l <"$GRIDHA_PGLOG"
+}
+
+log_since() {
+	tail -n +"$(($1 + 1))" "$GRIDHA_PGLOG"
+}
+
+# log_has MARK PATTERN: a line written after MARK matches PATTERN (grep -E).
+# grep -c reads to the end, so the pipe never breaks under pipefail.
+log_has() {
+	log_since "$1" | grep -E -c -e "$2" >/dev/null
+}
+
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do
+		kill -TERM "$p" 2>/dev/null
+	done
+	for p in "${PIDS[@]}"; do
+		wait "$p" 2>/dev/null
+	done
+	if [ "$RESTARTED" = 1 ]; then
+		# shellcheck disable=SC2086 # the options are words
+		gridha_cluster_restart $BASE_OPTS >/dev/null 2>&1 ||
+			echo "# could not restart the cluster with the phase 2 settings" >&2
+	fi
+	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1
+}
+trap cleanup EXIT
+
+if [ -z "${PGDATA:-}" ] || [ -z "${GRIDHA_PGLOG:-}" ]; then
+	not_ok "the suite runs inside test/run.sh (PGDATA and GRIDHA_PGLOG are set)"
+	exit 1
+fi
+if [ ! -x "$CLIENT" ]; then
+	not_ok "client/gridha-client is built (run make)"
+	exit 1
+fi
+
+# ---------------------------------------------------------------------------
+# The ledger, the database, the restart with workers
+
+python3 "$REPO/test/dlt/ledger.py" --port 0 --port-file "$WORK/ledger.port" \
+	--log "$WORK/ledger.log" --commit-delay 0.1 --max-lifetime 600 \
+	--invalid-pattern '^bad-' --reject-pattern '^rej-' >"$WORK/ledger.out" 2>&1 &
+LEDGER_PID=$!
+PIDS+=("$LEDGER_PID")
+if ! LPORT=$(wait_port_file "$WORK/ledger.port"); then
+	not_ok "the test ledger started"
+	diag <"$WORK/ledger.out"
+	exit 1
+fi
+LEDGER=http://127.0.0.1:$LPORT
+
+# ledger_control JSON: POST /control.
+ledger_control() {
+	python3 - "$LEDGER/control" "$1" <<'EOF'
+import sys, urllib.request
+req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(),
+                             headers={"Content-Type": "application/json"})
+urllib.request.urlopen(req, timeout=10).read()
+EOF
+}
+
+# ledger_stat NAME: one count of GET /stats.
+ledger_stat() {
+	python3 - "$LEDGER/stats" "$1" <<'EOF'
+import json, sys, urllib.request
+print(json.load(urllib.request.urlopen(sys.argv[1], timeout=10))[sys.argv[2]])
+EOF
+}
+
+# posts RESULT [SERVICES]: batch ids of the ledger's post lines with RESULT.
+posts() {
+	python3 "$QUERY" "$WORK/ledger.log" posts "$@"
+}
+
+# order_kept NAME WHERE: check_log.py against the enqueue order of the
+# services matching WHERE (an SQL condition on gridha.batches): every batch
+# arrived, in order, one in flight per service. NAME names the files.
+order_kept() {
+	local exp=$WORK/expected-$1.tsv out=$WORK/check-$1.out
+	psql_db -F $'\t' -c "SELECT service_id, batch_id FROM gridha.batches
+	                     WHERE $2 ORDER BY service_id, seq" >"$exp" || return 1
+	[ -s "$exp" ] || return 1
+	if ! python3 "$CHECK_LOG" --expected "$exp" --require-all --one-in-flight \
+			"$WORK/ledger.log" >"$out" 2>&1; then
+		grep -A 10 '^violations' "$out" | diag
+		return 1
+	fi
+}
+
+# duplicates_of REGEX: the services' duplicate POSTs, "batch count" lines.
+duplicates_of() {
+	posts duplicate "$1" | sort | uniq -c | awk '{print $2, $1}'
+}
+
+psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB" \
+	-c "CREATE DATABASE $DB" >/dev/null || exit 1
+psql_db >/dev/null <<EOF || exit 1
+CREATE EXTENSION gridha;
+
+UPDATE gridha.targets
+   SET submit_url = '$LEDGER/batches/{service_id}/{batch_id}',
+       status_url = '$LEDGER/batch_statuses?id={batch_ids}'
+ WHERE target = 'default';
+INSERT INTO gridha.targets (target, submit_url, status_url) VALUES
+    ('splinter', '$LEDGER/batches/{service_id}/{batch_id}',
+     '$LEDGER/splinter/batch_statuses?ids={batch_ids}'),
+    ('ff', '$LEDGER/batches/{service_id}/{batch_id}', NULL),
+    ('t7', '$LEDGER/batches/{service_id}/{batch_id}',
+     '$LEDGER/batch_statuses?id={batch_ids}');
+
+-- An in-database ledger: what the submit functions applied, in order.
+CREATE TABLE w_applied (
+    bid  text PRIMARY KEY,
+    sid  text NOT NULL,
+    ep   bigint NOT NULL,
+    n    integer NOT NULL DEFAULT 1,
+    pos  bigserial
+);
+
+CREATE FUNCTION w_submit(service_id text, batch_id text, payload bytea, epoch bigint)
+RETURNS text LANGUAGE plpgsql AS \$\$
+BEGIN
+    INSERT INTO w_applied (bid, sid, ep) VALUES (\$2, \$1, \$4)
+        ON CONFLICT (bid) DO UPDATE SET n = w_applied.n + 1;
+    RETURN 'accepted';
+END
+\$\$;
+
+CREATE FUNCTION w_status(batch_ids text[])
+RETURNS TABLE (batch_id text, status text) LANGUAGE sql AS \$\$
+    SELECT a.bid, 'COMMITTED' FROM w_applied a WHERE a.bid = ANY (\$1)
+\$\$;
+
+-- Services listed here make w_flaky raise.
+CREATE TABLE w_fail (sid text PRIMARY KEY);
+
+CREATE FUNCTION w_flaky(service_id text, batch_id text, payload bytea, epoch bigint)
+RETURNS text LANGUAGE plpgsql AS \$\$
+BEGIN
+    IF EXISTS (SELECT 1 FROM w_fail f WHERE f.sid = \$1) THEN
+        RAISE EXCEPTION 'the in-database ledger is down for %', \$1;
+    END IF;
+    RETURN w_submit(\$1, \$2, \$3, \$4);
+END
+\$\$;
+
+CREATE FUNCTION w_wrong(batch_id text) RETURNS text LANGUAGE sql AS 'SELECT \$1';
+
+INSERT INTO gridha.targets (target, submit_function) VALUES
+    ('fn', 'w_submit(text,text,bytea,bigint)'),
+    ('fnflaky', 'w_flaky(text,text,bytea,bigint)');
+INSERT INTO gridha.targets (target, submit_function, status_function) VALUES
+    ('fn2', 'w_submit(text,text,bytea,bigint)', 'w_status(text[])');
+
+-- w_sqlstate(cmd): runs cmd; 'ok' or the SQLSTATE it raised.
+CREATE FUNCTION w_sqlstate(cmd text) RETURNS text LANGUAGE plpgsql AS \$\$
+BEGIN
+    EXECUTE cmd;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE;
+END
+\$\$;
+
+CREATE TABLE w_dyn (id uuid);
+CREATE TABLE w_dyn_error (state text, message text, hint text);
+EOF
+
+RESTARTED=1
+# shellcheck disable=SC2086 # the options are words
+if ! gridha_cluster_restart $BASE_OPTS $WORKER_OPTS; then
+	not_ok "the cluster restarted with gridha.workers = 2"
+	exit 1
+fi
+
+# ---------------------------------------------------------------------------
+# static workers
+
+workers_registered() {
+	sql_is 2 "SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL"
+}
+wait_until 30 workers_registered
+check $? "static: gridha.workers shows 2 registered workers"
+psql_db -c "SELECT instance_id, label, pid, state FROM gridha.workers" | diag
+
+sql_is 2 "SELECT count(DISTINCT instance_id) FROM gridha.workers"
+check $? "static: the 2 workers have distinct instance ids"
+
+sql_is 2 "SELECT count(*) FROM gridha.workers w
+          JOIN pg_stat_activity a ON a.pid = w.pid AND a.backend_type = 'gridha worker'"
+check $? "static: their pids are in pg_stat_activity with backend_type 'gridha worker'"
+
+sql_is 2 "SELECT count(*) FROM gridha.workers w
+          JOIN gridha.instances i USING (instance_id) WHERE i.kind = 'worker'"
+check $? "static: each is a gridha.instances row of kind 'worker'"
+
+n_logged=0
+for id in $(psql_db -c "SELECT instance_id FROM gridha.workers"); do
+	if grep -q "gridha worker \"worker [12]\" started as instance $id" "$GRIDHA_PGLOG"; then
+		n_logged=$((n_logged + 1))
+	fi
+done
+[ "$n_logged" -eq 2 ]
+check $? "static: the server log names each worker's instance at its start ($n_logged of 2)"
+
+# ---------------------------------------------------------------------------
+# target checks (RG007)
+
+t7_row() {
+	psql_db -c "SELECT t::text FROM gridha.targets t WHERE target = 't7'"
+}
+
+# refused WHAT SQL: SQL is refused with RG007 and the t7 row is unchanged.
+refused() {
+	local before after state
+	before=$(t7_row)
+	state=$(psql_db -c "SELECT w_sqlstate(\$cmd\$$2\$cmd\$)")
+	after=$(t7_row)
+	[ "$state" = RG007 ] && [ -n "$before" ] && [ "$before" = "$after" ]
+	check $? "targets: $1 is refused with RG007, the row unchanged (got $state)"
+}
+
+refused "a malformed submit_url" \
+	"UPDATE gridha.targets SET submit_url = 'htp:/127.0.0.1/batches' WHERE target = 't7'"
+refused "a status_url without {batch_ids}" \
+	"UPDATE gridha.targets SET status_url = '$LEDGER/batch_statuses?id=all' WHERE target = 't7'"
+refused "both submit_url and submit_function" \
+	"UPDATE gridha.targets SET submit_function = 'w_submit(text,text,bytea,bigint)' WHERE target = 't7'"
+refused "a submit_function with the wrong signature" \
+	"UPDATE gridha.targets SET submit_url = NULL, submit_function = 'w_wrong(text)' WHERE target = 't7'"
+
+state=$(psql_db -c "SELECT w_sqlstate(\$\$UPDATE gridha.targets SET submit_url = NULL,
+                    submit_function = 'w_submit(text,text,bytea,bigint)' WHERE target = 't7'\$\$)")
+[ "$state" = ok ] && [ "$(psql_db -c "SELECT submit_function FROM gridha.targets WHERE target = 't7'")" = \
+	"w_submit(text,text,bytea,bigint)" ]
+check $? "targets: a valid change of the same row (submit_url -> submit_function) is accepted"
+
+# ---------------------------------------------------------------------------
+# end to end over HTTP: 20 services x 25 batches, both dialects
+
+psql_db >/dev/null <<'EOF'
+DO $$
+BEGIN
+    FOR b IN 1..25 LOOP
+        FOR s IN 1..20 LOOP
+            PERFORM gridha.enqueue(format('e%s', lpad(s::text, 2, '0')),
+                                   format('e%s-b%s', lpad(s::text, 2, '0'), lpad(b::text, 2, '0')),
+                                   decode(lpad(to_hex(b), 2, '0'), 'hex'),
+                                   CASE WHEN s > 10 THEN 'splinter' END);
+        END LOOP;
+    END LOOP;
+END
+$$;
+EOF
+
+wait_until 120 sql_is 500 "SELECT count(*) FROM gridha.batches WHERE service_id ~ '^e' AND status = 'committed'"
+check $? "http: all 500 batches of 20 services reach committed"
+psql_db -c "SELECT status, count(*) FROM gridha.batches WHERE service_id ~ '^e' GROUP BY 1" | diag
+
+[ "$(python3 "$QUERY" "$WORK/ledger.log" queries sawtooth)" -gt 0 ] &&
+	[ "$(python3 "$QUERY" "$WORK/ledger.log" queries splinter)" -gt 0 ]
+check $? "http: the workers polled both status dialects (Sawtooth and Splinter)"
+
+order_kept e2e "service_id ~ '^e'"
+check $? "http: each service's batches arrived at the ledger in enqueue order, one in flight"
+
+dups=$(ledger_stat duplicates)
+accepted=$(ledger_stat accepted)
+[ "$dups" = 0 ] && [ "$accepted" = 500 ]
+check $? "http: no batch applied twice (ledger: $accepted accepted, $dups duplicates)"
+
+sql_is 2 "SELECT count(DISTINCT instance_id) FROM gridha.batches WHERE service_id ~ '^e'"
+check $? "http: both workers handed batches out"
+
+# ---------------------------------------------------------------------------
+# dynamic workers
+
+DYN=$(psql_db -c "SELECT gridha.start_worker('dyn')" 2>&1)
+[[ "$DYN" =~ ^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$ ]]
+check $? "dynamic: start_worker('dyn') returns a uuid ($DYN)"
+
+wait_until 15 sql_is dyn "SELECT label FROM gridha.workers WHERE instance_id = '$DYN'"
+check $? "dynamic: it appears in gridha.workers with label dyn"
+
+# With balance on, three live instances share the 20 services.
+wait_until 20 sql_is t "SELECT count(*) > 0 FROM gridha.service_claims WHERE claimant = '$DYN'"
+check $? "dynamic: the new worker takes its share of claims"
+
+sql_is t "SELECT gridha.stop_worker('$DYN')"
+check $? "dynamic: stop_worker of its id returns true"
+
+wait_until 15 sql_is 0 "SELECT count(*) FROM gridha.workers WHERE instance_id = '$DYN'"
+check $? "dynamic: the stopped worker disappears from gridha.workers"
+
+sql_is 0 "SELECT count(*) FROM gridha.service_claims WHERE claimant = '$DYN'"
+check $? "dynamic: its instance holds no claims afterwards"
+
+sql_is f "SELECT gridha.stop_worker(gen_random_uuid())"
+check $? "dynamic: stop_worker of an unknown uuid returns false"
+
+# Start workers until the background worker slots run out.
+psql_db >/dev/null <<'EOF'
+DO $$
+DECLARE
+    st text;
+    msg text;
+    hnt text;
+BEGIN
+    FOR i IN 1..64 LOOP
+        BEGIN
+            INSERT INTO w_dyn SELECT gridha.start_worker('fill');
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT,
+                                    hnt = PG_EXCEPTION_HINT;
+            INSERT INTO w_dyn_error VALUES (st, msg, hnt);
+            EXIT;
+        END;
+    END LOOP;
+END
+$$;
+EOF
+n_fill=$(psql_db -c "SELECT count(*) FROM w_dyn")
+psql_db -c "SELECT * FROM w_dyn_error" | diag
+sql_is t "SELECT state = '53400' AND coalesce(hint, '') <> '' FROM w_dyn_error"
+check $? "dynamic: start_worker with max_worker_processes exhausted raises 53400 with a hint (after $n_fill started)"
+
+n_stopped=$(psql_db -c "SELECT count(*) FILTER (WHERE gridha.stop_worker(id)) FROM w_dyn")
+fill_gone() {
+	sql_is 2 "SELECT count(*) FROM gridha.workers"
+}
+wait_until 30 fill_gone && [ "$n_stopped" = "$n_fill" ] && [ "$n_fill" -gt 0 ]
+check $? "dynamic: all $n_fill extra workers stop ($n_stopped stop_worker calls true), the 2 static remain"
+
+# ---------------------------------------------------------------------------
+# 503s, then stalls longer than gridha.submit_timeout (1 s)
+
+# 503 for 2 s, then every request is held 2 s until 6 s from now.
+ledger_control '{"fail_503_for": 2, "stall_for": 6, "stall_seconds": 2}'
+psql_db >/dev/null <<'EOF'
+SELECT gridha.enqueue(format('f%s', s), format('f%s-b%s', s, b), '\x0f',
+                      CASE WHEN s > 3 THEN 'splinter' END)
+  FROM generate_series(1, 4) b, generate_series(1, 5) s
+ ORDER BY b, s;
+EOF
+wait_until 90 sql_is 20 "SELECT count(*) FROM gridha.batches WHERE service_id ~ '^f' AND status = 'committed'"
+check $? "faults: all 20 batches enqueued during 503s and stalls end committed"
+psql_db -c "SELECT status, count(*), max(attempts) FROM gridha.batches WHERE service_id ~ '^f' GROUP BY 1" | diag
+ledger_control '{"clear": true}'
+
+n503=$(ledger_stat 503s)
+nstall=$(ledger_stat stalls)
+[ "$n503" -gt 0 ] && [ "$nstall" -gt 0 ]
+check $? "faults: the ledger answered 503s ($n503) and held requests ($nstall stalls)"
+
+posts 503 '^f' | sort -u >"$WORK/delayed-503.txt"
+posts stalled '^f' | sort -u >"$WORK/delayed-stall.txt"
+sort -u "$WORK/delayed-503.txt" "$WORK/delayed-stall.txt" >"$WORK/delayed.txt"
+n_d=$(wc -l <"$WORK/delayed.txt")
+n_503=$(wc -l <"$WORK/delayed-503.txt")
+n_st=$(wc -l <"$WORK/delayed-stall.txt")
+ids=$(sed "s/.*/'&'/" "$WORK/delayed.txt" | paste -sd,)
+[ "$n_503" -gt 0 ] && [ "$n_st" -gt 0 ] &&
+	sql_is "$n_d" "SELECT count(*) FROM gridha.batches WHERE batch_id IN (${ids:-''}) AND attempts > 1"
+check $? "faults: every batch that met a 503 ($n_503) or a stall past the timeout ($n_st) has attempts > 1"
+
+order_kept faults "service_id ~ '^f'"
+check $? "faults: enqueue order kept at the ledger"
+
+# ---------------------------------------------------------------------------
+# INVALID and rejected batches end without blocking their service
+
+psql_db >/dev/null <<'EOF'
+SELECT gridha.enqueue('v1', 'v1-b1', '\x01');
+SELECT gridha.enqueue('v1', 'bad-v1-b2', '\x02');
+SELECT gridha.enqueue('v1', 'v1-b3', '\x03');
+SELECT gridha.enqueue('r1', 'r1-b1', '\x01', 'splinter');
+SELECT gridha.enqueue('r1', 'rej-r1-b2', '\x02', 'splinter');
+SELECT gridha.enqueue('r1', 'r1-b3', '\x03', 'splinter');
+EOF
+wait_until 30 sql_is 0 "SELECT count(*) FROM gridha.batches WHERE service_id IN ('v1', 'r1')
+                        AND status NOT IN ('committed', 'invalid')"
+psql_db -c "SELECT batch_id, status, attempts, detail FROM gridha.batches
+            WHERE service_id IN ('v1', 'r1') ORDER BY service_id, seq" | diag
+
+sql_is "invalid|committed" "SELECT string_agg(status::text, '|' ORDER BY seq) FROM gridha.batches
+                            WHERE batch_id IN ('bad-v1-b2', 'v1-b3')"
+check $? "invalid: the batch the ledger marks INVALID ends invalid, the next of its service committed"
+
+sql_is "invalid|http 400|committed" "SELECT b.status || '|' || b.detail || '|' || n.status
+                                     FROM gridha.batches b, gridha.batches n
+                                     WHERE b.batch_id = 'rej-r1-b2' AND n.batch_id = 'r1-b3'"
+check $? "invalid: the batch the ledger rejects (400) ends invalid with detail 'http 400', its service moves on"
+
+order_kept invalid "service_id IN ('v1', 'r1')"
+check $? "invalid: enqueue order kept at the ledger"
+
+# ---------------------------------------------------------------------------
+# in-database targets
+
+mark=$(log_mark)
+psql_db >/dev/null <<'EOF'
+INSERT INTO w_fail VALUES ('fl1');
+SELECT gridha.enqueue(format('%s1', t), format('%s1-b%s', t, b), '\x0a',
+                      CASE t WHEN 'fa' THEN 'fn' WHEN 'fb' THEN 'fn2' ELSE 'fnflaky' END)
+  FROM generate_series(1, 5) b, unnest(ARRAY['fa', 'fb', 'fl', 'fm']) t
+ ORDER BY b, t;
+EOF
+# fl1 raises until it is taken off w_fail; fm1 is on the same target.
+others_done() {
+	sql_is 15 "SELECT count(*) FROM gridha.batches WHERE service_id IN ('fa1', 'fb1', 'fm1')
+	           AND status = 'committed'" &&
+		sql_is t "SELECT attempts >= 2 FROM gridha.batches WHERE batch_id = 'fl1-b1'"
+}
+wait_until 60 others_done
+psql_db -c "SELECT service_id, status, count(*), max(attempts) FROM gridha.batches
+            WHERE service_id ~ '^f[abml]1' GROUP BY 1, 2 ORDER BY 1" | diag
+
+sql_is 5 "SELECT count(*) FROM gridha.batches WHERE service_id = 'fa1' AND status = 'committed'" &&
+	sql_is 5 "SELECT count(*) FROM w_applied WHERE sid = 'fa1' AND n = 1"
+check $? "functions: a submit_function target (no status source) commits its batches, each applied once"
+
+sql_is 5 "SELECT count(*) FROM gridha.batches WHERE service_id = 'fb1' AND status = 'committed'" &&
+	sql_is 5 "SELECT count(*) FROM w_applied WHERE sid = 'fb1' AND n = 1"
+check $? "functions: a submit_function + status_function target commits its batches, each applied once"
+
+sql_is "true|queued" "SELECT string_agg(CASE WHEN seq = 1 THEN (attempts >= 2 AND status IN ('delayed', 'submitting'))::text
+                                          ELSE status::text END, '|' ORDER BY seq)
+                   FROM gridha.batches WHERE service_id = 'fl1' AND seq <= 2" &&
+	sql_is 5 "SELECT count(*) FROM gridha.batches WHERE service_id = 'fm1' AND status = 'committed'"
+check $? "functions: a raising submit_function is retried (delayed, attempts >= 2) while other services of its target commit"
+
+log_has "$mark" 'gridha worker: submit function failed: the in-database ledger is down for fl1'
+check $? "functions: the worker logs the submit function's failure"
+
+psql_db -c "DELETE FROM w_fail" >/dev/null
+wait_until 30 sql_is 5 "SELECT count(*) FROM gridha.batches WHERE service_id = 'fl1' AND status = 'committed'"
+check $? "functions: once the function works again, the retried service commits all its batches"
+
+sql_is "fl1-b1,fl1-b2,fl1-b3,fl1-b4,fl1-b5" "SELECT string_agg(bid, ',' ORDER BY pos) FROM w_applied WHERE sid = 'fl1'"
+check $? "functions: the retried service's batches were applied in enqueue order"
+
+# ---------------------------------------------------------------------------
+# an external client and the workers share services
+
+CID=$(psql_db -c "SELECT gen_random_uuid()")
+"$CLIENT" --dsn "dbname=$DB" --instance-id "$CID" --label shared-client \
+	--idle-sleep-ms 100 --monitor-interval-ms 200 --submit-timeout-ms 10000 \
+	--max-runtime-s 120 --log "$WORK/client.log" 2>"$WORK/client.err" &
+CLIENT_PID=$!
+PIDS+=("$CLIENT_PID")
+
+# The workers release their surplus to the newcomer within a renew interval.
+client_holds_http() {
+	sql_is t "SELECT count(*) >= 2 FROM gridha.service_claims
+	          WHERE claimant = '$CID' AND target IN ('default', 'splinter')"
+}
+if wait_until 30 client_holds_http; then
+	# Four services held by the client and four held by workers.
+	psql_db -c "SELECT service_id FROM (
+	                SELECT service_id, claimant = '$CID' AS mine,
+	                       row_number() OVER (PARTITION BY claimant = '$CID' ORDER BY service_id) AS n
+	                FROM gridha.service_claims
+	                WHERE target IN ('default', 'splinter') AND claimant IS NOT NULL) s
+	            WHERE n <= 4" >"$WORK/shared.txt"
+	SHARED=$(sed "s/.*/'&'/" "$WORK/shared.txt" | paste -sd,)
+	psql_db >/dev/null <<EOF
+SELECT gridha.enqueue(s, format('sh-%s-b%s', s, lpad(b::text, 2, '0')), '\x5a')
+  FROM generate_series(1, 10) b, unnest(ARRAY[$SHARED]) s
+ ORDER BY b, s;
+EOF
+	n_sh=$(($(wc -l <"$WORK/shared.txt") * 10))
+	wait_until 60 sql_is "$n_sh" "SELECT count(*) FROM gridha.batches WHERE batch_id ~ '^sh-' AND status = 'committed'"
+	check $? "client: all $n_sh batches of services shared by the client and the workers are committed"
+	psql_db -c "SELECT coalesce(i.kind, '?'), count(*) FROM gridha.batches b
+	            LEFT JOIN gridha.instances i USING (instance_id)
+	            WHERE b.batch_id ~ '^sh-' GROUP BY 1" | diag
+
+	sql_is t "SELECT count(*) FILTER (WHERE b.instance_id = '$CID') > 0
+	             AND count(*) FILTER (WHERE i.kind = 'worker') > 0
+	          FROM gridha.batches b JOIN gridha.instances i USING (instance_id)
+	          WHERE b.batch_id ~ '^sh-'" &&
+		grep -q '"event":"handout"' "$WORK/client.log"
+	check $? "client: both the client's instance and a worker instance handed batches out"
+
+	order_kept shared "service_id IN ($SHARED)"
+	check $? "client: enqueue order kept at the ledger for the shared services"
+
+	[ -z "$(duplicates_of "^($(paste -sd'|' "$WORK/shared.txt"))\$")" ]
+	check $? "client: no batch of the shared services was applied twice"
+else
+	not_ok "client: the client took claims from the workers"
+	tail -n 20 "$WORK/client.err" | diag
+fi
+kill -TERM "$CLIENT_PID" 2>/dev/null
+crc=124
+deadline=$((SECONDS + 20))
+while [ "$SECONDS" -lt "$deadline" ] && kill -0 "$CLIENT_PID" 2>/dev/null; do
+	sleep 0.2
+done
+if ! kill -0 "$CLIENT_PID" 2>/dev/null; then
+	wait "$CLIENT_PID"
+	crc=$?
+fi
+[ "$crc" -eq 0 ]
+check $? "client: SIGTERM stops it with exit status 0 (got $crc)"
+
+# ---------------------------------------------------------------------------
+# wake-up: an enqueue is handed out at once even with a 60 s naptime
+
+# Worker settings are reloadable: rewrite the per-start settings and reload.
+# shellcheck disable=SC2086 # the options are words
+gridha_write_extra_conf $BASE_OPTS $WORKER_OPTS gridha.naptime=60s gridha.monitor_interval=60s
+psql_db -c "SELECT pg_reload_conf()" >/dev/null
+
+# workers_asleep: both workers idle and unchanged over 1.5 s. On the old
+# settings an idle worker goes round every 200 ms, so a worker that has not
+# taken the new ones yet would show a newer state_since.
+worker_states() {
+	psql_db -c "SELECT string_agg(pid || ' ' || state || ' ' || state_since, ',' ORDER BY pid)
+	            FROM gridha.workers"
+}
+workers_asleep() {
+	local a b
+	a=$(worker_states)
+	sleep 1.5
+	b=$(worker_states)
+	[ -n "$a" ] && [ "$a" = "$b" ] && [ "$(grep -o ' idle ' <<<"$a" | wc -l)" -eq 2 ]
+}
+if wait_until 30 workers_asleep; then
+	psql_db -c "SELECT gridha.enqueue('w1', 'w1-b1', '\\x77', 'ff')" >/dev/null
+	t0=$SECONDS
+	wait_until 20 sql_is committed "SELECT status FROM gridha.batches WHERE batch_id = 'w1-b1'"
+	check $? "wake-up: with naptime 60 s, an enqueued batch is committed within 20 s ($((SECONDS - t0)) s)"
+else
+	not_ok "wake-up: the workers settled into their 60 s sleep"
+	worker_states | diag
+fi
+# shellcheck disable=SC2086 # the options are words
+gridha_write_extra_conf $BASE_OPTS $WORKER_OPTS
+psql_db -c "SELECT pg_reload_conf()" >/dev/null
+
+sql_is "w1-b1" "SELECT batch_id FROM gridha.batches WHERE service_id = 'w1' AND status = 'committed'" &&
+	[ "$(posts accepted '^w1$')" = "w1-b1" ]
+check $? "wake-up: the fire-and-forget target got the POST once and the batch was reported committed"
+
+# ---------------------------------------------------------------------------
+# crash: kill -9 of a worker, the postmaster restarts everything
+
+OLD_IDS=$(psql_db -c "SELECT string_agg(quote_literal(instance_id::text), ',') FROM gridha.instances WHERE kind = 'worker'")
+VICTIM=$(psql_db -c "SELECT pid FROM gridha.workers ORDER BY label LIMIT 1")
+mark=$(log_mark)
+kill -9 "$VICTIM"
+new_workers_up() {
+	sql_is "2|2" "SELECT count(*) FILTER (WHERE instance_id::text NOT IN ($OLD_IDS)), count(*)
+	              FROM gridha.workers"
+}
+wait_until 60 new_workers_up
+check $? "crash: after kill -9 of worker pid $VICTIM, gridha.workers shows 2 workers with new instance ids"
+psql_db -c "SELECT instance_id, label, pid, state FROM gridha.workers" | diag
+
+log_has "$mark" "\\(PID $VICTIM\\) was terminated by signal 9"
+check $? "crash: the postmaster saw the worker die and restarted the backends"
+
+sql_is 2 "SELECT count(*) FROM gridha.workers w JOIN gridha.instances i USING (instance_id)
+          WHERE i.kind = 'worker' AND w.pid <> $VICTIM"
+check $? "crash: the restarted workers are new gridha.instances rows of kind 'worker'"
+
+# ---------------------------------------------------------------------------
+# SIGTERM while batches flow
+
+psql_db >/dev/null <<'EOF'
+SELECT gridha.enqueue(format('t%s', lpad(s::text, 2, '0')),
+                      format('t%s-b%s', lpad(s::text, 2, '0'), lpad(b::text, 2, '0')), '\x74',
+                      CASE WHEN s % 2 = 0 THEN 'splinter' END)
+  FROM generate_series(1, 20) b, generate_series(1, 8) s
+ ORDER BY b, s;
+EOF
+# Some work done, much left.
+wait_until 30 sql_is t "SELECT count(*) BETWEEN 10 AND 100 FROM gridha.batches
+                        WHERE service_id ~ '^t' AND status = 'committed'"
+# The victim: a worker holding t claims; what it has in hand, read in the
+# same statement that signals it.
+read -r VICTIM_ID VICTIM_PID VICTIM_LABEL <<<"$(psql_db -F ' ' -c "SELECT w.instance_id, w.pid, replace(w.label, ' ', '_')
+	FROM gridha.workers w JOIN gridha.service_claims c ON c.claimant = w.instance_id
+	WHERE c.service_id ~ '^t' GROUP BY 1, 2, 3 ORDER BY count(*) DESC LIMIT 1")"
+VICTIM_LABEL=${VICTIM_LABEL//_/ }
+mark=$(log_mark)
+# The victim's row is read first (a materialized CTE), then only its pid is
+# signalled: a plain WHERE pid = ... AND pg_terminate_backend(pid) may run
+# the function on every row of the view.
+IN_HAND=$(psql_db -c "WITH v AS MATERIALIZED (
+                          SELECT w.pid, CASE WHEN w.state IN ('submitting', 'reporting') THEN w.batch_id END AS b
+                            FROM gridha.workers w WHERE w.pid = $VICTIM_PID)
+                      SELECT v.b FROM v WHERE pg_terminate_backend(v.pid)")
+echo "# victim $VICTIM_ID (pid $VICTIM_PID, $VICTIM_LABEL), batch in hand: '${IN_HAND}'"
+
+wait_until 20 sql_is 0 "SELECT count(*) FROM gridha.workers WHERE pid = $VICTIM_PID"
+check $? "sigterm: the terminated worker exits (gone from gridha.workers)"
+gone_at=$SECONDS
+
+sql_is 0 "SELECT count(*) FROM gridha.service_claims WHERE claimant = '$VICTIM_ID'"
+check $? "sigterm: its instance holds no claims afterwards"
+
+wait_until 10 log_has "$mark" "gridha worker \"$VICTIM_LABEL\" \\(instance $VICTIM_ID\\) stopped and released its claims"
+check $? "sigterm: it logged that it stopped and released its claims"
+
+wait_until 90 sql_is 160 "SELECT count(*) FROM gridha.batches WHERE service_id ~ '^t' AND status = 'committed'"
+check $? "sigterm: the remaining worker commits all 160 batches"
+psql_db -c "SELECT status, count(*) FROM gridha.batches WHERE service_id ~ '^t' GROUP BY 1" | diag
+
+order_kept sigterm "service_id ~ '^t'"
+check $? "sigterm: enqueue order kept at the ledger"
+
+duplicates_of '^t' >"$WORK/sigterm-dups.txt"
+diag <"$WORK/sigterm-dups.txt"
+if [ ! -s "$WORK/sigterm-dups.txt" ]; then
+	ok "sigterm: no batch applied twice (the batch in hand, '${IN_HAND}', was finished and reported)"
+elif [ -n "$IN_HAND" ] && [ "$(cat "$WORK/sigterm-dups.txt")" = "$IN_HAND 1" ]; then
+	ok "sigterm: only the batch in hand ($IN_HAND) was sent again, once"
+else
+	not_ok "sigterm: duplicates only of the batch in hand ('${IN_HAND}'), at most once"
+fi
+
+# Not restarted: a worker that exits with status 0 after SIGTERM is not
+# started again, though a failed one would be after 5 s.
+wait_until 20 test $((SECONDS - gone_at)) -ge 8
+sql_is 1 "SELECT count(*) FROM gridha.workers" &&
+	! log_has "$mark" 'started as instance'
+check $? "sigterm: the worker is not restarted ($((SECONDS - gone_at)) s after its exit one worker runs)"
+
+[ "$FAILED" -eq 0 ]

@@ -1,0 +1,394 @@
+#!/usr/bin/env bash
+# test/suites/30_client.sh: the reference client (client/gridha-client) and
+# the HTTP module it shares with the background worker (src/dlt_http.c).
+#
+#   1. client/test_dlt_http against client/test_http_fixture.py: URL
+#      templates, encoding, both status dialects, malformed bodies, outcome
+#      per HTTP status, timeouts, refused connections (its TAP lines, each
+#      prefixed "dlt_http:")
+#   2. three clients (one with --verify, one registering its own instance)
+#      against the test ledger (test/dlt/ledger.py): 10 services x 10
+#      batches, two services on a Splinter-dialect target; all committed,
+#      per-service arrival order = enqueue order, no duplicate POST, every
+#      client handed something out
+#   3. a stale write: while a client's POST is held by the ledger, the
+#      claim's epoch moves on behind its back; the client logs the RG001
+#      refusal and carries on
+#   4. SIGTERM in the middle of a POST: the batch in hand is reported, the
+#      claims are released, exit status 0
+#   5. a server restart (gridha_cluster_restart with the phase 2 settings):
+#      the clients reconnect with the same instance ids and carry on
+#
+# Words: "victim" is the client a step signals; every wait is a bounded
+# poll, never a sleep standing in for an assertion.
+#
+# Works in a database of its own (gridha_client_test); everything it starts
+# it stops, on any exit.
+set -uo pipefail
+
+REPO=${GRIDHA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+WORK=${GRIDHA_SUITE_DIR:-$(mktemp -d /tmp/gridha-client.XXXXXX)}
+DB=gridha_client_test
+CLIENT=$REPO/client/gridha-client
+UNIT=$REPO/client/test_dlt_http
+FAILED=0
+PIDS=()
+
+ok() {
+	echo "ok - $*"
+}
+
+not_ok() {
+	echo "not ok - $*"
+	FAILED=$((FAILED + 1))
+}
+
+# check COND_STATUS WHAT: a TAP line from the exit status of the last test.
+check() {
+	if [ "$1" -eq 0 ]; then ok "$2"; else not_ok "$2"; fi
+}
+
+diag() {
+	sed 's/^/# /'
+}
+
+psql_db() {
+	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB" "$@"
+}
+
+# wait_until SECONDS CMD...: poll CMD every 0.2 s until it succeeds.
+wait_until() {
+	local deadline=$((SECONDS + $1))
+	shift
+	while [ "$SECONDS" -lt "$deadline" ]; do
+		"$@" && return 0
+		sleep 0.2
+	done
+	"$@"
+}
+
+# wait_port_file FILE: a server writes its port there once listening.
+wait_port_file() {
+	wait_until 15 test -s "$1" && cat "$1"
+}
+
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do
+		kill -CONT "$p" 2>/dev/null
+		kill -TERM "$p" 2>/dev/null
+	done
+	for p in "${PIDS[@]}"; do
+		wait "$p" 2>/dev/null
+	done
+	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1
+}
+trap cleanup EXIT
+
+if [ ! -x "$CLIENT" ] || [ ! -x "$UNIT" ]; then
+	not_ok "client/gridha-client and client/test_dlt_http are built (run make)"
+	exit 1
+fi
+
+# ---------------------------------------------------------------------------
+# 1. the HTTP module on its own
+
+python3 "$REPO/client/test_http_fixture.py" "$WORK/fixture.port" 120 &
+FIXTURE=$!
+PIDS+=("$FIXTURE")
+if port=$(wait_port_file "$WORK/fixture.port"); then
+	"$UNIT" "http://127.0.0.1:$port" >"$WORK/unit.out" 2>&1
+	unit_rc=$?
+	sed -n -e 's/^ok [0-9]* - /ok - dlt_http: /p' -e 's/^not ok [0-9]* - /not ok - dlt_http: /p' \
+		-e '/^#/p' "$WORK/unit.out"
+	FAILED=$((FAILED + $(grep -c '^not ok' "$WORK/unit.out")))
+	check "$unit_rc" "dlt_http: the unit test exits 0"
+else
+	not_ok "dlt_http: the test fixture started"
+fi
+kill "$FIXTURE" 2>/dev/null
+wait "$FIXTURE" 2>/dev/null
+
+# ---------------------------------------------------------------------------
+# 2. three clients against the test ledger
+
+python3 "$REPO/test/dlt/ledger.py" --port 0 --port-file "$WORK/ledger.port" \
+	--log "$WORK/ledger.log" --commit-delay 0.2 --max-lifetime 300 \
+	>"$WORK/ledger.out" 2>&1 &
+LEDGER_PID=$!
+PIDS+=("$LEDGER_PID")
+if ! LPORT=$(wait_port_file "$WORK/ledger.port"); then
+	not_ok "the test ledger started"
+	cat "$WORK/ledger.out" | diag
+	exit 1
+fi
+LEDGER=http://127.0.0.1:$LPORT
+
+# ledger_control JSON: POST /control.
+ledger_control() {
+	python3 - "$LEDGER/control" "$1" <<'EOF'
+import sys, urllib.request
+req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(),
+                             headers={"Content-Type": "application/json"})
+urllib.request.urlopen(req, timeout=10).read()
+EOF
+}
+
+psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB" \
+	-c "CREATE DATABASE $DB" >/dev/null || exit 1
+# Short claim timings, so balance and takeover happen within seconds.
+psql_db >/dev/null <<EOF || exit 1
+CREATE EXTENSION gridha;
+ALTER DATABASE $DB SET gridha.renew_interval = '1s';
+ALTER DATABASE $DB SET gridha.soft_expiry = '6s';
+ALTER DATABASE $DB SET gridha.hard_expiry = '20s';
+UPDATE gridha.targets
+   SET submit_url = '$LEDGER/batches/{service_id}/{batch_id}',
+       status_url = '$LEDGER/batch_statuses?id={batch_ids}'
+ WHERE target = 'default';
+INSERT INTO gridha.targets (target, submit_url, status_url)
+VALUES ('splinter', '$LEDGER/batches/{service_id}/{batch_id}',
+        '$LEDGER/splinter/batch_statuses?ids={batch_ids}');
+EOF
+
+# 10 services x 10 batches, in rounds; s09 and s10 go to the Splinter target.
+psql_db >/dev/null <<'EOF' || exit 1
+DO $$
+BEGIN
+    FOR b IN 1..10 LOOP
+        FOR s IN 1..10 LOOP
+            PERFORM gridha.enqueue(format('s%s', lpad(s::text, 2, '0')),
+                                   format('s%s-b%s', lpad(s::text, 2, '0'), lpad(b::text, 2, '0')),
+                                   decode('00ff0a' || lpad(to_hex(b), 2, '0'), 'hex'),
+                                   CASE WHEN s >= 9 THEN 'splinter' END);
+        END LOOP;
+    END LOOP;
+END
+$$;
+EOF
+psql_db -F $'\t' -c "SELECT service_id, batch_id FROM gridha.batches ORDER BY service_id, seq" \
+	>"$WORK/expected.tsv"
+
+ID1=$(psql_db -c "SELECT gen_random_uuid()")
+ID2=$(psql_db -c "SELECT gen_random_uuid()")
+COMMON=(--dsn "dbname=$DB" --idle-sleep-ms 100 --monitor-interval-ms 200
+	--submit-timeout-ms 10000 --max-runtime-s 120)
+"$CLIENT" "${COMMON[@]}" --instance-id "$ID1" --log "$WORK/c1.log" 2>"$WORK/c1.err" &
+C1=$!
+GRIDHA_INSTANCE_ID=$ID2 GRIDHA_VERIFY=1 "$CLIENT" "${COMMON[@]}" --log "$WORK/c2.log" 2>"$WORK/c2.err" &
+C2=$!
+"$CLIENT" "${COMMON[@]}" --label third --log "$WORK/c3.log" 2>"$WORK/c3.err" &
+C3=$!
+PIDS+=("$C1" "$C2" "$C3")
+
+# instance_of LOG: the instance id a client logged at its start.
+instance_of() {
+	python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e["event"] == "start":
+        print(e["instance"]); break' "$1" 2>/dev/null
+}
+
+all_committed() {
+	[ "$(psql_db -c "SELECT count(*) FILTER (WHERE status = 'committed') FROM gridha.batches")" = 100 ]
+}
+
+wait_until 45 all_committed
+check $? "3 clients: all 100 batches committed"
+psql_db -c "SELECT status, count(*) FROM gridha.batches GROUP BY 1" | diag
+
+ID3=$(instance_of "$WORK/c3.log")
+[ "$ID3" != "" ] && [ "$(psql_db -c "SELECT label FROM gridha.instances WHERE instance_id = '$ID3'")" = third ]
+check $? "a client without --instance-id registers one with its --label"
+
+if python3 "$REPO/test/dlt/check_log.py" --expected "$WORK/expected.tsv" --require-all \
+		--one-in-flight "$WORK/ledger.log" >"$WORK/check.out" 2>&1; then
+	ok "each service's arrival order at the ledger is its enqueue order, one in flight"
+else
+	not_ok "each service's arrival order at the ledger is its enqueue order, one in flight"
+	tail -n 20 "$WORK/check.out" | diag
+fi
+
+# count_posts RESULT: POST lines of the ledger log with this result.
+count_posts() {
+	python3 -c '
+import json, sys
+n = 0
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    n += e.get("event") == "post" and e.get("result") == sys.argv[2]
+print(n)' "$WORK/ledger.log" "$1"
+}
+dups=$(count_posts duplicate)
+accepted=$(count_posts accepted)
+[ "$dups" = 0 ] && [ "$accepted" = 100 ]
+check $? "no duplicate POST: 100 accepted, $dups duplicates"
+
+# count_events LOG EVENT: lines of a client log with this event.
+count_events() {
+	grep -c "\"event\":\"$2\"" "$1"
+}
+n1=$(count_events "$WORK/c1.log" handout)
+n2=$(count_events "$WORK/c2.log" handout)
+n3=$(count_events "$WORK/c3.log" handout)
+[ "$n1" -gt 0 ] && [ "$n2" -gt 0 ] && [ "$n3" -gt 0 ] && [ $((n1 + n2 + n3)) -eq 100 ]
+check $? "every client handed something out ($n1 + $n2 + $n3 = 100 hand-outs)"
+
+n_sub=$(grep -h '"event":"report"' "$WORK"/c[123].log | grep -c '"kind":"submission","service"[^}]*"word":"accepted","result":"pending"')
+[ "$n_sub" -eq 100 ]
+check $? "every hand-out was reported accepted -> pending ($n_sub)"
+
+n_stat=$(grep -h '"event":"report"' "$WORK"/c[123].log | grep -c '"kind":"status"[^}]*"word":"committed","result":"committed"')
+[ "$n_stat" -eq 100 ]
+check $? "the monitors reported every batch committed, both dialects ($n_stat)"
+
+grep -q '"event":"refused"' "$WORK"/c[123].log
+[ $? -ne 0 ]
+check $? "no refusal in normal operation"
+
+# ---------------------------------------------------------------------------
+# 3. a stale write: the claim moves on while the client is stopped mid-POST
+
+# submitting_claimant BATCH: the claimant while the batch is submitting.
+submitting_claimant() {
+	psql_db -c "SELECT c.claimant FROM gridha.batches b
+	            JOIN gridha.service_claims c USING (service_id)
+	            WHERE b.batch_id = '$1' AND b.status = 'submitting'"
+}
+
+has_claimant() {
+	[ -n "$(submitting_claimant "$1")" ]
+}
+
+# claimant_is_not SERVICE INSTANCE: someone else holds the claim now.
+claimant_is_not() {
+	local who
+	who=$(psql_db -c "SELECT claimant FROM gridha.service_claims WHERE service_id = '$1'")
+	[ -n "$who" ] && [ "$who" != "$2" ]
+}
+
+# client_of INSTANCE: PID and log of the client running as INSTANCE.
+client_of() {
+	case "$1" in
+		"$ID1") echo "$C1 $WORK/c1.log" ;;
+		"$ID2") echo "$C2 $WORK/c2.log" ;;
+		"$ID3") echo "$C3 $WORK/c3.log" ;;
+		*) return 1 ;;
+	esac
+}
+
+# logged LOG PATTERN: a line of LOG matches PATTERN (grep -E).
+logged() {
+	grep -E -q "$2" "$1"
+}
+
+all_final() {
+	[ "$(psql_db -c "SELECT count(*) FROM gridha.batches WHERE status <> 'committed'")" = 0 ]
+}
+
+# The ledger holds POSTs for 3 s, so the client is caught inside one; it is
+# stopped there, its claim on s01 expires, another client takes it over
+# (epoch + 1) and hands the batch out again; then the client continues, and
+# its late report must be refused.
+ledger_control '{"stall_for": 3, "stall_seconds": 3}'
+psql_db -c "SELECT gridha.enqueue('s01', 's01-stale', '\\x01')" >/dev/null
+holder=""
+wait_until 10 has_claimant s01-stale && holder=$(submitting_claimant s01-stale)
+if read -r VPID VLOG < <(client_of "$holder"); then
+	epoch=$(psql_db -c "SELECT epoch FROM gridha.batches WHERE batch_id = 's01-stale'")
+	kill -STOP "$VPID"
+	psql_db -c "UPDATE gridha.service_claims SET soft_expiry = now() - interval '1s',
+	            hard_expiry = now() - interval '1s' WHERE service_id = 's01'" >/dev/null
+	wait_until 30 claimant_is_not s01 "$holder"
+	check $? "stale write: another client took the claim over while the holder was stopped"
+	kill -CONT "$VPID"
+	wait_until 20 logged "$VLOG" '"event":"refused","instance":"[^"]*","during":"report_submission","service":"s01","batch":"s01-stale","epoch":'"$epoch"',[^}]*"sqlstate":"RG001"'
+	check $? "stale write: the late report for epoch $epoch is refused with RG001 and logged"
+	refusal_line=$(grep -n '"batch":"s01-stale"' "$VLOG" | grep '"refused"' | head -n 1 | cut -d: -f1)
+
+	# One more batch for every service: the refused client must keep working.
+	psql_db >/dev/null <<'EOF'
+SELECT gridha.enqueue(format('s%s', lpad(s::text, 2, '0')), format('s%s-more', lpad(s::text, 2, '0')), '\x02',
+                      CASE WHEN s >= 9 THEN 'splinter' END)
+  FROM generate_series(1, 10) s;
+EOF
+	wait_until 45 all_final
+	check $? "after the takeover every batch is committed, the stale one included"
+	kill -0 "$VPID" 2>/dev/null &&
+		tail -n +"$((${refusal_line:-0} + 1))" "$VLOG" | grep -q '"event":"handout"'
+	check $? "the refused client carries on: it hands out batches after the refusal"
+	[ "$(psql_db -c "SELECT attempts FROM gridha.batches WHERE batch_id = 's01-stale'")" -ge 2 ]
+	check $? "the stale batch was handed out again by the claim's new holder (attempt 2+)"
+else
+	not_ok "stale write: a client held s01-stale in a POST (holder '$holder')"
+fi
+ledger_control '{"clear": true}'
+
+# ---------------------------------------------------------------------------
+# 4. SIGTERM while a POST is in hand
+
+ledger_control '{"stall_for": 3, "stall_seconds": 2}'
+psql_db -c "SELECT gridha.enqueue('s05', 's05-term', '\\x03')" >/dev/null
+holder=""
+wait_until 10 has_claimant s05-term && holder=$(submitting_claimant s05-term)
+if read -r VPID VLOG < <(client_of "$holder"); then
+	kill -TERM "$VPID"
+	vrc=124
+	deadline=$((SECONDS + 20))
+	while [ "$SECONDS" -lt "$deadline" ] && kill -0 "$VPID" 2>/dev/null; do
+		sleep 0.2
+	done
+	if ! kill -0 "$VPID" 2>/dev/null; then
+		wait "$VPID"
+		vrc=$?
+	fi
+	[ "$vrc" -eq 0 ]
+	check $? "SIGTERM: the client exits 0 (got $vrc)"
+	report_at=$(grep -n -E '"event":"report","instance":"[^"]*","kind":"submission","service":"s05","batch":"s05-term"' "$VLOG" | cut -d: -f1)
+	release_at=$(grep -n '"event":"release"' "$VLOG" | cut -d: -f1)
+	[ -n "$report_at" ] && [ -n "$release_at" ] && [ "$report_at" -lt "$release_at" ]
+	check $? "SIGTERM: the batch in hand was finished and reported before the release"
+	[ "$(psql_db -c "SELECT count(*) FROM gridha.service_claims WHERE claimant = '$holder'")" = 0 ]
+	check $? "SIGTERM: the client's instance holds no claim afterwards"
+	logged "$VLOG" '"event":"release"' && logged "$VLOG" '"event":"stop",[^}]*"reason":"SIGTERM"'
+	check $? "SIGTERM: release and stop are logged"
+	wait_until 30 all_final
+	check $? "the others take over: s05-term is committed"
+else
+	not_ok "SIGTERM: a client held s05-term in a POST (holder '$holder')"
+fi
+ledger_control '{"clear": true}'
+
+# ---------------------------------------------------------------------------
+# 5. a server restart: the remaining clients reconnect and carry on
+
+if [ -n "${GRIDHA_LIB:-}" ] && [ -n "${PGDATA:-}" ]; then
+	# shellcheck source=../lib.sh
+	. "$GRIDHA_LIB"
+	# shellcheck disable=SC2086 # the options are words
+	gridha_cluster_restart ${GRIDHA_CLUSTER_OPTS:-}
+	check $? "restart: the server restarted"
+	psql_db -c "SELECT gridha.enqueue(format('s%s', lpad(s::text, 2, '0')), format('s%s-restart', lpad(s::text, 2, '0')), '\\x04',
+	                           CASE WHEN s >= 9 THEN 'splinter' END) FROM generate_series(1, 10) s" >/dev/null
+	wait_until 45 all_final
+	check $? "restart: the clients reconnected and committed 10 more batches"
+	alive=0
+	for p in "$C1" "$C2" "$C3"; do
+		if kill -0 "$p" 2>/dev/null; then
+			alive=$((alive + 1))
+		fi
+	done
+	n_re=$(grep -l '"event":"disconnected"' "$WORK"/c[123].log | wc -l)
+	[ "$alive" -eq 2 ] && [ "$n_re" -ge 1 ]
+	check $? "restart: both remaining clients still run, $n_re logged a lost connection"
+fi
+
+if [ "$FAILED" -gt 0 ]; then
+	for f in "$WORK"/c[123].err; do
+		echo "--- $f" | diag
+		tail -n 15 "$f" | diag
+	done
+fi
+[ "$FAILED" -eq 0 ]
