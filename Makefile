@@ -42,14 +42,22 @@ client/gridha-client: client/gridha-client.c src/dlt_http.c src/dlt_http.h
 client/test_dlt_http: client/test_dlt_http.c src/dlt_http.c src/dlt_http.h
 	$(CC) $(CLIENT_CFLAGS) -o $@ client/test_dlt_http.c src/dlt_http.c -lcurl
 
-.PHONY: test bench demo
+.PHONY: test bench demo ha
 
 test:
 	bash test/run.sh
 
 bench:
 	bash test/bench/run.sh
+	bash test/bench/idseq.sh
 
 # A minute of gridha at work: three workers, a test ledger, a takeover.
 demo:
 	bash demo/run.sh
+
+# The fault-injection harness, long version: HA_DURATION seconds of random
+# faults after one round of every kind (make ha HA_DURATION=1800).
+HA_DURATION ?= 300
+ha:
+	bash test/run.sh --setup-only
+	HA_DURATION=$(HA_DURATION) bash test/ha/run.sh

@@ -37,7 +37,8 @@
  * open across an HTTP request. When the connection breaks, the client
  * reconnects with backoff and carries on with the same instance id; a
  * report that was under way is sent again (a duplicate is refused with
- * RG002, which is harmless). SIGTERM or SIGINT: the batch in hand is
+ * RG002, which is harmless), and a hand-out whose answer was lost is
+ * reported delayed (client_recover). SIGTERM or SIGINT: the batch in hand is
  * finished and reported, the claims are released, and the exit status is 0.
  *
  *-------------------------------------------------------------------------
@@ -86,6 +87,7 @@ typedef struct Client
 	long		backoff_ms;		/* next reconnect delay */
 	double		started_ms;		/* monotonic */
 	double		next_monitor_ms;	/* monotonic */
+	int			recover;		/* look for hand-outs we do not have in hand */
 	const char *stop_reason;
 } Client;
 
@@ -567,6 +569,8 @@ client_next_batch(Client *c, Batch *b)
 	{
 		if (qr != QUERY_LOST)
 			log_refusal(c, "error", "next_batch", NULL, sqlstate, msg);
+		else
+			c->recover = 1;		/* it may have committed: see client_recover */
 		return -1;
 	}
 	if (PQntuples(res) == 0)
@@ -684,6 +688,59 @@ client_report_submission(Client *c, const Batch *b, const char *outcome, const c
 	log_str(&l, "word", outcome);
 	log_str(&l, "result", PQgetvalue(res, 0, 0));
 	log_end(c, &l);
+	PQclear(res);
+}
+
+/*
+ * client_recover: a batch handed out to this instance id that the client
+ * does not have in hand -- the answer of a next_batch lost with the
+ * connection, or a hand-out of an earlier run under the same --instance-id
+ * -- is reported "delayed", so it is handed out again at once. Without this
+ * its service would wait for as long as this instance keeps renewing the
+ * claim. A batch whose report is refused (it is submitting under an older
+ * epoch, and the hand-out takes it again by itself) is left alone. Run at
+ * start and after a next_batch whose connection broke.
+ */
+static void
+client_recover(Client *c)
+{
+	const char *params[1] = {c->instance_id};
+	PGresult   *res;
+	PGresult   *r2;
+	char		sqlstate[6];
+	char		msg[512];
+	int			i;
+
+	c->recover = 0;
+	if (client_query_retry(c, "SELECT service_id, batch_id, epoch"
+						   "  FROM gridha.claimed_batches($1, 1000)"
+						   " WHERE status = 'submitting'", 1, params,
+						   &res, sqlstate, msg, sizeof(msg)) != QUERY_OK)
+	{
+		log_refusal(c, "error", "claimed_batches", NULL, sqlstate, msg);
+		return;
+	}
+	for (i = 0; i < PQntuples(res); i++)
+	{
+		const char *rp[4] = {c->instance_id, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
+		PQgetvalue(res, i, 2)};
+		LogLine		l;
+		QueryResult qr;
+
+		qr = client_query_retry(c, "SELECT gridha.report_submission($1, $2, $3, $4, 'delayed',"
+								" 'hand-out not in hand (lost with a connection)')", 4, rp,
+								&r2, sqlstate, msg, sizeof(msg));
+		if (qr != QUERY_OK)
+			continue;
+		PQclear(r2);
+		log_begin(c, &l, "recovered");
+		log_str(&l, "service", rp[1]);
+		log_str(&l, "batch", rp[2]);
+		log_num(&l, "epoch", rp[3]);
+		log_end(c, &l);
+		note("batch %s of service %s was handed out to this instance but not in hand: reported delayed",
+			 rp[2], rp[1]);
+	}
 	PQclear(res);
 }
 
@@ -1039,6 +1096,7 @@ static void
 client_loop(Client *c)
 {
 	c->next_monitor_ms = now_ms();
+	c->recover = 1;
 	while (!client_stopping(c))
 	{
 		Batch		b;
@@ -1046,6 +1104,8 @@ client_loop(Client *c)
 
 		if (c->conn == NULL && client_connect(c, 0) != 0)
 			break;
+		if (c->recover)
+			client_recover(c);
 		if (now_ms() >= c->next_monitor_ms)
 		{
 			client_monitor(c);

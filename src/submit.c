@@ -16,6 +16,9 @@
  *   refusal    RG001 (the claim moved on) or RG002 (the batch is no longer
  *              in flight) on a report: the batch is dropped, its new owner
  *              submits it again
+ *   maintenance  gridha.run_maintenance(instance, 'maintenance'), tried every
+ *              gridha.maintenance_interval: whichever worker leads the role
+ *              runs the tick's duties, the others learn they do not lead
  *
  * A target without status_url and status_function has no ledger to ask: a
  * batch it accepted is reported committed at once.
@@ -42,6 +45,7 @@
 
 #include "dlt_http.h"
 #include "gridha.h"
+#include "leader.h"
 #include "spi_util.h"
 #include "worker.h"
 
@@ -78,6 +82,11 @@ static GridhaStatement submit_pending_stmt = {
 	2, {UUIDOID, INT4OID}
 };
 
+static GridhaStatement submit_maintenance_stmt = {
+	"SELECT outcome FROM gridha.run_maintenance($1, 'maintenance')",
+	1, {UUIDOID}
+};
+
 /* A handed-out batch */
 typedef struct SubmitBatch
 {
@@ -109,6 +118,7 @@ typedef void (*SubmitStepFn) (void *arg);
 static MemoryContext submit_cxt = NULL;	/* reset every cycle */
 static GridhaHttp *submit_http = NULL;
 static TimestampTz submit_last_monitor = 0;
+static TimestampTz submit_last_maintenance = 0;
 static pg_uuid_t *submit_instance = NULL;
 
 /*
@@ -540,6 +550,19 @@ submit_monitor(void)
 }
 
 /*
+ * Step: the maintenance tick, when this worker leads the role (see
+ * leader.c); run_maintenance itself decides whether a tick is due.
+ */
+static void
+submit_maintenance_step(void *arg)
+{
+	Datum		args[1];
+
+	args[0] = UUIDPGetDatum(submit_instance);
+	gridha_exec(&submit_maintenance_stmt, args, NULL, false);
+}
+
+/*
  * gridha_submit_cycle: one cycle. Returns true when it did something that
  * may make more work ready at once (a batch submitted, a status changed),
  * so the caller goes round again without sleeping.
@@ -573,6 +596,13 @@ gridha_submit_cycle(pg_uuid_t *instance_id)
 		submit_last_monitor = now;
 		if (submit_monitor())
 			busy = true;
+	}
+
+	if (!gridha_worker_stopping() &&
+		TimestampDifferenceExceeds(submit_last_maintenance, now, gridha_maintenance_interval_ms))
+	{
+		submit_last_maintenance = now;
+		(void) submit_step(submit_maintenance_step, NULL, "run_maintenance", NULL);
 	}
 	return busy;
 }

@@ -423,6 +423,10 @@ main() {
 
 	install_prerequisites
 	build
+	# --setup-only: what other make targets (make ha) need first
+	if [ "${1:-}" = --setup-only ]; then
+		return 0
+	fi
 	start_cluster
 	want regress && run_regress
 	start_phase2

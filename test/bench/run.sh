@@ -558,11 +558,13 @@ timed_run() {
 
 # best LIST: the largest number of a space-separated list.
 best() {
+	if [ -z "${1// /}" ]; then echo -; return; fi
 	printf '%s\n' $1 | sort -n | tail -n 1
 }
 
 # lowest LIST: the smallest number of a space-separated list.
 lowest() {
+	if [ -z "${1// /}" ]; then echo -; return; fi
 	printf '%s\n' $1 | sort -n | head -n 1
 }
 
@@ -668,8 +670,8 @@ main() {
 	local k
 	declare -A RATE CPU
 	for k in bare_on gridha_on bare_off gridha_off small large; do
-		RATE[$k]=$(best "${RUNS[$k]}")
-		CPU[$k]=$(lowest "${CPUS[$k]}")
+		RATE[$k]=$(best "${RUNS[$k]:-}")
+		CPU[$k]=$(lowest "${CPUS[$k]:-}")
 	done
 	local r_on r_off r_scale
 	r_on=$(ratio "${RATE[gridha_on]}" "${RATE[bare_on]}")
@@ -698,8 +700,8 @@ main() {
 	echo
 	echo "  ratio = gridha/bare (large/small) of batches/s, checked against the target;"
 	echo "  CPU ratio = the same comparison by CPU per batch (bare/gridha, small/large), for information."
-	echo "  all runs (batches/s): bare on:${RUNS[bare_on]} | gridha on:${RUNS[gridha_on]} |" \
-		"bare off:${RUNS[bare_off]} | gridha off:${RUNS[gridha_off]} | small:${RUNS[small]} | large:${RUNS[large]}"
+	echo "  all runs (batches/s): bare on:${RUNS[bare_on]:-} | gridha on:${RUNS[gridha_on]:-} |" \
+		"bare off:${RUNS[bare_off]:-} | gridha off:${RUNS[gridha_off]:-} | small:${RUNS[small]:-} | large:${RUNS[large]:-}"
 	echo "  load of 1M batches (10k x 100) through the enqueue trigger: ${load_large}s;" \
 		"100k (10 x 10k): ${load_small}s"
 	echo "  total bench time: $((SECONDS - t_start))s"
@@ -735,6 +737,9 @@ run_profile() {
 			"bench_large gridha gridha-large-10k"; do
 		set -- $spec
 		db=$1 kind=$2 label=$3
+		if [ -z "$(q postgres "SELECT 1 FROM pg_database WHERE datname = '$db'")" ]; then
+			continue	# its case was not run (BENCH_SCALE=0)
+		fi
 		q "$db" "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null 2>&1
 		if [ "$kind" = gridha ]; then
 			q "$db" "UPDATE gridha.instances SET last_seen_at = now() - interval '1 hour'

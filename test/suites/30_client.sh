@@ -385,8 +385,43 @@ if [ -n "${GRIDHA_LIB:-}" ] && [ -n "${PGDATA:-}" ]; then
 	check $? "restart: both remaining clients still run, $n_re logged a lost connection"
 fi
 
+# ---------------------------------------------------------------------------
+# 6. a hand-out whose answer never reached the client: next_batch committed
+#    for instance ID4 (from psql, standing in for a connection that broke
+#    before the answer arrived); a client then runs as ID4 and must find the
+#    batch it does not have in hand, report it delayed and submit it, instead
+#    of renewing a claim whose head stays submitting for ever.
+
+for p in "$C1" "$C2" "$C3"; do
+	kill -TERM "$p" 2>/dev/null
+done
+for p in "$C1" "$C2" "$C3"; do
+	wait "$p" 2>/dev/null
+done
+ID4=$(psql_db -c "SELECT gen_random_uuid()")
+psql_db -c "SELECT gridha.enqueue('lost1', 'lost1-b' || b, '\x05') FROM generate_series(1, 2) b" >/dev/null
+lost_batch=$(psql_db -c "SELECT batch_id FROM gridha.next_batch('$ID4')")
+[ "$lost_batch" = lost1-b1 ] &&
+	[ "$(psql_db -c "SELECT status FROM gridha.batches WHERE batch_id = 'lost1-b1'")" = submitting ]
+check $? "lost hand-out: lost1-b1 is submitting under instance ID4, and nobody has it in hand"
+"$CLIENT" "${COMMON[@]}" --instance-id "$ID4" --max-runtime-s 40 --log "$WORK/c4.log" 2>"$WORK/c4.err" &
+C4=$!
+PIDS+=("$C4")
+lost_done() {
+	[ "$(psql_db -c "SELECT string_agg(status::text, ',' ORDER BY seq) FROM gridha.batches
+	                 WHERE service_id = 'lost1'")" = "committed,committed" ]
+}
+wait_until 30 lost_done
+check $? "lost hand-out: the client running as ID4 commits lost1-b1 and lost1-b2"
+logged "$WORK/c4.log" '"event":"recovered","instance":"[^"]*","service":"lost1","batch":"lost1-b1"'
+check $? "lost hand-out: the client logged that it recovered lost1-b1"
+[ "$(grep -c '"batch_id": *"lost1-b1".*"result": *"accepted"' "$WORK/ledger.log")" = 1 ]
+check $? "lost hand-out: the ledger accepted lost1-b1 once"
+kill -TERM "$C4" 2>/dev/null
+wait "$C4" 2>/dev/null
+
 if [ "$FAILED" -gt 0 ]; then
-	for f in "$WORK"/c[123].err; do
+	for f in "$WORK"/c[1234].err; do
 		echo "--- $f" | diag
 		tail -n 15 "$f" | diag
 	done
