@@ -629,17 +629,20 @@ client_verify(Client *c, const Batch *b)
 
 /*
  * client_submit_url: the submit_url of the service's target, malloc'd;
- * NULL when the target has none (msg says why).
+ * NULL when the target has none (msg says why). *fire_and_forget: the
+ * target has no status source, so an accepted batch is committed.
  */
 static char *
-client_submit_url(Client *c, const Batch *b, char *msg, size_t msglen)
+client_submit_url(Client *c, const Batch *b, int *fire_and_forget, char *msg, size_t msglen)
 {
 	const char *params[1] = {b->service_id};
 	PGresult   *res;
 	char		sqlstate[6];
 	char	   *url = NULL;
 
-	if (client_query_retry(c, "SELECT t.target, t.submit_url"
+	*fire_and_forget = 0;
+	if (client_query_retry(c, "SELECT t.target, t.submit_url,"
+						   "       t.status_url IS NULL AND t.status_function IS NULL"
 						   "  FROM gridha.service_claims c"
 						   "  JOIN gridha.targets t ON t.target = c.target"
 						   " WHERE c.service_id = $1", 1, params,
@@ -650,7 +653,10 @@ client_submit_url(Client *c, const Batch *b, char *msg, size_t msglen)
 	else if (PQgetisnull(res, 0, 1))
 		snprintf(msg, msglen, "target \"%s\" has no submit_url", PQgetvalue(res, 0, 0));
 	else
+	{
 		url = strdup(PQgetvalue(res, 0, 1));
+		*fire_and_forget = strcmp(PQgetvalue(res, 0, 2), "t") == 0;
+	}
 	PQclear(res);
 	return url;
 }
@@ -659,7 +665,7 @@ client_submit_url(Client *c, const Batch *b, char *msg, size_t msglen)
  * client_report_submission: tell the database what the ledger said. A
  * refusal (RG001/RG002) means the batch is no longer ours: logged, dropped.
  */
-static void
+static int
 client_report_submission(Client *c, const Batch *b, const char *outcome, const char *detail)
 {
 	const char *params[6] = {c->instance_id, b->service_id, b->batch_id, b->epoch,
@@ -675,12 +681,13 @@ client_report_submission(Client *c, const Batch *b, const char *outcome, const c
 	if (qr == QUERY_REFUSED)
 	{
 		log_refusal(c, "refused", "report_submission", b, sqlstate, msg);
-		return;
+		return 0;
 	}
 	if (qr != QUERY_OK)
 	{
 		log_refusal(c, "error", "report_submission", b, sqlstate, msg);
-		return;
+		c->recover = 1;			/* still submitting under our claim: client_recover */
+		return 0;
 	}
 	log_begin(c, &l, "report");
 	log_str(&l, "kind", "submission");
@@ -689,7 +696,10 @@ client_report_submission(Client *c, const Batch *b, const char *outcome, const c
 	log_str(&l, "result", PQgetvalue(res, 0, 0));
 	log_end(c, &l);
 	PQclear(res);
+	return 1;
 }
+
+static int	client_report_status(Client *c, const Batch *b, const char *word);
 
 /*
  * client_recover: a batch handed out to this instance id that the client
@@ -753,13 +763,14 @@ client_handle_batch(Client *c, const Batch *b)
 {
 	char		detail[512];
 	char	   *url;
+	int			fire_and_forget;
 	GridhaSubmitOutcome outcome;
 	LogLine		l;
 
 	if (c->opt.verify && client_verify(c, b) != 1)
 		return;
 
-	url = client_submit_url(c, b, detail, sizeof(detail));
+	url = client_submit_url(c, b, &fire_and_forget, detail, sizeof(detail));
 	if (url == NULL)
 	{
 		if (c->conn == NULL)
@@ -782,7 +793,9 @@ client_handle_batch(Client *c, const Batch *b)
 	log_str(&l, "detail", detail);
 	log_end(c, &l);
 
-	client_report_submission(c, b, gridha_http_outcome_name(outcome), detail);
+	if (client_report_submission(c, b, gridha_http_outcome_name(outcome), detail) &&
+		outcome == GRIDHA_SUBMIT_ACCEPTED && fire_and_forget)
+		(void) client_report_status(c, b, "committed");
 }
 
 /* ----------------------------------------------------------------------
@@ -842,8 +855,12 @@ client_monitor_chunk(Client *c, PGresult *pending, int from, int to)
 	{
 		entries[i].batch_id = PQgetvalue(pending, from + i, 1);
 		entries[i].status[0] = '\0';
+		/* no status source (fire and forget): accepted means committed */
+		if (PQgetisnull(pending, from + i, 5))
+			snprintf(entries[i].status, sizeof(entries[i].status), "committed");
 	}
-	if (gridha_http_statuses(c->http, url, entries, n, c->opt.submit_timeout_ms,
+	if (!PQgetisnull(pending, from, 5) &&
+		gridha_http_statuses(c->http, url, entries, n, c->opt.submit_timeout_ms,
 							 err, sizeof(err)) != 0)
 	{
 		LogLine		l;
@@ -875,7 +892,10 @@ client_monitor_chunk(Client *c, PGresult *pending, int from, int to)
 /*
  * client_monitor: one round of the DLT monitor over every pending or valid
  * batch of our services, grouped by target, at most MONITOR_CHUNK ids per
- * request. Targets without a status_url are not polled.
+ * request. A target with neither status_url nor status_function has no
+ * ledger to ask: its pending batches are reported committed (fire and
+ * forget, as the background worker does). A target with only a
+ * status_function is left to the workers.
  */
 static void
 client_monitor(Client *c)
@@ -892,7 +912,7 @@ client_monitor(Client *c)
 					 "  FROM gridha.pending_batches($1) p"
 					 "  JOIN gridha.service_claims c ON c.service_id = p.service_id"
 					 "  JOIN gridha.targets t ON t.target = c.target"
-					 " WHERE t.status_url IS NOT NULL"
+					 " WHERE t.status_url IS NOT NULL OR t.status_function IS NULL"
 					 " ORDER BY t.target, p.submitted_at", 1, params,
 					 &res, sqlstate, msg, sizeof(msg)) != QUERY_OK)
 	{

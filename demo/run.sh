@@ -101,28 +101,15 @@ cleanup() {
 # ---------------------------------------------------------------------------
 # Steps before the clock starts
 
-# demo_missing_packages: what the demo needs that is not installed, each
-# detected by a file it provides.
-demo_missing_packages() {
-	[ -x "$PG_BINDIR/postgres" ] || echo postgresql-15
-	[ -f /usr/include/postgresql/15/server/postgres.h ] || echo postgresql-server-dev-15
-	# The test ledger and test/lib.sh are Python 3.
-	command -v python3 >/dev/null || echo python3
-	# Any libcurl development package will do (they conflict with each other).
-	if ! compgen -G '/usr/include/*/curl/curl.h' >/dev/null && [ ! -f /usr/include/curl/curl.h ]; then
-		echo libcurl4-openssl-dev
-	fi
-}
-
 install_prerequisites() {
 	local missing
-	missing=$(demo_missing_packages | tr '\n' ' ')
+	missing=$(gridha_missing_packages | tr '\n' ' ')
 	missing=${missing% }
 	[ -z "$missing" ] && return 0
 	section "installing $missing"
 	# shellcheck disable=SC2086 # one word per package
 	gridha_apt_install $missing || die "apt-get could not install $missing"
-	missing=$(demo_missing_packages | tr '\n' ' ')
+	missing=$(gridha_missing_packages | tr '\n' ' ')
 	[ -z "${missing% }" ] || die "still missing after apt-get: $missing"
 }
 

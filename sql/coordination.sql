@@ -164,3 +164,79 @@ SELECT gridha.reserve_ids('lazy', 50), gridha.reserve_ids('lazy', 1);
 TRUNCATE gridha.batches, gridha.service_claims, gridha.instances,
          gridha.leases, gridha.maintenance_ticks;
 SELECT gridha.drop_id_sequence(name) FROM gridha.id_sequences WHERE NOT dropped ORDER BY name;
+
+-- ---------------------------------------------------------------------------
+-- Rate limits: a limited target's heads are handed out only with a slot
+-- ---------------------------------------------------------------------------
+-- invalid values are refused by CHECKs (23514), nothing is written
+SELECT pg_temp.err($$INSERT INTO gridha.targets (target, rate_interval) VALUES ('bad', '0')$$);
+SELECT pg_temp.err($$INSERT INTO gridha.targets (target, rate_interval) VALUES ('bad', '-1 second')$$);
+SELECT pg_temp.err($$INSERT INTO gridha.targets (target, rate_interval, rate_burst) VALUES ('bad', '1 second', -1)$$);
+SELECT pg_temp.err($$INSERT INTO gridha.targets (target, rate_interval, rate_burst) VALUES ('bad', '1 second', 2000000)$$);
+SELECT pg_temp.err($$INSERT INTO gridha.targets (target, rate_interval) VALUES ('bad', '2000 years')$$);
+SELECT pg_temp.err($$INSERT INTO gridha.targets (target, rate_interval, rate_burst) VALUES ('bad', '1 year', 5000)$$);
+SELECT pg_temp.err($$UPDATE gridha.targets SET rate_burst = -1 WHERE target = 'default'$$);
+SELECT count(*) AS no_bad_target FROM gridha.targets WHERE target = 'bad';
+
+-- 'slow': one slot an hour, bursts of 2. Instance A holds l1, l2, l3 (on
+-- slow) and u1 (unlimited), l1's head having waited longest.
+INSERT INTO gridha.targets (target, rate_interval, rate_burst) VALUES ('slow', '1 hour', 2);
+INSERT INTO gridha.instances (instance_id, label, last_seen_at) VALUES (:A, 'A', now());
+SELECT gridha.enqueue('l' || i, 'b1', '\x01', 'slow') FROM generate_series(1, 3) AS i;
+SELECT gridha.enqueue('l1', 'b2', '\x02');
+SELECT gridha.enqueue('u1', 'b1', '\x03');
+UPDATE gridha.service_claims
+   SET claimant = :A, epoch = 1, soft_expiry = now() + interval '1 hour',
+       hard_expiry = now() + interval '2 hours',
+       ready_at = now() - CASE service_id WHEN 'l1' THEN interval '4 minutes'
+                                          WHEN 'l2' THEN interval '3 minutes'
+                                          WHEN 'l3' THEN interval '2 minutes'
+                                          ELSE interval '1 minute' END;
+SELECT service_id, target, ready_at < now() AS ready FROM gridha.service_claims ORDER BY ready_at;
+SELECT target, slots_taken, next_slot_at = now() AS slot_open_now FROM gridha.target_rates ORDER BY target;
+-- a burst of two: l1 and l2 get the two slots, l3 is skipped, u1 (of
+-- another target) is still handed out
+SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batches(:A, 10) ORDER BY service_id;
+SELECT service_id, batch_id, slot_at = b.handed_out_at AS slot_at_hand_out
+  FROM gridha.rate_handouts h JOIN gridha.batches b USING (service_id, batch_id) ORDER BY service_id;
+-- the view: the next slot opens an hour after the burst's hand-out
+SELECT t.target, t.slots_taken, t.next_slot_at - b.handed_out_at AS next_slot_in
+  FROM gridha.target_rates t, gridha.batches b
+ WHERE t.target = 'slow' AND b.service_id = 'l1' AND b.batch_id = 'b1';
+SELECT service_id, batch_id FROM gridha.next_batch(:A) AS no_slot_for_l3;
+SELECT service_id, status FROM gridha.batches WHERE service_id = 'l3';
+-- an hour passes (the state is moved back instead): l3 gets the slot
+UPDATE gridha.target_rate_state SET tat = tat - interval '1 hour' WHERE target = 'slow';
+SELECT service_id, batch_id, attempt FROM gridha.next_batch(:A);
+SELECT count(*) AS logged_hand_outs, count(DISTINCT service_id) AS services FROM gridha.rate_handouts;
+
+-- rate_burst 0 pauses the target, whatever its state
+UPDATE gridha.target_rate_state SET tat = '-infinity' WHERE target = 'slow';
+UPDATE gridha.targets SET rate_burst = 0 WHERE target = 'slow';
+SELECT target, next_slot_at FROM gridha.target_rates WHERE target = 'slow';
+SELECT gridha.report_submission(:A, 'l1', 'b1', 1, 'accepted');
+SELECT gridha.report_status(:A, 'l1', 'b1', 1, 'committed');
+SELECT service_id, batch_id FROM gridha.next_batch(:A) AS paused;
+-- un-paused: the head goes out at once
+UPDATE gridha.targets SET rate_burst = 1 WHERE target = 'slow';
+SELECT target, next_slot_at = now() AS slot_open_now FROM gridha.target_rates WHERE target = 'slow';
+SELECT service_id, batch_id, attempt FROM gridha.next_batch(:A);
+SELECT target, slots_taken, next_slot_at > now() + interval '59 minutes' AS next_in_an_hour
+  FROM gridha.target_rates WHERE target = 'slow';
+
+-- a rate change applies at once: the time still owed is rescaled
+UPDATE gridha.targets SET rate_interval = '2 hours' WHERE target = 'slow';
+SELECT next_slot_at > now() + interval '119 minutes' AS next_in_two_hours
+  FROM gridha.target_rates WHERE target = 'slow';
+-- the limit lifted: heads of the target go out with no slot, unlogged
+SELECT gridha.report_submission(:A, 'l1', 'b2', 1, 'accepted');
+SELECT gridha.report_status(:A, 'l1', 'b2', 1, 'committed');
+SELECT gridha.enqueue('l1', 'b3', '\x04');
+UPDATE gridha.targets SET rate_interval = NULL WHERE target = 'slow';
+SELECT target, next_slot_at FROM gridha.target_rates WHERE target = 'slow';
+SELECT service_id, batch_id, attempt FROM gridha.next_batch(:A);
+SELECT count(*) AS logged_hand_outs FROM gridha.rate_handouts;
+
+TRUNCATE gridha.batches, gridha.service_claims, gridha.instances, gridha.rate_handouts;
+DELETE FROM gridha.targets WHERE target = 'slow';
+SELECT count(*) AS no_rate_state_left FROM gridha.target_rate_state;

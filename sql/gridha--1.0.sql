@@ -39,7 +39,11 @@ CREATE TABLE gridha.targets (
     submit_function regprocedure,
     status_function regprocedure,
     rate_interval   interval CHECK (rate_interval > interval '0'),
-    rate_burst      integer NOT NULL DEFAULT 1 CHECK (rate_burst >= 0)
+    rate_burst      integer NOT NULL DEFAULT 1 CHECK (rate_burst >= 0),
+    -- the span a burst covers must stay in timestamp range (hand-out math)
+    CONSTRAINT targets_rate_span CHECK (
+        CASE WHEN rate_interval > interval '1000 years' OR rate_burst > 1000000 THEN false
+             ELSE rate_interval * rate_burst <= interval '1000 years' END)
 );
 
 COMMENT ON TABLE gridha.targets IS
@@ -793,6 +797,24 @@ CREATE TRIGGER targets_rate_changed
     WHEN (OLD.rate_interval IS DISTINCT FROM NEW.rate_interval)
     EXECUTE FUNCTION gridha.targets_rate_changed();
 
+/*
+ * targets_rate_inval: a hand-out takes the rate-limited path only while
+ * some target is limited, which each backend remembers; every change of
+ * gridha.targets makes it ask again once the change commits.
+ */
+CREATE FUNCTION gridha.targets_rate_inval()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'gridha_targets_rate_inval'
+LANGUAGE C
+SET search_path = pg_catalog, gridha;
+
+COMMENT ON FUNCTION gridha.targets_rate_inval() IS
+'trigger: a change of gridha.targets makes every backend check again, at its commit, whether any target is rate-limited';
+
+CREATE TRIGGER targets_rate_inval
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON gridha.targets
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha.targets_rate_inval();
+
 CREATE VIEW gridha.target_rates AS
 SELECT t.target,
        t.rate_interval,
@@ -823,7 +845,8 @@ REVOKE ALL ON FUNCTION
     gridha.reserve_ids(text, integer),
     gridha.next_id(text),
     gridha.id_sequences_changed(),
-    gridha.targets_rate_changed()
+    gridha.targets_rate_changed(),
+    gridha.targets_rate_inval()
 FROM PUBLIC;
 
 -- Clients lead, run maintenance and take ids; creating and dropping ID

@@ -24,6 +24,7 @@
 #include "gridha.h"
 #include "instances.h"
 #include "queue.h"
+#include "ratelimit.h"
 #include "spi_util.h"
 
 #include "catalog/pg_type.h"
@@ -106,12 +107,19 @@ static GridhaStatement queue_verify_stmt = {
  *
  * Only claims within their soft expiry are served. Returns the number
  * handed out.
+ *
+ * While some target is rate-limited, ratelimit.c hands out instead: it
+ * skips the heads of targets with no slot now and takes a slot for each
+ * head of a limited target. Otherwise this one statement is all there is.
  */
 int
 gridha_queue_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rsinfo)
 {
 	Datum		args[2];
 	uint64		i;
+
+	if (gridha_ratelimit_active())
+		return gridha_ratelimit_handout(instance_id, max_batches, rsinfo);
 
 	args[0] = instance_id;
 	args[1] = Int64GetDatum(max_batches);

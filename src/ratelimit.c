@@ -4,11 +4,42 @@
  *		Per-target rate limits, enforced at hand-out across all instances.
  *
  * Words:
- *   slot      the right to hand out one batch of a rate-limited target
+ *   limited   a target with a rate_interval; rate_burst = 0 pauses it
+ *   slot      the right to hand out one batch of a limited target
  *   tat       the target's theoretical arrival time (generic cell rate
  *             algorithm), kept in gridha.target_rate_state: a hand-out at
  *             time t conforms when t >= tat - (rate_burst - 1) * rate_interval,
  *             and moves tat to max(tat, t) + rate_interval
+ *   closed    a limited target with no slot now (or paused)
+ *
+ * Why the bound holds: slots of one target are taken one at a time under
+ * the lock of its target_rate_state row, with t = the hand-out's now() (also
+ * its batches.handed_out_at and rate_handouts.slot_at). Each slot moves tat
+ * by at least rate_interval past the t of the slot before it, and a slot is
+ * taken only when t >= tat - (rate_burst - 1) * rate_interval. So for any
+ * two hand-outs i and j of the target (j taken n slots after i),
+ * t_j >= t_i + n * rate_interval - (rate_burst - 1) * rate_interval: any
+ * window of length W holds at most rate_burst + W / rate_interval of them.
+ * Nothing moves tat back but a rate change: an instance that dies after its
+ * hand-out committed has used its slot (the batch is handed out again by the
+ * claim's next holder, under a slot of its own); one whose hand-out rolls
+ * back took its slot back together with the batch, so none went out.
+ *
+ * The hand-out (gridha_queue_handout) takes this path only while some
+ * target is limited: gridha_ratelimit_active() answers from a per-backend
+ * flag that every change of gridha.targets resets at commit (relcache
+ * invalidation), so services on unlimited targets cost nothing more while
+ * no target is limited. On this path:
+ *
+ *   1. one statement hands out the ready heads of unlimited targets, as the
+ *      plain hand-out does, skips those of closed targets, and locks (but
+ *      does not hand out) those of limited targets with a slot open;
+ *   2. only when 1 returned heads of limited targets: slots are taken per
+ *      target, targets in name order (so two instances never deadlock),
+ *      each waiting for the row lock of its target_rate_state row;
+ *   3. one statement hands out the heads that got a slot and logs them in
+ *      gridha.rate_handouts. A head whose target had no slot after all (an
+ *      instance ahead of it took the last one) stays queued for later.
  *
  *-------------------------------------------------------------------------
  */
@@ -18,12 +49,168 @@
 #include "ratelimit.h"
 #include "spi_util.h"
 
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/tuplestore.h"
 
 static GridhaStatement ratelimit_prune_stmt = {
 	"DELETE FROM gridha.rate_handouts WHERE slot_at < now() - interval '1 day'",
 	0, {InvalidOid}
 };
+
+static GridhaStatement ratelimit_any_stmt = {
+	"SELECT EXISTS (SELECT 1 FROM gridha.targets WHERE rate_interval IS NOT NULL)",
+	0, {InvalidOid}
+};
+
+/*
+ * Step 1. Columns: service_id, batch_id, payload, epoch, attempts, target,
+ * head_seq; target is NULL for a head handed out here, set for a locked head
+ * of a limited target that needs a slot first. The two arrays are computed
+ * once per statement (InitPlans), so the claim scan stays the plain
+ * hand-out's index range scan; a closed target's heads are skipped there.
+ */
+static GridhaStatement ratelimit_handout_stmt = {
+	"WITH l AS ("
+	"  SELECT coalesce(array_agg(t.target), '{}') AS limited,"
+	"         coalesce(array_agg(t.target) FILTER (WHERE t.rate_burst = 0"
+	"                  OR now() < r.tat - (t.rate_burst - 1) * t.rate_interval), '{}') AS closed"
+	"    FROM gridha.targets t"
+	"    LEFT JOIN gridha.target_rate_state r ON r.target = t.target"
+	"   WHERE t.rate_interval IS NOT NULL"
+	"), s AS ("
+	"  SELECT c.service_id, c.head_seq, c.epoch, c.target,"
+	"         c.target = ANY ((SELECT limited FROM l)::text[]) AS limited"
+	"    FROM gridha.service_claims c"
+	"   WHERE c.claimant = $1 AND c.ready_at <= now() AND c.soft_expiry > now()"
+	"     AND c.target <> ALL ((SELECT closed FROM l)::text[])"
+	"   ORDER BY c.ready_at"
+	"   LIMIT $2"
+	"   FOR UPDATE OF c SKIP LOCKED"
+	"), b AS ("
+	"  UPDATE gridha.batches b"
+	"     SET status = 'submitting', epoch = s.epoch, attempts = b.attempts + 1,"
+	"         instance_id = $1, handed_out_at = now(), not_before = NULL"
+	"    FROM s"
+	"   WHERE b.service_id = s.service_id AND b.seq = s.head_seq AND NOT s.limited"
+	"     AND b.status IN ('queued', 'delayed', 'unknown', 'submitting')"
+	"  RETURNING b.service_id, b.batch_id, b.payload, b.epoch, b.attempts"
+	"), c AS ("
+	"  UPDATE gridha.service_claims c"
+	"     SET ready_at = NULL, in_flight = true, submitting = true"
+	"    FROM b WHERE c.service_id = b.service_id"
+	")"
+	" SELECT service_id, batch_id, payload, epoch, attempts, NULL::text, NULL::int8 FROM b"
+	" UNION ALL"
+	" SELECT service_id, NULL, NULL, epoch, NULL, target, head_seq FROM s WHERE limited",
+	2, {UUIDOID, INT8OID}
+};
+
+/*
+ * Step 2: the lock that serializes slot-taking per target. It waits for a
+ * rival instance's hand-out (or a rate change) to commit rather than
+ * skipping the row: a free slot is then never lost to a rival that merely
+ * held the lock, and the next statements, each with a fresh snapshot, see
+ * the newest tat and the newest rate. The wait is short: hand-outs commit
+ * right away, and the bound does not depend on it (see the header).
+ */
+static GridhaStatement ratelimit_lock_stmt = {
+	"SELECT 1 FROM gridha.target_rate_state WHERE target = $1 FOR UPDATE",
+	1, {TEXTOID}
+};
+
+/* A limited target's first slot: its state row starts at tat -infinity */
+static GridhaStatement ratelimit_create_stmt = {
+	"INSERT INTO gridha.target_rate_state (target)"
+	" SELECT $1 WHERE EXISTS (SELECT 1 FROM gridha.targets"
+	"                          WHERE target = $1 AND rate_interval IS NOT NULL)"
+	" ON CONFLICT (target) DO NOTHING",
+	1, {TEXTOID}
+};
+
+/* One slot, if one is open now (GCRA); rate_burst = 0 never has one */
+static GridhaStatement ratelimit_slot_stmt = {
+	"UPDATE gridha.target_rate_state r"
+	"   SET tat = greatest(r.tat, now()) + t.rate_interval,"
+	"       slots_taken = r.slots_taken + 1"
+	"  FROM gridha.targets t"
+	" WHERE r.target = $1 AND t.target = r.target"
+	"   AND t.rate_interval IS NOT NULL AND t.rate_burst > 0"
+	"   AND now() >= r.tat - (t.rate_burst - 1) * t.rate_interval"
+	" RETURNING 1",
+	1, {TEXTOID}
+};
+
+static GridhaStatement ratelimit_unlimited_stmt = {
+	"SELECT 1 FROM gridha.targets WHERE target = $1 AND rate_interval IS NULL",
+	1, {TEXTOID}
+};
+
+/* Step 3: hand out the heads that got a slot, and log them */
+static GridhaStatement ratelimit_handout_slotted_stmt = {
+	"WITH s AS ("
+	"  SELECT * FROM unnest($2::text[], $3::int8[], $4::int8[], $5::text[])"
+	"      AS s(service_id, head_seq, epoch, target)"
+	"), b AS ("
+	"  UPDATE gridha.batches b"
+	"     SET status = 'submitting', epoch = s.epoch, attempts = b.attempts + 1,"
+	"         instance_id = $1, handed_out_at = now(), not_before = NULL"
+	"    FROM s"
+	"   WHERE b.service_id = s.service_id AND b.seq = s.head_seq"
+	"     AND b.status IN ('queued', 'delayed', 'unknown', 'submitting')"
+	"  RETURNING b.service_id, b.batch_id, b.payload, b.epoch, b.attempts, s.target"
+	"), c AS ("
+	"  UPDATE gridha.service_claims c"
+	"     SET ready_at = NULL, in_flight = true, submitting = true"
+	"    FROM b WHERE c.service_id = b.service_id"
+	"), g AS ("
+	"  INSERT INTO gridha.rate_handouts (target, slot_at, service_id, batch_id, instance_id, epoch)"
+	"  SELECT target, now(), service_id, batch_id, $1, epoch FROM b"
+	")"
+	" SELECT service_id, batch_id, payload, epoch, attempts FROM b",
+	5, {UUIDOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID}
+};
+
+/*
+ * For the background worker's wait: how many ms until the next slot of a
+ * limited target for which this instance holds a ready head.
+ */
+static GridhaStatement ratelimit_wait_stmt = {
+	"SELECT ceil(extract(epoch FROM min(r.next_slot_at) - clock_timestamp()) * 1000)::int8"
+	"  FROM gridha.target_rates r"
+	" WHERE r.next_slot_at < 'infinity'"
+	"   AND EXISTS (SELECT 1 FROM gridha.service_claims c"
+	"                WHERE c.claimant = $1 AND c.target = r.target"
+	"                  AND c.ready_at <= now() AND c.soft_expiry > now())",
+	1, {UUIDOID}
+};
+
+/*
+ * The per-backend answer of gridha_ratelimit_active: valid while
+ * ratelimit_known_gen equals ratelimit_gen, which every invalidation of
+ * gridha.targets (or of every relation) bumps.
+ */
+static uint64 ratelimit_gen = 1;
+static uint64 ratelimit_known_gen = 0;
+static bool ratelimit_any = false;
+static Oid	ratelimit_relid = InvalidOid;
+static bool ratelimit_callback_registered = false;
+
+/* A head of a limited target, waiting for its slot */
+typedef struct RatelimitHead
+{
+	Datum		service_id;
+	int64		head_seq;
+	int64		epoch;
+	char	   *target;
+	int			ord;			/* place in the hand-out order */
+	bool		slotted;
+} RatelimitHead;
 
 /*
  * gridha_ratelimit_prune_log: maintenance forgets hand-out log rows older
@@ -33,4 +220,268 @@ void
 gridha_ratelimit_prune_log(void)
 {
 	gridha_exec(&ratelimit_prune_stmt, NULL, NULL, false);
+}
+
+/*
+ * ratelimit_relcache_callback: gridha.targets (or every relation) was
+ * invalidated; the next hand-out asks again whether any target is limited.
+ */
+static void
+ratelimit_relcache_callback(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == ratelimit_relid)
+		ratelimit_gen++;
+}
+
+/*
+ * gridha_ratelimit_active: true when some target of gridha.targets has a
+ * rate limit, as of a change committed before this transaction began (or
+ * later: invalidations are also taken in at every new lock). Inside SPI.
+ *
+ * A stale "true" only costs the limited path; a stale "false" cannot last
+ * past the transaction: a change that limits a target invalidates
+ * gridha.targets at its commit (trigger targets_rate_inval).
+ */
+bool
+gridha_ratelimit_active(void)
+{
+	uint64		gen;
+	bool		isnull;
+	Oid			nsp;
+
+	if (ratelimit_known_gen == ratelimit_gen)
+		return ratelimit_any;
+
+	if (!ratelimit_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(ratelimit_relcache_callback, (Datum) 0);
+		ratelimit_callback_registered = true;
+	}
+	nsp = get_namespace_oid("gridha", false);
+	ratelimit_relid = get_relname_relid("targets", nsp);
+
+	/* an invalidation that arrives while we read marks the answer stale */
+	gen = ratelimit_gen;
+	gridha_exec(&ratelimit_any_stmt, NULL, NULL, true);
+	ratelimit_any = DatumGetBool(gridha_col(0, 1, &isnull));
+	ratelimit_known_gen = gen;
+	return ratelimit_any;
+}
+
+/*
+ * ratelimit_take: takes up to want slots of a target, one at a time under
+ * its row lock, and returns how many it got (all of them when the target
+ * is no longer limited). Inside SPI.
+ */
+static int
+ratelimit_take(const char *target, int want)
+{
+	Datum		args[1];
+	int			got = 0;
+
+	args[0] = CStringGetTextDatum(target);
+	gridha_exec(&ratelimit_lock_stmt, args, NULL, false);
+	if (SPI_processed == 0)
+	{
+		gridha_exec(&ratelimit_create_stmt, args, NULL, false);
+		gridha_exec(&ratelimit_lock_stmt, args, NULL, false);
+	}
+	if (SPI_processed > 0)
+	{
+		while (got < want)
+		{
+			gridha_exec(&ratelimit_slot_stmt, args, NULL, false);
+			if (SPI_processed == 0)
+				break;
+			got++;
+		}
+		if (got > 0)
+			return got;
+	}
+
+	/* no slot: unless the limit was lifted meanwhile */
+	gridha_exec(&ratelimit_unlimited_stmt, args, NULL, false);
+	return SPI_processed > 0 ? want : 0;
+}
+
+/*
+ * ratelimit_cmp_target: orders heads by target name (byte order), the
+ * order in which every instance locks target rows, and within a target
+ * longest waiting first.
+ */
+static int
+ratelimit_cmp_target(const void *a, const void *b)
+{
+	const RatelimitHead *ha = (const RatelimitHead *) a;
+	const RatelimitHead *hb = (const RatelimitHead *) b;
+	int			c = strcmp(ha->target, hb->target);
+
+	if (c != 0)
+		return c;
+	return (ha->ord > hb->ord) - (ha->ord < hb->ord);
+}
+
+/*
+ * ratelimit_put_rows: rows of the last statement, columns 1..5, to the
+ * result; the rows whose column 6 is not NULL are skipped.
+ */
+static int
+ratelimit_put_rows(SPITupleTable *tab, uint64 n, ReturnSetInfo *rsinfo)
+{
+	uint64		i;
+	int			put = 0;
+
+	for (i = 0; i < n; i++)
+	{
+		Datum		values[5];
+		bool		isnull[5];
+		bool		no_target = true;
+		int			col;
+
+		if (tab->tupdesc->natts >= 6)
+			(void) SPI_getbinval(tab->vals[i], tab->tupdesc, 6, &no_target);
+		if (!no_target)
+			continue;
+		for (col = 0; col < 5; col++)
+			values[col] = SPI_getbinval(tab->vals[i], tab->tupdesc, col + 1, &isnull[col]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, isnull);
+		put++;
+	}
+	return put;
+}
+
+/*
+ * gridha_ratelimit_handout: gridha_queue_handout while some target is
+ * limited. Hands out up to max_batches ready heads, longest waiting first,
+ * skipping the heads of targets with no slot now; a head of a limited
+ * target is handed out only with a slot taken in this transaction and is
+ * logged in gridha.rate_handouts. Rows go to rsinfo's tuplestore. Returns
+ * the number handed out. Inside SPI.
+ */
+int
+gridha_ratelimit_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rsinfo)
+{
+	Datum		args[5];
+	SPITupleTable *tab;
+	uint64		n;
+	uint64		i;
+	RatelimitHead *heads;
+	int			nheads = 0;
+	int			nslotted = 0;
+	int			done;
+	int			start;
+	Datum	   *sids;
+	Datum	   *seqs;
+	Datum	   *epochs;
+	Datum	   *targets;
+
+	args[0] = instance_id;
+	args[1] = Int64GetDatum(max_batches);
+	gridha_exec(&ratelimit_handout_stmt, args, NULL, false);
+	tab = SPI_tuptable;
+	n = SPI_processed;
+	done = ratelimit_put_rows(tab, n, rsinfo);
+	if ((uint64) done == n)
+		return done;
+
+	/* step 2: slots for the heads of limited targets */
+	heads = palloc0(sizeof(RatelimitHead) * (n - done));
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+		Datum		target = SPI_getbinval(tab->vals[i], tab->tupdesc, 6, &isnull);
+		RatelimitHead *h;
+
+		if (isnull)
+			continue;
+		h = &heads[nheads];
+		h->ord = nheads++;
+		h->target = TextDatumGetCString(target);
+		h->service_id = SPI_getbinval(tab->vals[i], tab->tupdesc, 1, &isnull);
+		h->epoch = DatumGetInt64(SPI_getbinval(tab->vals[i], tab->tupdesc, 4, &isnull));
+		h->head_seq = DatumGetInt64(SPI_getbinval(tab->vals[i], tab->tupdesc, 7, &isnull));
+	}
+	qsort(heads, nheads, sizeof(RatelimitHead), ratelimit_cmp_target);
+	for (start = 0; start < nheads;)
+	{
+		int			end = start;
+		int			got;
+
+		while (end < nheads && strcmp(heads[end].target, heads[start].target) == 0)
+			end++;
+		got = ratelimit_take(heads[start].target, end - start);
+		for (i = start; i < (uint64) (start + got); i++)
+		{
+			heads[i].slotted = true;
+			nslotted++;
+		}
+		start = end;
+	}
+	if (nslotted == 0)
+		return done;
+
+	/* step 3: hand out the heads with a slot */
+	sids = palloc(sizeof(Datum) * nslotted);
+	seqs = palloc(sizeof(Datum) * nslotted);
+	epochs = palloc(sizeof(Datum) * nslotted);
+	targets = palloc(sizeof(Datum) * nslotted);
+	nslotted = 0;
+	for (i = 0; i < (uint64) nheads; i++)
+	{
+		if (!heads[i].slotted)
+			continue;
+		sids[nslotted] = heads[i].service_id;
+		seqs[nslotted] = Int64GetDatum(heads[i].head_seq);
+		epochs[nslotted] = Int64GetDatum(heads[i].epoch);
+		targets[nslotted] = CStringGetTextDatum(heads[i].target);
+		nslotted++;
+	}
+	args[1] = PointerGetDatum(construct_array(sids, nslotted, TEXTOID, -1, false, TYPALIGN_INT));
+	args[2] = PointerGetDatum(construct_array(seqs, nslotted, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	args[3] = PointerGetDatum(construct_array(epochs, nslotted, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	args[4] = PointerGetDatum(construct_array(targets, nslotted, TEXTOID, -1, false, TYPALIGN_INT));
+	gridha_exec(&ratelimit_handout_slotted_stmt, args, NULL, false);
+	return done + ratelimit_put_rows(SPI_tuptable, SPI_processed, rsinfo);
+}
+
+/*
+ * gridha_ratelimit_wait_ms: for an instance that was handed nothing, the
+ * ms until the next slot opens for a limited target of one of its ready
+ * heads (at least 10); -1 when there is no such head or nothing is
+ * limited. Inside SPI.
+ */
+long
+gridha_ratelimit_wait_ms(Datum instance_id)
+{
+	Datum		args[1];
+	bool		isnull;
+	Datum		d;
+
+	if (!gridha_ratelimit_active())
+		return -1;
+	args[0] = instance_id;
+	gridha_exec(&ratelimit_wait_stmt, args, NULL, true);
+	if (SPI_processed == 0)
+		return -1;
+	d = gridha_col(0, 1, &isnull);
+	if (isnull)
+		return -1;
+	return (long) Max(10, Min(DatumGetInt64(d), (int64) INT_MAX));
+}
+
+PG_FUNCTION_INFO_V1(gridha_targets_rate_inval);
+
+/*
+ * gridha_targets_rate_inval: statement trigger on gridha.targets: at
+ * commit, every backend asks again whether any target is limited.
+ */
+Datum
+gridha_targets_rate_inval(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "gridha: targets_rate_inval must be called as a trigger");
+	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
+	return PointerGetDatum(NULL);
 }

@@ -16,6 +16,11 @@
  *   refusal    RG001 (the claim moved on) or RG002 (the batch is no longer
  *              in flight) on a report: the batch is dropped, its new owner
  *              submits it again
+ *   orphan     a batch submitting under this worker's claim and epoch that
+ *              the worker does not have in hand: its report failed (an error,
+ *              not a refusal). It is reported delayed, so it is handed out
+ *              again; without that, the service would wait for as long as
+ *              this worker renews the claim
  *   maintenance  gridha.run_maintenance(instance, 'maintenance'), tried every
  *              gridha.maintenance_interval: whichever worker leads the role
  *              runs the tick's duties, the others learn they do not lead
@@ -46,6 +51,7 @@
 #include "dlt_http.h"
 #include "gridha.h"
 #include "leader.h"
+#include "ratelimit.h"
 #include "spi_util.h"
 #include "worker.h"
 
@@ -87,6 +93,15 @@ static GridhaStatement submit_maintenance_stmt = {
 	1, {UUIDOID}
 };
 
+static GridhaStatement submit_orphans_stmt = {
+	"SELECT b.service_id, b.batch_id, b.epoch"
+	"  FROM gridha.service_claims c"
+	"  JOIN gridha.batches b ON b.service_id = c.service_id AND b.seq = c.head_seq"
+	" WHERE c.claimant = $1 AND c.submitting"
+	"   AND b.status = 'submitting' AND b.epoch = c.epoch AND b.instance_id = $1",
+	1, {UUIDOID}
+};
+
 /* A handed-out batch */
 typedef struct SubmitBatch
 {
@@ -118,8 +133,11 @@ typedef void (*SubmitStepFn) (void *arg);
 static MemoryContext submit_cxt = NULL;	/* reset every cycle */
 static GridhaHttp *submit_http = NULL;
 static TimestampTz submit_last_monitor = 0;
+static bool submit_orphans_due = true;	/* look for orphans next cycle */
 static TimestampTz submit_last_maintenance = 0;
 static pg_uuid_t *submit_instance = NULL;
+static long submit_slot_ms = -1;	/* ms until a rate-limited target of a
+									 * ready head has a slot; -1: none */
 
 /*
  * gridha_submit_init: the worker's HTTP handle and memory.
@@ -214,10 +232,14 @@ submit_handout_step(void *arg)
 	Datum		d;
 
 	*out = NULL;
+	submit_slot_ms = -1;
 	args[0] = UUIDPGetDatum(submit_instance);
 	gridha_exec(&submit_handout_stmt, args, NULL, false);
 	if (SPI_processed == 0)
+	{
+		submit_slot_ms = gridha_ratelimit_wait_ms(args[0]);
 		return;
+	}
 
 	b = MemoryContextAllocZero(submit_cxt, sizeof(SubmitBatch));
 	b->service_id = submit_text_col(0, 1);
@@ -325,6 +347,7 @@ submit_one(SubmitBatch *b)
 	SubmitReport r;
 	char		detail[256];
 	const char *outcome;
+	int			sqlstate;
 
 	gridha_worker_set_state(GRIDHA_WS_SUBMITTING, b->service_id, b->batch_id);
 	if (b->submit_url != NULL)
@@ -365,13 +388,80 @@ submit_one(SubmitBatch *b)
 	r.epoch = b->epoch;
 	r.word = outcome;
 	r.detail = detail;
-	if (!submit_step(submit_report_step, &r, "report_submission", NULL))
+	if (!submit_step(submit_report_step, &r, "report_submission", &sqlstate))
+	{
+		/* a refusal: the batch is not ours any more; an error: an orphan */
+		if (sqlstate != ERRCODE_GRIDHA_STALE_CLAIM && sqlstate != ERRCODE_GRIDHA_NOT_IN_FLIGHT)
+			submit_orphans_due = true;
 		return;
+	}
 
+	/* a failure here leaves it pending: the monitor reports it (see there) */
 	if (strcmp(outcome, "accepted") == 0 && b->fire_and_forget)
 	{
 		r.word = "committed";
 		(void) submit_step(submit_status_step, &r, "report_status", NULL);
+	}
+}
+
+/* An orphan found by submit_orphans_step */
+typedef struct SubmitOrphan
+{
+	char	   *service_id;
+	char	   *batch_id;
+	int64		epoch;
+} SubmitOrphan;
+
+/* Step: this worker's orphans; arg is a List ** */
+static void
+submit_orphans_step(void *arg)
+{
+	List	  **out = (List **) arg;
+	Datum		args[1];
+	uint64		i;
+	bool		isnull;
+
+	args[0] = UUIDPGetDatum(submit_instance);
+	gridha_exec(&submit_orphans_stmt, args, NULL, true);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		SubmitOrphan *o = MemoryContextAllocZero(submit_cxt, sizeof(SubmitOrphan));
+		MemoryContext old;
+
+		o->service_id = submit_text_col(i, 1);
+		o->batch_id = submit_text_col(i, 2);
+		o->epoch = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+											   3, &isnull));
+		old = MemoryContextSwitchTo(submit_cxt);
+		*out = lappend(*out, o);
+		MemoryContextSwitchTo(old);
+	}
+}
+
+/*
+ * submit_recover_orphans: reports this worker's orphans delayed. Run at the
+ * worker's first cycle and after a report failed with an error.
+ */
+static void
+submit_recover_orphans(void)
+{
+	List	   *orphans = NIL;
+	ListCell   *lc;
+
+	if (!submit_step(submit_orphans_step, &orphans, "looking for batches not in hand", NULL))
+		return;					/* submit_orphans_due stays set: next cycle */
+	submit_orphans_due = false;
+	foreach(lc, orphans)
+	{
+		SubmitOrphan *o = lfirst(lc);
+		SubmitReport r = {o->service_id, o->batch_id, o->epoch, "delayed",
+		"its report had failed: submitted again"};
+
+		ereport(LOG,
+				(errmsg("gridha worker: batch \"%s\" of service \"%s\" was submitting but not in hand: reported delayed",
+						o->batch_id, o->service_id)));
+		if (!submit_step(submit_report_step, &r, "report_submission", NULL))
+			submit_orphans_due = true;
 	}
 }
 
@@ -526,7 +616,16 @@ submit_monitor(void)
 			}
 		}
 		else
-			ok = false;			/* no status source: reported at submission */
+		{
+			/*
+			 * No status source: an accepted batch is committed, and was
+			 * reported so at submission; one still pending here is one whose
+			 * report failed then.
+			 */
+			for (k = 0; k < n; k++)
+				strlcpy(entries[k].status, "committed", sizeof(entries[k].status));
+			ok = true;
+		}
 
 		for (k = 0; ok && k < n; k++)
 		{
@@ -563,6 +662,19 @@ submit_maintenance_step(void *arg)
 }
 
 /*
+ * gridha_submit_wait_ms: how long an idle worker may sleep: max_ms, or less
+ * when the last hand-out found ready heads waiting only for the next slot
+ * of their rate-limited target, which opens sooner.
+ */
+long
+gridha_submit_wait_ms(long max_ms)
+{
+	if (submit_slot_ms >= 0 && submit_slot_ms < max_ms)
+		return submit_slot_ms;
+	return max_ms;
+}
+
+/*
  * gridha_submit_cycle: one cycle. Returns true when it did something that
  * may make more work ready at once (a batch submitted, a status changed),
  * so the caller goes round again without sleeping.
@@ -576,6 +688,9 @@ gridha_submit_cycle(pg_uuid_t *instance_id)
 
 	MemoryContextReset(submit_cxt);
 	submit_instance = instance_id;
+
+	if (submit_orphans_due && !gridha_worker_stopping())
+		submit_recover_orphans();
 
 	gridha_worker_set_state(GRIDHA_WS_HANDING_OUT, NULL, NULL);
 	if (!submit_step(submit_handout_step, &batch, "next_batch", NULL))

@@ -551,7 +551,8 @@ gridha_worker_main(Datum main_arg)
 			continue;
 		}
 		gridha_worker_set_state(GRIDHA_WS_IDLE, NULL, NULL);
-		worker_wait(Min(gridha_naptime_ms, gridha_monitor_interval_ms));
+		/* ... but not past the next slot of a rate-limited ready head */
+		worker_wait(gridha_submit_wait_ms(Min(gridha_naptime_ms, gridha_monitor_interval_ms)));
 	}
 
 	gridha_worker_set_state(GRIDHA_WS_STOPPING, NULL, NULL);

@@ -46,5 +46,6 @@ extern bool gridha_worker_stopping(void);
 extern bool gridha_submit_cycle(pg_uuid_t *instance_id);
 extern void gridha_submit_init(void);
 extern void gridha_submit_shutdown(void);
+extern long gridha_submit_wait_ms(long max_ms);
 
 #endif							/* GRIDHA_WORKER_H */

@@ -258,6 +258,27 @@ gridha_cluster_cleanup() {
 	GRIDHA_TEST_DIR=
 }
 
+# gridha_missing_packages [pgtap]: the Debian packages that building and
+# running gridha need and that are not installed, one a line, each detected
+# by a file it provides; with "pgtap" also pgTAP and pg_prove (make test).
+gridha_missing_packages() {
+	[ -x "$PG_BINDIR/postgres" ] || echo postgresql-15
+	[ -x "$PG_BINDIR/pgbench" ] || echo postgresql-client-15
+	[ -f /usr/include/postgresql/15/server/postgres.h ] || echo postgresql-server-dev-15
+	command -v make >/dev/null || echo make
+	command -v gcc >/dev/null || echo gcc
+	# test/lib.sh, the test ledger (test/dlt) and the fault harness are Python 3.
+	command -v python3 >/dev/null || echo python3
+	# Any libcurl development package will do (they conflict with each other).
+	if ! compgen -G '/usr/include/*/curl/curl.h' >/dev/null && [ ! -f /usr/include/curl/curl.h ]; then
+		echo libcurl4-openssl-dev
+	fi
+	if [ "${1:-}" = pgtap ]; then
+		[ -f /usr/share/postgresql/15/extension/pgtap.control ] || echo postgresql-15-pgtap
+		[ -x /usr/bin/pg_prove ] || echo libtap-parser-sourcehandler-pgtap-perl
+	fi
+}
+
 # gridha_apt_install PKG...: install Debian packages with apt-get, quietly
 # (apt-get update first, once per call). Needs root. Shows apt-get's
 # warnings and errors, and all of its output when it fails; returns

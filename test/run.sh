@@ -132,25 +132,11 @@ run_logged() {
 # ---------------------------------------------------------------------------
 # Steps
 
-# missing_packages: the packages this run needs that are not installed, each
-# detected by a file it provides.
-missing_packages() {
-	[ -f /usr/include/postgresql/15/server/postgres.h ] || echo postgresql-server-dev-15
-	[ -f /usr/share/postgresql/15/extension/pgtap.control ] || echo postgresql-15-pgtap
-	[ -x /usr/bin/pg_prove ] || echo libtap-parser-sourcehandler-pgtap-perl
-	# test/lib.sh and the test ledger (test/dlt) are Python 3.
-	[ -x /usr/bin/python3 ] || echo python3
-	# Any libcurl development package will do (they conflict with each other).
-	if ! compgen -G '/usr/include/*/curl/curl.h' >/dev/null && [ ! -f /usr/include/curl/curl.h ]; then
-		echo libcurl4-openssl-dev
-	fi
-}
-
 # install_prerequisites: apt-get install what is missing; apt-get update
 # only then, and only once.
 install_prerequisites() {
 	local missing
-	missing=$(missing_packages | tr '\n' ' ')
+	missing=$(gridha_missing_packages pgtap | tr '\n' ' ')
 	missing=${missing% }
 	[ -z "$missing" ] && return 0
 
@@ -171,7 +157,7 @@ install_prerequisites() {
 	# Keep the quiet output quiet, but not its warnings and errors.
 	grep -E '^(E|W):' "$log" >&2 || true
 	rm -f "$log"
-	missing=$(missing_packages | tr '\n' ' ')
+	missing=$(gridha_missing_packages pgtap | tr '\n' ' ')
 	missing=${missing% }
 	[ -z "$missing" ] || fatal setup "still missing after apt-get: $missing"
 }

@@ -102,33 +102,21 @@ die() {
 	exit 1
 }
 
-# as_pg CMD...: run a command as the server's owner.
-as_pg() {
-	if [ "$(id -u)" -eq 0 ]; then
-		runuser -u postgres -- "$@"
-	else
-		"$@"
-	fi
-}
+# gridha_as_pg, gridha_missing_packages, gridha_apt_install
+# shellcheck source=../lib.sh
+. "$ROOT/test/lib.sh"
 
 # ---------------------------------------------------------------------------
 # Packages and build
 # ---------------------------------------------------------------------------
 
 install_missing_packages() {
-	local need=()
-	[ -x "$PG_BINDIR/postgres" ] || need+=(postgresql-15)
-	[ -x "$PG_BINDIR/pgbench" ] || need+=(postgresql-client-15)
-	[ -x "$PG_BINDIR/pg_config" ] && [ -f "$("$PG_BINDIR/pg_config" --pgxs 2>/dev/null)" ] ||
-		need+=(postgresql-server-dev-15)
-	command -v make >/dev/null || need+=(make)
-	command -v gcc >/dev/null || need+=(gcc)
-	command -v python3 >/dev/null || need+=(python3)
-	if [ "${#need[@]}" -gt 0 ]; then
-		[ "$(id -u)" -eq 0 ] || die "missing packages (${need[*]}) and not root to install them"
-		log "installing ${need[*]}"
-		DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+	local need
+	need=$(gridha_missing_packages | tr '\n' ' ')
+	if [ -n "${need% }" ]; then
+		log "installing ${need% }"
+		# shellcheck disable=SC2086 # one word per package
+		gridha_apt_install $need || die "apt-get could not install ${need% }"
 	fi
 	if [ "$BENCH_PROFILE" = 1 ] &&
 			[ ! -f "$("$PG_BINDIR/pg_config" --pkglibdir)/pg_stat_statements.so" ]; then
@@ -180,8 +168,8 @@ cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
 	if [ -n "$BENCH_DIR" ] && [ -d "$BENCH_DIR/data" ]; then
-		as_pg "$PG_BINDIR/pg_ctl" stop -w -t 30 -m fast -D "$BENCH_DIR/data" >/dev/null 2>&1 ||
-			as_pg "$PG_BINDIR/pg_ctl" stop -w -t 30 -m immediate -D "$BENCH_DIR/data" >/dev/null 2>&1 || true
+		gridha_as_pg "$PG_BINDIR/pg_ctl" stop -w -t 30 -m fast -D "$BENCH_DIR/data" >/dev/null 2>&1 ||
+			gridha_as_pg "$PG_BINDIR/pg_ctl" stop -w -t 30 -m immediate -D "$BENCH_DIR/data" >/dev/null 2>&1 || true
 	fi
 	if [ -n "$BENCH_DIR" ]; then
 		if [ "$BENCH_KEEP" = 1 ]; then
@@ -219,12 +207,12 @@ EOF
 		done
 	} >"$BENCH_DIR/bench.conf"
 	[ "$(id -u)" -ne 0 ] || chown postgres: "$BENCH_DIR/bench.conf"
-	as_pg "$PG_BINDIR/pg_ctl" start -w -t 60 -D "$BENCH_DIR/data" -l "$BENCH_DIR/postgres.log" >/dev/null ||
+	gridha_as_pg "$PG_BINDIR/pg_ctl" start -w -t 60 -D "$BENCH_DIR/data" -l "$BENCH_DIR/postgres.log" >/dev/null ||
 		{ tail -n 20 "$BENCH_DIR/postgres.log" >&2; die "the server did not start"; }
 }
 
 stop_cluster() {
-	as_pg "$PG_BINDIR/pg_ctl" stop -w -t 60 -m fast -D "$BENCH_DIR/data" >/dev/null
+	gridha_as_pg "$PG_BINDIR/pg_ctl" stop -w -t 60 -m fast -D "$BENCH_DIR/data" >/dev/null
 }
 
 init_cluster() {
@@ -232,7 +220,7 @@ init_cluster() {
 	chmod 755 "$BENCH_DIR"
 	[ "$(id -u)" -ne 0 ] || chown postgres: "$BENCH_DIR"
 	PGPORT=$(free_port "$BENCH_PORT")
-	as_pg "$PG_BINDIR/initdb" -D "$BENCH_DIR/data" --auth=trust -U postgres \
+	gridha_as_pg "$PG_BINDIR/initdb" -D "$BENCH_DIR/data" --auth=trust -U postgres \
 		--encoding=UTF8 --locale=C.UTF-8 >"$BENCH_DIR/initdb.log" 2>&1 ||
 		{ cat "$BENCH_DIR/initdb.log" >&2; die "initdb failed"; }
 	echo "include = '$BENCH_DIR/bench.conf'" >>"$BENCH_DIR/data/postgresql.conf"

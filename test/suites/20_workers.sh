@@ -24,6 +24,8 @@
 #   functions   targets with submit_function (fire and forget, and with a
 #               status_function); a submit_function that raises is retried
 #               and blocks nobody else
+#   orphan      a report that fails with an error: the worker finds the
+#               batch it no longer has in hand and submits it again
 #   client      client/gridha-client and the workers share services
 #   wake-up     with gridha.naptime and gridha.monitor_interval at 60 s, an
 #               enqueue is still handed out at once (the latch)
@@ -62,23 +64,8 @@ WORKER_OPTS="gridha.workers=2 gridha.database=$DB gridha.naptime=200ms
 # shellcheck source-path=SCRIPTDIR source=../lib.sh
 . "$LIB"
 
-ok() {
-	echo "ok - $*"
-}
-
-not_ok() {
-	echo "not ok - $*"
-	FAILED=$((FAILED + 1))
-}
-
-# check STATUS WHAT: a TAP line from the exit status of the last test.
-check() {
-	if [ "$1" -eq 0 ]; then ok "$2"; else not_ok "$2"; fi
-}
-
-diag() {
-	sed 's/^/# /'
-}
+# shellcheck source-path=SCRIPTDIR source=../tap.sh
+. "$REPO/test/tap.sh"
 
 psql_db() {
 	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB" "$@"
@@ -89,21 +76,6 @@ sql_is() {
 	[ "$(psql_db -c "$2" 2>/dev/null)" = "$1" ]
 }
 
-# wait_until SECONDS CMD...: poll CMD every 0.2 s until it succeeds.
-wait_until() {
-	local deadline=$((SECONDS + $1))
-	shift
-	while [ "$SECONDS" -lt "$deadline" ]; do
-		"$@" && return 0
-		sleep 0.2
-	done
-	"$@"
-}
-
-# wait_port_file FILE: a server writes its port there once listening.
-wait_port_file() {
-	wait_until 15 test -s "$1" && cat "$1"
-}
 
 # log_mark: the server log's current length in lines; log_since MARK
 # prints what was written after it.
@@ -482,6 +454,7 @@ check $? "faults: enqueue order kept at the ledger"
 # ---------------------------------------------------------------------------
 # INVALID and rejected batches end without blocking their service
 
+mark_invalid=$(log_mark)
 psql_db >/dev/null <<'EOF'
 SELECT gridha.enqueue('v1', 'v1-b1', '\x01');
 SELECT gridha.enqueue('v1', 'bad-v1-b2', '\x02');
@@ -492,8 +465,16 @@ SELECT gridha.enqueue('r1', 'r1-b3', '\x03', 'splinter');
 EOF
 wait_until 30 sql_is 0 "SELECT count(*) FROM gridha.batches WHERE service_id IN ('v1', 'r1')
                         AND status NOT IN ('committed', 'invalid')"
-psql_db -c "SELECT batch_id, status, attempts, detail FROM gridha.batches
+psql_db -c "SELECT batch_id, status, attempts, detail, instance_id, epoch FROM gridha.batches
             WHERE service_id IN ('v1', 'r1') ORDER BY service_id, seq" | diag
+if ! sql_is 0 "SELECT count(*) FROM gridha.batches WHERE service_id IN ('v1', 'r1')
+               AND status NOT IN ('committed', 'invalid')"; then
+	# what held them up: the claims, the workers, the server's words
+	psql_db -c "SELECT service_id, claimant, epoch, soft_expiry, hard_expiry, ready_at, in_flight, submitting
+	            FROM gridha.service_claims WHERE service_id IN ('v1', 'r1')" | diag
+	psql_db -c "SELECT * FROM gridha.workers" | diag
+	log_since "$mark_invalid" | grep -v 'statement:' | tail -n 40 | diag
+fi
 
 sql_is "invalid|committed" "SELECT string_agg(status::text, '|' ORDER BY seq) FROM gridha.batches
                             WHERE batch_id IN ('bad-v1-b2', 'v1-b3')"
@@ -553,6 +534,39 @@ sql_is "fl1-b1,fl1-b2,fl1-b3,fl1-b4,fl1-b5" "SELECT string_agg(bid, ',' ORDER BY
 check $? "functions: the retried service's batches were applied in enqueue order"
 
 # ---------------------------------------------------------------------------
+# orphan: a report that fails with an error (not a refusal) leaves its batch
+# submitting under the worker's own live claim; the worker must find it and
+# report it delayed, or the service would wait for as long as it renews
+
+mark=$(log_mark)
+psql_db >/dev/null <<'EOF'
+CREATE SEQUENCE w_report_fail;
+-- gridha's functions pin search_path: the trigger brings its own
+CREATE FUNCTION w_fail_report() RETURNS trigger LANGUAGE plpgsql SET search_path = public AS $$
+BEGIN
+    -- a sequence, not a table: the failure rolls everything else back
+    IF NEW.batch_id = 'o1-b1' AND NEW.status = 'pending' AND nextval('w_report_fail') = 1 THEN
+        RAISE EXCEPTION 'injected failure of the report of %', NEW.batch_id;
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER w_fail_report BEFORE UPDATE ON gridha.batches
+    FOR EACH ROW EXECUTE FUNCTION w_fail_report();
+SELECT gridha.enqueue('o1', 'o1-b' || b, '\x0b') FROM generate_series(1, 3) b;
+EOF
+wait_until 30 sql_is "committed,committed,committed" \
+	"SELECT string_agg(status::text, ',' ORDER BY seq) FROM gridha.batches WHERE service_id = 'o1'"
+check $? "orphan: after its report failed, o1-b1 is handed out again and o1 commits all 3 batches"
+psql_db -c "SELECT batch_id, status, attempts FROM gridha.batches WHERE service_id = 'o1' ORDER BY seq" | diag
+log_has "$mark" 'injected failure of the report of o1-b1' &&
+	log_has "$mark" 'batch "o1-b1" of service "o1" was submitting but not in hand: reported delayed'
+check $? "orphan: the worker logged the failed report and that it reported o1-b1 delayed"
+sql_is 2 "SELECT attempts FROM gridha.batches WHERE batch_id = 'o1-b1'"
+check $? "orphan: o1-b1 was handed out twice (the failed report, then once more)"
+psql_db -c "DROP TRIGGER w_fail_report ON gridha.batches" >/dev/null
+
+# ---------------------------------------------------------------------------
 # an external client and the workers share services
 
 CID=$(psql_db -c "SELECT gen_random_uuid()")
@@ -598,8 +612,20 @@ EOF
 	order_kept shared "service_id IN ($SHARED)"
 	check $? "client: enqueue order kept at the ledger for the shared services"
 
-	[ -z "$(duplicates_of "^($(paste -sd'|' "$WORK/shared.txt"))\$")" ]
+	# only this step's batches: a shared service may be one an earlier step
+	# used (o1 was sent twice on purpose)
+	dups=$(duplicates_of "^($(paste -sd'|' "$WORK/shared.txt"))\$" | grep '^sh-')
+	[ -z "$dups" ]
 	check $? "client: no batch of the shared services was applied twice"
+	if [ -n "$dups" ]; then
+		# each duplicate's story: the ledger's posts, the client's events
+		echo "$dups" | while read -r bid _; do
+			grep -F "\"$bid\"" "$WORK/ledger.log" | diag
+			grep -F "\"$bid\"" "$WORK/client.log" | diag
+			psql_db -c "SELECT batch_id, status, attempts, instance_id, epoch FROM gridha.batches
+			            WHERE batch_id = '$bid'" | diag
+		done
+	fi
 else
 	not_ok "client: the client took claims from the workers"
 	tail -n 20 "$WORK/client.err" | diag

@@ -18,6 +18,9 @@
 #      claims are released, exit status 0
 #   5. a server restart (gridha_cluster_restart with the phase 2 settings):
 #      the clients reconnect with the same instance ids and carry on
+#   6. a hand-out whose answer was lost: the client finds the batch it does
+#      not have in hand and submits it
+#   7. a target without a status source: accepted means committed
 #
 # Words: "victim" is the client a step signals; every wait is a bounded
 # poll, never a sleep standing in for an assertion.
@@ -34,43 +37,13 @@ UNIT=$REPO/client/test_dlt_http
 FAILED=0
 PIDS=()
 
-ok() {
-	echo "ok - $*"
-}
-
-not_ok() {
-	echo "not ok - $*"
-	FAILED=$((FAILED + 1))
-}
-
-# check COND_STATUS WHAT: a TAP line from the exit status of the last test.
-check() {
-	if [ "$1" -eq 0 ]; then ok "$2"; else not_ok "$2"; fi
-}
-
-diag() {
-	sed 's/^/# /'
-}
+# shellcheck source-path=SCRIPTDIR source=../tap.sh
+. "$REPO/test/tap.sh"
 
 psql_db() {
 	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB" "$@"
 }
 
-# wait_until SECONDS CMD...: poll CMD every 0.2 s until it succeeds.
-wait_until() {
-	local deadline=$((SECONDS + $1))
-	shift
-	while [ "$SECONDS" -lt "$deadline" ]; do
-		"$@" && return 0
-		sleep 0.2
-	done
-	"$@"
-}
-
-# wait_port_file FILE: a server writes its port there once listening.
-wait_port_file() {
-	wait_until 15 test -s "$1" && cat "$1"
-}
 
 cleanup() {
 	local p
@@ -417,6 +390,21 @@ logged "$WORK/c4.log" '"event":"recovered","instance":"[^"]*","service":"lost1",
 check $? "lost hand-out: the client logged that it recovered lost1-b1"
 [ "$(grep -c '"batch_id": *"lost1-b1".*"result": *"accepted"' "$WORK/ledger.log")" = 1 ]
 check $? "lost hand-out: the ledger accepted lost1-b1 once"
+
+# 7. a target with no status source (fire and forget): the client reports an
+#    accepted batch committed at once, as the background worker does
+psql_db >/dev/null <<EOF
+INSERT INTO gridha.targets (target, submit_url) VALUES ('faf', '$LEDGER/batches/{service_id}/{batch_id}');
+SELECT gridha.enqueue('faf1', 'faf1-b' || b, '\\x06', 'faf') FROM generate_series(1, 3) b;
+EOF
+faf_done() {
+	[ "$(psql_db -c "SELECT string_agg(status::text, ',' ORDER BY seq) FROM gridha.batches
+	                 WHERE service_id = 'faf1'")" = "committed,committed,committed" ]
+}
+wait_until 30 faf_done
+check $? "fire and forget: the client commits the 3 batches of a target without a status source"
+[ "$(grep -c '"batch_id":"faf1-b[123]".*"result":"accepted"' "$WORK/ledger.log")" = 3 ]
+check $? "fire and forget: the ledger accepted each of them once"
 kill -TERM "$C4" 2>/dev/null
 wait "$C4" 2>/dev/null
 

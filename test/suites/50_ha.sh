@@ -20,14 +20,8 @@ WORK=${GRIDHA_SUITE_DIR:-$(mktemp -d /tmp/gridha-ha-suite.XXXXXX)}
 RUN=$WORK/run
 FAILED=0
 
-ok() {
-	echo "ok - $*"
-}
-
-not_ok() {
-	echo "not ok - $*"
-	FAILED=$((FAILED + 1))
-}
+# shellcheck source-path=SCRIPTDIR source=../tap.sh
+. "$REPO/test/tap.sh"
 
 # 1. the short run: its TAP lines are the checker's
 rm -rf "$RUN"

@@ -1,0 +1,285 @@
+#!/usr/bin/env bash
+# test/suites/41_ratelimit_soak.sh: per-target rate limits under concurrency.
+#
+# 6 pgbench clients, each its own instance, loop next_batch ->
+# report_submission(accepted) -> report_status(committed) over 16 services
+# of the rate-limited target "lim" and 16 services of the unlimited target
+# "default" (each committed batch of those enqueues a new one, so they never
+# run dry), with short claims (soft 2 s, hard 4 s). Meanwhile this script
+# changes lim's limit, each change timed (clock before and after it):
+#
+#   A  rate_interval 100 ms, rate_burst 5      RLSOAK_PHASE seconds
+#   P  rate_burst 0 (paused)                   3 s
+#   C  rate_interval 25 ms, rate_burst 5       RLSOAK_PHASE seconds
+#   D  rate_interval 250 ms, rate_burst 1      RLSOAK_PHASE seconds
+#
+# Before the load, an instance that then "dies" takes a batch of lim (a slot)
+# and never reports it; its claim hard-expires and another instance hands
+# the batch out again, with a slot of its own.
+#
+# Checks: in each of A, C and D, over EVERY window of the recorded hand-out
+# times of lim (gridha.rate_handouts.slot_at, and batches.handed_out_at), the
+# count never exceeds rate_burst + W / rate_interval; nothing of lim is
+# handed out while paused; right after C starts, more than A's rate allowed
+# goes out in a second (the new rate applies at once); the unlimited target
+# never stalls meanwhile and gets far more hand-outs; the dead instance's
+# slot stays used (slots_taken = hand-outs logged) and its batch is handed
+# out again.
+#
+# A window is checked only inside a phase: from the clock after the change
+# that starts it (a hand-out timed later began after that change committed,
+# so the whole hand-out ran under the new limit) to GUARD_MS before the
+# change that ends it (a hand-out is timed by its transaction's now(), and
+# one that began just before a change can take its slot under the new limit
+# just after it). So C starts with a full burst right after the pause, and D
+# (rate_burst 1) runs right at its bound: a slot taken twice would show.
+#
+# Output: TAP lines. Run alone it makes its own throwaway cluster (the
+# extension must be installed). Knobs: RLSOAK_PHASE (12), RLSOAK_CLIENTS (6).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "${GRIDHA_LIB:-$HERE/../lib.sh}"
+
+PHASE=${RLSOAK_PHASE:-12}
+CLIENTS=${RLSOAK_CLIENTS:-6}
+PAUSE=3
+GUARD_MS=250
+DB=gridha_ratelimit_soak
+DIE=dddddddd-0000-0000-0000-00000000dead
+
+if [ -z "${GRIDHA_TEST_DIR:-}" ]; then
+	gridha_cluster_init
+	trap gridha_cluster_cleanup EXIT
+	trap 'exit 130' INT TERM
+	gridha_cluster_start shared_preload_libraries=gridha max_worker_processes=32
+fi
+WORK=${GRIDHA_SUITE_DIR:-$GRIDHA_TEST_DIR/ratelimit_soak}
+mkdir -p "$WORK"
+
+FAILED=0
+# check NAME SQL: one TAP line; SQL must print t when the check passes.
+check() {
+	local got
+	got=$(gridha_psql -d "$DB" -c "$2" 2>&1 || true)
+	if [ "$got" = t ]; then
+		echo "ok - $1"
+	else
+		echo "not ok - $1"
+		echo "# got: $got"
+		FAILED=1
+	fi
+}
+
+# mark NAME: records the server clock (a phase boundary) in marks.
+mark() {
+	gridha_psql -d "$DB" -c "INSERT INTO marks VALUES ('$1', clock_timestamp())"
+}
+
+# change NAME SQL: runs SQL (its own transaction) between the marks
+# NAME_before and NAME_after, in one session so they lie close to it.
+change() {
+	gridha_psql -d "$DB" -c "INSERT INTO marks VALUES ('$1_before', clock_timestamp())" \
+		-c "$2" -c "INSERT INTO marks VALUES ('$1_after', clock_timestamp())"
+}
+
+gridha_psql -d postgres -c "SET client_min_messages = warning" \
+	-c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB"
+gridha_psql -d postgres \
+	-c "ALTER DATABASE $DB SET gridha.soft_expiry = '2s'" \
+	-c "ALTER DATABASE $DB SET gridha.hard_expiry = '4s'" \
+	-c "ALTER DATABASE $DB SET gridha.renew_interval = '500ms'"
+gridha_psql -d "$DB" -o /dev/null <<SQL
+CREATE EXTENSION gridha;
+INSERT INTO gridha.targets (target, rate_interval, rate_burst) VALUES ('lim', '100 ms', 5);
+-- 16 services of lim (100 batches each), 16 of default (50 each), and
+-- ldie, the dying instance's service on lim
+SELECT gridha.enqueue(s, 'b0', '\x00', 'lim')
+  FROM (SELECT 'l' || lpad(i::text, 2, '0') AS s FROM generate_series(1, 16) AS i
+        UNION ALL SELECT 'ldie') AS x;
+INSERT INTO gridha.batches (service_id, batch_id, payload)
+SELECT 'l' || lpad(i::text, 2, '0'), 'b' || j, '\x00'
+  FROM generate_series(1, 16) AS i, generate_series(1, 99) AS j ORDER BY 1, j;
+INSERT INTO gridha.batches (service_id, batch_id, payload)
+SELECT 'f' || lpad(i::text, 2, '0'), 'b' || j, '\x00'
+  FROM generate_series(1, 16) AS i, generate_series(1, 50) AS j ORDER BY 1, j;
+INSERT INTO gridha.instances (instance_id, label)
+SELECT md5('rlsoak-' || i)::uuid, 'rlsoak-' || i FROM generate_series(0, $CLIENTS - 1) AS i;
+CREATE TABLE marks (name text PRIMARY KEY, at timestamptz NOT NULL);
+SQL
+
+# The dying instance: holds ldie, takes its head (a slot of lim) and is gone.
+gridha_psql -d "$DB" -o /dev/null <<SQL
+INSERT INTO gridha.instances (instance_id, label, last_seen_at) VALUES ('$DIE', 'dies', now());
+UPDATE gridha.service_claims
+   SET claimant = '$DIE', epoch = 1, soft_expiry = now() + interval '2 s',
+       hard_expiry = now() + interval '4 s'
+ WHERE service_id = 'ldie';
+SELECT * FROM gridha.next_batch('$DIE');
+SQL
+
+cat >"$WORK/cycle.sql" <<'EOF2'
+SELECT count(*) AS got, coalesce(max(service_id), '-') AS sid, coalesce(max(batch_id), '-') AS bid,
+       coalesce(max(epoch), 0) AS ep
+  FROM gridha.next_batch(md5('rlsoak-' || :client_id)::uuid) \gset
+\if :got
+SELECT gridha.report_submission(md5('rlsoak-' || :client_id)::uuid, :sid, :bid, :ep, 'accepted');
+SELECT gridha.report_status(md5('rlsoak-' || :client_id)::uuid, :sid, :bid, :ep, 'committed');
+SELECT gridha.enqueue(:sid, gen_random_uuid()::text, '\x00') WHERE :sid LIKE 'f%';
+\else
+\sleep 2 ms
+\endif
+EOF2
+
+TOTAL=$((3 * PHASE + PAUSE + 1))
+gridha_log "ratelimit soak: $CLIENTS clients for ${TOTAL}s"
+mark start
+rc_bench=0
+pgbench -n -M prepared -c "$CLIENTS" -j 2 -T "$TOTAL" -f "$WORK/cycle.sql" "$DB" >"$WORK/bench.log" 2>&1 &
+bench_pid=$!
+
+sleep "$PHASE"
+change pause "UPDATE gridha.targets SET rate_burst = 0 WHERE target = 'lim'"
+sleep "$PAUSE"
+change faster "UPDATE gridha.targets SET rate_interval = '25 ms', rate_burst = 5 WHERE target = 'lim'"
+sleep "$PHASE"
+change slower "UPDATE gridha.targets SET rate_interval = '250 ms', rate_burst = 1 WHERE target = 'lim'"
+wait "$bench_pid" || rc_bench=$?
+mark stop
+
+if [ "$rc_bench" -eq 0 ] && ! grep -qi 'aborted\|error' "$WORK/bench.log"; then
+	echo "ok - pgbench instances ran without errors"
+else
+	echo "not ok - pgbench instances ran without errors"
+	grep -i 'error\|abort' "$WORK/bench.log" | head -20 | sed 's/^/# /'
+	FAILED=1
+fi
+
+# The phases as windows of the clock (see the header), with the limit in
+# force (interval in microseconds; burst). C starts before its change: until
+# the change commits lim is paused, so every hand-out timed after
+# faster_before took its slot under C's limit, the burst right after the
+# pause included.
+gridha_psql -d "$DB" <<SQL
+CREATE VIEW phases AS
+SELECT p.name, f.at AS t_from, t.at - g.guard AS t_to, p.interval_us, p.burst
+  FROM (VALUES ('A', 'start', 'pause_before', 100000, 5),
+               ('P', 'pause_after', 'faster_before', NULL, 0),
+               ('C', 'faster_before', 'slower_before', 25000, 5),
+               ('D', 'slower_after', 'stop', 250000, 1)) AS p(name, m_from, m_to, interval_us, burst)
+  JOIN marks f ON f.name = p.m_from
+  JOIN marks t ON t.name = p.m_to
+ CROSS JOIN (SELECT interval '1 ms' * $GUARD_MS AS guard) AS g;
+-- the hand-out times of lim: as logged, and as the batches recorded them
+CREATE VIEW lim_times AS
+SELECT 'rate_handouts'::text AS source, slot_at AS t FROM gridha.rate_handouts WHERE target = 'lim'
+UNION ALL
+SELECT 'handed_out_at', b.handed_out_at
+  FROM gridha.batches b JOIN gridha.service_claims c USING (service_id)
+ WHERE c.target = 'lim' AND b.handed_out_at IS NOT NULL;
+-- per source and phase, the largest excess over the bound of any window:
+-- for hand-outs i < j (in time order) of one phase the window [t_i, t_j]
+-- holds j - i + 1 of them, allowed burst + (t_j - t_i) / interval, i.e.
+-- (j * T - t_j) - (i * T - t_i) <= (burst - 1) * T; the running minimum
+-- finds the worst i for each j.
+CREATE VIEW excess AS
+SELECT source, name, count(*) AS hand_outs,
+       max(d - (burst - 1) * interval_us) AS worst_us
+  FROM (SELECT source, name, burst, interval_us,
+               g - min(g) OVER (PARTITION BY source, name ORDER BY i) AS d
+          FROM (SELECT x.source, p.name, p.burst, p.interval_us,
+                       row_number() OVER (PARTITION BY x.source, p.name ORDER BY x.t) * p.interval_us
+                       - (extract(epoch FROM x.t) * 1000000)::int8 AS g,
+                       row_number() OVER (PARTITION BY x.source, p.name ORDER BY x.t) AS i
+                  FROM lim_times x
+                  JOIN phases p ON x.t BETWEEN p.t_from AND p.t_to
+                 WHERE p.interval_us IS NOT NULL) y) z
+ GROUP BY source, name;
+SQL
+
+gridha_psql -d "$DB" -c "SELECT '# phase ' || name || ' from ' || to_char(t_from, 'HH24:MI:SS.MS') || ': ' ||
+       (SELECT count(*) FROM gridha.rate_handouts h WHERE h.target = 'lim' AND h.slot_at BETWEEN t_from AND t_to)
+       || ' of lim, ' ||
+       (SELECT count(*) FROM gridha.batches b WHERE b.service_id LIKE 'f%' AND b.handed_out_at BETWEEN t_from AND t_to)
+       || ' of default' FROM phases ORDER BY t_from"
+gridha_psql -d "$DB" -c "SELECT '# ' || source || ' ' || name || ': ' || hand_outs || ' hand-outs, worst window '
+       || worst_us || ' us within the bound (<= 0 is ok)' FROM excess ORDER BY name, source"
+
+check "lim was handed out in every limited phase (A, C, D)" \
+	"SELECT count(*) = 3 AND bool_and(hand_outs > 5) FROM excess WHERE source = 'rate_handouts'"
+for ph in A C D; do
+	check "phase $ph: no window of rate_handouts.slot_at exceeds rate_burst + W / rate_interval" \
+		"SELECT worst_us <= 0 FROM excess WHERE source = 'rate_handouts' AND name = '$ph'"
+	check "phase $ph: no window of batches.handed_out_at exceeds rate_burst + W / rate_interval" \
+		"SELECT worst_us <= 0 FROM excess WHERE source = 'handed_out_at' AND name = '$ph'"
+done
+check "every hand-out of lim recorded in batches is a logged slot" \
+	"SELECT count(*) = 0 FROM gridha.batches b JOIN gridha.service_claims c USING (service_id)
+	  WHERE c.target = 'lim' AND b.handed_out_at IS NOT NULL
+	    AND NOT EXISTS (SELECT 1 FROM gridha.rate_handouts h
+	                     WHERE (h.service_id, h.batch_id, h.slot_at) = (b.service_id, b.batch_id, b.handed_out_at))"
+check "paused (rate_burst 0): nothing of lim handed out" \
+	"SELECT count(*) = 0 FROM lim_times x JOIN phases p ON p.name = 'P' AND x.t BETWEEN p.t_from AND p.t_to"
+check "the faster rate applies at once: in C's first second more than A's bound (15) went out" \
+	"SELECT count(*) > 15 FROM gridha.rate_handouts h JOIN marks m ON m.name = 'faster_after'
+	  WHERE h.target = 'lim' AND h.slot_at BETWEEN m.at AND m.at + interval '1 s'"
+check "the slower rate applies at once: D's first 2 s stay within its bound (9)" \
+	"SELECT count(*) <= 9 FROM gridha.rate_handouts h JOIN marks m ON m.name = 'slower_after'
+	  WHERE h.target = 'lim' AND h.slot_at BETWEEN m.at AND m.at + interval '2 s'"
+check "the unlimited target got far more hand-outs than lim (over 10x)" \
+	"SELECT (SELECT count(*) FROM gridha.batches WHERE service_id LIKE 'f%' AND handed_out_at IS NOT NULL)
+	        > 10 * (SELECT count(*) FROM gridha.rate_handouts)"
+check "the unlimited target never stalled (no gap of 1 s between its hand-outs, paused phase included)" \
+	"SELECT coalesce(max(gap), interval '0') < interval '1 s'
+	   FROM (SELECT handed_out_at - lag(handed_out_at) OVER (ORDER BY handed_out_at) AS gap
+	           FROM gridha.batches WHERE service_id LIKE 'f%' AND handed_out_at IS NOT NULL) x"
+check "each slot taken is logged once: slots_taken = hand-outs logged" \
+	"SELECT r.slots_taken = (SELECT count(*) FROM gridha.rate_handouts WHERE target = 'lim')
+	   FROM gridha.target_rate_state r WHERE r.target = 'lim'"
+check "the dead instance's slot stayed used and its batch went out again with a new slot" \
+	"SELECT count(*) >= 2 AND count(DISTINCT instance_id) >= 2 AND bool_or(instance_id = '$DIE')
+	   FROM gridha.rate_handouts WHERE service_id = 'ldie' AND batch_id = 'b0'"
+check "the view target_rates shows lim's next slot no earlier than now and its slot count" \
+	"SELECT next_slot_at >= now() AND slots_taken > 0 FROM gridha.target_rates WHERE target = 'lim'"
+
+[ "${RLSOAK_KEEP:-0}" = 1 ] || gridha_psql -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB" >/dev/null
+
+# ---------------------------------------------------------------------------
+# A background worker with nothing else to do sleeps gridha.naptime (60 s
+# here), but never past the next slot of a limited target it has a ready
+# head for: three batches of one service on a target with one slot a second
+# (fire and forget, submitted by a SQL function) all go out within seconds,
+# a slot apart.
+WDB=${DB}_worker
+gridha_psql -d postgres -c "SET client_min_messages = warning" \
+	-c "DROP DATABASE IF EXISTS $WDB" -c "CREATE DATABASE $WDB"
+gridha_psql -d "$WDB" -o /dev/null <<'SQL'
+CREATE EXTENSION gridha;
+CREATE FUNCTION public.wsubmit(text, text, bytea, bigint) RETURNS text
+LANGUAGE sql AS $$ SELECT 'accepted' $$;
+INSERT INTO gridha.targets (target, submit_function, rate_interval, rate_burst)
+VALUES ('wlim', 'public.wsubmit(text,text,bytea,bigint)', '1 s', 1);
+SQL
+# shellcheck disable=SC2086 # the options are words
+gridha_cluster_restart ${GRIDHA_CLUSTER_OPTS:-shared_preload_libraries=gridha max_worker_processes=32} \
+	gridha.workers=1 gridha.database="$WDB" gridha.naptime=60s gridha.monitor_interval=60s >/dev/null
+gridha_psql -d "$WDB" -o /dev/null -c "SELECT gridha.enqueue('w', 'w' || i, '\x00', 'wlim') FROM generate_series(1, 3) AS i"
+deadline=$((SECONDS + 20))
+while [ "$SECONDS" -lt "$deadline" ] &&
+		[ "$(gridha_psql -d "$WDB" -c "SELECT count(*) FROM gridha.batches WHERE status = 'committed'")" != 3 ]; do
+	sleep 0.2
+done
+check_w() {
+	DB=$WDB check "$@"
+}
+check_w "worker: three batches of a target with one slot a second committed within 20 s, not a 60 s naptime" \
+	"SELECT count(*) = 3 FROM gridha.batches WHERE status = 'committed'"
+check_w "worker: its hand-outs were a slot (1 s) apart, and logged" \
+	"SELECT count(*) = 3 AND min(gap) >= interval '1 s'
+	   FROM (SELECT slot_at - lag(slot_at) OVER (ORDER BY slot_at) AS gap FROM gridha.rate_handouts) x"
+gridha_psql -d "$WDB" -c "SELECT '# worker hand-outs at ' || string_agg(to_char(slot_at, 'HH24:MI:SS.MS'), ', ' ORDER BY slot_at) FROM gridha.rate_handouts"
+# shellcheck disable=SC2086 # the options are words
+gridha_cluster_restart ${GRIDHA_CLUSTER_OPTS:-shared_preload_libraries=gridha max_worker_processes=32} >/dev/null
+[ "${RLSOAK_KEEP:-0}" = 1 ] || gridha_psql -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $WDB" >/dev/null
+exit "$FAILED"
