@@ -59,13 +59,24 @@
 #define SUBMIT_MONITOR_BATCHES	100
 
 static GridhaStatement submit_handout_stmt = {
-	"SELECT n.service_id, n.batch_id, n.payload, n.epoch, n.attempt,"
-	"       t.submit_url, t.submit_function::oid,"
-	"       t.status_url IS NULL AND t.status_function IS NULL"
-	"  FROM gridha.next_batch($1) n"
-	"  JOIN gridha.service_claims c ON c.service_id = n.service_id"
-	"  JOIN gridha.targets t ON t.target = c.target",
+	"SELECT service_id, batch_id, payload, epoch, attempt FROM gridha.next_batch($1)",
 	1, {UUIDOID}
+};
+
+/*
+ * The handed-out batch's target, read by a statement of its own after the
+ * hand-out. Not a join in the hand-out statement: its snapshot is older
+ * than what next_batch claims inside it, so the claim row of a service
+ * enqueued for the first time while the statement ran would be missing, the
+ * row lost and the batch left submitting under this worker's claim.
+ */
+static GridhaStatement submit_target_stmt = {
+	"SELECT t.submit_url, t.submit_function::oid,"
+	"       t.status_url IS NULL AND t.status_function IS NULL"
+	"  FROM gridha.service_claims c"
+	"  JOIN gridha.targets t ON t.target = c.target"
+	" WHERE c.service_id = $1",
+	1, {TEXTOID}
 };
 
 static GridhaStatement submit_report_stmt = {
@@ -254,10 +265,15 @@ submit_handout_step(void *arg)
 	}
 	b->epoch = gridha_col_int64(0, 4);
 	b->attempt = (int32) gridha_col_int64(0, 5);
-	b->submit_url = submit_text_col(0, 6);
-	d = gridha_col(0, 7, &isnull);
+
+	args[0] = CStringGetTextDatum(b->service_id);
+	gridha_exec(&submit_target_stmt, args, NULL, false);
+	if (SPI_processed != 1)
+		elog(ERROR, "gridha: service \"%s\" has no target row", b->service_id);
+	b->submit_url = submit_text_col(0, 1);
+	d = gridha_col(0, 2, &isnull);
 	b->submit_function = isnull ? InvalidOid : DatumGetObjectId(d);
-	b->fire_and_forget = DatumGetBool(gridha_col(0, 8, &isnull));
+	b->fire_and_forget = DatumGetBool(gridha_col(0, 3, &isnull));
 	*out = b;
 }
 
