@@ -47,47 +47,60 @@ typedef enum ReportFrom
 	FROM_IN_FLIGHT				/* that, or pending, or valid */
 } ReportFrom;
 
+/* When a delayed batch may go again: the backoff grows with its attempts */
+#define STATUS_NOT_BEFORE(attempts) \
+	"now() + least(" CppAsString2(GRIDHA_BACKOFF_BASE_MS) " + " \
+	CppAsString2(GRIDHA_BACKOFF_STEP_MS) " * greatest(" attempts " - 1, 0), " \
+	CppAsString2(GRIDHA_BACKOFF_MAX_MS) ") * interval '1 millisecond'"
+
+/* The statuses a report may move the batch from */
+#define STATUS_FROM(b) \
+	"((" b ".status = 'submitting' AND " b ".epoch = $4)" \
+	" OR ($7 AND " b ".status IN ('pending', 'valid')))"
+
 /*
  * $1 service, $2 batch, $3 instance, $4 epoch, $5 new status, $6 detail,
  * $7 pending/valid may be reported on too, $8 a submission was accepted.
  *
- * The claim is found by its primary key only: "IS NOT DISTINCT FROM" keeps
- * the planner off the (claimant, ready_at) index, which stale statistics
- * (every claimant NULL when the table was last analyzed) make look cheaper.
+ * The fence is the claim row's own UPDATE (c): it matches only while this
+ * instance holds the service at this epoch and the batch is its head, and
+ * it locks the row, so a takeover or another report of the service waits
+ * for this transaction and then sees what it wrote. The batch is updated
+ * after it, rechecking its status on the newest row version. When either
+ * matches nothing the statement returns no row and the caller raises (see
+ * status_report), so a claim update without its batch update never commits.
+ *
+ * "IS NOT DISTINCT FROM" keeps the planner on the primary key rather than
+ * the (claimant, ready_at) index, which stale statistics (every claimant
+ * NULL when the table was last analyzed) make look cheaper.
  */
 static GridhaStatement status_report_stmt = {
-	"WITH c AS ("
-	"  SELECT head_seq, tail_seq FROM gridha.service_claims"
-	"   WHERE service_id = $1"
-	"     AND claimant IS NOT DISTINCT FROM $3 AND epoch = $4"
-	"     FOR UPDATE"
-	"), b AS ("
-	"  UPDATE gridha.batches b"
-	"     SET status = $5::gridha.batch_status,"
-	"         not_before = CASE WHEN $5 = 'delayed' THEN now() + least("
-	CppAsString2(GRIDHA_BACKOFF_BASE_MS) " + " CppAsString2(GRIDHA_BACKOFF_STEP_MS)
-	"           * greatest(b.attempts - 1, 0), " CppAsString2(GRIDHA_BACKOFF_MAX_MS)
-	"         ) * interval '1 millisecond' END,"
-	"         detail = coalesce($6, b.detail),"
-	"         submitted_at = CASE WHEN $8 THEN now() ELSE b.submitted_at END,"
-	"         finished_at = CASE WHEN $5 IN ('committed', 'invalid') THEN now() END"
-	"    FROM c"
-	"   WHERE b.service_id = $1 AND b.batch_id = $2 AND b.seq = c.head_seq"
-	"     AND ((b.status = 'submitting' AND b.epoch = $4)"
-	"          OR ($7 AND b.status IN ('pending', 'valid')))"
-	"  RETURNING b.seq, b.not_before, c.tail_seq"
+	"WITH x AS ("
+	"  SELECT b.seq, b.attempts FROM gridha.batches b"
+	"   WHERE b.service_id = $1 AND b.batch_id = $2 AND " STATUS_FROM("b")
+	"), c AS ("
+	"  UPDATE gridha.service_claims s"
+	"     SET submitting = false,"
+	"         in_flight = $5 IN ('pending', 'valid'),"
+	"         head_seq = CASE WHEN $5 NOT IN ('committed', 'invalid') THEN s.head_seq"
+	"                         WHEN s.tail_seq > x.seq THEN x.seq + 1 END,"
+	"         ready_at = CASE WHEN $5 IN ('committed', 'invalid')"
+	"                         THEN CASE WHEN s.tail_seq > x.seq THEN now() END"
+	"                         WHEN $5 = 'delayed' THEN " STATUS_NOT_BEFORE("x.attempts")
+	"                         WHEN $5 = 'unknown' THEN now() END"
+	"    FROM x"
+	"   WHERE s.service_id = $1 AND s.claimant IS NOT DISTINCT FROM $3"
+	"     AND s.epoch = $4 AND s.head_seq = x.seq"
+	"  RETURNING x.seq"
 	")"
-	" UPDATE gridha.service_claims s"
-	"    SET submitting = false,"
-	"        in_flight = $5 IN ('pending', 'valid'),"
-	"        head_seq = CASE WHEN $5 NOT IN ('committed', 'invalid') THEN s.head_seq"
-	"                        WHEN b.tail_seq > b.seq THEN b.seq + 1 END,"
-	"        ready_at = CASE WHEN $5 IN ('committed', 'invalid')"
-	"                        THEN CASE WHEN b.tail_seq > b.seq THEN now() END"
-	"                        WHEN $5 = 'delayed' THEN b.not_before"
-	"                        WHEN $5 = 'unknown' THEN now() END"
-	"   FROM b"
-	"  WHERE s.service_id = $1"
+	" UPDATE gridha.batches b"
+	"    SET status = $5::gridha.batch_status,"
+	"        not_before = CASE WHEN $5 = 'delayed' THEN " STATUS_NOT_BEFORE("b.attempts") " END,"
+	"        detail = coalesce($6, b.detail),"
+	"        submitted_at = CASE WHEN $8 THEN now() ELSE b.submitted_at END,"
+	"        finished_at = CASE WHEN $5 IN ('committed', 'invalid') THEN now() END"
+	"   FROM c"
+	"  WHERE b.service_id = $1 AND b.seq = c.seq AND b.batch_id = $2 AND " STATUS_FROM("b")
 	" RETURNING $5::gridha.batch_status",
 	8, {TEXTOID, TEXTOID, UUIDOID, INT8OID, TEXTOID, TEXTOID, BOOLOID, BOOLOID}
 };

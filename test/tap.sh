@@ -8,6 +8,7 @@
 #   wait_until SECONDS CMD... poll CMD every 0.2 s until it succeeds or the
 #                             time is up (then CMD's last status)
 #   wait_port_file FILE       a server writes its port there once listening
+#   check_sql DB WHAT SQL     ok when SQL prints t in DB (needs test/lib.sh)
 
 FAILED=${FAILED:-0}
 
@@ -40,4 +41,17 @@ wait_until() {
 
 wait_port_file() {
 	wait_until 15 test -s "$1" && cat "$1"
+}
+
+# check_sql DB WHAT SQL: ok when SQL prints t in database DB, otherwise
+# not_ok and what it printed (needs test/lib.sh for gridha_psql)
+check_sql() {
+	local got
+	got=$(gridha_psql -d "$1" -c "$3" 2>&1 || true)
+	if [ "$got" = t ]; then
+		ok "$2"
+	else
+		not_ok "$2"
+		echo "# got: $got"
+	fi
 }

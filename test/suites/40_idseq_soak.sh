@@ -33,17 +33,11 @@ WORK=${GRIDHA_SUITE_DIR:-$GRIDHA_TEST_DIR/idseq_soak}
 mkdir -p "$WORK"
 
 FAILED=0
+# shellcheck source-path=SCRIPTDIR source=../tap.sh
+. "$HERE/../tap.sh"
 # check NAME SQL: one TAP line; SQL must print t when the check passes.
 check() {
-	local got
-	got=$(gridha_psql -d "$DB" -c "$2" 2>&1 || true)
-	if [ "$got" = t ]; then
-		echo "ok - $1"
-	else
-		echo "not ok - $1"
-		echo "# got: $got"
-		FAILED=1
-	fi
+	check_sql "$DB" "$1" "$2"
 }
 
 gridha_psql -d postgres -c "SET client_min_messages = warning" \
@@ -114,4 +108,4 @@ check "after it, no window without room for a block is left" \
 	"SELECT count(*) = 0 FROM gridha.id_windows WHERE name = 'soak' AND window_end - next_id < 7"
 
 [ "${IDSOAK_KEEP:-0}" = 1 ] || gridha_psql -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB" >/dev/null
-exit "$FAILED"
+[ "$FAILED" -eq 0 ]

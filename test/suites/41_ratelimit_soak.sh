@@ -59,17 +59,11 @@ WORK=${GRIDHA_SUITE_DIR:-$GRIDHA_TEST_DIR/ratelimit_soak}
 mkdir -p "$WORK"
 
 FAILED=0
+# shellcheck source-path=SCRIPTDIR source=../tap.sh
+. "$HERE/../tap.sh"
 # check NAME SQL: one TAP line; SQL must print t when the check passes.
 check() {
-	local got
-	got=$(gridha_psql -d "$DB" -c "$2" 2>&1 || true)
-	if [ "$got" = t ]; then
-		echo "ok - $1"
-	else
-		echo "not ok - $1"
-		echo "# got: $got"
-		FAILED=1
-	fi
+	check_sql "$DB" "$1" "$2"
 }
 
 # mark NAME: records the server clock (a phase boundary) in marks.
@@ -282,4 +276,4 @@ gridha_psql -d "$WDB" -c "SELECT '# worker hand-outs at ' || string_agg(to_char(
 # shellcheck disable=SC2086 # the options are words
 gridha_cluster_restart ${GRIDHA_CLUSTER_OPTS:-shared_preload_libraries=gridha max_worker_processes=32} >/dev/null
 [ "${RLSOAK_KEEP:-0}" = 1 ] || gridha_psql -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $WDB" >/dev/null
-exit "$FAILED"
+[ "$FAILED" -eq 0 ]
