@@ -14,7 +14,7 @@ OBJS += src/leader.o src/idseq.o src/ratelimit.o
 DATA = sql/gridha--1.0.sql
 DOCS = README.md
 
-REGRESS = api claims lifecycle errors coordination
+REGRESS = api claims lifecycle errors coordination plans
 REGRESS_OPTS = --load-extension=gridha
 
 PG_CONFIG ?= $(shell test -x /usr/lib/postgresql/15/bin/pg_config && echo /usr/lib/postgresql/15/bin/pg_config || echo pg_config)

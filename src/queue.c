@@ -32,29 +32,48 @@
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
 
-static GridhaStatement queue_handout_stmt = {
-	"WITH s AS ("
-	"  SELECT c.service_id, c.head_seq, c.epoch"
-	"    FROM gridha.service_claims c"
-	"   WHERE c.claimant = $1 AND c.ready_at <= now() AND c.soft_expiry > now()"
-	"   ORDER BY c.ready_at"
-	"   LIMIT $2"
-	"   FOR UPDATE SKIP LOCKED"
-	"), b AS ("
-	"  UPDATE gridha.batches b"
-	"     SET status = 'submitting', epoch = s.epoch, attempts = b.attempts + 1,"
-	"         instance_id = $1, handed_out_at = now(), not_before = NULL"
-	"    FROM s"
-	"   WHERE b.service_id = s.service_id AND b.seq = s.head_seq"
-	"     AND b.status IN ('queued', 'delayed', 'unknown', 'submitting')"
-	"  RETURNING b.service_id, b.batch_id, b.payload, b.epoch, b.attempts"
-	"), c AS ("
-	"  UPDATE gridha.service_claims c"
-	"     SET ready_at = NULL, in_flight = true, submitting = true"
-	"    FROM b WHERE c.service_id = b.service_id"
-	")"
-	" SELECT service_id, batch_id, payload, epoch, attempts FROM b",
-	2, {UUIDOID, INT8OID}
+/*
+ * The hand-out: up to "limit" ready heads of the instance's services. Two
+ * statements share the text: next_batch's with LIMIT 1, whose generic plan
+ * looks each head up by its key, and next_batches' with LIMIT $2, planned
+ * for each call's count (a generic plan would guess a tenth of the
+ * instance's services and could then scan all of gridha.batches to join).
+ *
+ * "(SELECT now())" is computed once per run, after planning, so the planner
+ * estimates the soft-expiry test without the statistics: every held claim's
+ * soft_expiry lies a few seconds ahead, so statistics even a minute old say
+ * it matches nothing, and a plan believing that would rather sort all of the
+ * instance's claims than walk the (claimant, ready_at) index to the first.
+ */
+#define QUEUE_HANDOUT_SQL(limit) \
+	"WITH s AS (" \
+	"  SELECT c.service_id, c.head_seq, c.epoch" \
+	"    FROM gridha.service_claims c" \
+	"   WHERE c.claimant = $1 AND c.ready_at <= now() AND c.soft_expiry > (SELECT now())" \
+	"   ORDER BY c.ready_at" \
+	"   LIMIT " limit \
+	"   FOR UPDATE SKIP LOCKED" \
+	"), b AS (" \
+	"  UPDATE gridha.batches b" \
+	"     SET status = 'submitting', epoch = s.epoch, attempts = b.attempts + 1," \
+	"         instance_id = $1, handed_out_at = now(), not_before = NULL" \
+	"    FROM s" \
+	"   WHERE b.service_id = s.service_id AND b.seq = s.head_seq" \
+	"     AND b.status IN ('queued', 'delayed', 'unknown', 'submitting')" \
+	"  RETURNING b.service_id, b.batch_id, b.payload, b.epoch, b.attempts" \
+	"), c AS (" \
+	"  UPDATE gridha.service_claims c" \
+	"     SET ready_at = NULL, in_flight = true, submitting = true" \
+	"    FROM b WHERE c.service_id = b.service_id" \
+	")" \
+	" SELECT service_id, batch_id, payload, epoch, attempts FROM b"
+
+static GridhaStatement queue_handout_one_stmt = {
+	QUEUE_HANDOUT_SQL("1"), 2, {UUIDOID, INT8OID}
+};
+
+static GridhaStatement queue_handout_many_stmt = {
+	QUEUE_HANDOUT_SQL("$2"), 2, {UUIDOID, INT8OID}, true
 };
 
 static GridhaStatement queue_target_exists_stmt = {
@@ -80,13 +99,24 @@ static GridhaStatement queue_insert_stmt = {
 	3, {TEXTOID, TEXTOID, BYTEAOID}
 };
 
+/*
+ * The claims are picked first and each one's head is then looked up by its
+ * key (LATERAL ... LIMIT 1 keeps that a per-claim lookup whatever the
+ * statistics say): the cost follows the instance's claims, never the number
+ * of batches.
+ */
 static GridhaStatement queue_claimed_stmt = {
-	"SELECT c.service_id, b.batch_id, b.seq, b.status, c.epoch"
-	"  FROM gridha.service_claims c"
-	"  JOIN gridha.batches b ON b.service_id = c.service_id AND b.seq = c.head_seq"
-	" WHERE c.claimant = $1"
-	" ORDER BY c.ready_at, c.service_id"
-	" LIMIT $2",
+	"SELECT c.service_id, h.batch_id, h.seq, h.status, c.epoch"
+	"  FROM (SELECT c.service_id, c.head_seq, c.epoch, c.ready_at"
+	"          FROM gridha.service_claims c"
+	"         WHERE c.claimant = $1 AND c.head_seq IS NOT NULL"
+	"         ORDER BY c.ready_at, c.service_id"
+	"         LIMIT $2) c"
+	" CROSS JOIN LATERAL ("
+	"  SELECT b.batch_id, b.seq, b.status FROM gridha.batches b"
+	"   WHERE b.service_id = c.service_id AND b.seq = c.head_seq"
+	"   LIMIT 1) h"
+	" ORDER BY c.ready_at, c.service_id",
 	2, {UUIDOID, INT8OID}
 };
 
@@ -123,7 +153,8 @@ gridha_queue_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rsinfo
 
 	args[0] = instance_id;
 	args[1] = Int64GetDatum(max_batches);
-	gridha_exec(&queue_handout_stmt, args, NULL, false);
+	gridha_exec(max_batches == 1 ? &queue_handout_one_stmt : &queue_handout_many_stmt,
+				args, NULL, false);
 
 	for (i = 0; i < SPI_processed; i++)
 	{

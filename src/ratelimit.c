@@ -74,6 +74,9 @@ static GridhaStatement ratelimit_any_stmt = {
  * of a limited target that needs a slot first. The two arrays are computed
  * once per statement (InitPlans), so the claim scan stays the plain
  * hand-out's index range scan; a closed target's heads are skipped there.
+ * Planned for each call's count (see gridha_exec): hand-outs of limited
+ * targets are few by definition, so the planner run is cheap next to them.
+ * "(SELECT now())": as in queue.c's hand-out.
  */
 static GridhaStatement ratelimit_handout_stmt = {
 	"WITH l AS ("
@@ -87,7 +90,7 @@ static GridhaStatement ratelimit_handout_stmt = {
 	"  SELECT c.service_id, c.head_seq, c.epoch, c.target,"
 	"         c.target = ANY ((SELECT limited FROM l)::text[]) AS limited"
 	"    FROM gridha.service_claims c"
-	"   WHERE c.claimant = $1 AND c.ready_at <= now() AND c.soft_expiry > now()"
+	"   WHERE c.claimant = $1 AND c.ready_at <= now() AND c.soft_expiry > (SELECT now())"
 	"     AND c.target <> ALL ((SELECT closed FROM l)::text[])"
 	"   ORDER BY c.ready_at"
 	"   LIMIT $2"
@@ -108,7 +111,7 @@ static GridhaStatement ratelimit_handout_stmt = {
 	" SELECT service_id, batch_id, payload, epoch, attempts, NULL::text, NULL::int8 FROM b"
 	" UNION ALL"
 	" SELECT service_id, NULL, NULL, epoch, NULL, target, head_seq FROM s WHERE limited",
-	2, {UUIDOID, INT8OID}
+	2, {UUIDOID, INT8OID}, true
 };
 
 /*
@@ -173,7 +176,7 @@ static GridhaStatement ratelimit_handout_slotted_stmt = {
 	"  SELECT target, now(), service_id, batch_id, $1, epoch FROM b"
 	")"
 	" SELECT service_id, batch_id, payload, epoch, attempts FROM b",
-	5, {UUIDOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID}
+	5, {UUIDOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID}, true
 };
 
 /*

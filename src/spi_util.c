@@ -17,10 +17,13 @@
 /*
  * gridha_exec: runs a kept statement and returns SPI's result code.
  *
- * The plan is prepared once per backend and is always the generic plan:
- * every statement here looks rows up by key, so the parameter values never
- * change the best plan, and a custom plan would cost a planner run on every
- * call. An ANALYZE of a table (autovacuum's) invalidates the plan, so it
+ * The plan is prepared once per backend and is the generic plan unless the
+ * statement asks for custom ones: most statements look rows up by key, so
+ * the parameter values do not change the best plan, and a custom plan costs
+ * a planner run on every call. A statement whose row count comes from a
+ * parameter (LIMIT $n driving a join) asks for custom plans: a generic plan
+ * guesses a tenth of the table for it and may then join by scanning a whole
+ * table. An ANALYZE of a table (autovacuum's) invalidates the plan, so it
  * follows the table's size. An SPI failure is "cannot happen" territory
  * (SQL errors are raised by SPI itself), so it is an elog.
  */
@@ -32,6 +35,7 @@ gridha_exec(GridhaStatement *stmt, Datum *values, const char *nulls, bool read_o
 	if (stmt->plan == NULL)
 	{
 		SPIPlanPtr	plan = SPI_prepare_cursor(stmt->sql, stmt->nargs, stmt->argtypes,
+												  stmt->custom_plan ? CURSOR_OPT_CUSTOM_PLAN :
 												  CURSOR_OPT_GENERIC_PLAN);
 
 		if (plan == NULL)

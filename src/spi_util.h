@@ -25,6 +25,7 @@ typedef struct GridhaStatement
 	const char *sql;
 	int			nargs;
 	Oid			argtypes[GRIDHA_MAX_ARGS];
+	bool		custom_plan;	/* plan for each call's values (see gridha_exec) */
 	SPIPlanPtr	plan;			/* prepared on first use */
 } GridhaStatement;
 

@@ -115,13 +115,21 @@ static GridhaStatement status_diagnose_stmt = {
 	2, {TEXTOID, TEXTOID}
 };
 
+/*
+ * Each in-flight claim's head is looked up by its key (LATERAL ... LIMIT 1
+ * keeps that a per-claim lookup whatever the statistics say), so a poll
+ * costs what the instance has in flight, never a scan of gridha.batches.
+ */
 static GridhaStatement status_pending_stmt = {
-	"SELECT c.service_id, b.batch_id, b.status, c.epoch, b.submitted_at"
+	"SELECT c.service_id, h.batch_id, h.status, c.epoch, h.submitted_at"
 	"  FROM gridha.service_claims c"
-	"  JOIN gridha.batches b ON b.service_id = c.service_id AND b.seq = c.head_seq"
+	" CROSS JOIN LATERAL ("
+	"  SELECT b.batch_id, b.status, b.submitted_at FROM gridha.batches b"
+	"   WHERE b.service_id = c.service_id AND b.seq = c.head_seq"
+	"     AND b.status IN ('pending', 'valid')"
+	"   LIMIT 1) h"
 	" WHERE c.claimant = $1 AND c.in_flight AND NOT c.submitting"
-	"   AND b.status IN ('pending', 'valid')"
-	" ORDER BY b.submitted_at, c.service_id"
+	" ORDER BY h.submitted_at, c.service_id"
 	" LIMIT $2",
 	2, {UUIDOID, INT8OID}
 };
