@@ -9,6 +9,8 @@
 #                             time is up (then CMD's last status)
 #   wait_port_file FILE       a server writes its port there once listening
 #   check_sql DB WHAT SQL     ok when SQL prints t in DB (needs test/lib.sh)
+#   start_ledger ARG...       the test ledger on a free port (sets LEDGER)
+#   ledger_control JSON       POST /control to that ledger
 
 FAILED=${FAILED:-0}
 
@@ -54,4 +56,31 @@ check_sql() {
 		not_ok "$2"
 		echo "# got: $got"
 	fi
+}
+
+# start_ledger ARG...: starts test/dlt/ledger.py on a free port with ARGs,
+# logging to $WORK/ledger.log (its output in $WORK/ledger.out), adds its pid
+# to PIDS and sets LEDGER to its URL. Ends the suite when it does not start.
+# Needs REPO, WORK and PIDS from the suite.
+start_ledger() {
+	local port
+	python3 "$REPO/test/dlt/ledger.py" --port 0 --port-file "$WORK/ledger.port" \
+		--log "$WORK/ledger.log" "$@" >"$WORK/ledger.out" 2>&1 &
+	PIDS+=("$!")
+	if ! port=$(wait_port_file "$WORK/ledger.port"); then
+		not_ok "the test ledger started"
+		diag <"$WORK/ledger.out"
+		exit 1
+	fi
+	LEDGER=http://127.0.0.1:$port
+}
+
+# ledger_control JSON: POST /control to the ledger of start_ledger.
+ledger_control() {
+	python3 - "$LEDGER/control" "$1" <<'EOF'
+import sys, urllib.request
+req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(),
+                             headers={"Content-Type": "application/json"})
+urllib.request.urlopen(req, timeout=10).read()
+EOF
 }

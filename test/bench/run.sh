@@ -102,7 +102,7 @@ die() {
 	exit 1
 }
 
-# gridha_as_pg, gridha_missing_packages, gridha_apt_install
+# gridha_as_pg, gridha_missing_packages, gridha_apt_install, gridha_free_port
 # shellcheck source=../lib.sh
 . "$ROOT/test/lib.sh"
 
@@ -138,31 +138,6 @@ build_extension() {
 
 BENCH_DIR=
 PGPORT=
-
-port_free() {
-	python3 - "$1" <<'EOF' 2>/dev/null
-import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-try:
-    s.bind(("127.0.0.1", int(sys.argv[1])))
-except OSError:
-    sys.exit(1)
-finally:
-    s.close()
-EOF
-}
-
-free_port() {
-	local port=$1
-	while [ "$port" -lt $(($1 + 100)) ]; do
-		if port_free "$port" && [ ! -e "/tmp/.s.PGSQL.$port" ]; then
-			echo "$port"
-			return 0
-		fi
-		port=$((port + 1))
-	done
-	die "no free port in $1..$(($1 + 99))"
-}
 
 cleanup() {
 	local rc=$?
@@ -219,7 +194,7 @@ init_cluster() {
 	BENCH_DIR=$(mktemp -d /tmp/gridha-bench.XXXXXX)
 	chmod 755 "$BENCH_DIR"
 	[ "$(id -u)" -ne 0 ] || chown postgres: "$BENCH_DIR"
-	PGPORT=$(free_port "$BENCH_PORT")
+	PGPORT=$(gridha_free_port "$BENCH_PORT") || die "no free port near $BENCH_PORT"
 	gridha_as_pg "$PG_BINDIR/initdb" -D "$BENCH_DIR/data" --auth=trust -U postgres \
 		--encoding=UTF8 --locale=C.UTF-8 >"$BENCH_DIR/initdb.log" 2>&1 ||
 		{ cat "$BENCH_DIR/initdb.log" >&2; die "initdb failed"; }

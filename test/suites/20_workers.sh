@@ -122,27 +122,8 @@ fi
 # ---------------------------------------------------------------------------
 # The ledger, the database, the restart with workers
 
-python3 "$REPO/test/dlt/ledger.py" --port 0 --port-file "$WORK/ledger.port" \
-	--log "$WORK/ledger.log" --commit-delay 0.1 --max-lifetime 600 \
-	--invalid-pattern '^bad-' --reject-pattern '^rej-' >"$WORK/ledger.out" 2>&1 &
-LEDGER_PID=$!
-PIDS+=("$LEDGER_PID")
-if ! LPORT=$(wait_port_file "$WORK/ledger.port"); then
-	not_ok "the test ledger started"
-	diag <"$WORK/ledger.out"
-	exit 1
-fi
-LEDGER=http://127.0.0.1:$LPORT
-
-# ledger_control JSON: POST /control.
-ledger_control() {
-	python3 - "$LEDGER/control" "$1" <<'EOF'
-import sys, urllib.request
-req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(),
-                             headers={"Content-Type": "application/json"})
-urllib.request.urlopen(req, timeout=10).read()
-EOF
-}
+start_ledger --commit-delay 0.1 --max-lifetime 600 \
+	--invalid-pattern '^bad-' --reject-pattern '^rej-'
 
 # ledger_stat NAME: one count of GET /stats.
 ledger_stat() {

@@ -85,27 +85,7 @@ wait "$FIXTURE" 2>/dev/null
 # ---------------------------------------------------------------------------
 # 2. three clients against the test ledger
 
-python3 "$REPO/test/dlt/ledger.py" --port 0 --port-file "$WORK/ledger.port" \
-	--log "$WORK/ledger.log" --commit-delay 0.2 --max-lifetime 300 \
-	>"$WORK/ledger.out" 2>&1 &
-LEDGER_PID=$!
-PIDS+=("$LEDGER_PID")
-if ! LPORT=$(wait_port_file "$WORK/ledger.port"); then
-	not_ok "the test ledger started"
-	cat "$WORK/ledger.out" | diag
-	exit 1
-fi
-LEDGER=http://127.0.0.1:$LPORT
-
-# ledger_control JSON: POST /control.
-ledger_control() {
-	python3 - "$LEDGER/control" "$1" <<'EOF'
-import sys, urllib.request
-req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(),
-                             headers={"Content-Type": "application/json"})
-urllib.request.urlopen(req, timeout=10).read()
-EOF
-}
+start_ledger --commit-delay 0.2 --max-lifetime 300
 
 psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB" \
 	-c "CREATE DATABASE $DB" >/dev/null || exit 1
