@@ -9,7 +9,7 @@
 -- Instances: A = aaaaaaaa-0000-0000-0000-00000000000a,
 --            B = bbbbbbbb-0000-0000-0000-00000000000b.
 BEGIN;
-SELECT plan(81);
+SELECT plan(82);
 
 DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
@@ -88,6 +88,8 @@ SELECT is((SELECT target FROM gridha.service_claims WHERE service_id = 'tgt'), '
 SELECT throws_ok($$DELETE FROM gridha.batches WHERE service_id = 'tgt'$$, 'RG002',
                  'batch "t1" of service "tgt" is queued and cannot be deleted',
                  'deleting an unfinished batch is refused (RG002)');
+SELECT is((SELECT string_agg(batch_id || ':' || status, ',' ORDER BY seq) FROM gridha.batches WHERE service_id = 'tgt'),
+          't1:queued,t2:queued', '... and the refused DELETE removed nothing');
 UPDATE gridha.batches SET status = 'invalid' WHERE service_id = 'tgt';
 DELETE FROM gridha.batches WHERE service_id = 'tgt';
 DELETE FROM gridha.service_claims WHERE service_id = 'tgt';
