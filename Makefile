@@ -50,6 +50,7 @@ test:
 bench:
 	bash test/bench/run.sh
 	bash test/bench/idseq.sh
+	bash test/bench/instructions.sh
 
 # A minute of gridha at work: three workers, a test ledger, a takeover.
 demo:

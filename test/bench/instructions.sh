@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# test/bench/instructions.sh: CPU instructions per batch, gridha against
+# bare, counted by valgrind (callgrind) in one single-user backend.
+#
+# Measures and prints; it never fails on a figure. Batches/s and CPU time
+# move with the machine's load; an instruction count does not, so it shows
+# what a change to the hot path saves. It does not show waits, cache misses
+# or WAL flushes: that is what `make bench` is for.
+#
+# Both sides run as a PL/pgSQL procedure that commits after every step, as
+# make bench's clients do:
+#   gridha  next_batch -> report_submission('accepted') ->
+#           report_status('committed'), one instance, 64 services
+#   bare    take (UPDATE ... FOR UPDATE SKIP LOCKED), mark accepted, mark
+#           done, on the same table as make bench's baseline
+# Each side runs twice from the same copy of the data directory, N1 and N2
+# cycles; (count at N2 - count at N1) / (N2 - N1) is the cost of one cycle
+# without start-up. The procedure's own loop is in both figures alike.
+#
+# Environment (defaults in brackets): INSTR_N1 [100], INSTR_N2 [600],
+# INSTR_PORT [56360] (first port probed for the set-up cluster).
+set -eu -o pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+N1=${INSTR_N1:-100}
+N2=${INSTR_N2:-600}
+export GRIDHA_BASE_PORT=${INSTR_PORT:-56360}
+DB=gridha_instr
+INSTANCE=00000000-0000-4000-8000-000000000001
+
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$ROOT/test/lib.sh"
+
+if ! command -v valgrind >/dev/null; then
+	gridha_log "installing valgrind"
+	gridha_apt_install valgrind
+fi
+
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+	gridha_cluster_cleanup
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+gridha_cluster_init
+gridha_cluster_start
+gridha_psql -d postgres -c "CREATE DATABASE $DB"
+gridha_psql -d "$DB" -o /dev/null <<SQL
+CREATE EXTENSION gridha;
+INSERT INTO gridha.batches (service_id, batch_id, payload)
+SELECT 's' || lpad(s::text, 5, '0'), 'b' || lpad(g::text, 9, '0'), decode(repeat('ab', 100), 'hex')
+  FROM generate_series(1, 64) s, generate_series(1, 1000) g
+ ORDER BY 1, 2;
+
+CREATE TABLE bench_bare (
+    id         bigserial PRIMARY KEY,
+    service_id text NOT NULL,
+    batch_id   text NOT NULL,
+    payload    bytea,
+    status     text NOT NULL DEFAULT 'queued'
+);
+CREATE INDEX bench_bare_queued ON bench_bare (id) WHERE status = 'queued';
+INSERT INTO bench_bare (service_id, batch_id, payload)
+SELECT 's' || lpad((1 + k % 64)::text, 5, '0'), 'b' || k, decode(repeat('ab', 100), 'hex')
+  FROM generate_series(1, 64000) k;
+
+CREATE PROCEDURE gridha_cycles(n int) LANGUAGE plpgsql AS \$\$
+DECLARE
+    r record;
+BEGIN
+    FOR i IN 1..n LOOP
+        SELECT * INTO r FROM gridha.next_batch('$INSTANCE');
+        COMMIT;
+        PERFORM gridha.report_submission('$INSTANCE', r.service_id, r.batch_id, r.epoch, 'accepted');
+        COMMIT;
+        PERFORM gridha.report_status('$INSTANCE', r.service_id, r.batch_id, r.epoch, 'committed');
+        COMMIT;
+    END LOOP;
+END
+\$\$;
+
+CREATE PROCEDURE bare_cycles(n int) LANGUAGE plpgsql AS \$\$
+DECLARE
+    taken bigint;
+BEGIN
+    FOR i IN 1..n LOOP
+        WITH t AS (
+          UPDATE bench_bare SET status = 'submitting'
+           WHERE id = (SELECT id FROM bench_bare WHERE status = 'queued'
+                        ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+          RETURNING id)
+        SELECT id INTO taken FROM t;
+        COMMIT;
+        UPDATE bench_bare SET status = 'pending' WHERE id = taken;
+        COMMIT;
+        UPDATE bench_bare SET status = 'committed' WHERE id = taken;
+        COMMIT;
+    END LOOP;
+END
+\$\$;
+
+VACUUM ANALYZE;
+SQL
+# Warm both paths once (the instance registers, takes its claims).
+gridha_psql -d "$DB" -c "CALL gridha_cycles(10)" -c "CALL bare_cycles(10)" -c "CHECKPOINT"
+gridha_cluster_stop
+
+# count PROC N: instructions of one single-user backend that runs PROC(N) on
+# a fresh copy of the data directory.
+count() {
+	local copy=$GRIDHA_TEST_DIR/run out
+	rm -rf "$copy"
+	gridha_as_pg cp -a "$PGDATA" "$copy"
+	out=$(echo "CALL $1($2);" |
+		gridha_as_pg valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+			"$PG_BINDIR/postgres" --single -D "$copy" -c synchronous_commit=off "$DB" 2>&1 >/dev/null)
+	rm -rf "$copy"
+	printf '%s\n' "$out" | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+}
+
+# per_cycle PROC: instructions per cycle of PROC.
+per_cycle() {
+	local a b
+	a=$(count "$1" "$N1")
+	b=$(count "$1" "$N2")
+	echo $(((b - a) / (N2 - N1)))
+}
+
+gridha_log "instructions per batch (callgrind, one backend, $N1 and $N2 cycles)"
+g=$(per_cycle gridha_cycles)
+b=$(per_cycle bare_cycles)
+printf '%-44s %12d instructions\n' "gridha cycle (3 steps, each committed)" "$g"
+printf '%-44s %12d instructions\n' "bare cycle (3 steps, each committed)" "$b"
+printf '%-44s %12s\n' "ratio bare / gridha" "$(awk -v a="$b" -v g="$g" 'BEGIN { printf "%.2f", a / g }')"
