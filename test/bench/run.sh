@@ -279,17 +279,7 @@ EOF
 }
 
 setup_bare() {
-	qf "$1" >/dev/null <<'EOF'
-CREATE TABLE bench_bare (
-    id         bigserial PRIMARY KEY,
-    service_id text NOT NULL,
-    batch_id   text NOT NULL,
-    payload    bytea,
-    status     text NOT NULL DEFAULT 'queued'
-);
--- What makes the take fast: only the queued rows, in id order.
-CREATE INDEX bench_bare_queued ON bench_bare (id) WHERE status = 'queued';
-EOF
+	qf "$1" >/dev/null <"$HERE/bare_schema.sql"
 }
 
 # bare_refill DB N_SERVICES QUEUED: tops the bare queue up to QUEUED rows,
