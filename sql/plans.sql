@@ -33,6 +33,11 @@ SELECT relname, seq_tup_read, idx_tup_fetch
   FROM pg_stat_xact_user_tables
  WHERE schemaname = 'gridha' AND relname IN ('batches', 'service_claims');
 CREATE TEMP TABLE before_call (relname name, seq_tup_read bigint, idx_tup_fetch bigint);
+-- count_from_here(): the next call_read counts from this point on
+CREATE FUNCTION pg_temp.count_from_here() RETURNS void LANGUAGE sql AS $$
+  DELETE FROM before_call;
+  INSERT INTO before_call SELECT * FROM rows_read;
+$$;
 -- what the call read: the counts now minus those in before_call
 CREATE TEMP VIEW call_read AS
 SELECT r.relname, r.seq_tup_read - b.seq_tup_read AS seq_read,
@@ -42,24 +47,21 @@ SELECT r.relname, r.seq_tup_read - b.seq_tup_read AS seq_read,
 
 -- next_batch: one claim and one batch found by key (a few index fetches)
 BEGIN;
-DELETE FROM before_call;
-INSERT INTO before_call SELECT * FROM rows_read;
+SELECT pg_temp.count_from_here() \g /dev/null
 SELECT service_id, batch_id FROM gridha.next_batch(:A);
 SELECT relname, seq_read, idx_fetched <= 4 AS by_key FROM call_read;
 COMMIT;
 
 -- next_batches: the same, for each batch handed out
 BEGIN;
-DELETE FROM before_call;
-INSERT INTO before_call SELECT * FROM rows_read;
+SELECT pg_temp.count_from_here() \g /dev/null
 SELECT count(*) AS handed_out FROM gridha.next_batches(:A, 3);
 SELECT relname, seq_read, idx_fetched <= 12 AS by_key FROM call_read;
 COMMIT;
 
 -- pending_batches: reads A's claims, and only the 500 pending heads of gridha.batches
 BEGIN;
-DELETE FROM before_call;
-INSERT INTO before_call SELECT * FROM rows_read;
+SELECT pg_temp.count_from_here() \g /dev/null
 SELECT count(*) AS pending FROM gridha.pending_batches(:A, 1000);
 SELECT relname, seq_read, idx_fetched <= 500 AS heads_only
   FROM call_read WHERE relname = 'batches';
@@ -67,8 +69,7 @@ COMMIT;
 
 -- claimed_batches: reads A's claims, and only the 100 heads it returns
 BEGIN;
-DELETE FROM before_call;
-INSERT INTO before_call SELECT * FROM rows_read;
+SELECT pg_temp.count_from_here() \g /dev/null
 SELECT count(*) AS claimed FROM gridha.claimed_batches(:A, 100);
 SELECT relname, seq_read, idx_fetched <= 100 AS heads_only
   FROM call_read WHERE relname = 'batches';

@@ -53,19 +53,7 @@
 	"   ORDER BY c.ready_at" \
 	"   LIMIT " limit \
 	"   FOR UPDATE SKIP LOCKED" \
-	"), b AS (" \
-	"  UPDATE gridha.batches b" \
-	"     SET status = 'submitting', epoch = s.epoch, attempts = b.attempts + 1," \
-	"         instance_id = $1, handed_out_at = now(), not_before = NULL" \
-	"    FROM s" \
-	"   WHERE b.service_id = s.service_id AND b.seq = s.head_seq" \
-	"     AND b.status IN ('queued', 'delayed', 'unknown', 'submitting')" \
-	"  RETURNING b.service_id, b.batch_id, b.payload, b.epoch, b.attempts" \
-	"), c AS (" \
-	"  UPDATE gridha.service_claims c" \
-	"     SET ready_at = NULL, in_flight = true, submitting = true" \
-	"    FROM b WHERE c.service_id = b.service_id" \
-	")" \
+	"), " GRIDHA_HANDOUT_WRITES("", "") \
 	" SELECT service_id, batch_id, payload, epoch, attempts FROM b"
 
 static GridhaStatement queue_handout_one_stmt = {

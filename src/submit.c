@@ -435,23 +435,21 @@ submit_orphans_step(void *arg)
 	List	  **out = (List **) arg;
 	Datum		args[1];
 	uint64		i;
-	bool		isnull;
+	MemoryContext old;
 
 	args[0] = UUIDPGetDatum(submit_instance);
 	gridha_exec(&submit_orphans_stmt, args, NULL, true);
+	old = MemoryContextSwitchTo(submit_cxt);
 	for (i = 0; i < SPI_processed; i++)
 	{
-		SubmitOrphan *o = MemoryContextAllocZero(submit_cxt, sizeof(SubmitOrphan));
-		MemoryContext old;
+		SubmitOrphan *o = palloc0(sizeof(SubmitOrphan));
 
 		o->service_id = submit_text_col(i, 1);
 		o->batch_id = submit_text_col(i, 2);
-		o->epoch = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-											   3, &isnull));
-		old = MemoryContextSwitchTo(submit_cxt);
+		o->epoch = gridha_col_int64(i, 3);
 		*out = lappend(*out, o);
-		MemoryContextSwitchTo(old);
 	}
+	MemoryContextSwitchTo(old);
 }
 
 /*

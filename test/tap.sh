@@ -9,10 +9,16 @@
 #                             time is up (then CMD's last status)
 #   wait_port_file FILE       a server writes its port there once listening
 #   check_sql DB WHAT SQL     ok when SQL prints t in DB (needs test/lib.sh)
+#   suite_work NAME           sets WORK, the suite's directory: the runner's,
+#                             or, run alone, NAME in a cluster of its own
+#                             (started here with SUITE_CLUSTER_OPTS, removed
+#                             at exit)
+#   SUITE_CLUSTER_OPTS        the settings the suites' cluster runs with
 #   start_ledger ARG...       the test ledger on a free port (sets LEDGER)
 #   ledger_control JSON       POST /control to that ledger
 
 FAILED=${FAILED:-0}
+SUITE_CLUSTER_OPTS=${GRIDHA_CLUSTER_OPTS:-shared_preload_libraries=gridha max_worker_processes=32}
 
 ok() {
 	echo "ok - $*"
@@ -56,6 +62,18 @@ check_sql() {
 		not_ok "$2"
 		echo "# got: $got"
 	fi
+}
+
+suite_work() {
+	if [ -z "${GRIDHA_TEST_DIR:-}" ]; then
+		gridha_cluster_init
+		trap gridha_cluster_cleanup EXIT
+		trap 'exit 130' INT TERM
+		# shellcheck disable=SC2086 # the options are words
+		gridha_cluster_start $SUITE_CLUSTER_OPTS
+	fi
+	WORK=${GRIDHA_SUITE_DIR:-$GRIDHA_TEST_DIR/$1}
+	mkdir -p "$WORK"
 }
 
 # start_ledger ARG...: starts test/dlt/ledger.py on a free port with ARGs,

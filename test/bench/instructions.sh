@@ -4,7 +4,7 @@
 #
 # Measures and prints; it never fails on a figure. Batches/s and CPU time
 # move with the machine's load; an instruction count does not (gridha's
-# repeats to about 2%, bare's to 0.1%), so it shows what a change to the hot
+# repeats to within about 5%, bare's to 0.1%), so it shows what a change to the hot
 # path saves. It does not show waits, cache misses
 # or WAL flushes: that is what `make bench` is for.
 #
@@ -17,6 +17,12 @@
 # Each side runs twice from the same copy of the data directory, N1 and N2
 # cycles; (count at N2 - count at N1) / (N2 - N1) is the cost of one cycle
 # without start-up. The procedure's own loop is in both figures alike.
+#
+# Also printed: the share of each side's cycle spent starting the executor
+# for its statements (standard_ExecutorStart, inclusive).
+#
+# It counts the gridha that is installed (`make bench` installs the tree's
+# first); to compare two commits, `make install` each and run this script.
 #
 # Environment (defaults in brackets): INSTR_N1 [100], INSTR_N2 [600],
 # INSTR_PORT [56360] (first port probed for the set-up cluster).
@@ -107,30 +113,35 @@ SQL
 gridha_psql -d "$DB" -c "CALL gridha_cycles(10)" -c "CALL bare_cycles(10)" -c "CHECKPOINT"
 gridha_cluster_stop
 
-# count PROC N: instructions of one single-user backend that runs PROC(N) on
-# a fresh copy of the data directory.
+# count PROC N: "total executor-start" instructions of one single-user
+# backend that runs PROC(N) on a fresh copy of the data directory.
 count() {
-	local copy=$GRIDHA_TEST_DIR/run out
-	rm -rf "$copy"
+	local copy=$GRIDHA_TEST_DIR/run out=$GRIDHA_TEST_DIR/callgrind.out total start
+	rm -rf "$copy" "$out"
 	gridha_as_pg cp -a "$PGDATA" "$copy"
-	out=$(echo "CALL $1($2);" |
-		gridha_as_pg valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-			"$PG_BINDIR/postgres" --single -D "$copy" -c synchronous_commit=off "$DB" 2>&1 >/dev/null)
+	echo "CALL $1($2);" |
+		gridha_as_pg valgrind -q --tool=callgrind --callgrind-out-file="$out" \
+			"$PG_BINDIR/postgres" --single -D "$copy" -c synchronous_commit=off "$DB" \
+			>/dev/null 2>>"$GRIDHA_TEST_DIR/single.log"
 	rm -rf "$copy"
-	printf '%s\n' "$out" | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+	total=$(callgrind_annotate "$out" | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)
+	start=$(callgrind_annotate --inclusive=yes "$out" |
+		sed -n 's/^ *\([0-9,]*\) .*:standard_ExecutorStart .*/\1/p' | head -n 1 | tr -d ,)
+	echo "$total ${start:-0}"
 }
 
-# per_cycle PROC: instructions per cycle of PROC.
+# per_cycle PROC: "instructions executor-start-percent" of one cycle of PROC.
 per_cycle() {
-	local a b
-	a=$(count "$1" "$N1")
-	b=$(count "$1" "$N2")
-	echo $(((b - a) / (N2 - N1)))
+	local t1 s1 t2 s2
+	read -r t1 s1 < <(count "$1" "$N1")
+	read -r t2 s2 < <(count "$1" "$N2")
+	awk -v t1="$t1" -v s1="$s1" -v t2="$t2" -v s2="$s2" -v n=$((N2 - N1)) \
+		'BEGIN { printf "%d %.0f\n", (t2 - t1) / n, 100 * (s2 - s1) / (t2 - t1) }'
 }
 
 gridha_log "instructions per batch (callgrind, one backend, $N1 and $N2 cycles)"
-g=$(per_cycle gridha_cycles)
-b=$(per_cycle bare_cycles)
-printf '%-44s %12d instructions\n' "gridha cycle (3 steps, each committed)" "$g"
-printf '%-44s %12d instructions\n' "bare cycle (3 steps, each committed)" "$b"
+read -r g gs < <(per_cycle gridha_cycles)
+read -r b bs < <(per_cycle bare_cycles)
+printf '%-44s %12d instructions, %2d%% starting the executor\n' "gridha cycle (3 steps, each committed)" "$g" "$gs"
+printf '%-44s %12d instructions, %2d%% starting the executor\n' "bare cycle (3 steps, each committed)" "$b" "$bs"
 printf '%-44s %12s\n' "ratio bare / gridha" "$(awk -v a="$b" -v g="$g" 'BEGIN { printf "%.2f", a / g }')"

@@ -47,7 +47,6 @@ set -uo pipefail
 REPO=${GRIDHA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 WORK=${GRIDHA_SUITE_DIR:-$(mktemp -d /tmp/gridha-workers.XXXXXX)}
 LIB=${GRIDHA_LIB:-$REPO/test/lib.sh}
-BASE_OPTS=${GRIDHA_CLUSTER_OPTS:-shared_preload_libraries=gridha max_worker_processes=32}
 DB=gridha_worker_test
 CLIENT=$REPO/client/gridha-client
 QUERY=$REPO/test/workers/ledger_query.py
@@ -103,7 +102,7 @@ cleanup() {
 	done
 	if [ "$RESTARTED" = 1 ]; then
 		# shellcheck disable=SC2086 # the options are words
-		gridha_cluster_restart $BASE_OPTS >/dev/null 2>&1 ||
+		gridha_cluster_restart $SUITE_CLUSTER_OPTS >/dev/null 2>&1 ||
 			echo "# could not restart the cluster with the phase 2 settings" >&2
 	fi
 	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1
@@ -234,7 +233,7 @@ EOF
 
 RESTARTED=1
 # shellcheck disable=SC2086 # the options are words
-if ! gridha_cluster_restart $BASE_OPTS $WORKER_OPTS; then
+if ! gridha_cluster_restart $SUITE_CLUSTER_OPTS $WORKER_OPTS; then
 	not_ok "the cluster restarted with gridha.workers = 2"
 	exit 1
 fi
@@ -629,7 +628,7 @@ check $? "client: SIGTERM stops it with exit status 0 (got $crc)"
 
 # Worker settings are reloadable: rewrite the per-start settings and reload.
 # shellcheck disable=SC2086 # the options are words
-gridha_write_extra_conf $BASE_OPTS $WORKER_OPTS gridha.naptime=60s gridha.monitor_interval=60s
+gridha_write_extra_conf $SUITE_CLUSTER_OPTS $WORKER_OPTS gridha.naptime=60s gridha.monitor_interval=60s
 psql_db -c "SELECT pg_reload_conf()" >/dev/null
 
 # workers_asleep: both workers idle and unchanged over 1.5 s. On the old
@@ -656,7 +655,7 @@ else
 	worker_states | diag
 fi
 # shellcheck disable=SC2086 # the options are words
-gridha_write_extra_conf $BASE_OPTS $WORKER_OPTS
+gridha_write_extra_conf $SUITE_CLUSTER_OPTS $WORKER_OPTS
 psql_db -c "SELECT pg_reload_conf()" >/dev/null
 
 sql_is "w1-b1" "SELECT batch_id FROM gridha.batches WHERE service_id = 'w1' AND status = 'committed'" &&

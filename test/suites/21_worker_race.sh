@@ -22,7 +22,6 @@ set -uo pipefail
 
 REPO=${GRIDHA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 LIB=${GRIDHA_LIB:-$REPO/test/lib.sh}
-BASE_OPTS=${GRIDHA_CLUSTER_OPTS:-shared_preload_libraries=gridha max_worker_processes=32}
 DB=gridha_race_test
 FAILED=0
 ENQ_PID=
@@ -41,7 +40,7 @@ cleanup() {
 		kill "$ENQ_PID" 2>/dev/null
 	fi
 	# shellcheck disable=SC2086 # the options are words
-	gridha_cluster_restart $BASE_OPTS >/dev/null 2>&1 ||
+	gridha_cluster_restart $SUITE_CLUSTER_OPTS >/dev/null 2>&1 ||
 		echo "# could not restart the cluster with the phase 2 settings" >&2
 	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1
 }
@@ -59,7 +58,7 @@ SELECT gridha.enqueue('warm', 'warm-b1', '\x00');
 EOF
 
 # shellcheck disable=SC2086 # the options are words
-if ! gridha_cluster_restart $BASE_OPTS gridha.workers=1 gridha.database=$DB \
+if ! gridha_cluster_restart $SUITE_CLUSTER_OPTS gridha.workers=1 gridha.database=$DB \
 		gridha.balance_claims=off gridha.renew_interval=1s gridha.naptime=100ms \
 		gridha.monitor_interval=100ms; then
 	not_ok "race: the cluster restarted with one worker"

@@ -23,22 +23,10 @@ CLIENTS=${IDSOAK_CLIENTS:-8}
 WINDOW=1000
 DB=gridha_idseq_soak
 
-if [ -z "${GRIDHA_TEST_DIR:-}" ]; then
-	gridha_cluster_init
-	trap gridha_cluster_cleanup EXIT
-	trap 'exit 130' INT TERM
-	gridha_cluster_start shared_preload_libraries=gridha max_worker_processes=32
-fi
-WORK=${GRIDHA_SUITE_DIR:-$GRIDHA_TEST_DIR/idseq_soak}
-mkdir -p "$WORK"
-
 FAILED=0
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$HERE/../tap.sh"
-# check NAME SQL: one TAP line; SQL must print t when the check passes.
-check() {
-	check_sql "$DB" "$1" "$2"
-}
+suite_work idseq_soak
 
 gridha_psql -d postgres -c "SET client_min_messages = warning" \
 	-c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB"
@@ -84,15 +72,15 @@ else
 fi
 gridha_log "idseq soak: $(gridha_psql -d "$DB" -c "SELECT count(*) FILTER (WHERE kind = 'id') || ' ids, ' || count(*) FILTER (WHERE kind = 'block') || ' blocks' FROM got")"
 
-check "ids were served by next_id and blocks by reserve_ids" \
+check_sql "$DB" "ids were served by next_id and blocks by reserve_ids" \
 	"SELECT count(*) FILTER (WHERE kind = 'id') > 100 AND count(*) FILTER (WHERE kind = 'block') > 100 FROM got"
-check "no id appears twice (ids and blocks never overlap)" \
+check_sql "$DB" "no id appears twice (ids and blocks never overlap)" \
 	"SELECT count(*) = 0 FROM (SELECT lo, lag(hi) OVER (ORDER BY lo, hi) AS prev_hi FROM got) x WHERE lo < prev_hi"
-check "no block crosses the end of its window" \
+check_sql "$DB" "no block crosses the end of its window" \
 	"SELECT bool_and((lo - 1) / $WINDOW = (hi - 2) / $WINDOW AND hi > lo) FROM got WHERE kind = 'block'"
-check "every id lies below the sequence's high water" \
+check_sql "$DB" "every id lies below the sequence's high water" \
 	"SELECT max(hi) - 1 <= (SELECT high_water FROM gridha.id_sequences WHERE name = 'soak') FROM got"
-check "the two would-be leaders ran ticks, each once" \
+check_sql "$DB" "the two would-be leaders ran ticks, each once" \
 	"SELECT count(*) > 1 AND count(DISTINCT tick) = count(*) FROM gridha.maintenance_ticks"
 
 # One more tick, at once: the stored ticks are removed and the lease handed
@@ -100,11 +88,11 @@ check "the two would-be leaders ran ticks, each once" \
 gridha_psql -d "$DB" -o /dev/null \
 	-c "SELECT gridha.resign(leader) FROM gridha.leases WHERE leader IS NOT NULL" \
 	-c "DELETE FROM gridha.maintenance_ticks"
-check "a tick of the window agent runs after the load" \
+check_sql "$DB" "a tick of the window agent runs after the load" \
 	"SELECT outcome = 'ran' FROM gridha.run_maintenance('00000000-0000-0000-0000-00000000aaaa')"
-check "after it, min_open_windows (4) windows have room for a block" \
+check_sql "$DB" "after it, min_open_windows (4) windows have room for a block" \
 	"SELECT count(*) >= 4 FROM gridha.id_windows WHERE name = 'soak' AND window_end - next_id >= 7"
-check "after it, no window without room for a block is left" \
+check_sql "$DB" "after it, no window without room for a block is left" \
 	"SELECT count(*) = 0 FROM gridha.id_windows WHERE name = 'soak' AND window_end - next_id < 7"
 
 [ "${IDSOAK_KEEP:-0}" = 1 ] || gridha_psql -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB" >/dev/null

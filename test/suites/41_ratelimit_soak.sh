@@ -49,22 +49,10 @@ GUARD_MS=250
 DB=gridha_ratelimit_soak
 DIE=dddddddd-0000-0000-0000-00000000dead
 
-if [ -z "${GRIDHA_TEST_DIR:-}" ]; then
-	gridha_cluster_init
-	trap gridha_cluster_cleanup EXIT
-	trap 'exit 130' INT TERM
-	gridha_cluster_start shared_preload_libraries=gridha max_worker_processes=32
-fi
-WORK=${GRIDHA_SUITE_DIR:-$GRIDHA_TEST_DIR/ratelimit_soak}
-mkdir -p "$WORK"
-
 FAILED=0
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$HERE/../tap.sh"
-# check NAME SQL: one TAP line; SQL must print t when the check passes.
-check() {
-	check_sql "$DB" "$1" "$2"
-}
+suite_work ratelimit_soak
 
 # mark NAME: records the server clock (a phase boundary) in marks.
 mark() {
@@ -200,41 +188,41 @@ gridha_psql -d "$DB" -c "SELECT '# phase ' || name || ' from ' || to_char(t_from
 gridha_psql -d "$DB" -c "SELECT '# ' || source || ' ' || name || ': ' || hand_outs || ' hand-outs, worst window '
        || worst_us || ' us within the bound (<= 0 is ok)' FROM excess ORDER BY name, source"
 
-check "lim was handed out in every limited phase (A, C, D)" \
+check_sql "$DB" "lim was handed out in every limited phase (A, C, D)" \
 	"SELECT count(*) = 3 AND bool_and(hand_outs > 5) FROM excess WHERE source = 'rate_handouts'"
 for ph in A C D; do
-	check "phase $ph: no window of rate_handouts.slot_at exceeds rate_burst + W / rate_interval" \
+	check_sql "$DB" "phase $ph: no window of rate_handouts.slot_at exceeds rate_burst + W / rate_interval" \
 		"SELECT worst_us <= 0 FROM excess WHERE source = 'rate_handouts' AND name = '$ph'"
-	check "phase $ph: no window of batches.handed_out_at exceeds rate_burst + W / rate_interval" \
+	check_sql "$DB" "phase $ph: no window of batches.handed_out_at exceeds rate_burst + W / rate_interval" \
 		"SELECT worst_us <= 0 FROM excess WHERE source = 'handed_out_at' AND name = '$ph'"
 done
-check "every hand-out of lim recorded in batches is a logged slot" \
+check_sql "$DB" "every hand-out of lim recorded in batches is a logged slot" \
 	"SELECT count(*) = 0 FROM gridha.batches b JOIN gridha.service_claims c USING (service_id)
 	  WHERE c.target = 'lim' AND b.handed_out_at IS NOT NULL
 	    AND NOT EXISTS (SELECT 1 FROM gridha.rate_handouts h
 	                     WHERE (h.service_id, h.batch_id, h.slot_at) = (b.service_id, b.batch_id, b.handed_out_at))"
-check "paused (rate_burst 0): nothing of lim handed out" \
+check_sql "$DB" "paused (rate_burst 0): nothing of lim handed out" \
 	"SELECT count(*) = 0 FROM lim_times x JOIN phases p ON p.name = 'P' AND x.t BETWEEN p.t_from AND p.t_to"
-check "the faster rate applies at once: in C's first second more than A's bound (15) went out" \
+check_sql "$DB" "the faster rate applies at once: in C's first second more than A's bound (15) went out" \
 	"SELECT count(*) > 15 FROM gridha.rate_handouts h JOIN marks m ON m.name = 'faster_after'
 	  WHERE h.target = 'lim' AND h.slot_at BETWEEN m.at AND m.at + interval '1 s'"
-check "the slower rate applies at once: D's first 2 s stay within its bound (9)" \
+check_sql "$DB" "the slower rate applies at once: D's first 2 s stay within its bound (9)" \
 	"SELECT count(*) <= 9 FROM gridha.rate_handouts h JOIN marks m ON m.name = 'slower_after'
 	  WHERE h.target = 'lim' AND h.slot_at BETWEEN m.at AND m.at + interval '2 s'"
-check "the unlimited target got far more hand-outs than lim (over 10x)" \
+check_sql "$DB" "the unlimited target got far more hand-outs than lim (over 10x)" \
 	"SELECT (SELECT count(*) FROM gridha.batches WHERE service_id LIKE 'f%' AND handed_out_at IS NOT NULL)
 	        > 10 * (SELECT count(*) FROM gridha.rate_handouts)"
-check "the unlimited target never stalled (no gap of 1 s between its hand-outs, paused phase included)" \
+check_sql "$DB" "the unlimited target never stalled (no gap of 1 s between its hand-outs, paused phase included)" \
 	"SELECT coalesce(max(gap), interval '0') < interval '1 s'
 	   FROM (SELECT handed_out_at - lag(handed_out_at) OVER (ORDER BY handed_out_at) AS gap
 	           FROM gridha.batches WHERE service_id LIKE 'f%' AND handed_out_at IS NOT NULL) x"
-check "each slot taken is logged once: slots_taken = hand-outs logged" \
+check_sql "$DB" "each slot taken is logged once: slots_taken = hand-outs logged" \
 	"SELECT r.slots_taken = (SELECT count(*) FROM gridha.rate_handouts WHERE target = 'lim')
 	   FROM gridha.target_rate_state r WHERE r.target = 'lim'"
-check "the dead instance's slot stayed used and its batch went out again with a new slot" \
+check_sql "$DB" "the dead instance's slot stayed used and its batch went out again with a new slot" \
 	"SELECT count(*) >= 2 AND count(DISTINCT instance_id) >= 2 AND bool_or(instance_id = '$DIE')
 	   FROM gridha.rate_handouts WHERE service_id = 'ldie' AND batch_id = 'b0'"
-check "the view target_rates shows lim's next slot no earlier than now and its slot count" \
+check_sql "$DB" "the view target_rates shows lim's next slot no earlier than now and its slot count" \
 	"SELECT next_slot_at >= now() AND slots_taken > 0 FROM gridha.target_rates WHERE target = 'lim'"
 
 [ "${RLSOAK_KEEP:-0}" = 1 ] || gridha_psql -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB" >/dev/null
@@ -256,24 +244,20 @@ INSERT INTO gridha.targets (target, submit_function, rate_interval, rate_burst)
 VALUES ('wlim', 'public.wsubmit(text,text,bytea,bigint)', '1 s', 1);
 SQL
 # shellcheck disable=SC2086 # the options are words
-gridha_cluster_restart ${GRIDHA_CLUSTER_OPTS:-shared_preload_libraries=gridha max_worker_processes=32} \
+gridha_cluster_restart $SUITE_CLUSTER_OPTS \
 	gridha.workers=1 gridha.database="$WDB" gridha.naptime=60s gridha.monitor_interval=60s >/dev/null
 gridha_psql -d "$WDB" -o /dev/null -c "SELECT gridha.enqueue('w', 'w' || i, '\x00', 'wlim') FROM generate_series(1, 3) AS i"
-deadline=$((SECONDS + 20))
-while [ "$SECONDS" -lt "$deadline" ] &&
-		[ "$(gridha_psql -d "$WDB" -c "SELECT count(*) FROM gridha.batches WHERE status = 'committed'")" != 3 ]; do
-	sleep 0.2
-done
-check_w() {
-	DB=$WDB check "$@"
+all_committed() {
+	[ "$(gridha_psql -d "$WDB" -c "SELECT count(*) FROM gridha.batches WHERE status = 'committed'")" = 3 ]
 }
-check_w "worker: three batches of a target with one slot a second committed within 20 s, not a 60 s naptime" \
+wait_until 20 all_committed || true
+check_sql "$WDB" "worker: three batches of a target with one slot a second committed within 20 s, not a 60 s naptime" \
 	"SELECT count(*) = 3 FROM gridha.batches WHERE status = 'committed'"
-check_w "worker: its hand-outs were a slot (1 s) apart, and logged" \
+check_sql "$WDB" "worker: its hand-outs were a slot (1 s) apart, and logged" \
 	"SELECT count(*) = 3 AND min(gap) >= interval '1 s'
 	   FROM (SELECT slot_at - lag(slot_at) OVER (ORDER BY slot_at) AS gap FROM gridha.rate_handouts) x"
 gridha_psql -d "$WDB" -c "SELECT '# worker hand-outs at ' || string_agg(to_char(slot_at, 'HH24:MI:SS.MS'), ', ' ORDER BY slot_at) FROM gridha.rate_handouts"
 # shellcheck disable=SC2086 # the options are words
-gridha_cluster_restart ${GRIDHA_CLUSTER_OPTS:-shared_preload_libraries=gridha max_worker_processes=32} >/dev/null
+gridha_cluster_restart $SUITE_CLUSTER_OPTS >/dev/null
 [ "${RLSOAK_KEEP:-0}" = 1 ] || gridha_psql -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $WDB" >/dev/null
 [ "$FAILED" -eq 0 ]
