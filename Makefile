@@ -11,6 +11,8 @@ OBJS += src/dlt_http.o
 OBJS += src/worker.o src/submit.o src/targets.o
 # Section 7: leader lease, ID windows, rate limits
 OBJS += src/leader.o src/idseq.o src/ratelimit.o
+# PGXS knows no header dependencies: any header change rebuilds every object
+$(OBJS): $(wildcard src/*.h)
 DATA = sql/gridha--1.0.sql
 DOCS = README.md
 

@@ -53,7 +53,7 @@ SELECT count(*) FROM gridha.pending_batches(:A, 1);
 -- report_status: valid, then committed; the next batch becomes the head
 SELECT gridha.report_status(:A, 'svc-a', 'a1', 1, 'valid');
 SELECT gridha.report_status(:A, 'svc-a', 'a1', 1, 'committed');
-SELECT service_id, head_seq, in_flight, submitting, ready_at IS NOT NULL AS ready FROM gridha.service_claims ORDER BY service_id;
+SELECT service_id, head_seq, in_flight, submitting, ready_at IS NOT NULL AS ready FROM gridha.claims ORDER BY service_id;
 SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batch(:A);
 
 -- release_claims hands back what has nothing submitting

@@ -12,8 +12,10 @@
  *             head can be handed out or be in flight
  *
  * The per-service bookkeeping columns of service_claims (head_seq, tail_seq,
- * ready_at, in_flight, submitting) are what keep every hand-out an index
- * lookup, whatever the number of services or queued batches.
+ * ready_at, in_flight) are what keep every hand-out an index lookup,
+ * whatever the number of services or queued batches. Whether the head is
+ * submitting is read from the head batch itself: an accepted submission
+ * writes the batch row only.
  */
 
 \echo Use "CREATE EXTENSION gridha" to load this file. \quit
@@ -78,8 +80,7 @@ CREATE TABLE gridha.service_claims (
     head_seq    bigint,
     tail_seq    bigint NOT NULL DEFAULT 0,
     ready_at    timestamptz,
-    in_flight   boolean NOT NULL DEFAULT false,
-    submitting  boolean NOT NULL DEFAULT false
+    in_flight   boolean NOT NULL DEFAULT false
 )
 -- Every hand-out and report rewrites the row: room on its page keeps the
 -- new version there (fewer pages touched, and HOT when no key changes).
@@ -93,7 +94,7 @@ CREATE TABLE gridha.service_claims (
 WITH (fillfactor = 50);
 
 COMMENT ON TABLE gridha.service_claims IS
-'one row per service: its claim (claimant, epoch, soft_expiry, hard_expiry) and its queue state (head_seq = oldest unfinished batch, tail_seq = last enqueued, ready_at = when the head became submittable, NULL while it is in flight or the queue is empty)';
+'one row per service: its claim (claimant, epoch, soft_expiry, hard_expiry) and its queue state (head_seq = oldest unfinished batch, tail_seq = last enqueued, ready_at = when the head became submittable, NULL while it is in flight or the queue is empty, in_flight = the head is handed out: submitting, pending or valid)';
 
 -- Hand-out: a claimant's services ordered by how long their head has waited.
 -- Renewal, release and counting use the claimant prefix, and the free
@@ -131,7 +132,7 @@ CREATE TABLE gridha.batches (
 WITH (fillfactor = 80);
 
 COMMENT ON TABLE gridha.batches IS
-'every batch; seq is its position in its service''s enqueue order, epoch and instance_id belong to its latest hand-out';
+'every batch; seq is its position in its service''s enqueue order, epoch and instance_id belong to its latest hand-out (instance_id NULL: a takeover revoked that hand-out while it was submitting)';
 
 /*
  * batches_before_insert: gives a new batch its place in its service's queue.
@@ -382,15 +383,20 @@ SELECT c.service_id,
            WHEN c.claimant IS NULL THEN 'free'
            WHEN c.soft_expiry > now() THEN 'held'
            WHEN c.hard_expiry <= now() THEN 'hard_expired'
-           WHEN c.submitting THEN 'slow'
+           WHEN h.submitting THEN 'slow'
            ELSE 'soft_expired'
        END AS state,
        c.head_seq,
        c.tail_seq,
        c.in_flight,
-       c.submitting,
+       h.submitting,
        c.ready_at
-FROM gridha.service_claims c;
+FROM gridha.service_claims c
+CROSS JOIN LATERAL (
+    SELECT c.in_flight AND EXISTS (
+               SELECT 1 FROM gridha.batches b
+                WHERE b.service_id = c.service_id AND b.seq = c.head_seq
+                  AND b.status = 'submitting') AS submitting) h;
 
 COMMENT ON VIEW gridha.claims IS
 'each claim with its state: free, held, slow (soft-expired but submitting: not taken), soft_expired (takeover possible), hard_expired (takeover regardless)';
@@ -412,7 +418,7 @@ SELECT i.instance_id,
        END AS health
 FROM gridha.instances i
 CROSS JOIN gridha.expiry_settings() s
-LEFT JOIN gridha.service_claims c ON c.claimant = i.instance_id
+LEFT JOIN gridha.claims c ON c.claimant = i.instance_id
 GROUP BY i.instance_id, s.soft_expiry, s.hard_expiry;
 
 COMMENT ON VIEW gridha.instance_health IS

@@ -38,16 +38,6 @@
 	" AND (NOT $2 OR " c ".target IN (SELECT t.target FROM gridha.targets t" \
 	"      WHERE t.submit_url IS NOT NULL OR t.submit_function IS NOT NULL))"
 
-/* What a takeover or a fresh claim sets; a batch left submitting goes back
- * to the head of the queue for the new claimant. */
-#define CLAIMS_TAKE_SET \
-	" SET claimant = $1, epoch = c.epoch + 1," \
-	"     soft_expiry = now() + $4 * interval '1 millisecond'," \
-	"     hard_expiry = now() + $5 * interval '1 millisecond'," \
-	"     in_flight = c.in_flight AND NOT c.submitting," \
-	"     ready_at = CASE WHEN c.submitting THEN now() ELSE c.ready_at END," \
-	"     submitting = false"
-
 static GridhaStatement claims_renew_stmt = {
 	"WITH r AS ("
 	"  UPDATE gridha.service_claims c"
@@ -76,35 +66,51 @@ static GridhaStatement claims_counts_stmt = {
 	3, {UUIDOID, BOOLOID, INT8OID}
 };
 
-static GridhaStatement claims_take_free_stmt = {
-	"WITH cand AS ("
+/*
+ * The claim's head is submitting. Only a hand-out makes a head submitting,
+ * and it holds the claim's row lock; an accepted report moves it on to
+ * pending without that lock (status.c).
+ */
+#define CLAIMS_HEAD_SUBMITTING(c) \
+	"(" c ".in_flight AND EXISTS (SELECT 1 FROM gridha.batches b" \
+	"  WHERE b.service_id = " c ".service_id AND b.seq = " c ".head_seq" \
+	"    AND b.status = 'submitting'))"
+
+/*
+ * Taking claims is two statements. The first picks and locks candidates
+ * (FOR UPDATE SKIP LOCKED; the claim's own conditions are re-checked on its
+ * newest row version) and returns their ids. The second takes them, with a
+ * snapshot taken after the locks were granted: no hand-out can have
+ * happened since, so whether a head is submitting is read as it is, but
+ * for an accepted report moving it to pending meanwhile, which the batch
+ * row lock settles (see claims_take_stmt). In one statement, a candidate
+ * whose lock had to wait for a hand-out would be judged on a batch row
+ * older than the claim row.
+ *
+ * $1 instance, $2 a worker (only services it can submit for), $3 at most
+ * this many (NULL: no limit).
+ */
+static GridhaStatement claims_free_stmt = {
+	"SELECT array_agg(service_id) FROM ("
 	"  SELECT c.service_id FROM gridha.service_claims c"
 	"   WHERE c.claimant IS NULL" CLAIMS_TARGET_FILTER("c")
 	"   ORDER BY c.ready_at"
 	"   LIMIT $3"
-	"   FOR UPDATE SKIP LOCKED"
-	")"
-	" UPDATE gridha.service_claims c" CLAIMS_TAKE_SET
-	"  FROM cand WHERE c.service_id = cand.service_id"
-	" RETURNING c.service_id, c.epoch",
-	5, {UUIDOID, BOOLOID, INT8OID, INT8OID, INT8OID}
+	"   FOR UPDATE SKIP LOCKED) c",
+	3, {UUIDOID, BOOLOID, INT8OID}
 };
 
-static GridhaStatement claims_take_expired_stmt = {
-	"WITH cand AS ("
+static GridhaStatement claims_expired_stmt = {
+	"SELECT array_agg(service_id) FROM ("
 	"  SELECT c.service_id FROM gridha.service_claims c"
 	"   WHERE c.soft_expiry <= now()"
 	"     AND c.claimant IS NOT NULL AND c.claimant <> $1"
-	"     AND (c.hard_expiry <= now() OR NOT c.submitting)"
+	"     AND (c.hard_expiry <= now() OR NOT " CLAIMS_HEAD_SUBMITTING("c") ")"
 	CLAIMS_TARGET_FILTER("c")
 	"   ORDER BY c.soft_expiry"
 	"   LIMIT $3"
-	"   FOR UPDATE SKIP LOCKED"
-	")"
-	" UPDATE gridha.service_claims c" CLAIMS_TAKE_SET
-	"  FROM cand WHERE c.service_id = cand.service_id"
-	" RETURNING c.service_id, c.epoch",
-	5, {UUIDOID, BOOLOID, INT8OID, INT8OID, INT8OID}
+	"   FOR UPDATE SKIP LOCKED) c",
+	3, {UUIDOID, BOOLOID, INT8OID}
 };
 
 /*
@@ -112,31 +118,64 @@ static GridhaStatement claims_take_expired_stmt = {
  * liveness), within their soft expiry (later ones are expired claims), and
  * with nothing submitting: taken like a soft-expired claim.
  */
-static GridhaStatement claims_take_orphaned_stmt = {
-	"WITH gone AS ("
-	"  SELECT i.instance_id FROM gridha.instances i"
-	"   WHERE i.instance_id <> $1 AND " GRIDHA_SESSION_GONE("i")
-	"), cand AS ("
+static GridhaStatement claims_orphaned_stmt = {
+	"SELECT array_agg(service_id) FROM ("
 	"  SELECT c.service_id FROM gridha.service_claims c"
-	"    JOIN gone ON c.claimant = gone.instance_id"
-	"   WHERE c.soft_expiry > now() AND NOT c.submitting"
+	"    JOIN gridha.instances i ON i.instance_id = c.claimant"
+	"   WHERE i.instance_id <> $1 AND " GRIDHA_SESSION_GONE("i")
+	"     AND c.soft_expiry > now() AND NOT " CLAIMS_HEAD_SUBMITTING("c")
 	CLAIMS_TARGET_FILTER("c")
 	"   ORDER BY c.ready_at"
 	"   LIMIT $3"
-	"   FOR UPDATE OF c SKIP LOCKED"
+	"   FOR UPDATE OF c SKIP LOCKED) c",
+	3, {UUIDOID, BOOLOID, INT8OID}
+};
+
+/*
+ * The take: $1 instance, $2 the locked candidates, $3/$4 soft/hard expiry
+ * in ms, $5 a claim within its hard expiry is taken only with nothing
+ * submitting (expired and orphaned claims; a free one is always taken).
+ *
+ * A head still submitting has its hand-out revoked (r: instance_id := NULL,
+ * status unchanged): the old claimant's acceptance no longer matches it, and
+ * the claim becomes ready so the new claimant hands it out again. If the
+ * acceptance commits first, r's re-check on the newest row version finds
+ * the batch pending and leaves it alone, and the claim stays in flight with
+ * it. Taking sets the claimant, bumps the epoch and sets both expiries.
+ */
+static GridhaStatement claims_take_stmt = {
+	"WITH h AS ("
+	"  SELECT c.service_id, c.head_seq, c.hard_expiry,"
+	"         " CLAIMS_HEAD_SUBMITTING("c") " AS submitting"
+	"    FROM gridha.service_claims c"
+	"   WHERE c.service_id = ANY ($2)"
+	"), t AS ("
+	"  SELECT h.service_id, h.head_seq, h.submitting FROM h"
+	"   WHERE NOT $5 OR NOT h.submitting OR h.hard_expiry <= now()"
+	"), r AS ("
+	"  UPDATE gridha.batches b SET instance_id = NULL"
+	"    FROM t"
+	"   WHERE t.submitting AND b.service_id = t.service_id AND b.seq = t.head_seq"
+	"     AND b.status = 'submitting'"
+	"  RETURNING b.service_id"
 	")"
-	" UPDATE gridha.service_claims c" CLAIMS_TAKE_SET
-	"  FROM cand WHERE c.service_id = cand.service_id"
-	"   AND NOT c.submitting"
+	" UPDATE gridha.service_claims c"
+	"    SET claimant = $1, epoch = c.epoch + 1,"
+	"        soft_expiry = now() + $3 * interval '1 millisecond',"
+	"        hard_expiry = now() + $4 * interval '1 millisecond',"
+	"        in_flight = c.in_flight AND r.service_id IS NULL,"
+	"        ready_at = CASE WHEN r.service_id IS NULL THEN c.ready_at ELSE now() END"
+	"   FROM t LEFT JOIN r ON r.service_id = t.service_id"
+	"  WHERE c.service_id = t.service_id"
 	" RETURNING c.service_id, c.epoch",
-	5, {UUIDOID, BOOLOID, INT8OID, INT8OID, INT8OID}
+	5, {UUIDOID, TEXTARRAYOID, INT8OID, INT8OID, BOOLOID}
 };
 
 /* Surplus release: idle services first, then those that waited least. */
 static GridhaStatement claims_release_surplus_stmt = {
 	"WITH r AS ("
 	"  SELECT c.service_id FROM gridha.service_claims c"
-	"   WHERE c.claimant = $1 AND NOT c.in_flight AND NOT c.submitting"
+	"   WHERE c.claimant = $1 AND NOT c.in_flight"
 	"   ORDER BY c.ready_at DESC NULLS FIRST"
 	"   LIMIT $2"
 	"   FOR UPDATE SKIP LOCKED"
@@ -147,11 +186,21 @@ static GridhaStatement claims_release_surplus_stmt = {
 	2, {UUIDOID, INT8OID}
 };
 
+/*
+ * Release at stop, in two statements as a take is (see above): lock the
+ * instance's claims, then, with a snapshot that sees every hand-out made
+ * under those locks, hand back those with nothing submitting.
+ */
+static GridhaStatement claims_lock_held_stmt = {
+	"SELECT 1 FROM gridha.service_claims WHERE claimant = $1 FOR UPDATE",
+	1, {UUIDOID}
+};
+
 static GridhaStatement claims_release_all_stmt = {
 	"WITH r AS ("
-	"  UPDATE gridha.service_claims"
+	"  UPDATE gridha.service_claims c"
 	"     SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL"
-	"   WHERE claimant = $1 AND NOT submitting"
+	"   WHERE c.claimant = $1 AND NOT " CLAIMS_HEAD_SUBMITTING("c")
 	"  RETURNING 1"
 	"), i AS ("
 	"  UPDATE gridha.instances SET stopped_at = now() WHERE instance_id = $1"
@@ -182,16 +231,19 @@ gridha_claims_renew(Datum instance_id)
 }
 
 /*
- * claims_take: runs one take statement for at most "limit" claims (-1: no
- * limit) and appends what it took to rsinfo's tuplestore when given.
+ * claims_take: locks up to "limit" candidates (-1: no limit) with the
+ * candidate statement "pick", takes them (claims_take_stmt) and appends
+ * what it took to rsinfo's tuplestore when given. Returns how many.
  */
 static int
-claims_take(GridhaStatement *stmt, Datum instance_id, bool is_worker,
-			int64 limit, ReturnSetInfo *rsinfo)
+claims_take(GridhaStatement *pick, bool only_idle, Datum instance_id,
+			bool is_worker, int64 limit, ReturnSetInfo *rsinfo)
 {
 	GridhaTiming t = gridha_timing();
 	Datum		args[5];
 	char		nulls[6] = "     ";
+	bool		isnull;
+	Datum		ids;
 	uint64		i;
 
 	args[0] = instance_id;
@@ -199,20 +251,27 @@ claims_take(GridhaStatement *stmt, Datum instance_id, bool is_worker,
 	args[2] = Int64GetDatum(limit);
 	if (limit < 0)
 		nulls[2] = 'n';
-	args[3] = Int64GetDatum(t.soft_ms);
-	args[4] = Int64GetDatum(t.hard_ms);
-	gridha_exec(stmt, args, nulls, false);
+	gridha_exec(pick, args, nulls, false);
+	ids = gridha_col(0, 1, &isnull);
+	if (isnull)
+		return 0;
+
+	args[1] = ids;
+	args[2] = Int64GetDatum(t.soft_ms);
+	args[3] = Int64GetDatum(t.hard_ms);
+	args[4] = BoolGetDatum(only_idle);
+	gridha_exec(&claims_take_stmt, args, NULL, false);
 
 	if (rsinfo != NULL)
 	{
 		for (i = 0; i < SPI_processed; i++)
 		{
 			Datum		values[2];
-			bool		isnull[2];
+			bool		colnull[2];
 
-			values[0] = gridha_col(i, 1, &isnull[0]);
-			values[1] = gridha_col(i, 2, &isnull[1]);
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, isnull);
+			values[0] = gridha_col(i, 1, &colnull[0]);
+			values[1] = gridha_col(i, 2, &colnull[1]);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, colnull);
 		}
 	}
 	return (int) SPI_processed;
@@ -266,12 +325,12 @@ gridha_claims_acquire(Datum instance_id, bool is_worker, ReturnSetInfo *rsinfo)
 			return 0;
 	}
 
-	taken = claims_take(&claims_take_free_stmt, instance_id, is_worker, limit, rsinfo);
+	taken = claims_take(&claims_free_stmt, false, instance_id, is_worker, limit, rsinfo);
 	if (limit < 0 || taken < limit)
-		taken += claims_take(&claims_take_expired_stmt, instance_id, is_worker,
+		taken += claims_take(&claims_expired_stmt, true, instance_id, is_worker,
 							 limit < 0 ? -1 : limit - taken, rsinfo);
 	if (limit < 0 || taken < limit)
-		taken += claims_take(&claims_take_orphaned_stmt, instance_id, is_worker,
+		taken += claims_take(&claims_orphaned_stmt, true, instance_id, is_worker,
 							 limit < 0 ? -1 : limit - taken, rsinfo);
 	return taken;
 }
@@ -332,6 +391,7 @@ gridha_release_claims(PG_FUNCTION_ARGS)
 
 	args[0] = instance_id;
 	SPI_connect();
+	gridha_exec(&claims_lock_held_stmt, args, NULL, false);
 	gridha_exec(&claims_release_all_stmt, args, NULL, false);
 	n = (int) gridha_col_int64(0, 1);
 	SPI_finish();

@@ -31,7 +31,7 @@
 	"  RETURNING b.service_id, b.batch_id, b.payload, b.epoch, b.attempts" extra_returning \
 	"), c AS (" \
 	"  UPDATE gridha.service_claims c" \
-	"     SET ready_at = NULL, in_flight = true, submitting = true" \
+	"     SET ready_at = NULL, in_flight = true" \
 	"    FROM b WHERE c.service_id = b.service_id" \
 	")"
 

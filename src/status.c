@@ -9,23 +9,33 @@
  *   in flight   submitting (under the current epoch), pending or valid
  *   final       committed or invalid: never changes again, and moves the
  *               service's head to its next batch
- *   fencing     a report locks the service's claim row only if this instance
- *               holds it at this epoch; a stale report raises RG001 and
- *               changes nothing
+ *   fencing     a write changes anything only if this instance holds the
+ *               service at this epoch; a stale one raises RG001 and changes
+ *               nothing
  *
- * A report is one statement: lock the claim (claimant and epoch in its
- * WHERE), move the batch (its status and hand-out epoch in its WHERE), move
- * the claim. Every writer of a batch row holds its service's claim row
- * locked, so once the lock is granted nothing else changes either. The next
- * head is seq + 1: seqs are given out gap-free under the claim lock
+ * An accepted submission (submitting -> pending) touches the batch row
+ * only: its hand-out's instance and epoch are the fence. Every takeover
+ * revokes the hand-out of a head still submitting (instance_id := NULL)
+ * under that batch's row lock, in the statement that bumps the epoch (see
+ * claims.c), so the report and the takeover are ordered by that lock: the
+ * report first, and the takeover sees the batch pending and leaves it in
+ * flight; the takeover first, and the report matches nothing. The claim
+ * has nothing to learn from an acceptance: it was in flight and stays so.
+ *
+ * Every other report is one statement: lock the claim (claimant and epoch
+ * in its WHERE), move the batch (its status and hand-out epoch in its
+ * WHERE), move the claim. Every writer of a batch row but the acceptance
+ * holds its service's claim row locked, so once the lock is granted the
+ * head can only go from submitting to pending meanwhile. The next head is
+ * seq + 1: seqs are given out gap-free under the claim lock
  * (batches_before_insert) and an unfinished batch cannot be deleted, so the
  * claim's tail_seq, read under the lock, says whether it exists even when
  * it was enqueued after the statement's snapshot.
  *
- * When the statement changes nothing, a second read with a fresh snapshot
- * says why (RG003, RG001, RG002). If that read finds the report valid after
- * all, the batch or claim moved between the snapshot and the lock; the
- * report runs once more, now with a snapshot taken under the lock.
+ * When a report changes nothing, a second read with a fresh snapshot says
+ * why (RG003, RG001, RG002). If that read finds the report valid after all,
+ * the batch or claim moved between the snapshot and the lock; the report
+ * runs once more, now with a snapshot taken under the lock.
  *
  *-------------------------------------------------------------------------
  */
@@ -59,8 +69,9 @@ typedef enum ReportFrom
 	" OR ($7 AND " b ".status IN ('pending', 'valid')))"
 
 /*
- * $1 service, $2 batch, $3 instance, $4 epoch, $5 new status, $6 detail,
- * $7 pending/valid may be reported on too, $8 a submission was accepted.
+ * Every report but an acceptance: $1 service, $2 batch, $3 instance,
+ * $4 epoch, $5 new status, $6 detail, $7 pending/valid may be reported on
+ * too.
  *
  * The fence is the claim row's own UPDATE (c): it matches only while this
  * instance holds the service at this epoch and the batch is its head, and
@@ -80,8 +91,7 @@ static GridhaStatement status_report_stmt = {
 	"   WHERE b.service_id = $1 AND b.batch_id = $2 AND " STATUS_FROM("b")
 	"), c AS ("
 	"  UPDATE gridha.service_claims s"
-	"     SET submitting = false,"
-	"         in_flight = $5 IN ('pending', 'valid'),"
+	"     SET in_flight = $5 IN ('pending', 'valid'),"
 	"         head_seq = CASE WHEN $5 NOT IN ('committed', 'invalid') THEN s.head_seq"
 	"                         WHEN s.tail_seq > x.seq THEN x.seq + 1 END,"
 	"         ready_at = CASE WHEN $5 IN ('committed', 'invalid')"
@@ -97,12 +107,25 @@ static GridhaStatement status_report_stmt = {
 	"    SET status = $5::gridha.batch_status,"
 	"        not_before = CASE WHEN $5 = 'delayed' THEN " STATUS_NOT_BEFORE("b.attempts") " END,"
 	"        detail = coalesce($6, b.detail),"
-	"        submitted_at = CASE WHEN $8 THEN now() ELSE b.submitted_at END,"
 	"        finished_at = CASE WHEN $5 IN ('committed', 'invalid') THEN now() END"
 	"   FROM c"
 	"  WHERE b.service_id = $1 AND b.seq = c.seq AND b.batch_id = $2 AND " STATUS_FROM("b")
 	" RETURNING $5::gridha.batch_status",
-	8, {TEXTOID, TEXTOID, UUIDOID, INT8OID, TEXTOID, TEXTOID, BOOLOID, BOOLOID}
+	7, {TEXTOID, TEXTOID, UUIDOID, INT8OID, TEXTOID, TEXTOID, BOOLOID}
+};
+
+/*
+ * An accepted submission: $1 service, $2 batch, $3 instance, $4 epoch,
+ * $5 detail. Matches only the batch handed out to this instance under this
+ * epoch and not revoked since (see the header).
+ */
+static GridhaStatement status_accept_stmt = {
+	"UPDATE gridha.batches b"
+	"   SET status = 'pending', detail = coalesce($5, b.detail), submitted_at = now()"
+	" WHERE b.service_id = $1 AND b.batch_id = $2 AND b.status = 'submitting'"
+	"   AND b.epoch = $4 AND b.instance_id = $3"
+	" RETURNING b.status",
+	5, {TEXTOID, TEXTOID, UUIDOID, INT8OID, TEXTOID}
 };
 
 /* Why a report changed nothing: the claim and the batch as they are now */
@@ -128,7 +151,7 @@ static GridhaStatement status_pending_stmt = {
 	"   WHERE b.service_id = c.service_id AND b.seq = c.head_seq"
 	"     AND b.status IN ('pending', 'valid')"
 	"   LIMIT 1) h"
-	" WHERE c.claimant = $1 AND c.in_flight AND NOT c.submitting"
+	" WHERE c.claimant = $1 AND c.in_flight"
 	" ORDER BY h.submitted_at, c.service_id"
 	" LIMIT $2",
 	2, {UUIDOID, INT8OID}
@@ -218,10 +241,12 @@ status_diagnose(Datum instance_id, text *service_id, text *batch_id,
  */
 static Datum
 status_report(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
-			  const char *new_status, text *detail, ReportFrom from, bool submitted)
+			  const char *new_status, text *detail, ReportFrom from)
 {
-	Datum		args[8];
-	char		nulls[9] = "        ";
+	bool		accept = from == FROM_SUBMITTING && strcmp(new_status, "pending") == 0;
+	GridhaStatement *stmt = accept ? &status_accept_stmt : &status_report_stmt;
+	Datum		args[7];
+	char		nulls[8] = "       ";
 	bool		isnull;
 	int			attempt;
 
@@ -229,16 +254,24 @@ status_report(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 	args[1] = PointerGetDatum(batch_id);
 	args[2] = instance_id;
 	args[3] = Int64GetDatum(epoch);
-	args[4] = CStringGetTextDatum(new_status);
-	args[5] = PointerGetDatum(detail);
-	if (detail == NULL)
-		nulls[5] = 'n';
-	args[6] = BoolGetDatum(from == FROM_IN_FLIGHT);
-	args[7] = BoolGetDatum(submitted);
+	if (accept)
+	{
+		args[4] = PointerGetDatum(detail);
+		if (detail == NULL)
+			nulls[4] = 'n';
+	}
+	else
+	{
+		args[4] = CStringGetTextDatum(new_status);
+		args[5] = PointerGetDatum(detail);
+		if (detail == NULL)
+			nulls[5] = 'n';
+		args[6] = BoolGetDatum(from == FROM_IN_FLIGHT);
+	}
 
 	for (attempt = 0; attempt < 2; attempt++)
 	{
-		gridha_exec(&status_report_stmt, args, nulls, false);
+		gridha_exec(stmt, args, nulls, false);
 		if (SPI_processed == 1)
 			return gridha_col(0, 1, &isnull);
 		status_diagnose(instance_id, service_id, batch_id, epoch, from);
@@ -289,8 +322,7 @@ gridha_report_submission(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	result = status_report(instance_id, service_id, batch_id, epoch, new_status,
-						   detail, FROM_SUBMITTING,
-						   strcmp(new_status, "pending") == 0);
+						   detail, FROM_SUBMITTING);
 	SPI_finish();
 	PG_RETURN_DATUM(result);
 }
@@ -334,7 +366,7 @@ gridha_report_status(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	result = status_report(instance_id, service_id, batch_id, epoch, new_status,
-						   NULL, FROM_IN_FLIGHT, false);
+						   NULL, FROM_IN_FLIGHT);
 	SPI_finish();
 	PG_RETURN_DATUM(result);
 }

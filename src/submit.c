@@ -108,7 +108,7 @@ static GridhaStatement submit_orphans_stmt = {
 	"SELECT b.service_id, b.batch_id, b.epoch"
 	"  FROM gridha.service_claims c"
 	"  JOIN gridha.batches b ON b.service_id = c.service_id AND b.seq = c.head_seq"
-	" WHERE c.claimant = $1 AND c.submitting"
+	" WHERE c.claimant = $1 AND c.in_flight"
 	"   AND b.status = 'submitting' AND b.epoch = c.epoch AND b.instance_id = $1",
 	1, {UUIDOID}
 };
