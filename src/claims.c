@@ -17,7 +17,9 @@
  * Every candidate row is locked with FOR UPDATE SKIP LOCKED and its
  * condition is re-checked on the newest row version (READ COMMITTED
  * EvalPlanQual), so two instances can never both take one claim, and a
- * takeover can never slip between a claimant's lock and its write.
+ * takeover can never slip between a claimant's lock and its write. A
+ * takeover also revokes the hand-out of a head still submitting, which is
+ * what fences the old claimant's acceptance (see status.c).
  *
  *-------------------------------------------------------------------------
  */
