@@ -33,11 +33,20 @@
 #include "utils/tuplestore.h"
 
 /*
- * The hand-out: up to "limit" ready heads of the instance's services. Two
- * statements share the text: next_batch's with LIMIT 1, whose generic plan
- * looks each head up by its key, and next_batches' with LIMIT $2, planned
- * for each call's count (a generic plan would guess a tenth of the
- * instance's services and could then scan all of gridha.batches to join).
+ * The hand-out is two statements: the pick locks up to "limit" ready claims
+ * of the instance (FOR UPDATE SKIP LOCKED) and returns them as arrays; the
+ * writes (GRIDHA_HANDOUT_WRITES) then mark their heads submitting and the
+ * claims in flight. Apart, the pick's index scan ends before anything is
+ * written: a scan marks the dead entries it stepped over (each hand-out and
+ * report leaves one behind in the (claimant, ready_at) index) only if their
+ * leaf page is unchanged when it ends, and in one statement the claim's own
+ * new index entry changed it first. Unmarked, every hand-out stepped over
+ * all of them again until the next vacuum.
+ *
+ * Two pick statements share the text: next_batch's with LIMIT 1, whose
+ * generic plan looks each head up by its key, and next_batches' with
+ * LIMIT $2, planned for each call's count (a generic plan would guess a
+ * tenth of the instance's services).
  *
  * "(SELECT now())" is computed once per run, after planning, so the planner
  * estimates the soft-expiry test without the statistics: every held claim's
@@ -45,23 +54,30 @@
  * it matches nothing, and a plan believing that would rather sort all of the
  * instance's claims than walk the (claimant, ready_at) index to the first.
  */
-#define QUEUE_HANDOUT_SQL(limit) \
-	"WITH s AS (" \
+#define QUEUE_PICK_SQL(limit) \
+	"SELECT array_agg(service_id), array_agg(head_seq), array_agg(epoch) FROM (" \
 	"  SELECT c.service_id, c.head_seq, c.epoch" \
 	"    FROM gridha.service_claims c" \
 	"   WHERE c.claimant = $1 AND c.ready_at <= now() AND c.soft_expiry > (SELECT now())" \
 	"   ORDER BY c.ready_at" \
 	"   LIMIT " limit \
-	"   FOR UPDATE SKIP LOCKED" \
-	"), " GRIDHA_HANDOUT_WRITES("", "") \
-	" SELECT service_id, batch_id, payload, epoch, attempts FROM b"
+	"   FOR UPDATE SKIP LOCKED) c"
 
-static GridhaStatement queue_handout_one_stmt = {
-	QUEUE_HANDOUT_SQL("1"), 2, {UUIDOID, INT8OID}
+static GridhaStatement queue_pick_one_stmt = {
+	QUEUE_PICK_SQL("1"), 2, {UUIDOID, INT8OID}
 };
 
-static GridhaStatement queue_handout_many_stmt = {
-	QUEUE_HANDOUT_SQL("$2"), 2, {UUIDOID, INT8OID}, true
+static GridhaStatement queue_pick_many_stmt = {
+	QUEUE_PICK_SQL("$2"), 2, {UUIDOID, INT8OID}, true
+};
+
+/* The writes: $2, $3, $4 the picked claims' service_id, head_seq, epoch */
+static GridhaStatement queue_handout_stmt = {
+	"WITH s AS ("
+	"  SELECT * FROM unnest($2::text[], $3::int8[], $4::int8[]) AS s(service_id, head_seq, epoch)"
+	"), " GRIDHA_HANDOUT_WRITES("", "")
+	" SELECT service_id, batch_id, payload, epoch, attempts FROM b",
+	4, {UUIDOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID}
 };
 
 static GridhaStatement queue_target_exists_stmt = {
@@ -128,12 +144,14 @@ static GridhaStatement queue_verify_stmt = {
  *
  * While some target is rate-limited, ratelimit.c hands out instead: it
  * skips the heads of targets with no slot now and takes a slot for each
- * head of a limited target. Otherwise this one statement is all there is.
+ * head of a limited target. Otherwise the two statements above are all
+ * there is.
  */
 int
 gridha_queue_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rsinfo)
 {
-	Datum		args[2];
+	Datum		args[4];
+	bool		none;
 	uint64		i;
 
 	if (gridha_ratelimit_active())
@@ -141,8 +159,18 @@ gridha_queue_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rsinfo
 
 	args[0] = instance_id;
 	args[1] = Int64GetDatum(max_batches);
-	gridha_exec(max_batches == 1 ? &queue_handout_one_stmt : &queue_handout_many_stmt,
+	gridha_exec(max_batches == 1 ? &queue_pick_one_stmt : &queue_pick_many_stmt,
 				args, NULL, false);
+	(void) gridha_col(0, 1, &none);
+	if (none)
+		return 0;
+	for (i = 0; i < 3; i++)
+	{
+		bool		isnull;
+
+		args[i + 1] = gridha_col(0, i + 1, &isnull);
+	}
+	gridha_exec(&queue_handout_stmt, args, NULL, false);
 
 	for (i = 0; i < SPI_processed; i++)
 	{
