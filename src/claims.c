@@ -86,8 +86,9 @@ static GridhaStatement claims_counts_stmt = {
  * happened since, so whether a head is submitting is read as it is, but
  * for an accepted report moving it to pending meanwhile, which the batch
  * row lock settles (see claims_take_stmt). In one statement, a candidate
- * whose lock had to wait for a hand-out would be judged on a batch row
- * older than the claim row.
+ * whose claim row a hand-out changed after the statement's snapshot (the
+ * lock follows it to its newest version) would be judged on a batch row
+ * older than that claim row.
  *
  * $1 instance, $2 a worker (only services it can submit for), $3 at most
  * this many (NULL: no limit).
