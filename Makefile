@@ -11,8 +11,6 @@ OBJS += src/dlt_http.o
 OBJS += src/worker.o src/submit.o src/targets.o
 # Section 7: leader lease, ID windows, rate limits
 OBJS += src/leader.o src/idseq.o src/ratelimit.o
-# PGXS knows no header dependencies: any header change rebuilds every object
-$(OBJS): $(wildcard src/*.h)
 DATA = sql/gridha--1.0.sql
 DOCS = README.md
 
@@ -28,6 +26,10 @@ EXTRA_CLEAN += client/gridha-client client/test_dlt_http
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# PGXS knows no header dependencies: any header change rebuilds every object
+# (after the include, so that PGXS's "all" stays the default goal)
+$(OBJS): $(wildcard src/*.h)
 
 # The reference external client and the unit test of src/dlt_http.c: plain
 # programs on libpq and libcurl, built with the extension.

@@ -247,7 +247,6 @@ claims_take(GridhaStatement *pick, bool only_idle, Datum instance_id,
 	char		nulls[6] = "     ";
 	bool		isnull;
 	Datum		ids;
-	uint64		i;
 
 	args[0] = instance_id;
 	args[1] = BoolGetDatum(is_worker);
@@ -266,17 +265,7 @@ claims_take(GridhaStatement *pick, bool only_idle, Datum instance_id,
 	gridha_exec(&claims_take_stmt, args, NULL, false);
 
 	if (rsinfo != NULL)
-	{
-		for (i = 0; i < SPI_processed; i++)
-		{
-			Datum		values[2];
-			bool		colnull[2];
-
-			values[0] = gridha_col(i, 1, &colnull[0]);
-			values[1] = gridha_col(i, 2, &colnull[1]);
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, colnull);
-		}
-	}
+		gridha_put_rows(rsinfo, 2);
 	return (int) SPI_processed;
 }
 

@@ -134,25 +134,44 @@ static GridhaStatement queue_verify_stmt = {
 };
 
 /*
+ * gridha_queue_write: hands out the heads of claims this transaction has
+ * locked: service_ids (text[]), head_seqs and epochs (bigint[]), as the pick
+ * returned them. Each head becomes submitting under its claim's epoch, its
+ * attempts grow by one, and its row goes to rsinfo's tuplestore. Returns
+ * the number handed out. Inside SPI.
+ */
+int
+gridha_queue_write(Datum instance_id, Datum service_ids, Datum head_seqs,
+				   Datum epochs, ReturnSetInfo *rsinfo)
+{
+	Datum		args[4];
+
+	args[0] = instance_id;
+	args[1] = service_ids;
+	args[2] = head_seqs;
+	args[3] = epochs;
+	gridha_exec(&queue_handout_stmt, args, NULL, false);
+	gridha_put_rows(rsinfo, 5);
+	return (int) SPI_processed;
+}
+
+/*
  * gridha_queue_handout: hands out up to max_batches ready heads of this
  * instance's services, the one that has waited longest first, one per
- * service; each becomes submitting under its claim's current epoch and its
- * attempts grow by one. Rows go to rsinfo's tuplestore.
- *
- * Only claims within their soft expiry are served. Returns the number
- * handed out.
+ * service. Only claims within their soft expiry are served. Returns the
+ * number handed out.
  *
  * While some target is rate-limited, ratelimit.c hands out instead: it
  * skips the heads of targets with no slot now and takes a slot for each
- * head of a limited target. Otherwise the two statements above are all
- * there is.
+ * head of a limited target. Otherwise the pick and gridha_queue_write are
+ * all there is.
  */
 int
 gridha_queue_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rsinfo)
 {
-	Datum		args[4];
+	Datum		args[2];
 	bool		none;
-	uint64		i;
+	bool		isnull;
 
 	if (gridha_ratelimit_active())
 		return gridha_ratelimit_handout(instance_id, max_batches, rsinfo);
@@ -164,25 +183,9 @@ gridha_queue_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rsinfo
 	(void) gridha_col(0, 1, &none);
 	if (none)
 		return 0;
-	for (i = 0; i < 3; i++)
-	{
-		bool		isnull;
-
-		args[i + 1] = gridha_col(0, i + 1, &isnull);
-	}
-	gridha_exec(&queue_handout_stmt, args, NULL, false);
-
-	for (i = 0; i < SPI_processed; i++)
-	{
-		Datum		values[5];
-		bool		isnull[5];
-		int			col;
-
-		for (col = 0; col < 5; col++)
-			values[col] = gridha_col(i, col + 1, &isnull[col]);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, isnull);
-	}
-	return (int) SPI_processed;
+	return gridha_queue_write(instance_id, gridha_col(0, 1, &isnull),
+							  gridha_col(0, 2, &isnull), gridha_col(0, 3, &isnull),
+							  rsinfo);
 }
 
 /*
@@ -314,23 +317,13 @@ gridha_claimed_batches(PG_FUNCTION_ARGS)
 	int32		max_batches = gridha_arg_count(fcinfo, 1, "max_batches");
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Datum		args[2];
-	uint64		i;
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	args[0] = instance_id;
 	args[1] = Int64GetDatum(max_batches);
 	gridha_exec(&queue_claimed_stmt, args, NULL, true);
-	for (i = 0; i < SPI_processed; i++)
-	{
-		Datum		values[5];
-		bool		isnull[5];
-		int			col;
-
-		for (col = 0; col < 5; col++)
-			values[col] = gridha_col(i, col + 1, &isnull[col]);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, isnull);
-	}
+	gridha_put_rows(rsinfo, 5);
 	SPI_finish();
 	return (Datum) 0;
 }

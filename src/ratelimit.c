@@ -31,9 +31,10 @@
  * invalidation), so services on unlimited targets cost nothing more while
  * no target is limited. On this path:
  *
- *   1. one statement hands out the ready heads of unlimited targets, as the
- *      plain hand-out does, skips those of closed targets, and locks (but
- *      does not hand out) those of limited targets with a slot open;
+ *   1. the pick locks the ready claims as the plain hand-out's does,
+ *      skipping those of closed targets; the heads of unlimited targets are
+ *      then handed out at once (gridha_queue_write), those of limited
+ *      targets with a slot open are kept locked;
  *   2. only when 1 returned heads of limited targets: slots are taken per
  *      target, targets in name order (so two instances never deadlock),
  *      each waiting for the row lock of its target_rate_state row;
@@ -70,16 +71,15 @@ static GridhaStatement ratelimit_any_stmt = {
 };
 
 /*
- * Step 1. Columns: service_id, batch_id, payload, epoch, attempts, target,
- * head_seq; target is NULL for a head handed out here, set for a locked head
- * of a limited target that needs a slot first. The two arrays are computed
- * once per statement (InitPlans), so the claim scan stays the plain
- * hand-out's index range scan; a closed target's heads are skipped there.
- * Planned for each call's count (see gridha_exec): hand-outs of limited
- * targets are few by definition, so the planner run is cheap next to them.
- * "(SELECT now())": as in queue.c's hand-out.
+ * Step 1, the pick. Columns: service_id, head_seq, epoch, target, limited.
+ * Locks up to $2 ready claims, longest waiting first, as queue.c's pick
+ * does, skipping those of closed targets. The two arrays are computed once
+ * per statement (InitPlans), so the claim scan stays the plain pick's index
+ * range scan. Planned for each call's count (see gridha_exec): hand-outs of
+ * limited targets are few by definition, so the planner run is cheap next
+ * to them. "(SELECT now())": as in queue.c's pick.
  */
-static GridhaStatement ratelimit_handout_stmt = {
+static GridhaStatement ratelimit_pick_stmt = {
 	"WITH l AS ("
 	"  SELECT coalesce(array_agg(t.target), '{}') AS limited,"
 	"         coalesce(array_agg(t.target) FILTER (WHERE t.rate_burst = 0"
@@ -87,19 +87,15 @@ static GridhaStatement ratelimit_handout_stmt = {
 	"    FROM gridha.targets t"
 	"    LEFT JOIN gridha.target_rate_state r ON r.target = t.target"
 	"   WHERE t.rate_interval IS NOT NULL"
-	"), s AS ("
-	"  SELECT c.service_id, c.head_seq, c.epoch, c.target,"
-	"         c.target = ANY ((SELECT limited FROM l)::text[]) AS limited"
-	"    FROM gridha.service_claims c"
-	"   WHERE c.claimant = $1 AND c.ready_at <= now() AND c.soft_expiry > (SELECT now())"
-	"     AND c.target <> ALL ((SELECT closed FROM l)::text[])"
-	"   ORDER BY c.ready_at"
-	"   LIMIT $2"
-	"   FOR UPDATE OF c SKIP LOCKED"
-	"), " GRIDHA_HANDOUT_WRITES(" AND NOT s.limited", "")
-	" SELECT service_id, batch_id, payload, epoch, attempts, NULL::text, NULL::int8 FROM b"
-	" UNION ALL"
-	" SELECT service_id, NULL, NULL, epoch, NULL, target, head_seq FROM s WHERE limited",
+	")"
+	" SELECT c.service_id, c.head_seq, c.epoch, c.target,"
+	"        c.target = ANY ((SELECT limited FROM l)::text[]) AS limited"
+	"   FROM gridha.service_claims c"
+	"  WHERE c.claimant = $1 AND c.ready_at <= now() AND c.soft_expiry > (SELECT now())"
+	"    AND c.target <> ALL ((SELECT closed FROM l)::text[])"
+	"  ORDER BY c.ready_at"
+	"  LIMIT $2"
+	"  FOR UPDATE OF c SKIP LOCKED",
 	2, {UUIDOID, INT8OID}, true
 };
 
@@ -143,7 +139,8 @@ static GridhaStatement ratelimit_unlimited_stmt = {
 	1, {TEXTOID}
 };
 
-/* Step 3: hand out the heads that got a slot, and log them */
+/* Step 3: hand out the heads that got a slot, and log them (as
+ * gridha_queue_write, and the log) */
 static GridhaStatement ratelimit_handout_slotted_stmt = {
 	"WITH s AS ("
 	"  SELECT * FROM unnest($2::text[], $3::int8[], $4::int8[], $5::text[])"
@@ -302,33 +299,17 @@ ratelimit_cmp_target(const void *a, const void *b)
 	return (ha->ord > hb->ord) - (ha->ord < hb->ord);
 }
 
-/*
- * ratelimit_put_rows: rows of the last statement, columns 1..5, to the
- * result; the rows whose column 6 is not NULL are skipped.
- */
-static int
-ratelimit_put_rows(SPITupleTable *tab, uint64 n, ReturnSetInfo *rsinfo)
+/* Arrays of statement parameters */
+static Datum
+ratelimit_text_array(Datum *elems, int n)
 {
-	uint64		i;
-	int			put = 0;
+	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
 
-	for (i = 0; i < n; i++)
-	{
-		Datum		values[5];
-		bool		isnull[5];
-		bool		no_target = true;
-		int			col;
-
-		if (tab->tupdesc->natts >= 6)
-			(void) SPI_getbinval(tab->vals[i], tab->tupdesc, 6, &no_target);
-		if (!no_target)
-			continue;
-		for (col = 0; col < 5; col++)
-			values[col] = SPI_getbinval(tab->vals[i], tab->tupdesc, col + 1, &isnull[col]);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, isnull);
-		put++;
-	}
-	return put;
+static Datum
+ratelimit_int8_array(Datum *elems, int n)
+{
+	return PointerGetDatum(construct_array(elems, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
 /*
@@ -348,8 +329,9 @@ gridha_ratelimit_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rs
 	uint64		i;
 	RatelimitHead *heads;
 	int			nheads = 0;
+	int			nfree = 0;
 	int			nslotted = 0;
-	int			done;
+	int			done = 0;
 	int			start;
 	Datum	   *sids;
 	Datum	   *seqs;
@@ -358,30 +340,49 @@ gridha_ratelimit_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rs
 
 	args[0] = instance_id;
 	args[1] = Int64GetDatum(max_batches);
-	gridha_exec(&ratelimit_handout_stmt, args, NULL, false);
+	gridha_exec(&ratelimit_pick_stmt, args, NULL, false);
 	tab = SPI_tuptable;
 	n = SPI_processed;
-	done = ratelimit_put_rows(tab, n, rsinfo);
-	if ((uint64) done == n)
-		return done;
+	if (n == 0)
+		return 0;
 
-	/* step 2: slots for the heads of limited targets */
-	heads = palloc0(sizeof(RatelimitHead) * (n - done));
+	/* the heads of unlimited targets go out at once; the others need slots */
+	heads = palloc0(sizeof(RatelimitHead) * n);
+	sids = palloc(sizeof(Datum) * n);
+	seqs = palloc(sizeof(Datum) * n);
+	epochs = palloc(sizeof(Datum) * n);
+	targets = palloc(sizeof(Datum) * n);
 	for (i = 0; i < n; i++)
 	{
 		bool		isnull;
-		Datum		target = SPI_getbinval(tab->vals[i], tab->tupdesc, 6, &isnull);
+		Datum		service_id = SPI_getbinval(tab->vals[i], tab->tupdesc, 1, &isnull);
+		int64		head_seq = DatumGetInt64(SPI_getbinval(tab->vals[i], tab->tupdesc, 2, &isnull));
+		int64		epoch = DatumGetInt64(SPI_getbinval(tab->vals[i], tab->tupdesc, 3, &isnull));
 		RatelimitHead *h;
 
-		if (isnull)
+		if (!DatumGetBool(SPI_getbinval(tab->vals[i], tab->tupdesc, 5, &isnull)))
+		{
+			sids[nfree] = service_id;
+			seqs[nfree] = Int64GetDatum(head_seq);
+			epochs[nfree] = Int64GetDatum(epoch);
+			nfree++;
 			continue;
+		}
 		h = &heads[nheads];
 		h->ord = nheads++;
-		h->target = TextDatumGetCString(target);
-		h->service_id = SPI_getbinval(tab->vals[i], tab->tupdesc, 1, &isnull);
-		h->epoch = DatumGetInt64(SPI_getbinval(tab->vals[i], tab->tupdesc, 4, &isnull));
-		h->head_seq = DatumGetInt64(SPI_getbinval(tab->vals[i], tab->tupdesc, 7, &isnull));
+		h->target = TextDatumGetCString(SPI_getbinval(tab->vals[i], tab->tupdesc, 4, &isnull));
+		h->service_id = service_id;
+		h->epoch = epoch;
+		h->head_seq = head_seq;
 	}
+	if (nfree > 0)
+		done = gridha_queue_write(instance_id, ratelimit_text_array(sids, nfree),
+								  ratelimit_int8_array(seqs, nfree),
+								  ratelimit_int8_array(epochs, nfree), rsinfo);
+	if (nheads == 0)
+		return done;
+
+	/* step 2: slots for the heads of limited targets */
 	qsort(heads, nheads, sizeof(RatelimitHead), ratelimit_cmp_target);
 	for (start = 0; start < nheads;)
 	{
@@ -402,10 +403,6 @@ gridha_ratelimit_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rs
 		return done;
 
 	/* step 3: hand out the heads with a slot */
-	sids = palloc(sizeof(Datum) * nslotted);
-	seqs = palloc(sizeof(Datum) * nslotted);
-	epochs = palloc(sizeof(Datum) * nslotted);
-	targets = palloc(sizeof(Datum) * nslotted);
 	nslotted = 0;
 	for (i = 0; i < (uint64) nheads; i++)
 	{
@@ -417,12 +414,13 @@ gridha_ratelimit_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rs
 		targets[nslotted] = CStringGetTextDatum(heads[i].target);
 		nslotted++;
 	}
-	args[1] = PointerGetDatum(construct_array(sids, nslotted, TEXTOID, -1, false, TYPALIGN_INT));
-	args[2] = PointerGetDatum(construct_array(seqs, nslotted, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	args[3] = PointerGetDatum(construct_array(epochs, nslotted, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	args[4] = PointerGetDatum(construct_array(targets, nslotted, TEXTOID, -1, false, TYPALIGN_INT));
+	args[1] = ratelimit_text_array(sids, nslotted);
+	args[2] = ratelimit_int8_array(seqs, nslotted);
+	args[3] = ratelimit_int8_array(epochs, nslotted);
+	args[4] = ratelimit_text_array(targets, nslotted);
 	gridha_exec(&ratelimit_handout_slotted_stmt, args, NULL, false);
-	return done + ratelimit_put_rows(SPI_tuptable, SPI_processed, rsinfo);
+	gridha_put_rows(rsinfo, 5);
+	return done + (int) SPI_processed;
 }
 
 /*

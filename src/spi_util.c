@@ -13,6 +13,7 @@
 
 #include "spi_util.h"
 #include "utils/builtins.h"
+#include "utils/tuplestore.h"
 
 /*
  * gridha_exec: runs a kept statement and returns SPI's result code.
@@ -75,6 +76,27 @@ gridha_col_int64(int row, int col)
 	if (typid == INT4OID)
 		return DatumGetInt32(d);
 	return DatumGetInt64(d);
+}
+
+/*
+ * gridha_put_rows: appends every row of the last SPI statement, its first
+ * ncols columns, to a set-returning function's tuplestore.
+ */
+void
+gridha_put_rows(ReturnSetInfo *rsinfo, int ncols)
+{
+	Datum		values[GRIDHA_MAX_ARGS];
+	bool		isnull[GRIDHA_MAX_ARGS];
+	uint64		i;
+	int			col;
+
+	Assert(ncols <= GRIDHA_MAX_ARGS);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		for (col = 0; col < ncols; col++)
+			values[col] = gridha_col(i, col + 1, &isnull[col]);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, isnull);
+	}
 }
 
 /*

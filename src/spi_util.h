@@ -16,6 +16,7 @@
 #include "postgres.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "nodes/execnodes.h"
 #include "utils/uuid.h"
 
 #define GRIDHA_MAX_ARGS 8
@@ -35,6 +36,9 @@ extern int	gridha_exec(GridhaStatement *stmt, Datum *values, const char *nulls,
 /* Column accessors on SPI_tuptable row "row" (column numbers from 1) */
 extern Datum gridha_col(int row, int col, bool *isnull);
 extern int64 gridha_col_int64(int row, int col);
+
+/* Every row of the last SPI statement (first ncols columns) to rsinfo */
+extern void gridha_put_rows(ReturnSetInfo *rsinfo, int ncols);
 
 /* Argument checks: raise a clear error (22004 NULL, 22023 bad value) */
 extern Datum gridha_arg_uuid(FunctionCallInfo fcinfo, int argno, const char *name);

@@ -115,17 +115,17 @@ static GridhaStatement status_report_stmt = {
 };
 
 /*
- * An accepted submission: $1 service, $2 batch, $3 instance, $4 epoch,
- * $5 detail. Matches only the batch handed out to this instance under this
- * epoch and not revoked since (see the header).
+ * An accepted submission, with the parameters of status_report_stmt ($5,
+ * always 'pending', and $7 unused). Matches only the batch handed out to
+ * this instance under this epoch and not revoked since (see the header).
  */
 static GridhaStatement status_accept_stmt = {
 	"UPDATE gridha.batches b"
-	"   SET status = 'pending', detail = coalesce($5, b.detail), submitted_at = now()"
+	"   SET status = 'pending', detail = coalesce($6, b.detail), submitted_at = now()"
 	" WHERE b.service_id = $1 AND b.batch_id = $2 AND b.status = 'submitting'"
 	"   AND b.epoch = $4 AND b.instance_id = $3"
 	" RETURNING b.status",
-	5, {TEXTOID, TEXTOID, UUIDOID, INT8OID, TEXTOID}
+	7, {TEXTOID, TEXTOID, UUIDOID, INT8OID, TEXTOID, TEXTOID, BOOLOID}
 };
 
 /* Why a report changed nothing: the claim and the batch as they are now */
@@ -243,8 +243,8 @@ static Datum
 status_report(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 			  const char *new_status, text *detail, ReportFrom from)
 {
-	bool		accept = from == FROM_SUBMITTING && strcmp(new_status, "pending") == 0;
-	GridhaStatement *stmt = accept ? &status_accept_stmt : &status_report_stmt;
+	GridhaStatement *stmt = from == FROM_SUBMITTING && strcmp(new_status, "pending") == 0 ?
+		&status_accept_stmt : &status_report_stmt;
 	Datum		args[7];
 	char		nulls[8] = "       ";
 	bool		isnull;
@@ -254,20 +254,11 @@ status_report(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 	args[1] = PointerGetDatum(batch_id);
 	args[2] = instance_id;
 	args[3] = Int64GetDatum(epoch);
-	if (accept)
-	{
-		args[4] = PointerGetDatum(detail);
-		if (detail == NULL)
-			nulls[4] = 'n';
-	}
-	else
-	{
-		args[4] = CStringGetTextDatum(new_status);
-		args[5] = PointerGetDatum(detail);
-		if (detail == NULL)
-			nulls[5] = 'n';
-		args[6] = BoolGetDatum(from == FROM_IN_FLIGHT);
-	}
+	args[4] = CStringGetTextDatum(new_status);
+	args[5] = PointerGetDatum(detail);
+	if (detail == NULL)
+		nulls[5] = 'n';
+	args[6] = BoolGetDatum(from == FROM_IN_FLIGHT);
 
 	for (attempt = 0; attempt < 2; attempt++)
 	{
@@ -385,23 +376,13 @@ gridha_pending_batches(PG_FUNCTION_ARGS)
 	int32		max_batches = gridha_arg_count(fcinfo, 1, "max_batches");
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Datum		args[2];
-	uint64		i;
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	args[0] = instance_id;
 	args[1] = Int64GetDatum(max_batches);
 	gridha_exec(&status_pending_stmt, args, NULL, true);
-	for (i = 0; i < SPI_processed; i++)
-	{
-		Datum		values[5];
-		bool		isnull[5];
-		int			col;
-
-		for (col = 0; col < 5; col++)
-			values[col] = gridha_col(i, col + 1, &isnull[col]);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, isnull);
-	}
+	gridha_put_rows(rsinfo, 5);
 	SPI_finish();
 	return (Datum) 0;
 }

@@ -9,7 +9,7 @@
 -- Instances: A = aaaaaaaa-0000-0000-0000-00000000000a,
 --            B = bbbbbbbb-0000-0000-0000-00000000000b.
 BEGIN;
-SELECT plan(82);
+SELECT plan(83);
 
 DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
@@ -166,8 +166,11 @@ SELECT results_eq(
     $$SELECT batch_id, attempt FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
     $$VALUES ('d3'::text, 1)$$,
     'next_batch: after a rejection the next batch, d3, is available at once');
+SELECT ctid::text AS dly_claim_ctid FROM gridha.service_claims WHERE service_id = 'dly' \gset
 SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'dly', 'd3', 1, 'accepted'),
           'pending'::gridha.batch_status, 'd3 accepted -> pending');
+SELECT is((SELECT ctid::text FROM gridha.service_claims WHERE service_id = 'dly'), :'dly_claim_ctid',
+          'an acceptance writes the batch row only: the claim row is the same row version');
 SELECT is(gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'dly', 'd3', 1, 'Invalid'),
           'invalid'::gridha.batch_status, 'report_status: Invalid (the ledger refused it) -> invalid');
 
