@@ -63,6 +63,10 @@ typedef enum ReportFrom
 	CppAsString2(GRIDHA_BACKOFF_STEP_MS) " * greatest(" attempts " - 1, 0), " \
 	CppAsString2(GRIDHA_BACKOFF_MAX_MS) ") * interval '1 millisecond'"
 
+/* The parameters of every report statement (see status_report_stmt) */
+#define STATUS_REPORT_ARGTYPES \
+	{TEXTOID, TEXTOID, UUIDOID, INT8OID, TEXTOID, TEXTOID, BOOLOID}
+
 /* The statuses a report may move the batch from */
 #define STATUS_FROM(b) \
 	"((" b ".status = 'submitting' AND " b ".epoch = $4)" \
@@ -111,7 +115,7 @@ static GridhaStatement status_report_stmt = {
 	"   FROM c"
 	"  WHERE b.service_id = $1 AND b.seq = c.seq AND b.batch_id = $2 AND " STATUS_FROM("b")
 	" RETURNING $5::gridha.batch_status",
-	7, {TEXTOID, TEXTOID, UUIDOID, INT8OID, TEXTOID, TEXTOID, BOOLOID}
+	7, STATUS_REPORT_ARGTYPES
 };
 
 /*
@@ -125,7 +129,7 @@ static GridhaStatement status_accept_stmt = {
 	" WHERE b.service_id = $1 AND b.batch_id = $2 AND b.status = 'submitting'"
 	"   AND b.epoch = $4 AND b.instance_id = $3"
 	" RETURNING b.status",
-	7, {TEXTOID, TEXTOID, UUIDOID, INT8OID, TEXTOID, TEXTOID, BOOLOID}
+	7, STATUS_REPORT_ARGTYPES
 };
 
 /* Why a report changed nothing: the claim and the batch as they are now */
