@@ -55,13 +55,12 @@
  * instance's claims than walk the (claimant, ready_at) index to the first.
  */
 #define QUEUE_PICK_SQL(limit) \
-	"SELECT array_agg(service_id), array_agg(head_seq), array_agg(epoch) FROM (" \
-	"  SELECT c.service_id, c.head_seq, c.epoch" \
-	"    FROM gridha.service_claims c" \
-	"   WHERE c.claimant = $1 AND c.ready_at <= now() AND c.soft_expiry > (SELECT now())" \
-	"   ORDER BY c.ready_at" \
-	"   LIMIT " limit \
-	"   FOR UPDATE SKIP LOCKED) c"
+	"SELECT c.service_id, c.head_seq, c.epoch" \
+	"  FROM gridha.service_claims c" \
+	" WHERE c.claimant = $1 AND c.ready_at <= now() AND c.soft_expiry > (SELECT now())" \
+	" ORDER BY c.ready_at" \
+	" LIMIT " limit \
+	" FOR UPDATE SKIP LOCKED"
 
 static GridhaStatement queue_pick_one_stmt = {
 	QUEUE_PICK_SQL("1"), 2, {UUIDOID, INT8OID}
@@ -71,8 +70,20 @@ static GridhaStatement queue_pick_many_stmt = {
 	QUEUE_PICK_SQL("$2"), 2, {UUIDOID, INT8OID}, true
 };
 
-/* The writes: $2, $3, $4 the picked claims' service_id, head_seq, epoch */
-static GridhaStatement queue_handout_stmt = {
+/*
+ * The writes: $2, $3, $4 the picked claims' service_id, head_seq, epoch;
+ * one claim's as scalars (next_batch: no array to build, no unnest to
+ * start), several claims' as arrays.
+ */
+static GridhaStatement queue_handout_one_stmt = {
+	"WITH s AS ("
+	"  SELECT $2::text AS service_id, $3::int8 AS head_seq, $4::int8 AS epoch"
+	"), " GRIDHA_HANDOUT_WRITES("", "")
+	" SELECT service_id, batch_id, payload, epoch, attempts FROM b",
+	4, {UUIDOID, TEXTOID, INT8OID, INT8OID}
+};
+
+static GridhaStatement queue_handout_many_stmt = {
 	"WITH s AS ("
 	"  SELECT * FROM unnest($2::text[], $3::int8[], $4::int8[]) AS s(service_id, head_seq, epoch)"
 	"), " GRIDHA_HANDOUT_WRITES("", "")
@@ -134,23 +145,35 @@ static GridhaStatement queue_verify_stmt = {
 };
 
 /*
- * gridha_queue_write: hands out the heads of claims this transaction has
- * locked: service_ids (text[]), head_seqs and epochs (bigint[]), as the pick
+ * gridha_queue_write: hands out the heads of n claims this transaction has
+ * locked: service_ids (text), head_seqs and epochs (bigint), as the pick
  * returned them. Each head becomes submitting under its claim's epoch, its
  * attempts grow by one, and its row goes to rsinfo's tuplestore. Returns
  * the number handed out. Inside SPI.
  */
 int
-gridha_queue_write(Datum instance_id, Datum service_ids, Datum head_seqs,
-				   Datum epochs, ReturnSetInfo *rsinfo)
+gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
+				   Datum *epochs, int n, ReturnSetInfo *rsinfo)
 {
 	Datum		args[4];
 
+	if (n == 0)
+		return 0;
 	args[0] = instance_id;
-	args[1] = service_ids;
-	args[2] = head_seqs;
-	args[3] = epochs;
-	gridha_exec(&queue_handout_stmt, args, NULL, false);
+	if (n == 1)
+	{
+		args[1] = service_ids[0];
+		args[2] = head_seqs[0];
+		args[3] = epochs[0];
+		gridha_exec(&queue_handout_one_stmt, args, NULL, false);
+	}
+	else
+	{
+		args[1] = gridha_text_array(service_ids, n);
+		args[2] = gridha_int8_array(head_seqs, n);
+		args[3] = gridha_int8_array(epochs, n);
+		gridha_exec(&queue_handout_many_stmt, args, NULL, false);
+	}
 	gridha_put_rows(rsinfo, 5);
 	return (int) SPI_processed;
 }
@@ -170,7 +193,10 @@ int
 gridha_queue_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rsinfo)
 {
 	Datum		args[2];
-	bool		none;
+	Datum	   *cols[3];
+	int			n;
+	int			i;
+	int			j;
 	bool		isnull;
 
 	if (gridha_ratelimit_active())
@@ -180,12 +206,16 @@ gridha_queue_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rsinfo
 	args[1] = Int64GetDatum(max_batches);
 	gridha_exec(max_batches == 1 ? &queue_pick_one_stmt : &queue_pick_many_stmt,
 				args, NULL, false);
-	(void) gridha_col(0, 1, &none);
-	if (none)
+	n = (int) SPI_processed;
+	if (n == 0)
 		return 0;
-	return gridha_queue_write(instance_id, gridha_col(0, 1, &isnull),
-							  gridha_col(0, 2, &isnull), gridha_col(0, 3, &isnull),
-							  rsinfo);
+	for (j = 0; j < 3; j++)
+	{
+		cols[j] = palloc(n * sizeof(Datum));
+		for (i = 0; i < n; i++)
+			cols[j][i] = gridha_col(i, j + 1, &isnull);
+	}
+	return gridha_queue_write(instance_id, cols[0], cols[1], cols[2], n, rsinfo);
 }
 
 /*

@@ -35,8 +35,8 @@
 	"    FROM b WHERE c.service_id = b.service_id" \
 	")"
 
-extern int	gridha_queue_write(Datum instance_id, Datum service_ids, Datum head_seqs,
-							   Datum epochs, ReturnSetInfo *rsinfo);
+extern int	gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
+							   Datum *epochs, int n, ReturnSetInfo *rsinfo);
 extern int	gridha_queue_handout(Datum instance_id, int32 max_batches,
 								 ReturnSetInfo *rsinfo);
 

@@ -299,19 +299,6 @@ ratelimit_cmp_target(const void *a, const void *b)
 	return (ha->ord > hb->ord) - (ha->ord < hb->ord);
 }
 
-/* Arrays of statement parameters */
-static Datum
-ratelimit_text_array(Datum *elems, int n)
-{
-	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
-}
-
-static Datum
-ratelimit_int8_array(Datum *elems, int n)
-{
-	return PointerGetDatum(construct_array(elems, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-}
-
 /*
  * gridha_ratelimit_handout: gridha_queue_handout while some target is
  * limited. Hands out up to max_batches ready heads, longest waiting first,
@@ -375,10 +362,7 @@ gridha_ratelimit_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rs
 		h->epoch = epoch;
 		h->head_seq = head_seq;
 	}
-	if (nfree > 0)
-		done = gridha_queue_write(instance_id, ratelimit_text_array(sids, nfree),
-								  ratelimit_int8_array(seqs, nfree),
-								  ratelimit_int8_array(epochs, nfree), rsinfo);
+	done = gridha_queue_write(instance_id, sids, seqs, epochs, nfree, rsinfo);
 	if (nheads == 0)
 		return done;
 
@@ -414,10 +398,10 @@ gridha_ratelimit_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rs
 		targets[nslotted] = CStringGetTextDatum(heads[i].target);
 		nslotted++;
 	}
-	args[1] = ratelimit_text_array(sids, nslotted);
-	args[2] = ratelimit_int8_array(seqs, nslotted);
-	args[3] = ratelimit_int8_array(epochs, nslotted);
-	args[4] = ratelimit_text_array(targets, nslotted);
+	args[1] = gridha_text_array(sids, nslotted);
+	args[2] = gridha_int8_array(seqs, nslotted);
+	args[3] = gridha_int8_array(epochs, nslotted);
+	args[4] = gridha_text_array(targets, nslotted);
 	gridha_exec(&ratelimit_handout_slotted_stmt, args, NULL, false);
 	gridha_put_rows(rsinfo, 5);
 	return done + (int) SPI_processed;

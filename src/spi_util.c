@@ -12,6 +12,9 @@
 #include "postgres.h"
 
 #include "spi_util.h"
+
+#include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
 
@@ -181,4 +184,20 @@ bool
 gridha_uuid_equal(Datum a, Datum b)
 {
 	return memcmp(DatumGetUUIDP(a)->data, DatumGetUUIDP(b)->data, UUID_LEN) == 0;
+}
+
+/*
+ * gridha_text_array, gridha_int8_array: n Datums as a text[] / bigint[]
+ * statement parameter.
+ */
+Datum
+gridha_text_array(Datum *elems, int n)
+{
+	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+Datum
+gridha_int8_array(Datum *elems, int n)
+{
+	return PointerGetDatum(construct_array(elems, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }

@@ -39,6 +39,8 @@ extern int64 gridha_col_int64(int row, int col);
 
 /* Every row of the last SPI statement (first ncols columns) to rsinfo */
 extern void gridha_put_rows(ReturnSetInfo *rsinfo, int ncols);
+extern Datum gridha_text_array(Datum *elems, int n);
+extern Datum gridha_int8_array(Datum *elems, int n);
 
 /* Argument checks: raise a clear error (22004 NULL, 22023 bad value) */
 extern Datum gridha_arg_uuid(FunctionCallInfo fcinfo, int argno, const char *name);

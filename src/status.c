@@ -45,9 +45,14 @@
 #include "spi_util.h"
 #include "status.h"
 
+#include "access/htup_details.h"
+#include "catalog/pg_enum.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "executor/spi.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/syscache.h"
 #include "utils/tuplestore.h"
 
 /* Statuses a report may move a batch from */
@@ -389,4 +394,65 @@ gridha_pending_batches(PG_FUNCTION_ARGS)
 	gridha_put_rows(rsinfo, 5);
 	SPI_finish();
 	return (Datum) 0;
+}
+
+/*
+ * status_is_final: whether a gridha.batch_status value (an enum label's
+ * OID) is committed or invalid.
+ */
+static bool
+status_is_final(Datum status)
+{
+	HeapTuple	tup = SearchSysCache1(ENUMOID, status);
+	const char *label;
+	bool		final;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "gridha: no enum label with OID %u", DatumGetObjectId(status));
+	label = NameStr(((Form_pg_enum) GETSTRUCT(tup))->enumlabel);
+	final = strcmp(label, "committed") == 0 || strcmp(label, "invalid") == 0;
+	ReleaseSysCache(tup);
+	return final;
+}
+
+PG_FUNCTION_INFO_V1(gridha_batches_guard_final);
+
+/*
+ * gridha_batches_guard_final: the AFTER UPDATE row trigger batches_final on
+ * gridha.batches: committed and invalid are final, whoever writes. The
+ * error undoes the whole statement.
+ *
+ * It tests the old status itself, in C, rather than through a WHEN clause:
+ * PostgreSQL reads a WHEN back from its stored text for every UPDATE
+ * statement on the table, and every hand-out and report is one. It runs no
+ * SQL, so it needs no pinned search_path either (see the install script).
+ */
+Datum
+gridha_batches_guard_final(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+	TupleDesc	desc;
+	HeapTuple	old;
+	int			attno;
+	bool		isnull;
+	Datum		status;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BY_UPDATE(td->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(td->tg_event))
+		elog(ERROR, "gridha: batches_guard_final must be called as a row trigger on UPDATE");
+	desc = RelationGetDescr(td->tg_relation);
+	old = td->tg_trigtuple;
+	attno = SPI_fnumber(desc, "status");
+	if (attno <= 0)
+		elog(ERROR, "gridha: batches_guard_final: the table has no status column");
+	status = heap_getattr(old, attno, desc, &isnull);
+	if (!isnull && status_is_final(status))
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_NOT_IN_FLIGHT),
+				 errmsg("batch \"%s\" of service \"%s\" is already %s",
+						SPI_getvalue(old, desc, SPI_fnumber(desc, "batch_id")),
+						SPI_getvalue(old, desc, SPI_fnumber(desc, "service_id")),
+						SPI_getvalue(old, desc, attno)),
+				 errdetail("Committed and invalid are final statuses and never change.")));
+	return PointerGetDatum(NULL);
 }

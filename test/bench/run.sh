@@ -21,8 +21,13 @@
 #
 # What it runs:
 #   (a)+(b) bare vs gridha with the same services, payload size, clients and
-#           duration, alternately (bare, gridha, bare, gridha ...), first with
-#           synchronous_commit = on, then off; the best run of each is kept.
+#           duration, in pairs of runs back to back, first with
+#           synchronous_commit = on, then off. Which side goes first
+#           alternates from pair to pair (bare-gridha, gridha-bare, ...), so
+#           a drift of the machine's speed favours neither. The ratio checked
+#           against the target is the median of the pairs' ratios: each
+#           compares two runs made under nearly the same conditions, where
+#           "best run of each side" compares runs that may be minutes apart.
 #   (c)     the gridha cycle at 10 services x 10k queued batches (small) and
 #           at 10k services x 100 queued batches each = 1M (large).
 #   (p)     a profile (pg_stat_statements, track = all) of one bare and two
@@ -50,7 +55,8 @@
 #   BENCH_SECONDS [15]   length of each timed run
 #   BENCH_CLIENTS [8]    pgbench clients (= gridha instances)
 #   BENCH_JOBS [2]       pgbench threads
-#   BENCH_ROUNDS [2]     runs of each case; the best is reported
+#   BENCH_PAIRS [4]      bare/gridha pairs of each synchronous_commit setting
+#   BENCH_ROUNDS [2]     runs of each scale case; the best is reported
 #   BENCH_WARMUP [4]     seconds of each gridha warm-up run
 #   BENCH_SERVICES [64]  services in the bare/gridha comparison
 #   BENCH_PAYLOAD [100]  payload bytes of every batch
@@ -65,6 +71,7 @@ set -eu -o pipefail
 BENCH_SECONDS=${BENCH_SECONDS:-15}
 BENCH_CLIENTS=${BENCH_CLIENTS:-8}
 BENCH_JOBS=${BENCH_JOBS:-2}
+BENCH_PAIRS=${BENCH_PAIRS:-4}
 BENCH_ROUNDS=${BENCH_ROUNDS:-2}
 BENCH_WARMUP=${BENCH_WARMUP:-4}
 BENCH_SERVICES=${BENCH_SERVICES:-64}
@@ -515,6 +522,14 @@ best() {
 	printf '%s\n' $1 | sort -n | tail -n 1
 }
 
+# median LIST: the median of a space-separated list of numbers (the mean of
+# the middle two when their count is even), 2 decimals.
+median() {
+	if [ -z "${1// /}" ]; then echo -; return; fi
+	printf '%s\n' $1 | sort -g | awk '{ v[NR] = $1 }
+		END { printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
 # lowest LIST: the smallest number of a space-separated list.
 lowest() {
 	if [ -z "${1// /}" ]; then echo -; return; fi
@@ -548,7 +563,7 @@ main() {
 	write_scripts
 
 	local t_start=$SECONDS
-	log "settings: ${BENCH_SECONDS}s per run, $BENCH_CLIENTS clients, $BENCH_JOBS threads, $BENCH_ROUNDS rounds," \
+	log "settings: ${BENCH_SECONDS}s per run, $BENCH_CLIENTS clients, $BENCH_JOBS threads, $BENCH_PAIRS pairs, $BENCH_ROUNDS scale rounds," \
 		"$BENCH_SERVICES services, ${BENCH_PAYLOAD}-byte payloads, $(nproc) cores"
 
 	# --- (a)+(b): bare vs gridha -------------------------------------------
@@ -563,23 +578,27 @@ main() {
 	q $db "CALL bench_refill($BENCH_SERVICES, $depth, 100)"
 	bare_refill $db "$BENCH_SERVICES" $((BENCH_SERVICES * depth))
 
-	local sync round seen
-	declare -A RUNS CPUS
+	local sync round seen kind order rate_bare rate_gridha
+	declare -A RUNS CPUS PAIRS
 	for sync in on off; do
 		set_sync "$sync"
 		log "comparison with synchronous_commit = $sync"
-		for round in $(seq 1 "$BENCH_ROUNDS"); do
+		for round in $(seq 1 "$BENCH_PAIRS"); do
 			seen=$(best "$guess ${RUNS[bare_$sync]:-} ${RUNS[gridha_$sync]:-}")
 			depth=$(need_depth "$seen" "$BENCH_SERVICES")
 			bare_refill $db "$BENCH_SERVICES" $((BENCH_SERVICES * depth))
 			q $db "CALL bench_refill($BENCH_SERVICES, $depth, 100)"
 
-			timed_run bare $db "bare   (sync $sync) #$round"
-			RUNS[bare_$sync]="${RUNS[bare_$sync]:-} $RUN_RATE"
-			CPUS[bare_$sync]="${CPUS[bare_$sync]:-} $RUN_CPU"
-			timed_run gridha $db "gridha (sync $sync) #$round"
-			RUNS[gridha_$sync]="${RUNS[gridha_$sync]:-} $RUN_RATE"
-			CPUS[gridha_$sync]="${CPUS[gridha_$sync]:-} $RUN_CPU"
+			order="bare gridha"
+			[ $((round % 2)) = 1 ] || order="gridha bare"
+			for kind in $order; do
+				timed_run "$kind" $db "$(printf '%-6s' "$kind") (sync $sync) #$round"
+				RUNS[${kind}_$sync]="${RUNS[${kind}_$sync]:-} $RUN_RATE"
+				CPUS[${kind}_$sync]="${CPUS[${kind}_$sync]:-} $RUN_CPU"
+				[ "$kind" = bare ] && rate_bare=$RUN_RATE || rate_gridha=$RUN_RATE
+			done
+			PAIRS[$sync]="${PAIRS[$sync]:-} $(ratio "$rate_gridha" "$rate_bare")"
+			log "  pair #$round: gridha/bare $(ratio "$rate_gridha" "$rate_bare")"
 		done
 	done
 
@@ -623,15 +642,18 @@ main() {
 	local k
 	declare -A RATE CPU
 	for k in bare_on gridha_on bare_off gridha_off small large; do
-		RATE[$k]=$(best "${RUNS[$k]:-}")
+		case $k in
+			small|large) RATE[$k]=$(best "${RUNS[$k]:-}") ;;
+			*) RATE[$k]=$(median "${RUNS[$k]:-}" | awk '{ printf "%.0f", $1 }') ;;
+		esac
 		CPU[$k]=$(lowest "${CPUS[$k]:-}")
 	done
 	local r_on r_off r_scale
-	r_on=$(ratio "${RATE[gridha_on]}" "${RATE[bare_on]}")
-	r_off=$(ratio "${RATE[gridha_off]}" "${RATE[bare_off]}")
+	r_on=$(median "${PAIRS[on]:-}")
+	r_off=$(median "${PAIRS[off]:-}")
 	r_scale=$(ratio "${RATE[large]}" "${RATE[small]}")
 	echo
-	echo "gridha benchmark: $BENCH_CLIENTS clients, ${BENCH_SECONDS}s per run, best of $BENCH_ROUNDS runs," \
+	echo "gridha benchmark: $BENCH_CLIENTS clients, ${BENCH_SECONDS}s per run, $BENCH_PAIRS bare/gridha pairs, best of $BENCH_ROUNDS scale runs," \
 		"${BENCH_PAYLOAD}-byte payloads, $(nproc) cores, PostgreSQL $(q postgres "SHOW server_version" | cut -d' ' -f1)"
 	echo "batches/s: batches that reached committed during the run (counted in the database) / wall-clock seconds."
 	echo "CPU/batch: CPU the whole cluster used during the run (backends, autovacuum, WAL writer ...) / batches;"
@@ -651,10 +673,13 @@ main() {
 	row "gridha large (10k x 100, sync $BENCH_SCALE_SYNC)" large "$r_scale" \
 		"≥$TARGET_SCALE $(verdict "$r_scale" $TARGET_SCALE)" "$(ratio "${CPU[small]}" "${CPU[large]}")"
 	echo
-	echo "  ratio = gridha/bare (large/small) of batches/s, checked against the target;"
+	echo "  batches/s: the median run of each side of the comparison, the best run of each scale case."
+	echo "  ratio: gridha/bare = the median of the pairs' ratios (each pair: one run of each side, back to"
+	echo "  back); large/small = of the best runs. Checked against the target."
 	echo "  CPU ratio = the same comparison by CPU per batch (bare/gridha, small/large), for information."
 	echo "  all runs (batches/s): bare on:${RUNS[bare_on]:-} | gridha on:${RUNS[gridha_on]:-} |" \
 		"bare off:${RUNS[bare_off]:-} | gridha off:${RUNS[gridha_off]:-} | small:${RUNS[small]:-} | large:${RUNS[large]:-}"
+	echo "  pairs' ratios gridha/bare, in run order: sync on:${PAIRS[on]:-} | sync off:${PAIRS[off]:-}"
 	echo "  load of 1M batches (10k x 100) through the enqueue trigger: ${load_large}s;" \
 		"100k (10 x 10k): ${load_small}s"
 	echo "  total bench time: $((SECONDS - t_start))s"
