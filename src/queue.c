@@ -34,7 +34,7 @@
 
 /*
  * The hand-out is two statements: the pick locks up to "limit" ready claims
- * of the instance (FOR UPDATE SKIP LOCKED) and returns them as arrays; the
+ * of the instance (FOR UPDATE SKIP LOCKED) and returns them; the
  * writes (GRIDHA_HANDOUT_WRITES) then mark their heads submitting and the
  * claims in flight. Apart, the pick's index scan ends before anything is
  * written: a scan marks the dead entries it stepped over (each hand-out and
@@ -73,21 +73,20 @@ static GridhaStatement queue_pick_many_stmt = {
 /*
  * The writes: $2, $3, $4 the picked claims' service_id, head_seq, epoch;
  * one claim's as scalars (next_batch: no array to build, no unnest to
- * start), several claims' as arrays.
+ * start), several claims' as arrays. "source" yields them as rows.
  */
+#define QUEUE_HANDOUT_SQL(source) \
+	"WITH s AS (" source "), " GRIDHA_HANDOUT_WRITES("", "") \
+	" SELECT service_id, batch_id, payload, epoch, attempts FROM b"
+
 static GridhaStatement queue_handout_one_stmt = {
-	"WITH s AS ("
-	"  SELECT $2::text AS service_id, $3::int8 AS head_seq, $4::int8 AS epoch"
-	"), " GRIDHA_HANDOUT_WRITES("", "")
-	" SELECT service_id, batch_id, payload, epoch, attempts FROM b",
+	QUEUE_HANDOUT_SQL("SELECT $2::text AS service_id, $3::int8 AS head_seq, $4::int8 AS epoch"),
 	4, {UUIDOID, TEXTOID, INT8OID, INT8OID}
 };
 
 static GridhaStatement queue_handout_many_stmt = {
-	"WITH s AS ("
-	"  SELECT * FROM unnest($2::text[], $3::int8[], $4::int8[]) AS s(service_id, head_seq, epoch)"
-	"), " GRIDHA_HANDOUT_WRITES("", "")
-	" SELECT service_id, batch_id, payload, epoch, attempts FROM b",
+	QUEUE_HANDOUT_SQL("SELECT * FROM unnest($2::text[], $3::int8[], $4::int8[])"
+					  " AS s(service_id, head_seq, epoch)"),
 	4, {UUIDOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID}
 };
 
