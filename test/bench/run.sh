@@ -49,7 +49,10 @@
 #     services and batches costs.
 #   - Each run also reports the CPU the cluster used per batch and the WAL
 #     written per batch: on a shared machine batches/s moves with the
-#     neighbours' load, CPU per batch much less.
+#     neighbours' load, CPU per batch much less. "flushes" counts the WAL
+#     fsyncs per batch: with synchronous_commit on, each of a batch's three
+#     commits waits for one, and fewer than three per batch means commits
+#     shared a flush (group commit).
 #
 # Environment (defaults in brackets):
 #   BENCH_SECONDS [15]   length of each timed run
@@ -412,10 +415,10 @@ print(ticks * 1000 // os.sysconf('SC_CLK_TCK'))
 EOF
 }
 
-# wal_stats: "records full-page-images bytes" of WAL written so far, all
+# wal_stats: "records full-page-images bytes flushes" of WAL so far, all
 # processes (pg_stat_wal; backends report theirs when they exit).
 wal_stats() {
-	q postgres "SELECT wal_records || ' ' || wal_fpi || ' ' || wal_bytes FROM pg_stat_wal"
+	q postgres "SELECT wal_records || ' ' || wal_fpi || ' ' || wal_bytes || ' ' || wal_sync FROM pg_stat_wal"
 }
 
 # claims_split DB: "instances=N min=A max=B claimed=C/S"
@@ -507,7 +510,7 @@ timed_run() {
 	empty=$((PGB_CYCLES - (after - before)))
 	log "$(printf '  %-26s %6s batches/s  CPU/batch: server %4d us, pgbench %3d us  (%d batches in %ss, %d empty cycles, WAL/batch: %s, %s)' \
 		"$label" "$RUN_RATE" "$RUN_CPU" $((PGB_CLIENT_CPU_MS * 1000 / n)) $((after - before)) "$PGB_ELAPSED" "$empty" \
-		"$(echo $wal | awk -v n=$n '{ printf "%.1f records %.2f FPI %d B", ($4 - $1) / n, ($5 - $2) / n, ($6 - $3) / n }')" \
+		"$(echo $wal | awk -v n=$n '{ printf "%.1f records %.2f FPI %d B %.2f flushes", ($5 - $1) / n, ($6 - $2) / n, ($7 - $3) / n, ($8 - $4) / n }')" \
 		"$left")"
 	[ "$extra" = 0 ] || log "  WARNING: $extra batches left submitting/pending after the run"
 	[ -z "$PGB_PROBLEM" ] || log "  WARNING: $PGB_PROBLEM"
