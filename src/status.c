@@ -3,7 +3,8 @@
  * status.c
  *		What happens to a batch after its hand-out: gridha.report_submission
  *		(the submitter's word), gridha.report_status (the ledger's word, via
- *		the DLT monitor) and gridha.pending_batches (what the monitor polls).
+ *		the DLT monitor) and gridha.pending_batches (what the monitor polls);
+ *		and the trigger that keeps a final status final, whoever writes.
  *
  * Words:
  *   in flight   submitting (under the current epoch), pending or valid
