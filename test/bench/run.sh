@@ -601,7 +601,7 @@ main() {
 				timed_run "$kind" $db "$(printf '%-6s' "$kind") (sync $sync) #$round"
 				RUNS[${kind}_$sync]="${RUNS[${kind}_$sync]:-} $RUN_RATE"
 				CPUS[${kind}_$sync]="${CPUS[${kind}_$sync]:-} $RUN_CPU"
-				[ "$kind" = bare ] && rate_bare=$RUN_RATE || rate_gridha=$RUN_RATE
+				if [ "$kind" = bare ]; then rate_bare=$RUN_RATE; else rate_gridha=$RUN_RATE; fi
 			done
 			PAIRS[$sync]="${PAIRS[$sync]:-} $(ratio "$rate_gridha" "$rate_bare")"
 			log "  pair #$round: gridha/bare $(ratio "$rate_gridha" "$rate_bare")"

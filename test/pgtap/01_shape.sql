@@ -7,7 +7,7 @@
 -- file runs with gridha preloaded, so gridha.workers and gridha.database
 -- exist.
 BEGIN;
-SELECT plan(157);
+SELECT plan(159);
 
 -- The contract's API, one row per function. args: the argument types that
 -- identify it; arguments: pg_get_function_arguments (names and defaults);
@@ -265,6 +265,18 @@ SELECT is(current_setting('gridha.workers', true), '0', 'gridha.workers defaults
 SELECT is(current_setting('gridha.naptime', true), '1s', 'gridha.naptime defaults to 1s');
 SELECT is(current_setting('gridha.submit_timeout', true), '15s', 'gridha.submit_timeout defaults to 15s');
 SELECT isnt(current_setting('gridha.database', true), NULL, 'gridha.database exists');
+
+-- The finality guard on every hand-out and report: a row trigger after
+-- UPDATE, with no WHEN clause (a WHEN is read back from its stored text by
+-- every UPDATE statement on the table; the C function tests the status).
+SELECT trigger_is('gridha', 'batches', 'batches_final', 'gridha', 'batches_guard_final',
+                  'batches_final calls gridha.batches_guard_final');
+SELECT is((SELECT format('%s %s', pg_get_triggerdef(t.oid) ~ ' AFTER UPDATE OF .* FOR EACH ROW EXECUTE',
+                         t.tgqual IS NULL)
+             FROM pg_trigger t
+            WHERE t.tgrelid = 'gridha.batches'::regclass AND t.tgname = 'batches_final'),
+          't t',
+          'batches_final is an AFTER UPDATE row trigger without a WHEN clause');
 
 SELECT * FROM finish();
 ROLLBACK;
