@@ -4,7 +4,7 @@
 EXTENSION = gridha
 MODULE_big = gridha
 # Core: claims, hand-out, reports
-OBJS = src/gridha.o src/spi_util.o src/instances.o src/claims.o src/queue.o src/status.o
+OBJS = src/gridha.o src/spi_util.o src/rows.o src/instances.o src/claims.o src/queue.o src/status.o
 # HTTP submission to a ledger (libcurl), shared with client/gridha-client
 OBJS += src/dlt_http.o
 # Background-worker instances

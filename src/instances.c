@@ -23,6 +23,7 @@
 
 #include "gridha.h"
 #include "instances.h"
+#include "rows.h"
 #include "spi_util.h"
 
 #include "catalog/pg_type.h"
@@ -31,22 +32,13 @@
 #include "storage/lock.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 #include "utils/uuid.h"
 
 /* Instances whose liveness lock this session holds (a few at most) */
 #define INSTANCES_MAX_BOUND 64
 static pg_uuid_t instances_bound[INSTANCES_MAX_BOUND];
 static int	instances_nbound = 0;
-
-static GridhaStatement instances_lookup = {
-	"SELECT i.kind = 'worker',"
-	"       i.last_seen_at IS NULL"
-	"       OR i.last_seen_at <= now() - $2 * interval '1 millisecond',"
-	"       i.session_key"
-	"  FROM gridha.instances i"
-	" WHERE i.instance_id = $1",
-	2, {UUIDOID, INT8OID}
-};
 
 static GridhaStatement instances_insert = {
 	"INSERT INTO gridha.instances (instance_id) VALUES ($1)"
@@ -141,24 +133,35 @@ gridha_instance_touch(Datum instance_id)
 {
 	GridhaInstance inst = {false, true};
 	GridhaTiming t = gridha_timing();
-	Datum		args[2];
+	GridhaRows	rows;
+	Datum		args[1];
 	bool		isnull;
 	bool		key_null = true;
 	int64		key = 0;
+	bool		found;
 	Datum		d;
 
-	args[0] = instance_id;
-	args[1] = Int64GetDatum(t.renew_ms);
-	gridha_exec(&instances_lookup, args, NULL, false);
-	if (SPI_processed == 0)
-		gridha_exec(&instances_insert, args, NULL, false);
-	else
+	/* a read by key (rows.c): this runs before every hand-out */
+	gridha_rows_begin(&rows, false);
+	found = gridha_rows_fetch(&rows, GRIDHA_KEY_INSTANCE, &instance_id);
+	if (found)
 	{
-		inst.is_worker = DatumGetBool(gridha_col(0, 1, &isnull));
-		inst.cycle_due = DatumGetBool(gridha_col(0, 2, &isnull));
-		d = gridha_col(0, 3, &key_null);
+		d = gridha_rows_get(&rows, GRIDHA_INSTANCES, INSTANCE_KIND, &isnull);
+		inst.is_worker = !isnull && strcmp(TextDatumGetCString(d), "worker") == 0;
+		d = gridha_rows_get(&rows, GRIDHA_INSTANCES, INSTANCE_LAST_SEEN_AT, &isnull);
+		inst.cycle_due = isnull ||
+			DatumGetTimestampTz(d) <= TimestampTzPlusMilliseconds(GetCurrentTransactionStartTimestamp(),
+																  -t.renew_ms);
+		d = gridha_rows_get(&rows, GRIDHA_INSTANCES, INSTANCE_SESSION_KEY, &key_null);
 		if (!key_null)
 			key = DatumGetInt64(d);
+	}
+	gridha_rows_end(&rows);
+
+	if (!found)
+	{
+		args[0] = instance_id;
+		gridha_exec(&instances_insert, args, NULL, false);
 	}
 	instances_liveness(instance_id, key_null, key);
 	return inst;

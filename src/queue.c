@@ -25,70 +25,39 @@
 #include "instances.h"
 #include "queue.h"
 #include "ratelimit.h"
+#include "rows.h"
 #include "spi_util.h"
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
 /*
- * The hand-out is two statements: the pick locks up to "limit" ready claims
- * of the instance (FOR UPDATE SKIP LOCKED) and returns them; the
- * writes (GRIDHA_HANDOUT_WRITES) then mark their heads submitting and the
- * claims in flight. Apart, the pick's index scan ends before anything is
- * written: a scan marks the dead entries it stepped over (each hand-out and
- * report leaves one behind in the (claimant, ready_at) index) only if their
- * leaf page is unchanged when it ends, and in one statement the claim's own
- * new index entry changed it first. Unmarked, every hand-out stepped over
- * all of them again until the next vacuum.
- *
- * Two pick statements share the text: next_batch's with LIMIT 1, whose
- * generic plan looks each head up by its key, and next_batches' with
- * LIMIT $2, planned for each call's count (a generic plan would guess a
- * tenth of the instance's services).
- *
- * "(SELECT now())" is computed once per run, after planning, so the planner
- * estimates the soft-expiry test without the statistics: every held claim's
- * soft_expiry lies a few seconds ahead, so statistics even a minute old say
- * it matches nothing, and a plan believing that would rather sort all of the
- * instance's claims than walk the (claimant, ready_at) index to the first.
+ * The hand-out is two commands (rows.c): the pick walks the instance's
+ * ready claims in the (claimant, ready_at) index, oldest ready first, and
+ * locks up to max_batches of them as SELECT ... FOR UPDATE SKIP LOCKED
+ * would; the write then marks their heads submitting and the claims in
+ * flight (gridha_queue_write). Apart, the pick's index scan ends before
+ * anything is written: a scan marks the dead entries it stepped over (each
+ * hand-out and report leaves one behind in that index) only if their leaf
+ * page is unchanged when it ends, and the claim's own new index entry
+ * would change it first. Unmarked, every hand-out would step over all of
+ * them again until the next vacuum.
  */
-#define QUEUE_PICK_SQL(limit) \
-	"SELECT c.service_id, c.head_seq, c.epoch" \
-	"  FROM gridha.service_claims c" \
-	" WHERE c.claimant = $1 AND c.ready_at <= now() AND c.soft_expiry > (SELECT now())" \
-	" ORDER BY c.ready_at" \
-	" LIMIT " limit \
-	" FOR UPDATE SKIP LOCKED"
-
-static GridhaStatement queue_pick_one_stmt = {
-	QUEUE_PICK_SQL("1"), 2, {UUIDOID, INT8OID}
-};
-
-static GridhaStatement queue_pick_many_stmt = {
-	QUEUE_PICK_SQL("$2"), 2, {UUIDOID, INT8OID}, true
-};
-
-/*
- * The writes: $2, $3, $4 the picked claims' service_id, head_seq, epoch;
- * one claim's as scalars (next_batch: no array to build, no unnest to
- * start), several claims' as arrays. "source" yields them as rows.
- */
-#define QUEUE_HANDOUT_SQL(source) \
-	"WITH s AS (" source "), " GRIDHA_HANDOUT_WRITES("", "") \
-	" SELECT service_id, batch_id, payload, epoch, attempts FROM b"
-
-static GridhaStatement queue_handout_one_stmt = {
-	QUEUE_HANDOUT_SQL("SELECT $2::text AS service_id, $3::int8 AS head_seq, $4::int8 AS epoch"),
-	4, {UUIDOID, TEXTOID, INT8OID, INT8OID}
-};
-
-static GridhaStatement queue_handout_many_stmt = {
-	QUEUE_HANDOUT_SQL("SELECT * FROM unnest($2::text[], $3::int8[], $4::int8[])"
-					  " AS s(service_id, head_seq, epoch)"),
-	4, {UUIDOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID}
-};
+typedef struct QueuePick
+{
+	Datum		instance_id;
+	TimestampTz now;
+	int			max;			/* how many to pick at most */
+	int			n;				/* picked so far */
+	int			size;			/* room in the arrays */
+	Datum	   *service_ids;
+	Datum	   *head_seqs;
+	Datum	   *epochs;
+} QueuePick;
 
 static GridhaStatement queue_target_exists_stmt = {
 	"SELECT 1 FROM gridha.targets WHERE target = $1",
@@ -146,35 +115,139 @@ static GridhaStatement queue_verify_stmt = {
 /*
  * gridha_queue_write: hands out the heads of n claims this transaction has
  * locked: service_ids (text), head_seqs and epochs (bigint), as the pick
- * returned them. Each head becomes submitting under its claim's epoch, its
- * attempts grow by one, and its row goes to rsinfo's tuplestore. Returns
- * the number handed out. Inside SPI.
+ * returned them. Each head still waiting (queued, delayed, unknown, or
+ * submitting under a revoked hand-out) becomes submitting under its
+ * claim's epoch and this instance, its attempts grow by one, its claim
+ * becomes in flight, and its row goes to rsinfo's tuplestore. Returns the
+ * number handed out. With batch_ids, batch_ids[i] is set to the batch id
+ * of claim i's head when it was handed out, to (Datum) 0 when not.
+ *
+ * The rows are written by key (rows.c): the head is locked before it is
+ * judged, so a head that moved since the pick's snapshot is judged as it
+ * is now.
  */
 int
 gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
-				   Datum *epochs, int n, ReturnSetInfo *rsinfo)
+				   Datum *epochs, int n, ReturnSetInfo *rsinfo, Datum *batch_ids)
 {
-	Datum		args[4];
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	GridhaRows	rows;
+	int			done = 0;
+	int			i;
 
 	if (n == 0)
 		return 0;
-	args[0] = instance_id;
-	if (n == 1)
+	gridha_rows_begin(&rows, true);
+	for (i = 0; i < n; i++)
 	{
-		args[1] = service_ids[0];
-		args[2] = head_seqs[0];
-		args[3] = epochs[0];
-		gridha_exec(&queue_handout_one_stmt, args, NULL, false);
+		Datum		key[2];
+		bool		isnull;
+		GridhaStatus status;
+		GridhaUpdateResult res = GRIDHA_ROW_DELETED;
+		int32		attempts = 0;
+		Datum		out[5];
+		bool		outnull[5] = {false, false, false, false, false};
+		GridhaColumn batch[6];
+		GridhaColumn claim[2] = {
+			{CLAIM_READY_AT, (Datum) 0, true},
+			{CLAIM_IN_FLIGHT, BoolGetDatum(true), false}
+		};
+
+		if (batch_ids != NULL)
+			batch_ids[i] = (Datum) 0;
+		key[0] = service_ids[i];
+		key[1] = head_seqs[i];
+		if (!gridha_rows_fetch(&rows, GRIDHA_KEY_BATCH_SEQ, key))
+			continue;
+		do
+		{
+			status = gridha_status_of(gridha_rows_get(&rows, GRIDHA_BATCHES, BATCH_STATUS, &isnull));
+			if (status != GRIDHA_QUEUED && status != GRIDHA_DELAYED &&
+				status != GRIDHA_UNKNOWN && status != GRIDHA_SUBMITTING)
+				break;
+			attempts = DatumGetInt32(gridha_rows_get(&rows, GRIDHA_BATCHES, BATCH_ATTEMPTS, &isnull)) + 1;
+			batch[0] = (GridhaColumn) {BATCH_STATUS, gridha_status_datum(GRIDHA_SUBMITTING), false};
+			batch[1] = (GridhaColumn) {BATCH_EPOCH, epochs[i], false};
+			batch[2] = (GridhaColumn) {BATCH_ATTEMPTS, Int32GetDatum(attempts), false};
+			batch[3] = (GridhaColumn) {BATCH_INSTANCE_ID, instance_id, false};
+			batch[4] = (GridhaColumn) {BATCH_HANDED_OUT_AT, TimestampTzGetDatum(now), false};
+			batch[5] = (GridhaColumn) {BATCH_NOT_BEFORE, (Datum) 0, true};
+			res = gridha_rows_update(&rows, GRIDHA_BATCHES, batch, lengthof(batch));
+		} while (res == GRIDHA_ROW_CHANGED);
+		if (res != GRIDHA_ROW_UPDATED)
+			continue;
+
+		out[0] = service_ids[i];
+		out[1] = gridha_rows_get(&rows, GRIDHA_BATCHES, BATCH_BATCH_ID, &isnull);
+		out[2] = gridha_rows_get(&rows, GRIDHA_BATCHES, BATCH_PAYLOAD, &outnull[2]);
+		out[3] = epochs[i];
+		out[4] = Int32GetDatum(attempts);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnull);
+		if (batch_ids != NULL)
+			batch_ids[i] = datumCopy(out[1], false, -1);
+
+		/* the pick locked the claim: it is as this snapshot sees it */
+		if (!gridha_rows_fetch(&rows, GRIDHA_KEY_CLAIM, &service_ids[i]) ||
+			gridha_rows_update(&rows, GRIDHA_CLAIMS, claim, lengthof(claim)) != GRIDHA_ROW_UPDATED)
+			elog(ERROR, "gridha: the claim on service \"%s\" changed during its hand-out",
+				 TextDatumGetCString(service_ids[i]));
+		done++;
 	}
-	else
+	gridha_rows_end(&rows);
+	return done;
+}
+
+/*
+ * queue_servable: whether the current claim row is this instance's, ready
+ * (its head may go now) and within its soft expiry.
+ */
+static bool
+queue_servable(GridhaRows *rows, QueuePick *pick)
+{
+	bool		isnull;
+	Datum		d;
+
+	d = gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_CLAIMANT, &isnull);
+	if (isnull || !gridha_uuid_equal(d, pick->instance_id))
+		return false;
+	d = gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_READY_AT, &isnull);
+	if (isnull || DatumGetTimestampTz(d) > pick->now)
+		return false;
+	d = gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_SOFT_EXPIRY, &isnull);
+	if (isnull || DatumGetTimestampTz(d) <= pick->now)
+		return false;
+	(void) gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_HEAD_SEQ, &isnull);
+	return !isnull;
+}
+
+/*
+ * queue_pick_claim: the pick's step for one claim the index scan found:
+ * lock it unless another transaction holds it, judge its newest version,
+ * keep it. False once enough are kept.
+ */
+static bool
+queue_pick_claim(GridhaRows *rows, void *arg)
+{
+	QueuePick  *pick = (QueuePick *) arg;
+	bool		isnull;
+
+	if (!queue_servable(rows, pick) ||
+		gridha_rows_lock(rows, GRIDHA_CLAIMS, true, true) != GRIDHA_ROW_LOCKED ||
+		!queue_servable(rows, pick))
+		return true;
+	if (pick->n == pick->size)
 	{
-		args[1] = gridha_text_array(service_ids, n);
-		args[2] = gridha_int8_array(head_seqs, n);
-		args[3] = gridha_int8_array(epochs, n);
-		gridha_exec(&queue_handout_many_stmt, args, NULL, false);
+		pick->size *= 2;
+		pick->service_ids = repalloc(pick->service_ids, pick->size * sizeof(Datum));
+		pick->head_seqs = repalloc(pick->head_seqs, pick->size * sizeof(Datum));
+		pick->epochs = repalloc(pick->epochs, pick->size * sizeof(Datum));
 	}
-	gridha_put_rows(rsinfo, 5);
-	return (int) SPI_processed;
+	pick->service_ids[pick->n] =
+		datumCopy(gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_SERVICE_ID, &isnull), false, -1);
+	pick->head_seqs[pick->n] = gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_HEAD_SEQ, &isnull);
+	pick->epochs[pick->n] = gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_EPOCH, &isnull);
+	pick->n++;
+	return pick->n < pick->max;
 }
 
 /*
@@ -191,30 +264,32 @@ gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 int
 gridha_queue_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rsinfo)
 {
-	Datum		args[2];
-	Datum	   *cols[3];
-	int			n;
-	int			i;
-	int			j;
-	bool		isnull;
+	static const AttrNumber attnos[2] = {CLAIM_CLAIMANT, CLAIM_READY_AT};
+	static const StrategyNumber strategies[2] = {BTEqualStrategyNumber, BTLessEqualStrategyNumber};
+	Datum		values[2];
+	QueuePick	pick;
+	GridhaRows	rows;
 
 	if (gridha_ratelimit_active())
 		return gridha_ratelimit_handout(instance_id, max_batches, rsinfo);
 
-	args[0] = instance_id;
-	args[1] = Int64GetDatum(max_batches);
-	gridha_exec(max_batches == 1 ? &queue_pick_one_stmt : &queue_pick_many_stmt,
-				args, NULL, false);
-	n = (int) SPI_processed;
-	if (n == 0)
-		return 0;
-	for (j = 0; j < 3; j++)
-	{
-		cols[j] = palloc(n * sizeof(Datum));
-		for (i = 0; i < n; i++)
-			cols[j][i] = gridha_col(i, j + 1, &isnull);
-	}
-	return gridha_queue_write(instance_id, cols[0], cols[1], cols[2], n, rsinfo);
+	pick.instance_id = instance_id;
+	pick.now = GetCurrentTransactionStartTimestamp();
+	pick.max = max_batches;
+	pick.n = 0;
+	pick.size = Max(Min(max_batches, 8), 1);
+	pick.service_ids = palloc(pick.size * sizeof(Datum));
+	pick.head_seqs = palloc(pick.size * sizeof(Datum));
+	pick.epochs = palloc(pick.size * sizeof(Datum));
+	values[0] = instance_id;
+	values[1] = TimestampTzGetDatum(pick.now);
+
+	gridha_rows_begin(&rows, true);
+	gridha_rows_scan(&rows, GRIDHA_CLAIMS, attnos, strategies, values, 2, queue_pick_claim, &pick);
+	gridha_rows_end(&rows);
+
+	return gridha_queue_write(instance_id, pick.service_ids, pick.head_seqs, pick.epochs,
+							  pick.n, rsinfo, NULL);
 }
 
 /*

@@ -38,8 +38,8 @@
  *   2. only when 1 returned heads of limited targets: slots are taken per
  *      target, targets in name order (so two instances never deadlock),
  *      each waiting for the row lock of its target_rate_state row;
- *   3. one statement hands out the heads that got a slot and logs them in
- *      gridha.rate_handouts. A head whose target had no slot after all (an
+ *   3. the heads that got a slot are handed out (gridha_queue_write) and
+ *      logged in gridha.rate_handouts. A head whose target had no slot after all (an
  *      instance ahead of it took the last one) stays queued for later.
  *
  *-------------------------------------------------------------------------
@@ -139,19 +139,13 @@ static GridhaStatement ratelimit_unlimited_stmt = {
 	1, {TEXTOID}
 };
 
-/* Step 3: hand out the heads that got a slot, and log them (as
- * gridha_queue_write, and the log) */
-static GridhaStatement ratelimit_handout_slotted_stmt = {
-	"WITH s AS ("
-	"  SELECT * FROM unnest($2::text[], $3::int8[], $4::int8[], $5::text[])"
-	"      AS s(service_id, head_seq, epoch, target)"
-	"), " GRIDHA_HANDOUT_WRITES("", ", s.target") ","
-	" g AS ("
-	"  INSERT INTO gridha.rate_handouts (target, slot_at, service_id, batch_id, instance_id, epoch)"
-	"  SELECT target, now(), service_id, batch_id, $1, epoch FROM b"
-	")"
-	" SELECT service_id, batch_id, payload, epoch, attempts FROM b",
-	5, {UUIDOID, TEXTARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID}, true
+/* Step 3: the log of the heads handed out with a slot */
+static GridhaStatement ratelimit_log_stmt = {
+	"INSERT INTO gridha.rate_handouts (target, slot_at, service_id, batch_id, instance_id, epoch)"
+	" SELECT u.target, now(), u.service_id, u.batch_id, $1, u.epoch"
+	"   FROM unnest($2::text[], $3::text[], $4::text[], $5::int8[])"
+	"     AS u(target, service_id, batch_id, epoch)",
+	5, {UUIDOID, TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID}
 };
 
 /*
@@ -319,7 +313,10 @@ gridha_ratelimit_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rs
 	int			nfree = 0;
 	int			nslotted = 0;
 	int			done = 0;
+	int			written;
+	int			nlogged;
 	int			start;
+	Datum	   *batch_ids;
 	Datum	   *sids;
 	Datum	   *seqs;
 	Datum	   *epochs;
@@ -362,7 +359,7 @@ gridha_ratelimit_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rs
 		h->epoch = epoch;
 		h->head_seq = head_seq;
 	}
-	done = gridha_queue_write(instance_id, sids, seqs, epochs, nfree, rsinfo);
+	done = gridha_queue_write(instance_id, sids, seqs, epochs, nfree, rsinfo, NULL);
 	if (nheads == 0)
 		return done;
 
@@ -398,13 +395,29 @@ gridha_ratelimit_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rs
 		targets[nslotted] = CStringGetTextDatum(heads[i].target);
 		nslotted++;
 	}
-	args[1] = gridha_text_array(sids, nslotted);
-	args[2] = gridha_int8_array(seqs, nslotted);
-	args[3] = gridha_int8_array(epochs, nslotted);
-	args[4] = gridha_text_array(targets, nslotted);
-	gridha_exec(&ratelimit_handout_slotted_stmt, args, NULL, false);
-	gridha_put_rows(rsinfo, 5);
-	return done + (int) SPI_processed;
+	batch_ids = palloc(sizeof(Datum) * nslotted);
+	written = gridha_queue_write(instance_id, sids, seqs, epochs, nslotted, rsinfo, batch_ids);
+	if (written == 0)
+		return done;
+
+	/* log them: the rows the write handed out, with their targets */
+	nlogged = 0;
+	for (i = 0; i < (uint64) nslotted; i++)
+	{
+		if (batch_ids[i] == (Datum) 0)
+			continue;
+		targets[nlogged] = targets[i];
+		sids[nlogged] = sids[i];
+		batch_ids[nlogged] = batch_ids[i];
+		epochs[nlogged] = epochs[i];
+		nlogged++;
+	}
+	args[1] = gridha_text_array(targets, nlogged);
+	args[2] = gridha_text_array(sids, nlogged);
+	args[3] = gridha_text_array(batch_ids, nlogged);
+	args[4] = gridha_int8_array(epochs, nlogged);
+	gridha_exec(&ratelimit_log_stmt, args, NULL, false);
+	return done + written;
 }
 
 /*

@@ -23,26 +23,30 @@
  * flight; the takeover first, and the report matches nothing. The claim
  * has nothing to learn from an acceptance: it was in flight and stays so.
  *
- * Every other report is one statement: lock the claim (claimant and epoch
- * in its WHERE), move the batch (its status and hand-out epoch in its
- * WHERE), move the claim. Every writer of a batch row but the acceptance
- * holds its service's claim row locked, so once the lock is granted the
- * head can only go from submitting to pending meanwhile. The next head is
- * seq + 1: seqs are given out gap-free under the claim lock
- * (batches_before_insert) and an unfinished batch cannot be deleted, so the
- * claim's tail_seq, read under the lock, says whether it exists even when
- * it was enqueued after the statement's snapshot.
+ * Every other report is one command (rows.c): write the claim (claimant,
+ * epoch and head judged on the version written), then the batch (its
+ * status and hand-out epoch judged likewise). A version changed since the
+ * snapshot is judged again in its newest, locked version, as an UPDATE
+ * does. Every writer of a batch row but the acceptance writes its
+ * service's claim row first, so once the claim is written the head can
+ * only go from submitting to pending meanwhile; a batch found moved
+ * otherwise after the claim was written raises, which undoes both. The
+ * next head is seq + 1: seqs are given out gap-free under the claim lock
+ * (batches_before_insert) and an unfinished batch cannot be deleted, so
+ * the claim's tail_seq in the version written says whether it exists even
+ * when it was enqueued after the report's snapshot.
  *
- * When a report changes nothing, a second read with a fresh snapshot says
- * why (RG003, RG001, RG002). If that read finds the report valid after all,
- * the batch or claim moved between the snapshot and the lock; the report
- * runs once more, now with a snapshot taken under the lock.
+ * When a report changes nothing, a read with a fresh snapshot says why
+ * (RG003, RG001, RG002). If that read finds the report valid after all,
+ * the batch or claim moved after the report's snapshot; the report runs
+ * once more, with a fresh snapshot.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "gridha.h"
+#include "rows.h"
 #include "spi_util.h"
 #include "status.h"
 
@@ -54,6 +58,7 @@
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
 /* Statuses a report may move a batch from */
@@ -62,81 +67,6 @@ typedef enum ReportFrom
 	FROM_SUBMITTING,			/* submitting under this epoch */
 	FROM_IN_FLIGHT				/* that, or pending, or valid */
 } ReportFrom;
-
-/* When a delayed batch may go again: the backoff grows with its attempts */
-#define STATUS_NOT_BEFORE(attempts) \
-	"now() + least(" CppAsString2(GRIDHA_BACKOFF_BASE_MS) " + " \
-	CppAsString2(GRIDHA_BACKOFF_STEP_MS) " * greatest(" attempts " - 1, 0), " \
-	CppAsString2(GRIDHA_BACKOFF_MAX_MS) ") * interval '1 millisecond'"
-
-/* The parameters of every report statement (see status_report_stmt) */
-#define STATUS_REPORT_ARGTYPES \
-	{TEXTOID, TEXTOID, UUIDOID, INT8OID, TEXTOID, TEXTOID, BOOLOID}
-
-/* The statuses a report may move the batch from */
-#define STATUS_FROM(b) \
-	"((" b ".status = 'submitting' AND " b ".epoch = $4)" \
-	" OR ($7 AND " b ".status IN ('pending', 'valid')))"
-
-/*
- * Every report but an acceptance: $1 service, $2 batch, $3 instance,
- * $4 epoch, $5 new status, $6 detail, $7 pending/valid may be reported on
- * too.
- *
- * The fence is the claim row's own UPDATE (c): it matches only while this
- * instance holds the service at this epoch and the batch is its head, and
- * it locks the row, so a takeover or another report of the service waits
- * for this transaction and then sees what it wrote. The batch is updated
- * after it, rechecking its status on the newest row version. When either
- * matches nothing the statement returns no row and the caller raises (see
- * status_report), so a claim update without its batch update never commits.
- *
- * "IS NOT DISTINCT FROM" keeps the planner on the primary key rather than
- * the (claimant, ready_at) index, which stale statistics (every claimant
- * NULL when the table was last analyzed) make look cheaper.
- */
-static GridhaStatement status_report_stmt = {
-	"WITH x AS ("
-	"  SELECT b.seq, b.attempts FROM gridha.batches b"
-	"   WHERE b.service_id = $1 AND b.batch_id = $2 AND " STATUS_FROM("b")
-	"), c AS ("
-	"  UPDATE gridha.service_claims s"
-	"     SET in_flight = $5 IN ('pending', 'valid'),"
-	"         head_seq = CASE WHEN $5 NOT IN ('committed', 'invalid') THEN s.head_seq"
-	"                         WHEN s.tail_seq > x.seq THEN x.seq + 1 END,"
-	"         ready_at = CASE WHEN $5 IN ('committed', 'invalid')"
-	"                         THEN CASE WHEN s.tail_seq > x.seq THEN now() END"
-	"                         WHEN $5 = 'delayed' THEN " STATUS_NOT_BEFORE("x.attempts")
-	"                         WHEN $5 = 'unknown' THEN now() END"
-	"    FROM x"
-	"   WHERE s.service_id = $1 AND s.claimant IS NOT DISTINCT FROM $3"
-	"     AND s.epoch = $4 AND s.head_seq = x.seq"
-	"  RETURNING x.seq"
-	")"
-	" UPDATE gridha.batches b"
-	"    SET status = $5::gridha.batch_status,"
-	"        not_before = CASE WHEN $5 = 'delayed' THEN " STATUS_NOT_BEFORE("b.attempts") " END,"
-	"        detail = coalesce($6, b.detail),"
-	"        finished_at = CASE WHEN $5 IN ('committed', 'invalid') THEN now() END"
-	"   FROM c"
-	"  WHERE b.service_id = $1 AND b.seq = c.seq AND b.batch_id = $2 AND " STATUS_FROM("b")
-	" RETURNING $5::gridha.batch_status",
-	7, STATUS_REPORT_ARGTYPES
-};
-
-/*
- * An accepted submission, with the parameters of status_report_stmt ($5,
- * always 'pending', and $7 unused). Matches only the batch handed out to
- * this instance under this epoch and not revoked since (see the header).
- */
-static GridhaStatement status_accept_stmt = {
-	"UPDATE gridha.batches b"
-	"   SET status = 'pending', detail = coalesce($6, b.detail), submitted_at = now()"
-	" WHERE b.service_id = $1 AND b.batch_id = $2 AND b.status = 'submitting'"
-	"   AND b.epoch = $4 AND b.instance_id = $3"
-	" RETURNING b.status",
-	7, STATUS_REPORT_ARGTYPES
-};
 
 /* Why a report changed nothing: the claim and the batch as they are now */
 static GridhaStatement status_diagnose_stmt = {
@@ -245,37 +175,202 @@ status_diagnose(Datum instance_id, text *service_id, text *batch_id,
 }
 
 /*
+ * status_backoff: when a batch delayed after its attempts-th hand-out may
+ * go again: the wait grows with the attempts, up to GRIDHA_BACKOFF_MAX_MS.
+ */
+static TimestampTz
+status_backoff(TimestampTz now, int32 attempts)
+{
+	int64		ms = GRIDHA_BACKOFF_BASE_MS + (int64) GRIDHA_BACKOFF_STEP_MS * Max(attempts - 1, 0);
+
+	return TimestampTzPlusMilliseconds(now, Min(ms, GRIDHA_BACKOFF_MAX_MS));
+}
+
+/*
+ * status_judge_batch: whether the current batch row is in a status the
+ * report may move it from; sets its seq and attempts.
+ */
+static bool
+status_judge_batch(GridhaRows *rows, int64 epoch, ReportFrom from, int64 *seq, int32 *attempts)
+{
+	bool		isnull;
+	GridhaStatus status = gridha_status_of(gridha_rows_get(rows, GRIDHA_BATCHES, BATCH_STATUS, &isnull));
+	Datum		d = gridha_rows_get(rows, GRIDHA_BATCHES, BATCH_EPOCH, &isnull);
+
+	if (!((status == GRIDHA_SUBMITTING && !isnull && DatumGetInt64(d) == epoch) ||
+		  (from == FROM_IN_FLIGHT && (status == GRIDHA_PENDING || status == GRIDHA_VALID))))
+		return false;
+	*seq = DatumGetInt64(gridha_rows_get(rows, GRIDHA_BATCHES, BATCH_SEQ, &isnull));
+	*attempts = DatumGetInt32(gridha_rows_get(rows, GRIDHA_BATCHES, BATCH_ATTEMPTS, &isnull));
+	return true;
+}
+
+/*
+ * status_judge_claim: whether the current claim row is this instance's at
+ * this epoch with the batch (seq) as its head; fills claim (3 columns)
+ * with what the report makes of it: in flight, ready again (now, or after
+ * the backoff), or moved on to the next batch.
+ */
+static bool
+status_judge_claim(GridhaRows *rows, Datum instance_id, int64 epoch, int64 seq,
+				   int32 attempts, GridhaStatus new_status, GridhaColumn *claim)
+{
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	bool		final = new_status == GRIDHA_COMMITTED || new_status == GRIDHA_INVALID;
+	bool		isnull;
+	bool		more;
+	Datum		d;
+
+	d = gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_CLAIMANT, &isnull);
+	if (isnull || !gridha_uuid_equal(d, instance_id) ||
+		DatumGetInt64(gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_EPOCH, &isnull)) != epoch)
+		return false;
+	d = gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_HEAD_SEQ, &isnull);
+	if (isnull || DatumGetInt64(d) != seq)
+		return false;
+	/* the next batch is seq + 1 if it exists (see the file header) */
+	more = DatumGetInt64(gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_TAIL_SEQ, &isnull)) > seq;
+
+	claim[0] = (GridhaColumn) {CLAIM_IN_FLIGHT,
+		BoolGetDatum(new_status == GRIDHA_PENDING || new_status == GRIDHA_VALID), false};
+	claim[1] = (GridhaColumn) {CLAIM_HEAD_SEQ, Int64GetDatum(final ? seq + 1 : seq), final && !more};
+	claim[2] = (GridhaColumn) {CLAIM_READY_AT, TimestampTzGetDatum(now), false};
+	if (new_status == GRIDHA_DELAYED)
+		claim[2].value = TimestampTzGetDatum(status_backoff(now, attempts));
+	else if (final ? !more : new_status != GRIDHA_UNKNOWN)
+		claim[2].isnull = true;
+	return true;
+}
+
+/*
+ * status_judge_handout: whether the current batch row is submitting under
+ * this instance's hand-out at this epoch (not revoked since).
+ */
+static bool
+status_judge_handout(GridhaRows *rows, Datum instance_id, int64 epoch)
+{
+	bool		isnull;
+	Datum		d;
+
+	if (gridha_status_of(gridha_rows_get(rows, GRIDHA_BATCHES, BATCH_STATUS, &isnull)) != GRIDHA_SUBMITTING)
+		return false;
+	d = gridha_rows_get(rows, GRIDHA_BATCHES, BATCH_EPOCH, &isnull);
+	if (isnull || DatumGetInt64(d) != epoch)
+		return false;
+	d = gridha_rows_get(rows, GRIDHA_BATCHES, BATCH_INSTANCE_ID, &isnull);
+	return !isnull && gridha_uuid_equal(d, instance_id);
+}
+
+/*
+ * status_try: one try of a report (see the file header); true when it
+ * moved the batch, false when it changed nothing. A report that wrote the
+ * claim and then finds the batch moved by a concurrent report raises.
+ */
+static bool
+status_try(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
+		   GridhaStatus new_status, text *detail, ReportFrom from)
+{
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	bool		final = new_status == GRIDHA_COMMITTED || new_status == GRIDHA_INVALID;
+	Datum		key[2];
+	GridhaRows	rows;
+	GridhaUpdateResult res;
+	int64		seq;
+	int64		now_seq;
+	int32		attempts;
+	GridhaColumn batch[4];
+	GridhaColumn claim[3];
+	int			nbatch;
+
+	key[0] = PointerGetDatum(service_id);
+	key[1] = PointerGetDatum(batch_id);
+	gridha_rows_begin(&rows, true);
+
+	if (from == FROM_SUBMITTING && new_status == GRIDHA_PENDING)
+	{
+		/* an acceptance: the batch only, fenced by its hand-out */
+		if (!gridha_rows_fetch(&rows, GRIDHA_KEY_BATCH_ID, key))
+			goto nothing;
+		do
+		{
+			if (!status_judge_handout(&rows, instance_id, epoch))
+				goto nothing;
+			nbatch = 0;
+			batch[nbatch++] = (GridhaColumn) {BATCH_STATUS, gridha_status_datum(GRIDHA_PENDING), false};
+			batch[nbatch++] = (GridhaColumn) {BATCH_SUBMITTED_AT, TimestampTzGetDatum(now), false};
+			if (detail != NULL)
+				batch[nbatch++] = (GridhaColumn) {BATCH_DETAIL, PointerGetDatum(detail), false};
+			res = gridha_rows_update(&rows, GRIDHA_BATCHES, batch, nbatch);
+		} while (res == GRIDHA_ROW_CHANGED);
+		if (res != GRIDHA_ROW_UPDATED)
+			goto nothing;
+		gridha_rows_end(&rows);
+		return true;
+	}
+
+	/* the claim first (the fence), as every writer of both writes them */
+	if (!gridha_rows_fetch(&rows, GRIDHA_KEY_CLAIM, key) ||
+		!gridha_rows_fetch(&rows, GRIDHA_KEY_BATCH_ID, key) ||
+		!status_judge_batch(&rows, epoch, from, &seq, &attempts))
+		goto nothing;
+	do
+	{
+		if (!status_judge_claim(&rows, instance_id, epoch, seq, attempts, new_status, claim))
+			goto nothing;
+		res = gridha_rows_update(&rows, GRIDHA_CLAIMS, claim, lengthof(claim));
+	} while (res == GRIDHA_ROW_CHANGED);
+	if (res != GRIDHA_ROW_UPDATED)
+		goto nothing;
+
+	/* the claim is written: the batch must follow, or the report raises */
+	do
+	{
+		if (!status_judge_batch(&rows, epoch, from, &now_seq, &attempts) || now_seq != seq)
+		{
+			gridha_rows_end(&rows);
+			SPI_connect();
+			status_diagnose(instance_id, service_id, batch_id, epoch, from);
+			elog(ERROR, "gridha: report on batch \"%s\" of service \"%s\" moved its claim but not the batch",
+				 text_to_cstring(batch_id), text_to_cstring(service_id));
+		}
+		nbatch = 0;
+		batch[nbatch++] = (GridhaColumn) {BATCH_STATUS, gridha_status_datum(new_status), false};
+		batch[nbatch++] = (GridhaColumn) {BATCH_NOT_BEFORE,
+			TimestampTzGetDatum(status_backoff(now, attempts)), new_status != GRIDHA_DELAYED};
+		batch[nbatch++] = (GridhaColumn) {BATCH_FINISHED_AT, TimestampTzGetDatum(now), !final};
+		if (detail != NULL)
+			batch[nbatch++] = (GridhaColumn) {BATCH_DETAIL, PointerGetDatum(detail), false};
+		res = gridha_rows_update(&rows, GRIDHA_BATCHES, batch, nbatch);
+	} while (res == GRIDHA_ROW_CHANGED);
+	if (res != GRIDHA_ROW_UPDATED)
+		elog(ERROR, "gridha: batch \"%s\" of service \"%s\" was deleted while in flight",
+			 text_to_cstring(batch_id), text_to_cstring(service_id));
+	gridha_rows_end(&rows);
+	return true;
+
+nothing:
+	gridha_rows_end(&rows);
+	return false;
+}
+
+/*
  * status_report: moves the batch to new_status if this instance holds the
  * service at this epoch and the batch is its head in one of the "from"
  * statuses; raises RG001/RG002/RG003 otherwise. Returns the new status.
  */
 static Datum
 status_report(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
-			  const char *new_status, text *detail, ReportFrom from)
+			  GridhaStatus new_status, text *detail, ReportFrom from)
 {
-	GridhaStatement *stmt = from == FROM_SUBMITTING && strcmp(new_status, "pending") == 0 ?
-		&status_accept_stmt : &status_report_stmt;
-	Datum		args[7];
-	char		nulls[8] = "       ";
-	bool		isnull;
 	int			attempt;
-
-	args[0] = PointerGetDatum(service_id);
-	args[1] = PointerGetDatum(batch_id);
-	args[2] = instance_id;
-	args[3] = Int64GetDatum(epoch);
-	args[4] = CStringGetTextDatum(new_status);
-	args[5] = PointerGetDatum(detail);
-	if (detail == NULL)
-		nulls[5] = 'n';
-	args[6] = BoolGetDatum(from == FROM_IN_FLIGHT);
 
 	for (attempt = 0; attempt < 2; attempt++)
 	{
-		gridha_exec(stmt, args, nulls, false);
-		if (SPI_processed == 1)
-			return gridha_col(0, 1, &isnull);
+		if (status_try(instance_id, service_id, batch_id, epoch, new_status, detail, from))
+			return gridha_status_datum(new_status);
+		SPI_connect();
 		status_diagnose(instance_id, service_id, batch_id, epoch, from);
+		SPI_finish();
 	}
 	elog(ERROR, "gridha: report on batch \"%s\" of service \"%s\" found it in flight but could not move it",
 		 text_to_cstring(batch_id), text_to_cstring(service_id));
@@ -301,7 +396,7 @@ gridha_report_submission(PG_FUNCTION_ARGS)
 	int64		epoch = gridha_arg_epoch(fcinfo, 3);
 	text	   *detail = PG_ARGISNULL(5) ? NULL : PG_GETARG_TEXT_PP(5);
 	char	   *outcome;
-	const char *new_status;
+	GridhaStatus new_status;
 	Datum		result;
 
 	if (PG_ARGISNULL(4))
@@ -310,21 +405,19 @@ gridha_report_submission(PG_FUNCTION_ARGS)
 				 errmsg("outcome must not be null")));
 	outcome = text_to_cstring(PG_GETARG_TEXT_PP(4));
 	if (pg_strcasecmp(outcome, "accepted") == 0)
-		new_status = "pending";
+		new_status = GRIDHA_PENDING;
 	else if (pg_strcasecmp(outcome, "delayed") == 0)
-		new_status = "delayed";
+		new_status = GRIDHA_DELAYED;
 	else if (pg_strcasecmp(outcome, "rejected") == 0)
-		new_status = "invalid";
+		new_status = GRIDHA_INVALID;
 	else
 		ereport(ERROR,
 				(errcode(ERRCODE_GRIDHA_UNKNOWN_OUTCOME),
 				 errmsg("unknown submission outcome \"%s\"", outcome),
 				 errhint("Use accepted, delayed or rejected.")));
 
-	SPI_connect();
 	result = status_report(instance_id, service_id, batch_id, epoch, new_status,
 						   detail, FROM_SUBMITTING);
-	SPI_finish();
 	PG_RETURN_DATUM(result);
 }
 
@@ -342,12 +435,14 @@ Datum
 gridha_report_status(PG_FUNCTION_ARGS)
 {
 	static const char *const words[] = {"pending", "valid", "committed", "invalid", "unknown"};
+	static const GridhaStatus statuses[] = {GRIDHA_PENDING, GRIDHA_VALID, GRIDHA_COMMITTED,
+	GRIDHA_INVALID, GRIDHA_UNKNOWN};
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
 	text	   *service_id = gridha_arg_id(fcinfo, 1, "service_id");
 	text	   *batch_id = gridha_arg_id(fcinfo, 2, "batch_id");
 	int64		epoch = gridha_arg_epoch(fcinfo, 3);
 	char	   *word;
-	const char *new_status = NULL;
+	int			found = -1;
 	Datum		result;
 	int			i;
 
@@ -358,17 +453,15 @@ gridha_report_status(PG_FUNCTION_ARGS)
 	word = text_to_cstring(PG_GETARG_TEXT_PP(4));
 	for (i = 0; i < lengthof(words); i++)
 		if (pg_strcasecmp(word, words[i]) == 0)
-			new_status = words[i];
-	if (new_status == NULL)
+			found = i;
+	if (found < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_GRIDHA_UNKNOWN_DLT_STATUS),
 				 errmsg("unknown ledger status \"%s\"", word),
 				 errhint("Use pending, valid, committed, invalid or unknown (any case).")));
 
-	SPI_connect();
-	result = status_report(instance_id, service_id, batch_id, epoch, new_status,
+	result = status_report(instance_id, service_id, batch_id, epoch, statuses[found],
 						   NULL, FROM_IN_FLIGHT);
-	SPI_finish();
 	PG_RETURN_DATUM(result);
 }
 

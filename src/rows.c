@@ -1,0 +1,615 @@
+/*-------------------------------------------------------------------------
+ *
+ * rows.c
+ *		The hot path's reads and writes of gridha's own tables, by key,
+ *		without the planner: a hand-out's and a report's rows are found
+ *		through their unique index, locked, checked in C and rewritten
+ *		through the executor's single-row update (the one logical
+ *		replication applies changes with), which maintains the indexes,
+ *		checks NOT NULL and fires the tables' triggers.
+ *
+ * Words:
+ *   rows      one GridhaRows: what a single SQL statement would do, one
+ *             command of the transaction with one snapshot, taken after
+ *             every earlier command of the transaction
+ *   fetch     find a row by its unique key, as the snapshot sees it
+ *   update    write a new version of the row fetched last, its columns
+ *             with some replaced, if it is still the version the snapshot
+ *             saw; if a concurrent transaction changed it, lock its newest
+ *             version and let the caller judge that one and try again: what
+ *             an UPDATE does under READ COMMITTED (EvalPlanQual); under
+ *             REPEATABLE READ and SERIALIZABLE a concurrent change is a
+ *             serialization failure
+ *   lock      SELECT ... FOR UPDATE [SKIP LOCKED] of the current row
+ *
+ * Why not SQL: a hand-out and each report rewrite two rows known by key.
+ * Through SPI, starting the executor for their statements (plan trees,
+ * projections, CTE scans) cost more than the reads and writes themselves;
+ * here the only set-up is opening the tables and their indexes. Like an
+ * UPDATE, a write locks nothing before it writes, so it adds no WAL
+ * record of its own.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "rows.h"
+
+#include "access/genam.h"
+#include "access/relscan.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_enum.h"
+#include "commands/trigger.h"
+#include "executor/executor.h"
+#include "nodes/makefuncs.h"
+#include "parser/parsetree.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+static const char *const rows_tables[GRIDHA_NTABLES] = {
+	"service_claims", "batches", "instances"
+};
+
+/* The column names the attribute numbers of rows.h stand for */
+static const char *const rows_claim_columns[] = {
+	NULL, "service_id", "target", "claimant", "epoch", "soft_expiry",
+	"hard_expiry", "head_seq", "tail_seq", "ready_at", "in_flight"
+};
+static const char *const rows_batch_columns[] = {
+	NULL, "service_id", "batch_id", "seq", "payload", "status", "created_at",
+	"epoch", "attempts", "not_before", "instance_id", "handed_out_at",
+	"submitted_at", "finished_at", "detail"
+};
+static const char *const rows_instance_columns[] = {
+	NULL, "instance_id", "label", "kind", "registered_at", "last_seen_at",
+	"stopped_at", "session_key"
+};
+
+typedef struct RowsKeyDef
+{
+	GridhaTable table;
+	int			nkeys;
+	AttrNumber	attnos[2];
+} RowsKeyDef;
+
+static const RowsKeyDef rows_keys[GRIDHA_NKEYS] = {
+	{GRIDHA_CLAIMS, 1, {CLAIM_SERVICE_ID}},
+	{GRIDHA_BATCHES, 2, {BATCH_SERVICE_ID, BATCH_BATCH_ID}},
+	{GRIDHA_BATCHES, 2, {BATCH_SERVICE_ID, BATCH_SEQ}},
+	{GRIDHA_INSTANCES, 1, {INSTANCE_ID}}
+};
+
+/* gridha.batch_status's labels and, once looked up, their OIDs */
+static const char *const rows_status_labels[GRIDHA_NSTATUSES] = {
+	"queued", "submitting", "pending", "valid", "delayed", "unknown",
+	"committed", "invalid"
+};
+static Oid	rows_status_type = InvalidOid;
+static Oid	rows_status_oids[GRIDHA_NSTATUSES];
+
+/*
+ * rows_check_columns: the attribute numbers of rows.h are the table's: a
+ * table changed by hand is refused rather than written wrongly.
+ */
+static void
+rows_check_columns(Relation rel, GridhaTable table)
+{
+	const char *const *names;
+	int			n;
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			i;
+
+	switch (table)
+	{
+		case GRIDHA_CLAIMS:
+			names = rows_claim_columns;
+			n = lengthof(rows_claim_columns);
+			break;
+		case GRIDHA_BATCHES:
+			names = rows_batch_columns;
+			n = lengthof(rows_batch_columns);
+			break;
+		default:
+			names = rows_instance_columns;
+			n = lengthof(rows_instance_columns);
+			break;
+	}
+	for (i = 1; i < n; i++)
+	{
+		Form_pg_attribute att;
+
+		if (i > desc->natts)
+			elog(ERROR, "gridha: gridha.%s has no column %d (%s)", rows_tables[table], i, names[i]);
+		att = TupleDescAttr(desc, i - 1);
+		if (att->attisdropped || strcmp(NameStr(att->attname), names[i]) != 0)
+			elog(ERROR, "gridha: column %d of gridha.%s is not %s", i, rows_tables[table], names[i]);
+	}
+}
+
+/*
+ * rows_load_statuses: the OIDs of gridha.batch_status's labels, looked up
+ * again whenever the type is not the one seen last (the extension was
+ * created again).
+ */
+static void
+rows_load_statuses(Relation batches)
+{
+	Oid			typid = TupleDescAttr(RelationGetDescr(batches), BATCH_STATUS - 1)->atttypid;
+	int			i;
+
+	if (typid == rows_status_type)
+		return;
+	for (i = 0; i < GRIDHA_NSTATUSES; i++)
+	{
+		HeapTuple	tup = SearchSysCache2(ENUMTYPOIDNAME, ObjectIdGetDatum(typid),
+										  CStringGetDatum(rows_status_labels[i]));
+
+		if (!HeapTupleIsValid(tup))
+			elog(ERROR, "gridha: gridha.batch_status has no label %s", rows_status_labels[i]);
+		rows_status_oids[i] = ((Form_pg_enum) GETSTRUCT(tup))->oid;
+		ReleaseSysCache(tup);
+	}
+	rows_status_type = typid;
+}
+
+/*
+ * gridha_status_datum: the gridha.batch_status value of a status. Valid
+ * once a GridhaRows has opened gridha.batches in this backend.
+ */
+Datum
+gridha_status_datum(GridhaStatus status)
+{
+	if (!OidIsValid(rows_status_type))
+		elog(ERROR, "gridha: batch statuses not looked up yet");
+	return ObjectIdGetDatum(rows_status_oids[status]);
+}
+
+/*
+ * gridha_status_of: the status a gridha.batch_status value stands for.
+ */
+GridhaStatus
+gridha_status_of(Datum value)
+{
+	Oid			oid = DatumGetObjectId(value);
+	int			i;
+
+	for (i = 0; i < GRIDHA_NSTATUSES; i++)
+		if (rows_status_oids[i] == oid)
+			return (GridhaStatus) i;
+	elog(ERROR, "gridha: %u is not a gridha.batch_status label", oid);
+	pg_unreachable();
+}
+
+/*
+ * gridha_rows_begin: starts one command of reads (write false) or of
+ * reads, locks and updates (write true), with a snapshot that sees every
+ * earlier command of the transaction. End it with gridha_rows_end.
+ */
+void
+gridha_rows_begin(GridhaRows *rows, bool write)
+{
+	memset(rows, 0, sizeof(GridhaRows));
+	rows->write = write;
+	rows->nspid = get_namespace_oid("gridha", false);
+	CommandCounterIncrement();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	rows->snapshot = GetActiveSnapshot();
+	if (write)
+	{
+		List	   *rtable = NIL;
+		int			i;
+
+		rows->estate = CreateExecutorState();
+		for (i = 0; i < GRIDHA_NTABLES; i++)
+		{
+			RangeTblEntry *rte = makeNode(RangeTblEntry);
+
+			/* relid is filled in when the table is first used */
+			rte->rtekind = RTE_RELATION;
+			rte->relkind = RELKIND_RELATION;
+			rte->rellockmode = RowExclusiveLock;
+			rtable = lappend(rtable, rte);
+			rows->rels[i].rti = i + 1;
+		}
+		ExecInitRangeTable(rows->estate, rtable);
+		rows->estate->es_snapshot = rows->snapshot;
+		rows->estate->es_output_cid = GetCurrentCommandId(true);
+		EvalPlanQualInit(&rows->epq, rows->estate, NULL, NIL, -1);
+		AfterTriggerBeginQuery();
+	}
+}
+
+/*
+ * rows_open: the table, opened on first use in this command.
+ */
+static GridhaRowsRel *
+rows_open(GridhaRows *rows, GridhaTable table)
+{
+	GridhaRowsRel *r = &rows->rels[table];
+	Oid			relid;
+
+	if (r->rel != NULL)
+		return r;
+	relid = get_relname_relid(rows_tables[table], rows->nspid);
+	if (!OidIsValid(relid))
+		elog(ERROR, "gridha: table gridha.%s does not exist", rows_tables[table]);
+	r->rel = table_open(relid, rows->write ? RowExclusiveLock : AccessShareLock);
+	rows_check_columns(r->rel, table);
+	if (table == GRIDHA_BATCHES)
+		rows_load_statuses(r->rel);
+	if (rows->write)
+	{
+		EState	   *estate = rows->estate;
+
+		exec_rt_fetch(r->rti, estate)->relid = relid;
+		r->rri = makeNode(ResultRelInfo);
+		InitResultRelInfo(r->rri, r->rel, r->rti, NULL, 0);
+		/* where the AFTER triggers' firing looks the table up */
+		estate->es_opened_result_relations =
+			lappend(estate->es_opened_result_relations, r->rri);
+		ExecOpenIndices(r->rri, false);
+		r->row = table_slot_create(r->rel, &estate->es_tupleTable);
+		r->next = table_slot_create(r->rel, &estate->es_tupleTable);
+	}
+	else
+		r->row = table_slot_create(r->rel, NULL);
+	return r;
+}
+
+/*
+ * rows_index_on: whether an index is a plain index (unique if asked) on
+ * exactly these columns, in this order.
+ */
+static bool
+rows_index_on(Relation index, const AttrNumber *attnos, int n, bool unique)
+{
+	Form_pg_index ind = index->rd_index;
+	int			i;
+
+	if ((unique && !ind->indisunique) || !ind->indisvalid || ind->indnkeyatts != n ||
+		index->rd_indexprs != NIL || index->rd_indpred != NIL)
+		return false;
+	for (i = 0; i < n; i++)
+		if (ind->indkey.values[i] != attnos[i])
+			return false;
+	return true;
+}
+
+/*
+ * rows_index: the table's index on these columns; *opened tells whether
+ * the caller must close it (a reader's), or it is the writer's (open until
+ * gridha_rows_end).
+ */
+static Relation
+rows_index(GridhaRowsRel *r, const AttrNumber *attnos, int n, bool unique, bool *opened)
+{
+	int			i;
+	ListCell   *lc;
+
+	*opened = false;
+	if (r->rri != NULL)
+	{
+		for (i = 0; i < r->rri->ri_NumIndices; i++)
+			if (rows_index_on(r->rri->ri_IndexRelationDescs[i], attnos, n, unique))
+				return r->rri->ri_IndexRelationDescs[i];
+	}
+	else
+	{
+		foreach(lc, RelationGetIndexList(r->rel))
+		{
+			Relation	candidate = index_open(lfirst_oid(lc), AccessShareLock);
+
+			if (rows_index_on(candidate, attnos, n, unique))
+			{
+				*opened = true;
+				return candidate;
+			}
+			index_close(candidate, AccessShareLock);
+		}
+	}
+	elog(ERROR, "gridha: gridha.%s has no index on the columns the hot path searches",
+		 RelationGetRelationName(r->rel));
+	pg_unreachable();
+}
+
+/*
+ * rows_scan_keys: btree scan keys comparing the index's columns, in order,
+ * with the values by the strategies (BTEqualStrategyNumber, ...).
+ */
+static void
+rows_scan_keys(Relation index, ScanKey skey, const StrategyNumber *strategies,
+			   const Datum *values, int n)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		Oid			type = index->rd_opcintype[i];
+		Oid			op = get_opfamily_member(index->rd_opfamily[i], type, type, strategies[i]);
+
+		if (!OidIsValid(op))
+			elog(ERROR, "gridha: no operator of strategy %d for column %d of index \"%s\"",
+				 strategies[i], i + 1, RelationGetRelationName(index));
+		ScanKeyEntryInitialize(&skey[i], 0, i + 1, strategies[i], type,
+							   index->rd_indcollation[i], get_opcode(op), values[i]);
+	}
+}
+
+/*
+ * rows_find: the row with these key values as the snapshot sees it, into
+ * r->row; false if there is none.
+ */
+static bool
+rows_find(GridhaRows *rows, GridhaRowsRel *r, const RowsKeyDef *def, Datum *values)
+{
+	static const StrategyNumber equal[2] = {BTEqualStrategyNumber, BTEqualStrategyNumber};
+	bool		opened;
+	Relation	index = rows_index(r, def->attnos, def->nkeys, true, &opened);
+	ScanKeyData skey[2];
+	IndexScanDesc scan;
+	bool		found;
+
+	rows_scan_keys(index, skey, equal, values, def->nkeys);
+	scan = index_beginscan(r->rel, index, rows->snapshot, def->nkeys, 0);
+	index_rescan(scan, skey, def->nkeys, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, r->row);
+	index_endscan(scan);
+	if (opened)
+		index_close(index, AccessShareLock);
+	return found;
+}
+
+/*
+ * gridha_rows_scan: calls visit for every row of the table, as the
+ * snapshot sees it, whose index on (attnos) compares with the values by
+ * the strategies, in the index's order, until visit returns false. The
+ * row is the table's current row (gridha_rows_get, gridha_rows_lock)
+ * during the call.
+ */
+void
+gridha_rows_scan(GridhaRows *rows, GridhaTable table, const AttrNumber *attnos,
+				 const StrategyNumber *strategies, const Datum *values, int n,
+				 bool (*visit) (GridhaRows *rows, void *arg), void *arg)
+{
+	GridhaRowsRel *r = rows_open(rows, table);
+	bool		opened;
+	Relation	index = rows_index(r, attnos, n, false, &opened);
+	ScanKeyData skey[INDEX_MAX_KEYS];
+	IndexScanDesc scan;
+
+	Assert(n <= INDEX_MAX_KEYS);
+	rows_scan_keys(index, skey, strategies, values, n);
+	scan = index_beginscan(r->rel, index, rows->snapshot, n, 0);
+	index_rescan(scan, skey, n, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, r->row))
+		if (!visit(rows, arg))
+			break;
+	index_endscan(scan);
+	if (opened)
+		index_close(index, AccessShareLock);
+}
+
+/*
+ * rows_lock, gridha_rows_lock: lock the table's current row, FOR UPDATE
+ * or FOR NO KEY UPDATE, waiting for a concurrent writer or, with
+ * skip_locked, not, and make its newest version the current row. Under READ COMMITTED a
+ * row deleted meanwhile is GRIDHA_ROW_GONE; under REPEATABLE READ and
+ * SERIALIZABLE a concurrent change raises a serialization failure, as an
+ * UPDATE or SELECT ... FOR UPDATE would. *traversed tells whether the
+ * newest version is newer than the current row was. A writer's only.
+ */
+static GridhaLockResult
+rows_lock(GridhaRows *rows, GridhaRowsRel *r, bool for_update, bool skip_locked,
+		  bool *traversed)
+{
+	ItemPointerData tid = r->row->tts_tid;
+	TM_FailureData tmfd;
+	TM_Result	res;
+
+	Assert(rows->write);
+	*traversed = false;
+	ExecClearTuple(r->row);
+	res = table_tuple_lock(r->rel, &tid, rows->snapshot, r->row,
+						   rows->estate->es_output_cid,
+						   for_update ? LockTupleExclusive : LockTupleNoKeyExclusive,
+						   skip_locked ? LockWaitSkip : LockWaitBlock,
+						   IsolationUsesXactSnapshot() ? 0 : TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
+						   &tmfd);
+	switch (res)
+	{
+		case TM_Ok:
+			*traversed = tmfd.traversed;
+			return GRIDHA_ROW_LOCKED;
+		case TM_WouldBlock:
+			return GRIDHA_ROW_SKIPPED;
+		case TM_Deleted:
+			if (!IsolationUsesXactSnapshot())
+				return GRIDHA_ROW_GONE;
+			/* fall through */
+		case TM_Updated:
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent update")));
+			break;
+		default:
+			elog(ERROR, "gridha: unexpected result %d locking a row of gridha.%s",
+				 (int) res, RelationGetRelationName(r->rel));
+	}
+	pg_unreachable();
+}
+
+GridhaLockResult
+gridha_rows_lock(GridhaRows *rows, GridhaTable table, bool for_update, bool skip_locked)
+{
+	bool		traversed;
+
+	return rows_lock(rows, &rows->rels[table], for_update, skip_locked, &traversed);
+}
+
+/*
+ * gridha_rows_fetch: makes the row of the key's table with these key
+ * values (in the key's column order), as the snapshot sees it, the
+ * table's current row. False if there is none. It is not locked: a
+ * writer's gridha_rows_update finds out whether it changed since.
+ */
+bool
+gridha_rows_fetch(GridhaRows *rows, GridhaKey key, Datum *values)
+{
+	const RowsKeyDef *def = &rows_keys[key];
+
+	return rows_find(rows, rows_open(rows, def->table), def, values);
+}
+
+/*
+ * gridha_rows_get: a column of the table's row fetched last.
+ */
+Datum
+gridha_rows_get(GridhaRows *rows, GridhaTable table, int attno, bool *isnull)
+{
+	return slot_getattr(rows->rels[table].row, attno, isnull);
+}
+
+/*
+ * gridha_rows_update: writes a new version of the table's current row:
+ * its columns, with cols replaced. Indexes and NOT NULL apply, and the
+ * table's AFTER UPDATE row triggers fire at gridha_rows_end.
+ *
+ * As an UPDATE does, it writes only if the row is still the version the
+ * caller judged. If a concurrent transaction changed it since, under READ
+ * COMMITTED its newest version becomes the current row, locked, and the
+ * result is GRIDHA_ROW_CHANGED: the caller judges that version and
+ * updates again, or leaves it (GRIDHA_ROW_DELETED: it was deleted); under
+ * REPEATABLE READ and SERIALIZABLE it is a serialization failure.
+ */
+GridhaUpdateResult
+gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int ncols)
+{
+	GridhaRowsRel *r = &rows->rels[table];
+	EState	   *estate = rows->estate;
+	int			natts = RelationGetDescr(r->rel)->natts;
+	Bitmapset  *updated = NULL;
+	ItemPointerData tid = r->row->tts_tid;
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	bool		update_indexes;
+	List	   *recheck = NIL;
+	TM_Result	res;
+	int			i;
+
+	Assert(rows->write && !TTS_EMPTY(r->row));
+	slot_getallattrs(r->row);
+	ExecClearTuple(r->next);
+	memcpy(r->next->tts_values, r->row->tts_values, natts * sizeof(Datum));
+	memcpy(r->next->tts_isnull, r->row->tts_isnull, natts * sizeof(bool));
+	for (i = 0; i < ncols; i++)
+	{
+		r->next->tts_values[cols[i].attno - 1] = cols[i].value;
+		r->next->tts_isnull[cols[i].attno - 1] = cols[i].isnull;
+		updated = bms_add_member(updated, cols[i].attno - FirstLowInvalidHeapAttributeNumber);
+	}
+	ExecStoreVirtualTuple(r->next);
+	/* what UPDATE OF triggers and the index-unchanged hints look at */
+	exec_rt_fetch(r->rti, estate)->updatedCols = updated;
+
+	/*
+	 * BEFORE UPDATE row triggers (gridha has none; a user's may change the
+	 * new row, skip it, or raise) fire on the row locked first, so that
+	 * they never see a version newer than the one the caller judged.
+	 */
+	if (r->rri->ri_TrigDesc != NULL && r->rri->ri_TrigDesc->trig_update_before_row)
+	{
+		bool		traversed;
+
+		switch (rows_lock(rows, r, false, false, &traversed))
+		{
+			case GRIDHA_ROW_LOCKED:
+				if (traversed)
+					return GRIDHA_ROW_CHANGED;
+				break;
+			case GRIDHA_ROW_SKIPPED:
+				elog(ERROR, "gridha: a waiting lock was skipped");
+				break;
+			case GRIDHA_ROW_GONE:
+				return GRIDHA_ROW_DELETED;
+		}
+		tid = r->row->tts_tid;
+		if (!ExecBRUpdateTriggers(estate, &rows->epq, r->rri, &tid, NULL, r->next, &tmfd))
+			return GRIDHA_ROW_SKIPPED_BY_TRIGGER;
+	}
+	if (r->rel->rd_att->constr != NULL)
+		ExecConstraints(r->rri, r->next, estate);
+
+	res = table_tuple_update(r->rel, &tid, r->next, estate->es_output_cid,
+							 estate->es_snapshot, InvalidSnapshot, true,
+							 &tmfd, &lockmode, &update_indexes);
+	switch (res)
+	{
+		case TM_Ok:
+			break;
+		case TM_Updated:
+		case TM_Deleted:
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent update")));
+			if (res == TM_Deleted ||
+				gridha_rows_lock(rows, table, false, false) != GRIDHA_ROW_LOCKED)
+				return GRIDHA_ROW_DELETED;
+			return GRIDHA_ROW_CHANGED;
+		default:
+			elog(ERROR, "gridha: unexpected result %d updating a row of gridha.%s",
+				 (int) res, RelationGetRelationName(r->rel));
+	}
+
+	if (r->rri->ri_NumIndices > 0 && update_indexes)
+		recheck = ExecInsertIndexTuples(r->rri, r->next, estate, true, false, NULL, NIL);
+	ExecARUpdateTriggers(estate, r->rri, NULL, NULL, &tid, NULL, r->next, recheck, NULL, false);
+	list_free(recheck);
+	return GRIDHA_ROW_UPDATED;
+}
+
+/*
+ * gridha_rows_end: ends the command: fires the AFTER triggers of its
+ * updates, closes what it opened, and makes its writes visible to the
+ * commands that follow.
+ */
+void
+gridha_rows_end(GridhaRows *rows)
+{
+	ListCell   *lc;
+	int			i;
+
+	if (rows->write)
+	{
+		AfterTriggerEndQuery(rows->estate);
+		for (i = 0; i < GRIDHA_NTABLES; i++)
+			if (rows->rels[i].rri != NULL)
+				ExecCloseIndices(rows->rels[i].rri);
+		EvalPlanQualEnd(&rows->epq);
+		/* tables a trigger's firing opened (ours are found first: none) */
+		foreach(lc, rows->estate->es_trig_target_relations)
+			table_close(((ResultRelInfo *) lfirst(lc))->ri_RelationDesc, NoLock);
+		ExecResetTupleTable(rows->estate->es_tupleTable, false);
+		FreeExecutorState(rows->estate);
+	}
+	for (i = 0; i < GRIDHA_NTABLES; i++)
+	{
+		GridhaRowsRel *r = &rows->rels[i];
+
+		if (r->rel == NULL)
+			continue;
+		if (!rows->write)
+			ExecDropSingleTupleTableSlot(r->row);
+		table_close(r->rel, NoLock);
+	}
+	PopActiveSnapshot();
+	if (rows->write)
+		CommandCounterIncrement();
+}

@@ -1,0 +1,150 @@
+/*-------------------------------------------------------------------------
+ *
+ * rows.h
+ *		Rows of gridha's own tables read, locked and rewritten by key,
+ *		without the planner: the hot path's reads and writes (see rows.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef GRIDHA_ROWS_H
+#define GRIDHA_ROWS_H
+
+#include "postgres.h"
+#include "access/attnum.h"
+#include "access/stratnum.h"
+#include "executor/tuptable.h"
+#include "nodes/execnodes.h"
+#include "utils/relcache.h"
+#include "utils/snapshot.h"
+
+/* The tables the hot path touches */
+typedef enum GridhaTable
+{
+	GRIDHA_CLAIMS,				/* gridha.service_claims */
+	GRIDHA_BATCHES,				/* gridha.batches */
+	GRIDHA_INSTANCES,			/* gridha.instances */
+	GRIDHA_NTABLES
+} GridhaTable;
+
+/* Their unique keys */
+typedef enum GridhaKey
+{
+	GRIDHA_KEY_CLAIM,			/* service_claims (service_id) */
+	GRIDHA_KEY_BATCH_ID,		/* batches (service_id, batch_id) */
+	GRIDHA_KEY_BATCH_SEQ,		/* batches (service_id, seq) */
+	GRIDHA_KEY_INSTANCE,		/* instances (instance_id) */
+	GRIDHA_NKEYS
+} GridhaKey;
+
+/*
+ * Column numbers, in the order of the install script (rows.c checks each
+ * name it uses against the table when it opens it).
+ */
+#define CLAIM_SERVICE_ID	1
+#define CLAIM_TARGET		2
+#define CLAIM_CLAIMANT		3
+#define CLAIM_EPOCH			4
+#define CLAIM_SOFT_EXPIRY	5
+#define CLAIM_HARD_EXPIRY	6
+#define CLAIM_HEAD_SEQ		7
+#define CLAIM_TAIL_SEQ		8
+#define CLAIM_READY_AT		9
+#define CLAIM_IN_FLIGHT		10
+
+#define BATCH_SERVICE_ID	1
+#define BATCH_BATCH_ID		2
+#define BATCH_SEQ			3
+#define BATCH_PAYLOAD		4
+#define BATCH_STATUS		5
+#define BATCH_CREATED_AT	6
+#define BATCH_EPOCH			7
+#define BATCH_ATTEMPTS		8
+#define BATCH_NOT_BEFORE	9
+#define BATCH_INSTANCE_ID	10
+#define BATCH_HANDED_OUT_AT	11
+#define BATCH_SUBMITTED_AT	12
+#define BATCH_FINISHED_AT	13
+#define BATCH_DETAIL		14
+
+#define INSTANCE_ID			1
+#define INSTANCE_KIND		3
+#define INSTANCE_LAST_SEEN_AT	5
+#define INSTANCE_SESSION_KEY	7
+
+/* One table as a GridhaRows uses it */
+typedef struct GridhaRowsRel
+{
+	Relation	rel;			/* NULL until first used */
+	ResultRelInfo *rri;			/* writers: its indexes and triggers */
+	TupleTableSlot *row;		/* the row found last (locked, for writers) */
+	TupleTableSlot *next;		/* the new version being written */
+	Index		rti;			/* its range table entry */
+} GridhaRowsRel;
+
+/* A set of reads and writes done as one command (see rows.c) */
+typedef struct GridhaRows
+{
+	bool		write;
+	Oid			nspid;			/* schema gridha */
+	Snapshot	snapshot;
+	EState	   *estate;
+	EPQState	epq;
+	GridhaRowsRel rels[GRIDHA_NTABLES];
+} GridhaRows;
+
+/* One column of a new row version */
+typedef struct GridhaColumn
+{
+	int			attno;
+	Datum		value;
+	bool		isnull;
+} GridhaColumn;
+
+/* What locking a row came to */
+typedef enum GridhaLockResult
+{
+	GRIDHA_ROW_LOCKED,			/* locked; its newest version is current */
+	GRIDHA_ROW_SKIPPED,			/* skip_locked: another transaction holds it */
+	GRIDHA_ROW_GONE				/* deleted meanwhile */
+} GridhaLockResult;
+
+/* What an update came to */
+typedef enum GridhaUpdateResult
+{
+	GRIDHA_ROW_UPDATED,			/* written */
+	GRIDHA_ROW_CHANGED,			/* changed since: judge the newest version */
+	GRIDHA_ROW_DELETED,			/* deleted since: nothing to write */
+	GRIDHA_ROW_SKIPPED_BY_TRIGGER	/* a BEFORE UPDATE trigger said not to */
+} GridhaUpdateResult;
+
+extern void gridha_rows_begin(GridhaRows *rows, bool write);
+extern void gridha_rows_scan(GridhaRows *rows, GridhaTable table, const AttrNumber *attnos,
+							 const StrategyNumber *strategies, const Datum *values, int n,
+							 bool (*visit) (GridhaRows *rows, void *arg), void *arg);
+extern GridhaLockResult gridha_rows_lock(GridhaRows *rows, GridhaTable table,
+										 bool for_update, bool skip_locked);
+extern bool gridha_rows_fetch(GridhaRows *rows, GridhaKey key, Datum *values);
+extern Datum gridha_rows_get(GridhaRows *rows, GridhaTable table, int attno,
+							 bool *isnull);
+extern GridhaUpdateResult gridha_rows_update(GridhaRows *rows, GridhaTable table,
+											 GridhaColumn *cols, int ncols);
+extern void gridha_rows_end(GridhaRows *rows);
+
+/* The labels of gridha.batch_status, in its order */
+typedef enum GridhaStatus
+{
+	GRIDHA_QUEUED,
+	GRIDHA_SUBMITTING,
+	GRIDHA_PENDING,
+	GRIDHA_VALID,
+	GRIDHA_DELAYED,
+	GRIDHA_UNKNOWN,
+	GRIDHA_COMMITTED,
+	GRIDHA_INVALID,
+	GRIDHA_NSTATUSES
+} GridhaStatus;
+
+extern Datum gridha_status_datum(GridhaStatus status);
+extern GridhaStatus gridha_status_of(Datum value);
+
+#endif							/* GRIDHA_ROWS_H */

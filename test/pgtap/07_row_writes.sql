@@ -1,0 +1,178 @@
+-- 07_row_writes.sql: the hot path writes its rows by key without the
+-- planner (src/rows.c); what an UPDATE statement would guarantee must hold
+-- all the same: user triggers on gridha.batches and gridha.service_claims
+-- fire for every hand-out and report, with the right old and new rows and
+-- the right "UPDATE OF" columns; a BEFORE UPDATE trigger may change the
+-- new row, skip it or raise; a skipped hand-out leaves nothing half done.
+--
+-- One transaction, rolled back: the triggers and their log vanish with it.
+--
+-- Instance: A = aaaaaaaa-0000-0000-0000-00000000000a.
+BEGIN;
+SELECT plan(13);
+
+DELETE FROM gridha.batches;
+DELETE FROM gridha.service_claims;
+DELETE FROM gridha.instances;
+
+\o /dev/null
+SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
+SET LOCAL gridha.balance_claims = off;
+\o
+
+CREATE TEMP TABLE row_log (
+    n       serial,
+    tbl     text,
+    what    text
+);
+
+CREATE FUNCTION pg_temp.log_status() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO row_log (tbl, what)
+    VALUES ('batches', format('%s %s->%s epoch %s attempts %s', NEW.batch_id, OLD.status, NEW.status,
+                              NEW.epoch, NEW.attempts));
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION pg_temp.log_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO row_log (tbl, what)
+    VALUES ('claims', format('%s head %s->%s in_flight %s->%s', NEW.service_id, OLD.head_seq, NEW.head_seq,
+                             OLD.in_flight, NEW.in_flight));
+    RETURN NULL;
+END
+$$;
+
+-- Column-specific: it fires only when the write names status among its
+-- columns, which the row writes must say as an UPDATE's SET list would.
+CREATE TRIGGER t_log_status AFTER UPDATE OF status ON gridha.batches
+    FOR EACH ROW EXECUTE FUNCTION pg_temp.log_status();
+-- Never named by a hand-out or report: must never fire.
+CREATE TRIGGER t_log_payload AFTER UPDATE OF payload ON gridha.batches
+    FOR EACH ROW EXECUTE FUNCTION pg_temp.log_status();
+CREATE TRIGGER t_log_claim AFTER UPDATE ON gridha.service_claims
+    FOR EACH ROW WHEN (OLD.head_seq IS DISTINCT FROM NEW.head_seq OR OLD.in_flight <> NEW.in_flight)
+    EXECUTE FUNCTION pg_temp.log_claim();
+
+\o /dev/null
+SELECT gridha.enqueue('r', 'r1', '\x01');
+SELECT gridha.enqueue('r', 'r2', '\x02');
+\o
+TRUNCATE row_log;
+
+-- ---------------------------------------------------------------------------
+-- AFTER triggers see every step, in order, once
+-- ---------------------------------------------------------------------------
+
+SELECT results_eq(
+    $$SELECT batch_id, epoch, attempt FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
+    $$VALUES ('r1'::text, 1::bigint, 1)$$,
+    'next_batch hands out r1 with user triggers on both tables');
+SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r1', 1, 'accepted'),
+          'pending'::gridha.batch_status, 'report_submission accepted with user triggers');
+SELECT is(gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r1', 1, 'committed'),
+          'committed'::gridha.batch_status, 'report_status committed with user triggers');
+SELECT results_eq(
+    $$SELECT tbl, what FROM row_log ORDER BY n$$,
+    $$VALUES ('batches'::text, 'r1 queued->submitting epoch 1 attempts 1'::text),
+             ('claims', 'r head 1->1 in_flight f->t'),
+             ('batches', 'r1 submitting->pending epoch 1 attempts 1'),
+             ('claims', 'r head 1->2 in_flight t->f'),
+             ('batches', 'r1 pending->committed epoch 1 attempts 1')$$,
+    'AFTER row triggers fire once per write, UPDATE OF status ones included, UPDATE OF payload ones never');
+
+-- ---------------------------------------------------------------------------
+-- BEFORE UPDATE triggers: may change the new row
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION pg_temp.stamp_detail() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status = 'pending' THEN
+        NEW.detail := 'stamped by a trigger';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER t_stamp BEFORE UPDATE ON gridha.batches
+    FOR EACH ROW EXECUTE FUNCTION pg_temp.stamp_detail();
+
+SELECT results_eq(
+    $$SELECT batch_id, attempt FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
+    $$VALUES ('r2'::text, 1)$$,
+    'next_batch hands out r2 with a BEFORE UPDATE trigger on gridha.batches');
+SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r2', 1, 'accepted', 'from the ledger'),
+          'pending'::gridha.batch_status, 'report_submission accepted through the BEFORE trigger');
+SELECT is((SELECT detail FROM gridha.batches WHERE batch_id = 'r2'), 'stamped by a trigger',
+          'what the BEFORE trigger set in NEW is what is stored');
+DROP TRIGGER t_stamp ON gridha.batches;
+
+-- ---------------------------------------------------------------------------
+-- BEFORE UPDATE triggers: may skip the write; a skipped hand-out is no
+-- hand-out at all
+-- ---------------------------------------------------------------------------
+
+\o /dev/null
+SELECT gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r2', 1, 'committed');
+SELECT gridha.enqueue('r', 'r3', '\x03');
+\o
+
+CREATE FUNCTION pg_temp.skip_handout() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status = 'submitting' THEN
+        RETURN NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER t_skip BEFORE UPDATE ON gridha.batches
+    FOR EACH ROW EXECUTE FUNCTION pg_temp.skip_handout();
+
+SELECT is_empty(
+    $$SELECT * FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
+    'next_batch hands nothing out when a BEFORE trigger skips the batch''s write');
+SELECT results_eq(
+    $$SELECT b.status::text, b.attempts, c.in_flight, c.ready_at IS NOT NULL
+        FROM gridha.batches b JOIN gridha.service_claims c USING (service_id)
+       WHERE b.batch_id = 'r3'$$,
+    $$VALUES ('queued'::text, 0, false, true)$$,
+    'the skipped head stays queued and its claim ready: nothing half done');
+DROP TRIGGER t_skip ON gridha.batches;
+
+-- ---------------------------------------------------------------------------
+-- BEFORE UPDATE triggers: may raise; the error undoes the whole call
+-- ---------------------------------------------------------------------------
+
+SELECT results_eq(
+    $$SELECT batch_id, attempt FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
+    $$VALUES ('r3'::text, 1)$$,
+    'without the trigger r3 is handed out');
+
+CREATE FUNCTION pg_temp.refuse_final() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status = 'committed' THEN
+        RAISE EXCEPTION 'refused by a trigger' USING ERRCODE = 'P0001';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER t_refuse BEFORE UPDATE ON gridha.batches
+    FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse_final();
+
+SELECT throws_ok(
+    $$SELECT gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r3', 1, 'committed')$$,
+    'P0001', 'refused by a trigger',
+    'a BEFORE trigger''s error reaches the caller of report_status');
+SELECT results_eq(
+    $$SELECT b.status::text, c.head_seq, c.in_flight
+        FROM gridha.batches b JOIN gridha.service_claims c USING (service_id)
+       WHERE b.batch_id = 'r3'$$,
+    $$VALUES ('submitting'::text, 3::bigint, true)$$,
+    'after the error the claim is as before: its claim write was undone with the batch''s');
+DROP TRIGGER t_refuse ON gridha.batches;
+
+SELECT is(gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r3', 1, 'committed'),
+          'committed'::gridha.batch_status, 'and the report goes through once the trigger is gone');
+
+SELECT * FROM finish();
+ROLLBACK;
