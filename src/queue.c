@@ -122,9 +122,8 @@ static GridhaStatement queue_verify_stmt = {
  * number handed out. With batch_ids, batch_ids[i] is set to the batch id
  * of claim i's head when it was handed out, to (Datum) 0 when not.
  *
- * The rows are written by key (rows.c): the head is locked before it is
- * judged, so a head that moved since the pick's snapshot is judged as it
- * is now.
+ * The rows are written by key (rows.c): a head changed since the write's
+ * snapshot is judged again in its newest version, as an UPDATE would.
  */
 int
 gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
