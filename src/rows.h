@@ -144,6 +144,9 @@ typedef enum GridhaStatus
 	GRIDHA_NSTATUSES
 } GridhaStatus;
 
+/* committed and invalid: never change again */
+#define GRIDHA_STATUS_IS_FINAL(s) ((s) == GRIDHA_COMMITTED || (s) == GRIDHA_INVALID)
+
 extern Datum gridha_status_datum(GridhaStatus status);
 extern GridhaStatus gridha_status_of(Datum value);
 

@@ -216,7 +216,7 @@ status_judge_claim(GridhaRows *rows, Datum instance_id, int64 epoch, int64 seq,
 				   int32 attempts, GridhaStatus new_status, GridhaColumn *claim)
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	bool		final = new_status == GRIDHA_COMMITTED || new_status == GRIDHA_INVALID;
+	bool		final = GRIDHA_STATUS_IS_FINAL(new_status);
 	bool		isnull;
 	bool		more;
 	Datum		d;
@@ -271,7 +271,7 @@ status_try(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 		   GridhaStatus new_status, text *detail, ReportFrom from)
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	bool		final = new_status == GRIDHA_COMMITTED || new_status == GRIDHA_INVALID;
+	bool		final = GRIDHA_STATUS_IS_FINAL(new_status);
 	Datum		key[2];
 	GridhaRows	rows;
 	GridhaUpdateResult res;
