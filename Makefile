@@ -6,12 +6,12 @@ MODULE_big = gridha
 # Core: claims, hand-out, reports
 OBJS = src/gridha.o src/spi_util.o src/rows.o src/instances.o src/claims.o src/queue.o src/status.o
 # HTTP submission to a ledger (libcurl), shared with client/gridha-client
-OBJS += src/dlt_http.o
+OBJS += src/dlt_http.o src/dlt_json.o
 # Background-worker instances
-OBJS += src/worker.o src/submit.o src/targets.o
+OBJS += src/slots.o src/worker.o src/submit.o src/targets.o
 # Section 7: leader lease, ID windows, rate limits
 OBJS += src/leader.o src/idseq.o src/ratelimit.o
-DATA = sql/gridha--1.0.sql
+DATA = sql/gridha--1.0.sql sql/gridha--1.1.sql sql/gridha--1.0--1.1.sql
 DOCS = README.md
 
 REGRESS = api claims lifecycle errors coordination plans
@@ -32,19 +32,30 @@ include $(PGXS)
 $(OBJS): $(wildcard src/*.h)
 
 # The reference external client and the unit test of src/dlt_http.c: plain
-# programs on libpq and libcurl, built with the extension.
+# programs on libpq and libcurl, built with the extension. src/dlt_json.c
+# reads status bodies with PostgreSQL's JSON parser, so they are built as
+# PostgreSQL frontend programs (-DFRONTEND, server headers, libpgcommon and
+# libpgport).
 CLIENT_CFLAGS = -std=c99 -D_POSIX_C_SOURCE=200809L -g -O2 -Wall -Wextra -Werror \
 	-Wmissing-prototypes -Wdeclaration-after-statement -Isrc \
-	-I$(shell $(PG_CONFIG) --includedir)
-CLIENT_LIBS = -L$(shell $(PG_CONFIG) --libdir) -lpq -lcurl
+	-I$(shell $(PG_CONFIG) --includedir) \
+	-DFRONTEND -I$(shell $(PG_CONFIG) --includedir-server)
+# (Debian installs them in pkglibdir, a PostgreSQL built from source in libdir)
+CLIENT_PGLIBDIR = $(dir $(firstword $(wildcard \
+	$(shell $(PG_CONFIG) --pkglibdir)/libpgcommon.a \
+	$(shell $(PG_CONFIG) --libdir)/libpgcommon.a)))
+CLIENT_PGLIBS = $(CLIENT_PGLIBDIR)libpgcommon.a $(CLIENT_PGLIBDIR)libpgport.a
+CLIENT_LIBS = $(CLIENT_PGLIBS) -L$(shell $(PG_CONFIG) --libdir) -lpq -lcurl
+CLIENT_SRCS = src/dlt_http.c src/dlt_json.c src/dlt_http.h src/compat.h
 
 all: client/gridha-client client/test_dlt_http
 
-client/gridha-client: client/gridha-client.c src/dlt_http.c src/dlt_http.h
-	$(CC) $(CLIENT_CFLAGS) -o $@ client/gridha-client.c src/dlt_http.c $(CLIENT_LIBS)
+client/gridha-client: client/gridha-client.c $(CLIENT_SRCS)
+	$(CC) $(CLIENT_CFLAGS) -o $@ client/gridha-client.c src/dlt_http.c src/dlt_json.c $(CLIENT_LIBS)
 
-client/test_dlt_http: client/test_dlt_http.c src/dlt_http.c src/dlt_http.h
-	$(CC) $(CLIENT_CFLAGS) -o $@ client/test_dlt_http.c src/dlt_http.c -lcurl
+client/test_dlt_http: client/test_dlt_http.c $(CLIENT_SRCS)
+	$(CC) $(CLIENT_CFLAGS) -o $@ client/test_dlt_http.c src/dlt_http.c src/dlt_json.c \
+		$(CLIENT_PGLIBS) -lcurl
 
 .PHONY: test bench demo ha
 

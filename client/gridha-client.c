@@ -57,8 +57,14 @@
 
 #include "dlt_http.h"
 
-/* Most ids asked for in one status request (URLs must stay short). */
-#define MONITOR_CHUNK		50
+/* Longest status URL: longer id lists are split (dlt_http.c). */
+#define STATUS_URL_MAX		2048
+
+/*
+ * The kinds of target this client serves: it POSTs and GETs; a target
+ * with a submit_function or status_function is left to the workers.
+ */
+#define CLIENT_SERVES		"'{submit_url,status_url}'::text[]"
 /* How far reconnect backoff grows. */
 #define RECONNECT_MAX_MS	5000L
 /* Reconnect attempts while stopping, before the last reports are given up. */
@@ -416,9 +422,14 @@ client_query(Client *c, const char *sql, int nparams, const char *const *params,
 	msg[strcspn(msg, "\n")] = '\0';
 	PQclear(r);
 
-	/* 08: connection exceptions; 57P0x: the server is shutting down */
+	/*
+	 * 08: connection exceptions; 57P0x: the server is shutting down; 25006
+	 * on a write: this server is (now) a standby. Reconnecting finds the
+	 * primary when the connection string names every host with
+	 * target_session_attrs=read-write.
+	 */
 	if (PQstatus(c->conn) != CONNECTION_OK || strncmp(sqlstate, "08", 2) == 0 ||
-		strncmp(sqlstate, "57P0", 4) == 0)
+		strncmp(sqlstate, "57P0", 4) == 0 || strcmp(sqlstate, "25006") == 0)
 	{
 		client_disconnect(c, msg);
 		return QUERY_LOST;
@@ -488,11 +499,26 @@ client_register(Client *c)
 
 	if (c->opt.instance_id)
 	{
+		const char *ip[1] = {c->opt.instance_id};
+
 		snprintf(c->instance_id, sizeof(c->instance_id), "%s", c->opt.instance_id);
+		/* declare what it serves; a gridha 1.0 database has no such call */
+		qr = client_query_retry(c, "SELECT count(*) FROM gridha.acquire_claims($1, " CLIENT_SERVES ")",
+								1, ip, &res, sqlstate, msg, sizeof(msg));
+		if (qr == QUERY_OK)
+			PQclear(res);
+		else if (strcmp(sqlstate, "42883") != 0)
+		{
+			note("cannot declare what this instance serves: %s", msg);
+			return -1;
+		}
 		return 0;
 	}
-	qr = client_query_retry(c, "SELECT gridha.register_instance($1)", 1, params,
+	qr = client_query_retry(c, "SELECT gridha.register_instance($1, " CLIENT_SERVES ")", 1, params,
 							&res, sqlstate, msg, sizeof(msg));
+	if (qr == QUERY_ERROR && strcmp(sqlstate, "42883") == 0)
+		qr = client_query_retry(c, "SELECT gridha.register_instance($1)", 1, params,
+								&res, sqlstate, msg, sizeof(msg));
 	if (qr != QUERY_OK)
 	{
 		note("cannot register an instance: %s", msg);
@@ -628,37 +654,118 @@ client_verify(Client *c, const Batch *b)
 }
 
 /*
- * client_submit_url: the submit_url of the service's target, malloc'd;
- * NULL when the target has none (msg says why). *fire_and_forget: the
- * target has no status source, so an accepted batch is committed.
+ * A target as the client uses it: where to POST, where to GET statuses,
+ * and what its requests carry (its own headers, e.g. credentials, never
+ * logged; the answers that reject a batch).
  */
-static char *
-client_submit_url(Client *c, const Batch *b, int *fire_and_forget, char *msg, size_t msglen)
+typedef struct ClientTarget
 {
-	const char *params[1] = {b->service_id};
+	char	   *name;
+	char	   *submit_url;		/* NULL: none (a function, or nothing) */
+	char	   *status_url;		/* NULL: none */
+	int			fire_and_forget;	/* no status source: accepted = committed */
+	char	   *header_lines;	/* "Name: value\n..." (the headers point in) */
+	const char *headers[32];
+	int			reject_codes[64];
+	GridhaHttpTarget http;
+} ClientTarget;
+
+/*
+ * The target's columns, through to_jsonb for those a gridha 1.0 database
+ * does not have: reject codes as "400,422" ("" for none, NULL for the
+ * default), headers as lines.
+ */
+#define CLIENT_TARGET_COLUMNS \
+	"SELECT t.target, t.submit_url, t.status_url," \
+	"       t.status_url IS NULL AND t.status_function IS NULL," \
+	"       CASE WHEN to_jsonb(t) ? 'reject_codes' THEN coalesce(" \
+	"         (SELECT string_agg(x, ',') FROM jsonb_array_elements_text(" \
+	"            to_jsonb(t) -> 'reject_codes') AS x), '') END," \
+	"       (SELECT string_agg(h.key || ': ' || h.value, E'\\n' ORDER BY h.key)" \
+	"          FROM jsonb_each_text(CASE WHEN jsonb_typeof(to_jsonb(t) -> 'request_headers') = 'object'" \
+	"                                    THEN to_jsonb(t) -> 'request_headers' END) AS h)" \
+	"  FROM gridha.targets t"
+
+static void
+target_free(ClientTarget *t)
+{
+	free(t->name);
+	free(t->submit_url);
+	free(t->status_url);
+	free(t->header_lines);
+	memset(t, 0, sizeof(*t));
+}
+
+/*
+ * target_from_row: a ClientTarget from row 0 of a CLIENT_TARGET_COLUMNS
+ * result. Returns 0, or -1 when out of memory.
+ */
+static int
+target_from_row(PGresult *res, ClientTarget *t)
+{
+	char	   *line;
+	char	   *save;
+	const char *codes;
+
+	memset(t, 0, sizeof(*t));
+	t->name = strdup(PQgetvalue(res, 0, 0));
+	t->submit_url = PQgetisnull(res, 0, 1) ? NULL : strdup(PQgetvalue(res, 0, 1));
+	t->status_url = PQgetisnull(res, 0, 2) ? NULL : strdup(PQgetvalue(res, 0, 2));
+	t->fire_and_forget = strcmp(PQgetvalue(res, 0, 3), "t") == 0;
+	t->http.headers = t->headers;
+	if (!PQgetisnull(res, 0, 4))
+	{
+		/* the target's own list; empty: nothing rejects */
+		t->http.reject_codes = t->reject_codes;
+		for (codes = PQgetvalue(res, 0, 4); *codes && t->http.n_reject_codes < 64;)
+		{
+			t->reject_codes[t->http.n_reject_codes++] = atoi(codes);
+			codes += strcspn(codes, ",");
+			if (*codes == ',')
+				codes++;
+		}
+	}
+	if (!PQgetisnull(res, 0, 5))
+	{
+		t->header_lines = strdup(PQgetvalue(res, 0, 5));
+		if (t->header_lines == NULL)
+			return -1;
+		for (line = strtok_r(t->header_lines, "\n", &save); line && t->http.n_headers < 32;
+			 line = strtok_r(NULL, "\n", &save))
+			t->headers[t->http.n_headers++] = line;
+	}
+	return t->name == NULL ? -1 : 0;
+}
+
+/*
+ * client_target_of: the target of a service (by service id) or by name.
+ * Returns 0 with *t filled; -1 with msg saying why not.
+ */
+static int
+client_target_of(Client *c, const char *service_id, const char *target,
+				 ClientTarget *t, char *msg, size_t msglen)
+{
+	const char *params[1] = {service_id ? service_id : target};
 	PGresult   *res;
 	char		sqlstate[6];
-	char	   *url = NULL;
+	int			rc = -1;
 
-	*fire_and_forget = 0;
-	if (client_query_retry(c, "SELECT t.target, t.submit_url,"
-						   "       t.status_url IS NULL AND t.status_function IS NULL"
-						   "  FROM gridha.service_claims c"
-						   "  JOIN gridha.targets t ON t.target = c.target"
-						   " WHERE c.service_id = $1", 1, params,
-						   &res, sqlstate, msg, msglen) != QUERY_OK)
-		return NULL;
+	memset(t, 0, sizeof(*t));
+	if (client_query_retry(c, service_id ?
+						   CLIENT_TARGET_COLUMNS
+						   "  JOIN gridha.service_claims c ON c.target = t.target"
+						   " WHERE c.service_id = $1" :
+						   CLIENT_TARGET_COLUMNS " WHERE t.target = $1",
+						   1, params, &res, sqlstate, msg, msglen) != QUERY_OK)
+		return -1;
 	if (PQntuples(res) == 0)
-		snprintf(msg, msglen, "service has no target");
-	else if (PQgetisnull(res, 0, 1))
-		snprintf(msg, msglen, "target \"%s\" has no submit_url", PQgetvalue(res, 0, 0));
+		snprintf(msg, msglen, "no target row");
+	else if (target_from_row(res, t) != 0)
+		snprintf(msg, msglen, "out of memory");
 	else
-	{
-		url = strdup(PQgetvalue(res, 0, 1));
-		*fire_and_forget = strcmp(PQgetvalue(res, 0, 2), "t") == 0;
-	}
+		rc = 0;
 	PQclear(res);
-	return url;
+	return rc;
 }
 
 /*
@@ -762,7 +869,7 @@ static void
 client_handle_batch(Client *c, const Batch *b)
 {
 	char		detail[512];
-	char	   *url;
+	ClientTarget t;
 	int			fire_and_forget;
 	GridhaSubmitOutcome outcome;
 	LogLine		l;
@@ -770,22 +877,27 @@ client_handle_batch(Client *c, const Batch *b)
 	if (c->opt.verify && client_verify(c, b) != 1)
 		return;
 
-	url = client_submit_url(c, b, &fire_and_forget, detail, sizeof(detail));
-	if (url == NULL)
+	if (client_target_of(c, b->service_id, NULL, &t, detail, sizeof(detail)) != 0)
 	{
 		if (c->conn == NULL)
 			return;				/* stopping without a connection */
 		/* nowhere to send it: the database backs it off and we retry */
 		outcome = GRIDHA_SUBMIT_DELAYED;
 	}
-	else
+	else if (t.submit_url == NULL)
 	{
-		outcome = gridha_http_submit(c->http, url, b->service_id, b->batch_id,
-									 strtoll(b->epoch, NULL, 10), b->attempt,
-									 b->payload, b->payload_len,
-									 c->opt.submit_timeout_ms, detail, sizeof(detail));
-		free(url);
+		/* not a target this client serves (the hand-out hands such back) */
+		snprintf(detail, sizeof(detail), "target \"%s\" has no submit_url", t.name);
+		outcome = GRIDHA_SUBMIT_DELAYED;
 	}
+	else
+		outcome = gridha_http_submit(c->http, t.submit_url, &t.http, b->service_id,
+									 b->batch_id, strtoll(b->epoch, NULL, 10), b->attempt,
+									 b->payload, b->payload_len,
+									 c->opt.submit_timeout_ms, NULL,
+									 detail, sizeof(detail));
+	fire_and_forget = t.fire_and_forget;
+	target_free(&t);
 
 	log_begin(c, &l, "submit");
 	log_batch(&l, b);
@@ -837,64 +949,240 @@ client_report_status(Client *c, const Batch *b, const char *word)
 	return 0;
 }
 
-/*
- * client_monitor_chunk: ask one status_url about rows [from, to) of the
- * pending list and report every status that changed.
- */
-static int
-client_monitor_chunk(Client *c, PGresult *pending, int from, int to)
+/* A growing string (array literals for the batched report) */
+typedef struct Text
 {
-	GridhaStatusEntry entries[MONITOR_CHUNK];
-	const char *target = PQgetvalue(pending, from, 4);
-	const char *url = PQgetvalue(pending, from, 5);
+	char	   *data;
+	size_t		len;
+	size_t		cap;
+	int			oom;
+} Text;
+
+static void
+text_add(Text *t, const char *s, size_t n)
+{
+	if (t->oom)
+		return;
+	if (t->len + n + 1 > t->cap)
+	{
+		size_t		cap = t->cap ? t->cap * 2 : 256;
+		char	   *grown;
+
+		while (cap < t->len + n + 1)
+			cap *= 2;
+		grown = realloc(t->data, cap);
+		if (grown == NULL)
+		{
+			t->oom = 1;
+			return;
+		}
+		t->data = grown;
+		t->cap = cap;
+	}
+	memcpy(t->data + t->len, s, n);
+	t->len += n;
+	t->data[t->len] = '\0';
+}
+
+/* text_element: appends value to an array literal, quoted as arrays want */
+static void
+text_element(Text *t, const char *value)
+{
+	text_add(t, t->len == 0 ? "{\"" : ",\"", 2);
+	for (; *value; value++)
+	{
+		if (*value == '"' || *value == '\\')
+			text_add(t, "\\", 1);
+		text_add(t, value, 1);
+	}
+	text_add(t, "\"", 1);
+}
+
+static void
+text_close(Text *t)
+{
+	text_add(t, t->len == 0 ? "{}" : "}", t->len == 0 ? 2 : 1);
+}
+
+/* The reports of one monitor round, sent together */
+typedef struct ClientReports
+{
+	int			n;
+	Text		services;
+	Text		batches;
+	Text		epochs;
+	Text		words;
+} ClientReports;
+
+static void
+reports_add(ClientReports *r, const char *service_id, const char *batch_id,
+			const char *epoch, const char *word)
+{
+	text_element(&r->services, service_id);
+	text_element(&r->batches, batch_id);
+	text_element(&r->epochs, epoch);
+	text_element(&r->words, word);
+	r->n++;
+}
+
+static void
+reports_free(ClientReports *r)
+{
+	free(r->services.data);
+	free(r->batches.data);
+	free(r->epochs.data);
+	free(r->words.data);
+	memset(r, 0, sizeof(*r));
+}
+
+/*
+ * client_send_statuses: the round's ledger words in one statement (one
+ * transaction), gridha.report_statuses; each row says what became of its
+ * batch, or why it was refused (a refused row does not undo the others).
+ * On a gridha 1.0 database, one report_status per batch.
+ */
+static void
+client_send_statuses(Client *c, ClientReports *r, PGresult *pending, const int *rows,
+					 char *const *words)
+{
+	const char *params[5];
+	PGresult   *res;
+	char		sqlstate[6];
+	char		msg[512];
+	QueryResult qr;
+	int			i;
+
+	if (r->n == 0)
+		return;
+	text_close(&r->services);
+	text_close(&r->batches);
+	text_close(&r->epochs);
+	text_close(&r->words);
+	if (r->services.oom || r->batches.oom || r->epochs.oom || r->words.oom)
+	{
+		note("out of memory");
+		return;
+	}
+	params[0] = c->instance_id;
+	params[1] = r->services.data;
+	params[2] = r->batches.data;
+	params[3] = r->epochs.data;
+	params[4] = r->words.data;
+	qr = client_query_retry(c, "SELECT service_id, batch_id, status, sqlstate, message"
+							"  FROM gridha.report_statuses($1, $2, $3, $4, $5)",
+							5, params, &res, sqlstate, msg, sizeof(msg));
+	if (qr == QUERY_ERROR && strcmp(sqlstate, "42883") == 0)
+	{
+		for (i = 0; i < r->n; i++)
+		{
+			Batch		b;
+
+			memset(&b, 0, sizeof(b));
+			b.service_id = PQgetvalue(pending, rows[i], 0);
+			b.batch_id = PQgetvalue(pending, rows[i], 1);
+			snprintf(b.epoch, sizeof(b.epoch), "%s", PQgetvalue(pending, rows[i], 3));
+			if (client_report_status(c, &b, words[rows[i]]) != 0)
+				break;
+		}
+		return;
+	}
+	if (qr != QUERY_OK)
+	{
+		log_refusal(c, "error", "report_statuses", NULL, sqlstate, msg);
+		return;
+	}
+	for (i = 0; i < PQntuples(res); i++)
+	{
+		Batch		b;
+		LogLine		l;
+
+		memset(&b, 0, sizeof(b));
+		b.service_id = PQgetvalue(res, i, 0);
+		b.batch_id = PQgetvalue(res, i, 1);
+		snprintf(b.epoch, sizeof(b.epoch), "%s", PQgetvalue(pending, rows[i], 3));
+		if (!PQgetisnull(res, i, 3))
+		{
+			log_refusal(c, "refused", "report_status", &b, PQgetvalue(res, i, 3),
+						PQgetvalue(res, i, 4));
+			continue;
+		}
+		log_begin(c, &l, "report");
+		log_str(&l, "kind", "status");
+		log_batch(&l, &b);
+		log_str(&l, "word", words[rows[i]]);
+		log_str(&l, "result", PQgetvalue(res, i, 2));
+		log_end(c, &l);
+	}
+	PQclear(res);
+}
+
+/*
+ * client_monitor_target: asks one target about rows [from, to) of the
+ * pending list (dlt_http.c splits the ids over as many GETs as the URL
+ * length allows) and adds what changed to the round's reports (rows:
+ * which pending row each report is about; words: the ledger's word, by
+ * pending row).
+ */
+static void
+client_monitor_target(Client *c, PGresult *pending, int from, int to,
+					  ClientReports *r, int *rows, char **words)
+{
+	GridhaStatusEntry *entries = calloc(to - from, sizeof(GridhaStatusEntry));
+	ClientTarget t;
 	char		err[512];
 	int			n = to - from;
 	int			i;
 
+	if (entries == NULL)
+	{
+		note("out of memory");
+		return;
+	}
+	if (client_target_of(c, NULL, PQgetvalue(pending, from, 4), &t, err, sizeof(err)) != 0)
+	{
+		free(entries);
+		return;
+	}
 	for (i = 0; i < n; i++)
 	{
 		entries[i].batch_id = PQgetvalue(pending, from + i, 1);
-		entries[i].status[0] = '\0';
 		/* no status source (fire and forget): accepted means committed */
-		if (PQgetisnull(pending, from + i, 5))
+		if (t.fire_and_forget)
 			snprintf(entries[i].status, sizeof(entries[i].status), "committed");
 	}
-	if (!PQgetisnull(pending, from, 5) &&
-		gridha_http_statuses(c->http, url, entries, n, c->opt.submit_timeout_ms,
-							 err, sizeof(err)) != 0)
+	if (!t.fire_and_forget &&
+		gridha_http_statuses(c->http, t.status_url, &t.http, entries, n, STATUS_URL_MAX,
+							 c->opt.submit_timeout_ms, err, sizeof(err)) != 0)
 	{
 		LogLine		l;
 
+		/* the answers that came are used all the same */
 		log_begin(c, &l, "monitor_error");
-		log_str(&l, "target", target);
+		log_str(&l, "target", t.name);
 		log_str(&l, "detail", err);
 		log_end(c, &l);
-		return 0;
 	}
 	for (i = 0; i < n; i++)
 	{
-		Batch		b;
-
 		/* "" = the ledger did not mention it; the same word = no news */
 		if (entries[i].status[0] == '\0' ||
 			strcmp(entries[i].status, PQgetvalue(pending, from + i, 2)) == 0)
 			continue;
-		memset(&b, 0, sizeof(b));
-		b.service_id = PQgetvalue(pending, from + i, 0);
-		b.batch_id = PQgetvalue(pending, from + i, 1);
-		snprintf(b.epoch, sizeof(b.epoch), "%s", PQgetvalue(pending, from + i, 3));
-		if (client_report_status(c, &b, entries[i].status) != 0)
-			return -1;
+		rows[r->n] = from + i;
+		words[from + i] = strdup(entries[i].status);
+		reports_add(r, PQgetvalue(pending, from + i, 0), PQgetvalue(pending, from + i, 1),
+					PQgetvalue(pending, from + i, 3), entries[i].status);
 	}
-	return 0;
+	target_free(&t);
+	free(entries);
 }
 
 /*
  * client_monitor: one round of the DLT monitor over every pending or valid
- * batch of our services, grouped by target, at most MONITOR_CHUNK ids per
- * request. A target with neither status_url nor status_function has no
- * ledger to ask: its pending batches are reported committed (fire and
- * forget, as the background worker does). A target with only a
+ * batch of our services, one target at a time, and one report for all the
+ * changes it learnt. A target with neither status_url nor status_function
+ * has no ledger to ask: its pending batches are reported committed (fire
+ * and forget, as the background worker does). A target with only a
  * status_function is left to the workers.
  */
 static void
@@ -904,8 +1192,12 @@ client_monitor(Client *c)
 	PGresult   *res;
 	char		sqlstate[6];
 	char		msg[512];
-	int			rows;
+	ClientReports r;
+	int		   *rows;
+	char	  **words;
+	int			nrows;
 	int			from;
+	int			i;
 
 	if (client_query(c, "SELECT p.service_id, p.batch_id, p.status, p.epoch,"
 					 "       t.target, t.status_url"
@@ -920,19 +1212,30 @@ client_monitor(Client *c)
 			log_refusal(c, "error", "pending_batches", NULL, sqlstate, msg);
 		return;
 	}
-	rows = PQntuples(res);
-	from = 0;
-	while (from < rows)
+	nrows = PQntuples(res);
+	memset(&r, 0, sizeof(r));
+	rows = calloc(nrows + 1, sizeof(int));
+	words = calloc(nrows + 1, sizeof(char *));
+	if (rows == NULL || words == NULL)
+		note("out of memory");
+	else
 	{
-		int			to = from + 1;
+		for (from = 0; from < nrows;)
+		{
+			int			to = from + 1;
 
-		while (to < rows && to - from < MONITOR_CHUNK &&
-			   strcmp(PQgetvalue(res, to, 4), PQgetvalue(res, from, 4)) == 0)
-			to++;
-		if (client_monitor_chunk(c, res, from, to) != 0)
-			break;
-		from = to;
+			while (to < nrows && strcmp(PQgetvalue(res, to, 4), PQgetvalue(res, from, 4)) == 0)
+				to++;
+			client_monitor_target(c, res, from, to, &r, rows, words);
+			from = to;
+		}
+		client_send_statuses(c, &r, res, rows, words);
 	}
+	for (i = 0; words && i < nrows; i++)
+		free(words[i]);
+	free(words);
+	free(rows);
+	reports_free(&r);
 	PQclear(res);
 }
 

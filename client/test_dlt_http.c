@@ -4,10 +4,12 @@
  *		Unit test of src/dlt_http.c, printing TAP lines.
  *
  * Without arguments it checks what needs no network: URL templates, their
- * expansion and the status-body parser of both dialects, malformed bodies
- * included. With the base URL of client/test_http_fixture.py it also
- * checks real requests: outcome per status code, the headers and payload
- * that arrive, timeouts, refused connections, status GETs and keep-alive.
+ * expansion, the outcome of each HTTP code, target headers and the
+ * status-body parser of both dialects, malformed bodies included. With the
+ * base URL of client/test_http_fixture.py it also checks real requests:
+ * outcome per status code, the headers and payload that arrive, timeouts,
+ * refused connections, status GETs (split by URL length, halved on 414 and
+ * 431), keep-alive, and many POSTs at once through the multi interface.
  *
  *   client/test_dlt_http [http://127.0.0.1:PORT]
  *
@@ -15,6 +17,8 @@
  *   fixture    the canned-answer HTTP server (client/test_http_fixture.py)
  *   sentinel   a status we put in every entry before a call that must fail,
  *              to prove the call changed nothing
+ *   secret     the value of a target header, which must reach the fixture
+ *              and must never appear in a detail or error text
  *
  * Exit status 0 when every test passed, 1 otherwise.
  *
@@ -29,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -136,6 +141,14 @@ test_check_url(void)
 	check_url_case("http://h/{{service_id}", GRIDHA_URL_SUBMIT, 0, "a doubled '{'");
 	check_url_case("http://h/x}", GRIDHA_URL_SUBMIT, 0, "a stray '}'");
 	check_url_case("http://{service_id}/x", GRIDHA_URL_SUBMIT, 0, "a placeholder in the host");
+	check_url_case("http://h{batch_id}.example/x", GRIDHA_URL_SUBMIT, 0,
+				   "a placeholder in part of the host");
+	check_url_case("http://h:{batch_id}/x", GRIDHA_URL_SUBMIT, 0, "a placeholder in the port");
+	check_url_case("http://{service_id}@h/x", GRIDHA_URL_SUBMIT, 0,
+				   "a placeholder in the user info");
+	check_url_case("http://h:0/x", GRIDHA_URL_SUBMIT, 0, "port 0");
+	check_url_case("http:/h/x", GRIDHA_URL_SUBMIT, 0, "one slash after the scheme");
+	check_url_case("http:h/x", GRIDHA_URL_SUBMIT, 0, "no slash after the scheme");
 }
 
 /* expand_case: one expansion against its expected URL. */
@@ -175,6 +188,97 @@ test_expand_url(void)
 				NULL, "an empty id list");
 	expand_case("http://h/{nope}", GRIDHA_URL_SUBMIT, "s", "b", NULL, 0, NULL,
 				"a template check_url refuses");
+}
+
+/* ----------------------------------------------------------------------
+ * Outcomes and target headers
+ * ----------------------------------------------------------------------
+ */
+
+/* outcome_case: the outcome of one code for one target. */
+static void
+outcome_case(long code, const GridhaHttpTarget *target, const char *target_name,
+			 GridhaSubmitOutcome want)
+{
+	GridhaSubmitOutcome got = gridha_http_outcome_of(code, target);
+
+	if (!ok(got == want, "outcome_of %ld, %s: %s", code, target_name,
+			gridha_http_outcome_name(want)))
+		diag("got %s", gridha_http_outcome_name(got));
+}
+
+static void
+test_outcome_of(void)
+{
+	static const long accepted[] = {200, 201, 202, 204, 299};
+	static const long delayed[] = {0, 100, 199, 301, 302, 304, 401, 403, 404, 408,
+	409, 414, 429, 431, 500, 502, 503, 599};
+	static const int only_409[] = {409};
+	GridhaHttpTarget plain = {NULL, 0, NULL, 0};
+	GridhaHttpTarget custom = {NULL, 0, only_409, 1};
+	GridhaHttpTarget none = {NULL, 0, only_409, 0};
+	size_t		i;
+
+	for (i = 0; i < sizeof(accepted) / sizeof(accepted[0]); i++)
+		outcome_case(accepted[i], NULL, "default codes", GRIDHA_SUBMIT_ACCEPTED);
+	outcome_case(400, NULL, "default codes", GRIDHA_SUBMIT_REJECTED);
+	outcome_case(422, NULL, "default codes", GRIDHA_SUBMIT_REJECTED);
+	for (i = 0; i < sizeof(delayed) / sizeof(delayed[0]); i++)
+		outcome_case(delayed[i], NULL, "default codes", GRIDHA_SUBMIT_DELAYED);
+	outcome_case(400, &plain, "a target without a list (default codes)",
+				 GRIDHA_SUBMIT_REJECTED);
+	outcome_case(422, &plain, "a target without a list (default codes)",
+				 GRIDHA_SUBMIT_REJECTED);
+	outcome_case(409, &custom, "rejecting {409}", GRIDHA_SUBMIT_REJECTED);
+	outcome_case(400, &custom, "rejecting {409}", GRIDHA_SUBMIT_DELAYED);
+	outcome_case(422, &custom, "rejecting {409}", GRIDHA_SUBMIT_DELAYED);
+	outcome_case(201, &custom, "rejecting {409}", GRIDHA_SUBMIT_ACCEPTED);
+	outcome_case(400, &none, "an empty list", GRIDHA_SUBMIT_DELAYED);
+}
+
+/* header_case: one header line, accepted or refused, its value never quoted. */
+static void
+header_case(const char *line, int want_ok, const char *what)
+{
+	char		err[256] = "";
+	int			rc = gridha_http_check_header(line, err, sizeof(err));
+
+	if (want_ok)
+	{
+		if (!ok(rc == 0, "check_header accepts %s", what))
+			diag("refused: %s", err);
+	}
+	else if (!ok(rc == -1 && err[0] != '\0' && strstr(err, "s3cret") == NULL,
+				 "check_header refuses %s (%s)", what, err))
+		diag("rc %d", rc);
+}
+
+static void
+test_check_header(void)
+{
+	header_case("Authorization: Bearer s3cret", 1, "Authorization");
+	header_case("X-Api-Key:s3cret", 1, "a header without a space after the colon");
+	header_case("X-Empty:", 1, "an empty value");
+	header_case("X-Tab: a\tb", 1, "a tab in the value");
+	header_case("User-Agent: custom", 1, "User-Agent (gridha's is only a default)");
+	header_case("!#$%&'*+-.^_`|~09azAZ: v", 1, "every token character in the name");
+	header_case(NULL, 0, "NULL");
+	header_case("", 0, "an empty line");
+	header_case("Authorization Bearer s3cret", 0, "a line without ':' (value not quoted)");
+	header_case("Bad Name: s3cret", 0, "a space in the name");
+	header_case("Bad(Name): s3cret", 0, "a '(' in the name");
+	header_case("B\xc3\xa4" "d: s3cret", 0, "a non-ASCII name");
+	header_case(": s3cret", 0, "an empty name");
+	header_case("X-Gridha-Epoch: 5", 0, "X-Gridha-Epoch (gridha's own)");
+	header_case("x-gridha-anything: s3cret", 0, "any X-Gridha-* in any case");
+	header_case("Content-Type: text/plain", 0, "Content-Type");
+	header_case("content-length: 1", 0, "Content-Length");
+	header_case("Host: elsewhere", 0, "Host");
+	header_case("Expect: 100-continue", 0, "Expect");
+	header_case("Transfer-Encoding: chunked", 0, "Transfer-Encoding");
+	header_case("X-A: s3cret\r\nX-B: b", 0, "CR LF in the value");
+	header_case("X-A: s3cret\nb", 0, "LF in the value");
+	header_case("X-A: s3cret\r", 0, "CR at the end of the value");
 }
 
 /* ----------------------------------------------------------------------
@@ -324,6 +428,22 @@ test_parse(void)
 		strcat(deep, "]");
 	strcat(deep, "}");
 	parse_bad(deep, strlen(deep), "nesting 100 deep");
+
+	/* far deeper than any stack could follow */
+	{
+		size_t		levels = 200000;
+		char	   *abyss = malloc(2 * levels + 32);
+		char	   *w = abyss;
+
+		w += sprintf(w, "{\"data\":[],\"x\":");
+		memset(w, '[', levels);
+		w += levels;
+		memset(w, ']', levels);
+		w += levels;
+		strcpy(w, "}");
+		parse_bad(abyss, strlen(abyss), "nesting 200000 deep, without running out of stack");
+		free(abyss);
+	}
 }
 
 /* ----------------------------------------------------------------------
@@ -391,19 +511,49 @@ last_has(const char *base, const char *s)
 	return found;
 }
 
-/* submit_case: one POST and the outcome and detail it must give. */
+/* last_lacks: does the fixture's record of the last request lack s? */
+static int
+last_lacks(const char *base, const char *s)
+{
+	char	   *last = fetch(base, "/last");
+	int			absent = last != NULL && strstr(last, s) == NULL;
+
+	if (!absent)
+		diag("'%s' in /last: %s", s, last ? last : "(fetch failed)");
+	free(last);
+	return absent;
+}
+
+/*
+ * submit_case: one POST for a target (NULL: none) and the outcome and
+ * detail it must give; the detail never carries a secret.
+ */
 static void
-submit_case(GridhaHttp *h, const char *tmpl, long timeout_ms,
-			GridhaSubmitOutcome want, const char *want_detail, const char *what)
+submit_case(GridhaHttp *h, const char *tmpl, const GridhaHttpTarget *target,
+			long timeout_ms, GridhaSubmitOutcome want, const char *want_detail,
+			const char *what)
 {
 	char		detail[256] = "";
+	long		code = -1;
+	long		want_code = strncmp(want_detail, "http ", 5) == 0 ? atol(want_detail + 5) : 0;
 	GridhaSubmitOutcome got;
 
-	got = gridha_http_submit(h, tmpl, "svc", "b1", 3, 1, "x", 1, timeout_ms,
-							 detail, sizeof(detail));
-	if (!ok(got == want && strncmp(detail, want_detail, strlen(want_detail)) == 0,
+	got = gridha_http_submit(h, tmpl, target, "svc", "b1", 3, 1, "x", 1, timeout_ms,
+							 &code, detail, sizeof(detail));
+	if (!ok(got == want && strncmp(detail, want_detail, strlen(want_detail)) == 0 &&
+			code == want_code && strstr(detail, "s3cret") == NULL,
 			"submit %s: %s \"%s\"", what, gridha_http_outcome_name(want), want_detail))
-		diag("got %s \"%s\"", gridha_http_outcome_name(got), detail);
+		diag("got %s \"%s\", code %ld", gridha_http_outcome_name(got), detail, code);
+}
+
+/* now_ms: a monotonic clock in milliseconds. */
+static long long
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* closed_port: a local port nothing listens on (bound, then closed). */
@@ -440,6 +590,439 @@ status_url(char *out, size_t outlen, const char *base, int code, const char *bod
 	curl_easy_cleanup(c);
 }
 
+/* A target's own headers, two of them with a secret, one empty. */
+static const char *const secret_headers[] = {
+	"Authorization: Bearer s3cret-token", "X-Api-Key: k3y-s3cret", "X-Empty:"
+};
+
+/*
+ * test_codes: more answers over HTTP; only 2xx accepts and only the
+ * target's rejecting codes reject.
+ */
+static void
+test_codes(GridhaHttp *h, const char *base)
+{
+	static const int only_409[] = {409};
+	static const long delayed[] = {301, 401, 403, 414};
+	GridhaHttpTarget t409 = {NULL, 0, only_409, 1};
+	char		tmpl[512];
+	char		what[64];
+	size_t		i;
+
+	snprintf(tmpl, sizeof(tmpl), "%s/submit/422/x", base);
+	submit_case(h, tmpl, NULL, 5000, GRIDHA_SUBMIT_REJECTED, "http 422", "422 (rejecting by default)");
+	for (i = 0; i < sizeof(delayed) / sizeof(delayed[0]); i++)
+	{
+		char		want[16];
+
+		snprintf(tmpl, sizeof(tmpl), "%s/submit/%ld/x", base, delayed[i]);
+		snprintf(want, sizeof(want), "http %ld", delayed[i]);
+		snprintf(what, sizeof(what), "%ld (delayed: not a rejecting code)", delayed[i]);
+		submit_case(h, tmpl, NULL, 5000, GRIDHA_SUBMIT_DELAYED, want, what);
+	}
+	snprintf(tmpl, sizeof(tmpl), "%s/submit/409/x", base);
+	submit_case(h, tmpl, &t409, 5000, GRIDHA_SUBMIT_REJECTED, "http 409",
+				"409 to a target rejecting {409}");
+	snprintf(tmpl, sizeof(tmpl), "%s/submit/400/x", base);
+	submit_case(h, tmpl, &t409, 5000, GRIDHA_SUBMIT_DELAYED, "http 400",
+				"400 to a target rejecting {409} (delayed)");
+	snprintf(tmpl, sizeof(tmpl), "%s/submit/422/x", base);
+	submit_case(h, tmpl, &t409, 5000, GRIDHA_SUBMIT_DELAYED, "http 422",
+				"422 to a target rejecting {409} (delayed)");
+}
+
+/*
+ * test_headers: a target's headers go with every POST and GET, and their
+ * values never show in a detail or error.
+ */
+static void
+test_headers(GridhaHttp *h, const char *base)
+{
+	static const char *const bad_lines[] = {"X-Ok: 1", "X-Bad: s3cret\r\nX-Injected: 1"};
+	GridhaHttpTarget t = {secret_headers, 3, NULL, 0};
+	GridhaHttpTarget bad = {bad_lines, 2, NULL, 0};
+	GridhaStatusEntry e[NIDS];
+	char		tmpl[4096];
+	char		err[256];
+	int			rc;
+
+	snprintf(tmpl, sizeof(tmpl), "%s/submit/503/{batch_id}", base);
+	submit_case(h, tmpl, &t, 5000, GRIDHA_SUBMIT_DELAYED, "http 503",
+				"503 with target headers (no secret in the detail)");
+	ok(last_has(base, "\"authorization\": \"Bearer s3cret-token\"") &&
+	   last_has(base, "\"x-api-key\": \"k3y-s3cret\""),
+	   "the target's headers arrive with the POST");
+	ok(last_has(base, "\"x-empty\": \"\""), "a target header with an empty value arrives empty");
+	ok(last_has(base, "\"x-gridha-batch-id\": \"b1\"") &&
+	   last_has(base, "\"content_type\": \"application/octet-stream\""),
+	   "gridha's own headers still go with them");
+
+	snprintf(tmpl, sizeof(tmpl), "%s/stall/3/{batch_id}", base);
+	submit_case(h, tmpl, &t, 300, GRIDHA_SUBMIT_DELAYED, "timeout after 300 ms",
+				"timeout with target headers (no secret in the detail)");
+
+	snprintf(tmpl, sizeof(tmpl), "%s/submit/202/bad-header", base);
+	submit_case(h, tmpl, &bad, 5000, GRIDHA_SUBMIT_DELAYED,
+				"bad header: header X-Bad has a CR or LF in its value",
+				"with a target header carrying CR LF (value not quoted)");
+	ok(last_lacks(base, "bad-header"), "a request with a bad target header is not sent");
+
+	status_url(tmpl, sizeof(tmpl), base, 200, "[]");
+	fill_entries(e);
+	rc = gridha_http_statuses(h, tmpl, &t, e, NIDS, 0, 5000, err, sizeof(err));
+	ok(rc == 0 && last_has(base, "\"path\": \"/status?") &&
+	   last_has(base, "\"authorization\": \"Bearer s3cret-token\""),
+	   "the target's headers arrive with the status GET");
+	status_url(tmpl, sizeof(tmpl), base, 503, "[]");
+	fill_entries(e);
+	rc = gridha_http_statuses(h, tmpl, &t, e, NIDS, 0, 5000, err, sizeof(err));
+	ok(rc == -1 && strcmp(err, "http 503") == 0 && strstr(err, "s3cret") == NULL,
+	   "a failed status GET with target headers: \"http 503\", no secret (%s)", err);
+	fill_entries(e);
+	rc = gridha_http_statuses(h, tmpl, &bad, e, NIDS, 0, 5000, err, sizeof(err));
+	ok(rc == -1 && strncmp(err, "bad header: ", 12) == 0 && strstr(err, "s3cret") == NULL,
+	   "a status GET with a bad target header fails, value not quoted (%s)", err);
+}
+
+/* gets_are: the status GETs the fixture saw since the last look, then forget them. */
+static int
+gets_are(const char *base, const char *want)
+{
+	char	   *got = fetch(base, "/gets?reset=1");
+	int			same = got != NULL && strcmp(got, want) == 0;
+
+	if (!same)
+		diag("status GETs %s, want %s", got ? got : "(fetch failed)", want);
+	free(got);
+	return same;
+}
+
+#define MAXIDS 8
+
+/*
+ * statuses_case: gridha_http_statuses over entries with these ids, every
+ * status the sentinel before; the return code, the error's start, each
+ * entry's status afterwards and the GETs the fixture saw must be as given.
+ */
+static void
+statuses_case(GridhaHttp *h, const char *base, const char *tmpl, const char *const *ids,
+			  int n, size_t max_url_len, int want_rc, const char *want_err,
+			  const char *const *want_status, const char *want_gets, const char *what)
+{
+	GridhaStatusEntry e[MAXIDS];
+	char		err[256] = "";
+	int			rc;
+	int			same = 1;
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		e[i].batch_id = ids[i];
+		strcpy(e[i].status, SENTINEL);
+	}
+	free(fetch(base, "/gets?reset=1"));
+	rc = gridha_http_statuses(h, tmpl, NULL, e, n, max_url_len, 5000, err, sizeof(err));
+	for (i = 0; i < n; i++)
+		same &= strcmp(e[i].status, want_status[i]) == 0;
+	if (!ok(rc == want_rc && strncmp(err, want_err, strlen(want_err)) == 0 && same &&
+			gets_are(base, want_gets), "statuses: %s", what))
+	{
+		diag("rc %d (%s)", rc, err);
+		for (i = 0; i < n; i++)
+			diag("  %s: %s (want %s)", ids[i], e[i].status, want_status[i]);
+	}
+}
+
+/*
+ * test_statuses_split: many ids over several GETs, by URL length and by
+ * halving on 414 and 431; a failed GET leaves only its own entries alone.
+ */
+static void
+test_statuses_split(GridhaHttp *h, const char *base)
+{
+	static const char *const ids[] = {"b1", "b2", "b3", "b4", "b5", "b6"};
+	static const char *const with_long[] = {
+		"b1", "a-very-long-batch-id-that-fits-in-no-url", "b3"
+	};
+	static const char *const all[] = {
+		"committed", "committed", "committed", "committed", "committed", "committed"
+	};
+	static const char *const first_failed[] = {SENTINEL, SENTINEL, "committed", "committed"};
+	static const char *const middle_failed[] = {
+		"committed", "committed", SENTINEL, SENTINEL, "committed", "committed"
+	};
+	static const char *const none[] = {SENTINEL, SENTINEL};
+	char		tmpl[512];
+	size_t		two;			/* a URL length for which two ids fit, not three */
+
+	snprintf(tmpl, sizeof(tmpl), "%s/limit?k=100&ids={batch_ids}", base);
+	two = strlen(tmpl) - strlen("{batch_ids}") + strlen("b1,b2");
+	statuses_case(h, base, tmpl, ids, 5, two, 0, "", all,
+				  "{\"count\": 3, \"ids\": [2, 2, 1]}",
+				  "max_url_len for two ids: 5 ids in GETs of 2, 2 and 1");
+	statuses_case(h, base, tmpl, with_long, 3, two, 0, "", all,
+				  "{\"count\": 3, \"ids\": [1, 1, 1]}",
+				  "an id longer than max_url_len goes alone");
+	statuses_case(h, base, tmpl, ids, 5, 0, 0, "", all,
+				  "{\"count\": 1, \"ids\": [5]}", "max_url_len 0: one GET for all");
+
+	snprintf(tmpl, sizeof(tmpl), "%s/limit?k=2&ids={batch_ids}", base);
+	statuses_case(h, base, tmpl, ids, 5, 0, 0, "", all,
+				  "{\"count\": 5, \"ids\": [5, 2, 3, 1, 2]}",
+				  "414 for more than 2 ids: halved until it fits");
+	snprintf(tmpl, sizeof(tmpl), "%s/limit?k=1&code=431&ids={batch_ids}", base);
+	statuses_case(h, base, tmpl, ids, 4, 0, 0, "", all,
+				  "{\"count\": 7, \"ids\": [4, 2, 1, 1, 2, 1, 1]}",
+				  "431 for more than 1 id: halved down to single ids");
+	snprintf(tmpl, sizeof(tmpl), "%s/limit?k=0&ids={batch_ids}", base);
+	statuses_case(h, base, tmpl, ids, 2, 0, -1, "http 414", none,
+				  "{\"count\": 3, \"ids\": [2, 1, 1]}",
+				  "414 even for a single id: an error, nothing changed");
+
+	snprintf(tmpl, sizeof(tmpl), "%s/limit?k=100&fail=b1&ids={batch_ids}", base);
+	two = strlen(tmpl) - strlen("{batch_ids}") + strlen("b1,b2");
+	statuses_case(h, base, tmpl, ids, 4, two, -1, "http 503", first_failed,
+				  "{\"count\": 2, \"ids\": [2, 2]}",
+				  "the first of two GETs fails: its entries untouched, the second's applied");
+	snprintf(tmpl, sizeof(tmpl), "%s/limit?k=100&fail=b3&ids={batch_ids}", base);
+	statuses_case(h, base, tmpl, ids, 6, two, -1, "http 503", middle_failed,
+				  "{\"count\": 3, \"ids\": [2, 2, 2]}",
+				  "the middle one of three GETs fails: exactly its entries untouched");
+}
+
+/* ----------------------------------------------------------------------
+ * Many POSTs at once
+ * ----------------------------------------------------------------------
+ */
+
+static int	tags[16];
+
+/* tag_index: which of tags a result's tag points to, or -1. */
+static int
+tag_index(const GridhaHttpDone *d)
+{
+	int			i;
+
+	for (i = 0; i < 16; i++)
+	{
+		if (d->tag == &tags[i])
+			return i;
+	}
+	return -1;
+}
+
+/*
+ * multi_drain: perform until nothing is pending or limit_ms has passed;
+ * the results go into out (up to max_out); returns how many.
+ */
+static int
+multi_drain(GridhaHttpMulti *m, GridhaHttpDone *out, int max_out, long limit_ms)
+{
+	long long	end = now_ms() + limit_ms;
+	int			n = 0;
+
+	while (gridha_http_multi_pending(m) > 0 && now_ms() < end)
+	{
+		GridhaHttpDone d[4];
+		int			k = gridha_http_multi_perform(m, 200, d, 4);
+		int			i;
+
+		for (i = 0; i < k; i++)
+		{
+			if (n < max_out)
+				out[n++] = d[i];
+		}
+	}
+	return n;
+}
+
+/* multi_one: one POST through m, waited for; its result. */
+static GridhaHttpDone
+multi_one(GridhaHttpMulti *m, const char *tmpl, const GridhaHttpTarget *target,
+		  const void *payload, size_t len)
+{
+	GridhaHttpDone d;
+
+	memset(&d, 0, sizeof(d));
+	gridha_http_multi_submit(m, &tags[0], tmpl, target, "svc", "b1", 2, 1, payload, len, 5000);
+	if (multi_drain(m, &d, 1, 10000) != 1)
+		strcpy(d.detail, "(nothing handed back)");
+	return d;
+}
+
+static void
+test_multi(const char *base)
+{
+	GridhaHttpMulti *m = gridha_http_multi_create();
+	GridhaHttpMulti *m2;
+	GridhaHttpDone d[16];
+	GridhaHttpDone one;
+	GridhaHttpTarget t = {secret_headers, 3, NULL, 0};
+	int			codes[1] = {409};
+	GridhaHttpTarget t409 = {NULL, 0, codes, 1};
+	char		tmpl[512];
+	char		payload[4];
+	char		batch[16];
+	char	   *conns_before;
+	char	   *conns_after;
+	int			seen[16];
+	long long	t0;
+	long long	elapsed;
+	int			good;
+	int			n;
+	int			i;
+
+	if (!ok(m != NULL, "gridha_http_multi_create"))
+		return;
+
+	/* eight POSTs that each take a second, at once */
+	snprintf(tmpl, sizeof(tmpl), "%s/stall/1/{batch_id}", base);
+	t0 = now_ms();
+	for (i = 0; i < 8; i++)
+	{
+		snprintf(batch, sizeof(batch), "m%d", i);
+		gridha_http_multi_submit(m, &tags[i], tmpl, NULL, "svc", batch, 1, 1, "p", 1, 5000);
+	}
+	ok(gridha_http_multi_pending(m) == 8, "multi: 8 POSTs pending");
+	n = multi_drain(m, d, 16, 10000);
+	elapsed = now_ms() - t0;
+	memset(seen, 0, sizeof(seen));
+	good = n == 8;
+	for (i = 0; i < n; i++)
+	{
+		int			k = tag_index(&d[i]);
+
+		if (k < 0 || k >= 8 || seen[k]++ || d[i].outcome != GRIDHA_SUBMIT_ACCEPTED ||
+			d[i].http_code != 202 || strcmp(d[i].detail, "http 202") != 0)
+			good = 0;
+	}
+	if (!ok(good, "multi: the 8 come back once each, with their own tags, accepted \"http 202\""))
+		diag("%d handed back", n);
+	if (!ok(elapsed < 4000 && gridha_http_multi_pending(m) == 0,
+			"multi: 8 POSTs to a ledger that stalls each for 1 s all finish in %lld ms "
+			"(under 4 s: they run at the same time)", elapsed))
+		diag("pending %d", gridha_http_multi_pending(m));
+
+	/* each its own outcome */
+	snprintf(tmpl, sizeof(tmpl), "%s/submit/202/{batch_id}", base);
+	gridha_http_multi_submit(m, &tags[0], tmpl, NULL, "svc", "o0", 1, 1, "p", 1, 5000);
+	snprintf(tmpl, sizeof(tmpl), "%s/submit/400/{batch_id}", base);
+	gridha_http_multi_submit(m, &tags[1], tmpl, NULL, "svc", "o1", 1, 1, "p", 1, 5000);
+	snprintf(tmpl, sizeof(tmpl), "%s/submit/503/{batch_id}", base);
+	gridha_http_multi_submit(m, &tags[2], tmpl, NULL, "svc", "o2", 1, 1, "p", 1, 5000);
+	snprintf(tmpl, sizeof(tmpl), "%s/stall/3/{batch_id}", base);
+	gridha_http_multi_submit(m, &tags[3], tmpl, NULL, "svc", "o3", 1, 1, "p", 1, 300);
+	n = multi_drain(m, d, 16, 10000);
+	memset(seen, 0, sizeof(seen));
+	for (i = 0; i < n; i++)
+	{
+		int			k = tag_index(&d[i]);
+
+		if (k < 0 || k > 3)
+			continue;
+		seen[k]++;
+		switch (k)
+		{
+			case 0:
+				seen[k] += d[i].outcome == GRIDHA_SUBMIT_ACCEPTED && d[i].http_code == 202;
+				break;
+			case 1:
+				seen[k] += d[i].outcome == GRIDHA_SUBMIT_REJECTED && d[i].http_code == 400 &&
+					strcmp(d[i].detail, "http 400") == 0;
+				break;
+			case 2:
+				seen[k] += d[i].outcome == GRIDHA_SUBMIT_DELAYED && d[i].http_code == 503;
+				break;
+			default:
+				seen[k] += d[i].outcome == GRIDHA_SUBMIT_DELAYED && d[i].http_code == 0 &&
+					strcmp(d[i].detail, "timeout after 300 ms") == 0;
+				break;
+		}
+	}
+	if (!ok(n == 4 && seen[0] == 2 && seen[1] == 2 && seen[2] == 2 && seen[3] == 2,
+			"multi: each tag with its own outcome: 202 accepted, 400 rejected, "
+			"503 delayed, timeout delayed"))
+		for (i = 0; i < n; i++)
+			diag("tag %d: %s %ld \"%s\"", tag_index(&d[i]),
+				 gridha_http_outcome_name(d[i].outcome), d[i].http_code, d[i].detail);
+
+	/* a POST that cannot start */
+	gridha_http_multi_submit(m, &tags[5], "http://h/{oops}", NULL, "svc", "b", 1, 1, "p", 1, 5000);
+	ok(gridha_http_multi_pending(m) == 1, "multi: a bad template is pending until handed back");
+	t0 = now_ms();
+	n = gridha_http_multi_perform(m, 5000, d, 4);
+	elapsed = now_ms() - t0;
+	if (!ok(n == 1 && tag_index(&d[0]) == 5 && d[0].outcome == GRIDHA_SUBMIT_DELAYED &&
+			d[0].http_code == 0 && strncmp(d[0].detail, "bad submit_url: ", 16) == 0 &&
+			elapsed < 1000 && gridha_http_multi_pending(m) == 0,
+			"multi: a bad template comes back at once, delayed \"bad submit_url: ...\""))
+		diag("n %d, %s \"%s\", %lld ms", n, gridha_http_outcome_name(d[0].outcome),
+			 d[0].detail, elapsed);
+
+	/* the target's codes and headers; the payload copied at submit */
+	snprintf(tmpl, sizeof(tmpl), "%s/submit/409/{batch_id}", base);
+	gridha_http_multi_submit(m, &tags[0], tmpl, &t409, "svc", "b1", 2, 1, "p", 1, 5000);
+	codes[0] = 400;
+	n = multi_drain(m, d, 1, 10000);
+	ok(n == 1 && d[0].outcome == GRIDHA_SUBMIT_REJECTED && d[0].http_code == 409,
+	   "multi: 409 to a target rejecting {409} is rejected (its codes copied at submit)");
+	snprintf(tmpl, sizeof(tmpl), "%s/submit/202/{batch_id}", base);
+	memcpy(payload, "a\0b", 4);
+	gridha_http_multi_submit(m, &tags[0], tmpl, &t, "svc", "b1", 2, 1, payload, 3, 5000);
+	memset(payload, 'z', sizeof(payload));
+	n = multi_drain(m, d, 1, 10000);
+	ok(n == 1 && d[0].outcome == GRIDHA_SUBMIT_ACCEPTED &&
+	   last_has(base, "\"body_len\": 3, \"body_hex\": \"610062\""),
+	   "multi: the payload is copied at submit, NUL included");
+	ok(last_has(base, "\"authorization\": \"Bearer s3cret-token\"") &&
+	   last_has(base, "\"x-gridha-epoch\": \"2\""),
+	   "multi: the target's headers and gridha's own arrive");
+	snprintf(tmpl, sizeof(tmpl), "%s/submit/503/{batch_id}", base);
+	one = multi_one(m, tmpl, &t, "p", 1);
+	ok(one.outcome == GRIDHA_SUBMIT_DELAYED && strcmp(one.detail, "http 503") == 0,
+	   "multi: 503 with target headers: delayed \"http 503\", no secret");
+
+	/* one connection for POSTs one after the other */
+	m2 = gridha_http_multi_create();
+	conns_before = fetch(base, "/conns");
+	snprintf(tmpl, sizeof(tmpl), "%s/submit/202/{batch_id}", base);
+	good = 1;
+	for (i = 0; i < 3; i++)
+		good &= multi_one(m2, tmpl, NULL, "p", 1).outcome == GRIDHA_SUBMIT_ACCEPTED;
+	conns_after = fetch(base, "/conns");
+	if (!ok(good && conns_before && conns_after &&
+			atoi(conns_after) - atoi(conns_before) == 2,
+			"multi: three POSTs one after the other reuse one connection"))
+		diag("connections before %s, after %s", conns_before ? conns_before : "?",
+			 conns_after ? conns_after : "?");
+	free(conns_before);
+	free(conns_after);
+
+	/* perform waits no longer than asked */
+	snprintf(tmpl, sizeof(tmpl), "%s/stall/2/{batch_id}", base);
+	gridha_http_multi_submit(m2, &tags[0], tmpl, NULL, "svc", "w", 1, 1, "p", 1, 5000);
+	t0 = now_ms();
+	n = gridha_http_multi_perform(m2, 300, d, 4);
+	elapsed = now_ms() - t0;
+	ok(n == 0 && elapsed >= 250 && elapsed < 2000,
+	   "multi: perform(300 ms) with nothing finishing returns after %lld ms, empty-handed",
+	   elapsed);
+	t0 = now_ms();
+	n = gridha_http_multi_perform(m2, 0, d, 4);
+	elapsed = now_ms() - t0;
+	ok(n == 0 && elapsed < 200, "multi: perform(0) does not wait (%lld ms)", elapsed);
+
+	/* destroyed with transfers in flight */
+	gridha_http_multi_submit(m2, &tags[1], tmpl, NULL, "svc", "w1", 1, 1, "p", 1, 5000);
+	gridha_http_multi_submit(m2, &tags[2], "http://h/{oops}", NULL, "svc", "w2", 1, 1, "p", 1, 5000);
+	gridha_http_multi_perform(m2, 0, d, 0);
+	ok(gridha_http_multi_pending(m2) == 3, "multi: 3 pending before destroy");
+	gridha_http_multi_destroy(m2);
+	ok(1, "multi: destroyed with transfers in flight");
+
+	gridha_http_multi_destroy(m);
+}
+
 static void
 test_http(const char *base)
 {
@@ -464,22 +1047,23 @@ test_http(const char *base)
 
 	/* outcome per status code */
 	snprintf(tmpl, sizeof(tmpl), "%s/submit/202/{service_id}/{batch_id}", base);
-	submit_case(h, tmpl, 5000, GRIDHA_SUBMIT_ACCEPTED, "http 202", "202");
+	submit_case(h, tmpl, NULL, 5000, GRIDHA_SUBMIT_ACCEPTED, "http 202", "202");
 	snprintf(tmpl, sizeof(tmpl), "%s/submit/200/{batch_id}", base);
-	submit_case(h, tmpl, 5000, GRIDHA_SUBMIT_ACCEPTED, "http 200", "200");
+	submit_case(h, tmpl, NULL, 5000, GRIDHA_SUBMIT_ACCEPTED, "http 200", "200");
 	snprintf(tmpl, sizeof(tmpl), "%s/submit/503/x", base);
-	submit_case(h, tmpl, 5000, GRIDHA_SUBMIT_DELAYED, "http 503", "503");
+	submit_case(h, tmpl, NULL, 5000, GRIDHA_SUBMIT_DELAYED, "http 503", "503");
 	snprintf(tmpl, sizeof(tmpl), "%s/submit/500/x", base);
-	submit_case(h, tmpl, 5000, GRIDHA_SUBMIT_DELAYED, "http 500", "500");
+	submit_case(h, tmpl, NULL, 5000, GRIDHA_SUBMIT_DELAYED, "http 500", "500");
 	snprintf(tmpl, sizeof(tmpl), "%s/submit/429/x", base);
-	submit_case(h, tmpl, 5000, GRIDHA_SUBMIT_DELAYED, "http 429", "429");
+	submit_case(h, tmpl, NULL, 5000, GRIDHA_SUBMIT_DELAYED, "http 429", "429");
 	snprintf(tmpl, sizeof(tmpl), "%s/submit/404/x", base);
-	submit_case(h, tmpl, 5000, GRIDHA_SUBMIT_REJECTED, "http 404", "404");
+	submit_case(h, tmpl, NULL, 5000, GRIDHA_SUBMIT_DELAYED, "http 404",
+				"404 (delayed: not a rejecting code)");
 	snprintf(tmpl, sizeof(tmpl), "%s/submit/400/x", base);
-	submit_case(h, tmpl, 5000, GRIDHA_SUBMIT_REJECTED, "http 400", "400");
+	submit_case(h, tmpl, NULL, 5000, GRIDHA_SUBMIT_REJECTED, "http 400", "400");
 	snprintf(tmpl, sizeof(tmpl), "%s/submit/302/x", base);
-	submit_case(h, tmpl, 5000, GRIDHA_SUBMIT_REJECTED, "http 302",
-				"302 (the redirect is not followed)");
+	submit_case(h, tmpl, NULL, 5000, GRIDHA_SUBMIT_DELAYED, "http 302",
+				"302 (delayed, the redirect is not followed)");
 
 	/*
 	 * One keep-alive connection for all of these: the count grows by that
@@ -496,8 +1080,8 @@ test_http(const char *base)
 
 	/* what arrives: URL, headers, payload bytes */
 	snprintf(tmpl, sizeof(tmpl), "%s/submit/202/{service_id}/{batch_id}", base);
-	got = gridha_http_submit(h, tmpl, "svc/\xc3\xa9 1", "b\r\n1", 9000000000LL, 4,
-							 payload, sizeof(payload), 5000, detail, sizeof(detail));
+	got = gridha_http_submit(h, tmpl, NULL, "svc/\xc3\xa9 1", "b\r\n1", 9000000000LL, 4,
+							 payload, sizeof(payload), 5000, NULL, detail, sizeof(detail));
 	ok(got == GRIDHA_SUBMIT_ACCEPTED, "submit with awkward ids is accepted (%s)", detail);
 	ok(last_has(base, "\"path\": \"/submit/202/svc%2F%C3%A9%201/b%0D%0A1\""),
 	   "the URL carries the encoded ids");
@@ -511,24 +1095,25 @@ test_http(const char *base)
 	   "Content-Type: application/octet-stream");
 	ok(last_has(base, "\"body_len\": 5, \"body_hex\": \"6100620aff\""),
 	   "the payload arrives byte for byte, NUL included");
-	got = gridha_http_submit(h, tmpl, "s", "b", 1, 1, NULL, 0, 5000, detail, sizeof(detail));
+	got = gridha_http_submit(h, tmpl, NULL, "s", "b", 1, 1, NULL, 0, 5000, NULL,
+							 detail, sizeof(detail));
 	ok(got == GRIDHA_SUBMIT_ACCEPTED && last_has(base, "\"body_len\": 0,"),
 	   "an empty payload is posted empty");
 
 	/* transport failures */
 	snprintf(tmpl, sizeof(tmpl), "%s/stall/3/{batch_id}", base);
-	submit_case(h, tmpl, 300, GRIDHA_SUBMIT_DELAYED, "timeout after 300 ms", "to a stalled ledger");
+	submit_case(h, tmpl, NULL, 300, GRIDHA_SUBMIT_DELAYED, "timeout after 300 ms", "to a stalled ledger");
 	snprintf(tmpl, sizeof(tmpl), "http://127.0.0.1:%d/x/{batch_id}", closed_port());
-	submit_case(h, tmpl, 5000, GRIDHA_SUBMIT_DELAYED, "connect: Connection refused",
+	submit_case(h, tmpl, NULL, 5000, GRIDHA_SUBMIT_DELAYED, "connect: Connection refused",
 				"to a closed port");
-	submit_case(h, "http://h/{oops}", 5000, GRIDHA_SUBMIT_DELAYED, "bad submit_url: ",
+	submit_case(h, "http://h/{oops}", NULL, 5000, GRIDHA_SUBMIT_DELAYED, "bad submit_url: ",
 				"to a bad template");
 
 	/* status GETs */
 	status_url(tmpl, sizeof(tmpl), base, 200,
 			   "{\"data\":[{\"id\":\"b1\",\"status\":\"COMMITTED\"},{\"id\":\"b3\",\"status\":\"PENDING\"}]}");
 	fill_entries(e);
-	rc = gridha_http_statuses(h, tmpl, e, NIDS, 5000, err, sizeof(err));
+	rc = gridha_http_statuses(h, tmpl, NULL, e, NIDS, 0, 5000, err, sizeof(err));
 	if (!ok(rc == 0 && strcmp(e[0].status, "committed") == 0 && e[1].status[0] == '\0' &&
 			strcmp(e[2].status, "pending") == 0 && e[3].status[0] == '\0',
 			"statuses: a Sawtooth answer over HTTP"))
@@ -540,7 +1125,7 @@ test_http(const char *base)
 	status_url(tmpl, sizeof(tmpl), base, 200,
 			   "[{\"id\":\"b2\",\"status\":{\"statusType\":\"Valid\"}}]");
 	fill_entries(e);
-	rc = gridha_http_statuses(h, tmpl, e, NIDS, 5000, err, sizeof(err));
+	rc = gridha_http_statuses(h, tmpl, NULL, e, NIDS, 0, 5000, err, sizeof(err));
 	ok(rc == 0 && strcmp(e[1].status, "valid") == 0 && e[0].status[0] == '\0',
 	   "statuses: a Splinter answer over HTTP");
 
@@ -577,7 +1162,7 @@ test_http(const char *base)
 		}
 		fill_entries(e);
 		err[0] = '\0';
-		rc = gridha_http_statuses(h, tmpl, e, NIDS, timeout, err, sizeof(err));
+		rc = gridha_http_statuses(h, tmpl, NULL, e, NIDS, 0, timeout, err, sizeof(err));
 		untouched = 1;
 		for (k = 0; k < NIDS; k++)
 			untouched &= strcmp(e[k].status, SENTINEL) == 0;
@@ -588,7 +1173,11 @@ test_http(const char *base)
 
 	/* the handle still works after all those failures */
 	snprintf(tmpl, sizeof(tmpl), "%s/submit/201/{batch_id}", base);
-	submit_case(h, tmpl, 5000, GRIDHA_SUBMIT_ACCEPTED, "http 201", "after failures");
+	submit_case(h, tmpl, NULL, 5000, GRIDHA_SUBMIT_ACCEPTED, "http 201", "after failures");
+
+	test_codes(h, base);
+	test_headers(h, base);
+	test_statuses_split(h, base);
 
 	gridha_http_destroy(h);
 }
@@ -601,9 +1190,14 @@ main(int argc, char **argv)
 		return 1;
 	test_check_url();
 	test_expand_url();
+	test_outcome_of();
+	test_check_header();
 	test_parse();
 	if (argc > 1)
+	{
 		test_http(argv[1]);
+		test_multi(argv[1]);
+	}
 	else
 		diag("no fixture URL given: HTTP requests not tested");
 	printf("1..%d\n", test_count);

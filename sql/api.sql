@@ -18,10 +18,11 @@ SELECT service_id, target, claimant, epoch, head_seq, tail_seq, state FROM gridh
 SELECT * FROM gridha.acquire_claims(:A) ORDER BY service_id;
 SELECT * FROM gridha.acquire_claims(:A) ORDER BY service_id;
 
--- renew_claims extends both expiries of held claims
-UPDATE gridha.service_claims SET soft_expiry = now() + interval '1 second', hard_expiry = now() + interval '2 seconds';
+-- renew_claims extends the instance's lease, which every claim it holds
+-- follows (one row written); it returns how many it holds
+UPDATE gridha.instances SET soft_expiry = now() + interval '1 second', hard_expiry = now() + interval '2 seconds';
 SELECT gridha.renew_claims(:A);
-SELECT count(*) AS renewed FROM gridha.service_claims
+SELECT count(*) AS renewed FROM gridha.claims
  WHERE soft_expiry > now() + interval '20 seconds' AND hard_expiry > now() + interval '170 seconds';
 SELECT gridha.renew_claims(:B);
 

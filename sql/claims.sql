@@ -63,16 +63,16 @@ SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batch(:A) WHERE ser
 SELECT gridha.release_claims(:A);
 SELECT service_id, claimant = :A AS a_holds, state FROM gridha.claims ORDER BY service_id;
 
--- instance health: the decision tree
+-- instance health: the decision tree, from the instance's lease
 SELECT health FROM gridha.instance_health WHERE instance_id = :A;
-UPDATE gridha.service_claims SET soft_expiry = now() - interval '1 second' WHERE claimant = :A;
+UPDATE gridha.instances SET soft_expiry = now() - interval '1 second' WHERE instance_id = :A;
 SELECT health AS soft_expired_mid_submission FROM gridha.instance_health WHERE instance_id = :A;
-UPDATE gridha.service_claims SET hard_expiry = now() - interval '1 second' WHERE claimant = :A;
+UPDATE gridha.instances SET hard_expiry = now() - interval '1 second' WHERE instance_id = :A;
 SELECT health AS hard_expired FROM gridha.instance_health WHERE instance_id = :A;
 SELECT gridha.report_submission(:A, 's1', 'b2', 3, 'accepted');
 SELECT gridha.report_status(:A, 's1', 'b2', 3, 'committed');
 SELECT gridha.renew_claims(:A);
-UPDATE gridha.service_claims SET soft_expiry = now() - interval '1 second' WHERE claimant = :A;
+UPDATE gridha.instances SET soft_expiry = now() - interval '1 second' WHERE instance_id = :A;
 SELECT health AS soft_expired_idle FROM gridha.instance_health WHERE instance_id = :A;
 SELECT gridha.renew_claims(:A);
 SELECT health AS renewed FROM gridha.instance_health WHERE instance_id = :A;

@@ -6,41 +6,396 @@
  * Words:
  *   claim     the service_claims row of a service; claimant NULL = free
  *   epoch     bumped each time the claimant changes; the fencing token
- *   takeover  acquiring a claim another instance holds: allowed once its
- *             soft expiry has passed and nothing is submitting, or once its
- *             hard expiry has passed, whatever is going on
- *   share     with gridha.balance_claims, ceil(services / live instances);
- *             an instance acquires up to its share and releases idle claims
- *             above it. Rounding up is the slack: the shares add up to at
- *             least the number of services, so every service finds a holder
+ *   lease     an instance's soft and hard expiry (gridha.instances, SQL 1.1
+ *             and later): every claim it holds expires with it, so renewing
+ *             writes one row whatever the instance holds. A claim's own
+ *             soft_expiry/hard_expiry, NULL normally, can only make that
+ *             claim expire earlier (an operator's UPDATE); a renewal clears
+ *             them. (On SQL 1.0 every claim has its own expiries, renewed
+ *             one by one: the claims_v10_ statements below.)
+ *   takeover  acquiring a claim another instance holds: allowed once it is
+ *             soft-expired (or its holder's session is gone) and nothing is
+ *             submitting, or once it is hard-expired, whatever is going on
+ *   held      how many claims an instance holds (instances.held), kept by
+ *             every statement here that moves claims
+ *   share     with gridha.balance_claims, services / live instances: an
+ *             instance may hold up to the ceiling of it; one below the
+ *             floor asks those above it to shed (instances.shed), and they
+ *             hand back idle claims at their next hand-out, so a newcomer
+ *             gets work within a hand-out or two, and the shares settle
+ *             within one of each other
  *
- * Every candidate row is locked with FOR UPDATE SKIP LOCKED and its
- * condition is re-checked on the newest row version (READ COMMITTED
- * EvalPlanQual), so two instances can never both take one claim, and a
- * takeover can never slip between a claimant's lock and its write. A
- * takeover also revokes the hand-out of a head still submitting, which is
- * what fences the old claimant's acceptance (see status.c).
+ * What a cycle costs follows what changes, not what exists: the live
+ * instances are read through the lease index (never the dead ones), the
+ * services are counted by service_counts, an expired or gone instance's
+ * claims are found through the claimant index, and the claims with an
+ * expiry of their own through a partial index that is normally empty.
+ * Session liveness is asked of the lock manager, once per instance.
+ *
+ * Every candidate claim is locked with FOR UPDATE SKIP LOCKED and judged
+ * again, with a snapshot taken after the locks were granted, by the
+ * statement that takes it (claims_take_stmt), so two instances can never
+ * both take one claim, and a takeover can never slip between a claimant's
+ * lock and its write. A takeover also revokes the hand-out of a head still
+ * submitting, which is what fences the old claimant's acceptance (see
+ * status.c). Instance rows are locked in instance id order wherever more
+ * than one is written, and an instance renews its own lease after it has
+ * acquired, so two instances taking from each other never deadlock.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/xlog.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
 #include "claims.h"
 #include "gridha.h"
 #include "instances.h"
 #include "spi_util.h"
+#include "targets.h"
 
-#include "catalog/pg_type.h"
-#include "funcapi.h"
-#include "utils/builtins.h"
-#include "utils/tuplestore.h"
+/* Expired instances whose claims one acquisition looks at, at most */
+#define CLAIMS_EXPIRED_BATCH	64
+/* How often an instance asks the lock manager about others' sessions */
+#define CLAIMS_PROBE_EVERY_MS	1000
 
-/* Services a worker may claim: those whose target it can submit to. */
+/*
+ * Services an instance may claim: those whose target it can serve ($2,
+ * the names; NULL: every service, for an instance that declared nothing).
+ */
 #define CLAIMS_TARGET_FILTER(c) \
-	" AND (NOT $2 OR " c ".target IN (SELECT t.target FROM gridha.targets t" \
-	"      WHERE t.submit_url IS NOT NULL OR t.submit_function IS NOT NULL))"
+	" AND ($2::text[] IS NULL OR " c ".target = ANY ($2::text[]))"
 
+/*
+ * The claim's head is submitting. Only a hand-out makes a head submitting,
+ * and it holds the claim's row lock; an accepted report moves it on to
+ * pending without that lock (status.c).
+ */
+#define CLAIMS_HEAD_SUBMITTING(c) \
+	"(" c ".in_flight AND EXISTS (SELECT 1 FROM gridha.batches b" \
+	"  WHERE b.service_id = " c ".service_id AND b.seq = " c ".head_seq" \
+	"    AND b.status = 'submitting'))"
+
+/*
+ * Revoking a head still submitting, in a take (r: instance_id := NULL,
+ * status unchanged): the old claimant's acceptance no longer matches it,
+ * and the claim becomes ready so the new claimant hands it out again. If
+ * the acceptance commits first, r's re-check on the newest row version
+ * finds the batch pending and leaves it alone, and the claim stays in
+ * flight with it.
+ */
+#define CLAIMS_REVOKE \
+	"r AS (" \
+	"  UPDATE gridha.batches b SET instance_id = NULL" \
+	"    FROM t" \
+	"   WHERE t.submitting AND b.service_id = t.service_id AND b.seq = t.head_seq" \
+	"     AND b.status = 'submitting'" \
+	"  RETURNING b.service_id" \
+	")"
+
+/*
+ * Taking claims is two statements. The first picks and locks candidates
+ * (FOR UPDATE SKIP LOCKED) and returns their ids. The second takes them,
+ * with a snapshot taken after the locks were granted: no hand-out can have
+ * happened since, so whether a head is submitting is read as it is, but
+ * for an accepted report moving it to pending meanwhile, which the batch
+ * row lock settles (CLAIMS_REVOKE). In one statement, a candidate whose
+ * claim row a hand-out changed after the statement's snapshot (the lock
+ * follows it to its newest version) would be judged on a batch row older
+ * than that claim row.
+ *
+ * Picks: $1 instance, $2 the targets it can serve (NULL: any), $3 at most
+ * this many (NULL: no limit).
+ */
+static GridhaStatement claims_free_stmt = {
+	"SELECT array_agg(service_id) FROM ("
+	"  SELECT c.service_id FROM gridha.service_claims c"
+	"   WHERE c.claimant IS NULL" CLAIMS_TARGET_FILTER("c")
+	"   ORDER BY c.ready_at"
+	"   LIMIT $3"
+	"   FOR UPDATE SKIP LOCKED) c",
+	3, {UUIDOID, TEXTARRAYOID, INT8OID}
+};
+
+/* ... the claims of one instance ($4), submitting ones too with $5 */
+static GridhaStatement claims_of_stmt = {
+	"SELECT array_agg(service_id) FROM ("
+	"  SELECT c.service_id FROM gridha.service_claims c"
+	"   WHERE c.claimant = $4 AND $4 <> $1" CLAIMS_TARGET_FILTER("c")
+	"     AND ($5 OR NOT " CLAIMS_HEAD_SUBMITTING("c") ")"
+	"   ORDER BY c.ready_at"
+	"   LIMIT $3"
+	"   FOR UPDATE SKIP LOCKED) c",
+	5, {UUIDOID, TEXTARRAYOID, INT8OID, UUIDOID, BOOLOID}
+};
+
+/* ... the claims whose own expiry has passed (normally none) */
+static GridhaStatement claims_own_expiry_stmt = {
+	"SELECT array_agg(service_id) FROM ("
+	"  SELECT c.service_id FROM gridha.service_claims c"
+	"   WHERE (c.soft_expiry IS NOT NULL OR c.hard_expiry IS NOT NULL)"
+	"     AND least(c.soft_expiry, c.hard_expiry) <= now()"
+	"     AND c.claimant IS NOT NULL AND c.claimant <> $1" CLAIMS_TARGET_FILTER("c")
+	"   LIMIT $3"
+	"   FOR UPDATE SKIP LOCKED) c",
+	3, {UUIDOID, TEXTARRAYOID, INT8OID}
+};
+
+/*
+ * The take: $1 instance, $2 the locked candidates, $3 the lowest epoch it
+ * may give (the timeline's base, see claims_epoch_base), $4 the instances
+ * whose session has ended. A candidate is taken when it is free, when its
+ * claim is hard-expired (or its holder has no lease at all), or when it is
+ * soft-expired or its holder's session is gone and its head is not
+ * submitting; each judged on what is committed now. Taking sets the
+ * claimant, bumps the epoch, clears the claim's own expiries. Returns
+ * (service_id, epoch, the claimant it had).
+ */
+static GridhaStatement claims_take_stmt = {
+	"WITH h AS ("
+	"  SELECT c.service_id, c.head_seq, c.claimant AS old,"
+	"         least(c.soft_expiry, i.soft_expiry) AS soft,"
+	"         least(c.hard_expiry, i.hard_expiry) AS hard,"
+	"         " CLAIMS_HEAD_SUBMITTING("c") " AS submitting"
+	"    FROM gridha.service_claims c"
+	"    LEFT JOIN gridha.instances i ON i.instance_id = c.claimant"
+	"   WHERE c.service_id = ANY ($2)"
+	"), t AS ("
+	"  SELECT h.service_id, h.head_seq, h.submitting, h.old FROM h"
+	"   WHERE h.old IS NULL"
+	"      OR (h.old <> $1"
+	"          AND (h.hard IS NULL OR h.hard <= now()"
+	"               OR ((h.soft <= now() OR h.old = ANY ($4)) AND NOT h.submitting)))"
+	"), " CLAIMS_REVOKE
+	" UPDATE gridha.service_claims c"
+	"    SET claimant = $1, epoch = greatest(c.epoch + 1, $3),"
+	"        soft_expiry = NULL, hard_expiry = NULL,"
+	"        in_flight = c.in_flight AND r.service_id IS NULL,"
+	"        ready_at = CASE WHEN r.service_id IS NULL THEN c.ready_at ELSE now() END"
+	"   FROM t LEFT JOIN r ON r.service_id = t.service_id"
+	"  WHERE c.service_id = t.service_id"
+	" RETURNING c.service_id, c.epoch, t.old",
+	4, {UUIDOID, TEXTARRAYOID, INT8OID, UUIDARRAYOID}
+};
+
+/*
+ * The held counts after claims moved: every instance row involved locked
+ * first, in id order; $1 ids, $2 how many each gained (or lost), $3 which
+ * one is the taker, whose lease is set (it holds claims now), $4/$5 soft
+ * and hard expiry in ms. An expired instance left holding nothing loses
+ * its lease: it leaves the lease index.
+ */
+static GridhaStatement claims_lock_instances_stmt = {
+	"SELECT 1 FROM gridha.instances WHERE instance_id = ANY ($1)"
+	" ORDER BY instance_id FOR UPDATE",
+	1, {UUIDARRAYOID}
+};
+
+static GridhaStatement claims_count_stmt = {
+	"UPDATE gridha.instances i"
+	"   SET held = greatest(i.held + d.delta, 0),"
+	"       soft_expiry = CASE"
+	"           WHEN d.taker THEN greatest(i.soft_expiry, now() + $4 * interval '1 millisecond')"
+	"           WHEN i.held + d.delta <= 0 AND i.soft_expiry <= now() THEN NULL"
+	"           ELSE i.soft_expiry END,"
+	"       hard_expiry = CASE"
+	"           WHEN d.taker THEN greatest(i.hard_expiry, now() + $5 * interval '1 millisecond')"
+	"           WHEN i.held + d.delta <= 0 AND i.soft_expiry <= now() THEN NULL"
+	"           ELSE i.hard_expiry END"
+	"  FROM unnest($1::uuid[], $2::int4[], $3::bool[]) AS d(id, delta, taker)"
+	" WHERE i.instance_id = d.id",
+	5, {UUIDARRAYOID, INT4ARRAYOID, BOOLARRAYOID, INT8OID, INT8OID}
+};
+
+/* The renewal: one row, whatever the instance holds */
 static GridhaStatement claims_renew_stmt = {
+	"UPDATE gridha.instances"
+	"   SET soft_expiry = now() + $2 * interval '1 millisecond',"
+	"       hard_expiry = now() + $3 * interval '1 millisecond',"
+	"       last_seen_at = now()"
+	" WHERE instance_id = $1"
+	" RETURNING held",
+	3, {UUIDOID, INT8OID, INT8OID}
+};
+
+/* ... and the claims of its own that had an expiry of their own */
+static GridhaStatement claims_clear_own_stmt = {
+	"WITH o AS ("
+	"  SELECT c.service_id FROM gridha.service_claims c"
+	"   WHERE (c.soft_expiry IS NOT NULL OR c.hard_expiry IS NOT NULL) AND c.claimant = $1"
+	"   FOR UPDATE SKIP LOCKED"
+	")"
+	" UPDATE gridha.service_claims c SET soft_expiry = NULL, hard_expiry = NULL"
+	"   FROM o WHERE c.service_id = o.service_id",
+	1, {UUIDOID}
+};
+
+/* How many services the instance can serve ($1 its targets; NULL: all) */
+static GridhaStatement claims_services_stmt = {
+	"SELECT coalesce(sum(services), 0)::int8 FROM gridha.service_counts"
+	" WHERE $1::text[] IS NULL OR target = ANY ($1)",
+	1, {TEXTARRAYOID}
+};
+
+/* The live leases: a range of the lease index */
+static GridhaStatement claims_live_stmt = {
+	"SELECT instance_id, session_key, held FROM gridha.instances"
+	" WHERE soft_expiry > now()",
+	0, {InvalidOid}
+};
+
+/*
+ * Expired leases still holding claims, the oldest first (a count that is
+ * wrong, a claimant set by hand, is not trusted to say "nothing held").
+ */
+static GridhaStatement claims_expired_stmt = {
+	"SELECT i.instance_id, i.hard_expiry <= now() FROM gridha.instances i"
+	" WHERE i.soft_expiry <= now()"
+	"   AND (i.held > 0 OR EXISTS (SELECT 1 FROM gridha.service_claims c"
+	"                               WHERE c.claimant = i.instance_id))"
+	" ORDER BY i.soft_expiry LIMIT " CppAsString2(CLAIMS_EXPIRED_BATCH),
+	0, {InvalidOid}
+};
+
+/*
+ * Expired leases holding nothing leave the lease index; their count is
+ * set right on the way (it is what a lease of an empty instance should be).
+ */
+static GridhaStatement claims_forget_leases_stmt = {
+	"UPDATE gridha.instances i SET soft_expiry = NULL, hard_expiry = NULL, held = 0"
+	"  FROM (SELECT x.instance_id FROM gridha.instances x"
+	"         WHERE x.soft_expiry <= now()"
+	"           AND NOT EXISTS (SELECT 1 FROM gridha.service_claims c"
+	"                            WHERE c.claimant = x.instance_id)"
+	"         LIMIT 1000 FOR UPDATE SKIP LOCKED) e"
+	" WHERE i.instance_id = e.instance_id",
+	0, {InvalidOid}
+};
+
+/*
+ * Whether an idle poll may find anything to take: free work, an expired
+ * lease, a claim expired on its own.
+ */
+static GridhaStatement claims_anything_stmt = {
+	"SELECT EXISTS (SELECT 1 FROM gridha.service_claims c"
+	"                WHERE c.claimant IS NULL AND c.ready_at <= now()"
+	"                  AND ($1::text[] IS NULL OR c.target = ANY ($1)))"
+	"    OR EXISTS (SELECT 1 FROM gridha.instances i WHERE i.soft_expiry <= now())"
+	"    OR EXISTS (SELECT 1 FROM gridha.service_claims c"
+	"                WHERE (c.soft_expiry IS NOT NULL OR c.hard_expiry IS NOT NULL)"
+	"                  AND least(c.soft_expiry, c.hard_expiry) <= now()"
+	"                  AND c.claimant IS NOT NULL)",
+	1, {TEXTARRAYOID}
+};
+
+/*
+ * Handing back idle claims (surplus, or asked to shed): idle services
+ * first, then those that waited least; the count and the shed request of
+ * the instance follow in the same statement.
+ */
+static GridhaStatement claims_shed_stmt = {
+	"WITH r AS ("
+	"  SELECT c.service_id FROM gridha.service_claims c"
+	"   WHERE c.claimant = $1 AND NOT c.in_flight"
+	"   ORDER BY c.ready_at DESC NULLS FIRST"
+	"   LIMIT $2"
+	"   FOR UPDATE SKIP LOCKED"
+	"), u AS ("
+	"  UPDATE gridha.service_claims c"
+	"     SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL"
+	"    FROM r WHERE c.service_id = r.service_id"
+	"  RETURNING 1"
+	"), n AS (SELECT count(*)::int4 AS n FROM u)"
+	" UPDATE gridha.instances i SET held = greatest(i.held - n.n, 0), shed = 0"
+	"   FROM n WHERE i.instance_id = $1"
+	" RETURNING n.n",
+	2, {UUIDOID, INT8OID}
+};
+
+/* A request to shed, to instances above their share (never waited for) */
+static GridhaStatement claims_ask_shed_stmt = {
+	"UPDATE gridha.instances i SET shed = greatest(i.shed, d.n)"
+	"  FROM unnest($1::uuid[], $2::int4[]) AS d(id, n)"
+	" WHERE i.instance_id = d.id"
+	"   AND i.instance_id IN (SELECT x.instance_id FROM gridha.instances x"
+	"                          WHERE x.instance_id = ANY ($1)"
+	"                          FOR UPDATE SKIP LOCKED)",
+	2, {UUIDARRAYOID, INT4ARRAYOID}
+};
+
+/*
+ * Handing back the claims whose target the instance cannot serve (any more):
+ * lock them, then, with a snapshot that sees every hand-out made under
+ * those locks, hand back those with nothing submitting ($2: the targets it
+ * can serve).
+ */
+static GridhaStatement claims_lock_unservable_stmt = {
+	"SELECT array_agg(service_id) FROM ("
+	"  SELECT c.service_id FROM gridha.service_claims c"
+	"   WHERE c.claimant = $1 AND c.target <> ALL ($2)"
+	"   FOR UPDATE SKIP LOCKED) c",
+	2, {UUIDOID, TEXTARRAYOID}
+};
+
+static GridhaStatement claims_release_some_stmt = {
+	"WITH r AS ("
+	"  UPDATE gridha.service_claims c"
+	"     SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL"
+	"   WHERE c.service_id = ANY ($2) AND c.claimant = $1"
+	"     AND NOT " CLAIMS_HEAD_SUBMITTING("c")
+	"  RETURNING 1"
+	"), n AS (SELECT count(*)::int4 AS n FROM r"
+	"), i AS ("
+	"  UPDATE gridha.instances i SET held = greatest(i.held - n.n, 0)"
+	"    FROM n WHERE i.instance_id = $1"
+	")"
+	" SELECT n.n FROM n",
+	2, {UUIDOID, TEXTARRAYOID}
+};
+
+/*
+ * Release at stop, in two statements as a take is (see above): lock the
+ * instance's claims, then, with a snapshot that sees every hand-out made
+ * under those locks, hand back those with nothing submitting. The lease
+ * goes when nothing is left.
+ */
+static GridhaStatement claims_lock_held_stmt = {
+	"SELECT 1 FROM gridha.service_claims WHERE claimant = $1 FOR UPDATE",
+	1, {UUIDOID}
+};
+
+static GridhaStatement claims_release_all_stmt = {
+	"WITH r AS ("
+	"  UPDATE gridha.service_claims c"
+	"     SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL"
+	"   WHERE c.claimant = $1 AND NOT " CLAIMS_HEAD_SUBMITTING("c")
+	"  RETURNING 1"
+	"), n AS (SELECT count(*)::int4 AS n FROM r"
+	"), i AS ("
+	"  UPDATE gridha.instances i"
+	"     SET held = greatest(i.held - n.n, 0), shed = 0, stopped_at = now(),"
+	"         soft_expiry = CASE WHEN i.held - n.n <= 0 THEN NULL ELSE i.soft_expiry END,"
+	"         hard_expiry = CASE WHEN i.held - n.n <= 0 THEN NULL ELSE i.hard_expiry END"
+	"    FROM n WHERE i.instance_id = $1"
+	")"
+	" SELECT n.n FROM n",
+	1, {UUIDOID}
+};
+
+/* ---------------------------------------------------------------------
+ * SQL 1.0: every claim has its own expiries (kept until ALTER EXTENSION
+ * gridha UPDATE; the 1.0 script has no leases and no held counts)
+ * ---------------------------------------------------------------------
+ */
+
+static GridhaStatement claims_v10_renew_stmt = {
 	"WITH r AS ("
 	"  UPDATE gridha.service_claims c"
 	"     SET soft_expiry = now() + $2 * interval '1 millisecond',"
@@ -56,7 +411,7 @@ static GridhaStatement claims_renew_stmt = {
 	3, {UUIDOID, INT8OID, INT8OID}
 };
 
-static GridhaStatement claims_counts_stmt = {
+static GridhaStatement claims_v10_counts_stmt = {
 	"SELECT (SELECT count(*) FROM gridha.service_claims c WHERE true"
 	CLAIMS_TARGET_FILTER("c") "),"
 	"       (SELECT count(*) FROM gridha.instances i"
@@ -65,45 +420,10 @@ static GridhaStatement claims_counts_stmt = {
 	"                AND (i.stopped_at IS NULL OR i.stopped_at < i.last_seen_at)"
 	"                AND NOT " GRIDHA_SESSION_GONE("i") ")),"
 	"       (SELECT count(*) FROM gridha.service_claims c WHERE c.claimant = $1)",
-	3, {UUIDOID, BOOLOID, INT8OID}
+	3, {UUIDOID, TEXTARRAYOID, INT8OID}
 };
 
-/*
- * The claim's head is submitting. Only a hand-out makes a head submitting,
- * and it holds the claim's row lock; an accepted report moves it on to
- * pending without that lock (status.c).
- */
-#define CLAIMS_HEAD_SUBMITTING(c) \
-	"(" c ".in_flight AND EXISTS (SELECT 1 FROM gridha.batches b" \
-	"  WHERE b.service_id = " c ".service_id AND b.seq = " c ".head_seq" \
-	"    AND b.status = 'submitting'))"
-
-/*
- * Taking claims is two statements. The first picks and locks candidates
- * (FOR UPDATE SKIP LOCKED; the claim's own conditions are re-checked on its
- * newest row version) and returns their ids. The second takes them, with a
- * snapshot taken after the locks were granted: no hand-out can have
- * happened since, so whether a head is submitting is read as it is, but
- * for an accepted report moving it to pending meanwhile, which the batch
- * row lock settles (see claims_take_stmt). In one statement, a candidate
- * whose claim row a hand-out changed after the statement's snapshot (the
- * lock follows it to its newest version) would be judged on a batch row
- * older than that claim row.
- *
- * $1 instance, $2 a worker (only services it can submit for), $3 at most
- * this many (NULL: no limit).
- */
-static GridhaStatement claims_free_stmt = {
-	"SELECT array_agg(service_id) FROM ("
-	"  SELECT c.service_id FROM gridha.service_claims c"
-	"   WHERE c.claimant IS NULL" CLAIMS_TARGET_FILTER("c")
-	"   ORDER BY c.ready_at"
-	"   LIMIT $3"
-	"   FOR UPDATE SKIP LOCKED) c",
-	3, {UUIDOID, BOOLOID, INT8OID}
-};
-
-static GridhaStatement claims_expired_stmt = {
+static GridhaStatement claims_v10_expired_stmt = {
 	"SELECT array_agg(service_id) FROM ("
 	"  SELECT c.service_id FROM gridha.service_claims c"
 	"   WHERE c.soft_expiry <= now()"
@@ -113,15 +433,10 @@ static GridhaStatement claims_expired_stmt = {
 	"   ORDER BY c.soft_expiry"
 	"   LIMIT $3"
 	"   FOR UPDATE SKIP LOCKED) c",
-	3, {UUIDOID, BOOLOID, INT8OID}
+	3, {UUIDOID, TEXTARRAYOID, INT8OID}
 };
 
-/*
- * Orphaned claims: held by an instance whose session has ended (session
- * liveness), within their soft expiry (later ones are expired claims), and
- * with nothing submitting: taken like a soft-expired claim.
- */
-static GridhaStatement claims_orphaned_stmt = {
+static GridhaStatement claims_v10_orphaned_stmt = {
 	"SELECT array_agg(service_id) FROM ("
 	"  SELECT c.service_id FROM gridha.service_claims c"
 	"    JOIN gridha.instances i ON i.instance_id = c.claimant"
@@ -131,22 +446,11 @@ static GridhaStatement claims_orphaned_stmt = {
 	"   ORDER BY c.ready_at"
 	"   LIMIT $3"
 	"   FOR UPDATE OF c SKIP LOCKED) c",
-	3, {UUIDOID, BOOLOID, INT8OID}
+	3, {UUIDOID, TEXTARRAYOID, INT8OID}
 };
 
-/*
- * The take: $1 instance, $2 the locked candidates, $3/$4 soft/hard expiry
- * in ms, $5 a claim within its hard expiry is taken only with nothing
- * submitting (expired and orphaned claims; a free one is always taken).
- *
- * A head still submitting has its hand-out revoked (r: instance_id := NULL,
- * status unchanged): the old claimant's acceptance no longer matches it, and
- * the claim becomes ready so the new claimant hands it out again. If the
- * acceptance commits first, r's re-check on the newest row version finds
- * the batch pending and leaves it alone, and the claim stays in flight with
- * it. Taking sets the claimant, bumps the epoch and sets both expiries.
- */
-static GridhaStatement claims_take_stmt = {
+/* $5: a claim within its hard expiry is taken only with nothing submitting */
+static GridhaStatement claims_v10_take_stmt = {
 	"WITH h AS ("
 	"  SELECT c.service_id, c.head_seq, c.hard_expiry,"
 	"         " CLAIMS_HEAD_SUBMITTING("c") " AS submitting"
@@ -155,13 +459,7 @@ static GridhaStatement claims_take_stmt = {
 	"), t AS ("
 	"  SELECT h.service_id, h.head_seq, h.submitting FROM h"
 	"   WHERE NOT $5 OR NOT h.submitting OR h.hard_expiry <= now()"
-	"), r AS ("
-	"  UPDATE gridha.batches b SET instance_id = NULL"
-	"    FROM t"
-	"   WHERE t.submitting AND b.service_id = t.service_id AND b.seq = t.head_seq"
-	"     AND b.status = 'submitting'"
-	"  RETURNING b.service_id"
-	")"
+	"), " CLAIMS_REVOKE
 	" UPDATE gridha.service_claims c"
 	"    SET claimant = $1, epoch = c.epoch + 1,"
 	"        soft_expiry = now() + $3 * interval '1 millisecond',"
@@ -174,8 +472,7 @@ static GridhaStatement claims_take_stmt = {
 	5, {UUIDOID, TEXTARRAYOID, INT8OID, INT8OID, BOOLOID}
 };
 
-/* Surplus release: idle services first, then those that waited least. */
-static GridhaStatement claims_release_surplus_stmt = {
+static GridhaStatement claims_v10_surplus_stmt = {
 	"WITH r AS ("
 	"  SELECT c.service_id FROM gridha.service_claims c"
 	"   WHERE c.claimant = $1 AND NOT c.in_flight"
@@ -189,17 +486,7 @@ static GridhaStatement claims_release_surplus_stmt = {
 	2, {UUIDOID, INT8OID}
 };
 
-/*
- * Release at stop, in two statements as a take is (see above): lock the
- * instance's claims, then, with a snapshot that sees every hand-out made
- * under those locks, hand back those with nothing submitting.
- */
-static GridhaStatement claims_lock_held_stmt = {
-	"SELECT 1 FROM gridha.service_claims WHERE claimant = $1 FOR UPDATE",
-	1, {UUIDOID}
-};
-
-static GridhaStatement claims_release_all_stmt = {
+static GridhaStatement claims_v10_release_all_stmt = {
 	"WITH r AS ("
 	"  UPDATE gridha.service_claims c"
 	"     SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL"
@@ -213,91 +500,350 @@ static GridhaStatement claims_release_all_stmt = {
 };
 
 /*
- * gridha_claims_renew: extends both expiries of every claim the database
- * says this instance holds, and records the cycle in last_seen_at.
- *
- * Rows locked by another transaction right now (an enqueue in progress) are
- * skipped rather than waited for; they are renewed next cycle, long before
- * their soft expiry. Returns the number of claims renewed.
+ * What this backend knows of an instance's standing, from its last full
+ * acquisition: an idle poll of an instance at its share, with nothing
+ * expired or free to take, costs one short statement.
  */
-int
-gridha_claims_renew(Datum instance_id)
+static struct
 {
-	GridhaTiming t = gridha_timing();
-	Datum		args[3];
+	pg_uuid_t	id;
+	bool		valid;
+	int64		floor;			/* its share, rounded down */
+	TimestampTz probed_at;		/* others' sessions last asked about */
+	uint64		targets_gen;	/* the targets its claims were checked */
+	int			serves;			/* against, and what it served then */
+}			claims_known;
 
-	args[0] = instance_id;
-	args[1] = Int64GetDatum(t.soft_ms);
-	args[2] = Int64GetDatum(t.hard_ms);
-	gridha_exec(&claims_renew_stmt, args, NULL, false);
-	return (int) gridha_col_int64(0, 1);
+/* The live instances as an acquisition sees them */
+typedef struct ClaimsLive
+{
+	int			n;				/* live, this one included */
+	int			ngone;			/* leased, but their session has ended */
+	Datum	   *gone;			/* their ids */
+	int			nabove;			/* live ones holding more than... */
+	Datum	   *above;			/* ... (ids) */
+	int		   *above_held;		/* ... (what they hold) */
+} ClaimsLive;
+
+/*
+ * claims_epoch_base: the lowest epoch a take may give. Each new timeline
+ * (a promoted standby, a point-in-time recovery) starts its epochs above
+ * every epoch an earlier timeline can have given, so an epoch that a lost
+ * timeline handed out is never handed out again.
+ */
+static int64
+claims_epoch_base(void)
+{
+	TimeLineID	tli = GetWALInsertionTimeLine();
+
+	return tli > 1 ? ((int64) (tli - 1)) << 40 : 0;
 }
 
 /*
- * claims_take: locks up to "limit" candidates (-1: no limit) with the
- * candidate statement "pick", takes them (claims_take_stmt) and appends
- * what it took to rsinfo's tuplestore when given. Returns how many.
+ * claims_add_rows: adds the take's rows (service_id, epoch) to rsinfo.
  */
-static int
-claims_take(GridhaStatement *pick, bool only_idle, Datum instance_id,
-			bool is_worker, int64 limit, ReturnSetInfo *rsinfo)
+static void
+claims_add_rows(ReturnSetInfo *rsinfo)
+{
+	if (rsinfo != NULL)
+		gridha_put_rows(rsinfo, 2);
+}
+
+/*
+ * claims_count_moves: after a take, the held counts of the taker (and its
+ * lease: it holds claims now) and of each instance it took from.
+ */
+static void
+claims_count_moves(Datum instance_id, SPITupleTable *taken, uint64 ntaken)
 {
 	GridhaTiming t = gridha_timing();
+	Datum	   *ids = palloc(sizeof(Datum) * (ntaken + 1));
+	Datum	   *deltas = palloc(sizeof(Datum) * (ntaken + 1));
+	Datum	   *takers = palloc(sizeof(Datum) * (ntaken + 1));
+	int			n = 0;
+	uint64		i;
+	int			k;
 	Datum		args[5];
-	char		nulls[6] = "     ";
+
+	ids[n] = instance_id;
+	deltas[n] = Int32GetDatum((int32) ntaken);
+	takers[n] = BoolGetDatum(true);
+	n++;
+	for (i = 0; i < ntaken; i++)
+	{
+		bool		isnull;
+		Datum		old = SPI_getbinval(taken->vals[i], taken->tupdesc, 3, &isnull);
+
+		if (isnull)
+			continue;
+		for (k = 1; k < n; k++)
+			if (gridha_uuid_equal(ids[k], old))
+				break;
+		if (k == n)
+		{
+			ids[n] = datumCopy(old, false, UUID_LEN);
+			deltas[n] = Int32GetDatum(0);
+			takers[n] = BoolGetDatum(false);
+			n++;
+		}
+		deltas[k] = Int32GetDatum(DatumGetInt32(deltas[k]) - 1);
+	}
+
+	args[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+	gridha_exec(&claims_lock_instances_stmt, args, NULL, false);
+	args[1] = PointerGetDatum(construct_array(deltas, n, INT4OID, 4, true, TYPALIGN_INT));
+	args[2] = PointerGetDatum(construct_array(takers, n, BOOLOID, 1, true, TYPALIGN_CHAR));
+	args[3] = Int64GetDatum(t.soft_ms);
+	args[4] = Int64GetDatum(t.hard_ms);
+	gridha_exec(&claims_count_stmt, args, NULL, false);
+}
+
+/*
+ * claims_take: locks up to "limit" candidates (-1: no limit) with the pick
+ * statement (its arguments in pickargs: instance, targets, limit, and the
+ * pick's own), takes those still takeable (claims_take_stmt), counts the
+ * moves and adds the claims taken to rsinfo. Returns how many.
+ */
+static int
+claims_take(GridhaStatement *pick, Datum *pickargs, char *picknulls, Datum instance_id,
+			Datum gone, int64 limit, ReturnSetInfo *rsinfo)
+{
+	Datum		args[4];
 	bool		isnull;
 	Datum		ids;
+	SPITupleTable *taken;
+	uint64		ntaken;
 
-	args[0] = instance_id;
-	args[1] = BoolGetDatum(is_worker);
-	args[2] = Int64GetDatum(limit);
-	if (limit < 0)
-		nulls[2] = 'n';
-	gridha_exec(pick, args, nulls, false);
+	if (limit == 0)
+		return 0;
+	pickargs[2] = Int64GetDatum(limit);
+	picknulls[2] = limit < 0 ? 'n' : ' ';
+	gridha_exec(pick, pickargs, picknulls, false);
 	ids = gridha_col(0, 1, &isnull);
 	if (isnull)
 		return 0;
 
+	args[0] = instance_id;
 	args[1] = ids;
-	args[2] = Int64GetDatum(t.soft_ms);
-	args[3] = Int64GetDatum(t.hard_ms);
-	args[4] = BoolGetDatum(only_idle);
+	args[2] = Int64GetDatum(claims_epoch_base());
+	args[3] = gone;
 	gridha_exec(&claims_take_stmt, args, NULL, false);
-
-	if (rsinfo != NULL)
-		gridha_put_rows(rsinfo, 2);
-	return (int) SPI_processed;
+	taken = SPI_tuptable;
+	ntaken = SPI_processed;
+	if (ntaken == 0)
+		return 0;
+	claims_add_rows(rsinfo);
+	claims_count_moves(instance_id, taken, ntaken);
+	return (int) ntaken;
 }
 
 /*
- * gridha_claims_acquire: takes free claims, then expired ones, then those
- * of instances whose session has ended (gridha.session_liveness), up to this
- * instance's fair share (no limit with balance off); with balance on, an
- * instance above its share releases idle surplus claims instead, so a
- * newcomer finds free claims at its next acquisition.
- *
- * Returns the number of claims newly taken; when rsinfo is given, each one
- * is added to its tuplestore as (service_id, epoch).
+ * claims_live: the live instances (lease within its soft expiry), which of
+ * them hold claims though their session has ended, and which hold more
+ * than "above" claims. This instance counts as live even before its first
+ * renewal: a newcomer must count, or it would never get a share.
+ */
+static void
+claims_live(Datum instance_id, bool probe, ClaimsLive *live)
+{
+	uint64		i;
+	uint64		n;
+	bool		self = false;
+
+	gridha_exec(&claims_live_stmt, NULL, NULL, true);
+	n = SPI_processed;
+	memset(live, 0, sizeof(*live));
+	live->gone = palloc(sizeof(Datum) * (n + 1));
+	live->above = palloc(sizeof(Datum) * (n + 1));
+	live->above_held = palloc(sizeof(int) * (n + 1));
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+		Datum		id = gridha_col(i, 1, &isnull);
+		Datum		key = gridha_col(i, 2, &isnull);
+		bool		key_null = isnull;
+		int			held = DatumGetInt32(gridha_col(i, 3, &isnull));
+
+		if (gridha_uuid_equal(id, instance_id))
+			self = true;
+		else if (probe && gridha_session_liveness && !key_null && held > 0 &&
+				 gridha_instance_session_gone(DatumGetInt64(key)))
+		{
+			live->gone[live->ngone++] = datumCopy(id, false, UUID_LEN);
+			continue;
+		}
+		live->above[live->nabove] = datumCopy(id, false, UUID_LEN);
+		live->above_held[live->nabove++] = held;
+		live->n++;
+	}
+	if (!self)
+		live->n++;
+}
+
+/*
+ * claims_ask_shed: this instance is below its share and found nothing
+ * free: ask the live instances above the share's floor to hand back what
+ * they hold above it, up to what this one misses.
+ */
+static void
+claims_ask_shed(Datum instance_id, ClaimsLive *live, int64 floor, int64 missing)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * Max(live->nabove, 1));
+	Datum	   *counts = palloc(sizeof(Datum) * Max(live->nabove, 1));
+	Datum		args[2];
+	int			n = 0;
+	int			i;
+
+	for (i = 0; i < live->nabove && missing > 0; i++)
+	{
+		int64		surplus = live->above_held[i] - floor;
+
+		if (surplus <= 0 || gridha_uuid_equal(live->above[i], instance_id))
+			continue;
+		surplus = Min(surplus, missing);
+		ids[n] = live->above[i];
+		counts[n] = Int32GetDatum((int32) surplus);
+		missing -= surplus;
+		n++;
+	}
+	if (n == 0)
+		return;
+	args[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+	args[1] = PointerGetDatum(construct_array(counts, n, INT4OID, 4, true, TYPALIGN_INT));
+	gridha_exec(&claims_ask_shed_stmt, args, NULL, false);
+}
+
+/*
+ * claims_shed: hands back up to n idle claims of this instance (no batch
+ * in flight), and forgets any request to shed. Returns how many.
+ */
+static int
+claims_shed(Datum instance_id, const GridhaInstance *inst, int64 n)
+{
+	Datum		args[2];
+
+	args[0] = instance_id;
+	args[1] = Int64GetDatum(n);
+	if (!inst->leased)
+	{
+		gridha_exec(&claims_v10_surplus_stmt, args, NULL, false);
+		return (int) SPI_processed;
+	}
+	gridha_exec(&claims_shed_stmt, args, NULL, false);
+	return SPI_processed > 0 ? (int) gridha_col_int64(0, 1) : 0;
+}
+
+/*
+ * claims_servable: the names of the targets the instance can serve, as a
+ * text[] (0: any target).
+ */
+static Datum
+claims_servable(const GridhaInstance *inst)
+{
+	if (inst->serves == GRIDHA_SERVES_ANY)
+		return (Datum) 0;
+	gridha_targets_refresh();
+	return gridha_targets_servable_names(inst->serves);
+}
+
+/*
+ * claims_share: the floor and ceiling of the instance's fair share now:
+ * the services it can serve over the live instances (see claims_live).
+ */
+static void
+claims_share(const GridhaInstance *inst, Datum servable, const ClaimsLive *live,
+			 int64 *floor, int64 *ceiling)
+{
+	Datum		args[1];
+	char		nulls[2] = " ";
+	int64		services;
+
+	args[0] = servable;
+	if (servable == (Datum) 0)
+		nulls[0] = 'n';
+	gridha_exec(&claims_services_stmt, args, nulls, true);
+	services = gridha_col_int64(0, 1);
+	*floor = services / live->n;
+	*ceiling = (services + live->n - 1) / live->n;
+}
+
+/*
+ * gridha_claims_shed_asked: the instance was asked to shed claims (by one
+ * below its share): it hands back that many idle claims, but never below
+ * its own share's floor as it stands now (the request may be stale: the
+ * asker may have left since). Returns how many it handed back.
  */
 int
-gridha_claims_acquire(Datum instance_id, bool is_worker, ReturnSetInfo *rsinfo)
+gridha_claims_shed_asked(Datum instance_id, const GridhaInstance *inst)
 {
-	int64		limit = -1;
-	int			taken;
+	ClaimsLive	live;
+	int64		floor;
+	int64		ceiling;
+	int64		n = inst->shed;
 
 	if (gridha_balance_claims)
 	{
-		GridhaTiming t = gridha_timing();
+		claims_live(instance_id, false, &live);
+		claims_share(inst, claims_servable(inst), &live, &floor, &ceiling);
+		n = Min(n, inst->held - floor);
+	}
+	return claims_shed(instance_id, inst, Max(n, 0));
+}
+
+/*
+ * gridha_claims_renew: extends the instance's lease (SQL 1.1: one row;
+ * 1.0: every claim it holds) and records the cycle in last_seen_at; claims
+ * of its own with an expiry of their own follow the lease again. Rows
+ * locked by another transaction right now are skipped rather than waited
+ * for. Returns the number of claims the instance holds.
+ */
+int
+gridha_claims_renew(Datum instance_id, const GridhaInstance *inst)
+{
+	GridhaTiming t = gridha_timing();
+	Datum		args[3];
+	int			held;
+
+	args[0] = instance_id;
+	args[1] = Int64GetDatum(t.soft_ms);
+	args[2] = Int64GetDatum(t.hard_ms);
+	if (!inst->leased)
+	{
+		gridha_exec(&claims_v10_renew_stmt, args, NULL, false);
+		return (int) gridha_col_int64(0, 1);
+	}
+	gridha_exec(&claims_renew_stmt, args, NULL, false);
+	held = SPI_processed > 0 ? (int) gridha_col_int64(0, 1) : 0;
+	gridha_exec(&claims_clear_own_stmt, args, NULL, false);
+	return held;
+}
+
+/*
+ * claims_acquire_v10: gridha_claims_acquire on SQL 1.0, as 1.0 did it.
+ */
+static int
+claims_acquire_v10(Datum instance_id, Datum servable, ReturnSetInfo *rsinfo)
+{
+	GridhaTiming t = gridha_timing();
+	int64		limit = -1;
+	int			taken = 0;
+	int			round;
+
+	if (gridha_balance_claims)
+	{
 		Datum		args[3];
+		char		nulls[4] = "   ";
 		int64		services,
 					live,
 					held,
 					share;
 
 		args[0] = instance_id;
-		args[1] = BoolGetDatum(is_worker);
+		args[1] = servable;
+		if (servable == (Datum) 0)
+			nulls[1] = 'n';
 		args[2] = Int64GetDatum(t.soft_ms);
-		gridha_exec(&claims_counts_stmt, args, NULL, false);
+		gridha_exec(&claims_v10_counts_stmt, args, nulls, false);
 		services = gridha_col_int64(0, 1);
 		live = Max(gridha_col_int64(0, 2), 1);
 		held = gridha_col_int64(0, 3);
@@ -305,11 +851,8 @@ gridha_claims_acquire(Datum instance_id, bool is_worker, ReturnSetInfo *rsinfo)
 		share = (services + live - 1) / live;
 		if (held > share)
 		{
-			Datum		rargs[2];
-
-			rargs[0] = instance_id;
-			rargs[1] = Int64GetDatum(held - share);
-			gridha_exec(&claims_release_surplus_stmt, rargs, NULL, false);
+			args[1] = Int64GetDatum(held - share);
+			gridha_exec(&claims_v10_surplus_stmt, args, NULL, false);
 			return 0;
 		}
 		limit = share - held;
@@ -317,30 +860,212 @@ gridha_claims_acquire(Datum instance_id, bool is_worker, ReturnSetInfo *rsinfo)
 			return 0;
 	}
 
-	taken = claims_take(&claims_free_stmt, false, instance_id, is_worker, limit, rsinfo);
-	if (limit < 0 || taken < limit)
-		taken += claims_take(&claims_expired_stmt, true, instance_id, is_worker,
+	for (round = 0; round < 3 && (limit < 0 || taken < limit); round++)
+	{
+		GridhaStatement *pick = round == 0 ? &claims_free_stmt :
+			round == 1 ? &claims_v10_expired_stmt : &claims_v10_orphaned_stmt;
+		Datum		args[5];
+		char		nulls[6] = "     ";
+		bool		isnull;
+		Datum		ids;
+
+		args[0] = instance_id;
+		args[1] = servable;
+		if (servable == (Datum) 0)
+			nulls[1] = 'n';
+		args[2] = Int64GetDatum(limit < 0 ? 0 : limit - taken);
+		if (limit < 0)
+			nulls[2] = 'n';
+		gridha_exec(pick, args, nulls, false);
+		ids = gridha_col(0, 1, &isnull);
+		if (isnull)
+			continue;
+		args[1] = ids;
+		args[2] = Int64GetDatum(t.soft_ms);
+		args[3] = Int64GetDatum(t.hard_ms);
+		args[4] = BoolGetDatum(round > 0);
+		gridha_exec(&claims_v10_take_stmt, args, NULL, false);
+		claims_add_rows(rsinfo);
+		taken += (int) SPI_processed;
+	}
+	return taken;
+}
+
+/*
+ * claims_nothing_to_take: on an idle poll, whether this instance, at its
+ * share as far as this backend knows, can skip the acquisition: no free
+ * work, no expired lease or claim, and others' sessions were asked about
+ * recently.
+ */
+static bool
+claims_nothing_to_take(Datum instance_id, const GridhaInstance *inst, Datum servable)
+{
+	Datum		args[1];
+	char		nulls[2] = " ";
+	bool		isnull;
+
+	if (!claims_known.valid || !gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id) ||
+		(gridha_balance_claims && inst->held < claims_known.floor) ||
+		TimestampDifferenceExceeds(claims_known.probed_at, GetCurrentTimestamp(),
+								   CLAIMS_PROBE_EVERY_MS))
+		return false;
+	args[0] = servable;
+	if (servable == (Datum) 0)
+		nulls[0] = 'n';
+	gridha_exec(&claims_anything_stmt, args, nulls, true);
+	return !DatumGetBool(gridha_col(0, 1, &isnull));
+}
+
+/*
+ * claims_release_unservable: hands back the claims whose target the
+ * instance cannot serve, when the targets or its declaration changed since
+ * it last looked (the hand-out hands back those it meets as it goes).
+ * Returns how many it handed back.
+ */
+static int
+claims_release_unservable(Datum instance_id, const GridhaInstance *inst, Datum servable)
+{
+	bool		same = claims_known.valid &&
+		gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id);
+	Datum		args[2];
+	bool		isnull;
+	Datum		ids;
+
+	if (same && claims_known.targets_gen == gridha_targets_generation() &&
+		claims_known.serves == inst->serves)
+		return 0;
+	claims_known.targets_gen = gridha_targets_generation();
+	claims_known.serves = inst->serves;
+	if (servable == (Datum) 0 || inst->held == 0)
+		return 0;
+	args[0] = instance_id;
+	args[1] = servable;
+	gridha_exec(&claims_lock_unservable_stmt, args, NULL, false);
+	ids = gridha_col(0, 1, &isnull);
+	if (isnull)
+		return 0;
+	args[1] = ids;
+	gridha_exec(&claims_release_some_stmt, args, NULL, false);
+	return (int) gridha_col_int64(0, 1);
+}
+
+/*
+ * gridha_claims_acquire: takes free claims, claims expired on their own,
+ * those of instances whose lease has expired, and those of instances whose
+ * session has ended (gridha.session_liveness), up to this instance's share
+ * (no limit with balance off); with balance on, an instance above its
+ * share hands back idle claims instead, and one below it that finds
+ * nothing free asks those above it to shed. Only services whose target the
+ * instance can serve are taken.
+ *
+ * idle_poll: called because a hand-out found nothing; then an instance at
+ * its share with nothing to take looks no further (claims_nothing_to_take).
+ *
+ * Returns the number of claims newly taken; when rsinfo is given, each one
+ * is added to its tuplestore as (service_id, epoch).
+ */
+int
+gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_poll,
+					  ReturnSetInfo *rsinfo)
+{
+	int64		limit = -1;
+	int64		floor = 0;
+	int64		held = inst->held;
+	int			taken = 0;
+	Datum		servable = (Datum) 0;
+	Datum		pickargs[5];
+	char		picknulls[6] = "     ";
+	ClaimsLive	live;
+	Datum		gone;
+	uint64		i;
+	uint64		nexpired;
+	SPITupleTable *expired;
+
+	servable = claims_servable(inst);
+	if (!inst->leased)
+		return claims_acquire_v10(instance_id, servable, rsinfo);
+	if (idle_poll && claims_nothing_to_take(instance_id, inst, servable))
+		return 0;
+
+	held -= claims_release_unservable(instance_id, inst, servable);
+	claims_live(instance_id, true, &live);
+	claims_known.id = *DatumGetUUIDP(instance_id);
+	claims_known.probed_at = GetCurrentTimestamp();
+	claims_known.valid = true;
+	claims_known.floor = 0;
+	if (gridha_balance_claims)
+	{
+		int64		ceiling;
+
+		claims_share(inst, servable, &live, &floor, &ceiling);
+		claims_known.floor = floor;
+		if (held > ceiling)
+		{
+			(void) claims_shed(instance_id, inst, held - ceiling);
+			return 0;
+		}
+		limit = ceiling - held;
+	}
+
+	/* free claims first, then claims expired on their own */
+	gone = PointerGetDatum(construct_array(live.gone, live.ngone, UUIDOID, UUID_LEN, false,
+										   TYPALIGN_CHAR));
+	pickargs[0] = instance_id;
+	pickargs[1] = servable;
+	picknulls[1] = servable == (Datum) 0 ? 'n' : ' ';
+	taken += claims_take(&claims_free_stmt, pickargs, picknulls, instance_id, gone,
+						 limit < 0 ? -1 : limit - taken, rsinfo);
+	taken += claims_take(&claims_own_expiry_stmt, pickargs, picknulls, instance_id, gone,
+						 limit < 0 ? -1 : limit - taken, rsinfo);
+
+	/* the claims of expired leases; leases left holding nothing go */
+	gridha_exec(&claims_forget_leases_stmt, NULL, NULL, false);
+	gridha_exec(&claims_expired_stmt, NULL, NULL, true);
+	expired = SPI_tuptable;
+	nexpired = SPI_processed;
+	for (i = 0; i < nexpired && (limit < 0 || taken < limit); i++)
+	{
+		bool		isnull;
+
+		pickargs[3] = datumCopy(SPI_getbinval(expired->vals[i], expired->tupdesc, 1, &isnull),
+								false, UUID_LEN);
+		pickargs[4] = SPI_getbinval(expired->vals[i], expired->tupdesc, 2, &isnull);
+		taken += claims_take(&claims_of_stmt, pickargs, picknulls, instance_id, gone,
 							 limit < 0 ? -1 : limit - taken, rsinfo);
-	if (limit < 0 || taken < limit)
-		taken += claims_take(&claims_orphaned_stmt, true, instance_id, is_worker,
+	}
+
+	/* the idle claims of instances whose session has ended */
+	for (i = 0; i < (uint64) live.ngone && (limit < 0 || taken < limit); i++)
+	{
+		pickargs[3] = live.gone[i];
+		pickargs[4] = BoolGetDatum(false);
+		taken += claims_take(&claims_of_stmt, pickargs, picknulls, instance_id, gone,
 							 limit < 0 ? -1 : limit - taken, rsinfo);
+	}
+
+	/* below the share with nothing to take: ask those above it */
+	if (gridha_balance_claims && held + taken < floor)
+		claims_ask_shed(instance_id, &live, floor, floor - held - taken);
 	return taken;
 }
 
 PG_FUNCTION_INFO_V1(gridha_renew_claims);
 
 /*
- * gridha_renew_claims: SQL gridha.renew_claims(instance_id) -> integer.
+ * gridha_renew_claims: SQL gridha.renew_claims(instance_id) -> integer,
+ * the claims the instance holds (all of them renewed).
  */
 Datum
 gridha_renew_claims(PG_FUNCTION_ARGS)
 {
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	GridhaInstance inst;
 	int			n;
 
+	gridha_require_writable("renew_claims()");
 	SPI_connect();
-	(void) gridha_instance_touch(instance_id);
-	n = gridha_claims_renew(instance_id);
+	inst = gridha_instance_touch(instance_id);
+	n = gridha_claims_renew(instance_id, &inst);
 	SPI_finish();
 	PG_RETURN_INT32(n);
 }
@@ -348,8 +1073,10 @@ gridha_renew_claims(PG_FUNCTION_ARGS)
 PG_FUNCTION_INFO_V1(gridha_acquire_claims);
 
 /*
- * gridha_acquire_claims: SQL gridha.acquire_claims(instance_id)
- * -> TABLE(service_id, epoch), the claims newly taken.
+ * gridha_acquire_claims: SQL gridha.acquire_claims(instance_id, serves)
+ * -> TABLE(service_id, epoch), the claims newly taken. serves, when given,
+ * records which kinds of target the instance serves (1.0's function has
+ * no serves argument).
  */
 Datum
 gridha_acquire_claims(PG_FUNCTION_ARGS)
@@ -357,11 +1084,20 @@ gridha_acquire_claims(PG_FUNCTION_ARGS)
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	GridhaInstance inst;
+	int			declared = GRIDHA_SERVES_ANY;
 
+	gridha_require_writable("acquire_claims()");
+	if (PG_NARGS() > 1 && !PG_ARGISNULL(1))
+		declared = gridha_serves_parse(PG_GETARG_DATUM(1));
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	inst = gridha_instance_touch(instance_id);
-	(void) gridha_claims_acquire(instance_id, inst.is_worker, rsinfo);
+	if (PG_NARGS() > 1 && !PG_ARGISNULL(1) && !inst.is_worker)
+	{
+		gridha_instance_declare(instance_id, declared);
+		inst.serves = declared;
+	}
+	(void) gridha_claims_acquire(instance_id, &inst, false, rsinfo);
 	SPI_finish();
 	return (Datum) 0;
 }
@@ -372,19 +1108,24 @@ PG_FUNCTION_INFO_V1(gridha_release_claims);
  * gridha_release_claims: SQL gridha.release_claims(instance_id) -> integer.
  *
  * Hands back every claim with nothing submitting (a submission in hand
- * keeps its claim until it is reported); marks the instance stopped.
+ * keeps its claim until it is reported); marks the instance stopped, and
+ * ends its lease when it holds nothing any more.
  */
 Datum
 gridha_release_claims(PG_FUNCTION_ARGS)
 {
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	bool		leased;
 	Datum		args[1];
 	int			n;
 
+	gridha_require_writable("release_claims()");
 	args[0] = instance_id;
 	SPI_connect();
+	leased = gridha_instance_check(instance_id);
 	gridha_exec(&claims_lock_held_stmt, args, NULL, false);
-	gridha_exec(&claims_release_all_stmt, args, NULL, false);
+	gridha_exec(leased ? &claims_release_all_stmt : &claims_v10_release_all_stmt,
+				args, NULL, false);
 	n = (int) gridha_col_int64(0, 1);
 	SPI_finish();
 	PG_RETURN_INT32(n);

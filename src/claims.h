@@ -13,8 +13,9 @@
 #include "nodes/execnodes.h"
 #include "instances.h"
 
-extern int	gridha_claims_renew(Datum instance_id);
-extern int	gridha_claims_acquire(Datum instance_id, bool is_worker,
-								  ReturnSetInfo *rsinfo);
+extern int	gridha_claims_renew(Datum instance_id, const GridhaInstance *inst);
+extern int	gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst,
+								  bool idle_poll, ReturnSetInfo *rsinfo);
+extern int	gridha_claims_shed_asked(Datum instance_id, const GridhaInstance *inst);
 
 #endif							/* GRIDHA_CLAIMS_H */

@@ -4,44 +4,46 @@
  *		HTTP submission to a DLT ledger: POST a batch, GET batch statuses.
  *
  * Linked into the extension (the background worker calls it) and into the
- * reference client, so it is plain C99 on top of libcurl: no PostgreSQL
+ * reference client, so it is plain C on top of libcurl: no PostgreSQL
  * headers, no palloc, no elog, never a longjmp or an exit. Errors are
- * return values plus a one-line message in a caller buffer.
+ * return values plus a one-line message in a caller buffer. URLs are
+ * checked with libcurl's URL API and encoded with curl_easy_escape; status
+ * bodies are read in dlt_json.c.
  *
  * Words used here:
  *   template   a target's submit_url or status_url with its placeholders
  *              {service_id} and {batch_id} (submit) or {batch_ids} (status)
  *   outcome    what a POST means for the batch: accepted, delayed, rejected
- *   dialect    the shape of a status body, Sawtooth or Splinter (see
- *              dlt_http.h)
- *   cursor     the position of the small JSON reader in a status body
+ *   transfer   one request on one curl easy handle, with what it owns while
+ *              it runs: its header list, its response body, its result
+ *   spare      a finished transfer a multi keeps, easy handle and all, for
+ *              the next POST
+ *   run        one gridha_http_statuses call: its ids, encoded and joined
+ *              once, sent in pieces over as many GETs as it takes
  *
- * The JSON reader is deliberately tiny and strict: it knows objects, arrays,
- * strings (all escapes, \uXXXX with surrogate pairs), numbers and the three
- * literals, and refuses anything else. A status body is parsed completely
- * into scratch space before any entry is touched, so a malformed body is
- * never partly applied.
+ * Every request is set up by http_setup, whichever path sends it: the
+ * single POST, the status GET and the POSTs of the multi interface.
  *
  *-------------------------------------------------------------------------
  */
 #include "dlt_http.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <curl/curl.h>
 
-/* Longest URL template or expanded URL we accept. */
+/* Longest URL template we accept. */
 #define HTTP_MAX_URL		65536
 /* Largest status body we read; a bigger one is refused, not truncated. */
 #define HTTP_MAX_BODY		(8 * 1024 * 1024)
 /* Used when a caller passes a timeout of 0 or less. */
 #define HTTP_DEFAULT_TIMEOUT_MS 15000L
-/* Nesting depth the JSON reader follows before it gives up. */
-#define JSON_MAX_DEPTH		64
+/* Finished transfers a multi keeps for reuse. */
+#define HTTP_MULTI_SPARE	16
 
 #ifdef __GNUC__
 #define HTTP_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -49,39 +51,56 @@
 #define HTTP_PRINTF(f, a)
 #endif
 
-struct GridhaHttp
+typedef struct HttpXfer
 {
 	CURL	   *curl;
-	char	   *proxy;			/* NULL: no proxy at all */
+	struct curl_slist *headers; /* freed when the transfer finishes */
 	char		errbuf[CURL_ERROR_SIZE];
-	/* the response body of the current request, when it is kept */
+	long		timeout_ms;
+	/* the response body, when it is kept */
 	int			keep_body;
 	int			body_overflow;
 	char	   *body;
 	size_t		body_len;
 	size_t		body_cap;
+	/* multi only: the target's rejecting codes (copied; -1: none), result */
+	int		   *reject_codes;
+	int			n_reject_codes;
+	GridhaHttpDone done;
+	struct HttpXfer *next;
+} HttpXfer;
+
+struct GridhaHttp
+{
+	HttpXfer	x;
+	char	   *proxy;			/* NULL: no proxy at all */
 };
 
-typedef enum HttpDialect
+struct GridhaHttpMulti
 {
-	HTTP_DIALECT_SAWTOOTH,
-	HTTP_DIALECT_SPLINTER
-} HttpDialect;
+	CURLM	   *multi;
+	char	   *proxy;			/* NULL: no proxy at all */
+	HttpXfer   *running;		/* added to the multi handle */
+	HttpXfer   *done_head;		/* finished, in order, not handed back */
+	HttpXfer   *done_tail;
+	HttpXfer   *spare;
+	int			n_spare;
+	int			pending;
+};
 
-typedef struct JsonCursor
+typedef struct HttpStatusRun
 {
-	const char *start;
-	const char *p;
-	const char *end;
-	int			depth;
+	GridhaHttp *h;
+	const char *tmpl;
+	const GridhaHttpTarget *target;
+	GridhaStatusEntry *entries;
+	char	   *ids;			/* every id URL-encoded, joined by commas */
+	size_t	   *ends;			/* where each id ends in ids */
+	long		timeout_ms;
+	int			failed;
 	char	   *err;
 	size_t		errlen;
-} JsonCursor;
-
-/* The five status words report_status takes, in the case we hand out. */
-static const char *const http_status_words[] = {
-	"pending", "valid", "committed", "invalid", "unknown"
-};
+} HttpStatusRun;
 
 static int	http_curl_ready = 0;
 
@@ -101,33 +120,19 @@ http_set_err(char *err, size_t errlen, const char *fmt,...)
 	va_end(ap);
 }
 
-/* http_lower: ASCII lower case, whatever the locale. */
+/* http_equal_ci: are the first len bytes of a and b equal, ignoring ASCII case? */
 static int
-http_lower(int c)
+http_equal_ci(const char *a, const char *b, size_t len)
 {
-	return (c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c;
-}
-
-/* http_prefix_ci: does s start with prefix, ignoring ASCII case? */
-static int
-http_prefix_ci(const char *s, const char *prefix)
-{
-	while (*prefix)
+	for (; len > 0; a++, b++, len--)
 	{
-		if (http_lower((unsigned char) *s) != http_lower((unsigned char) *prefix))
-			return 0;
-		s++;
-		prefix++;
+		int			x = (*a >= 'A' && *a <= 'Z') ? *a + 'a' - 'A' : *a;
+		int			y = (*b >= 'A' && *b <= 'Z') ? *b + 'a' - 'A' : *b;
+
+		if (x != y || x == '\0')
+			return x == y;
 	}
 	return 1;
-}
-
-/* http_unreserved: an RFC 3986 unreserved character, kept as is. */
-static int
-http_unreserved(unsigned char c)
-{
-	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-		(c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~';
 }
 
 /*
@@ -145,6 +150,44 @@ gridha_http_global_init(void)
 }
 
 /*
+ * http_xfer_release: free everything a transfer holds; the struct itself
+ * stays.
+ */
+static void
+http_xfer_release(HttpXfer *x)
+{
+	if (x->curl)
+		curl_easy_cleanup(x->curl);
+	curl_slist_free_all(x->headers);
+	free(x->body);
+	free(x->reject_codes);
+	x->curl = NULL;
+	x->headers = NULL;
+	x->body = NULL;
+	x->reject_codes = NULL;
+}
+
+/*
+ * http_copy_proxy: replace *slot by a copy of proxy (NULL or "": none);
+ * -1 when out of memory, *slot unchanged.
+ */
+static int
+http_copy_proxy(char **slot, const char *proxy)
+{
+	char	   *copy = NULL;
+
+	if (proxy != NULL && proxy[0] != '\0')
+	{
+		copy = strdup(proxy);
+		if (copy == NULL)
+			return -1;
+	}
+	free(*slot);
+	*slot = copy;
+	return 0;
+}
+
+/*
  * gridha_http_create: a handle with its own curl easy handle; NULL when
  * curl could not be set up or memory ran out.
  */
@@ -158,8 +201,8 @@ gridha_http_create(void)
 	h = calloc(1, sizeof(GridhaHttp));
 	if (h == NULL)
 		return NULL;
-	h->curl = curl_easy_init();
-	if (h->curl == NULL)
+	h->x.curl = curl_easy_init();
+	if (h->x.curl == NULL)
 	{
 		free(h);
 		return NULL;
@@ -175,10 +218,8 @@ gridha_http_destroy(GridhaHttp *h)
 {
 	if (h == NULL)
 		return;
-	if (h->curl)
-		curl_easy_cleanup(h->curl);
+	http_xfer_release(&h->x);
 	free(h->proxy);
-	free(h->body);
 	free(h);
 }
 
@@ -188,18 +229,7 @@ gridha_http_destroy(GridhaHttp *h)
 int
 gridha_http_set_proxy(GridhaHttp *h, const char *proxy)
 {
-	char	   *copy = NULL;
-
-	if (proxy != NULL && proxy[0] != '\0')
-	{
-		copy = malloc(strlen(proxy) + 1);
-		if (copy == NULL)
-			return -1;
-		strcpy(copy, proxy);
-	}
-	free(h->proxy);
-	h->proxy = copy;
-	return 0;
+	return http_copy_proxy(&h->proxy, proxy);
 }
 
 /*
@@ -220,112 +250,215 @@ gridha_http_outcome_name(GridhaSubmitOutcome outcome)
 	return "delayed";
 }
 
+/*
+ * gridha_http_outcome_of: 2xx accepts, only a rejecting code of the target
+ * rejects, everything else delays, no answer (0) included. A target's list
+ * that is present but empty rejects nothing.
+ */
+GridhaSubmitOutcome
+gridha_http_outcome_of(long code, const GridhaHttpTarget *target)
+{
+	static const int default_reject[] = {400, 422};
+	const int  *codes = default_reject;
+	int			n = 2;
+	int			i;
+
+	if (code >= 200 && code <= 299)
+		return GRIDHA_SUBMIT_ACCEPTED;
+	if (code == 0)
+		return GRIDHA_SUBMIT_DELAYED;
+	if (target != NULL && target->reject_codes != NULL)
+	{
+		codes = target->reject_codes;
+		n = target->n_reject_codes;
+	}
+	for (i = 0; i < n; i++)
+	{
+		if (codes[i] == code)
+			return GRIDHA_SUBMIT_REJECTED;
+	}
+	return GRIDHA_SUBMIT_DELAYED;
+}
+
 /* ----------------------------------------------------------------------
  * URL templates
  * ----------------------------------------------------------------------
  */
 
 /*
- * http_placeholder_allowed: is {name} (len bytes) a placeholder of kind?
+ * http_fill: tmpl with every placeholder of kind replaced by its value
+ * (svc, batch or ids, used as they are); malloc'd. NULL with a reason in
+ * err when a '{' or '}' is not part of a placeholder of kind, or a status
+ * template lacks {batch_ids}.
  */
-static int
-http_placeholder_allowed(const char *name, size_t len, GridhaUrlKind kind)
+static char *
+http_fill(const char *tmpl, GridhaUrlKind kind, const char *svc, const char *batch,
+		  const char *ids, char *err, size_t errlen)
 {
-	if (kind == GRIDHA_URL_SUBMIT)
-		return (len == 10 && memcmp(name, "service_id", 10) == 0) ||
-			(len == 8 && memcmp(name, "batch_id", 8) == 0);
-	return len == 9 && memcmp(name, "batch_ids", 9) == 0;
+	static const char *const names[] = {"{service_id}", "{batch_id}", "{batch_ids}"};
+	const char *values[3];
+	size_t		longest = 0;
+	size_t		braces = 0;
+	int			uses = 0;
+	const char *p;
+	char	   *url;
+	char	   *w;
+	int			k;
+
+	values[0] = kind == GRIDHA_URL_SUBMIT ? svc : NULL;
+	values[1] = kind == GRIDHA_URL_SUBMIT ? batch : NULL;
+	values[2] = kind == GRIDHA_URL_STATUS ? ids : NULL;
+	for (k = 0; k < 3; k++)
+		longest = (values[k] && strlen(values[k]) > longest) ? strlen(values[k]) : longest;
+	for (p = strchr(tmpl, '{'); p; p = strchr(p + 1, '{'))
+		braces++;
+	url = malloc(strlen(tmpl) + braces * longest + 1);
+	if (url == NULL)
+	{
+		http_set_err(err, errlen, "out of memory");
+		return NULL;
+	}
+	for (p = tmpl, w = url; *p;)
+	{
+		const char *close = strchr(p + 1, '}');
+
+		if (*p != '{' && *p != '}')
+		{
+			*w++ = *p++;
+			continue;
+		}
+		for (k = 0; k < 3; k++)
+		{
+			if (values[k] && strncmp(p, names[k], strlen(names[k])) == 0)
+				break;
+		}
+		if (k < 3)
+		{
+			w += strlen(strcpy(w, values[k]));
+			p += strlen(names[k]);
+			uses++;
+			continue;
+		}
+		if (*p == '}')
+			http_set_err(err, errlen, "URL has a '}' without a '{' at byte %ld",
+						 (long) (p - tmpl));
+		else if (close == NULL || memchr(p + 1, '{', close - p - 1) != NULL)
+			http_set_err(err, errlen, "URL has an unterminated placeholder at byte %ld",
+						 (long) (p - tmpl));
+		else
+			http_set_err(err, errlen, "unknown placeholder %.*s in %s URL (allowed: %s)",
+						 (int) (close - p + 1 > 40 ? 40 : close - p + 1), p,
+						 kind == GRIDHA_URL_SUBMIT ? "submit" : "status",
+						 kind == GRIDHA_URL_SUBMIT ? "{service_id}, {batch_id}" : "{batch_ids}");
+		free(url);
+		return NULL;
+	}
+	*w = '\0';
+	if (kind == GRIDHA_URL_STATUS && uses == 0)
+	{
+		http_set_err(err, errlen, "status URL must contain {batch_ids}");
+		free(url);
+		return NULL;
+	}
+	return url;
 }
 
 /*
- * http_check_authority: the part between "//" and the path must name a
- * host (optionally user info before '@' and a port after ':').
+ * http_url_open: url taken apart by libcurl; NULL with a reason in err
+ * unless it is http:// or https:// with a host and a port from 1 to 65535
+ * (or none). The caller frees it with curl_url_cleanup.
  */
-static int
-http_check_authority(const char *a, size_t len, char *err, size_t errlen)
+static CURLU *
+http_url_open(const char *url, char *err, size_t errlen)
 {
-	const char *hp = a;
-	const char *end = a + len;
-	const char *port = NULL;
-	const char *q;
+	CURLU	   *u = curl_url();
+	CURLUcode	rc;
+	char	   *scheme = NULL;
+	char	   *host = NULL;
+	char	   *port = NULL;
+	int			good = 0;
 
-	for (q = a; q < end; q++)
+	if (u == NULL)
 	{
-		if (*q == '{' || *q == '}')
-		{
-			http_set_err(err, errlen, "placeholders are not allowed in the host part of the URL");
-			return -1;
-		}
-		if (*q == '@')
-			hp = q + 1;
+		http_set_err(err, errlen, "out of memory");
+		return NULL;
 	}
-	if (hp < end && *hp == '[')
-	{
-		q = memchr(hp, ']', end - hp);
-		if (q == NULL || q == hp + 1)
-		{
-			http_set_err(err, errlen, "URL has a malformed IPv6 host");
-			return -1;
-		}
-		q++;
-		if (q < end)
-		{
-			if (*q != ':')
-			{
-				http_set_err(err, errlen, "URL has a malformed IPv6 host");
-				return -1;
-			}
-			port = q + 1;
-		}
-	}
+	rc = curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME);
+	if (strstr(url, "://") == NULL)
+		http_set_err(err, errlen, "URL must start with http:// or https://");
+	else if (rc != CURLUE_OK)
+#if LIBCURL_VERSION_NUM >= 0x075000
+		http_set_err(err, errlen, "URL is malformed: %s", curl_url_strerror(rc));
+#else
+		http_set_err(err, errlen, "URL is malformed (libcurl URL error %d)", (int) rc);
+#endif
+	else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
+		http_set_err(err, errlen, "URL must start with http:// or https://");
+	/* libcurl takes "http:///x" for "http://x/": we want the "//" and a host */
+	else if (!http_equal_ci(url, scheme, strlen(scheme)) ||
+			 strncmp(url + strlen(scheme), "://", 3) != 0 ||
+			 url[strlen(scheme) + 3] == '/' ||
+			 curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0')
+		http_set_err(err, errlen, "URL has no host");
+	else if (curl_url_get(u, CURLUPART_PORT, &port, 0) == CURLUE_OK && atol(port) < 1)
+		http_set_err(err, errlen, "URL port is out of range");
 	else
+		good = 1;
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(port);
+	if (!good)
 	{
-		q = memchr(hp, ':', end - hp);
-		if ((q ? q : end) == hp)
-		{
-			http_set_err(err, errlen, "URL has no host");
-			return -1;
-		}
-		if (q)
-			port = q + 1;
+		curl_url_cleanup(u);
+		return NULL;
 	}
-	if (port)
-	{
-		long		value = 0;
-
-		if (port == end || end - port > 5)
-		{
-			http_set_err(err, errlen, "URL has a malformed port");
-			return -1;
-		}
-		for (q = port; q < end; q++)
-		{
-			if (*q < '0' || *q > '9')
-			{
-				http_set_err(err, errlen, "URL has a malformed port");
-				return -1;
-			}
-			value = value * 10 + (*q - '0');
-		}
-		if (value < 1 || value > 65535)
-		{
-			http_set_err(err, errlen, "URL port is out of range");
-			return -1;
-		}
-	}
-	return 0;
+	return u;
 }
 
 /*
- * gridha_http_check_url: is tmpl a URL template we can use for kind?
+ * http_url_same_authority: do two parsed URLs agree on everything before
+ * the path?
+ */
+static int
+http_url_same_authority(CURLU *a, CURLU *b)
+{
+	static const CURLUPart parts[] = {
+		CURLUPART_SCHEME, CURLUPART_USER, CURLUPART_PASSWORD, CURLUPART_OPTIONS,
+		CURLUPART_HOST, CURLUPART_PORT, CURLUPART_ZONEID
+	};
+	size_t		i;
+	int			same = 1;
+
+	for (i = 0; same && i < sizeof(parts) / sizeof(parts[0]); i++)
+	{
+		char	   *x = NULL;
+		char	   *y = NULL;
+		CURLUcode	rx = curl_url_get(a, parts[i], &x, 0);
+		CURLUcode	ry = curl_url_get(b, parts[i], &y, 0);
+
+		same = rx == ry && (rx != CURLUE_OK || strcmp(x, y) == 0);
+		curl_free(x);
+		curl_free(y);
+	}
+	return same;
+}
+
+/*
+ * gridha_http_check_url: is tmpl a URL template we can use for kind? It is
+ * filled in twice, with two different sample values, and both URLs must
+ * pass libcurl's URL parser and agree before the path: a placeholder in
+ * the scheme, user, host or port would make them differ.
  */
 int
 gridha_http_check_url(const char *tmpl, GridhaUrlKind kind, char *err, size_t errlen)
 {
 	const char *p;
-	const char *auth;
-	size_t		auth_len;
-	int			has_ids = 0;
+	char	   *one;
+	char	   *two = NULL;
+	CURLU	   *u1 = NULL;
+	CURLU	   *u2 = NULL;
+	int			rc = -1;
 
 	if (tmpl == NULL || tmpl[0] == '\0')
 	{
@@ -339,9 +472,7 @@ gridha_http_check_url(const char *tmpl, GridhaUrlKind kind, char *err, size_t er
 	}
 	for (p = tmpl; *p; p++)
 	{
-		unsigned char c = (unsigned char) *p;
-
-		if (c <= 0x20 || c >= 0x7f)
+		if ((unsigned char) *p <= 0x20 || (unsigned char) *p >= 0x7f)
 		{
 			http_set_err(err, errlen,
 						 "URL contains a space, control or non-ASCII character at byte %ld",
@@ -349,99 +480,109 @@ gridha_http_check_url(const char *tmpl, GridhaUrlKind kind, char *err, size_t er
 			return -1;
 		}
 	}
-	if (http_prefix_ci(tmpl, "http://"))
-		auth = tmpl + 7;
-	else if (http_prefix_ci(tmpl, "https://"))
-		auth = tmpl + 8;
-	else
+	one = http_fill(tmpl, kind, "1", "1", "1", err, errlen);
+	if (one != NULL)
+		two = http_fill(tmpl, kind, "2", "2", "2", err, errlen);
+	if (two != NULL && (u1 = http_url_open(one, err, errlen)) != NULL)
 	{
-		http_set_err(err, errlen, "URL must start with http:// or https://");
-		return -1;
+		u2 = http_url_open(two, NULL, 0);
+		if (u2 == NULL || !http_url_same_authority(u1, u2))
+			http_set_err(err, errlen,
+						 "placeholders are not allowed in the scheme, user, host or port of the URL");
+		else
+			rc = 0;
 	}
-	auth_len = strcspn(auth, "/?#");
-	if (http_check_authority(auth, auth_len, err, errlen) != 0)
-		return -1;
-
-	/* The placeholders, in the path, query or fragment. */
-	for (p = auth + auth_len; *p; p++)
-	{
-		const char *close;
-
-		if (*p == '}')
-		{
-			http_set_err(err, errlen, "URL has a '}' without a '{' at byte %ld",
-						 (long) (p - tmpl));
-			return -1;
-		}
-		if (*p != '{')
-			continue;
-		close = strchr(p + 1, '}');
-		if (close == NULL || memchr(p + 1, '{', close - p - 1) != NULL)
-		{
-			http_set_err(err, errlen, "URL has an unterminated placeholder at byte %ld",
-						 (long) (p - tmpl));
-			return -1;
-		}
-		if (!http_placeholder_allowed(p + 1, close - p - 1, kind))
-		{
-			http_set_err(err, errlen, "unknown placeholder %.*s in %s URL (allowed: %s)",
-						 (int) (close - p + 1 > 40 ? 40 : close - p + 1), p,
-						 kind == GRIDHA_URL_SUBMIT ? "submit" : "status",
-						 kind == GRIDHA_URL_SUBMIT ? "{service_id}, {batch_id}" : "{batch_ids}");
-			return -1;
-		}
-		if (kind == GRIDHA_URL_STATUS)
-			has_ids = 1;
-		p = close;
-	}
-	if (kind == GRIDHA_URL_STATUS && !has_ids)
-	{
-		http_set_err(err, errlen, "status URL must contain {batch_ids}");
-		return -1;
-	}
-	return 0;
+	curl_url_cleanup(u1);
+	curl_url_cleanup(u2);
+	free(one);
+	free(two);
+	return rc;
 }
 
 /*
- * http_encoded_len: the length of s once URL-encoded.
- */
-static size_t
-http_encoded_len(const char *s)
-{
-	size_t		n = 0;
-
-	for (; *s; s++)
-		n += http_unreserved((unsigned char) *s) ? 1 : 3;
-	return n;
-}
-
-/*
- * http_encode: append s URL-encoded at out; returns the end.
+ * http_escape: s URL-encoded by libcurl (RFC 3986 unreserved characters
+ * kept, everything else %XX in upper case); free with curl_free. NULL when
+ * out of memory. The handle argument of curl_easy_escape is not used.
  */
 static char *
-http_encode(char *out, const char *s)
+http_escape(const char *s)
 {
-	static const char hex[] = "0123456789ABCDEF";
+	return curl_easy_escape(NULL, s, (int) strlen(s));
+}
 
-	for (; *s; s++)
+/*
+ * http_escape_join: the n (at least one) strings URL-encoded and joined by
+ * commas; malloc'd, or NULL with a reason in err. With ends, ends[i] gets
+ * where the i-th ends in the result, so that any run of them is a piece of
+ * it.
+ */
+static char *
+http_escape_join(const char *const *s, int n, size_t *ends, char *err, size_t errlen)
+{
+	char	   *out = NULL;
+	size_t		len = 0;
+	size_t		cap = 0;
+	int			i;
+
+	for (i = 0; i < n; i++)
 	{
-		unsigned char c = (unsigned char) *s;
+		char	   *enc = s[i] ? http_escape(s[i]) : NULL;
+		size_t		need = len + (enc ? strlen(enc) : 0) + 2;
 
-		if (http_unreserved(c))
-			*out++ = (char) c;
-		else
+		if (enc != NULL && need > cap)
 		{
-			*out++ = '%';
-			*out++ = hex[c >> 4];
-			*out++ = hex[c & 15];
+			char	   *grown = realloc(out, 2 * need);
+
+			cap = grown ? 2 * need : cap;
+			out = grown ? grown : out;
 		}
+		if (enc == NULL || need > cap)
+		{
+			if (s[i] == NULL)
+				http_set_err(err, errlen, "batch id %d is missing", i);
+			else
+				http_set_err(err, errlen, "out of memory");
+			curl_free(enc);
+			free(out);
+			return NULL;
+		}
+		if (i > 0)
+			out[len++] = ',';
+		len += strlen(strcpy(out + len, enc));
+		curl_free(enc);
+		if (ends)
+			ends[i] = len;
 	}
 	return out;
 }
 
 /*
+ * http_build: the template, already checked, filled in with values that
+ * are already encoded, and the result checked by libcurl's URL parser;
+ * malloc'd, or NULL with a reason in err.
+ */
+static char *
+http_build(const char *tmpl, GridhaUrlKind kind, const char *svc, const char *batch,
+		   const char *ids, char *err, size_t errlen)
+{
+	char	   *url = http_fill(tmpl, kind, svc, batch, ids, err, errlen);
+	CURLU	   *u;
+
+	if (url == NULL)
+		return NULL;
+	u = http_url_open(url, err, errlen);
+	if (u == NULL)
+	{
+		free(url);
+		return NULL;
+	}
+	curl_url_cleanup(u);
+	return url;
+}
+
+/*
  * gridha_http_expand_url: the checked template with its placeholders
- * replaced; malloc'd, or NULL with a reason in err.
+ * replaced by the encoded values; malloc'd, or NULL with a reason in err.
  */
 char *
 gridha_http_expand_url(const char *tmpl, GridhaUrlKind kind,
@@ -449,88 +590,29 @@ gridha_http_expand_url(const char *tmpl, GridhaUrlKind kind,
 					   const char *const *batch_ids, int n_ids,
 					   char *err, size_t errlen)
 {
-	size_t		ids_len = 0;
-	size_t		need;
-	int			uses = 0;
-	const char *p;
-	char	   *url;
-	char	   *out;
-	int			i;
+	char	   *svc = NULL;
+	char	   *batch = NULL;
+	char	   *ids = NULL;
+	char	   *url = NULL;
 
 	if (gridha_http_check_url(tmpl, kind, err, errlen) != 0)
 		return NULL;
-	if (kind == GRIDHA_URL_SUBMIT)
+	if (kind == GRIDHA_URL_SUBMIT && (service_id == NULL || batch_id == NULL))
+		http_set_err(err, errlen, "service id and batch id are required");
+	else if (kind == GRIDHA_URL_STATUS && (n_ids < 1 || batch_ids == NULL))
+		http_set_err(err, errlen, "no batch ids to ask for");
+	else if (kind == GRIDHA_URL_STATUS)
 	{
-		if (service_id == NULL || batch_id == NULL)
-		{
-			http_set_err(err, errlen, "service id and batch id are required");
-			return NULL;
-		}
-		ids_len = http_encoded_len(service_id) + http_encoded_len(batch_id);
+		if ((ids = http_escape_join(batch_ids, n_ids, NULL, err, errlen)) != NULL)
+			url = http_build(tmpl, kind, NULL, NULL, ids, err, errlen);
 	}
-	else
-	{
-		if (n_ids < 1 || batch_ids == NULL)
-		{
-			http_set_err(err, errlen, "no batch ids to ask for");
-			return NULL;
-		}
-		for (i = 0; i < n_ids; i++)
-		{
-			if (batch_ids[i] == NULL)
-			{
-				http_set_err(err, errlen, "batch id %d is missing", i);
-				return NULL;
-			}
-			ids_len += http_encoded_len(batch_ids[i]) + 1;
-		}
-	}
-	for (p = strchr(tmpl, '{'); p; p = strchr(p + 1, '{'))
-		uses++;
-	/* every placeholder gets at most all the encoded values */
-	need = strlen(tmpl) + (size_t) uses * ids_len + 1;
-	if (need > 16 * HTTP_MAX_URL)
-	{
-		http_set_err(err, errlen, "URL would be longer than %d bytes", 16 * HTTP_MAX_URL);
-		return NULL;
-	}
-	url = malloc(need);
-	if (url == NULL)
-	{
+	else if ((svc = http_escape(service_id)) == NULL || (batch = http_escape(batch_id)) == NULL)
 		http_set_err(err, errlen, "out of memory");
-		return NULL;
-	}
-	out = url;
-	for (p = tmpl; *p;)
-	{
-		if (*p != '{')
-		{
-			*out++ = *p++;
-			continue;
-		}
-		/* gridha_http_check_url vouched for a known, closed placeholder */
-		if (strncmp(p, "{service_id}", 12) == 0)
-		{
-			out = http_encode(out, service_id);
-			p += 12;
-		}
-		else if (strncmp(p, "{batch_id}", 10) == 0)
-		{
-			out = http_encode(out, batch_id);
-			p += 10;
-		}
-		else
-		{
-			for (i = 0; i < n_ids; i++)
-			{
-				if (i > 0)
-					*out++ = ',';
-				out = http_encode(out, batch_ids[i]);
-			}
-			p += 11;
-		}
-	}
-	*out = '\0';
+	else
+		url = http_build(tmpl, kind, svc, batch, NULL, err, errlen);
+	curl_free(svc);
+	curl_free(batch);
+	free(ids);
 	return url;
 }
 
@@ -540,68 +622,202 @@ gridha_http_expand_url(const char *tmpl, GridhaUrlKind kind,
  */
 
 /*
+ * gridha_http_check_header: is line a header a target may carry? The
+ * reason names the header only when its name is a clean token, and never
+ * quotes its value.
+ */
+int
+gridha_http_check_header(const char *line, char *err, size_t errlen)
+{
+	static const char *const reserved[] = {
+		"Content-Type", "Content-Length", "Host", "Expect", "Transfer-Encoding", "X-Gridha-"
+	};
+	size_t		name_len;
+	size_t		i;
+
+	if (line == NULL || line[0] == '\0')
+	{
+		http_set_err(err, errlen, "header is empty");
+		return -1;
+	}
+	name_len = strspn(line, "!#$%&'*+-.^_`|~0123456789"
+					  "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz");
+	if (line[name_len] != ':')
+	{
+		http_set_err(err, errlen, "header name is not an HTTP token followed by ':' (byte %ld)",
+					 (long) name_len);
+		return -1;
+	}
+	if (name_len == 0)
+	{
+		http_set_err(err, errlen, "header has an empty name");
+		return -1;
+	}
+	for (i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
+	{
+		size_t		len = strlen(reserved[i]);
+
+		/* the names in full, X-Gridha- as a prefix */
+		if ((name_len == len || (reserved[i][len - 1] == '-' && name_len > len)) &&
+			http_equal_ci(line, reserved[i], len))
+		{
+			http_set_err(err, errlen, "header %.*s is set by gridha itself",
+						 (int) (name_len > 64 ? 64 : name_len), line);
+			return -1;
+		}
+	}
+	if (strpbrk(line + name_len, "\r\n") != NULL)
+	{
+		http_set_err(err, errlen, "header %.*s has a CR or LF in its value",
+					 (int) (name_len > 64 ? 64 : name_len), line);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * http_add_header: append line to *list; 0, or -1 when out of memory (the
+ * list so far is kept).
+ */
+static int
+http_add_header(struct curl_slist **list, const char *line)
+{
+	struct curl_slist *grown = curl_slist_append(*list, line);
+
+	if (grown == NULL)
+		return -1;
+	*list = grown;
+	return 0;
+}
+
+/*
+ * http_add_target_header: append a checked target header. A value that is
+ * empty is sent empty ("Name;" in libcurl's words; "Name:" would only
+ * remove a header libcurl sets itself).
+ */
+static int
+http_add_target_header(struct curl_slist **list, const char *line)
+{
+	const char *colon = strchr(line, ':');
+	char	   *empty;
+	int			rc;
+
+	if (colon[1 + strspn(colon + 1, " \t")] != '\0')
+		return http_add_header(list, line);
+	empty = strdup(line);
+	if (empty == NULL)
+		return -1;
+	empty[colon - line] = ';';
+	empty[colon - line + 1] = '\0';
+	rc = http_add_header(list, empty);
+	free(empty);
+	return rc;
+}
+
+/*
+ * http_finish: what a transfer owned while it ran is let go; the easy
+ * handle no longer points to it.
+ */
+static void
+http_finish(HttpXfer *x)
+{
+	if (x->curl)
+		curl_easy_setopt(x->curl, CURLOPT_HTTPHEADER, NULL);
+	curl_slist_free_all(x->headers);
+	x->headers = NULL;
+	free(x->reject_codes);
+	x->reject_codes = NULL;
+	x->n_reject_codes = -1;
+}
+
+/*
  * http_write_body: curl's write callback; keeps the body when asked to,
  * and stops the transfer when it grows past HTTP_MAX_BODY.
  */
 static size_t
 http_write_body(char *data, size_t size, size_t nmemb, void *arg)
 {
-	GridhaHttp *h = arg;
+	HttpXfer   *x = arg;
 	size_t		n = size * nmemb;
 
-	if (!h->keep_body)
+	if (!x->keep_body)
 		return n;
-	if (h->body_len + n + 1 > HTTP_MAX_BODY)
+	if (x->body_len + n + 1 > HTTP_MAX_BODY)
 	{
-		h->body_overflow = 1;
+		x->body_overflow = 1;
 		return 0;
 	}
-	if (h->body_len + n + 1 > h->body_cap)
+	if (x->body_len + n + 1 > x->body_cap)
 	{
-		size_t		cap = h->body_cap ? h->body_cap : 4096;
+		size_t		cap = x->body_cap ? x->body_cap : 4096;
 		char	   *grown;
 
-		while (cap < h->body_len + n + 1)
+		while (cap < x->body_len + n + 1)
 			cap *= 2;
-		grown = realloc(h->body, cap);
+		grown = realloc(x->body, cap);
 		if (grown == NULL)
 			return 0;
-		h->body = grown;
-		h->body_cap = cap;
+		x->body = grown;
+		x->body_cap = cap;
 	}
-	memcpy(h->body + h->body_len, data, n);
-	h->body_len += n;
-	h->body[h->body_len] = '\0';
+	memcpy(x->body + x->body_len, data, n);
+	x->body_len += n;
+	x->body[x->body_len] = '\0';
 	return n;
 }
 
 /*
- * http_prepare: reset the easy handle (its connection cache survives) and
- * set what every request of ours uses.
+ * http_setup: make x's easy handle ready for one request to url: reset it
+ * (its connections survive), set what every request of ours uses, and
+ * take headers (ours so far, may be NULL) with the target's appended as
+ * the transfer's own header list. On failure headers are freed and err
+ * says why.
  */
 static int
-http_prepare(GridhaHttp *h, const char *url, long timeout_ms, int keep_body)
+http_setup(HttpXfer *x, const char *proxy, const char *url,
+		   const GridhaHttpTarget *target, long timeout_ms, int keep_body,
+		   struct curl_slist *headers, char *err, size_t errlen)
 {
-	CURL	   *c = h->curl;
+	CURL	   *c = x->curl;
+	char		why[256];
 	int			bad = 0;
+	int			i;
+
+	for (i = 0; target != NULL && i < target->n_headers; i++)
+	{
+		if (gridha_http_check_header(target->headers[i], why, sizeof(why)) != 0)
+		{
+			http_set_err(err, errlen, "bad header: %s", why);
+			curl_slist_free_all(headers);
+			return -1;
+		}
+		if (http_add_target_header(&headers, target->headers[i]) != 0)
+		{
+			http_set_err(err, errlen, "out of memory");
+			curl_slist_free_all(headers);
+			return -1;
+		}
+	}
 
 	curl_easy_reset(c);
-	h->errbuf[0] = '\0';
-	h->keep_body = keep_body;
-	h->body_overflow = 0;
-	h->body_len = 0;
-	if (timeout_ms <= 0)
-		timeout_ms = HTTP_DEFAULT_TIMEOUT_MS;
+	curl_slist_free_all(x->headers);
+	x->headers = headers;
+	x->errbuf[0] = '\0';
+	x->keep_body = keep_body;
+	x->body_overflow = 0;
+	x->body_len = 0;
+	x->timeout_ms = timeout_ms > 0 ? timeout_ms : HTTP_DEFAULT_TIMEOUT_MS;
 
 	/* we live inside a server process: no signals, no alarm() */
 	bad |= curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK;
 	bad |= curl_easy_setopt(c, CURLOPT_URL, url) != CURLE_OK;
-	bad |= curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf) != CURLE_OK;
-	bad |= curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms) != CURLE_OK;
-	bad |= curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms) != CURLE_OK;
+	bad |= curl_easy_setopt(c, CURLOPT_PRIVATE, (void *) x) != CURLE_OK;
+	bad |= curl_easy_setopt(c, CURLOPT_ERRORBUFFER, x->errbuf) != CURLE_OK;
+	bad |= curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, x->timeout_ms) != CURLE_OK;
+	bad |= curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, x->timeout_ms) != CURLE_OK;
 	bad |= curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L) != CURLE_OK;
 	/* "" turns off the proxy environment variables too */
-	bad |= curl_easy_setopt(c, CURLOPT_PROXY, h->proxy ? h->proxy : "") != CURLE_OK;
+	bad |= curl_easy_setopt(c, CURLOPT_PROXY, proxy ? proxy : "") != CURLE_OK;
 #if LIBCURL_VERSION_NUM >= 0x075500
 	bad |= curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https") != CURLE_OK;
 #else
@@ -610,68 +826,146 @@ http_prepare(GridhaHttp *h, const char *url, long timeout_ms, int keep_body)
 #endif
 	bad |= curl_easy_setopt(c, CURLOPT_USERAGENT, "gridha/1.0") != CURLE_OK;
 	bad |= curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, http_write_body) != CURLE_OK;
-	bad |= curl_easy_setopt(c, CURLOPT_WRITEDATA, (void *) h) != CURLE_OK;
-	return bad ? -1 : 0;
+	bad |= curl_easy_setopt(c, CURLOPT_WRITEDATA, (void *) x) != CURLE_OK;
+	bad |= curl_easy_setopt(c, CURLOPT_HTTPHEADER, x->headers) != CURLE_OK;
+	if (bad)
+	{
+		http_finish(x);
+		http_set_err(err, errlen, "curl: could not set request options");
+		return -1;
+	}
+	return 0;
 }
 
 /*
- * http_transport_error: describe a failed transfer in a few words.
+ * http_add_escaped: append "name: value" with value URL-encoded, so that
+ * no id can break a header line.
  */
-static void
-http_transport_error(GridhaHttp *h, CURLcode rc, long timeout_ms,
-					 char *detail, size_t detail_len)
+static int
+http_add_escaped(struct curl_slist **list, const char *name, const char *value)
 {
+	char	   *enc = http_escape(value);
+	char	   *line;
+	int			rc = -1;
+
+	if (enc == NULL)
+		return -1;
+	line = malloc(strlen(name) + 2 + strlen(enc) + 1);
+	if (line != NULL)
+	{
+		sprintf(line, "%s: %s", name, enc);
+		rc = http_add_header(list, line);
+		free(line);
+	}
+	curl_free(enc);
+	return rc;
+}
+
+/*
+ * http_setup_post: make x ready to POST a batch (see gridha_http_submit);
+ * the payload is copied. On failure -1 with the detail for a DELAYED
+ * outcome.
+ */
+static int
+http_setup_post(HttpXfer *x, const char *proxy, const char *url_template,
+				const GridhaHttpTarget *target,
+				const char *service_id, const char *batch_id,
+				long long epoch, int attempt,
+				const void *payload, size_t payload_len, long timeout_ms,
+				char *detail, size_t detail_len)
+{
+	struct curl_slist *headers = NULL;
+	char		reason[256];
+	char		line[64];
+	char	   *url;
+	int			bad = 0;
+
+	url = gridha_http_expand_url(url_template, GRIDHA_URL_SUBMIT, service_id, batch_id,
+								 NULL, 0, reason, sizeof(reason));
+	if (url == NULL)
+	{
+		http_set_err(detail, detail_len, "bad submit_url: %s", reason);
+		return -1;
+	}
+	bad |= http_add_escaped(&headers, "X-Gridha-Service-Id", service_id);
+	bad |= http_add_escaped(&headers, "X-Gridha-Batch-Id", batch_id);
+	snprintf(line, sizeof(line), "X-Gridha-Epoch: %lld", epoch);
+	bad |= http_add_header(&headers, line);
+	snprintf(line, sizeof(line), "X-Gridha-Attempt: %d", attempt);
+	bad |= http_add_header(&headers, line);
+	bad |= http_add_header(&headers, "Content-Type: application/octet-stream");
+	/* no "Expect: 100-continue" round trip for big payloads */
+	bad |= http_add_header(&headers, "Expect:");
+	if (bad)
+	{
+		curl_slist_free_all(headers);
+		free(url);
+		http_set_err(detail, detail_len, "out of memory");
+		return -1;
+	}
+	if (http_setup(x, proxy, url, target, timeout_ms, 0, headers, detail, detail_len) != 0)
+	{
+		free(url);
+		return -1;
+	}
+	free(url);
+	/* the size first: with it, the copy takes the bytes, NULs included */
+	if (curl_easy_setopt(x->curl, CURLOPT_POST, 1L) != CURLE_OK ||
+		curl_easy_setopt(x->curl, CURLOPT_POSTFIELDSIZE_LARGE,
+						 (curl_off_t) (payload ? payload_len : 0)) != CURLE_OK ||
+		curl_easy_setopt(x->curl, CURLOPT_COPYPOSTFIELDS,
+						 payload ? (const char *) payload : "") != CURLE_OK)
+	{
+		http_finish(x);
+		http_set_err(detail, detail_len, "curl: could not copy the payload");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * http_result: the answer's code of a finished transfer (0 without one),
+ * and a detail: "http N", or a few words on what went wrong on the way.
+ */
+static long
+http_result(HttpXfer *x, CURLcode rc, char *detail, size_t detail_len)
+{
+	long		code = 0;
 	long		os_errno = 0;
 
-	if (timeout_ms <= 0)
-		timeout_ms = HTTP_DEFAULT_TIMEOUT_MS;
+	if (rc == CURLE_OK)
+	{
+		curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &code);
+		http_set_err(detail, detail_len, "http %ld", code);
+		return code;
+	}
 	switch (rc)
 	{
 		case CURLE_OPERATION_TIMEDOUT:
-			http_set_err(detail, detail_len, "timeout after %ld ms", timeout_ms);
+			http_set_err(detail, detail_len, "timeout after %ld ms", x->timeout_ms);
 			break;
 		case CURLE_COULDNT_CONNECT:
-			curl_easy_getinfo(h->curl, CURLINFO_OS_ERRNO, &os_errno);
+			curl_easy_getinfo(x->curl, CURLINFO_OS_ERRNO, &os_errno);
 			if (os_errno != 0)
 				http_set_err(detail, detail_len, "connect: %s", strerror((int) os_errno));
 			else
 				http_set_err(detail, detail_len, "connect: %s",
-							 h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc));
+							 x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc));
 			break;
 		case CURLE_COULDNT_RESOLVE_HOST:
 			http_set_err(detail, detail_len, "resolve: %s",
-						 h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc));
+						 x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc));
 			break;
 		default:
-			if (h->body_overflow)
+			if (x->body_overflow)
 				http_set_err(detail, detail_len, "response body larger than %d bytes",
 							 HTTP_MAX_BODY);
 			else
 				http_set_err(detail, detail_len, "curl: %s",
-							 h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc));
+							 x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc));
 			break;
 	}
-}
-
-/*
- * http_header_value: append "name: encoded value" to a header list; ids are
- * URL-encoded like in the URL, so no id can break a header line.
- */
-static struct curl_slist *
-http_header_value(struct curl_slist *list, const char *name, const char *value)
-{
-	size_t		len = strlen(name) + 2 + http_encoded_len(value) + 1;
-	char	   *line = malloc(len);
-	char	   *out;
-	struct curl_slist *grown;
-
-	if (line == NULL)
-		return NULL;
-	out = line + sprintf(line, "%s: ", name);
-	*http_encode(out, value) = '\0';
-	grown = curl_slist_append(list, line);
-	free(line);
-	return grown;
+	return 0;
 }
 
 /*
@@ -680,794 +974,410 @@ http_header_value(struct curl_slist *list, const char *name, const char *value)
  */
 GridhaSubmitOutcome
 gridha_http_submit(GridhaHttp *h, const char *url_template,
+				   const GridhaHttpTarget *target,
 				   const char *service_id, const char *batch_id,
 				   long long epoch, int attempt,
 				   const void *payload, size_t payload_len,
-				   long timeout_ms, char *detail, size_t detail_len)
+				   long timeout_ms, long *http_code,
+				   char *detail, size_t detail_len)
 {
-	char		reason[256];
-	char		line[64];
-	char	   *url;
-	struct curl_slist *headers = NULL;
-	struct curl_slist *next;
-	CURLcode	rc;
+	GridhaSubmitOutcome outcome = GRIDHA_SUBMIT_DELAYED;
 	long		code = 0;
-	int			bad = 0;
 
-	url = gridha_http_expand_url(url_template, GRIDHA_URL_SUBMIT, service_id, batch_id,
-								 NULL, 0, reason, sizeof(reason));
-	if (url == NULL)
+	if (http_setup_post(&h->x, h->proxy, url_template, target, service_id, batch_id,
+						epoch, attempt, payload, payload_len, timeout_ms,
+						detail, detail_len) == 0)
 	{
-		http_set_err(detail, detail_len, "bad submit_url: %s", reason);
-		return GRIDHA_SUBMIT_DELAYED;
+		code = http_result(&h->x, curl_easy_perform(h->x.curl), detail, detail_len);
+		http_finish(&h->x);
+		outcome = gridha_http_outcome_of(code, target);
 	}
-	if (http_prepare(h, url, timeout_ms, 0) != 0)
-	{
-		free(url);
-		http_set_err(detail, detail_len, "curl: could not set request options");
-		return GRIDHA_SUBMIT_DELAYED;
-	}
-
-	/* each append returns NULL when out of memory; the list so far is kept */
-	next = http_header_value(headers, "X-Gridha-Service-Id", service_id);
-	bad |= next == NULL;
-	headers = next ? next : headers;
-	next = http_header_value(headers, "X-Gridha-Batch-Id", batch_id);
-	bad |= next == NULL;
-	headers = next ? next : headers;
-	snprintf(line, sizeof(line), "X-Gridha-Epoch: %lld", epoch);
-	next = curl_slist_append(headers, line);
-	bad |= next == NULL;
-	headers = next ? next : headers;
-	snprintf(line, sizeof(line), "X-Gridha-Attempt: %d", attempt);
-	next = curl_slist_append(headers, line);
-	bad |= next == NULL;
-	headers = next ? next : headers;
-	next = curl_slist_append(headers, "Content-Type: application/octet-stream");
-	bad |= next == NULL;
-	headers = next ? next : headers;
-	/* no "Expect: 100-continue" round trip for big payloads */
-	next = curl_slist_append(headers, "Expect:");
-	bad |= next == NULL;
-	headers = next ? next : headers;
-	if (bad)
-	{
-		curl_slist_free_all(headers);
-		free(url);
-		http_set_err(detail, detail_len, "out of memory");
-		return GRIDHA_SUBMIT_DELAYED;
-	}
-
-	curl_easy_setopt(h->curl, CURLOPT_HTTPHEADER, headers);
-	curl_easy_setopt(h->curl, CURLOPT_POST, 1L);
-	curl_easy_setopt(h->curl, CURLOPT_POSTFIELDS, payload ? (const char *) payload : "");
-	curl_easy_setopt(h->curl, CURLOPT_POSTFIELDSIZE_LARGE,
-					 (curl_off_t) (payload ? payload_len : 0));
-
-	rc = curl_easy_perform(h->curl);
-	if (rc == CURLE_OK)
-		curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
-	/* the handle must not keep pointers to what we free now */
-	curl_easy_setopt(h->curl, CURLOPT_HTTPHEADER, NULL);
-	curl_easy_setopt(h->curl, CURLOPT_POSTFIELDS, NULL);
-	curl_slist_free_all(headers);
-	free(url);
-
-	if (rc != CURLE_OK)
-	{
-		http_transport_error(h, rc, timeout_ms, detail, detail_len);
-		return GRIDHA_SUBMIT_DELAYED;
-	}
-	http_set_err(detail, detail_len, "http %ld", code);
-	if (code >= 200 && code <= 299)
-		return GRIDHA_SUBMIT_ACCEPTED;
-	if (code == 429 || (code >= 500 && code <= 599) || code == 0)
-		return GRIDHA_SUBMIT_DELAYED;
-	return GRIDHA_SUBMIT_REJECTED;
-}
-
-/*
- * gridha_http_statuses: ask the ledger about some batches (see dlt_http.h).
- */
-int
-gridha_http_statuses(GridhaHttp *h, const char *url_template,
-					 GridhaStatusEntry *entries, int n,
-					 long timeout_ms, char *err, size_t errlen)
-{
-	const char **ids;
-	char	   *url;
-	CURLcode	rc;
-	long		code = 0;
-	int			i;
-
-	if (n <= 0)
-		return 0;
-	ids = malloc(sizeof(char *) * (size_t) n);
-	if (ids == NULL)
-	{
-		http_set_err(err, errlen, "out of memory");
-		return -1;
-	}
-	for (i = 0; i < n; i++)
-		ids[i] = entries[i].batch_id;
-	url = gridha_http_expand_url(url_template, GRIDHA_URL_STATUS, NULL, NULL,
-								 ids, n, err, errlen);
-	free(ids);
-	if (url == NULL)
-		return -1;
-	if (http_prepare(h, url, timeout_ms, 1) != 0)
-	{
-		free(url);
-		http_set_err(err, errlen, "curl: could not set request options");
-		return -1;
-	}
-	curl_easy_setopt(h->curl, CURLOPT_HTTPGET, 1L);
-	rc = curl_easy_perform(h->curl);
-	free(url);
-	if (rc != CURLE_OK)
-	{
-		http_transport_error(h, rc, timeout_ms, err, errlen);
-		return -1;
-	}
-	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &code);
-	if (code < 200 || code > 299)
-	{
-		http_set_err(err, errlen, "http %ld", code);
-		return -1;
-	}
-	return gridha_http_parse_statuses(h->body ? h->body : "", h->body_len,
-									  entries, n, err, errlen);
+	if (http_code != NULL)
+		*http_code = code;
+	return outcome;
 }
 
 /* ----------------------------------------------------------------------
- * The JSON reader
+ * Many POSTs at once
  * ----------------------------------------------------------------------
  */
 
 /*
- * json_fail: record where and why the body is malformed; returns -1.
+ * gridha_http_multi_create: an empty multi; NULL when curl could not be
+ * set up or memory ran out.
  */
-static int	HTTP_PRINTF(2, 3)
-json_fail(JsonCursor *c, const char *fmt,...)
+GridhaHttpMulti *
+gridha_http_multi_create(void)
 {
-	char		why[160];
-	va_list		ap;
+	GridhaHttpMulti *m;
 
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
-	va_end(ap);
-	http_set_err(c->err, c->errlen, "malformed status body at byte %ld: %s",
-				 (long) (c->p - c->start), why);
-	return -1;
-}
-
-/* json_ws: skip JSON white space. */
-static void
-json_ws(JsonCursor *c)
-{
-	while (c->p < c->end &&
-		   (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
-		c->p++;
-}
-
-/* json_at_end: only white space is left. */
-static int
-json_at_end(JsonCursor *c)
-{
-	json_ws(c);
-	return c->p >= c->end;
-}
-
-/* json_peek: the next significant byte, or 0 at the end. */
-static char
-json_peek(JsonCursor *c)
-{
-	json_ws(c);
-	return c->p < c->end ? *c->p : '\0';
-}
-
-/* json_hex4: the value of four hex digits at s, or -1. */
-static long
-json_hex4(const char *s)
-{
-	long		v = 0;
-	int			i;
-
-	for (i = 0; i < 4; i++)
+	if (gridha_http_global_init() != 0)
+		return NULL;
+	m = calloc(1, sizeof(GridhaHttpMulti));
+	if (m == NULL)
+		return NULL;
+	m->multi = curl_multi_init();
+	if (m->multi == NULL)
 	{
-		char		ch = s[i];
-
-		v <<= 4;
-		if (ch >= '0' && ch <= '9')
-			v |= ch - '0';
-		else if (ch >= 'a' && ch <= 'f')
-			v |= ch - 'a' + 10;
-		else if (ch >= 'A' && ch <= 'F')
-			v |= ch - 'A' + 10;
-		else
-			return -1;
+		free(m);
+		return NULL;
 	}
-	return v;
-}
-
-/* json_put_utf8: append code point cp as UTF-8; returns the end. */
-static char *
-json_put_utf8(char *out, long cp)
-{
-	if (cp < 0x80)
-		*out++ = (char) cp;
-	else if (cp < 0x800)
-	{
-		*out++ = (char) (0xC0 | (cp >> 6));
-		*out++ = (char) (0x80 | (cp & 0x3F));
-	}
-	else if (cp < 0x10000)
-	{
-		*out++ = (char) (0xE0 | (cp >> 12));
-		*out++ = (char) (0x80 | ((cp >> 6) & 0x3F));
-		*out++ = (char) (0x80 | (cp & 0x3F));
-	}
-	else
-	{
-		*out++ = (char) (0xF0 | (cp >> 18));
-		*out++ = (char) (0x80 | ((cp >> 12) & 0x3F));
-		*out++ = (char) (0x80 | ((cp >> 6) & 0x3F));
-		*out++ = (char) (0x80 | (cp & 0x3F));
-	}
-	return out;
+	return m;
 }
 
 /*
- * json_string: read a string at the cursor. With out, the decoded text is
- * returned malloc'd (NUL-terminated; *outlen its length, which may include
- * NULs from \u0000); without, it is only checked.
+ * http_free_list: release and free every transfer of a list.
  */
-static int
-json_string(JsonCursor *c, char **out, size_t *outlen)
+static void
+http_free_list(HttpXfer *x)
 {
-	const char *s;
-	const char *close;
-	char	   *buf = NULL;
-	char	   *w = NULL;
-
-	if (json_peek(c) != '"')
-		return json_fail(c, "expected a string");
-	s = c->p + 1;
-	/* find the closing quote; decoding never makes the text longer */
-	for (close = s; close < c->end && *close != '"'; close++)
+	while (x != NULL)
 	{
-		if (*close == '\\')
-			close++;
-	}
-	if (close >= c->end)
-		return json_fail(c, "unterminated string");
-	if (out)
-	{
-		buf = malloc((size_t) (close - s) + 1);
-		if (buf == NULL)
-			return json_fail(c, "out of memory");
-		w = buf;
-	}
-	c->p = s;
-	while (c->p < close)
-	{
-		unsigned char ch = (unsigned char) *c->p;
+		HttpXfer   *next = x->next;
 
-		if (ch < 0x20)
-		{
-			free(buf);
-			return json_fail(c, "control character in string");
-		}
-		if (ch != '\\')
-		{
-			if (w)
-				*w++ = (char) ch;
-			c->p++;
-			continue;
-		}
-		c->p++;
-		switch (*c->p)
-		{
-			case '"':
-			case '\\':
-			case '/':
-				ch = (unsigned char) *c->p;
-				break;
-			case 'b':
-				ch = '\b';
-				break;
-			case 'f':
-				ch = '\f';
-				break;
-			case 'n':
-				ch = '\n';
-				break;
-			case 'r':
-				ch = '\r';
-				break;
-			case 't':
-				ch = '\t';
-				break;
-			case 'u':
-				{
-					long		cp;
-
-					cp = (close - c->p > 4) ? json_hex4(c->p + 1) : -1;
-					if (cp < 0)
-					{
-						free(buf);
-						return json_fail(c, "bad \\u escape");
-					}
-					c->p += 5;
-					if (cp >= 0xDC00 && cp <= 0xDFFF)
-					{
-						free(buf);
-						return json_fail(c, "lone low surrogate in \\u escape");
-					}
-					if (cp >= 0xD800 && cp <= 0xDBFF)
-					{
-						long		lo = -1;
-
-						if (close - c->p >= 6 && c->p[0] == '\\' && c->p[1] == 'u')
-							lo = json_hex4(c->p + 2);
-						if (lo < 0xDC00 || lo > 0xDFFF)
-						{
-							free(buf);
-							return json_fail(c, "high surrogate without its low half");
-						}
-						cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-						c->p += 6;
-					}
-					if (w)
-						w = json_put_utf8(w, cp);
-					continue;
-				}
-			default:
-				free(buf);
-				return json_fail(c, "bad escape in string");
-		}
-		if (w)
-			*w++ = (char) ch;
-		c->p++;
+		http_xfer_release(x);
+		free(x);
+		x = next;
 	}
-	c->p = close + 1;
-	if (out)
+}
+
+/*
+ * gridha_http_multi_destroy: abort what is in flight, free everything.
+ */
+void
+gridha_http_multi_destroy(GridhaHttpMulti *m)
+{
+	HttpXfer   *x;
+
+	if (m == NULL)
+		return;
+	for (x = m->running; x != NULL; x = x->next)
+		curl_multi_remove_handle(m->multi, x->curl);
+	http_free_list(m->running);
+	http_free_list(m->done_head);
+	http_free_list(m->spare);
+	curl_multi_cleanup(m->multi);
+	free(m->proxy);
+	free(m);
+}
+
+/*
+ * gridha_http_multi_set_proxy: the proxy for later POSTs of the multi;
+ * NULL or "" for none.
+ */
+int
+gridha_http_multi_set_proxy(GridhaHttpMulti *m, const char *proxy)
+{
+	return http_copy_proxy(&m->proxy, proxy);
+}
+
+/* http_multi_queue_done: x finished; it waits to be handed back. */
+static void
+http_multi_queue_done(GridhaHttpMulti *m, HttpXfer *x)
+{
+	x->next = NULL;
+	if (m->done_tail)
+		m->done_tail->next = x;
+	else
+		m->done_head = x;
+	m->done_tail = x;
+}
+
+/*
+ * gridha_http_multi_submit: start one POST; one that cannot start is
+ * finished at once, DELAYED. -1 only when not even that could be recorded
+ * (out of memory).
+ */
+int
+gridha_http_multi_submit(GridhaHttpMulti *m, void *tag,
+						 const char *url_template,
+						 const GridhaHttpTarget *target,
+						 const char *service_id, const char *batch_id,
+						 long long epoch, int attempt,
+						 const void *payload, size_t payload_len,
+						 long timeout_ms)
+{
+	HttpXfer   *x = m->spare;
+	GridhaHttpDone *d;
+
+	if (x != NULL)
 	{
-		*w = '\0';
-		*out = buf;
-		*outlen = (size_t) (w - buf);
+		m->spare = x->next;
+		m->n_spare--;
 	}
+	else if ((x = calloc(1, sizeof(HttpXfer))) == NULL)
+		return -1;
+	else
+	{
+		x->curl = curl_easy_init();
+		x->n_reject_codes = -1;
+	}
+
+	d = &x->done;
+	d->tag = tag;
+	d->outcome = GRIDHA_SUBMIT_DELAYED;
+	d->http_code = 0;
+	d->detail[0] = '\0';
+	m->pending++;
+
+	if (x->curl == NULL)
+	{
+		http_set_err(d->detail, sizeof(d->detail), "curl: could not create a handle");
+		http_multi_queue_done(m, x);
+		return 0;
+	}
+	if (http_setup_post(x, m->proxy, url_template, target, service_id, batch_id,
+						epoch, attempt, payload, payload_len, timeout_ms,
+						d->detail, sizeof(d->detail)) != 0)
+	{
+		http_multi_queue_done(m, x);
+		return 0;
+	}
+	/* the target need not outlive this call: keep its rejecting codes */
+	if (target != NULL && target->reject_codes != NULL &&
+		(x->reject_codes = malloc(sizeof(int) * (size_t) (target->n_reject_codes + 1))) != NULL)
+	{
+		x->n_reject_codes = target->n_reject_codes;
+		memcpy(x->reject_codes, target->reject_codes, sizeof(int) * (size_t) x->n_reject_codes);
+	}
+	if (target != NULL && target->reject_codes != NULL && x->reject_codes == NULL)
+		http_set_err(d->detail, sizeof(d->detail), "out of memory");
+	else if (curl_multi_add_handle(m->multi, x->curl) != CURLM_OK)
+		http_set_err(d->detail, sizeof(d->detail), "curl: could not start the transfer");
+	else
+	{
+		x->next = m->running;
+		m->running = x;
+		return 0;
+	}
+	http_finish(x);
+	http_multi_queue_done(m, x);
 	return 0;
 }
 
-/* json_digits: at least one digit; returns how many were read. */
-static int
-json_digits(JsonCursor *c)
+/*
+ * http_multi_collect: move every transfer libcurl reports finished from
+ * the running list to the done queue, with its result.
+ */
+static void
+http_multi_collect(GridhaHttpMulti *m)
 {
+	CURLMsg    *msg;
+	int			left;
+
+	while ((msg = curl_multi_info_read(m->multi, &left)) != NULL)
+	{
+		HttpXfer   *x;
+		HttpXfer  **link;
+		GridhaHttpTarget target;
+		CURLcode	rc = msg->data.result;
+		char	   *priv = NULL;
+
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &priv);
+		x = (HttpXfer *) priv;
+		curl_multi_remove_handle(m->multi, x->curl);
+		for (link = &m->running; *link != x; link = &(*link)->next)
+			;
+		*link = x->next;
+
+		memset(&target, 0, sizeof(target));
+		target.reject_codes = x->n_reject_codes >= 0 ? x->reject_codes : NULL;
+		target.n_reject_codes = x->n_reject_codes;
+		x->done.http_code = http_result(x, rc, x->done.detail, sizeof(x->done.detail));
+		x->done.outcome = gridha_http_outcome_of(x->done.http_code, &target);
+		http_finish(x);
+		http_multi_queue_done(m, x);
+	}
+}
+
+/* http_now_ms: a monotonic clock in milliseconds. */
+static long long
+http_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * gridha_http_multi_perform: move the transfers on, waiting no longer than
+ * wait_ms in all for one to finish, and hand back up to max_done finished
+ * ones, in the order they finished.
+ */
+int
+gridha_http_multi_perform(GridhaHttpMulti *m, long wait_ms,
+						  GridhaHttpDone *done, int max_done)
+{
+	long long	deadline = http_now_ms() + (wait_ms > 0 ? wait_ms : 0);
+	int			running = 0;
 	int			n = 0;
 
-	while (c->p < c->end && *c->p >= '0' && *c->p <= '9')
+	curl_multi_perform(m->multi, &running);
+	http_multi_collect(m);
+	while (m->done_head == NULL && m->running != NULL)
 	{
-		c->p++;
-		n++;
+		long long	left = deadline - http_now_ms();
+
+		if (left <= 0)
+			break;
+		curl_multi_poll(m->multi, NULL, 0, (int) (left < 60000 ? left : 60000), NULL);
+		curl_multi_perform(m->multi, &running);
+		http_multi_collect(m);
+	}
+
+	while (n < max_done && m->done_head != NULL)
+	{
+		HttpXfer   *x = m->done_head;
+
+		m->done_head = x->next;
+		if (m->done_head == NULL)
+			m->done_tail = NULL;
+		done[n++] = x->done;
+		m->pending--;
+		if (m->n_spare < HTTP_MULTI_SPARE && x->curl != NULL)
+		{
+			x->next = m->spare;
+			m->spare = x;
+			m->n_spare++;
+		}
+		else
+		{
+			http_xfer_release(x);
+			free(x);
+		}
 	}
 	return n;
 }
 
-/* json_number: check a number by the JSON grammar; its value is unused. */
-static int
-json_number(JsonCursor *c)
-{
-	if (c->p < c->end && *c->p == '-')
-		c->p++;
-	if (c->p < c->end && *c->p == '0')
-		c->p++;
-	else if (json_digits(c) == 0)
-		return json_fail(c, "malformed number");
-	if (c->p < c->end && *c->p == '.')
-	{
-		c->p++;
-		if (json_digits(c) == 0)
-			return json_fail(c, "malformed number");
-	}
-	if (c->p < c->end && (*c->p == 'e' || *c->p == 'E'))
-	{
-		c->p++;
-		if (c->p < c->end && (*c->p == '+' || *c->p == '-'))
-			c->p++;
-		if (json_digits(c) == 0)
-			return json_fail(c, "malformed number");
-	}
-	return 0;
-}
-
 /*
- * json_begin: consume the opening bracket of a container; 0 or -1.
- */
-static int
-json_begin(JsonCursor *c, char open)
-{
-	if (json_peek(c) != open)
-		return json_fail(c, open == '{' ? "expected an object" : "expected an array");
-	if (++c->depth > JSON_MAX_DEPTH)
-		return json_fail(c, "nested deeper than %d", JSON_MAX_DEPTH);
-	c->p++;
-	return 0;
-}
-
-/*
- * json_more: inside a container opened by json_begin, is there another
- * element? 1 yes (for objects the cursor is at the key), 0 the container
- * ended (its bracket consumed), -1 malformed. *first is the caller's state.
- */
-static int
-json_more(JsonCursor *c, char close, int *first)
-{
-	char		ch = json_peek(c);
-
-	if (ch == close)
-	{
-		c->p++;
-		c->depth--;
-		return 0;
-	}
-	if (!*first)
-	{
-		if (ch != ',')
-			return json_fail(c, "expected ',' or '%c'", close);
-		c->p++;
-		if (json_peek(c) == close)
-			return json_fail(c, "trailing comma");
-	}
-	*first = 0;
-	return 1;
-}
-
-/*
- * json_key: read an object key and its ':'; the key is malloc'd.
- */
-static int
-json_key(JsonCursor *c, char **key, size_t *keylen)
-{
-	if (json_string(c, key, keylen) != 0)
-		return -1;
-	if (json_peek(c) != ':')
-	{
-		free(*key);
-		*key = NULL;
-		return json_fail(c, "expected ':'");
-	}
-	c->p++;
-	return 0;
-}
-
-/* json_key_is: does a decoded key equal name? */
-static int
-json_key_is(const char *key, size_t keylen, const char *name)
-{
-	return keylen == strlen(name) && memcmp(key, name, keylen) == 0;
-}
-
-/* json_literal: consume word at the cursor, or fail. */
-static int
-json_literal(JsonCursor *c, const char *word)
-{
-	size_t		len = strlen(word);
-
-	if ((size_t) (c->end - c->p) < len || memcmp(c->p, word, len) != 0)
-		return json_fail(c, "unexpected character '%c'", *c->p);
-	c->p += len;
-	return 0;
-}
-
-/*
- * json_skip: check and skip any value.
- */
-static int
-json_skip(JsonCursor *c)
-{
-	int			first = 1;
-	int			more;
-	char	   *key;
-	size_t		keylen;
-
-	switch (json_peek(c))
-	{
-		case '{':
-			if (json_begin(c, '{') != 0)
-				return -1;
-			while ((more = json_more(c, '}', &first)) == 1)
-			{
-				if (json_key(c, &key, &keylen) != 0)
-					return -1;
-				free(key);
-				if (json_skip(c) != 0)
-					return -1;
-			}
-			return more;
-		case '[':
-			if (json_begin(c, '[') != 0)
-				return -1;
-			while ((more = json_more(c, ']', &first)) == 1)
-			{
-				if (json_skip(c) != 0)
-					return -1;
-			}
-			return more;
-		case '"':
-			return json_string(c, NULL, NULL);
-		case 't':
-			return json_literal(c, "true");
-		case 'f':
-			return json_literal(c, "false");
-		case 'n':
-			return json_literal(c, "null");
-		case '\0':
-			return json_fail(c, "unexpected end of body");
-		default:
-			if (*c->p == '-' || (*c->p >= '0' && *c->p <= '9'))
-				return json_number(c);
-			return json_fail(c, "unexpected character '%c'", *c->p);
-	}
-}
-
-/*
- * json_status_word: read a status string and map it to one of our five
- * words (any case); an unknown word is a malformed body.
- */
-static int
-json_status_word(JsonCursor *c, const char **word)
-{
-	char	   *s;
-	size_t		len;
-	size_t		i;
-	size_t		k;
-
-	if (json_string(c, &s, &len) != 0)
-		return -1;
-	for (i = 0; i < sizeof(http_status_words) / sizeof(http_status_words[0]); i++)
-	{
-		const char *w = http_status_words[i];
-
-		if (len != strlen(w))
-			continue;
-		for (k = 0; k < len; k++)
-		{
-			if (http_lower((unsigned char) s[k]) != w[k])
-				break;
-		}
-		if (k == len)
-		{
-			free(s);
-			*word = w;
-			return 0;
-		}
-	}
-	for (k = 0; k < len && k < 32; k++)
-	{
-		if ((unsigned char) s[k] < 0x20 || (unsigned char) s[k] >= 0x7f || s[k] == '"')
-			s[k] = '?';
-	}
-	json_fail(c, "unknown status \"%.*s\"", (int) (len < 32 ? len : 32), s);
-	free(s);
-	return -1;
-}
-
-/*
- * json_splinter_status: the Splinter status object {"statusType": "..", ..}.
- */
-static int
-json_splinter_status(JsonCursor *c, const char **word)
-{
-	int			first = 1;
-	int			more;
-	char	   *key;
-	size_t		keylen;
-	int			rc;
-
-	*word = NULL;
-	if (json_begin(c, '{') != 0)
-		return -1;
-	while ((more = json_more(c, '}', &first)) == 1)
-	{
-		if (json_key(c, &key, &keylen) != 0)
-			return -1;
-		if (json_key_is(key, keylen, "statusType"))
-		{
-			if (*word != NULL)
-				rc = json_fail(c, "duplicate \"statusType\"");
-			else
-				rc = json_status_word(c, word);
-		}
-		else
-			rc = json_skip(c);
-		free(key);
-		if (rc != 0)
-			return -1;
-	}
-	if (more < 0)
-		return -1;
-	if (*word == NULL)
-		return json_fail(c, "status object without \"statusType\"");
-	return 0;
-}
-
-/*
- * json_entry: one {"id": .., "status": ..} of either dialect; records its
- * word in scratch for every requested entry with that id.
- */
-static int
-json_entry(JsonCursor *c, HttpDialect dialect, const GridhaStatusEntry *entries,
-		   int n, const char **scratch)
-{
-	int			first = 1;
-	char	   *key;
-	size_t		keylen;
-	char	   *id = NULL;
-	size_t		idlen = 0;
-	const char *word = NULL;
-	int			more = 0;
-	int			rc = 0;
-	int			i;
-
-	if (json_begin(c, '{') != 0)
-		return -1;
-	while (rc == 0 && (more = json_more(c, '}', &first)) == 1)
-	{
-		if (json_key(c, &key, &keylen) != 0)
-		{
-			rc = -1;
-			break;
-		}
-		if (json_key_is(key, keylen, "id"))
-		{
-			if (id != NULL)
-				rc = json_fail(c, "duplicate \"id\"");
-			else
-				rc = json_string(c, &id, &idlen);
-		}
-		else if (json_key_is(key, keylen, "status"))
-		{
-			if (word != NULL)
-				rc = json_fail(c, "duplicate \"status\"");
-			else if (dialect == HTTP_DIALECT_SAWTOOTH)
-				rc = json_status_word(c, &word);
-			else
-				rc = json_splinter_status(c, &word);
-		}
-		else
-			rc = json_skip(c);
-		free(key);
-	}
-	if (rc == 0 && more < 0)
-		rc = -1;
-	if (rc == 0 && (id == NULL || word == NULL))
-		rc = json_fail(c, "entry without %s", id == NULL ? "\"id\"" : "\"status\"");
-	if (rc == 0)
-	{
-		for (i = 0; i < n; i++)
-		{
-			const char *want = entries[i].batch_id;
-
-			if (want != NULL && strlen(want) == idlen && memcmp(want, id, idlen) == 0)
-				scratch[i] = word;
-		}
-	}
-	free(id);
-	return rc;
-}
-
-/*
- * json_entries: the array of entries.
- */
-static int
-json_entries(JsonCursor *c, HttpDialect dialect, const GridhaStatusEntry *entries,
-			 int n, const char **scratch)
-{
-	int			first = 1;
-	int			more;
-
-	if (json_begin(c, '[') != 0)
-		return -1;
-	while ((more = json_more(c, ']', &first)) == 1)
-	{
-		if (json_entry(c, dialect, entries, n, scratch) != 0)
-			return -1;
-	}
-	return more;
-}
-
-/*
- * gridha_http_parse_statuses: parse a whole status body of either dialect;
- * entries change only when all of it is well-formed.
+ * gridha_http_multi_pending: POSTs started and not handed back yet.
  */
 int
-gridha_http_parse_statuses(const char *body, size_t len,
-						   GridhaStatusEntry *entries, int n,
-						   char *err, size_t errlen)
+gridha_http_multi_pending(const GridhaHttpMulti *m)
 {
-	JsonCursor	c;
-	const char **scratch;
-	int			rc = 0;
-	int			i;
+	return m->pending;
+}
 
-	scratch = calloc(n > 0 ? (size_t) n : 1, sizeof(char *));
-	if (scratch == NULL)
+/* ----------------------------------------------------------------------
+ * Status GETs
+ * ----------------------------------------------------------------------
+ */
+
+/*
+ * http_status_get: one GET for the count entries from 'from' on; on a
+ * well-formed 2xx answer they take the statuses it gives, on 414 or 431
+ * the two halves are asked for on their own, on any other failure they
+ * stay as they were and the run records it.
+ */
+static void
+http_status_get(HttpStatusRun *run, int from, int count)
+{
+	HttpXfer   *x = &run->h->x;
+	char	   *ids = run->ids + (from > 0 ? run->ends[from - 1] + 1 : 0);
+	char	   *end = run->ids + run->ends[from + count - 1];
+	char		saved = *end;
+	char		why[512];
+	char	   *url;
+	CURLcode	rc = CURLE_OK;
+	long		code = 0;
+
+	/* these ids are a piece of the joined ones: end it there for a moment */
+	*end = '\0';
+	url = http_build(run->tmpl, GRIDHA_URL_STATUS, NULL, NULL, ids, why, sizeof(why));
+	*end = saved;
+	if (url == NULL ||
+		http_setup(x, run->h->proxy, url, run->target, run->timeout_ms, 1, NULL,
+				   why, sizeof(why)) != 0)
+		rc = CURLE_FAILED_INIT;
+	else
 	{
+		curl_easy_setopt(x->curl, CURLOPT_HTTPGET, 1L);
+		rc = curl_easy_perform(x->curl);
+		code = http_result(x, rc, why, sizeof(why));
+		http_finish(x);
+	}
+	free(url);
+	if (rc == CURLE_OK && (code == 414 || code == 431) && count > 1)
+	{
+		http_status_get(run, from, count / 2);
+		http_status_get(run, from + count / 2, count - count / 2);
+	}
+	else if (rc != CURLE_OK || code < 200 || code > 299 ||
+			 gridha_http_parse_statuses(x->body ? x->body : "", x->body_len,
+										run->entries + from, count,
+										why, sizeof(why)) != 0)
+	{
+		if (!run->failed)
+			http_set_err(run->err, run->errlen, "%s", why);
+		run->failed = 1;
+	}
+}
+
+/*
+ * gridha_http_statuses: ask the ledger about some batches, in as many GETs
+ * as max_url_len asks for (see dlt_http.h).
+ */
+int
+gridha_http_statuses(GridhaHttp *h, const char *url_template,
+					 const GridhaHttpTarget *target,
+					 GridhaStatusEntry *entries, int n,
+					 size_t max_url_len, long timeout_ms,
+					 char *err, size_t errlen)
+{
+	HttpStatusRun run;
+	const char **ids;
+	size_t		uses = 0;
+	size_t		base;
+	const char *p;
+	int			from;
+	int			to;
+
+	if (n <= 0)
+		return 0;
+	if (gridha_http_check_url(url_template, GRIDHA_URL_STATUS, err, errlen) != 0)
+		return -1;
+	memset(&run, 0, sizeof(run));
+	ids = malloc(sizeof(char *) * (size_t) n);
+	run.ends = malloc(sizeof(size_t) * (size_t) n);
+	if (ids == NULL || run.ends == NULL)
 		http_set_err(err, errlen, "out of memory");
+	else
+	{
+		for (from = 0; from < n; from++)
+			ids[from] = entries[from].batch_id;
+		run.ids = http_escape_join(ids, n, run.ends, err, errlen);
+	}
+	free(ids);
+	if (run.ids == NULL)
+	{
+		free(run.ends);
 		return -1;
 	}
-	c.start = c.p = body;
-	c.end = body + len;
-	c.depth = 0;
-	c.err = err;
-	c.errlen = errlen;
 
-	switch (json_peek(&c))
+	/* a URL's length: the checked template without its {batch_ids}, plus ids at each */
+	for (p = strstr(url_template, "{batch_ids}"); p; p = strstr(p + 1, "{batch_ids}"))
+		uses++;
+	base = strlen(url_template) - uses * strlen("{batch_ids}");
+	run.h = h;
+	run.tmpl = url_template;
+	run.target = target;
+	run.entries = entries;
+	run.timeout_ms = timeout_ms;
+	run.err = err;
+	run.errlen = errlen;
+	for (from = 0; from < n; from = to)
 	{
-		case '{':
-			{
-				/* Sawtooth: {"data": [...], "link": ..} */
-				int			first = 1;
-				int			more = 0;
-				int			seen = 0;
-				char	   *key;
-				size_t		keylen;
+		size_t		start = from > 0 ? run.ends[from - 1] + 1 : 0;
 
-				if (json_begin(&c, '{') != 0)
-				{
-					rc = -1;
-					break;
-				}
-				while (rc == 0 && (more = json_more(&c, '}', &first)) == 1)
-				{
-					if (json_key(&c, &key, &keylen) != 0)
-					{
-						rc = -1;
-						break;
-					}
-					if (json_key_is(key, keylen, "data"))
-					{
-						if (seen++)
-							rc = json_fail(&c, "duplicate \"data\"");
-						else
-							rc = json_entries(&c, HTTP_DIALECT_SAWTOOTH, entries, n, scratch);
-					}
-					else
-						rc = json_skip(&c);
-					free(key);
-				}
-				if (rc == 0 && more < 0)
-					rc = -1;
-				if (rc == 0 && !seen)
-					rc = json_fail(&c, "object without \"data\"");
-				break;
-			}
-		case '[':
-			/* Splinter: [{"id": .., "status": {"statusType": ..}}] */
-			rc = json_entries(&c, HTTP_DIALECT_SPLINTER, entries, n, scratch);
-			break;
-		default:
-			if (json_at_end(&c))
-			{
-				rc = json_fail(&c, "empty body");
-				break;
-			}
-			rc = json_fail(&c, "expected an object or an array");
-			break;
+		to = max_url_len > 0 ? from + 1 : n;
+		while (to < n && base + uses * (run.ends[to] - start) <= max_url_len)
+			to++;
+		http_status_get(&run, from, to - from);
 	}
-	if (rc == 0 && !json_at_end(&c))
-		rc = json_fail(&c, "trailing data after the JSON value");
-	if (rc == 0)
-	{
-		for (i = 0; i < n; i++)
-		{
-			if (scratch[i])
-				strcpy(entries[i].status, scratch[i]);
-			else
-				entries[i].status[0] = '\0';
-		}
-	}
-	free(scratch);
-	return rc;
+	free(run.ids);
+	free(run.ends);
+	return run.failed ? -1 : 0;
 }

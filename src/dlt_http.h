@@ -4,16 +4,24 @@
  *		HTTP submission to a DLT ledger: POST a batch, GET batch statuses.
  *
  * Shared by the in-server background worker and the reference external
- * client (client/gridha-client), so it is plain C99 on top of libcurl and
- * uses nothing of PostgreSQL: no palloc, no elog, no longjmp, no exit.
- * Every failure comes back as a return value with a one-line message in a
- * buffer the caller supplies.
+ * client (client/gridha-client), so it is plain C on top of libcurl: no
+ * palloc, no elog, no longjmp, no exit. Every failure comes back as a
+ * return value with a one-line message in a buffer the caller supplies.
+ * URLs are checked and taken apart by libcurl's URL API (curl_url); status
+ * bodies are read by PostgreSQL's own JSON parser (common/jsonapi.h, see
+ * dlt_json.c).
  *
  * Words used here:
  *   template   a target's submit_url or status_url, with placeholders
  *              {service_id} and {batch_id} (submit) or {batch_ids} (status)
  *   outcome    what a POST means for the batch: accepted, delayed (ask
  *              again later) or rejected (final)
+ *   rejecting  the HTTP codes with which a ledger refuses a batch for good;
+ *              400 and 422 unless the target says otherwise. Only they end
+ *              a batch: every other non-2xx answer delays it
+ *   headers    a target's own request headers ("Name: value" lines, e.g.
+ *              credentials), sent with every POST and GET to it and never
+ *              written into any message this file produces
  *   dialect    the shape of a status body: Sawtooth
  *              {"data":[{"id":..,"status":"COMMITTED"}]} or Splinter
  *              [{"id":..,"status":{"statusType":"Committed"}}]
@@ -52,7 +60,8 @@ typedef enum GridhaUrlKind
  * 0 when tmpl is an acceptable URL template: http:// or https://, a host,
  * no spaces or control characters, placeholders only {service_id} and
  * {batch_id} for SUBMIT, only {batch_ids} for STATUS (which must contain
- * it), no unknown {...}. Otherwise -1 and a one-line reason in err.
+ * it), no unknown {...}, none in the host. Otherwise -1 and a one-line
+ * reason in err.
  */
 extern int	gridha_http_check_url(const char *tmpl, GridhaUrlKind kind,
 								  char *err, size_t errlen);
@@ -69,6 +78,24 @@ extern char *gridha_http_expand_url(const char *tmpl, GridhaUrlKind kind,
 									const char *const *batch_ids, int n_ids,
 									char *err, size_t errlen);
 
+/*
+ * 0 when line is a request header a target may carry: "Name: value" with
+ * Name an HTTP token (RFC 9110: letters, digits and !#$%&'*+-.^_`|~), not
+ * one gridha sets itself (X-Gridha-*, Content-Type, Content-Length, Host,
+ * Expect, Transfer-Encoding), and a value without CR, LF or NUL. Otherwise
+ * -1 and a reason in err that names the header but never quotes its value.
+ */
+extern int	gridha_http_check_header(const char *line, char *err, size_t errlen);
+
+/* What a target adds to every request that goes to it */
+typedef struct GridhaHttpTarget
+{
+	const char *const *headers; /* "Name: value" lines (checked as above) */
+	int			n_headers;
+	const int  *reject_codes;	/* NULL: 400 and 422 */
+	int			n_reject_codes;
+} GridhaHttpTarget;
+
 typedef enum GridhaSubmitOutcome
 {
 	GRIDHA_SUBMIT_ACCEPTED,
@@ -80,22 +107,89 @@ typedef enum GridhaSubmitOutcome
 extern const char *gridha_http_outcome_name(GridhaSubmitOutcome outcome);
 
 /*
+ * The outcome of an HTTP answer code: 2xx -> ACCEPTED; a rejecting code of
+ * the target (target NULL or no list: 400 and 422) -> REJECTED; anything
+ * else (1xx, 3xx, other 4xx, 5xx, 0 = no answer) -> DELAYED.
+ */
+extern GridhaSubmitOutcome gridha_http_outcome_of(long code,
+												  const GridhaHttpTarget *target);
+
+/*
  * POST payload to the template with {service_id}/{batch_id} filled in,
- * with headers X-Gridha-Service-Id, X-Gridha-Batch-Id, X-Gridha-Epoch,
- * X-Gridha-Attempt and Content-Type: application/octet-stream.
+ * with headers X-Gridha-Service-Id, X-Gridha-Batch-Id (both URL-encoded),
+ * X-Gridha-Epoch, X-Gridha-Attempt, Content-Type: application/octet-stream,
+ * and the target's own headers. Redirects are not followed.
  *
- * 2xx -> ACCEPTED; 429, 5xx, timeout, connection error -> DELAYED; other
- * 4xx (and 1xx/3xx final codes) -> REJECTED. A template that does not pass
- * gridha_http_check_url is DELAYED too: it is the target's configuration,
- * not the batch, that is wrong. detail gets a short text: "http 202",
- * "http 503", "timeout after 15000 ms", "connect: Connection refused", ...
+ * The outcome is gridha_http_outcome_of(the answer's code); a timeout, a
+ * connection error or a template that does not pass gridha_http_check_url
+ * is DELAYED (it is the target's configuration or the network, not the
+ * batch, that is wrong). *http_code (may be NULL) gets the answer's code,
+ * 0 without one. detail gets a short text: "http 202", "http 503",
+ * "timeout after 15000 ms", "connect: Connection refused", "bad
+ * submit_url: ...": never a header's value.
  */
 extern GridhaSubmitOutcome gridha_http_submit(GridhaHttp *h, const char *url_template,
+											  const GridhaHttpTarget *target,
 											  const char *service_id, const char *batch_id,
 											  long long epoch, int attempt,
 											  const void *payload, size_t payload_len,
-											  long timeout_ms,
+											  long timeout_ms, long *http_code,
 											  char *detail, size_t detail_len);
+
+/*
+ * Many POSTs in flight at once (libcurl's multi interface), for a worker
+ * that holds many services: gridha_http_multi_submit starts one (the
+ * payload is copied), gridha_http_multi_perform moves every transfer on,
+ * waits at most wait_ms for one to progress, and hands back those that
+ * finished. Each POST is exactly what gridha_http_submit sends, and its
+ * outcome follows the same rules. Connections are reused across POSTs.
+ */
+typedef struct GridhaHttpMulti GridhaHttpMulti;
+
+typedef struct GridhaHttpDone
+{
+	void	   *tag;			/* as given to gridha_http_multi_submit */
+	GridhaSubmitOutcome outcome;
+	long		http_code;		/* 0: no answer */
+	char		detail[256];
+} GridhaHttpDone;
+
+/* NULL on failure (out of memory, curl not initialised). */
+extern GridhaHttpMulti *gridha_http_multi_create(void);
+
+/* Aborts every transfer still in flight and frees everything. */
+extern void gridha_http_multi_destroy(GridhaHttpMulti *m);
+
+/*
+ * As gridha_http_set_proxy, for every later POST of this multi: without
+ * this call no proxy is used. Returns 0, or -1 when out of memory.
+ */
+extern int	gridha_http_multi_set_proxy(GridhaHttpMulti *m, const char *proxy);
+
+/*
+ * Starts a POST; tag comes back with its result. Returns 0. A POST that
+ * cannot start (a bad template, out of memory) is not an error here: it
+ * finishes at once, DELAYED, and is handed back by the next perform; only
+ * when there is no memory even to record that is -1 returned.
+ */
+extern int	gridha_http_multi_submit(GridhaHttpMulti *m, void *tag,
+									 const char *url_template,
+									 const GridhaHttpTarget *target,
+									 const char *service_id, const char *batch_id,
+									 long long epoch, int attempt,
+									 const void *payload, size_t payload_len,
+									 long timeout_ms);
+
+/*
+ * Moves the transfers on and waits up to wait_ms (0: not at all) for
+ * progress; copies up to max_done finished ones into done and returns how
+ * many. Finished transfers not handed back yet wait for the next call.
+ */
+extern int	gridha_http_multi_perform(GridhaHttpMulti *m, long wait_ms,
+									  GridhaHttpDone *done, int max_done);
+
+/* POSTs started and not handed back yet. */
+extern int	gridha_http_multi_pending(const GridhaHttpMulti *m);
 
 typedef struct GridhaStatusEntry
 {
@@ -105,20 +199,32 @@ typedef struct GridhaStatusEntry
 
 /*
  * GET the status template with {batch_ids} = the ids, each URL-encoded,
- * joined by commas. Understands both dialects. On success returns 0 and
- * sets each entry's status to one of "pending", "valid", "committed",
- * "invalid", "unknown", or "" when the body does not mention that id.
- * Returns -1 (err says why; no entry changed) for a transport error, a
- * non-2xx answer, or a malformed body (not JSON, wrong shape, unknown
- * status word): a malformed body is never partly applied.
+ * joined by commas, with the target's own headers. Understands both
+ * dialects.
+ *
+ * The ids are split over as many GETs as it takes for no URL to be longer
+ * than max_url_len bytes (0: no limit; an id too long to fit goes alone),
+ * and a GET answered 414 (URI Too Long) or 431 (Request Header Fields Too
+ * Large) is asked again in two halves, down to one id.
+ *
+ * Every entry of a GET that got a well-formed 2xx answer gets one of
+ * "pending", "valid", "committed", "invalid", "unknown", or "" when the
+ * answer does not mention its id. The entries of a GET that failed (a
+ * transport error, a non-2xx answer, a malformed body: not JSON, wrong
+ * shape, unknown status word) are left exactly as they were: a body is
+ * never partly applied. Returns 0 when every GET succeeded, otherwise -1
+ * with the first failure in err.
  */
 extern int	gridha_http_statuses(GridhaHttp *h, const char *url_template,
+								 const GridhaHttpTarget *target,
 								 GridhaStatusEntry *entries, int n,
-								 long timeout_ms, char *err, size_t errlen);
+								 size_t max_url_len, long timeout_ms,
+								 char *err, size_t errlen);
 
 /*
- * The body parser behind gridha_http_statuses, on its own: same result
- * rules, for a body already in memory (len bytes, need not end in NUL).
+ * The body parser behind gridha_http_statuses, on its own (dlt_json.c):
+ * same result rules, for a body already in memory (len bytes, need not end
+ * in NUL).
  */
 extern int	gridha_http_parse_statuses(const char *body, size_t len,
 									   GridhaStatusEntry *entries, int n,

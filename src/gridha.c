@@ -13,8 +13,9 @@
 
 #include "compat.h"
 #include "gridha.h"
-#include "worker.h"
 #include "leader.h"
+#include "slots.h"
+#include "worker.h"
 
 #include "access/htup_details.h"
 #include "fmgr.h"
@@ -31,7 +32,19 @@ int			gridha_renew_interval_ms = 10 * 1000;
 bool		gridha_balance_claims = true;
 bool		gridha_session_liveness = true;
 
+int			gridha_workers = 0;
+char	   *gridha_database = NULL;
+char	   *gridha_worker_role = NULL;
+int			gridha_naptime_ms = 1000;
+int			gridha_submit_timeout_ms = 15000;
+int			gridha_monitor_interval_ms = 500;
+int			gridha_worker_inflight = 16;
+int			gridha_worker_lock_timeout_ms = 5000;
+int			gridha_worker_statement_timeout_ms = 60000;
+int			gridha_status_url_max_length = 2048;
+
 void		_PG_init(void);
+static void gridha_define_worker_gucs(void);
 
 /*
  * _PG_init: defines the gridha.* settings.
@@ -82,7 +95,7 @@ _PG_init(void)
 							 PGC_USERSET, 0,
 							 NULL, NULL, NULL);
 
-	gridha_worker_define_gucs();
+	gridha_define_worker_gucs();
 
 	gridha_coordination_define_gucs();
 	MarkGUCPrefixReserved("gridha");
@@ -90,9 +103,106 @@ _PG_init(void)
 	/* workers and their shared memory only exist when gridha is preloaded */
 	if (process_shared_preload_libraries_in_progress)
 	{
-		gridha_worker_install_hooks();
+		gridha_slots_install_hooks();
 		gridha_worker_register_static();
 	}
+}
+
+/*
+ * gridha_define_worker_gucs: the background workers' settings. The
+ * run-time ones exist in every session; those read once at server start
+ * (gridha.workers, gridha.database, gridha.worker_role) only when gridha
+ * is preloaded.
+ */
+static void
+gridha_define_worker_gucs(void)
+{
+	DefineCustomIntVariable("gridha.naptime",
+							"How long an idle worker sleeps when no batch arrives.",
+							"A commit that enqueues batches wakes the workers at once.",
+							&gridha_naptime_ms,
+							1000, 10, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.submit_timeout",
+							"Time limit of one HTTP request to a target.",
+							"A submission that runs out of time is reported delayed and retried with backoff.",
+							&gridha_submit_timeout_ms,
+							15000, 10, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.monitor_interval",
+							"How often a worker polls the ledger for its pending batches.",
+							NULL,
+							&gridha_monitor_interval_ms,
+							500, 10, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.worker_inflight",
+							"How many POSTs one worker keeps in flight at once.",
+							"Still one batch per service: a worker needs as many ready services as this to fill it.",
+							&gridha_worker_inflight,
+							16, 1, 1024,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.worker_lock_timeout",
+							"Longest a worker's step waits for a row lock (0: no limit).",
+							"A step that times out is logged and retried by the next cycle; the worker keeps serving its other services.",
+							&gridha_worker_lock_timeout_ms,
+							5000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.worker_statement_timeout",
+							"Longest a worker's step may run, a target function's call included (0: no limit).",
+							"A submit function that runs out of time makes its batch delayed.",
+							&gridha_worker_statement_timeout_ms,
+							60000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.status_url_max_length",
+							"Longest URL of one status request; longer id lists are split.",
+							"A request answered 414 or 431 is asked again in halves.",
+							&gridha_status_url_max_length,
+							2048, 64, 1024 * 1024,
+							PGC_SIGHUP, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	/*
+	 * Settings read only at server start exist only when gridha is
+	 * preloaded: a library loaded later may not define them.
+	 */
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	DefineCustomIntVariable("gridha.workers",
+							"Background-worker instances started with the server.",
+							"Needs shared_preload_libraries = 'gridha'; each one counts against max_worker_processes.",
+							&gridha_workers,
+							0, 0, 1024,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("gridha.database",
+							   "Database the background workers serve.",
+							   "gridha must be installed there (CREATE EXTENSION gridha); workers wait until it is.",
+							   &gridha_database,
+							   "postgres",
+							   PGC_POSTMASTER, 0,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("gridha.worker_role",
+							   "The role background workers connect as; target functions run with its privileges.",
+							   "Empty: the bootstrap superuser, as gridha 1.0 did (a WARNING says so at start). Grant the role gridha_submitter.",
+							   &gridha_worker_role,
+							   "",
+							   PGC_POSTMASTER, 0,
+							   NULL, NULL, NULL);
 }
 
 /*

@@ -14,6 +14,8 @@
 
 #include "postgres.h"
 
+#include "utils/timestamp.h"
+
 /*
  * gridha's own SQLSTATE class "RG": not one PostgreSQL uses, so a client
  * can tell gridha's refusals apart from everything else.
@@ -25,6 +27,7 @@
 #define ERRCODE_GRIDHA_UNKNOWN_DLT_STATUS	MAKE_SQLSTATE('R','G','0','0','5')
 #define ERRCODE_GRIDHA_UNKNOWN_TARGET		MAKE_SQLSTATE('R','G','0','0','6')
 #define ERRCODE_GRIDHA_INVALID_TARGET		MAKE_SQLSTATE('R','G','0','0','7')
+#define ERRCODE_GRIDHA_NOT_OWNER			MAKE_SQLSTATE('R','G','0','0','8')
 /* Section 7: ID windows */
 #define ERRCODE_GRIDHA_UNKNOWN_ID_SEQUENCE	MAKE_SQLSTATE('R','G','0','1','0')
 #define ERRCODE_GRIDHA_ID_COUNT_TOO_LARGE	MAKE_SQLSTATE('R','G','0','1','1')
@@ -36,6 +39,18 @@ extern int	gridha_hard_expiry_ms;
 extern int	gridha_renew_interval_ms;
 extern bool gridha_balance_claims;
 extern bool gridha_session_liveness;
+
+/* ... of the background workers */
+extern int	gridha_workers;
+extern char *gridha_database;
+extern char *gridha_worker_role;
+extern int	gridha_naptime_ms;
+extern int	gridha_submit_timeout_ms;
+extern int	gridha_monitor_interval_ms;
+extern int	gridha_worker_inflight;
+extern int	gridha_worker_lock_timeout_ms;
+extern int	gridha_worker_statement_timeout_ms;
+extern int	gridha_status_url_max_length;
 
 /*
  * Session liveness: an instance's session holds the advisory lock
@@ -66,5 +81,17 @@ extern GridhaTiming gridha_timing(void);
 #define GRIDHA_BACKOFF_BASE_MS		250
 #define GRIDHA_BACKOFF_STEP_MS		500
 #define GRIDHA_BACKOFF_MAX_MS		60000
+
+/*
+ * gridha_backoff_until: when a batch delayed after its attempts-th hand-out
+ * may go again: the wait grows with the attempts, up to the cap.
+ */
+static inline TimestampTz
+gridha_backoff_until(TimestampTz now, int32 attempts)
+{
+	int64		ms = GRIDHA_BACKOFF_BASE_MS + (int64) GRIDHA_BACKOFF_STEP_MS * Max(attempts - 1, 0);
+
+	return TimestampTzPlusMilliseconds(now, Min(ms, GRIDHA_BACKOFF_MAX_MS));
+}
 
 #endif							/* GRIDHA_H */

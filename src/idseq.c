@@ -427,6 +427,7 @@ gridha_create_id_sequence(PG_FUNCTION_ARGS)
 				 errmsg("min_open_windows must not be negative"),
 				 errdetail("The value given was %d.", min_open)));
 
+	gridha_require_writable("create_id_sequence()");
 	SPI_connect();
 	args[0] = PointerGetDatum(name);
 	args[1] = Int64GetDatum(window_size);
@@ -460,6 +461,7 @@ gridha_drop_id_sequence(PG_FUNCTION_ARGS)
 	bool		dropped;
 	int			i;
 
+	gridha_require_writable("drop_id_sequence()");
 	SPI_connect();
 	args[0] = PointerGetDatum(name);
 	gridha_exec(&idseq_drop_stmt, args, NULL, false);
@@ -506,6 +508,7 @@ gridha_reserve_ids(PG_FUNCTION_ARGS)
 				 errmsg("count must be positive"),
 				 errdetail("The value given was %d.", count)));
 
+	gridha_require_writable("reserve_ids()");
 	SPI_connect();
 	idseq_lookup(name, &serial, &window_size);
 	if (count > window_size)
@@ -546,8 +549,10 @@ gridha_next_id(PG_FUNCTION_ARGS)
 {
 	text	   *name = gridha_arg_id(fcinfo, 0, "name");
 	char	   *cname = text_to_cstring(name);
-	IdseqBlock *b = idseq_block_for(cname);
+	IdseqBlock *b;
 
+	gridha_require_writable("next_id()");
+	b = idseq_block_for(cname);
 	if (b->checked != idseq_generation)
 	{
 		uint64		generation = idseq_generation;

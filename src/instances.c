@@ -1,21 +1,37 @@
 /*-------------------------------------------------------------------------
  *
  * instances.c
- *		Instances: gridha.register_instance and registration on first use.
+ *		Instances: gridha.register_instance, registration on first use,
+ *		who may act as an instance, and whether its session is still there.
  *
  * An instance is any uuid that calls gridha; the first call registers it as
  * kind 'external'. Its last_seen_at is the time of its last claim cycle
- * (renewal); it decides whether the next cycle is due and whether other
- * instances count it as live when they balance.
+ * (renewal); it decides whether the next cycle is due.
+ *
+ * Words:
+ *   owner     the role that registered the instance or used it first (the
+ *             calling role, not the SECURITY DEFINER owner of gridha's
+ *             functions). Every call that names an instance checks that the
+ *             calling role is a member of its owner (superusers may act for
+ *             any instance), or raises RG008 before anything is read or
+ *             written. An instance row from before owners existed (1.0) is
+ *             owned by the first role that uses it afterwards.
+ *   lease     the instance's soft and hard expiry (gridha 1.1): its claims
+ *             expire with it (claims.c)
+ *   shed      a number of claims another instance, below its fair share,
+ *             asked this one to hand back; read here, acted on by the
+ *             hand-out (queue.c)
  *
  * Session liveness (gridha.session_liveness, on by default): the session an
  * instance calls from holds a session-level advisory lock keyed by the
  * instance (GRIDHA_LOCK_CLASS, session_key). When that session ends, for
  * any reason, the lock goes with it, and other instances take the idle
  * claims of the instance at once instead of waiting for soft expiry
- * (claims.c). A second session of the same instance cannot take the lock
- * and simply does not bind; a session with the setting off clears the key,
- * so an instance behind a connection pool is judged by expiry alone.
+ * (claims.c asks gridha_instance_session_gone, a try-lock in the lock
+ * manager, once per instance). A second session of the same instance
+ * cannot take the lock and simply does not bind; a session with the
+ * setting off clears the key, so an instance behind a connection pool is
+ * judged by expiry alone.
  *
  *-------------------------------------------------------------------------
  */
@@ -25,13 +41,19 @@
 #include "instances.h"
 #include "rows.h"
 #include "spi_util.h"
+#include "targets.h"
 
+#include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
@@ -39,6 +61,25 @@
 #define INSTANCES_MAX_BOUND 64
 static pg_uuid_t instances_bound[INSTANCES_MAX_BOUND];
 static int	instances_nbound = 0;
+
+/*
+ * Ownership verdicts of this backend: this role may act as this instance.
+ * Forgotten when any role or membership changes, and when gridha.instances
+ * is invalidated: a change of owner, a delete (trigger instances_changed),
+ * the extension updated or created again.
+ */
+#define INSTANCES_VERDICTS 16
+typedef struct InstancesVerdict
+{
+	pg_uuid_t	id;
+	Oid			caller;
+	bool		leased;			/* the SQL has leases */
+} InstancesVerdict;
+
+static InstancesVerdict instances_verdicts[INSTANCES_VERDICTS];
+static int	instances_nverdicts = 0;
+static int	instances_next_verdict = 0;
+static bool instances_callback_registered = false;
 
 static GridhaStatement instances_insert = {
 	"INSERT INTO gridha.instances (instance_id) VALUES ($1)"
@@ -56,6 +97,17 @@ static GridhaStatement instances_register = {
 	" VALUES (gen_random_uuid(), $1, 'external')"
 	" RETURNING instance_id",
 	1, {TEXTOID}
+};
+
+/* First use of an instance without an owner: the caller becomes it */
+static GridhaStatement instances_adopt = {
+	"UPDATE gridha.instances SET owner = $2 WHERE instance_id = $1 AND owner IS NULL",
+	2, {UUIDOID, NAMEOID}
+};
+
+static GridhaStatement instances_owner = {
+	"SELECT owner FROM gridha.instances WHERE instance_id = $1",
+	1, {UUIDOID}
 };
 
 /*
@@ -91,6 +143,27 @@ instances_bind(pg_uuid_t *id, uint32 key)
 }
 
 /*
+ * gridha_instance_session_gone: whether no session holds the liveness lock
+ * of this key any more: the session of the instance that stored it has
+ * ended. Asked with a try-lock in the lock manager, let go at once; one
+ * lock-table probe, never a read of pg_locks.
+ */
+bool
+gridha_instance_session_gone(int64 key)
+{
+	LOCKTAG		tag;
+	LockAcquireResult res;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, GRIDHA_LOCK_CLASS, (uint32) key, 2);
+	res = LockAcquire(&tag, ExclusiveLock, true, true);
+	if (res == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	LockRelease(&tag, ExclusiveLock, true);
+	/* held already: by this very session, which is alive */
+	return res == LOCKACQUIRE_OK;
+}
+
+/*
  * instances_liveness: keeps the instance's stored session_key in line with
  * this session: set when this session holds the lock, cleared when the
  * setting is off here. Writes only when the stored key is wrong.
@@ -120,57 +193,312 @@ instances_liveness(Datum instance_id, bool stored_null, int64 stored)
 	gridha_exec(&instances_set_key, args, nulls, false);
 }
 
+static void
+instances_roles_changed(Datum arg, int cacheid, uint32 hashvalue)
+{
+	instances_nverdicts = 0;
+}
+
+static void
+instances_relcache_changed(Datum arg, Oid relid)
+{
+	/* any relation: cheap to forget, and the table's oid may change */
+	instances_nverdicts = 0;
+}
+
 /*
- * gridha_instance_touch: the instance's kind and whether its claim cycle is
- * due; an unknown id is registered (kind 'external', cycle due). The
- * session's liveness lock is taken on first use (see above).
+ * instances_verdict: whether this backend knows the role may act as the
+ * instance; *leased is set then.
+ */
+static bool
+instances_verdict(Datum instance_id, Oid caller, bool *leased)
+{
+	int			i;
+
+	for (i = 0; i < instances_nverdicts; i++)
+		if (instances_verdicts[i].caller == caller &&
+			memcmp(instances_verdicts[i].id.data, DatumGetUUIDP(instance_id)->data, UUID_LEN) == 0)
+		{
+			*leased = instances_verdicts[i].leased;
+			return true;
+		}
+	return false;
+}
+
+static void
+instances_remember(Datum instance_id, Oid caller, bool leased)
+{
+	InstancesVerdict *v = &instances_verdicts[instances_next_verdict];
+
+	v->id = *DatumGetUUIDP(instance_id);
+	v->caller = caller;
+	v->leased = leased;
+	instances_next_verdict = (instances_next_verdict + 1) % INSTANCES_VERDICTS;
+	if (instances_nverdicts < INSTANCES_VERDICTS)
+		instances_nverdicts++;
+}
+
+/*
+ * instances_callbacks: what makes verdicts go, registered once.
+ */
+static void
+instances_callbacks(void)
+{
+	if (instances_callback_registered)
+		return;
+	CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, instances_roles_changed, (Datum) 0);
+	CacheRegisterSyscacheCallback(AUTHOID, instances_roles_changed, (Datum) 0);
+	CacheRegisterRelcacheCallback(instances_relcache_changed, (Datum) 0);
+	instances_callback_registered = true;
+}
+
+/*
+ * instances_refuse: RG008, the calling role may not act as the instance.
+ */
+static void
+instances_refuse(Datum instance_id, const char *owner, Oid caller)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_GRIDHA_NOT_OWNER),
+			 errmsg("instance %s belongs to role \"%s\"",
+					DatumGetCString(DirectFunctionCall1(uuid_out, instance_id)), owner),
+			 errdetail("Role \"%s\" is not a member of \"%s\".",
+					   GetUserNameFromId(caller, false), owner),
+			 errhint("Act only for instances your role registered, or grant your role membership in \"%s\".",
+					 owner)));
+}
+
+/*
+ * instances_may_act: whether the calling role may act as an instance that
+ * role "owner" owns: it is a member of it, or a superuser.
+ */
+static bool
+instances_may_act(Datum instance_id, const char *owner, Oid caller)
+{
+	Oid			owner_oid = get_role_oid(owner, true);
+
+	return superuser_arg(caller) ||
+		(OidIsValid(owner_oid) && is_member_of_role(caller, owner_oid));
+}
+
+/*
+ * instances_adopt_owner: the instance has no owner yet: the calling role
+ * becomes it. If another role adopted it first, that role's ownership is
+ * checked as any other.
+ */
+static void
+instances_adopt_owner(Datum instance_id, Oid caller)
+{
+	Datum		args[2];
+	NameData	name;
+	bool		isnull;
+	Datum		d;
+
+	namestrcpy(&name, GetUserNameFromId(caller, false));
+	args[0] = instance_id;
+	args[1] = NameGetDatum(&name);
+	gridha_exec(&instances_adopt, args, NULL, false);
+	if (SPI_processed > 0)
+		return;
+	gridha_exec(&instances_owner, args, NULL, false);
+	if (SPI_processed == 0)
+		return;
+	d = gridha_col(0, 1, &isnull);
+	if (!isnull && !instances_may_act(instance_id, NameStr(*DatumGetName(d)), caller))
+		instances_refuse(instance_id, NameStr(*DatumGetName(d)), caller);
+}
+
+/*
+ * gridha_instance_touch: the instance as the hand-out and the claim cycle
+ * need it: its kind, whether its claim cycle is due, what it serves, its
+ * lease and claim count; an unknown id is registered (kind 'external',
+ * owned by the calling role, cycle due). Refuses with RG008, before any
+ * write, a calling role that may not act as the instance. The session's
+ * liveness lock is taken on first use (see above).
  *
- * Must be called inside SPI. Writes nothing for a known instance already
- * bound to this session.
+ * Must be called inside SPI. Writes nothing for a known, owned instance
+ * already bound to this session.
  */
 GridhaInstance
 gridha_instance_touch(Datum instance_id)
 {
-	GridhaInstance inst = {false, true};
+	GridhaInstance inst;
 	GridhaTiming t = gridha_timing();
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	Oid			caller = GetOuterUserId();
 	GridhaRows	rows;
 	Datum		args[1];
 	bool		isnull;
 	bool		key_null = true;
 	int64		key = 0;
 	bool		found;
+	bool		adopt = false;
+	AttrNumber	attno;
 	Datum		d;
+
+	memset(&inst, 0, sizeof(inst));
+	inst.cycle_due = true;
+	inst.serves = GRIDHA_SERVES_ANY;
+	instances_callbacks();
 
 	/* a read by key (rows.c): this runs before every hand-out */
 	gridha_rows_begin(&rows, false);
 	found = gridha_rows_fetch(&rows, GRIDHA_KEY_INSTANCE, &instance_id);
+	inst.leased = gridha_rows_attno(&rows, INSTANCE_SOFT_EXPIRY) > 0;
 	if (found)
 	{
+		attno = gridha_rows_attno(&rows, INSTANCE_OWNER);
+		if (attno > 0 && !instances_verdict(instance_id, caller, &isnull))
+		{
+			d = gridha_rows_get(&rows, GRIDHA_INSTANCES, attno, &isnull);
+			if (isnull)
+				adopt = true;
+			else if (!instances_may_act(instance_id, NameStr(*DatumGetName(d)), caller))
+				instances_refuse(instance_id, NameStr(*DatumGetName(d)), caller);
+			else
+				instances_remember(instance_id, caller, inst.leased);
+		}
 		d = gridha_rows_get(&rows, GRIDHA_INSTANCES, INSTANCE_KIND, &isnull);
 		inst.is_worker = !isnull && strcmp(TextDatumGetCString(d), "worker") == 0;
 		d = gridha_rows_get(&rows, GRIDHA_INSTANCES, INSTANCE_LAST_SEEN_AT, &isnull);
 		inst.cycle_due = isnull ||
-			DatumGetTimestampTz(d) <= TimestampTzPlusMilliseconds(GetCurrentTransactionStartTimestamp(),
-																  -t.renew_ms);
+			DatumGetTimestampTz(d) <= TimestampTzPlusMilliseconds(now, -t.renew_ms);
 		d = gridha_rows_get(&rows, GRIDHA_INSTANCES, INSTANCE_SESSION_KEY, &key_null);
 		if (!key_null)
 			key = DatumGetInt64(d);
+		attno = gridha_rows_attno(&rows, INSTANCE_SERVES);
+		if (inst.is_worker)
+			inst.serves = GRIDHA_SERVES_ALL;
+		else if (attno > 0)
+		{
+			d = gridha_rows_get(&rows, GRIDHA_INSTANCES, attno, &isnull);
+			if (!isnull)
+				inst.serves = gridha_serves_parse(d);
+		}
+		if (inst.leased)
+		{
+			d = gridha_rows_get(&rows, GRIDHA_INSTANCES,
+								gridha_rows_attno(&rows, INSTANCE_SOFT_EXPIRY), &isnull);
+			inst.lease_live = !isnull && DatumGetTimestampTz(d) > now;
+			d = gridha_rows_get(&rows, GRIDHA_INSTANCES,
+								gridha_rows_attno(&rows, INSTANCE_HELD), &isnull);
+			inst.held = isnull ? 0 : DatumGetInt32(d);
+			d = gridha_rows_get(&rows, GRIDHA_INSTANCES,
+								gridha_rows_attno(&rows, INSTANCE_SHED), &isnull);
+			inst.shed = isnull ? 0 : DatumGetInt32(d);
+		}
 	}
 	gridha_rows_end(&rows);
 
+	args[0] = instance_id;
 	if (!found)
 	{
-		args[0] = instance_id;
 		gridha_exec(&instances_insert, args, NULL, false);
+		adopt = inst.leased;
 	}
+	if (adopt)
+		instances_adopt_owner(instance_id, caller);
 	instances_liveness(instance_id, key_null, key);
 	return inst;
+}
+
+/*
+ * gridha_instance_check: refuses (RG008) a calling role that may not act
+ * as the instance, for calls that read or write its claims without
+ * touching it (release_claims, verify_batch, the reports, the monitor's
+ * reads, the leader lease). An unknown instance passes: it owns nothing.
+ * Returns whether the SQL has leases (1.1 and later). Inside SPI.
+ */
+bool
+gridha_instance_check(Datum instance_id)
+{
+	Oid			caller = GetOuterUserId();
+	GridhaRows	rows;
+	AttrNumber	attno;
+	bool		isnull = true;
+	bool		leased;
+	Datum		d = (Datum) 0;
+	char	   *owner = NULL;
+
+	instances_callbacks();
+	/* the reports' path: a role that acted as the instance before passes */
+	if (instances_verdict(instance_id, caller, &leased))
+		return leased;
+
+	gridha_rows_begin(&rows, false);
+	attno = gridha_rows_attno(&rows, INSTANCE_OWNER);
+	leased = gridha_rows_attno(&rows, INSTANCE_SOFT_EXPIRY) > 0;
+	if (attno > 0 && gridha_rows_fetch(&rows, GRIDHA_KEY_INSTANCE, &instance_id))
+	{
+		d = gridha_rows_get(&rows, GRIDHA_INSTANCES, attno, &isnull);
+		if (!isnull)
+			owner = pstrdup(NameStr(*DatumGetName(d)));
+	}
+	gridha_rows_end(&rows);
+	if (owner == NULL)
+		return leased;
+	if (!instances_may_act(instance_id, owner, caller))
+		instances_refuse(instance_id, owner, caller);
+	instances_remember(instance_id, caller, leased);
+	return leased;
+}
+
+PG_FUNCTION_INFO_V1(gridha_instances_changed);
+
+/*
+ * gridha_instances_changed: statement trigger after a change of owner, a
+ * delete or a truncate of gridha.instances: every backend forgets its
+ * ownership verdicts at commit (a relcache invalidation of the table).
+ */
+Datum
+gridha_instances_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "gridha: instances_changed must be called as a trigger");
+	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
+	instances_nverdicts = 0;
+	return PointerGetDatum(NULL);
+}
+
+static GridhaStatement instances_declare = {
+	"UPDATE gridha.instances SET serves = $2 WHERE instance_id = $1"
+	"   AND serves IS DISTINCT FROM $2",
+	2, {UUIDOID, TEXTARRAYOID}
+};
+
+/*
+ * gridha_instance_declare: records the kinds of target the instance serves
+ * (GRIDHA_SERVES_ANY: it declares nothing, as a 1.0 client). Its next
+ * claims follow it, and the services it holds whose targets it cannot
+ * serve are handed back. Inside SPI, after gridha_instance_touch (SQL 1.1
+ * and later: 1.0 has no serves column, and no function that takes a
+ * declaration).
+ */
+void
+gridha_instance_declare(Datum instance_id, int serves)
+{
+	Datum		args[2];
+	char		nulls[3] = "  ";
+
+	args[0] = instance_id;
+	if (serves == GRIDHA_SERVES_ANY)
+	{
+		nulls[1] = 'n';
+		args[1] = (Datum) 0;
+	}
+	else
+		args[1] = gridha_serves_datum(serves);
+	gridha_exec(&instances_declare, args, nulls, false);
 }
 
 PG_FUNCTION_INFO_V1(gridha_register_instance);
 
 /*
- * gridha_register_instance: SQL gridha.register_instance(label) -> uuid.
+ * gridha_register_instance: SQL gridha.register_instance(label, serves)
+ * -> uuid: a new external instance, owned by the calling role, serving the
+ * kinds of target given (NULL: any target; 1.0's function has no serves).
  */
 Datum
 gridha_register_instance(PG_FUNCTION_ARGS)
@@ -179,7 +507,11 @@ gridha_register_instance(PG_FUNCTION_ARGS)
 	char		nulls[2] = "  ";
 	bool		isnull;
 	Datum		id;
+	int			serves = GRIDHA_SERVES_ANY;
 
+	gridha_require_writable("register_instance()");
+	if (PG_NARGS() > 1 && !PG_ARGISNULL(1))
+		serves = gridha_serves_parse(PG_GETARG_DATUM(1));
 	args[0] = PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0);
 	nulls[0] = PG_ARGISNULL(0) ? 'n' : ' ';
 
@@ -187,6 +519,9 @@ gridha_register_instance(PG_FUNCTION_ARGS)
 	gridha_exec(&instances_register, args, nulls, false);
 	id = gridha_col(0, 1, &isnull);
 	id = SPI_datumTransfer(id, false, UUID_LEN);
+	(void) gridha_instance_touch(id);
+	if (serves != GRIDHA_SERVES_ANY)
+		gridha_instance_declare(id, serves);
 	SPI_finish();
 	PG_RETURN_DATUM(id);
 }

@@ -263,6 +263,7 @@ gridha_try_lead(PG_FUNCTION_ARGS)
 	text	   *role = gridha_arg_id(fcinfo, 1, "role");
 	int64		term;
 
+	gridha_require_writable("try_lead()");
 	SPI_connect();
 	(void) gridha_instance_touch(instance_id);
 	term = leader_lead(instance_id, role, true);
@@ -297,11 +298,13 @@ gridha_renew_lead(PG_FUNCTION_ARGS)
 				 errmsg("term must not be null")));
 	term = PG_GETARG_INT64(2);
 
+	gridha_require_writable("renew_lead()");
 	args[0] = instance_id;
 	args[1] = PointerGetDatum(role);
 	args[2] = Int64GetDatum(term);
 	args[3] = Int64GetDatum(t.soft_ms);
 	SPI_connect();
+	(void) gridha_instance_check(instance_id);
 	gridha_exec(&leader_renew_stmt, args, NULL, false);
 	ok = SPI_processed > 0;
 	SPI_finish();
@@ -324,9 +327,11 @@ gridha_resign(PG_FUNCTION_ARGS)
 	Datum		args[2];
 	bool		ok;
 
+	gridha_require_writable("resign()");
 	args[0] = instance_id;
 	args[1] = PointerGetDatum(role);
 	SPI_connect();
+	(void) gridha_instance_check(instance_id);
 	gridha_exec(&leader_resign_stmt, args, NULL, false);
 	ok = SPI_processed > 0;
 	SPI_finish();
@@ -395,6 +400,7 @@ gridha_run_maintenance(PG_FUNCTION_ARGS)
 	int64		pruned = 0;
 	int32		opened = 0;
 
+	gridha_require_writable("run_maintenance()");
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "gridha: run_maintenance must return a record");
 	tupdesc = BlessTupleDesc(tupdesc);

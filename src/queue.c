@@ -27,6 +27,7 @@
 #include "ratelimit.h"
 #include "rows.h"
 #include "spi_util.h"
+#include "targets.h"
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"
@@ -46,17 +47,42 @@
  * page is unchanged when it ends, and the claim's own new index entry
  * would change it first. Unmarked, every hand-out would step over all of
  * them again until the next vacuum.
+ *
+ * Two things can keep a locked claim's head from going out. Its target
+ * may be rate-limited: the pick skips targets with no slot now, and a
+ * head of a limited target goes out only with a slot (ratelimit.c). Or
+ * the instance cannot serve its target (it declared the kinds it serves,
+ * targets.c): the claim is set aside, handed back, and if no instance can
+ * serve the target at all, its head is delayed with the reason.
  */
+typedef struct QueueHead
+{
+	Datum		service_id;		/* text, copied */
+	Datum		head_seq;
+	Datum		epoch;
+	const GridhaTarget *target; /* when the pick looks at targets */
+	bool		go;				/* to be handed out */
+} QueueHead;
+
+typedef struct QueueHeads
+{
+	int			n;
+	int			size;
+	QueueHead  *heads;
+} QueueHeads;
+
 typedef struct QueuePick
 {
 	Datum		instance_id;
 	TimestampTz now;
+	bool		leased;			/* SQL 1.1: claims expire with the lease */
+	bool		lease_live;		/* ... which is within its soft expiry */
 	int			max;			/* how many to pick at most */
-	int			n;				/* picked so far */
-	int			size;			/* room in the arrays */
-	Datum	   *service_ids;
-	Datum	   *head_seqs;
-	Datum	   *epochs;
+	int			serves;			/* the kinds the instance serves */
+	bool		by_target;		/* look at each claim's target */
+	List	   *closed;			/* limited targets with no slot now */
+	QueueHeads	picked;			/* in hand-out order */
+	QueueHeads	aside;			/* locked, but not this instance's to serve */
 } QueuePick;
 
 static GridhaStatement queue_target_exists_stmt = {
@@ -103,7 +129,21 @@ static GridhaStatement queue_claimed_stmt = {
 	2, {UUIDOID, INT8OID}
 };
 
+/* ... the hard expiry is the lease's, or the claim's own when earlier */
 static GridhaStatement queue_verify_stmt = {
+	"SELECT c.claimant = $3 AND c.epoch = $4"
+	"       AND least(c.hard_expiry, i.hard_expiry) > now()"
+	"       AND b.seq = c.head_seq AND b.status = 'submitting' AND b.epoch = $4"
+	"       AND b.instance_id = $3"
+	"  FROM gridha.service_claims c"
+	"  JOIN gridha.batches b ON b.service_id = c.service_id AND b.batch_id = $2"
+	"  LEFT JOIN gridha.instances i ON i.instance_id = c.claimant"
+	" WHERE c.service_id = $1",
+	4, {TEXTOID, TEXTOID, UUIDOID, INT8OID}
+};
+
+/* ... on SQL 1.0, the claim's */
+static GridhaStatement queue_v10_verify_stmt = {
 	"SELECT c.claimant = $3 AND c.epoch = $4 AND c.hard_expiry > now()"
 	"       AND b.seq = c.head_seq AND b.status = 'submitting' AND b.epoch = $4"
 	"  FROM gridha.service_claims c"
@@ -176,11 +216,12 @@ gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 		if (res != GRIDHA_ROW_UPDATED)
 			continue;
 
-		out[0] = service_ids[i];
-		out[1] = gridha_rows_get(&rows, GRIDHA_BATCHES, BATCH_BATCH_ID, &isnull);
-		out[2] = gridha_rows_get(&rows, GRIDHA_BATCHES, BATCH_PAYLOAD, &outnull[2]);
-		out[3] = epochs[i];
-		out[4] = Int32GetDatum(attempts);
+		/* what was stored, as RETURNING would say (a trigger may change it) */
+		out[0] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_SERVICE_ID, &outnull[0]);
+		out[1] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_BATCH_ID, &outnull[1]);
+		out[2] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_PAYLOAD, &outnull[2]);
+		out[3] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_EPOCH, &outnull[3]);
+		out[4] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_ATTEMPTS, &outnull[4]);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnull);
 		if (batch_ids != NULL)
 			batch_ids[i] = datumCopy(out[1], false, -1);
@@ -198,7 +239,8 @@ gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 
 /*
  * queue_servable: whether the current claim row is this instance's, ready
- * (its head may go now) and within its soft expiry.
+ * (its head may go now) and within its soft expiry: the instance's lease
+ * and the claim's own expiry, when it has one (SQL 1.0: the claim's).
  */
 static bool
 queue_servable(GridhaRows *rows, QueuePick *pick)
@@ -213,73 +255,269 @@ queue_servable(GridhaRows *rows, QueuePick *pick)
 	if (isnull || DatumGetTimestampTz(d) > pick->now)
 		return false;
 	d = gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_SOFT_EXPIRY, &isnull);
-	if (isnull || DatumGetTimestampTz(d) <= pick->now)
+	if (pick->leased ? (!pick->lease_live || (!isnull && DatumGetTimestampTz(d) <= pick->now)) :
+		(isnull || DatumGetTimestampTz(d) <= pick->now))
 		return false;
 	(void) gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_HEAD_SEQ, &isnull);
 	return !isnull;
 }
 
 /*
+ * queue_target: the judged target of the current claim row (NULL when the
+ * row names none); *closed is set when it is limited with no slot now.
+ */
+static const GridhaTarget *
+queue_target(GridhaRows *rows, QueuePick *pick, bool *closed)
+{
+	bool		isnull;
+	Datum		d = gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_TARGET, &isnull);
+	char	   *name;
+	const GridhaTarget *t;
+	ListCell   *lc;
+
+	*closed = false;
+	if (isnull)
+		return NULL;
+	name = TextDatumGetCString(d);
+	t = gridha_target_get(name);
+	if (t != NULL && t->rate_limited)
+		foreach(lc, pick->closed)
+			if (strcmp((char *) lfirst(lc), name) == 0)
+				*closed = true;
+	pfree(name);
+	return t;
+}
+
+/*
+ * queue_add: appends the current claim row's head to a list.
+ */
+static void
+queue_add(GridhaRows *rows, QueueHeads *list, const GridhaTarget *t)
+{
+	QueueHead  *h;
+	bool		isnull;
+
+	if (list->n == list->size)
+	{
+		list->size = Max(list->size * 2, 8);
+		list->heads = list->heads ? repalloc(list->heads, list->size * sizeof(QueueHead)) :
+			palloc(list->size * sizeof(QueueHead));
+	}
+	h = &list->heads[list->n++];
+	h->service_id =
+		datumCopy(gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_SERVICE_ID, &isnull), false, -1);
+	h->head_seq = gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_HEAD_SEQ, &isnull);
+	h->epoch = gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_EPOCH, &isnull);
+	h->target = t;
+	h->go = t == NULL || !t->rate_limited;
+}
+
+/*
  * queue_pick_claim: the pick's step for one claim the index scan found:
- * lock it unless another transaction holds it, judge its newest version,
- * keep it. False once enough are kept.
+ * unless its target is closed, lock it unless another transaction holds
+ * it, judge its newest version, keep it (or set it aside). False once
+ * enough are kept.
  */
 static bool
 queue_pick_claim(GridhaRows *rows, void *arg)
 {
 	QueuePick  *pick = (QueuePick *) arg;
-	bool		isnull;
+	const GridhaTarget *t = NULL;
+	bool		closed;
 
-	if (!queue_servable(rows, pick) ||
-		gridha_rows_lock(rows, GRIDHA_CLAIMS, true, true) != GRIDHA_ROW_LOCKED ||
+	if (!queue_servable(rows, pick))
+		return true;
+	if (pick->by_target)
+	{
+		(void) queue_target(rows, pick, &closed);
+		if (closed)
+			return true;
+	}
+	if (gridha_rows_lock(rows, GRIDHA_CLAIMS, true, true) != GRIDHA_ROW_LOCKED ||
 		!queue_servable(rows, pick))
 		return true;
-	if (pick->n == pick->size)
+	if (pick->by_target)
 	{
-		pick->size *= 2;
-		pick->service_ids = repalloc(pick->service_ids, pick->size * sizeof(Datum));
-		pick->head_seqs = repalloc(pick->head_seqs, pick->size * sizeof(Datum));
-		pick->epochs = repalloc(pick->epochs, pick->size * sizeof(Datum));
+		/* judged again on the version locked */
+		t = queue_target(rows, pick, &closed);
+		if (closed)
+			return true;
+		if (!gridha_target_servable(t, pick->serves))
+		{
+			queue_add(rows, &pick->aside, t);
+			return true;
+		}
 	}
-	pick->service_ids[pick->n] =
-		datumCopy(gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_SERVICE_ID, &isnull), false, -1);
-	pick->head_seqs[pick->n] = gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_HEAD_SEQ, &isnull);
-	pick->epochs[pick->n] = gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_EPOCH, &isnull);
-	pick->n++;
-	return pick->n < pick->max;
+	queue_add(rows, &pick->picked, t);
+	return pick->picked.n < pick->max;
+}
+
+/*
+ * queue_slots: the heads of limited targets go out only with a slot:
+ * slots are taken per target, targets in name order (ratelimit.c).
+ */
+static void
+queue_slots(QueuePick *pick)
+{
+	QueueHead  *h = pick->picked.heads;
+	int			n = pick->picked.n;
+	bool	   *done = palloc0(sizeof(bool) * Max(n, 1));
+
+	for (;;)
+	{
+		const char *first = NULL;
+		int			want = 0;
+		int			got;
+		int			i;
+
+		/* the next target in name order among those not asked yet */
+		for (i = 0; i < n; i++)
+			if (!done[i] && h[i].target != NULL && h[i].target->rate_limited &&
+				(first == NULL || strcmp(h[i].target->name, first) < 0))
+				first = h[i].target->name;
+		if (first == NULL)
+			break;
+		for (i = 0; i < n; i++)
+			if (!done[i] && h[i].target != NULL && strcmp(h[i].target->name, first) == 0)
+				want++;
+		got = gridha_ratelimit_take(first, want);
+		/* the longest waiting get the slots */
+		for (i = 0; i < n; i++)
+			if (!done[i] && h[i].target != NULL && strcmp(h[i].target->name, first) == 0)
+			{
+				h[i].go = got-- > 0;
+				done[i] = true;
+			}
+	}
+	pfree(done);
+}
+
+/*
+ * queue_delay_head: a head the pick locked the claim of, and whose target
+ * no instance can serve, becomes delayed with the reason as its detail,
+ * unless it is not waiting to go out (then nothing changes). Returns when
+ * it may go again, 0 when it was left alone.
+ */
+static TimestampTz
+queue_delay_head(GridhaRows *rows, QueueHead *h, const char *reason, TimestampTz now)
+{
+	Datum		key[2];
+	bool		isnull;
+	GridhaUpdateResult res;
+	TimestampTz not_before = 0;
+
+	key[0] = h->service_id;
+	key[1] = h->head_seq;
+	if (!gridha_rows_fetch(rows, GRIDHA_KEY_BATCH_SEQ, key))
+		return 0;
+	do
+	{
+		GridhaStatus status = gridha_status_of(gridha_rows_get(rows, GRIDHA_BATCHES, BATCH_STATUS, &isnull));
+		int32		attempts;
+		GridhaColumn batch[3];
+
+		/* waiting: queued, delayed, unknown, or a revoked hand-out */
+		if (status == GRIDHA_SUBMITTING)
+			(void) gridha_rows_get(rows, GRIDHA_BATCHES, BATCH_INSTANCE_ID, &isnull);
+		else
+			isnull = true;
+		if (!isnull || (status != GRIDHA_QUEUED && status != GRIDHA_DELAYED &&
+						status != GRIDHA_UNKNOWN && status != GRIDHA_SUBMITTING))
+			return 0;
+		attempts = DatumGetInt32(gridha_rows_get(rows, GRIDHA_BATCHES, BATCH_ATTEMPTS, &isnull));
+		not_before = gridha_backoff_until(now, attempts);
+		batch[0] = (GridhaColumn) {BATCH_STATUS, gridha_status_datum(GRIDHA_DELAYED), false};
+		batch[1] = (GridhaColumn) {BATCH_NOT_BEFORE, TimestampTzGetDatum(not_before), false};
+		batch[2] = (GridhaColumn) {BATCH_DETAIL, CStringGetTextDatum(reason), false};
+		res = gridha_rows_update(rows, GRIDHA_BATCHES, batch, lengthof(batch));
+	} while (res == GRIDHA_ROW_CHANGED);
+	return res == GRIDHA_ROW_UPDATED ? not_before : 0;
+}
+
+/*
+ * queue_set_aside: hands back the claims the pick locked but this instance
+ * cannot serve. When no instance can serve their target, their heads are
+ * delayed first, with the reason, and the target is warned about.
+ */
+static void
+queue_set_aside(QueuePick *pick)
+{
+	GridhaRows	rows;
+	int			i;
+
+	gridha_rows_begin(&rows, true);
+	for (i = 0; i < pick->aside.n; i++)
+	{
+		QueueHead  *h = &pick->aside.heads[i];
+		const char *reason = h->target == NULL ? "the service's target row is missing" :
+			h->target->unusable;
+		TimestampTz not_before = 0;
+		GridhaColumn claim[4] = {
+			{CLAIM_CLAIMANT, (Datum) 0, true},
+			{CLAIM_SOFT_EXPIRY, (Datum) 0, true},
+			{CLAIM_HARD_EXPIRY, (Datum) 0, true},
+			{CLAIM_READY_AT, (Datum) 0, false}
+		};
+		int			nclaim = 3;
+
+		if (reason != NULL)
+		{
+			not_before = queue_delay_head(&rows, h, reason, pick->now);
+			if (h->target != NULL)
+				gridha_target_warn(h->target->name, reason);
+		}
+		if (not_before != 0)
+		{
+			claim[3].value = TimestampTzGetDatum(not_before);
+			nclaim = 4;
+		}
+		/* the pick locked the claim: it is as this snapshot sees it */
+		if (!gridha_rows_fetch(&rows, GRIDHA_KEY_CLAIM, &h->service_id) ||
+			gridha_rows_update(&rows, GRIDHA_CLAIMS, claim, nclaim) != GRIDHA_ROW_UPDATED)
+			elog(ERROR, "gridha: the claim on service \"%s\" changed while it was handed back",
+				 TextDatumGetCString(h->service_id));
+	}
+	gridha_rows_end(&rows);
 }
 
 /*
  * gridha_queue_handout: hands out up to max_batches ready heads of this
  * instance's services, the one that has waited longest first, one per
- * service. Only claims within their soft expiry are served. Returns the
- * number handed out.
- *
- * While some target is rate-limited, ratelimit.c hands out instead: it
- * skips the heads of targets with no slot now and takes a slot for each
- * head of a limited target. Otherwise the pick and gridha_queue_write are
- * all there is.
+ * service. Only claims within their soft expiry are served, and, when the
+ * instance declared the kinds of target it serves, only those of targets
+ * it can serve (it hands the others back). A head of a rate-limited
+ * target goes out only with a slot. Returns the number handed out.
  */
 int
-gridha_queue_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rsinfo)
+gridha_queue_handout(Datum instance_id, int32 max_batches, const GridhaInstance *inst,
+					 ReturnSetInfo *rsinfo)
 {
 	static const AttrNumber attnos[2] = {CLAIM_CLAIMANT, CLAIM_READY_AT};
 	static const StrategyNumber strategies[2] = {BTEqualStrategyNumber, BTLessEqualStrategyNumber};
 	Datum		values[2];
 	QueuePick	pick;
 	GridhaRows	rows;
+	bool		limited;
+	Datum	   *sids;
+	Datum	   *seqs;
+	Datum	   *epochs;
+	Datum	   *batch_ids = NULL;
+	int			n = 0;
+	int			done;
+	int			i;
 
-	if (gridha_ratelimit_active())
-		return gridha_ratelimit_handout(instance_id, max_batches, rsinfo);
+	gridha_targets_refresh();
+	limited = gridha_targets_any_limited();
 
+	memset(&pick, 0, sizeof(pick));
 	pick.instance_id = instance_id;
 	pick.now = GetCurrentTransactionStartTimestamp();
+	pick.leased = inst->leased;
+	pick.lease_live = inst->lease_live;
 	pick.max = max_batches;
-	pick.n = 0;
-	pick.size = Max(Min(max_batches, 8), 1);
-	pick.service_ids = palloc(pick.size * sizeof(Datum));
-	pick.head_seqs = palloc(pick.size * sizeof(Datum));
-	pick.epochs = palloc(pick.size * sizeof(Datum));
+	pick.serves = inst->serves;
+	pick.by_target = limited || inst->serves != GRIDHA_SERVES_ANY;
+	pick.closed = limited ? gridha_ratelimit_closed() : NIL;
 	values[0] = instance_id;
 	values[1] = TimestampTzGetDatum(pick.now);
 
@@ -287,37 +525,101 @@ gridha_queue_handout(Datum instance_id, int32 max_batches, ReturnSetInfo *rsinfo
 	gridha_rows_scan(&rows, GRIDHA_CLAIMS, attnos, strategies, values, 2, queue_pick_claim, &pick);
 	gridha_rows_end(&rows);
 
-	return gridha_queue_write(instance_id, pick.service_ids, pick.head_seqs, pick.epochs,
-							  pick.n, rsinfo, NULL);
+	if (pick.aside.n > 0)
+		queue_set_aside(&pick);
+	if (pick.picked.n == 0)
+		return 0;
+	if (limited)
+		queue_slots(&pick);
+
+	sids = palloc(sizeof(Datum) * pick.picked.n);
+	seqs = palloc(sizeof(Datum) * pick.picked.n);
+	epochs = palloc(sizeof(Datum) * pick.picked.n);
+	for (i = 0; i < pick.picked.n; i++)
+	{
+		QueueHead  *h = &pick.picked.heads[i];
+
+		if (!h->go)
+			continue;
+		sids[n] = h->service_id;
+		seqs[n] = h->head_seq;
+		epochs[n] = h->epoch;
+		n++;
+	}
+	if (limited)
+		batch_ids = palloc(sizeof(Datum) * Max(n, 1));
+	done = gridha_queue_write(instance_id, sids, seqs, epochs, n, rsinfo, batch_ids);
+
+	/* log the hand-outs that took a slot */
+	if (limited && done > 0)
+	{
+		Datum	   *targets = palloc(sizeof(Datum) * n);
+		int			nlog = 0;
+		int			k = 0;
+
+		for (i = 0; i < pick.picked.n; i++)
+		{
+			QueueHead  *h = &pick.picked.heads[i];
+
+			if (!h->go)
+				continue;
+			if (batch_ids[k] != (Datum) 0 && h->target != NULL && h->target->rate_limited)
+			{
+				targets[nlog] = CStringGetTextDatum(h->target->name);
+				sids[nlog] = h->service_id;
+				batch_ids[nlog] = batch_ids[k];
+				epochs[nlog] = h->epoch;
+				nlog++;
+			}
+			k++;
+		}
+		gridha_ratelimit_log(instance_id, targets, sids, batch_ids, epochs, nlog);
+	}
+	return done;
 }
 
 /*
  * queue_next: the queuer cycle shared by next_batch and next_batches.
  *
- * Renews and acquires when the renew interval has passed; otherwise claim
- * work is done only when there is nothing to hand out (then acquire only).
+ * Acquires and renews when the renew interval has passed (in that order:
+ * see claims.c); otherwise claim work is done only when there is nothing
+ * to hand out (then acquire only, and cheaply when there is nothing to
+ * take). An instance asked to shed claims hands back idle ones first.
  */
 static void
 queue_next(FunctionCallInfo fcinfo, Datum instance_id, int32 max_batches)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	GridhaInstance inst;
+	bool		acquired = false;
 
+	gridha_require_writable(max_batches == 1 ? "next_batch()" : "next_batches()");
 	InitMaterializedSRF(fcinfo, 0);
 	if (max_batches == 0)
 		return;
 
 	SPI_connect();
 	inst = gridha_instance_touch(instance_id);
-	if (inst.cycle_due)
+	if (inst.leased && inst.shed > 0)
 	{
-		(void) gridha_claims_renew(instance_id);
-		(void) gridha_claims_acquire(instance_id, inst.is_worker, NULL);
+		inst.held -= gridha_claims_shed_asked(instance_id, &inst);
+		acquired = true;		/* nothing more to take in this call */
 	}
-	if (gridha_queue_handout(instance_id, max_batches, rsinfo) == 0 && !inst.cycle_due)
+	if (inst.cycle_due || (inst.leased && !inst.lease_live))
 	{
-		if (gridha_claims_acquire(instance_id, inst.is_worker, NULL) > 0)
-			(void) gridha_queue_handout(instance_id, max_batches, rsinfo);
+		if (!acquired)
+			(void) gridha_claims_acquire(instance_id, &inst, false, NULL);
+		(void) gridha_claims_renew(instance_id, &inst);
+		inst.lease_live = true;
+		acquired = true;
+	}
+	if (gridha_queue_handout(instance_id, max_batches, &inst, rsinfo) == 0 && !acquired)
+	{
+		if (gridha_claims_acquire(instance_id, &inst, true, NULL) > 0)
+		{
+			inst.lease_live = true;
+			(void) gridha_queue_handout(instance_id, max_batches, &inst, rsinfo);
+		}
 	}
 	SPI_finish();
 }
@@ -367,6 +669,7 @@ gridha_enqueue(PG_FUNCTION_ARGS)
 	char		nulls[4] = "   ";
 	int64		seq;
 
+	gridha_require_writable("enqueue()");
 	SPI_connect();
 
 	if (!PG_ARGISNULL(3))
@@ -423,6 +726,7 @@ gridha_claimed_batches(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	(void) gridha_instance_check(instance_id);
 	args[0] = instance_id;
 	args[1] = Int64GetDatum(max_batches);
 	gridha_exec(&queue_claimed_stmt, args, NULL, true);
@@ -450,13 +754,15 @@ gridha_verify_batch(PG_FUNCTION_ARGS)
 	int64		epoch = gridha_arg_epoch(fcinfo, 3);
 	Datum		args[4];
 	bool		ok = false;
+	bool		leased;
 
 	SPI_connect();
+	leased = gridha_instance_check(instance_id);
 	args[0] = PointerGetDatum(service_id);
 	args[1] = PointerGetDatum(batch_id);
 	args[2] = instance_id;
 	args[3] = Int64GetDatum(epoch);
-	gridha_exec(&queue_verify_stmt, args, NULL, true);
+	gridha_exec(leased ? &queue_verify_stmt : &queue_v10_verify_stmt, args, NULL, true);
 	if (SPI_processed > 0)
 	{
 		bool		isnull;

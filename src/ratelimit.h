@@ -10,12 +10,13 @@
 
 #include "postgres.h"
 #include "fmgr.h"
-#include "nodes/execnodes.h"
+#include "nodes/pg_list.h"
 
 extern void gridha_ratelimit_prune_log(void);
-extern bool gridha_ratelimit_active(void);
-extern int	gridha_ratelimit_handout(Datum instance_id, int32 max_batches,
-									 ReturnSetInfo *rsinfo);
+extern List *gridha_ratelimit_closed(void);
+extern int	gridha_ratelimit_take(const char *target, int want);
+extern void gridha_ratelimit_log(Datum instance_id, Datum *targets, Datum *service_ids,
+								 Datum *batch_ids, Datum *epochs, int n);
 extern long gridha_ratelimit_wait_ms(Datum instance_id);
 
 #endif							/* GRIDHA_RATELIMIT_H */

@@ -48,6 +48,7 @@
 #include "executor/executor.h"
 #include "nodes/makefuncs.h"
 #include "parser/parsetree.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -71,6 +72,36 @@ static const char *const rows_instance_columns[] = {
 	NULL, "instance_id", "label", "kind", "registered_at", "last_seen_at",
 	"stopped_at", "session_key"
 };
+
+/* The optional columns of rows.h: their table and name */
+static const struct
+{
+	GridhaTable table;
+	const char *name;
+}			rows_optional[GRIDHA_NOPTIONAL] = {
+	[INSTANCE_SERVES] = {GRIDHA_INSTANCES, "serves"},
+	[INSTANCE_OWNER] = {GRIDHA_INSTANCES, "owner"},
+	[INSTANCE_SOFT_EXPIRY] = {GRIDHA_INSTANCES, "soft_expiry"},
+	[INSTANCE_HARD_EXPIRY] = {GRIDHA_INSTANCES, "hard_expiry"},
+	[INSTANCE_HELD] = {GRIDHA_INSTANCES, "held"},
+	[INSTANCE_SHED] = {GRIDHA_INSTANCES, "shed"},
+};
+
+/*
+ * What this backend knows of each table's layout: checked once per
+ * relation and again after each invalidation of it (an ALTER TABLE, an
+ * ALTER EXTENSION UPDATE, the extension created again).
+ */
+typedef struct RowsLayout
+{
+	Oid			relid;			/* InvalidOid: check again */
+	AttrNumber	optional[GRIDHA_NOPTIONAL];
+} RowsLayout;
+
+static RowsLayout rows_layout[GRIDHA_NTABLES];
+static bool rows_callback_registered = false;
+
+static GridhaRowsRel *rows_open(GridhaRows *rows, GridhaTable table);
 
 typedef struct RowsKeyDef
 {
@@ -131,6 +162,70 @@ rows_check_columns(Relation rel, GridhaTable table)
 		if (att->attisdropped || strcmp(NameStr(att->attname), names[i]) != 0)
 			elog(ERROR, "gridha: column %d of gridha.%s is not %s", i, rows_tables[table], names[i]);
 	}
+}
+
+/*
+ * rows_layout_callback: a table changed (or every table): its layout is
+ * checked again at its next use.
+ */
+static void
+rows_layout_callback(Datum arg, Oid relid)
+{
+	int			i;
+
+	for (i = 0; i < GRIDHA_NTABLES; i++)
+		if (relid == InvalidOid || rows_layout[i].relid == relid)
+			rows_layout[i].relid = InvalidOid;
+}
+
+/*
+ * rows_check_layout: the table's columns are what rows.h says, and its
+ * optional columns are found, unless this was done since it last changed.
+ */
+static void
+rows_check_layout(Relation rel, GridhaTable table)
+{
+	RowsLayout *layout = &rows_layout[table];
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			k;
+	int			i;
+
+	if (!rows_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(rows_layout_callback, (Datum) 0);
+		rows_callback_registered = true;
+	}
+	if (layout->relid == RelationGetRelid(rel))
+		return;
+	rows_check_columns(rel, table);
+	for (k = 0; k < GRIDHA_NOPTIONAL; k++)
+	{
+		layout->optional[k] = 0;
+		if (rows_optional[k].table != table)
+			continue;
+		for (i = 0; i < desc->natts; i++)
+		{
+			Form_pg_attribute att = TupleDescAttr(desc, i);
+
+			if (!att->attisdropped && strcmp(NameStr(att->attname), rows_optional[k].name) == 0)
+				layout->optional[k] = att->attnum;
+		}
+	}
+	layout->relid = RelationGetRelid(rel);
+}
+
+/*
+ * gridha_rows_attno: the attribute number of an optional column in the
+ * table as this command opened it, 0 when the table has no such column
+ * (a database whose SQL is still gridha 1.0). Opens the table if needed.
+ */
+AttrNumber
+gridha_rows_attno(GridhaRows *rows, GridhaOptionalColumn col)
+{
+	GridhaTable table = rows_optional[col].table;
+
+	(void) rows_open(rows, table);
+	return rows_layout[table].optional[col];
 }
 
 /*
@@ -241,7 +336,7 @@ rows_open(GridhaRows *rows, GridhaTable table)
 	if (!OidIsValid(relid))
 		elog(ERROR, "gridha: table gridha.%s does not exist", rows_tables[table]);
 	r->rel = table_open(relid, rows->write ? RowExclusiveLock : AccessShareLock);
-	rows_check_columns(r->rel, table);
+	rows_check_layout(r->rel, table);
 	if (table == GRIDHA_BATCHES)
 		rows_load_statuses(r->rel);
 	if (rows->write)
@@ -527,6 +622,13 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 	{
 		bool		traversed;
 
+		/*
+		 * The new row's values still point into the page of the row they
+		 * came from, and the lock below lets go of that page before it
+		 * reads the row again: give the new row its own copy first, as
+		 * PostgreSQL's trigger code does.
+		 */
+		ExecMaterializeSlot(r->next);
 		switch (rows_lock(rows, r, false, false, &traversed))
 		{
 			case GRIDHA_ROW_LOCKED:
@@ -573,6 +675,18 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 	ExecARUpdateTriggers(estate, r->rri, NULL, NULL, &tid, NULL, r->next, recheck, NULL, false);
 	list_free(recheck);
 	return GRIDHA_ROW_UPDATED;
+}
+
+/*
+ * gridha_rows_get_stored: a column of the row version the last successful
+ * gridha_rows_update of the table wrote, a BEFORE UPDATE trigger's changes
+ * included: what a RETURNING clause would return. Valid until the next
+ * fetch, lock or update of the table.
+ */
+Datum
+gridha_rows_get_stored(GridhaRows *rows, GridhaTable table, int attno, bool *isnull)
+{
+	return slot_getattr(rows->rels[table].next, attno, isnull);
 }
 
 /*

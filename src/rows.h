@@ -71,6 +71,21 @@ typedef enum GridhaKey
 #define INSTANCE_LAST_SEEN_AT	5
 #define INSTANCE_SESSION_KEY	7
 
+/*
+ * Columns added after gridha 1.0, found by name when a table is opened
+ * (gridha_rows_attno): 0 while the database's SQL is still 1.0.
+ */
+typedef enum GridhaOptionalColumn
+{
+	INSTANCE_SERVES,			/* instances.serves */
+	INSTANCE_OWNER,				/* instances.owner */
+	INSTANCE_SOFT_EXPIRY,		/* instances.soft_expiry: the lease */
+	INSTANCE_HARD_EXPIRY,		/* instances.hard_expiry */
+	INSTANCE_HELD,				/* instances.held: claims it holds */
+	INSTANCE_SHED,				/* instances.shed: claims asked back */
+	GRIDHA_NOPTIONAL
+} GridhaOptionalColumn;
+
 /* One table as a GridhaRows uses it */
 typedef struct GridhaRowsRel
 {
@@ -128,6 +143,9 @@ extern Datum gridha_rows_get(GridhaRows *rows, GridhaTable table, int attno,
 							 bool *isnull);
 extern GridhaUpdateResult gridha_rows_update(GridhaRows *rows, GridhaTable table,
 											 GridhaColumn *cols, int ncols);
+extern AttrNumber gridha_rows_attno(GridhaRows *rows, GridhaOptionalColumn col);
+extern Datum gridha_rows_get_stored(GridhaRows *rows, GridhaTable table, int attno,
+									bool *isnull);
 extern void gridha_rows_end(GridhaRows *rows);
 
 /* The labels of gridha.batch_status, in its order */

@@ -13,6 +13,8 @@
 
 #include "spi_util.h"
 
+#include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -116,18 +118,19 @@ gridha_arg_uuid(FunctionCallInfo fcinfo, int argno, const char *name)
 }
 
 /*
- * gridha_arg_id: a text identifier that must be given and not empty.
+ * gridha_check_id: a text identifier (argument or array element) that
+ * must be given and not empty.
  */
 text *
-gridha_arg_id(FunctionCallInfo fcinfo, int argno, const char *name)
+gridha_check_id(Datum value, bool isnull, const char *name)
 {
 	text	   *t;
 
-	if (PG_ARGISNULL(argno))
+	if (isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("%s must not be null", name)));
-	t = PG_GETARG_TEXT_PP(argno);
+	t = DatumGetTextPP(value);
 	if (VARSIZE_ANY_EXHDR(t) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -136,24 +139,46 @@ gridha_arg_id(FunctionCallInfo fcinfo, int argno, const char *name)
 }
 
 /*
- * gridha_arg_epoch: an epoch argument, given and not negative.
+ * gridha_arg_id: a text identifier argument that must be given and not
+ * empty.
+ */
+text *
+gridha_arg_id(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	return gridha_check_id(PG_ARGISNULL(argno) ? (Datum) 0 : PG_GETARG_DATUM(argno),
+						   PG_ARGISNULL(argno), name);
+}
+
+/*
+ * gridha_check_epoch: an epoch (argument or array element), given and not
+ * negative.
  */
 int64
-gridha_arg_epoch(FunctionCallInfo fcinfo, int argno)
+gridha_check_epoch(Datum value, bool isnull)
 {
 	int64		epoch;
 
-	if (PG_ARGISNULL(argno))
+	if (isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("epoch must not be null")));
-	epoch = PG_GETARG_INT64(argno);
+	epoch = DatumGetInt64(value);
 	if (epoch < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("epoch must not be negative"),
 				 errdetail("The epoch given was " INT64_FORMAT ".", epoch)));
 	return epoch;
+}
+
+/*
+ * gridha_arg_epoch: an epoch argument, given and not negative.
+ */
+int64
+gridha_arg_epoch(FunctionCallInfo fcinfo, int argno)
+{
+	return gridha_check_epoch(PG_ARGISNULL(argno) ? (Datum) 0 : PG_GETARG_DATUM(argno),
+							  PG_ARGISNULL(argno));
 }
 
 /*
@@ -175,6 +200,29 @@ gridha_arg_count(FunctionCallInfo fcinfo, int argno, const char *name)
 				 errmsg("%s must not be negative", name),
 				 errdetail("The value given was %d.", n)));
 	return n;
+}
+
+/*
+ * gridha_require_writable: refuses a write path inside a read-only
+ * transaction or on a hot standby, with SQLSTATE 25006, before anything is
+ * read or written. The hot path's row writes (rows.c) bypass the executor
+ * checks that would otherwise refuse them, so every write path calls this
+ * first.
+ */
+void
+gridha_require_writable(const char *what)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot execute %s during recovery", what),
+				 errdetail("This server is a standby; gridha writes only on the primary."),
+				 errhint("Connect to the primary, for example with target_session_attrs=read-write in a multi-host connection string.")));
+	if (XactReadOnly)
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("cannot execute %s in a read-only transaction", what),
+				 errhint("Call it in a read-write transaction.")));
 }
 
 /*

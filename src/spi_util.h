@@ -46,8 +46,13 @@ extern Datum gridha_int8_array(Datum *elems, int n);
 extern Datum gridha_arg_uuid(FunctionCallInfo fcinfo, int argno, const char *name);
 extern text *gridha_arg_id(FunctionCallInfo fcinfo, int argno, const char *name);
 extern int64 gridha_arg_epoch(FunctionCallInfo fcinfo, int argno);
+extern text *gridha_check_id(Datum value, bool isnull, const char *name);
+extern int64 gridha_check_epoch(Datum value, bool isnull);
 extern int32 gridha_arg_count(FunctionCallInfo fcinfo, int argno, const char *name);
 
 extern bool gridha_uuid_equal(Datum a, Datum b);
+
+/* Write paths refuse read-only transactions and hot standbys (25006) */
+extern void gridha_require_writable(const char *what);
 
 #endif							/* GRIDHA_SPI_UTIL_H */

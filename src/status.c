@@ -46,17 +46,22 @@
 #include "postgres.h"
 
 #include "gridha.h"
+#include "instances.h"
 #include "rows.h"
 #include "spi_util.h"
 #include "status.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_enum.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "funcapi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/resowner.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -175,18 +180,6 @@ status_diagnose(Datum instance_id, text *service_id, text *batch_id,
 }
 
 /*
- * status_backoff: when a batch delayed after its attempts-th hand-out may
- * go again: the wait grows with the attempts, up to GRIDHA_BACKOFF_MAX_MS.
- */
-static TimestampTz
-status_backoff(TimestampTz now, int32 attempts)
-{
-	int64		ms = GRIDHA_BACKOFF_BASE_MS + (int64) GRIDHA_BACKOFF_STEP_MS * Max(attempts - 1, 0);
-
-	return TimestampTzPlusMilliseconds(now, Min(ms, GRIDHA_BACKOFF_MAX_MS));
-}
-
-/*
  * status_judge_batch: whether the current batch row is in a status the
  * report may move it from; sets its seq and attempts.
  */
@@ -236,7 +229,7 @@ status_judge_claim(GridhaRows *rows, Datum instance_id, int64 epoch, int64 seq,
 	claim[1] = (GridhaColumn) {CLAIM_HEAD_SEQ, Int64GetDatum(final ? seq + 1 : seq), final && !more};
 	claim[2] = (GridhaColumn) {CLAIM_READY_AT, TimestampTzGetDatum(now), false};
 	if (new_status == GRIDHA_DELAYED)
-		claim[2].value = TimestampTzGetDatum(status_backoff(now, attempts));
+		claim[2].value = TimestampTzGetDatum(gridha_backoff_until(now, attempts));
 	else if (final ? !more : new_status != GRIDHA_UNKNOWN)
 		claim[2].isnull = true;
 	return true;
@@ -336,7 +329,7 @@ status_try(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 		nbatch = 0;
 		batch[nbatch++] = (GridhaColumn) {BATCH_STATUS, gridha_status_datum(new_status), false};
 		batch[nbatch++] = (GridhaColumn) {BATCH_NOT_BEFORE,
-			TimestampTzGetDatum(status_backoff(now, attempts)), new_status != GRIDHA_DELAYED};
+			TimestampTzGetDatum(gridha_backoff_until(now, attempts)), new_status != GRIDHA_DELAYED};
 		batch[nbatch++] = (GridhaColumn) {BATCH_FINISHED_AT, TimestampTzGetDatum(now), !final};
 		if (detail != NULL)
 			batch[nbatch++] = (GridhaColumn) {BATCH_DETAIL, PointerGetDatum(detail), false};
@@ -377,6 +370,63 @@ status_report(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 	pg_unreachable();
 }
 
+/*
+ * status_of_outcome: the status a submission outcome moves a batch to:
+ * accepted -> pending, delayed -> delayed, rejected -> invalid (any case);
+ * another word is refused with RG004.
+ */
+static GridhaStatus
+status_of_outcome(Datum word, bool isnull)
+{
+	char	   *outcome;
+
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("outcome must not be null")));
+	outcome = TextDatumGetCString(word);
+	if (pg_strcasecmp(outcome, "accepted") == 0)
+		return GRIDHA_PENDING;
+	if (pg_strcasecmp(outcome, "delayed") == 0)
+		return GRIDHA_DELAYED;
+	if (pg_strcasecmp(outcome, "rejected") == 0)
+		return GRIDHA_INVALID;
+	ereport(ERROR,
+			(errcode(ERRCODE_GRIDHA_UNKNOWN_OUTCOME),
+			 errmsg("unknown submission outcome \"%s\"", outcome),
+			 errhint("Use accepted, delayed or rejected.")));
+	pg_unreachable();
+}
+
+/*
+ * status_of_ledger_word: the status a ledger's word moves a batch to:
+ * pending, valid, committed, invalid, unknown (any case); another word is
+ * refused with RG005.
+ */
+static GridhaStatus
+status_of_ledger_word(Datum value, bool isnull)
+{
+	static const char *const words[] = {"pending", "valid", "committed", "invalid", "unknown"};
+	static const GridhaStatus statuses[] = {GRIDHA_PENDING, GRIDHA_VALID, GRIDHA_COMMITTED,
+	GRIDHA_INVALID, GRIDHA_UNKNOWN};
+	char	   *word;
+	int			i;
+
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("dlt_status must not be null")));
+	word = TextDatumGetCString(value);
+	for (i = 0; i < lengthof(words); i++)
+		if (pg_strcasecmp(word, words[i]) == 0)
+			return statuses[i];
+	ereport(ERROR,
+			(errcode(ERRCODE_GRIDHA_UNKNOWN_DLT_STATUS),
+			 errmsg("unknown ledger status \"%s\"", word),
+			 errhint("Use pending, valid, committed, invalid or unknown (any case).")));
+	pg_unreachable();
+}
+
 PG_FUNCTION_INFO_V1(gridha_report_submission);
 
 /*
@@ -395,30 +445,13 @@ gridha_report_submission(PG_FUNCTION_ARGS)
 	text	   *batch_id = gridha_arg_id(fcinfo, 2, "batch_id");
 	int64		epoch = gridha_arg_epoch(fcinfo, 3);
 	text	   *detail = PG_ARGISNULL(5) ? NULL : PG_GETARG_TEXT_PP(5);
-	char	   *outcome;
 	GridhaStatus new_status;
-	Datum		result;
 
-	if (PG_ARGISNULL(4))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("outcome must not be null")));
-	outcome = text_to_cstring(PG_GETARG_TEXT_PP(4));
-	if (pg_strcasecmp(outcome, "accepted") == 0)
-		new_status = GRIDHA_PENDING;
-	else if (pg_strcasecmp(outcome, "delayed") == 0)
-		new_status = GRIDHA_DELAYED;
-	else if (pg_strcasecmp(outcome, "rejected") == 0)
-		new_status = GRIDHA_INVALID;
-	else
-		ereport(ERROR,
-				(errcode(ERRCODE_GRIDHA_UNKNOWN_OUTCOME),
-				 errmsg("unknown submission outcome \"%s\"", outcome),
-				 errhint("Use accepted, delayed or rejected.")));
-
-	result = status_report(instance_id, service_id, batch_id, epoch, new_status,
-						   detail, FROM_SUBMITTING);
-	PG_RETURN_DATUM(result);
+	gridha_require_writable("report_submission()");
+	new_status = status_of_outcome(PG_GETARG_DATUM(4), PG_ARGISNULL(4));
+	(void) gridha_instance_check(instance_id);
+	PG_RETURN_DATUM(status_report(instance_id, service_id, batch_id, epoch, new_status,
+								  detail, FROM_SUBMITTING));
 }
 
 PG_FUNCTION_INFO_V1(gridha_report_status);
@@ -434,35 +467,192 @@ PG_FUNCTION_INFO_V1(gridha_report_status);
 Datum
 gridha_report_status(PG_FUNCTION_ARGS)
 {
-	static const char *const words[] = {"pending", "valid", "committed", "invalid", "unknown"};
-	static const GridhaStatus statuses[] = {GRIDHA_PENDING, GRIDHA_VALID, GRIDHA_COMMITTED,
-	GRIDHA_INVALID, GRIDHA_UNKNOWN};
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
 	text	   *service_id = gridha_arg_id(fcinfo, 1, "service_id");
 	text	   *batch_id = gridha_arg_id(fcinfo, 2, "batch_id");
 	int64		epoch = gridha_arg_epoch(fcinfo, 3);
-	char	   *word;
-	int			found = -1;
-	Datum		result;
-	int			i;
+	GridhaStatus new_status;
 
-	if (PG_ARGISNULL(4))
+	gridha_require_writable("report_status()");
+	new_status = status_of_ledger_word(PG_GETARG_DATUM(4), PG_ARGISNULL(4));
+	(void) gridha_instance_check(instance_id);
+	PG_RETURN_DATUM(status_report(instance_id, service_id, batch_id, epoch, new_status,
+								  NULL, FROM_IN_FLIGHT));
+}
+
+/* The arrays of a batched report, one element per batch */
+typedef struct StatusMany
+{
+	int			n;
+	Datum	   *service_ids;
+	bool	   *service_ids_null;
+	Datum	   *batch_ids;
+	bool	   *batch_ids_null;
+	Datum	   *epochs;
+	bool	   *epochs_null;
+	Datum	   *words;
+	bool	   *words_null;
+	Datum	   *details;		/* NULL: no details given */
+	bool	   *details_null;
+} StatusMany;
+
+/*
+ * status_array: a one-dimensional array argument, deconstructed; its
+ * length must be n (n < 0: it sets n). NULL arrays are refused (22004).
+ */
+static void
+status_array(FunctionCallInfo fcinfo, int argno, const char *name, Oid elemtype,
+			 int *n, Datum **elems, bool **nulls)
+{
+	ArrayType  *a;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	int			count;
+
+	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("dlt_status must not be null")));
-	word = text_to_cstring(PG_GETARG_TEXT_PP(4));
-	for (i = 0; i < lengthof(words); i++)
-		if (pg_strcasecmp(word, words[i]) == 0)
-			found = i;
-	if (found < 0)
+				 errmsg("%s must not be null", name)));
+	a = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(a) > 1)
 		ereport(ERROR,
-				(errcode(ERRCODE_GRIDHA_UNKNOWN_DLT_STATUS),
-				 errmsg("unknown ledger status \"%s\"", word),
-				 errhint("Use pending, valid, committed, invalid or unknown (any case).")));
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a one-dimensional array", name)));
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(a, elemtype, typlen, typbyval, typalign, elems, nulls, &count);
+	if (*n >= 0 && count != *n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s has %d elements, service_ids has %d", name, count, *n),
+				 errdetail("Each array holds one element per batch reported.")));
+	*n = count;
+}
 
-	result = status_report(instance_id, service_id, batch_id, epoch, statuses[found],
-						   NULL, FROM_IN_FLIGHT);
-	PG_RETURN_DATUM(result);
+/*
+ * status_report_many: report_submissions and report_statuses: each batch
+ * is reported as its single report would be, in a subtransaction of its
+ * own; one that is refused (gridha's RG errors, a NULL or empty id, a
+ * negative epoch, an unknown word) is rolled back alone and its row says
+ * why, the others are kept. Any other error (a serialization failure, a
+ * lock timeout, a cancel) aborts the whole call.
+ */
+static void
+status_report_many(FunctionCallInfo fcinfo, bool submissions)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	StatusMany	m;
+	int			i;
+
+	gridha_require_writable(submissions ? "report_submissions()" : "report_statuses()");
+	memset(&m, 0, sizeof(m));
+	m.n = -1;
+	status_array(fcinfo, 1, "service_ids", TEXTOID, &m.n, &m.service_ids, &m.service_ids_null);
+	status_array(fcinfo, 2, "batch_ids", TEXTOID, &m.n, &m.batch_ids, &m.batch_ids_null);
+	status_array(fcinfo, 3, "epochs", INT8OID, &m.n, &m.epochs, &m.epochs_null);
+	status_array(fcinfo, 4, submissions ? "outcomes" : "dlt_statuses", TEXTOID, &m.n,
+				 &m.words, &m.words_null);
+	if (submissions && PG_NARGS() > 5 && !PG_ARGISNULL(5))
+		status_array(fcinfo, 5, "details", TEXTOID, &m.n, &m.details, &m.details_null);
+
+	(void) gridha_instance_check(instance_id);
+	InitMaterializedSRF(fcinfo, 0);
+	for (i = 0; i < m.n; i++)
+	{
+		MemoryContext cxt = CurrentMemoryContext;
+		ResourceOwner owner = CurrentResourceOwner;
+		Datum		values[5];
+		bool		nulls[5] = {false, false, false, true, true};
+
+		values[0] = m.service_ids[i];
+		nulls[0] = m.service_ids_null[i];
+		values[1] = m.batch_ids[i];
+		nulls[1] = m.batch_ids_null[i];
+
+		BeginInternalSubTransaction(NULL);
+		MemoryContextSwitchTo(cxt);
+		PG_TRY();
+		{
+			text	   *service_id = gridha_check_id(m.service_ids[i], m.service_ids_null[i], "service_id");
+			text	   *batch_id = gridha_check_id(m.batch_ids[i], m.batch_ids_null[i], "batch_id");
+			int64		epoch = gridha_check_epoch(m.epochs[i], m.epochs_null[i]);
+			text	   *detail = NULL;
+			GridhaStatus new_status;
+
+			if (submissions)
+			{
+				new_status = status_of_outcome(m.words[i], m.words_null[i]);
+				if (m.details != NULL && !m.details_null[i] &&
+					VARSIZE_ANY_EXHDR(DatumGetTextPP(m.details[i])) > 0)
+					detail = DatumGetTextPP(m.details[i]);
+			}
+			else
+				new_status = status_of_ledger_word(m.words[i], m.words_null[i]);
+			values[2] = status_report(instance_id, service_id, batch_id, epoch, new_status,
+									  detail, submissions ? FROM_SUBMITTING : FROM_IN_FLIGHT);
+			nulls[2] = false;
+			ReleaseCurrentSubTransaction();
+			MemoryContextSwitchTo(cxt);
+			CurrentResourceOwner = owner;
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+			int			code;
+
+			MemoryContextSwitchTo(cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			RollbackAndReleaseCurrentSubTransaction();
+			MemoryContextSwitchTo(cxt);
+			CurrentResourceOwner = owner;
+			code = edata->sqlerrcode;
+			/* a refusal of this row, or something the whole call must see */
+			if (!(PGUNSIXBIT(code) == 'R' && PGUNSIXBIT(code >> 6) == 'G') &&
+				code != ERRCODE_NULL_VALUE_NOT_ALLOWED &&
+				code != ERRCODE_INVALID_PARAMETER_VALUE)
+				ReThrowError(edata);
+			nulls[2] = true;
+			values[3] = CStringGetTextDatum(unpack_sql_state(code));
+			nulls[3] = false;
+			values[4] = CStringGetTextDatum(edata->message);
+			nulls[4] = false;
+			FreeErrorData(edata);
+		}
+		PG_END_TRY();
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+}
+
+PG_FUNCTION_INFO_V1(gridha_report_submissions);
+
+/*
+ * gridha_report_submissions: SQL gridha.report_submissions(instance_id,
+ * service_ids, batch_ids, epochs, outcomes, details) -> TABLE(service_id,
+ * batch_id, status, sqlstate, message): many report_submission in one
+ * call, one row per batch: its new status, or the SQLSTATE that refused
+ * it (a refused row does not undo the others).
+ */
+Datum
+gridha_report_submissions(PG_FUNCTION_ARGS)
+{
+	status_report_many(fcinfo, true);
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(gridha_report_statuses);
+
+/*
+ * gridha_report_statuses: SQL gridha.report_statuses(instance_id,
+ * service_ids, batch_ids, epochs, dlt_statuses) -> the same rows: many
+ * report_status in one call.
+ */
+Datum
+gridha_report_statuses(PG_FUNCTION_ARGS)
+{
+	status_report_many(fcinfo, false);
+	return (Datum) 0;
 }
 
 PG_FUNCTION_INFO_V1(gridha_pending_batches);
@@ -482,6 +672,7 @@ gridha_pending_batches(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	(void) gridha_instance_check(instance_id);
 	args[0] = instance_id;
 	args[1] = Int64GetDatum(max_batches);
 	gridha_exec(&status_pending_stmt, args, NULL, true);

@@ -1,18 +1,24 @@
 /*-------------------------------------------------------------------------
  *
  * submit.c
- *		What a background worker does in one cycle: hand out a batch, submit
- *		it to its target outside any transaction, report the outcome, and
- *		poll the ledger for its pending batches (the DLT monitor).
+ *		What a background worker does in one cycle: hand out batches, submit
+ *		them to their targets outside any transaction (many POSTs in flight
+ *		at once), report the outcomes, poll the ledger for the batches it
+ *		has pending (the DLT monitor), and try the maintenance tick.
  *
  * Words:
- *   cycle      one call of gridha_submit_cycle: at most one batch submitted,
- *              and the monitor when gridha.monitor_interval has passed
- *   step       one transaction of the cycle (hand-out, a report, the
+ *   cycle      one call of gridha_submit_cycle
+ *   step       one transaction of the cycle (a hand-out, the reports, the
  *              pending list, a call of a target function); each commits on
- *              its own, and an error in one is logged and ends the cycle
- *   target     where a service's batches go (gridha.targets): submit_url or
- *              submit_function, status_url or status_function
+ *              its own, runs under gridha.worker_statement_timeout (and the
+ *              session's lock timeout), and can be cancelled by SIGTERM. An
+ *              error in one is logged, and the cycle carries on
+ *   in flight  a batch handed out to this worker and POSTed (libcurl multi,
+ *              at most gridha.worker_inflight at once, one per service),
+ *              whose outcome is not reported yet
+ *   target     where a service's batches go (gridha.targets), as judged by
+ *              targets.c when the batch is handed out: a URL or a function
+ *              to submit to, and one to ask for statuses, or none
  *   refusal    RG001 (the claim moved on) or RG002 (the batch is no longer
  *              in flight) on a report: the batch is dropped, its new owner
  *              submits it again
@@ -21,16 +27,15 @@
  *              not a refusal). It is reported delayed, so it is handed out
  *              again; without that, the service would wait for as long as
  *              this worker renews the claim
- *   maintenance  gridha.run_maintenance(instance, 'maintenance'), tried every
- *              gridha.maintenance_interval: whichever worker leads the role
- *              runs the tick's duties, the others learn they do not lead
  *
- * A target without status_url and status_function has no ledger to ask: a
- * batch it accepted is reported committed at once.
+ * No transaction is ever open during a network call: a hand-out commits
+ * before its POSTs start, and their outcomes are reported by later steps,
+ * many in one transaction (gridha.report_submissions / report_statuses;
+ * one call per batch on a database whose SQL is still 1.0).
  *
- * The network call (HTTP, through dlt_http.c) never runs inside a
- * transaction: the hand-out is committed before it and the report is a new
- * transaction after it.
+ * A target the worker cannot use when the batch is in hand (its function
+ * was dropped, its row is malformed) makes that batch delayed with the
+ * reason; the worker never calls what it could not check.
  *
  *-------------------------------------------------------------------------
  */
@@ -41,44 +46,70 @@
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "pgstat.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/datum.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "dlt_http.h"
 #include "gridha.h"
 #include "leader.h"
 #include "ratelimit.h"
+#include "slots.h"
 #include "spi_util.h"
-#include "worker.h"
+#include "submit.h"
+#include "targets.h"
 
 /* Pending batches polled per monitor round */
-#define SUBMIT_MONITOR_BATCHES	100
+#define SUBMIT_MONITOR_BATCHES	1000
+/* How often the worker asks which version of the SQL is installed */
+#define SUBMIT_VERSION_CHECK_MS	1000
+
+volatile sig_atomic_t gridha_submit_in_step = false;
 
 static GridhaStatement submit_handout_stmt = {
-	"SELECT service_id, batch_id, payload, epoch, attempt FROM gridha.next_batch($1)",
-	1, {UUIDOID}
+	"SELECT service_id, batch_id, payload, epoch, attempt FROM gridha.next_batches($1, $2)",
+	2, {UUIDOID, INT4OID}
 };
 
 /*
- * The handed-out batch's target, read by a statement of its own after the
- * hand-out. Not a join in the hand-out statement: its snapshot is older
- * than what next_batch claims inside it, so the claim row of a service
- * enqueued for the first time while the statement ran would be missing, the
- * row lost and the batch left submitting under this worker's claim.
+ * The handed-out batches' targets, read by a statement of its own after
+ * the hand-out. Not a join in the hand-out statement: its snapshot is
+ * older than what next_batches claims inside it, so the claim row of a
+ * service enqueued for the first time while the statement ran would be
+ * missing, the row lost and the batch left submitting under this worker's
+ * claim.
  */
-static GridhaStatement submit_target_stmt = {
-	"SELECT t.submit_url, t.submit_function::oid,"
-	"       t.status_url IS NULL AND t.status_function IS NULL"
-	"  FROM gridha.service_claims c"
-	"  JOIN gridha.targets t ON t.target = c.target"
-	" WHERE c.service_id = $1",
-	1, {TEXTOID}
+static GridhaStatement submit_targets_stmt = {
+	"SELECT service_id, target FROM gridha.service_claims WHERE service_id = ANY ($1)",
+	1, {TEXTARRAYOID}
 };
 
+static GridhaStatement submit_version_stmt = {
+	"SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'gridha'",
+	0, {InvalidOid}
+};
+
+/* Reports, many in one statement (SQL 1.1 and later) */
+static GridhaStatement submit_reports_stmt = {
+	"SELECT r.service_id, r.batch_id, r.status::text, r.sqlstate, r.message"
+	"  FROM gridha.report_submissions($1, $2, $3, $4, $5, $6) r",
+	6, {UUIDOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID}
+};
+
+static GridhaStatement submit_statuses_stmt = {
+	"SELECT r.service_id, r.batch_id, r.status::text, r.sqlstate, r.message"
+	"  FROM gridha.report_statuses($1, $2, $3, $4, $5) r",
+	5, {UUIDOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID}
+};
+
+/* ... and one at a time (SQL 1.0) */
 static GridhaStatement submit_report_stmt = {
 	"SELECT gridha.report_submission($1, $2, $3, $4, $5, $6)",
 	6, {UUIDOID, TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID}
@@ -90,12 +121,10 @@ static GridhaStatement submit_status_stmt = {
 };
 
 static GridhaStatement submit_pending_stmt = {
-	"SELECT p.service_id, p.batch_id, p.status::text, p.epoch,"
-	"       t.target, t.status_url, t.status_function::oid"
+	"SELECT p.service_id, p.batch_id, p.status::text, p.epoch, c.target"
 	"  FROM gridha.pending_batches($1, $2) p"
 	"  JOIN gridha.service_claims c ON c.service_id = p.service_id"
-	"  JOIN gridha.targets t ON t.target = c.target"
-	" ORDER BY t.target, p.submitted_at",
+	" ORDER BY c.target, p.submitted_at",
 	2, {UUIDOID, INT4OID}
 };
 
@@ -113,18 +142,33 @@ static GridhaStatement submit_orphans_stmt = {
 	1, {UUIDOID}
 };
 
-/* A handed-out batch */
+/* A handed-out batch, in hand until its outcome is reported */
 typedef struct SubmitBatch
 {
+	MemoryContext cxt;			/* everything of the batch; deleted with it */
 	char	   *service_id;
 	char	   *batch_id;
 	bytea	   *payload;		/* NULL for a NULL payload */
 	int64		epoch;
 	int32		attempt;
-	char	   *submit_url;
+	char	   *target;
+	char	   *submit_url;		/* NULL: submit_function */
 	Oid			submit_function;
+	GridhaHttpTarget http;		/* its headers and rejecting codes */
 	bool		fire_and_forget;	/* the target has no status source */
+	char	   *problem;		/* the target cannot be used: why */
 } SubmitBatch;
+
+/* One report waiting to be sent */
+typedef struct SubmitReport
+{
+	char	   *service_id;
+	char	   *batch_id;
+	int64		epoch;
+	char	   *word;			/* outcome, or the ledger's status */
+	char	   *detail;			/* NULL: none */
+	bool		commit_after;	/* accepted by a fire-and-forget target */
+} SubmitReport;
 
 /* A pending batch to ask the ledger about */
 typedef struct SubmitPending
@@ -134,31 +178,43 @@ typedef struct SubmitPending
 	char	   *status;
 	int64		epoch;
 	char	   *target;
-	char	   *status_url;
-	Oid			status_function;
 } SubmitPending;
 
 /* A step: what it runs inside its transaction */
 typedef void (*SubmitStepFn) (void *arg);
 
-static MemoryContext submit_cxt = NULL;	/* reset every cycle */
+static MemoryContext submit_cxt = NULL; /* reset every cycle */
+static MemoryContext submit_batches_cxt = NULL; /* parent of in-flight batches */
 static GridhaHttp *submit_http = NULL;
+static GridhaHttpMulti *submit_multi = NULL;
+static pg_uuid_t submit_instance;
+static char *submit_user_search_path = NULL;	/* for target functions */
+static int	submit_in_flight = 0;
+static List *submit_submissions = NIL;	/* SubmitReport *, in submit_cxt */
+static List *submit_statuses = NIL;
 static TimestampTz submit_last_monitor = 0;
-static bool submit_orphans_due = true;	/* look for orphans next cycle */
 static TimestampTz submit_last_maintenance = 0;
-static pg_uuid_t *submit_instance = NULL;
+static TimestampTz submit_last_version_check = 0;
+static bool submit_batched_api = false; /* SQL 1.1: report_submissions */
+static bool submit_orphans_due = true;	/* look for orphans next cycle */
+static bool submit_failed = false;	/* a step failed since last asked */
 static long submit_slot_ms = -1;	/* ms until a rate-limited target of a
 									 * ready head has a slot; -1: none */
 
 /*
- * gridha_submit_init: the worker's HTTP handle and memory.
+ * gridha_submit_init: the worker's HTTP handles and memory.
  */
 void
-gridha_submit_init(void)
+gridha_submit_init(const pg_uuid_t *instance_id, const char *user_search_path)
 {
+	submit_instance = *instance_id;
+	submit_user_search_path = MemoryContextStrdup(TopMemoryContext, user_search_path);
 	submit_cxt = AllocSetContextCreate(TopMemoryContext, "gridha worker cycle",
 									   ALLOCSET_DEFAULT_SIZES);
-	if (gridha_http_global_init() != 0 || (submit_http = gridha_http_create()) == NULL)
+	submit_batches_cxt = AllocSetContextCreate(TopMemoryContext, "gridha batches in flight",
+											   ALLOCSET_SMALL_SIZES);
+	if (gridha_http_global_init() != 0 || (submit_http = gridha_http_create()) == NULL ||
+		(submit_multi = gridha_http_multi_create()) == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_SYSTEM_ERROR),
 				 errmsg("gridha worker could not initialise libcurl")));
@@ -167,16 +223,25 @@ gridha_submit_init(void)
 void
 gridha_submit_shutdown(void)
 {
+	if (submit_multi != NULL)
+		gridha_http_multi_destroy(submit_multi);
 	if (submit_http != NULL)
 		gridha_http_destroy(submit_http);
+	submit_multi = NULL;
 	submit_http = NULL;
 }
 
+static Datum
+submit_instance_datum(void)
+{
+	return UUIDPGetDatum(&submit_instance);
+}
+
 /*
- * submit_step: runs fn in a transaction of its own. Returns true when it
- * committed; otherwise the error is logged (a refusal, RG001/RG002, at LOG
- * as "dropped"), the transaction rolled back, and *sqlstate says which
- * error it was.
+ * submit_step: runs fn in a transaction of its own, under the statement
+ * timeout; SIGTERM cancels it (see worker.c). Returns true when it
+ * committed; otherwise the error is logged, the transaction rolled back,
+ * and *sqlstate (when given) says which error it was.
  */
 static bool
 submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
@@ -188,19 +253,24 @@ submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
 		*sqlstate = 0;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	gridha_submit_in_step = true;
 	PG_TRY();
 	{
+		if (gridha_worker_statement_timeout_ms > 0)
+			enable_timeout_after(STATEMENT_TIMEOUT, gridha_worker_statement_timeout_ms);
 		SPI_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		fn(arg);
 		SPI_finish();
 		PopActiveSnapshot();
+		disable_timeout(STATEMENT_TIMEOUT, false);
 		CommitTransactionCommand();
 	}
 	PG_CATCH();
 	{
 		ErrorData  *edata;
 
+		disable_timeout(STATEMENT_TIMEOUT, false);
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
@@ -216,73 +286,268 @@ submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
 			ereport(LOG,
 					(errmsg("gridha worker: %s failed: %s", what, edata->message),
 					 edata->detail ? errdetail_internal("%s", edata->detail) : 0));
+		/* a refusal says nothing of the database; anything else may */
+		if (edata->sqlerrcode != ERRCODE_GRIDHA_STALE_CLAIM &&
+			edata->sqlerrcode != ERRCODE_GRIDHA_NOT_IN_FLIGHT)
+			submit_failed = true;
 		FreeErrorData(edata);
 		ok = false;
 	}
 	PG_END_TRY();
+	gridha_submit_in_step = false;
+	QueryCancelPending = false;
 	MemoryContextSwitchTo(cxt);
+	pgstat_report_stat(false);
 	return ok;
 }
 
+/*
+ * gridha_submit_take_failure: whether a step failed since the last call
+ * (the worker then checks that the extension is still there).
+ */
+bool
+gridha_submit_take_failure(void)
+{
+	bool		failed = submit_failed;
+
+	submit_failed = false;
+	return failed;
+}
+
 static char *
-submit_text_col(int row, int col)
+submit_text_col(int row, int col, MemoryContext cxt)
 {
 	char	   *v = SPI_getvalue(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col);
 
-	return v ? MemoryContextStrdup(submit_cxt, v) : NULL;
+	return v ? MemoryContextStrdup(cxt, v) : NULL;
 }
 
-/* Step: hand out one batch; arg is a SubmitBatch ** set to NULL or it */
+static char *
+submit_strdup(MemoryContext cxt, const char *s)
+{
+	return s ? MemoryContextStrdup(cxt, s) : NULL;
+}
+
+/*
+ * submit_add_report: queues a report of a submission's outcome, or of a
+ * ledger status (status true); sent by submit_flush.
+ */
+static void
+submit_add_report(bool status, const char *service_id, const char *batch_id, int64 epoch,
+				  const char *word, const char *detail, bool commit_after)
+{
+	MemoryContext old = MemoryContextSwitchTo(submit_cxt);
+	SubmitReport *r = palloc0(sizeof(SubmitReport));
+
+	r->service_id = pstrdup(service_id);
+	r->batch_id = pstrdup(batch_id);
+	r->epoch = epoch;
+	r->word = pstrdup(word);
+	r->detail = detail ? pstrdup(detail) : NULL;
+	r->commit_after = commit_after;
+	if (status)
+		submit_statuses = lappend(submit_statuses, r);
+	else
+		submit_submissions = lappend(submit_submissions, r);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * submit_target_of: fills a batch's target from the judged targets (its
+ * own copies: they outlive the cycle), or its problem when the worker
+ * cannot use it. Inside a step, after gridha_targets_refresh.
+ */
+static void
+submit_target_of(SubmitBatch *b)
+{
+	const GridhaTarget *t = b->target ? gridha_target_get(b->target) : NULL;
+	MemoryContext old;
+	int			i;
+
+	old = MemoryContextSwitchTo(b->cxt);
+	if (t == NULL)
+		b->problem = psprintf("service \"%s\" has no target row", b->service_id);
+	else if (!gridha_target_servable(t, GRIDHA_SERVES_ALL))
+		b->problem = pstrdup(t->unusable ? t->unusable : "the target cannot be served");
+	else
+	{
+		b->submit_url = submit_strdup(b->cxt, t->submit_url);
+		b->submit_function = t->submit_function;
+		b->fire_and_forget = t->status_kind == 0;
+		if (t->reject_codes != NULL)
+		{
+			int		   *codes = palloc(sizeof(int) * Max(t->n_reject_codes, 1));
+
+			memcpy(codes, t->reject_codes, sizeof(int) * t->n_reject_codes);
+			b->http.reject_codes = codes;
+			b->http.n_reject_codes = t->n_reject_codes;
+		}
+		if (t->n_headers > 0)
+		{
+			char	  **headers = palloc(sizeof(char *) * t->n_headers);
+
+			for (i = 0; i < t->n_headers; i++)
+				headers[i] = pstrdup(t->headers[i]);
+			b->http.headers = (const char *const *) headers;
+			b->http.n_headers = t->n_headers;
+		}
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/* What the hand-out step hands to the cycle */
+typedef struct SubmitHandout
+{
+	int			max;
+	List	   *batches;		/* SubmitBatch * */
+} SubmitHandout;
+
+/*
+ * submit_check_version: whether the database's gridha SQL has the batched
+ * reports (1.1 and later), asked at most once a second.
+ */
+static void
+submit_check_version(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (!TimestampDifferenceExceeds(submit_last_version_check, now, SUBMIT_VERSION_CHECK_MS))
+		return;
+	submit_last_version_check = now;
+	gridha_exec(&submit_version_stmt, NULL, NULL, true);
+	submit_batched_api = SPI_processed > 0 &&
+		strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), "1.0") != 0;
+}
+
+/* Step: hand out up to handout->max batches and look up their targets */
 static void
 submit_handout_step(void *arg)
 {
-	SubmitBatch **out = (SubmitBatch **) arg;
-	SubmitBatch *b;
-	Datum		args[1];
-	bool		isnull;
-	Datum		d;
+	SubmitHandout *handout = (SubmitHandout *) arg;
+	Datum		args[2];
+	Datum	   *sids;
+	uint64		n;
+	uint64		i;
+	uint64		k;
+	SPITupleTable *batches;
+	ListCell   *lc;
+	MemoryContext old;
 
-	*out = NULL;
+	submit_check_version();
 	submit_slot_ms = -1;
-	args[0] = UUIDPGetDatum(submit_instance);
+	args[0] = submit_instance_datum();
+	args[1] = Int32GetDatum(handout->max);
 	gridha_exec(&submit_handout_stmt, args, NULL, false);
-	if (SPI_processed == 0)
+	n = SPI_processed;
+	if (n == 0)
 	{
 		submit_slot_ms = gridha_ratelimit_wait_ms(args[0]);
 		return;
 	}
 
-	b = MemoryContextAllocZero(submit_cxt, sizeof(SubmitBatch));
-	b->service_id = submit_text_col(0, 1);
-	b->batch_id = submit_text_col(0, 2);
-	d = gridha_col(0, 3, &isnull);
-	if (!isnull)
+	/* the rows are needed past the next statement */
+	batches = SPI_tuptable;
+	sids = palloc(sizeof(Datum) * n);
+	for (i = 0; i < n; i++)
 	{
-		MemoryContext old = MemoryContextSwitchTo(submit_cxt);
+		MemoryContext bcxt = AllocSetContextCreate(submit_batches_cxt, "gridha batch",
+												   ALLOCSET_SMALL_SIZES);
+		SubmitBatch *b = MemoryContextAllocZero(bcxt, sizeof(SubmitBatch));
+		bool		isnull;
+		Datum		d;
 
-		b->payload = DatumGetByteaPCopy(d);
+		b->cxt = bcxt;
+		b->service_id = MemoryContextStrdup(bcxt, SPI_getvalue(batches->vals[i], batches->tupdesc, 1));
+		b->batch_id = MemoryContextStrdup(bcxt, SPI_getvalue(batches->vals[i], batches->tupdesc, 2));
+		d = SPI_getbinval(batches->vals[i], batches->tupdesc, 3, &isnull);
+		if (!isnull)
+		{
+			old = MemoryContextSwitchTo(bcxt);
+			b->payload = DatumGetByteaPCopy(d);
+			MemoryContextSwitchTo(old);
+		}
+		b->epoch = DatumGetInt64(SPI_getbinval(batches->vals[i], batches->tupdesc, 4, &isnull));
+		b->attempt = DatumGetInt32(SPI_getbinval(batches->vals[i], batches->tupdesc, 5, &isnull));
+		old = MemoryContextSwitchTo(submit_cxt);
+		handout->batches = lappend(handout->batches, b);
 		MemoryContextSwitchTo(old);
+		sids[i] = CStringGetTextDatum(b->service_id);
 	}
-	b->epoch = gridha_col_int64(0, 4);
-	b->attempt = (int32) gridha_col_int64(0, 5);
 
-	args[0] = CStringGetTextDatum(b->service_id);
-	gridha_exec(&submit_target_stmt, args, NULL, false);
-	if (SPI_processed != 1)
-		elog(ERROR, "gridha: service \"%s\" has no target row", b->service_id);
-	b->submit_url = submit_text_col(0, 1);
-	d = gridha_col(0, 2, &isnull);
-	b->submit_function = isnull ? InvalidOid : DatumGetObjectId(d);
-	b->fire_and_forget = DatumGetBool(gridha_col(0, 3, &isnull));
-	*out = b;
+	gridha_targets_refresh();
+	args[0] = gridha_text_array(sids, (int) n);
+	gridha_exec(&submit_targets_stmt, args, NULL, true);
+	for (k = 0; k < SPI_processed; k++)
+	{
+		char	   *sid = SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1);
+		ListCell   *lc;
+
+		foreach(lc, handout->batches)
+		{
+			SubmitBatch *b = lfirst(lc);
+
+			if (strcmp(b->service_id, sid) == 0)
+				b->target = submit_text_col(k, 2, b->cxt);
+		}
+	}
+	foreach(lc, handout->batches)
+		submit_target_of((SubmitBatch *) lfirst(lc));
 }
 
-/* Step: call a target's submit_function; arg is a SubmitBatch, result in it */
+/*
+ * submit_batch_done: the batch's outcome is known: queue its report and
+ * let it go.
+ */
+static void
+submit_batch_done(SubmitBatch *b, const char *outcome, const char *detail)
+{
+	submit_add_report(false, b->service_id, b->batch_id, b->epoch, outcome, detail,
+					  strcmp(outcome, "accepted") == 0 && b->fire_and_forget);
+	MemoryContextDelete(b->cxt);
+}
+
+/* Step: call a target's submit_function */
 typedef struct SubmitCall
 {
 	SubmitBatch *batch;
-	char	   *outcome;
+	char	   *outcome;		/* in submit_cxt */
 } SubmitCall;
+
+/*
+ * submit_user_path: a target function's body runs with the search_path a
+ * session of the worker's role would have (gridha's own statements run
+ * with pg_catalog, gridha); the call itself names the function by schema
+ * and argument types. Until the step ends.
+ */
+static void
+submit_user_path(void)
+{
+	(void) set_config_option("search_path", submit_user_search_path, PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/*
+ * submit_function_name: the schema-qualified name of a function that
+ * exists, or an error: the worker never calls what it could not find.
+ */
+static char *
+submit_function_name(Oid fn, const char *column, const char *target)
+{
+	char	   *nsp;
+	char	   *name;
+
+	if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(fn)))
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
+				 errmsg("%s of target \"%s\" (OID %u) does not exist", column, target, fn)));
+	nsp = get_namespace_name(get_func_namespace(fn));
+	name = get_func_name(fn);
+	if (nsp == NULL || name == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
+				 errmsg("%s of target \"%s\" (OID %u) does not exist", column, target, fn)));
+	return quote_qualified_identifier(nsp, name);
+}
 
 static void
 submit_function_step(void *arg)
@@ -296,9 +561,9 @@ submit_function_step(void *arg)
 	char	   *v;
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT %s($1, $2, $3, $4)::text",
-					 quote_qualified_identifier(get_namespace_name(get_func_namespace(b->submit_function)),
-												get_func_name(b->submit_function)));
+	appendStringInfo(&sql, "SELECT %s($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.bytea, $4::pg_catalog.int8)::pg_catalog.text",
+					 submit_function_name(b->submit_function, "submit_function", b->target));
+	submit_user_path();
 	args[0] = CStringGetTextDatum(b->service_id);
 	args[1] = CStringGetTextDatum(b->batch_id);
 	args[2] = b->payload ? PointerGetDatum(b->payload) : (Datum) 0;
@@ -312,112 +577,299 @@ submit_function_step(void *arg)
 	call->outcome = v ? MemoryContextStrdup(submit_cxt, v) : NULL;
 }
 
-/* Step: report a submission's outcome */
-typedef struct SubmitReport
-{
-	const char *service_id;
-	const char *batch_id;
-	int64		epoch;
-	const char *word;			/* outcome or ledger status */
-	const char *detail;
-} SubmitReport;
-
+/*
+ * submit_by_function: calls the target's function in a step and takes its
+ * word; a failure, a timeout, a cancel or another word delays the batch.
+ */
 static void
-submit_report_step(void *arg)
+submit_by_function(SubmitBatch *b)
 {
-	SubmitReport *r = (SubmitReport *) arg;
-	Datum		args[6];
-	char		nulls[7] = "      ";
+	SubmitCall	call = {b, NULL};
+	char		detail[256];
 
-	args[0] = UUIDPGetDatum(submit_instance);
-	args[1] = CStringGetTextDatum(r->service_id);
-	args[2] = CStringGetTextDatum(r->batch_id);
-	args[3] = Int64GetDatum(r->epoch);
-	args[4] = CStringGetTextDatum(r->word);
-	args[5] = r->detail ? CStringGetTextDatum(r->detail) : (Datum) 0;
-	if (r->detail == NULL)
-		nulls[5] = 'n';
-	gridha_exec(&submit_report_stmt, args, nulls, false);
-}
-
-static void
-submit_status_step(void *arg)
-{
-	SubmitReport *r = (SubmitReport *) arg;
-	Datum		args[5];
-
-	args[0] = UUIDPGetDatum(submit_instance);
-	args[1] = CStringGetTextDatum(r->service_id);
-	args[2] = CStringGetTextDatum(r->batch_id);
-	args[3] = Int64GetDatum(r->epoch);
-	args[4] = CStringGetTextDatum(r->word);
-	gridha_exec(&submit_status_stmt, args, NULL, false);
+	gridha_slot_set_state(GRIDHA_WS_SUBMITTING, b->service_id, b->batch_id);
+	if (submit_step(submit_function_step, &call, "submit function", NULL) &&
+		call.outcome != NULL &&
+		(strcmp(call.outcome, "accepted") == 0 || strcmp(call.outcome, "delayed") == 0 ||
+		 strcmp(call.outcome, "rejected") == 0))
+	{
+		snprintf(detail, sizeof(detail), "submit function: %s", call.outcome);
+		submit_batch_done(b, call.outcome, detail);
+		return;
+	}
+	/* the function failed or said something else: try again later */
+	snprintf(detail, sizeof(detail), "submit function failed or returned \"%s\"",
+			 call.outcome ? call.outcome : "null");
+	submit_batch_done(b, "delayed", detail);
 }
 
 /*
- * submit_one: submits a handed-out batch and reports the outcome.
+ * submit_http_done: a POST finished: warn about answers that delay a batch
+ * (once a minute per target and code), queue the report.
  */
 static void
-submit_one(SubmitBatch *b)
+submit_http_done(GridhaHttpDone *done)
 {
-	SubmitReport r;
-	char		detail[256];
-	const char *outcome;
-	int			sqlstate;
+	SubmitBatch *b = (SubmitBatch *) done->tag;
 
-	gridha_worker_set_state(GRIDHA_WS_SUBMITTING, b->service_id, b->batch_id);
-	if (b->submit_url != NULL)
+	if (done->outcome == GRIDHA_SUBMIT_DELAYED && done->http_code != 0)
 	{
-		GridhaSubmitOutcome o;
+		char		reason[64];
 
-		o = gridha_http_submit(submit_http, b->submit_url, b->service_id, b->batch_id,
-							   (long long) b->epoch, b->attempt,
-							   b->payload ? VARDATA_ANY(b->payload) : "",
-							   b->payload ? VARSIZE_ANY_EXHDR(b->payload) : 0,
-							   gridha_submit_timeout_ms, detail, sizeof(detail));
-		outcome = gridha_http_outcome_name(o);
+		snprintf(reason, sizeof(reason), "the ledger answered http %ld", done->http_code);
+		gridha_target_warn(b->target, reason);
+	}
+	submit_in_flight--;
+	submit_batch_done(b, gridha_http_outcome_name(done->outcome), done->detail);
+}
+
+/*
+ * gridha_submit_poll: moves the POSTs in flight on, waiting up to wait_ms
+ * for one to finish, and queues the reports of those that did.
+ */
+void
+gridha_submit_poll(long wait_ms)
+{
+	GridhaHttpDone done[16];
+	int			n;
+	int			i;
+
+	if (submit_in_flight == 0)
+		return;
+	do
+	{
+		n = gridha_http_multi_perform(submit_multi, wait_ms, done, lengthof(done));
+		for (i = 0; i < n; i++)
+			submit_http_done(&done[i]);
+		wait_ms = 0;
+	} while (n == lengthof(done));
+	gridha_slot_set_in_flight(submit_in_flight);
+}
+
+int
+gridha_submit_in_flight(void)
+{
+	return submit_in_flight;
+}
+
+/*
+ * submit_start: sends a handed-out batch on its way: a POST (left in
+ * flight), a function call (its outcome known at once), or, when its
+ * target cannot be used, a delay with the reason.
+ */
+static void
+submit_start(SubmitBatch *b)
+{
+	if (b->problem != NULL)
+	{
+		if (b->target != NULL)
+			gridha_target_warn(b->target, b->problem);
+		submit_batch_done(b, "delayed", b->problem);
+	}
+	else if (b->submit_url != NULL)
+	{
+		gridha_slot_set_state(GRIDHA_WS_SUBMITTING, b->service_id, b->batch_id);
+		(void) gridha_http_multi_submit(submit_multi, b, b->submit_url, &b->http,
+										b->service_id, b->batch_id, (long long) b->epoch,
+										b->attempt,
+										b->payload ? VARDATA_ANY(b->payload) : "",
+										b->payload ? VARSIZE_ANY_EXHDR(b->payload) : 0,
+										gridha_submit_timeout_ms);
+		submit_in_flight++;
 	}
 	else
-	{
-		SubmitCall call = {b, NULL};
+		submit_by_function(b);
+}
 
-		if (submit_step(submit_function_step, &call, "submit function", NULL) &&
-			call.outcome != NULL &&
-			(strcmp(call.outcome, "accepted") == 0 || strcmp(call.outcome, "delayed") == 0 ||
-			 strcmp(call.outcome, "rejected") == 0))
-		{
-			outcome = call.outcome;
-			snprintf(detail, sizeof(detail), "submit function: %s", outcome);
-		}
-		else
-		{
-			/* the function failed or said something else: try again later */
-			outcome = "delayed";
-			snprintf(detail, sizeof(detail), "submit function failed or returned \"%s\"",
-					 call.outcome ? call.outcome : "null");
-		}
+/* What a reports step sends and learns */
+typedef struct SubmitFlush
+{
+	List	   *reports;		/* SubmitReport * */
+	bool		status;			/* ledger statuses, not submissions */
+	List	   *committed;		/* fire-and-forget batches now pending */
+} SubmitFlush;
+
+/*
+ * submit_refused: logs one report the database turned down; an error that
+ * is not a refusal leaves a batch submitting under this worker, an orphan.
+ */
+static void
+submit_refused(const char *what, const char *service_id, const char *batch_id,
+			   const char *sqlstate, const char *message)
+{
+	if (strcmp(sqlstate, "RG001") == 0 || strcmp(sqlstate, "RG002") == 0)
+		ereport(LOG,
+				(errmsg("gridha worker dropped a batch: %s of batch \"%s\" of service \"%s\" refused: %s",
+						what, batch_id, service_id, message)));
+	else
+	{
+		ereport(LOG,
+				(errmsg("gridha worker: %s of batch \"%s\" of service \"%s\" failed: %s (%s)",
+						what, batch_id, service_id, message, sqlstate)));
+		submit_orphans_due = true;
 	}
+}
 
-	gridha_worker_set_state(GRIDHA_WS_REPORTING, b->service_id, b->batch_id);
-	r.service_id = b->service_id;
-	r.batch_id = b->batch_id;
-	r.epoch = b->epoch;
-	r.word = outcome;
-	r.detail = detail;
-	if (!submit_step(submit_report_step, &r, "report_submission", &sqlstate))
+/* Step: the queued reports, one statement for all of them */
+static void
+submit_flush_step(void *arg)
+{
+	SubmitFlush *flush = (SubmitFlush *) arg;
+	int			n = list_length(flush->reports);
+	Datum	   *sids = palloc(sizeof(Datum) * n);
+	Datum	   *bids = palloc(sizeof(Datum) * n);
+	Datum	   *epochs = palloc(sizeof(Datum) * n);
+	Datum	   *words = palloc(sizeof(Datum) * n);
+	Datum	   *details = palloc(sizeof(Datum) * n);
+	Datum		args[6];
+	uint64		i;
+	int			k = 0;
+	ListCell   *lc;
+
+	foreach(lc, flush->reports)
 	{
-		/* a refusal: the batch is not ours any more; an error: an orphan */
-		if (sqlstate != ERRCODE_GRIDHA_STALE_CLAIM && sqlstate != ERRCODE_GRIDHA_NOT_IN_FLIGHT)
+		SubmitReport *r = lfirst(lc);
+
+		sids[k] = CStringGetTextDatum(r->service_id);
+		bids[k] = CStringGetTextDatum(r->batch_id);
+		epochs[k] = Int64GetDatum(r->epoch);
+		words[k] = CStringGetTextDatum(r->word);
+		details[k] = CStringGetTextDatum(r->detail ? r->detail : "");
+		k++;
+	}
+	args[0] = submit_instance_datum();
+	args[1] = gridha_text_array(sids, n);
+	args[2] = gridha_text_array(bids, n);
+	args[3] = gridha_int8_array(epochs, n);
+	args[4] = gridha_text_array(words, n);
+	args[5] = gridha_text_array(details, n);
+	gridha_exec(flush->status ? &submit_statuses_stmt : &submit_reports_stmt, args, NULL, false);
+
+	for (i = 0; i < SPI_processed; i++)
+	{
+		char	   *sid = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		char	   *bid = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+		char	   *status = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
+		char	   *sqlstate = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 4);
+
+		if (sqlstate != NULL)
+		{
+			submit_refused(flush->status ? "report_status" : "report_submission", sid, bid,
+						   sqlstate, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 5));
+			continue;
+		}
+		/* accepted by a target without a status source: committed at once */
+		if (!flush->status && status != NULL && strcmp(status, "pending") == 0)
+			foreach(lc, flush->reports)
+			{
+				SubmitReport *r = lfirst(lc);
+
+				if (r->commit_after && strcmp(r->service_id, sid) == 0 &&
+					strcmp(r->batch_id, bid) == 0)
+				{
+					MemoryContext old = MemoryContextSwitchTo(submit_cxt);
+
+					flush->committed = lappend(flush->committed, r);
+					MemoryContextSwitchTo(old);
+				}
+			}
+	}
+}
+
+/* Step: one report, as SQL 1.0 takes it */
+typedef struct SubmitOne
+{
+	SubmitReport *report;
+	bool		status;
+} SubmitOne;
+
+static void
+submit_one_step(void *arg)
+{
+	SubmitOne  *one = (SubmitOne *) arg;
+	SubmitReport *r = one->report;
+	Datum		args[6];
+	char		nulls[7] = "      ";
+
+	args[0] = submit_instance_datum();
+	args[1] = CStringGetTextDatum(r->service_id);
+	args[2] = CStringGetTextDatum(r->batch_id);
+	args[3] = Int64GetDatum(r->epoch);
+	args[4] = CStringGetTextDatum(r->word);
+	if (one->status)
+		gridha_exec(&submit_status_stmt, args, NULL, false);
+	else
+	{
+		args[5] = r->detail ? CStringGetTextDatum(r->detail) : (Datum) 0;
+		if (r->detail == NULL)
+			nulls[5] = 'n';
+		gridha_exec(&submit_report_stmt, args, nulls, false);
+	}
+}
+
+/*
+ * submit_send: sends a list of reports, submissions or ledger statuses, in
+ * one step (one call per report on SQL 1.0). Returns the fire-and-forget
+ * submissions that were accepted. A step that fails as a whole leaves its
+ * batches submitting under this worker: orphans, found again later.
+ */
+static List *
+submit_send(List *reports, bool status)
+{
+	SubmitFlush flush = {reports, status, NIL};
+	ListCell   *lc;
+
+	if (reports == NIL)
+		return NIL;
+	gridha_slot_set_state(GRIDHA_WS_REPORTING, NULL, NULL);
+	if (submit_batched_api)
+	{
+		if (!submit_step(submit_flush_step, &flush,
+						 status ? "report_statuses" : "report_submissions", NULL))
 			submit_orphans_due = true;
-		return;
+		return flush.committed;
 	}
-
-	/* a failure here leaves it pending: the monitor reports it (see there) */
-	if (strcmp(outcome, "accepted") == 0 && b->fire_and_forget)
+	foreach(lc, reports)
 	{
-		r.word = "committed";
-		(void) submit_step(submit_status_step, &r, "report_status", NULL);
+		SubmitReport *r = lfirst(lc);
+		SubmitOne	one = {r, status};
+		int			sqlstate;
+
+		if (submit_step(submit_one_step, &one, status ? "report_status" : "report_submission",
+						&sqlstate))
+		{
+			if (!status && r->commit_after)
+				flush.committed = lappend(flush.committed, r);
+		}
+		else if (sqlstate != ERRCODE_GRIDHA_STALE_CLAIM && sqlstate != ERRCODE_GRIDHA_NOT_IN_FLIGHT)
+			submit_orphans_due = true;
 	}
+	return flush.committed;
+}
+
+/*
+ * submit_flush: sends every queued report: the submissions first, then the
+ * ledger statuses, with "committed" for what a target without a status
+ * source accepted. Returns how many were sent.
+ */
+static int
+submit_flush(void)
+{
+	List	   *committed;
+	int			n = list_length(submit_submissions) + list_length(submit_statuses);
+	ListCell   *lc;
+
+	committed = submit_send(submit_submissions, false);
+	submit_submissions = NIL;
+	foreach(lc, committed)
+	{
+		SubmitReport *r = lfirst(lc);
+
+		submit_add_report(true, r->service_id, r->batch_id, r->epoch, "committed", NULL, false);
+	}
+	(void) submit_send(submit_statuses, true);
+	submit_statuses = NIL;
+	return n;
 }
 
 /* An orphan found by submit_orphans_step */
@@ -437,15 +889,16 @@ submit_orphans_step(void *arg)
 	uint64		i;
 	MemoryContext old;
 
-	args[0] = UUIDPGetDatum(submit_instance);
+	submit_check_version();
+	args[0] = submit_instance_datum();
 	gridha_exec(&submit_orphans_stmt, args, NULL, true);
 	old = MemoryContextSwitchTo(submit_cxt);
 	for (i = 0; i < SPI_processed; i++)
 	{
 		SubmitOrphan *o = palloc0(sizeof(SubmitOrphan));
 
-		o->service_id = submit_text_col(i, 1);
-		o->batch_id = submit_text_col(i, 2);
+		o->service_id = submit_text_col(i, 1, submit_cxt);
+		o->batch_id = submit_text_col(i, 2, submit_cxt);
 		o->epoch = gridha_col_int64(i, 3);
 		*out = lappend(*out, o);
 	}
@@ -453,8 +906,10 @@ submit_orphans_step(void *arg)
 }
 
 /*
- * submit_recover_orphans: reports this worker's orphans delayed. Run at the
- * worker's first cycle and after a report failed with an error.
+ * submit_recover_orphans: reports this worker's orphans delayed: batches
+ * submitting under its claim that it does not have in hand (a report that
+ * failed; an earlier run of the process). Run at the worker's first cycle
+ * and after a report failed with an error.
  */
 static void
 submit_recover_orphans(void)
@@ -468,14 +923,12 @@ submit_recover_orphans(void)
 	foreach(lc, orphans)
 	{
 		SubmitOrphan *o = lfirst(lc);
-		SubmitReport r = {o->service_id, o->batch_id, o->epoch, "delayed",
-		"its report had failed: submitted again"};
 
 		ereport(LOG,
 				(errmsg("gridha worker: batch \"%s\" of service \"%s\" was submitting but not in hand: reported delayed",
 						o->batch_id, o->service_id)));
-		if (!submit_step(submit_report_step, &r, "report_submission", NULL))
-			submit_orphans_due = true;
+		submit_add_report(false, o->service_id, o->batch_id, o->epoch, "delayed",
+						  "its report had failed: submitted again", false);
 	}
 }
 
@@ -488,24 +941,20 @@ submit_pending_step(void *arg)
 	uint64		i;
 	MemoryContext old;
 
-	args[0] = UUIDPGetDatum(submit_instance);
+	args[0] = submit_instance_datum();
 	args[1] = Int32GetDatum(SUBMIT_MONITOR_BATCHES);
 	gridha_exec(&submit_pending_stmt, args, NULL, true);
+	gridha_targets_refresh();
 	old = MemoryContextSwitchTo(submit_cxt);
 	for (i = 0; i < SPI_processed; i++)
 	{
 		SubmitPending *p = palloc0(sizeof(SubmitPending));
-		bool		isnull;
-		Datum		d;
 
-		p->service_id = submit_text_col(i, 1);
-		p->batch_id = submit_text_col(i, 2);
-		p->status = submit_text_col(i, 3);
+		p->service_id = submit_text_col(i, 1, submit_cxt);
+		p->batch_id = submit_text_col(i, 2, submit_cxt);
+		p->status = submit_text_col(i, 3, submit_cxt);
 		p->epoch = gridha_col_int64(i, 4);
-		p->target = submit_text_col(i, 5);
-		p->status_url = submit_text_col(i, 6);
-		d = gridha_col(i, 7, &isnull);
-		p->status_function = isnull ? InvalidOid : DatumGetObjectId(d);
+		p->target = submit_text_col(i, 5, submit_cxt);
 		*out = lappend(*out, p);
 	}
 	MemoryContextSwitchTo(old);
@@ -515,6 +964,7 @@ submit_pending_step(void *arg)
 typedef struct SubmitStatusCall
 {
 	Oid			function;
+	const char *target;
 	GridhaStatusEntry *entries;
 	int			n;
 	bool		malformed;
@@ -534,12 +984,13 @@ submit_status_function_step(void *arg)
 
 	for (k = 0; k < call->n; k++)
 		ids[k] = CStringGetTextDatum(call->entries[k].batch_id);
-	args[0] = PointerGetDatum(construct_array(ids, call->n, TEXTOID, -1, false, TYPALIGN_INT));
+	args[0] = gridha_text_array(ids, call->n);
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT f.batch_id::text, lower(f.status::text) FROM %s($1) AS f(batch_id, status)",
-					 quote_qualified_identifier(get_namespace_name(get_func_namespace(call->function)),
-												get_func_name(call->function)));
+	appendStringInfo(&sql, "SELECT f.batch_id::pg_catalog.text, pg_catalog.lower(f.status::pg_catalog.text)"
+					 " FROM %s($1::pg_catalog.text[]) AS f(batch_id, status)",
+					 submit_function_name(call->function, "status_function", call->target));
+	submit_user_path();
 	if (SPI_execute_with_args(sql.data, 1, types, args, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "gridha: status function failed");
 
@@ -570,23 +1021,81 @@ submit_status_function_step(void *arg)
 }
 
 /*
- * submit_monitor: asks each target about this instance's pending batches
- * and reports what changed. Returns true when a batch reached a new status.
+ * submit_ask_ledger: the ledger's word on n pending batches of one target,
+ * into entries ("" when it said nothing of one). False when it could not
+ * be asked: nothing is applied then.
  */
 static bool
+submit_ask_ledger(const char *target, GridhaStatusEntry *entries, int n)
+{
+	const GridhaTarget *t = gridha_target_get(target);
+	char		err[256];
+	int			k;
+
+	if (t == NULL || t->unusable != NULL)
+	{
+		gridha_target_warn(target, t ? t->unusable : "the target row is missing");
+		return false;
+	}
+	if (t->status_url != NULL)
+	{
+		GridhaHttpTarget http = {(const char *const *) t->headers, t->n_headers,
+		t->reject_codes, t->n_reject_codes};
+		int			rc;
+
+		rc = gridha_http_statuses(submit_http, t->status_url, &http, entries, n,
+								  (size_t) gridha_status_url_max_length,
+								  gridha_submit_timeout_ms, err, sizeof(err));
+		if (rc != 0)
+			ereport(LOG,
+					(errmsg("gridha worker: status poll of target \"%s\" failed: %s", target, err),
+					 errdetail("The batches it did not answer for are asked about again.")));
+		/* the answers that came are applied either way */
+		return true;
+	}
+	if (OidIsValid(t->status_function))
+	{
+		SubmitStatusCall call = {t->status_function, target, entries, n, false};
+
+		if (!submit_step(submit_status_function_step, &call, "status function", NULL))
+			return false;
+		if (call.malformed)
+		{
+			ereport(LOG,
+					(errmsg("gridha worker: status function of target \"%s\" returned an unknown status word",
+							target),
+					 errdetail("Nothing was applied; the poll is repeated.")));
+			return false;
+		}
+		return true;
+	}
+
+	/*
+	 * No status source: an accepted batch is committed, and was reported so
+	 * at submission; one still pending here is one whose report failed then.
+	 */
+	for (k = 0; k < n; k++)
+		strlcpy(entries[k].status, "committed", sizeof(entries[k].status));
+	return true;
+}
+
+/*
+ * submit_monitor: asks each target about this instance's pending batches
+ * and queues a report for each one whose status changed.
+ */
+static void
 submit_monitor(void)
 {
 	List	   *pending = NIL;
-	bool		changed = false;
 	int			start = 0;
 	int			npending;
 
-	gridha_worker_set_state(GRIDHA_WS_MONITORING, NULL, NULL);
+	gridha_slot_set_state(GRIDHA_WS_MONITORING, NULL, NULL);
 	if (!submit_step(submit_pending_step, &pending, "pending_batches", NULL))
-		return false;
+		return;
 	npending = list_length(pending);
 
-	/* one request per run of batches with the same target (rows are sorted) */
+	/* one run of batches per target (the rows are sorted by target) */
 	while (start < npending)
 	{
 		SubmitPending *first = list_nth(pending, start);
@@ -594,8 +1103,6 @@ submit_monitor(void)
 		int			n;
 		int			k;
 		GridhaStatusEntry *entries;
-		char		err[256];
-		bool		ok;
 
 		while (end < npending &&
 			   strcmp(((SubmitPending *) list_nth(pending, end))->target, first->target) == 0)
@@ -605,61 +1112,18 @@ submit_monitor(void)
 		for (k = 0; k < n; k++)
 			entries[k].batch_id = ((SubmitPending *) list_nth(pending, start + k))->batch_id;
 
-		if (first->status_url != NULL)
-		{
-			ok = gridha_http_statuses(submit_http, first->status_url, entries, n,
-									  gridha_submit_timeout_ms, err, sizeof(err)) == 0;
-			if (!ok)
-				ereport(LOG,
-						(errmsg("gridha worker: status poll of target \"%s\" failed: %s",
-								first->target, err),
-						 errdetail("Nothing was applied; the poll is repeated.")));
-		}
-		else if (OidIsValid(first->status_function))
-		{
-			SubmitStatusCall call = {first->status_function, entries, n, false};
-
-			ok = submit_step(submit_status_function_step, &call, "status function", NULL);
-			if (ok && call.malformed)
-			{
-				ereport(LOG,
-						(errmsg("gridha worker: status function of target \"%s\" returned an unknown status word",
-								first->target),
-						 errdetail("Nothing was applied; the poll is repeated.")));
-				ok = false;
-			}
-		}
-		else
-		{
-			/*
-			 * No status source: an accepted batch is committed, and was
-			 * reported so at submission; one still pending here is one whose
-			 * report failed then.
-			 */
+		if (submit_ask_ledger(first->target, entries, n))
 			for (k = 0; k < n; k++)
-				strlcpy(entries[k].status, "committed", sizeof(entries[k].status));
-			ok = true;
-		}
+			{
+				SubmitPending *p = list_nth(pending, start + k);
 
-		for (k = 0; ok && k < n; k++)
-		{
-			SubmitPending *p = list_nth(pending, start + k);
-			SubmitReport r;
-
-			if (entries[k].status[0] == '\0' || strcmp(entries[k].status, p->status) == 0)
-				continue;
-			r.service_id = p->service_id;
-			r.batch_id = p->batch_id;
-			r.epoch = p->epoch;
-			r.word = entries[k].status;
-			r.detail = NULL;
-			gridha_worker_set_state(GRIDHA_WS_REPORTING, p->service_id, p->batch_id);
-			if (submit_step(submit_status_step, &r, "report_status", NULL))
-				changed = true;
-		}
+				if (entries[k].status[0] == '\0' || strcmp(entries[k].status, p->status) == 0)
+					continue;
+				submit_add_report(true, p->service_id, p->batch_id, p->epoch,
+								  entries[k].status, NULL, false);
+			}
 		start = end;
 	}
-	return changed;
 }
 
 /*
@@ -671,7 +1135,7 @@ submit_maintenance_step(void *arg)
 {
 	Datum		args[1];
 
-	args[0] = UUIDPGetDatum(submit_instance);
+	args[0] = submit_instance_datum();
 	gridha_exec(&submit_maintenance_stmt, args, NULL, false);
 }
 
@@ -690,48 +1154,99 @@ gridha_submit_wait_ms(long max_ms)
 
 /*
  * gridha_submit_cycle: one cycle. Returns true when it did something that
- * may make more work ready at once (a batch submitted, a status changed),
- * so the caller goes round again without sleeping.
+ * may make more work ready at once (batches handed out, reports sent), so
+ * the caller goes round again without sleeping.
  */
 bool
-gridha_submit_cycle(pg_uuid_t *instance_id)
+gridha_submit_cycle(void)
 {
-	SubmitBatch *batch = NULL;
+	MemoryContext old = MemoryContextSwitchTo(submit_cxt);
 	bool		busy = false;
 	TimestampTz now;
+	ListCell   *lc;
 
-	MemoryContextReset(submit_cxt);
-	submit_instance = instance_id;
-
-	if (submit_orphans_due && !gridha_worker_stopping())
+	if (submit_orphans_due)
 		submit_recover_orphans();
 
-	gridha_worker_set_state(GRIDHA_WS_HANDING_OUT, NULL, NULL);
-	if (!submit_step(submit_handout_step, &batch, "next_batch", NULL))
+	if (submit_in_flight < gridha_worker_inflight)
 	{
-		gridha_worker_set_state(GRIDHA_WS_BACKING_OFF, NULL, NULL);
-		return false;
+		SubmitHandout handout = {gridha_worker_inflight - submit_in_flight, NIL};
+
+		gridha_slot_set_state(GRIDHA_WS_HANDING_OUT, NULL, NULL);
+		if (submit_step(submit_handout_step, &handout, "next_batches", NULL))
+		{
+			foreach(lc, handout.batches)
+				submit_start((SubmitBatch *) lfirst(lc));
+			busy = handout.batches != NIL;
+		}
+		else
+		{
+			/* the batches it may have read are not handed out: forget them */
+			foreach(lc, handout.batches)
+				MemoryContextDelete(((SubmitBatch *) lfirst(lc))->cxt);
+			gridha_slot_set_state(GRIDHA_WS_BACKING_OFF, NULL, NULL);
+		}
 	}
-	if (batch != NULL)
-	{
-		submit_one(batch);
-		busy = true;
-	}
+	gridha_submit_poll(0);
 
 	now = GetCurrentTimestamp();
-	if (!gridha_worker_stopping() &&
-		TimestampDifferenceExceeds(submit_last_monitor, now, gridha_monitor_interval_ms))
+	if (TimestampDifferenceExceeds(submit_last_monitor, now, gridha_monitor_interval_ms))
 	{
 		submit_last_monitor = now;
-		if (submit_monitor())
-			busy = true;
+		submit_monitor();
 	}
+	if (submit_flush() > 0)
+		busy = true;
 
-	if (!gridha_worker_stopping() &&
-		TimestampDifferenceExceeds(submit_last_maintenance, now, gridha_maintenance_interval_ms))
+	if (TimestampDifferenceExceeds(submit_last_maintenance, now, gridha_maintenance_interval_ms))
 	{
 		submit_last_maintenance = now;
 		(void) submit_step(submit_maintenance_step, NULL, "run_maintenance", NULL);
 	}
+	MemoryContextSwitchTo(old);
+	/* everything of this cycle is reported: its memory can go */
+	MemoryContextReset(submit_cxt);
 	return busy;
+}
+
+/*
+ * gridha_submit_drain: at stop: the POSTs in flight finish (each within
+ * gridha.submit_timeout) and every outcome is reported.
+ */
+void
+gridha_submit_drain(void)
+{
+	MemoryContext old = MemoryContextSwitchTo(submit_cxt);
+
+	while (submit_in_flight > 0)
+		gridha_submit_poll(100);
+	(void) submit_flush();
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(submit_cxt);
+}
+
+/*
+ * gridha_submit_forget: the extension was dropped: nothing under way can
+ * be reported any more. The POSTs in flight are let go, and the next
+ * cycle starts afresh (looking for orphans of its own, and asking which
+ * SQL version is installed).
+ */
+void
+gridha_submit_forget(void)
+{
+	if (submit_multi != NULL)
+		gridha_http_multi_destroy(submit_multi);
+	submit_multi = gridha_http_multi_create();
+	if (submit_multi == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_SYSTEM_ERROR),
+				 errmsg("gridha worker could not initialise libcurl")));
+	MemoryContextReset(submit_batches_cxt);
+	MemoryContextReset(submit_cxt);
+	submit_in_flight = 0;
+	submit_submissions = NIL;
+	submit_statuses = NIL;
+	submit_orphans_due = true;
+	submit_last_version_check = 0;
+	gridha_slot_set_in_flight(0);
 }

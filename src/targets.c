@@ -1,129 +1,578 @@
 /*-------------------------------------------------------------------------
  *
  * targets.c
- *		Checks a row of gridha.targets when it is written, so a target that
- *		a worker could never use is refused at once (RG007) instead of
- *		failing batch after batch later.
+ *		Targets: the check of a row of gridha.targets when it is written
+ *		(RG007), and the same judgement as instances use it at hand-out,
+ *		kept per backend.
  *
  * Words:
  *   submit source   submit_url (an HTTP POST) or submit_function, not both
- *   status source   status_url (an HTTP GET) or status_function, not both
+ *   status source   status_url (an HTTP GET) or status_function, not both;
+ *                   none: fire and forget, an accepted batch is committed
  *   submit_function (service_id text, batch_id text, payload bytea,
  *                   epoch bigint) RETURNS text: accepted, delayed or rejected
  *   status_function (batch_ids text[]) RETURNS TABLE (batch_id text,
  *                   status text): pending, valid, committed, invalid,
  *                   unknown (any case)
+ *   kind            one of the four sources; an instance declares the kinds
+ *                   it can serve (instances.serves), a target needs one
+ *                   submit kind and at most one status kind
+ *   unusable        a target no instance can serve: no submit source, a
+ *                   malformed URL or header, a function that was dropped or
+ *                   has the wrong signature, two sources of one side. Such a
+ *                   row is refused when it is written (but for "no submit
+ *                   source", which external instances may serve by their own
+ *                   means); one that is unusable all the same (a function
+ *                   dropped later, a row written before a check existed)
+ *                   makes its batches delayed at hand-out, with the reason
+ *
+ * The judged rows are kept in backend memory and judged again after any
+ * change of gridha.targets (relcache invalidation) or of any function
+ * (syscache invalidation of pg_proc): the hand-out asks them without SQL.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/regproc.h"
 #include "utils/syscache.h"
+#include "utils/timestamp.h"
 
 #include "dlt_http.h"
 #include "gridha.h"
+#include "spi_util.h"
+#include "targets.h"
+
+/* One WARNING per target and reason per backend in this many ms */
+#define TARGETS_WARN_EVERY_MS	60000
 
 /*
- * targets_check_url: refuses a URL template that is not usable.
+ * Every row, with the optional columns of later versions read through
+ * to_jsonb so that the same statement serves a database still on 1.0.
  */
-static void
-targets_check_url(const char *target, const char *column, const char *url,
-				  GridhaUrlKind kind)
-{
-	char		err[256];
+static GridhaStatement targets_load_stmt = {
+	"SELECT t.target, t.submit_url, t.submit_function::oid, t.status_url,"
+	"       t.status_function::oid, t.rate_interval IS NOT NULL,"
+	"       CASE WHEN to_jsonb(t) ? 'reject_codes' THEN coalesce("
+	"         (SELECT array_agg(c::int4) FROM jsonb_array_elements_text("
+	"            CASE WHEN jsonb_typeof(to_jsonb(t) -> 'reject_codes') = 'array'"
+	"                 THEN to_jsonb(t) -> 'reject_codes' END) AS c"
+	"           WHERE c ~ '^[0-9]{1,3}$'), '{}') END,"
+	"       (SELECT array_agg(h.key || ': ' || h.value ORDER BY h.key)"
+	"          FROM jsonb_each_text("
+	"            CASE WHEN jsonb_typeof(to_jsonb(t) -> 'request_headers') = 'object'"
+	"                 THEN to_jsonb(t) -> 'request_headers' END) AS h),"
+	"       CASE WHEN jsonb_typeof(to_jsonb(t) -> 'request_headers') NOT IN ('object', 'null')"
+	"            THEN 'request_headers is not a JSON object' END"
+	"  FROM gridha.targets t",
+	0, {InvalidOid}
+};
 
-	if (gridha_http_check_url(url, kind, err, sizeof(err)) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
-				 errmsg("invalid %s of target \"%s\": %s", column, target, err),
-				 kind == GRIDHA_URL_SUBMIT ?
-				 errhint("Use an http:// or https:// URL; {service_id} and {batch_id} are filled in.") :
-				 errhint("Use an http:// or https:// URL containing {batch_ids}, which is filled in with the comma-separated ids.")));
-}
+static const char *const targets_kind_words[] = {
+	"submit_url", "submit_function", "status_url", "status_function"
+};
+
+static MemoryContext targets_cxt = NULL;
+static GridhaTarget *targets = NULL;
+static int	ntargets = 0;
+static bool targets_any_limited = false;
+static uint64 targets_gen = 1;	/* bumped by every invalidation */
+static uint64 targets_loaded_gen = 0;
+static Oid	targets_relid = InvalidOid;
+static bool targets_callbacks = false;
+
+/* The last WARNING per target and reason */
+typedef struct TargetsWarned
+{
+	char	   *target;
+	char	   *reason;
+	TimestampTz at;
+} TargetsWarned;
+
+static List *targets_warned = NIL;
 
 /*
- * targets_function_error: the RG007 refusal for a function of the wrong
- * shape.
+ * targets_function_problem: why fn cannot be this target's function, or
+ * NULL. want_submit: the submit signature, else the status one.
  */
-static void
-targets_function_error(const char *target, const char *column, Oid fn, const char *want)
+static char *
+targets_function_problem(const char *target, const char *column, Oid fn, bool want_submit)
 {
-	ereport(ERROR,
-			(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
-			 errmsg("%s of target \"%s\" has the wrong signature", column, target),
-			 errdetail("%s is %s.", column, format_procedure(fn)),
-			 errhint("It must be %s.", want)));
-}
-
-/*
- * targets_check_submit_function: (text, text, bytea, bigint) RETURNS text,
- * not a set.
- */
-static void
-targets_check_submit_function(const char *target, Oid fn)
-{
-	static const char *want = "(service_id text, batch_id text, payload bytea, epoch bigint) RETURNS text";
 	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
 	Form_pg_proc proc;
 	bool		ok;
 
 	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for function %u", fn);
+		return psprintf("%s of target \"%s\" (OID %u) does not exist", column, target, fn);
 	proc = (Form_pg_proc) GETSTRUCT(tup);
-	ok = proc->pronargs == 4 &&
-		proc->proargtypes.values[0] == TEXTOID &&
-		proc->proargtypes.values[1] == TEXTOID &&
-		proc->proargtypes.values[2] == BYTEAOID &&
-		proc->proargtypes.values[3] == INT8OID &&
-		proc->prorettype == TEXTOID && !proc->proretset && proc->prokind == PROKIND_FUNCTION;
+	if (want_submit)
+		ok = proc->pronargs == 4 &&
+			proc->proargtypes.values[0] == TEXTOID &&
+			proc->proargtypes.values[1] == TEXTOID &&
+			proc->proargtypes.values[2] == BYTEAOID &&
+			proc->proargtypes.values[3] == INT8OID &&
+			proc->prorettype == TEXTOID && !proc->proretset &&
+			proc->prokind == PROKIND_FUNCTION;
+	else
+		ok = proc->pronargs == 1 && proc->proargtypes.values[0] == TEXTARRAYOID &&
+			proc->proretset && proc->prokind == PROKIND_FUNCTION;
 	ReleaseSysCache(tup);
-	if (!ok)
-		targets_function_error(target, "submit_function", fn, want);
-}
+	if (ok && !want_submit)
+	{
+		Oid			rettype;
+		TupleDesc	tupdesc = NULL;
 
-/*
- * targets_check_status_function: (text[]) RETURNS TABLE (batch_id text,
- * status text).
- */
-static void
-targets_check_status_function(const char *target, Oid fn)
-{
-	static const char *want = "(batch_ids text[]) RETURNS TABLE (batch_id text, status text)";
-	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
-	Form_pg_proc proc;
-	bool		ok;
-	Oid			rettype;
-	TupleDesc	tupdesc = NULL;
-
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for function %u", fn);
-	proc = (Form_pg_proc) GETSTRUCT(tup);
-	ok = proc->pronargs == 1 && proc->proargtypes.values[0] == TEXTARRAYOID &&
-		proc->proretset && proc->prokind == PROKIND_FUNCTION;
-	ReleaseSysCache(tup);
-	if (ok)
 		ok = get_func_result_type(fn, &rettype, &tupdesc) == TYPEFUNC_COMPOSITE &&
 			tupdesc->natts == 2 &&
 			TupleDescAttr(tupdesc, 0)->atttypid == TEXTOID &&
 			TupleDescAttr(tupdesc, 1)->atttypid == TEXTOID;
+	}
 	if (!ok)
-		targets_function_error(target, "status_function", fn, want);
+		return psprintf("%s of target \"%s\" is %s, which is not %s", column, target,
+						format_procedure(fn),
+						want_submit ?
+						"(service_id text, batch_id text, payload bytea, epoch bigint) RETURNS text" :
+						"(batch_ids text[]) RETURNS TABLE (batch_id text, status text)");
+	return NULL;
+}
+
+/*
+ * targets_side_problem: why one side (submit or status) of a target cannot
+ * be used, or NULL; *kind gets the kind it needs (0: it has no source).
+ */
+static char *
+targets_side_problem(const char *target, bool submit, const char *url, Oid fn, int *kind)
+{
+	const char *url_col = submit ? "submit_url" : "status_url";
+	const char *fn_col = submit ? "submit_function" : "status_function";
+	char		err[256];
+
+	*kind = 0;
+	if (url != NULL && OidIsValid(fn))
+		return psprintf("target \"%s\" has both %s and %s", target, url_col, fn_col);
+	if (url != NULL)
+	{
+		if (gridha_http_check_url(url, submit ? GRIDHA_URL_SUBMIT : GRIDHA_URL_STATUS,
+								  err, sizeof(err)) != 0)
+			return psprintf("invalid %s of target \"%s\": %s", url_col, target, err);
+		*kind = submit ? GRIDHA_SERVES_SUBMIT_URL : GRIDHA_SERVES_STATUS_URL;
+	}
+	else if (OidIsValid(fn))
+	{
+		char	   *problem = targets_function_problem(target, fn_col, fn, submit);
+
+		if (problem != NULL)
+			return problem;
+		*kind = submit ? GRIDHA_SERVES_SUBMIT_FUNCTION : GRIDHA_SERVES_STATUS_FUNCTION;
+	}
+	return NULL;
+}
+
+/*
+ * targets_headers_problem: why one of a target's request headers cannot be
+ * sent, or NULL. The reason names the header, never its value.
+ */
+static char *
+targets_headers_problem(const char *target, char **headers, int n)
+{
+	char		err[256];
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (gridha_http_check_header(headers[i], err, sizeof(err)) != 0)
+			return psprintf("request_headers of target \"%s\": %s", target, err);
+	return NULL;
+}
+
+/*
+ * targets_judge: fills submit_kind, status_kind and unusable of a target
+ * whose sources are set.
+ */
+static void
+targets_judge(GridhaTarget *t)
+{
+	char	   *problem;
+
+	problem = targets_side_problem(t->name, true, t->submit_url, t->submit_function,
+								   &t->submit_kind);
+	if (problem == NULL && t->submit_kind == 0)
+		problem = psprintf("target \"%s\" has neither submit_url nor submit_function", t->name);
+	if (problem == NULL)
+		problem = targets_side_problem(t->name, false, t->status_url, t->status_function,
+									   &t->status_kind);
+	if (problem == NULL)
+		problem = targets_headers_problem(t->name, t->headers, t->n_headers);
+	t->unusable = problem;
+}
+
+static void
+targets_invalidate(void)
+{
+	targets_gen++;
+}
+
+static void
+targets_relcache_callback(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == targets_relid)
+		targets_invalidate();
+}
+
+static void
+targets_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	targets_invalidate();
+}
+
+static char *
+targets_text_col(HeapTuple tup, TupleDesc desc, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(tup, desc, col, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+/*
+ * gridha_targets_refresh: judges every target again when gridha.targets
+ * or a function changed since it last did. Inside SPI, and not inside a
+ * GridhaRows command: the hand-out calls it before its pick.
+ */
+void
+gridha_targets_refresh(void)
+{
+	MemoryContext old;
+	uint64		gen;
+	int			i;
+
+	if (!targets_callbacks)
+	{
+		CacheRegisterRelcacheCallback(targets_relcache_callback, (Datum) 0);
+		CacheRegisterSyscacheCallback(PROCOID, targets_syscache_callback, (Datum) 0);
+		targets_cxt = AllocSetContextCreate(TopMemoryContext, "gridha targets",
+											ALLOCSET_SMALL_SIZES);
+		targets_callbacks = true;
+	}
+	if (targets_loaded_gen == targets_gen)
+		return;
+
+	/* an invalidation that arrives while we read marks the result stale */
+	gen = targets_gen;
+	targets_relid = get_relname_relid("targets", get_namespace_oid("gridha", false));
+	gridha_exec(&targets_load_stmt, NULL, NULL, true);
+
+	MemoryContextReset(targets_cxt);
+	old = MemoryContextSwitchTo(targets_cxt);
+	ntargets = (int) SPI_processed;
+	targets = palloc0(sizeof(GridhaTarget) * Max(ntargets, 1));
+	targets_any_limited = false;
+	for (i = 0; i < ntargets; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		GridhaTarget *t = &targets[i];
+		bool		isnull;
+		Datum		d;
+		char	   *header_problem;
+
+		t->name = targets_text_col(tup, desc, 1);
+		t->submit_url = targets_text_col(tup, desc, 2);
+		d = SPI_getbinval(tup, desc, 3, &isnull);
+		t->submit_function = isnull ? InvalidOid : DatumGetObjectId(d);
+		t->status_url = targets_text_col(tup, desc, 4);
+		d = SPI_getbinval(tup, desc, 5, &isnull);
+		t->status_function = isnull ? InvalidOid : DatumGetObjectId(d);
+		t->rate_limited = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
+		targets_any_limited |= t->rate_limited;
+		d = SPI_getbinval(tup, desc, 7, &isnull);
+		if (!isnull)
+		{
+			Datum	   *elems;
+			bool	   *nulls;
+			int			k;
+
+			deconstruct_array(DatumGetArrayTypeP(d), INT4OID, 4, true, TYPALIGN_INT,
+							  &elems, &nulls, &t->n_reject_codes);
+			t->reject_codes = palloc(sizeof(int) * Max(t->n_reject_codes, 1));
+			for (k = 0; k < t->n_reject_codes; k++)
+				t->reject_codes[k] = DatumGetInt32(elems[k]);
+		}
+		d = SPI_getbinval(tup, desc, 8, &isnull);
+		if (!isnull)
+		{
+			Datum	   *elems;
+			bool	   *nulls;
+			int			k;
+
+			deconstruct_array(DatumGetArrayTypeP(d), TEXTOID, -1, false, TYPALIGN_INT,
+							  &elems, &nulls, &t->n_headers);
+			t->headers = palloc(sizeof(char *) * Max(t->n_headers, 1));
+			for (k = 0; k < t->n_headers; k++)
+				t->headers[k] = TextDatumGetCString(elems[k]);
+		}
+		header_problem = targets_text_col(tup, desc, 9);
+		targets_judge(t);
+		if (header_problem != NULL && t->unusable == NULL)
+			t->unusable = psprintf("target \"%s\": %s", t->name, header_problem);
+	}
+	MemoryContextSwitchTo(old);
+	targets_loaded_gen = gen;
+}
+
+/*
+ * gridha_target_get: the judged target of this name, NULL when there is
+ * none. Valid until the next gridha_targets_refresh.
+ */
+const GridhaTarget *
+gridha_target_get(const char *name)
+{
+	int			i;
+
+	for (i = 0; i < ntargets; i++)
+		if (strcmp(targets[i].name, name) == 0)
+			return &targets[i];
+	return NULL;
+}
+
+/*
+ * gridha_target_servable: whether an instance that serves these kinds can
+ * serve the target: it is usable, and the instance serves its submit kind
+ * and its status kind (if any). GRIDHA_SERVES_ANY serves everything.
+ */
+bool
+gridha_target_servable(const GridhaTarget *t, int serves)
+{
+	if (serves == GRIDHA_SERVES_ANY)
+		return true;
+	if (t == NULL || t->unusable != NULL)
+		return false;
+	return (serves & t->submit_kind) != 0 &&
+		(t->status_kind == 0 || (serves & t->status_kind) != 0);
+}
+
+/*
+ * gridha_targets_servable_names: a text[] of the targets an instance that
+ * serves these kinds can serve (for the claim statements). After
+ * gridha_targets_refresh.
+ */
+Datum
+gridha_targets_servable_names(int serves)
+{
+	Datum	   *names = palloc(sizeof(Datum) * Max(ntargets, 1));
+	int			n = 0;
+	int			i;
+
+	for (i = 0; i < ntargets; i++)
+		if (gridha_target_servable(&targets[i], serves))
+			names[n++] = CStringGetTextDatum(targets[i].name);
+	return gridha_text_array(names, n);
+}
+
+/*
+ * gridha_targets_any_limited: whether some target has a rate limit, as of
+ * the last gridha_targets_refresh.
+ */
+bool
+gridha_targets_any_limited(void)
+{
+	return targets_any_limited;
+}
+
+/*
+ * gridha_targets_generation: changes whenever the judged targets may have:
+ * a caller that remembers it knows when to look at its services again.
+ */
+uint64
+gridha_targets_generation(void)
+{
+	return targets_loaded_gen;
+}
+
+/*
+ * gridha_target_warn: a WARNING that a target cannot be used, at most once
+ * per target and reason per TARGETS_WARN_EVERY_MS in this backend, so a
+ * broken target logs a line a minute, not one per batch.
+ */
+void
+gridha_target_warn(const char *target, const char *reason)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	ListCell   *lc;
+	TargetsWarned *w = NULL;
+	MemoryContext old;
+
+	foreach(lc, targets_warned)
+	{
+		TargetsWarned *c = lfirst(lc);
+
+		if (strcmp(c->target, target) == 0 && strcmp(c->reason, reason) == 0)
+		{
+			w = c;
+			break;
+		}
+	}
+	if (w != NULL && !TimestampDifferenceExceeds(w->at, now, TARGETS_WARN_EVERY_MS))
+		return;
+	if (w == NULL)
+	{
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		w = palloc(sizeof(TargetsWarned));
+		w->target = pstrdup(target);
+		w->reason = pstrdup(reason);
+		targets_warned = lappend(targets_warned, w);
+		MemoryContextSwitchTo(old);
+	}
+	w->at = now;
+	ereport(WARNING,
+			(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
+			 errmsg("gridha: batches of target \"%s\" are delayed: %s", target, reason),
+			 errhint("Fix the row of gridha.targets; the batches are handed out again once it can be used. This warning is repeated at most once a minute.")));
+}
+
+/*
+ * gridha_serves_parse: the kinds of a text[] of kind words (NULL: ANY).
+ * An unknown word, or a NULL in the array, is refused with 22023.
+ */
+int
+gridha_serves_parse(Datum kinds)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	int			serves = 0;
+	int			i;
+	int			k;
+
+	deconstruct_array(DatumGetArrayTypeP(kinds), TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &n);
+	for (i = 0; i < n; i++)
+	{
+		char	   *word;
+		bool		known = false;
+
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("serves must not contain NULL")));
+		word = TextDatumGetCString(elems[i]);
+		for (k = 0; k < lengthof(targets_kind_words); k++)
+			if (strcmp(word, targets_kind_words[k]) == 0)
+			{
+				serves |= 1 << k;
+				known = true;
+			}
+		if (!known)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("unknown target kind \"%s\"", word),
+					 errhint("Use submit_url, submit_function, status_url and status_function.")));
+	}
+	return serves;
+}
+
+/*
+ * gridha_serves_datum: the text[] of the kind words of a mask.
+ */
+Datum
+gridha_serves_datum(int serves)
+{
+	Datum		words[lengthof(targets_kind_words)];
+	int			n = 0;
+	int			k;
+
+	for (k = 0; k < lengthof(targets_kind_words); k++)
+		if (serves & (1 << k))
+			words[n++] = CStringGetTextDatum(targets_kind_words[k]);
+	return gridha_text_array(words, n);
+}
+
+/*
+ * targets_check_headers: the request_headers of a row being written: a
+ * JSON object of string values, each header one a ledger can be sent.
+ */
+static void
+targets_check_headers(const char *target, Jsonb *headers)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	char	   *key = NULL;
+	char		err[256];
+
+	if (!JB_ROOT_IS_OBJECT(headers))
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
+				 errmsg("request_headers of target \"%s\" is not a JSON object", target),
+				 errhint("Write it as {\"Authorization\": \"Bearer ...\"}.")));
+	it = JsonbIteratorInit(&headers->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_KEY)
+			key = pnstrdup(v.val.string.val, v.val.string.len);
+		else if (tok == WJB_VALUE)
+		{
+			char	   *line;
+
+			if (v.type != jbvString)
+				ereport(ERROR,
+						(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
+						 errmsg("request header \"%s\" of target \"%s\" is not a string", key, target)));
+			line = psprintf("%s: %.*s", key, v.val.string.len, v.val.string.val);
+			if (memchr(v.val.string.val, '\0', v.val.string.len) != NULL ||
+				gridha_http_check_header(line, err, sizeof(err)) != 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
+						 errmsg("invalid request header of target \"%s\": %s", target,
+								memchr(v.val.string.val, '\0', v.val.string.len) ? "a NUL in a value" : err)));
+		}
+	}
+}
+
+/*
+ * targets_check_reject_codes: HTTP codes 100 to 599, no NULL.
+ */
+static void
+targets_check_reject_codes(const char *target, ArrayType *codes)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	int			i;
+
+	if (ARR_NDIM(codes) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
+				 errmsg("reject_codes of target \"%s\" must be a one-dimensional array", target)));
+	deconstruct_array(codes, INT4OID, 4, true, TYPALIGN_INT, &elems, &nulls, &n);
+	for (i = 0; i < n; i++)
+		if (nulls[i] || DatumGetInt32(elems[i]) < 100 || DatumGetInt32(elems[i]) > 599)
+			ereport(ERROR,
+					(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
+					 errmsg("reject_codes of target \"%s\" must hold HTTP status codes (100 to 599)", target),
+					 errhint("For example '{400,422}'; 2xx codes accept, whatever the list says.")));
 }
 
 PG_FUNCTION_INFO_V1(gridha_targets_check);
 
 /*
- * gridha_targets_check: BEFORE INSERT OR UPDATE trigger on gridha.targets.
+ * gridha_targets_check: BEFORE INSERT OR UPDATE trigger on gridha.targets:
+ * refuses with RG007 a row no instance could use (but for one without a
+ * submit source: external instances may submit by their own means).
  */
 Datum
 gridha_targets_check(PG_FUNCTION_ARGS)
@@ -134,10 +583,12 @@ gridha_targets_check(PG_FUNCTION_ARGS)
 	bool		isnull;
 	Datum		d;
 	char	   *target;
-	char	   *submit_url = NULL;
-	char	   *status_url = NULL;
-	Oid			submit_fn = InvalidOid;
-	Oid			status_fn = InvalidOid;
+	char	   *url;
+	Oid			fn;
+	char	   *problem;
+	int			kind;
+	int			attno;
+	int			side;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -149,37 +600,59 @@ gridha_targets_check(PG_FUNCTION_ARGS)
 
 	d = heap_getattr(tuple, SPI_fnumber(desc, "target"), desc, &isnull);
 	target = isnull ? "" : TextDatumGetCString(d);
-	d = heap_getattr(tuple, SPI_fnumber(desc, "submit_url"), desc, &isnull);
-	if (!isnull)
-		submit_url = TextDatumGetCString(d);
-	d = heap_getattr(tuple, SPI_fnumber(desc, "status_url"), desc, &isnull);
-	if (!isnull)
-		status_url = TextDatumGetCString(d);
-	d = heap_getattr(tuple, SPI_fnumber(desc, "submit_function"), desc, &isnull);
-	if (!isnull)
-		submit_fn = DatumGetObjectId(d);
-	d = heap_getattr(tuple, SPI_fnumber(desc, "status_function"), desc, &isnull);
-	if (!isnull)
-		status_fn = DatumGetObjectId(d);
+	for (side = 0; side < 2; side++)
+	{
+		d = heap_getattr(tuple, SPI_fnumber(desc, side == 0 ? "submit_url" : "status_url"),
+						 desc, &isnull);
+		url = isnull ? NULL : TextDatumGetCString(d);
+		d = heap_getattr(tuple, SPI_fnumber(desc, side == 0 ? "submit_function" : "status_function"),
+						 desc, &isnull);
+		fn = isnull ? InvalidOid : DatumGetObjectId(d);
+		problem = targets_side_problem(target, side == 0, url, fn, &kind);
+		if (problem != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
+					 errmsg("%s", problem),
+					 url != NULL && OidIsValid(fn) ? errhint("Set one of them to NULL.") :
+					 url != NULL ?
+					 (side == 0 ?
+					  errhint("Use an http:// or https:// URL; {service_id} and {batch_id} are filled in.") :
+					  errhint("Use an http:// or https:// URL containing {batch_ids}, which is filled in with the comma-separated ids.")) :
+					 errhint("Create the function first, with exactly that signature.")));
+	}
 
-	if (submit_url != NULL && OidIsValid(submit_fn))
-		ereport(ERROR,
-				(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
-				 errmsg("target \"%s\" has both submit_url and submit_function", target),
-				 errhint("Set one of them to NULL.")));
-	if (status_url != NULL && OidIsValid(status_fn))
-		ereport(ERROR,
-				(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
-				 errmsg("target \"%s\" has both status_url and status_function", target),
-				 errhint("Set one of them to NULL.")));
-	if (submit_url != NULL)
-		targets_check_url(target, "submit_url", submit_url, GRIDHA_URL_SUBMIT);
-	if (status_url != NULL)
-		targets_check_url(target, "status_url", status_url, GRIDHA_URL_STATUS);
-	if (OidIsValid(submit_fn))
-		targets_check_submit_function(target, submit_fn);
-	if (OidIsValid(status_fn))
-		targets_check_status_function(target, status_fn);
-
+	/* columns of gridha 1.1 */
+	attno = SPI_fnumber(desc, "request_headers");
+	if (attno > 0)
+	{
+		d = heap_getattr(tuple, attno, desc, &isnull);
+		if (!isnull)
+			targets_check_headers(target, DatumGetJsonbP(d));
+	}
+	attno = SPI_fnumber(desc, "reject_codes");
+	if (attno > 0)
+	{
+		d = heap_getattr(tuple, attno, desc, &isnull);
+		if (!isnull)
+			targets_check_reject_codes(target, DatumGetArrayTypeP(d));
+	}
 	return PointerGetDatum(tuple);
+}
+
+PG_FUNCTION_INFO_V1(gridha_targets_rate_inval);
+
+/*
+ * gridha_targets_rate_inval: statement trigger targets_rate_inval on
+ * gridha.targets: at commit, every backend judges its targets again (and
+ * learns whether any is rate-limited).
+ */
+Datum
+gridha_targets_rate_inval(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		elog(ERROR, "gridha: targets_rate_inval must be called as a trigger");
+	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
+	return PointerGetDatum(NULL);
 }

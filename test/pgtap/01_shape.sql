@@ -7,7 +7,7 @@
 -- file runs with gridha preloaded, so gridha.workers and gridha.database
 -- exist.
 BEGIN;
-SELECT plan(159);
+SELECT plan(179);
 
 -- The contract's API, one row per function. args: the argument types that
 -- identify it; arguments: pg_get_function_arguments (names and defaults);
@@ -62,6 +62,20 @@ INSERT INTO api (ord, name, args, arguments, result, returns, worker) VALUES
  (12, 'release_claims', '{uuid}',
   'instance_id uuid',
   'integer', 'integer', false),
+ (15, 'report_submissions', '{uuid,text[],text[],bigint[],text[],text[]}',
+  'instance_id uuid, service_ids text[], batch_ids text[], epochs bigint[], outcomes text[], details text[] DEFAULT NULL::text[]',
+  'TABLE(service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)',
+  'setof record', false),
+ (16, 'report_statuses', '{uuid,text[],text[],bigint[],text[]}',
+  'instance_id uuid, service_ids text[], batch_ids text[], epochs bigint[], dlt_statuses text[]',
+  'TABLE(service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)',
+  'setof record', false),
+ (17, 'register_instance', '{text,text[]}',
+  'label text, serves text[]',
+  'uuid', 'uuid', false),
+ (18, 'acquire_claims', '{uuid,text[]}',
+  'instance_id uuid, serves text[]',
+  'TABLE(service_id text, epoch bigint)', 'setof record', false),
  (13, 'start_worker', '{text}',
   'label text DEFAULT NULL::text',
   'uuid', 'uuid', true),
@@ -88,7 +102,7 @@ SELECT enum_has_labels('gridha', 'batch_status',
     'gridha.batch_status has exactly the lifecycle labels, in order');
 
 -- ---------------------------------------------------------------------------
--- API functions (12 now, 4 assertions each)
+-- API functions (16 of them, 5 assertions each)
 -- ---------------------------------------------------------------------------
 
 SELECT has_function('gridha', a.name, a.args,

@@ -221,8 +221,8 @@ SELECT results_eq(
     $$VALUES ('tx-idle'::text, 'bbbbbbbb-0000-0000-0000-00000000000b'::uuid, 2::bigint),
              ('tx-slow', 'aaaaaaaa-0000-0000-0000-00000000000a', 1)$$,
     'tx-idle is B''s at epoch 2; tx-slow stays A''s at epoch 1');
-SELECT ok((SELECT soft_expiry > now() AND hard_expiry > soft_expiry FROM gridha.service_claims WHERE service_id = 'tx-idle'),
-          'a takeover sets fresh soft and hard expiries');
+SELECT ok((SELECT soft_expiry > now() AND hard_expiry > soft_expiry FROM gridha.claims WHERE service_id = 'tx-idle'),
+          'a takeover gives the claim fresh soft and hard expiries (the taker''s lease)');
 SELECT throws_ok($$SELECT gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'tx-idle', 'i1', 1, 'committed')$$,
                  'RG001', 'stale claim on service "tx-idle"', 'A''s late status report on tx-idle -> RG001');
 SELECT is((SELECT status::text FROM gridha.batches WHERE batch_id = 'i1'), 'pending',

@@ -2,7 +2,7 @@
 -- instance_health decision tree.
 --
 -- One transaction: now() stands still, and time passes only where an UPDATE
--- moves last_seen_at or an expiry into the past.
+-- moves last_seen_at or a lease into the past.
 --
 -- Instances: P = 11111111-0000-0000-0000-000000000001 (first, alone)
 --            Q = 22222222-0000-0000-0000-000000000002 (joins later)
@@ -97,23 +97,23 @@ SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '333333
           'healthy', 'within its claim window: healthy');
 SELECT is((SELECT state FROM gridha.claims WHERE service_id = 'hl-1'), 'held', 'claims: hl-1 is held');
 
-UPDATE gridha.service_claims SET soft_expiry = now() - interval '1 second' WHERE service_id = 'hl-1';
+UPDATE gridha.instances SET soft_expiry = now() - interval '1 second' WHERE instance_id = '33333333-0000-0000-0000-000000000003';
 SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '33333333-0000-0000-0000-000000000003'),
           'slow', 'past soft expiry and mid-submission: slow (assumed healthy)');
 
-UPDATE gridha.service_claims SET soft_expiry = now() - interval '2 minutes', hard_expiry = now() - interval '1 second'
- WHERE service_id = 'hl-1';
+UPDATE gridha.instances SET soft_expiry = now() - interval '2 minutes', hard_expiry = now() - interval '1 second'
+ WHERE instance_id = '33333333-0000-0000-0000-000000000003';
 SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '33333333-0000-0000-0000-000000000003'),
           'failed', 'past hard expiry, even mid-submission: failed');
 
-UPDATE gridha.service_claims SET soft_expiry = now() + interval '30 seconds', hard_expiry = now() + interval '3 minutes'
- WHERE service_id = 'hl-1';
+UPDATE gridha.instances SET soft_expiry = now() + interval '30 seconds', hard_expiry = now() + interval '3 minutes'
+ WHERE instance_id = '33333333-0000-0000-0000-000000000003';
 SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '33333333-0000-0000-0000-000000000003'),
           'healthy', 'renewed: healthy again');
 
 SELECT is(gridha.report_submission('33333333-0000-0000-0000-000000000003', 'hl-1', 'h1', 1, 'accepted'),
           'pending'::gridha.batch_status, 'h1 accepted: H has nothing submitting');
-UPDATE gridha.service_claims SET soft_expiry = now() - interval '1 second' WHERE service_id = 'hl-1';
+UPDATE gridha.instances SET soft_expiry = now() - interval '1 second' WHERE instance_id = '33333333-0000-0000-0000-000000000003';
 SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '33333333-0000-0000-0000-000000000003'),
           'failed', 'past soft expiry and idle: failed');
 SELECT is((SELECT state FROM gridha.claims WHERE service_id = 'hl-1'), 'soft_expired',
@@ -124,11 +124,13 @@ SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '333333
           'stopped', 'released everything: stopped');
 SELECT is((SELECT state FROM gridha.claims WHERE service_id = 'hl-1'), 'free', 'claims: hl-1 is free');
 
--- An instance holding nothing is judged by its own last cycle.
+-- An instance holding nothing is judged by its lease all the same.
 SELECT is(gridha.renew_claims('44444444-0000-0000-0000-000000000004'), 0, 'E cycles, holding nothing');
 SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '44444444-0000-0000-0000-000000000004'),
           'healthy', 'no claims, seen within the claim window: healthy');
-UPDATE gridha.instances SET last_seen_at = now() - interval '1 hour'
+UPDATE gridha.instances
+   SET last_seen_at = now() - interval '1 hour', soft_expiry = now() - interval '1 hour' + interval '30 seconds',
+       hard_expiry = now() - interval '1 hour' + interval '3 minutes'
  WHERE instance_id = '44444444-0000-0000-0000-000000000004';
 SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '44444444-0000-0000-0000-000000000004'),
           'failed', 'no claims, not seen for an hour: failed');

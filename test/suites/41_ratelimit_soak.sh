@@ -93,7 +93,7 @@ SQL
 
 # The dying instance: holds ldie, takes its head (a slot of lim) and is gone.
 gridha_psql -d "$DB" -o /dev/null <<SQL
-INSERT INTO gridha.instances (instance_id, label, last_seen_at) VALUES ('$DIE', 'dies', now());
+INSERT INTO gridha.instances (instance_id, label, last_seen_at, held) VALUES ('$DIE', 'dies', now(), 1);
 UPDATE gridha.service_claims
    SET claimant = '$DIE', epoch = 1, soft_expiry = now() + interval '2 s',
        hard_expiry = now() + interval '4 s'

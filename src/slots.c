@@ -1,0 +1,388 @@
+/*-------------------------------------------------------------------------
+ *
+ * slots.c
+ *		Background workers' shared-memory slots, gridha.workers, and the
+ *		wake-up at the commit of an enqueue.
+ *
+ * Words:
+ *   slot      a running worker's entry in shared memory: pid, instance id,
+ *             label, state, one batch it is busy with and how many are in
+ *             flight; gridha.workers reads the slots
+ *   wake-up   a commit that enqueued batches sets every worker's latch, so
+ *             idle workers do not wait for gridha.naptime
+ *
+ * There is one slot per possible background worker (max_worker_processes),
+ * and they exist only when gridha is preloaded.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/trigger.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "slots.h"
+
+#define SLOTS_ID_LEN			64
+
+typedef struct GridhaWorkerSlot
+{
+	pid_t		pid;			/* 0: free */
+	pg_uuid_t	instance_id;
+	bool		registered;		/* instance_id is known */
+	char		label[GRIDHA_LABEL_LEN];
+	GridhaWorkerState state;
+	char		service_id[SLOTS_ID_LEN];
+	char		batch_id[SLOTS_ID_LEN];
+	int			in_flight;		/* POSTs started, not reported yet */
+	TimestampTz started_at;
+	TimestampTz state_since;
+	Latch	   *latch;
+} GridhaWorkerSlot;
+
+typedef struct GridhaWorkerShared
+{
+	slock_t		mutex;
+	int			nslots;
+	GridhaWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
+} GridhaWorkerShared;
+
+static GridhaWorkerShared *slots_shared = NULL;
+static GridhaWorkerSlot *my_slot = NULL;
+static bool slots_wake_at_commit = false;
+static bool slots_xact_callback_set = false;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static const char *const slots_state_names[] = {
+	[GRIDHA_WS_STARTING] = "starting",
+	[GRIDHA_WS_WAITING] = "waiting for database",
+	[GRIDHA_WS_IDLE] = "idle",
+	[GRIDHA_WS_HANDING_OUT] = "handing out",
+	[GRIDHA_WS_SUBMITTING] = "submitting",
+	[GRIDHA_WS_REPORTING] = "reporting",
+	[GRIDHA_WS_MONITORING] = "monitoring",
+	[GRIDHA_WS_BACKING_OFF] = "backing off",
+	[GRIDHA_WS_STOPPING] = "stopping",
+};
+
+/*
+ * slots_shmem_size: one slot per possible background worker.
+ */
+static Size
+slots_shmem_size(void)
+{
+	return add_size(offsetof(GridhaWorkerShared, slots),
+					mul_size(max_worker_processes, sizeof(GridhaWorkerSlot)));
+}
+
+static void
+slots_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(slots_shmem_size());
+}
+
+static void
+slots_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	slots_shared = ShmemInitStruct("gridha workers", slots_shmem_size(), &found);
+	if (!found)
+	{
+		memset(slots_shared, 0, slots_shmem_size());
+		SpinLockInit(&slots_shared->mutex);
+		slots_shared->nslots = max_worker_processes;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * gridha_slots_install_hooks: shared memory for the slots (preload only).
+ */
+void
+gridha_slots_install_hooks(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = slots_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = slots_shmem_startup;
+}
+
+/*
+ * gridha_slots_available: whether gridha was preloaded, so workers exist.
+ */
+bool
+gridha_slots_available(void)
+{
+	return slots_shared != NULL;
+}
+
+static void
+slots_copy_id(char *dst, const char *src)
+{
+	if (src == NULL)
+		dst[0] = '\0';
+	else
+		strlcpy(dst, src, SLOTS_ID_LEN);
+}
+
+/*
+ * slots_release: frees this worker's slot at exit, whatever the exit.
+ */
+static void
+slots_release(int code, Datum arg)
+{
+	if (my_slot == NULL)
+		return;
+	SpinLockAcquire(&slots_shared->mutex);
+	my_slot->pid = 0;
+	my_slot->latch = NULL;
+	my_slot->registered = false;
+	SpinLockRelease(&slots_shared->mutex);
+	my_slot = NULL;
+}
+
+/*
+ * gridha_slot_take: claims a free slot for this worker process; it is
+ * freed when the process exits.
+ */
+void
+gridha_slot_take(const char *label)
+{
+	int			i;
+
+	SpinLockAcquire(&slots_shared->mutex);
+	for (i = 0; i < slots_shared->nslots; i++)
+	{
+		GridhaWorkerSlot *slot = &slots_shared->slots[i];
+
+		if (slot->pid == 0)
+		{
+			memset(slot, 0, sizeof(*slot));
+			slot->pid = MyProcPid;
+			slot->latch = MyLatch;
+			strlcpy(slot->label, label, GRIDHA_LABEL_LEN);
+			slot->state = GRIDHA_WS_STARTING;
+			slot->started_at = slot->state_since = GetCurrentTimestamp();
+			my_slot = slot;
+			break;
+		}
+	}
+	SpinLockRelease(&slots_shared->mutex);
+	if (my_slot == NULL)
+		elog(ERROR, "gridha: no free worker slot");
+	before_shmem_exit(slots_release, (Datum) 0);
+}
+
+/*
+ * gridha_slot_set_instance: this worker is known as that instance now.
+ */
+void
+gridha_slot_set_instance(const pg_uuid_t *id)
+{
+	SpinLockAcquire(&slots_shared->mutex);
+	my_slot->instance_id = *id;
+	my_slot->registered = true;
+	SpinLockRelease(&slots_shared->mutex);
+}
+
+/*
+ * gridha_slot_set_state: publishes what this worker does now. No-op
+ * outside a worker.
+ */
+void
+gridha_slot_set_state(GridhaWorkerState state, const char *service_id,
+					  const char *batch_id)
+{
+	if (my_slot == NULL)
+		return;
+	SpinLockAcquire(&slots_shared->mutex);
+	if (my_slot->state != state)
+		my_slot->state_since = GetCurrentTimestamp();
+	my_slot->state = state;
+	slots_copy_id(my_slot->service_id, service_id);
+	slots_copy_id(my_slot->batch_id, batch_id);
+	SpinLockRelease(&slots_shared->mutex);
+}
+
+/*
+ * gridha_slot_set_in_flight: how many POSTs this worker has in flight.
+ */
+void
+gridha_slot_set_in_flight(int n)
+{
+	if (my_slot == NULL)
+		return;
+	SpinLockAcquire(&slots_shared->mutex);
+	my_slot->in_flight = n;
+	SpinLockRelease(&slots_shared->mutex);
+}
+
+/*
+ * gridha_slot_pid_of: the pid of the running worker that is this
+ * instance, 0 when there is none.
+ */
+pid_t
+gridha_slot_pid_of(const pg_uuid_t *id)
+{
+	pid_t		pid = 0;
+	int			i;
+
+	if (slots_shared == NULL)
+		return 0;
+	SpinLockAcquire(&slots_shared->mutex);
+	for (i = 0; i < slots_shared->nslots; i++)
+	{
+		GridhaWorkerSlot *slot = &slots_shared->slots[i];
+
+		if (slot->pid != 0 && slot->registered &&
+			memcmp(slot->instance_id.data, id->data, UUID_LEN) == 0)
+		{
+			pid = slot->pid;
+			break;
+		}
+	}
+	SpinLockRelease(&slots_shared->mutex);
+	return pid;
+}
+
+/*
+ * gridha_slots_wake_all: sets every worker's latch.
+ */
+void
+gridha_slots_wake_all(void)
+{
+	int			i;
+
+	SpinLockAcquire(&slots_shared->mutex);
+	for (i = 0; i < slots_shared->nslots; i++)
+		if (slots_shared->slots[i].pid != 0 && slots_shared->slots[i].latch != NULL)
+			SetLatch(slots_shared->slots[i].latch);
+	SpinLockRelease(&slots_shared->mutex);
+}
+
+PG_FUNCTION_INFO_V1(gridha_worker_slots);
+
+/*
+ * gridha_worker_slots: SQL gridha.worker_slots(), behind the gridha.workers
+ * view: one row per running worker. Empty when gridha is not preloaded.
+ * Fills as many columns as the installed SQL declares (1.0: no in_flight).
+ */
+Datum
+gridha_worker_slots(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			i;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (slots_shared == NULL)
+		return (Datum) 0;
+
+	for (i = 0; i < slots_shared->nslots; i++)
+	{
+		GridhaWorkerSlot copy;
+		Datum		values[9];
+		bool		nulls[9] = {0};
+
+		SpinLockAcquire(&slots_shared->mutex);
+		copy = slots_shared->slots[i];
+		SpinLockRelease(&slots_shared->mutex);
+		if (copy.pid == 0)
+			continue;
+
+		if (copy.registered)
+		{
+			pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
+
+			*id = copy.instance_id;
+			values[0] = UUIDPGetDatum(id);
+		}
+		else
+			nulls[0] = true;
+		values[1] = CStringGetTextDatum(copy.label);
+		values[2] = Int32GetDatum(copy.pid);
+		values[3] = CStringGetTextDatum(slots_state_names[copy.state]);
+		values[4] = TimestampTzGetDatum(copy.state_since);
+		if (copy.service_id[0] == '\0')
+			nulls[5] = nulls[6] = true;
+		else
+		{
+			values[5] = CStringGetTextDatum(copy.service_id);
+			values[6] = CStringGetTextDatum(copy.batch_id);
+		}
+		values[7] = TimestampTzGetDatum(copy.started_at);
+		values[8] = Int32GetDatum(copy.in_flight);
+		Assert(rsinfo->setDesc->natts <= lengthof(values));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/*
+ * slots_xact_callback: after a commit that enqueued batches, wake the
+ * workers; the batches are visible to them by then.
+ */
+static void
+slots_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (slots_wake_at_commit && slots_shared != NULL)
+				gridha_slots_wake_all();
+			slots_wake_at_commit = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			slots_wake_at_commit = false;
+			break;
+		default:
+			break;
+	}
+}
+
+PG_FUNCTION_INFO_V1(gridha_batches_wake);
+
+/*
+ * gridha_batches_wake: statement trigger after INSERT on gridha.batches;
+ * the workers are woken when the transaction commits.
+ */
+Datum
+gridha_batches_wake(PG_FUNCTION_ARGS)
+{
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("gridha.batches_wake() must be called as a trigger")));
+	if (slots_shared != NULL)
+	{
+		if (!slots_xact_callback_set)
+		{
+			RegisterXactCallback(slots_xact_callback, NULL);
+			slots_xact_callback_set = true;
+		}
+		slots_wake_at_commit = true;
+	}
+	return PointerGetDatum(NULL);
+}

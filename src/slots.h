@@ -1,0 +1,46 @@
+/*-------------------------------------------------------------------------
+ *
+ * slots.h
+ *		Background workers' shared-memory slots: who runs, as which
+ *		instance, doing what; and the latches a commit sets to wake them.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef GRIDHA_SLOTS_H
+#define GRIDHA_SLOTS_H
+
+#include "postgres.h"
+
+#include "utils/uuid.h"
+
+#define GRIDHA_LABEL_LEN		64
+
+/* What a worker is doing, as gridha.workers shows it */
+typedef enum GridhaWorkerState
+{
+	GRIDHA_WS_STARTING,
+	GRIDHA_WS_WAITING,			/* for the database or the extension */
+	GRIDHA_WS_IDLE,
+	GRIDHA_WS_HANDING_OUT,
+	GRIDHA_WS_SUBMITTING,
+	GRIDHA_WS_REPORTING,
+	GRIDHA_WS_MONITORING,
+	GRIDHA_WS_BACKING_OFF,
+	GRIDHA_WS_STOPPING
+} GridhaWorkerState;
+
+extern void gridha_slots_install_hooks(void);
+extern bool gridha_slots_available(void);
+
+/* The running worker's own slot */
+extern void gridha_slot_take(const char *label);
+extern void gridha_slot_set_instance(const pg_uuid_t *id);
+extern void gridha_slot_set_state(GridhaWorkerState state, const char *service_id,
+								  const char *batch_id);
+extern void gridha_slot_set_in_flight(int n);
+
+/* Any session */
+extern pid_t gridha_slot_pid_of(const pg_uuid_t *id);
+extern void gridha_slots_wake_all(void);
+
+#endif							/* GRIDHA_SLOTS_H */

@@ -1,0 +1,31 @@
+/*-------------------------------------------------------------------------
+ *
+ * submit.h
+ *		A background worker's cycle: hand out, submit (many POSTs in
+ *		flight), report, monitor the ledger, run maintenance.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef GRIDHA_SUBMIT_H
+#define GRIDHA_SUBMIT_H
+
+#include "postgres.h"
+
+#include <signal.h>
+
+#include "utils/uuid.h"
+
+/* Set while a step (a transaction of the cycle) runs: SIGTERM cancels it */
+extern volatile sig_atomic_t gridha_submit_in_step;
+
+extern void gridha_submit_init(const pg_uuid_t *instance_id, const char *user_search_path);
+extern bool gridha_submit_cycle(void);
+extern int	gridha_submit_in_flight(void);
+extern void gridha_submit_poll(long wait_ms);
+extern long gridha_submit_wait_ms(long max_ms);
+extern bool gridha_submit_take_failure(void);
+extern void gridha_submit_drain(void);
+extern void gridha_submit_forget(void);
+extern void gridha_submit_shutdown(void);
+
+#endif							/* GRIDHA_SUBMIT_H */
