@@ -290,6 +290,13 @@ BEGIN
         RETURN NEW;
     END IF;
 
+    -- A new batch's ids are index keys: keep them well inside a btree entry.
+    IF octet_length(NEW.service_id) > 512 OR octet_length(NEW.batch_id) > 512 THEN
+        RAISE EXCEPTION 'service_id or batch_id is too long'
+            USING ERRCODE = '22023',
+                  DETAIL = 'An id has at most 512 bytes.';
+    END IF;
+
     INSERT INTO gridha.service_claims AS c (service_id, head_seq, tail_seq, ready_at)
     VALUES (NEW.service_id, 1, 1, now())
     ON CONFLICT (service_id) DO UPDATE

@@ -44,35 +44,6 @@
 #include "compat.h"
 #include "dlt_http.h"
 
-/*
- * PostgreSQL version differences of the JSON API.
- *
- * 16 made the callbacks return JsonParseErrorType, so that a callback can
- * stop the parse (JSON_SEM_ACTION_FAILED); on 15 they return void and the
- * parse runs to its end whatever they find.
- *
- * 17 gave makeJsonLexContextCstringLen a first argument (a context to fill
- * in, NULL to allocate one) and added freeJsonLexContext; before, the
- * context and its string buffer are freed by hand.
- */
-#if PG_VERSION_NUM >= 160000
-#define JSON_CB_RESULT JsonParseErrorType
-#define JSON_CB_RETURN(st) return ((st)->failed ? JSON_SEM_ACTION_FAILED : JSON_SUCCESS)
-#else
-#define JSON_CB_RESULT void
-#define JSON_CB_RETURN(st) return
-#endif
-
-#if PG_VERSION_NUM >= 170000
-#define JSON_LEX_NEW(buf, len, escapes) \
-	makeJsonLexContextCstringLen(NULL, (buf), (len), PG_UTF8, (escapes))
-#define JSON_LEX_FREE(lex) freeJsonLexContext(lex)
-#else
-#define JSON_LEX_NEW(buf, len, escapes) \
-	makeJsonLexContextCstringLen((buf), (len), PG_UTF8, (escapes))
-#define JSON_LEX_FREE(lex) json_lex_free(lex)
-#endif
-
 /* Nesting depth a status body may have; deeper is refused. */
 #define JSON_MAX_DEPTH		64
 
@@ -154,22 +125,6 @@ typedef struct JsonStatusParse
 	char	   *err;
 	size_t		errlen;
 } JsonStatusParse;
-
-#if PG_VERSION_NUM < 170000
-/*
- * json_lex_free: free a lexer context of 15 or 16 and its string buffer.
- */
-static void
-json_lex_free(JsonLexContext *lex)
-{
-	if (lex->strval != NULL)
-	{
-		pfree(lex->strval->data);
-		pfree(lex->strval);
-	}
-	pfree(lex);
-}
-#endif
 
 /*
  * json_set_err: format a message into a caller's buffer (which may be NULL
@@ -285,7 +240,7 @@ json_object_start(void *state)
 	JsonStatusParse *st = state;
 
 	json_open(st, true);
-	JSON_CB_RETURN(st);
+	JSON_CB_RETURN(st->failed);
 }
 
 static JSON_CB_RESULT
@@ -294,7 +249,7 @@ json_array_start(void *state)
 	JsonStatusParse *st = state;
 
 	json_open(st, false);
-	JSON_CB_RETURN(st);
+	JSON_CB_RETURN(st->failed);
 }
 
 /*
@@ -309,7 +264,7 @@ json_object_end(void *state)
 	int			i;
 
 	if (st->failed)
-		JSON_CB_RETURN(st);
+		JSON_CB_RETURN(st->failed);
 	role = st->open[--st->depth];
 	if (role == ROLE_TOP && !st->seen_data)
 		json_fail(st, "object without \"data\"");
@@ -328,7 +283,7 @@ json_object_end(void *state)
 		pfree(st->id);
 		st->id = NULL;
 	}
-	JSON_CB_RETURN(st);
+	JSON_CB_RETURN(st->failed);
 }
 
 /*
@@ -341,7 +296,7 @@ json_array_end(void *state)
 
 	if (!st->failed)
 		st->depth--;
-	JSON_CB_RETURN(st);
+	JSON_CB_RETURN(st->failed);
 }
 
 /*
@@ -381,7 +336,7 @@ json_field_start(void *state, char *fname, bool isnull pg_attribute_unused())
 	else if (seen != NULL)
 		*seen = true;
 	pfree(fname);
-	JSON_CB_RETURN(st);
+	JSON_CB_RETURN(st->failed);
 }
 
 /*
@@ -395,7 +350,7 @@ json_element_start(void *state, bool isnull pg_attribute_unused())
 	JsonRole	in = st->failed ? ROLE_SKIP : st->open[st->depth - 1];
 
 	st->next = (in == ROLE_DATA || (in == ROLE_TOP && st->splinter)) ? ROLE_ENTRY : ROLE_SKIP;
-	JSON_CB_RETURN(st);
+	JSON_CB_RETURN(st->failed);
 }
 
 /*
@@ -429,7 +384,7 @@ json_scalar(void *state, char *token, JsonTokenType type)
 			json_fail(st, "unknown status \"%.32s\"", token);
 		pfree(token);
 	}
-	JSON_CB_RETURN(st);
+	JSON_CB_RETURN(st->failed);
 }
 
 /*

@@ -77,6 +77,12 @@ typedef struct GridhaTiming
 
 extern GridhaTiming gridha_timing(void);
 
+/*
+ * The longest id (service, batch, target, role, sequence name), in bytes:
+ * ids are btree keys, and two of them make the batches' primary key.
+ */
+#define GRIDHA_MAX_ID_BYTES		512
+
 /* Backoff of a delayed batch: base, growth per attempt, cap (ms) */
 #define GRIDHA_BACKOFF_BASE_MS		250
 #define GRIDHA_BACKOFF_STEP_MS		500

@@ -41,6 +41,7 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
 #include "gridha.h"
 #include "idseq.h"
 #include "leader.h"
@@ -405,7 +406,7 @@ PG_FUNCTION_INFO_V1(gridha_create_id_sequence);
 Datum
 gridha_create_id_sequence(PG_FUNCTION_ARGS)
 {
-	text	   *name = gridha_arg_id(fcinfo, 0, "name");
+	text	   *name = gridha_arg_new_id(fcinfo, 0, "name");
 	int64		window_size;
 	int32		min_open;
 	Datum		args[3];
@@ -531,7 +532,7 @@ gridha_reserve_ids(PG_FUNCTION_ARGS)
 	upper.infinite = false;
 	upper.inclusive = false;
 	upper.lower = false;
-	PG_RETURN_RANGE_P(make_range(typcache, &lower, &upper, false));
+	PG_RETURN_RANGE_P(make_range_compat(typcache, &lower, &upper, false, NULL));
 }
 
 PG_FUNCTION_INFO_V1(gridha_next_id);

@@ -260,7 +260,7 @@ Datum
 gridha_try_lead(PG_FUNCTION_ARGS)
 {
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	text	   *role = gridha_arg_id(fcinfo, 1, "role");
+	text	   *role = gridha_arg_new_id(fcinfo, 1, "role");
 	int64		term;
 
 	gridha_require_writable("try_lead()");

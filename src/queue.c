@@ -663,8 +663,8 @@ PG_FUNCTION_INFO_V1(gridha_enqueue);
 Datum
 gridha_enqueue(PG_FUNCTION_ARGS)
 {
-	text	   *service_id = gridha_arg_id(fcinfo, 0, "service_id");
-	text	   *batch_id = gridha_arg_id(fcinfo, 1, "batch_id");
+	text	   *service_id = gridha_arg_new_id(fcinfo, 0, "service_id");
+	text	   *batch_id = gridha_arg_new_id(fcinfo, 1, "batch_id");
 	Datum		args[3];
 	char		nulls[4] = "   ";
 	int64		seq;

@@ -33,6 +33,7 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
 #include "rows.h"
 
 #include "access/genam.h"
@@ -313,10 +314,10 @@ gridha_rows_begin(GridhaRows *rows, bool write)
 			rtable = lappend(rtable, rte);
 			rows->rels[i].rti = i + 1;
 		}
-		ExecInitRangeTable(rows->estate, rtable);
+		gridha_init_range_table(rows->estate, rtable);
 		rows->estate->es_snapshot = rows->snapshot;
 		rows->estate->es_output_cid = GetCurrentCommandId(true);
-		EvalPlanQualInit(&rows->epq, rows->estate, NULL, NIL, -1);
+		EvalPlanQualInit_compat(&rows->epq, rows->estate, NULL, NIL, -1, NIL);
 		AfterTriggerBeginQuery();
 	}
 }
@@ -343,7 +344,7 @@ rows_open(GridhaRows *rows, GridhaTable table)
 	{
 		EState	   *estate = rows->estate;
 
-		exec_rt_fetch(r->rti, estate)->relid = relid;
+		gridha_rte_set_relid(estate, r->rti, relid);
 		r->rri = makeNode(ResultRelInfo);
 		InitResultRelInfo(r->rri, r->rel, r->rti, NULL, 0);
 		/* where the AFTER triggers' firing looks the table up */
@@ -593,7 +594,7 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 	ItemPointerData tid = r->row->tts_tid;
 	TM_FailureData tmfd;
 	LockTupleMode lockmode;
-	bool		update_indexes;
+	TU_UpdateIndexes update_indexes;
 	List	   *recheck = NIL;
 	TM_Result	res;
 	int			i;
@@ -611,7 +612,7 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 	}
 	ExecStoreVirtualTuple(r->next);
 	/* what UPDATE OF triggers and the index-unchanged hints look at */
-	exec_rt_fetch(r->rti, estate)->updatedCols = updated;
+	gridha_rte_set_updated_cols(estate, r->rti, updated);
 
 	/*
 	 * BEFORE UPDATE row triggers (gridha has none; a user's may change the
@@ -642,15 +643,15 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 				return GRIDHA_ROW_DELETED;
 		}
 		tid = r->row->tts_tid;
-		if (!ExecBRUpdateTriggers(estate, &rows->epq, r->rri, &tid, NULL, r->next, &tmfd))
+		if (!ExecBRUpdateTriggers_compat(estate, &rows->epq, r->rri, &tid, NULL, r->next, NULL, &tmfd))
 			return GRIDHA_ROW_SKIPPED_BY_TRIGGER;
 	}
 	if (r->rel->rd_att->constr != NULL)
 		ExecConstraints(r->rri, r->next, estate);
 
-	res = table_tuple_update(r->rel, &tid, r->next, estate->es_output_cid,
-							 estate->es_snapshot, InvalidSnapshot, true,
-							 &tmfd, &lockmode, &update_indexes);
+	res = table_tuple_update_compat(r->rel, &tid, r->next, estate->es_output_cid,
+									 estate->es_snapshot, InvalidSnapshot, true,
+									 &tmfd, &lockmode, &update_indexes);
 	switch (res)
 	{
 		case TM_Ok:
@@ -670,8 +671,9 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 				 (int) res, RelationGetRelationName(r->rel));
 	}
 
-	if (r->rri->ri_NumIndices > 0 && update_indexes)
-		recheck = ExecInsertIndexTuples(r->rri, r->next, estate, true, false, NULL, NIL);
+	if (r->rri->ri_NumIndices > 0 && update_indexes != TU_None)
+		recheck = ExecInsertIndexTuples_compat(r->rri, r->next, estate, true, false, NULL, NIL,
+												update_indexes == TU_Summarizing);
 	ExecARUpdateTriggers(estate, r->rri, NULL, NULL, &tid, NULL, r->next, recheck, NULL, false);
 	list_free(recheck);
 	return GRIDHA_ROW_UPDATED;

@@ -11,6 +11,7 @@
  */
 #include "postgres.h"
 
+#include "gridha.h"
 #include "spi_util.h"
 
 #include "access/xact.h"
@@ -147,6 +148,26 @@ gridha_arg_id(FunctionCallInfo fcinfo, int argno, const char *name)
 {
 	return gridha_check_id(PG_ARGISNULL(argno) ? (Datum) 0 : PG_GETARG_DATUM(argno),
 						   PG_ARGISNULL(argno), name);
+}
+
+/*
+ * gridha_arg_new_id: an identifier argument that names something about to
+ * be created, so it must also be at most GRIDHA_MAX_ID_BYTES long (ids are
+ * index keys). Ids that already exist are only looked up with
+ * gridha_arg_id, so rows stored before the limit stay reachable.
+ */
+text *
+gridha_arg_new_id(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	text	   *t = gridha_arg_id(fcinfo, argno, name);
+
+	if (VARSIZE_ANY_EXHDR(t) > GRIDHA_MAX_ID_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s is too long", name),
+				 errdetail("It has %d bytes; an id has at most %d.",
+						   (int) VARSIZE_ANY_EXHDR(t), GRIDHA_MAX_ID_BYTES)));
+	return t;
 }
 
 /*

@@ -45,6 +45,7 @@ extern Datum gridha_int8_array(Datum *elems, int n);
 /* Argument checks: raise a clear error (22004 NULL, 22023 bad value) */
 extern Datum gridha_arg_uuid(FunctionCallInfo fcinfo, int argno, const char *name);
 extern text *gridha_arg_id(FunctionCallInfo fcinfo, int argno, const char *name);
+extern text *gridha_arg_new_id(FunctionCallInfo fcinfo, int argno, const char *name);
 extern int64 gridha_arg_epoch(FunctionCallInfo fcinfo, int argno);
 extern text *gridha_check_id(Datum value, bool isnull, const char *name);
 extern int64 gridha_check_epoch(Datum value, bool isnull);

@@ -480,11 +480,11 @@ submit_handout_step(void *arg)
 	for (k = 0; k < SPI_processed; k++)
 	{
 		char	   *sid = SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1);
-		ListCell   *lc;
+		ListCell   *bc;
 
-		foreach(lc, handout->batches)
+		foreach(bc, handout->batches)
 		{
-			SubmitBatch *b = lfirst(lc);
+			SubmitBatch *b = lfirst(bc);
 
 			if (strcmp(b->service_id, sid) == 0)
 				b->target = submit_text_col(k, 2, b->cxt);
@@ -751,6 +751,7 @@ submit_flush_step(void *arg)
 		char	   *bid = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
 		char	   *status = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3);
 		char	   *sqlstate = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 4);
+		ListCell   *rc;
 
 		if (sqlstate != NULL)
 		{
@@ -760,9 +761,9 @@ submit_flush_step(void *arg)
 		}
 		/* accepted by a target without a status source: committed at once */
 		if (!flush->status && status != NULL && strcmp(status, "pending") == 0)
-			foreach(lc, flush->reports)
+			foreach(rc, flush->reports)
 			{
-				SubmitReport *r = lfirst(lc);
+				SubmitReport *r = lfirst(rc);
 
 				if (r->commit_after && strcmp(r->service_id, sid) == 0 &&
 					strcmp(r->batch_id, bid) == 0)

@@ -600,6 +600,22 @@ gridha_targets_check(PG_FUNCTION_ARGS)
 
 	d = heap_getattr(tuple, SPI_fnumber(desc, "target"), desc, &isnull);
 	target = isnull ? "" : TextDatumGetCString(d);
+	if (strlen(target) > GRIDHA_MAX_ID_BYTES)
+	{
+		bool		renamed = true;
+
+		if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+		{
+			d = heap_getattr(trigdata->tg_trigtuple, SPI_fnumber(desc, "target"), desc, &isnull);
+			renamed = isnull || strcmp(TextDatumGetCString(d), target) != 0;
+		}
+		if (renamed)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("target name is too long"),
+					 errdetail("It has %zu bytes; an id has at most %d.",
+							   strlen(target), GRIDHA_MAX_ID_BYTES)));
+	}
 	for (side = 0; side < 2; side++)
 	{
 		d = heap_getattr(tuple, SPI_fnumber(desc, side == 0 ? "submit_url" : "status_url"),
