@@ -94,3 +94,24 @@ SELECT pg_temp.state() = :'before' AS nothing_changed;
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 SELECT gridha.report_status(:B, 's1', 'b2', 1, 'committed');
+
+-- read-only transactions: a client's BEGIN READ ONLY, and a session whose
+-- transactions are read-only by default; both refuse every write with 25006
+\set VERBOSITY sqlstate
+SELECT pg_temp.state() AS before \gset
+BEGIN READ ONLY;
+SELECT gridha.enqueue('s1', 'ro', NULL);
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT * FROM gridha.next_batch(:A);
+ROLLBACK;
+SET default_transaction_read_only = on;
+SELECT gridha.report_status(:A, 's1', 'b2', 1, 'committed');
+SELECT gridha.acquire_claims(:A);
+SELECT gridha.reserve_ids('nowhere', 1);
+RESET default_transaction_read_only;
+SELECT pg_temp.state() = :'before' AS nothing_changed;
+\set VERBOSITY default
+BEGIN READ ONLY;
+SELECT gridha.report_submission(:A, 's1', 'b2', 1, 'accepted');
+ROLLBACK;

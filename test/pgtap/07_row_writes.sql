@@ -9,7 +9,7 @@
 --
 -- Instance: A = aaaaaaaa-0000-0000-0000-00000000000a.
 BEGIN;
-SELECT plan(13);
+SELECT plan(16);
 
 DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
@@ -173,6 +173,44 @@ DROP TRIGGER t_refuse ON gridha.batches;
 
 SELECT is(gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r3', 1, 'committed'),
           'committed'::gridha.batch_status, 'and the report goes through once the trigger is gone');
+
+-- ---------------------------------------------------------------------------
+-- BEFORE UPDATE triggers: a new row of their own at hand-out is what is
+-- stored and what next_batch returns (a large payload lives out of line, so
+-- its copy must outlive the page the write locks and re-reads)
+-- ---------------------------------------------------------------------------
+
+\o /dev/null
+SELECT gridha.enqueue('r', 'r4', '\x04');
+\o
+
+CREATE FUNCTION pg_temp.swap_payload() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.status = 'submitting' THEN
+        NEW.payload := convert_to(repeat('swapped by a trigger ', 20000), 'UTF8');
+        NEW.detail := 'payload swapped';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER t_swap BEFORE UPDATE ON gridha.batches
+    FOR EACH ROW EXECUTE FUNCTION pg_temp.swap_payload();
+
+CREATE TEMP TABLE handed AS
+    SELECT * FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a');
+DROP TRIGGER t_swap ON gridha.batches;
+
+SELECT results_eq(
+    $$SELECT batch_id, length(payload), md5(payload) FROM handed$$,
+    $$VALUES ('r4'::text, 420000, md5(convert_to(repeat('swapped by a trigger ', 20000), 'UTF8')))$$,
+    'next_batch returns the payload a BEFORE trigger put in the new row');
+SELECT results_eq(
+    $$SELECT length(b.payload), md5(b.payload), b.detail, b.status::text
+        FROM gridha.batches b WHERE b.batch_id = 'r4'$$,
+    $$SELECT length(payload), md5(payload), 'payload swapped'::text, 'submitting'::text FROM handed$$,
+    'and what it returned is exactly what was stored');
+SELECT is(gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r4', 1, 'committed'),
+          'committed'::gridha.batch_status, 'the swapped batch is reported like any other');
 
 SELECT * FROM finish();
 ROLLBACK;
