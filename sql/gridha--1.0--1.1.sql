@@ -185,6 +185,11 @@ COMMENT ON COLUMN gridha.service_claims.soft_expiry IS
 CREATE INDEX service_claims_own_expiry ON gridha.service_claims (soft_expiry)
     WHERE soft_expiry IS NOT NULL OR hard_expiry IS NOT NULL;
 
+-- The monitor's claims with a head in flight (pending_batches): found
+-- without reading the instance's idle claims.
+CREATE INDEX service_claims_in_flight ON gridha.service_claims (claimant)
+    WHERE in_flight;
+
 CREATE TABLE gridha.service_counts (
     target   text NOT NULL,
     shard    integer NOT NULL,

@@ -169,6 +169,11 @@ CREATE INDEX service_claims_claimant_ready ON gridha.service_claims (claimant, r
 CREATE INDEX service_claims_own_expiry ON gridha.service_claims (soft_expiry)
     WHERE soft_expiry IS NOT NULL OR hard_expiry IS NOT NULL;
 
+-- The monitor's claims with a head in flight (pending_batches): found
+-- without reading the instance's idle claims.
+CREATE INDEX service_claims_in_flight ON gridha.service_claims (claimant)
+    WHERE in_flight;
+
 /*
  * Services per target, kept by triggers on service_claims so that a fair
  * share is computed without counting claims. A service is counted in one

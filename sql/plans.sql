@@ -66,6 +66,10 @@ SELECT pg_temp.count_from_here() \g /dev/null
 SELECT count(*) AS pending FROM gridha.pending_batches(:A, 1000);
 SELECT relname, seq_read, idx_fetched <= 504 AS heads_only
   FROM call_read WHERE relname = 'batches';
+-- ... and of A's 2000 claims only the 504 in flight (the partial index
+-- service_claims_in_flight): idle claims cost the monitor nothing
+SELECT relname, seq_read, idx_fetched <= 504 AS in_flight_only
+  FROM call_read WHERE relname = 'service_claims';
 COMMIT;
 
 -- claimed_batches: reads A's claims, and only the 100 heads it returns

@@ -122,9 +122,16 @@ EOF
 psql_db -F $'\t' -c "SELECT service_id, batch_id FROM gridha.batches ORDER BY service_id, seq" \
 	>"$WORK/expected.tsv"
 
+# The clients log in as a role with gridha_submitter only, as the README
+# tells users to run them.
+psql_db >/dev/null <<'EOF' || exit 1
+DROP ROLE IF EXISTS gridha_test_submitter;
+CREATE ROLE gridha_test_submitter LOGIN IN ROLE gridha_submitter;
+EOF
+
 ID1=$(psql_db -c "SELECT gen_random_uuid()")
 ID2=$(psql_db -c "SELECT gen_random_uuid()")
-COMMON=(--dsn "dbname=$DB" --idle-sleep-ms 100 --monitor-interval-ms 200
+COMMON=(--dsn "dbname=$DB user=gridha_test_submitter" --idle-sleep-ms 100 --monitor-interval-ms 200
 	--submit-timeout-ms 10000 --max-runtime-s 120)
 "$CLIENT" "${COMMON[@]}" --instance-id "$ID1" --log "$WORK/c1.log" 2>"$WORK/c1.err" &
 C1=$!
@@ -155,6 +162,10 @@ psql_db -c "SELECT status, count(*) FROM gridha.batches GROUP BY 1" | diag
 ID3=$(instance_of "$WORK/c3.log")
 [ "$ID3" != "" ] && [ "$(psql_db -c "SELECT label FROM gridha.instances WHERE instance_id = '$ID3'")" = third ]
 check $? "a client without --instance-id registers one with its --label"
+
+[ "$(psql_db -c "SELECT string_agg(DISTINCT owner::text, ',') FROM gridha.instances
+                  WHERE instance_id IN ('$ID1', '$ID2', '$ID3')")" = gridha_test_submitter ]
+check $? "the clients' instances belong to the role they logged in as (gridha_submitter only)"
 
 if python3 "$REPO/test/dlt/check_log.py" --expected "$WORK/expected.tsv" --require-all \
 		--one-in-flight "$WORK/ledger.log" >"$WORK/check.out" 2>&1; then
