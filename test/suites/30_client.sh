@@ -351,7 +351,7 @@ fi
 
 # ---------------------------------------------------------------------------
 # 6. a hand-out whose answer never reached the client: next_batch committed
-#    for instance ID4 (from psql, standing in for a connection that broke
+#    for instance ID4 (from psql as the clients' role, standing in for a connection that broke
 #    before the answer arrived); a client then runs as ID4 and must find the
 #    batch it does not have in hand, report it delayed and submit it, instead
 #    of renewing a claim whose head stays submitting for ever.
@@ -364,7 +364,7 @@ for p in "$C1" "$C2" "$C3"; do
 done
 ID4=$(psql_db -c "SELECT gen_random_uuid()")
 psql_db -c "SELECT gridha.enqueue('lost1', 'lost1-b' || b, '\x05') FROM generate_series(1, 2) b" >/dev/null
-lost_batch=$(psql_db -c "SELECT batch_id FROM gridha.next_batch('$ID4')")
+lost_batch=$(psql_db -U gridha_test_submitter -c "SELECT batch_id FROM gridha.next_batch('$ID4')")
 [ "$lost_batch" = lost1-b1 ] &&
 	[ "$(psql_db -c "SELECT status FROM gridha.batches WHERE batch_id = 'lost1-b1'")" = submitting ]
 check $? "lost hand-out: lost1-b1 is submitting under instance ID4, and nobody has it in hand"
