@@ -1,0 +1,79 @@
+-- 11_fair_share.sql: a newcomer gets its fair share on its next calls, not
+-- a renew interval later. One below its share that finds nothing free asks
+-- those above it to shed (instances.shed); each hands back that many idle
+-- claims on its next hand-out, never one with a batch in flight and never
+-- below its own share; the newcomer takes them on its next call. Nobody's
+-- claim cycle is due anywhere in this file (renew_interval 1h): the shares
+-- move by shedding alone.
+--
+-- One transaction, rolled back.
+--
+-- Instances: P holds everything at first, Q and R join.
+BEGIN;
+SELECT plan(12);
+
+DELETE FROM gridha.batches;
+DELETE FROM gridha.service_claims;
+DELETE FROM gridha.instances;
+
+\o /dev/null
+SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
+SET LOCAL gridha.balance_claims = on;
+SET LOCAL gridha.renew_interval = '1h';
+SET LOCAL gridha.soft_expiry = '2h';
+SELECT gridha.enqueue(format('fs-%s', lpad(i::text, 2, '0')), 'b' || j, NULL)
+  FROM generate_series(1, 12) AS i, generate_series(1, 3) AS j;
+\o
+
+CREATE TEMP TABLE ids AS
+    SELECT gridha.register_instance('P') AS p, gridha.register_instance('Q') AS q,
+           gridha.register_instance('R') AS r;
+CREATE FUNCTION pg_temp.p() RETURNS uuid LANGUAGE sql STABLE AS $$ SELECT p FROM ids $$;
+CREATE FUNCTION pg_temp.q() RETURNS uuid LANGUAGE sql STABLE AS $$ SELECT q FROM ids $$;
+CREATE FUNCTION pg_temp.r() RETURNS uuid LANGUAGE sql STABLE AS $$ SELECT r FROM ids $$;
+CREATE FUNCTION pg_temp.held(inst uuid) RETURNS bigint
+LANGUAGE sql AS $$ SELECT count(*) FROM gridha.service_claims WHERE claimant = inst $$;
+
+-- Q and R registered but have not called yet: P, alone in the lease index
+-- with a live lease, takes every service it counts as its share.
+UPDATE gridha.instances SET soft_expiry = NULL, hard_expiry = NULL WHERE instance_id IN (pg_temp.q(), pg_temp.r());
+SELECT is((SELECT count(*) FROM gridha.next_batches(pg_temp.p(), 8)), 8::bigint,
+          'P hands out 8 batches');
+SELECT is(pg_temp.held(pg_temp.p()), 12::bigint, 'P, alone, holds all 12 services, 8 of them in flight');
+
+-- Q joins: nothing is free, so it asks P to shed.
+SELECT is_empty($$SELECT * FROM gridha.next_batch(pg_temp.q())$$,
+                'Q''s first call finds nothing free and hands out nothing');
+SELECT is((SELECT shed FROM gridha.instances WHERE instance_id = pg_temp.p()), 6,
+          'Q asked P, 6 above the share of 6, to shed the 6 Q misses');
+
+-- P's next hand-out sheds (its cycle is not due).
+SELECT is((SELECT count(*) FROM gridha.next_batch(pg_temp.p())), 0::bigint,
+          'P''s next call hands out nothing new (its idle services were the ones it shed)');
+SELECT is(pg_temp.held(pg_temp.p()), 8::bigint, 'P handed back the 4 idle claims it had, not the 6 asked');
+SELECT is((SELECT count(*) FROM gridha.service_claims c
+            WHERE c.claimant = pg_temp.p() AND c.in_flight), 8::bigint,
+          'every claim P kept has its batch in flight: none in flight was shed');
+
+-- Q's next call takes them.
+SELECT is((SELECT count(*) FROM gridha.next_batches(pg_temp.q(), 10)), 4::bigint,
+          'Q''s next call takes the 4 and hands out their heads');
+SELECT is(pg_temp.held(pg_temp.q()), 4::bigint, 'Q holds 4');
+
+-- R joins: the share is now 4. P is 4 above it, but all in flight: the
+-- request stands until P's batches finish and P has idle claims to give.
+SELECT is_empty($$SELECT * FROM gridha.next_batch(pg_temp.r())$$,
+                'R''s first call finds nothing free');
+SELECT gridha.report_status(pg_temp.p(), b.service_id, b.batch_id, b.epoch, 'committed')
+  FROM gridha.batches b JOIN gridha.service_claims c USING (service_id)
+ WHERE c.claimant = pg_temp.p() AND b.status = 'submitting' \g /dev/null
+SELECT is((SELECT count(*) FROM gridha.next_batches(pg_temp.p(), 10)), 4::bigint,
+          'once its batches are done P sheds 4 and hands out the heads of the 4 it keeps');
+SELECT results_eq(
+    $$SELECT pg_temp.held(pg_temp.p()), (SELECT count(*) FROM gridha.next_batches(pg_temp.r(), 10)),
+             pg_temp.held(pg_temp.r()), pg_temp.held(pg_temp.q())$$,
+    $$VALUES (4::bigint, 4::bigint, 4::bigint, 4::bigint)$$,
+    'R takes the 4 on its next call: 4, 4 and 4');
+
+SELECT * FROM finish();
+ROLLBACK;
