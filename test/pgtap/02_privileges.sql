@@ -1,12 +1,38 @@
--- 02_privileges.sql: who may do what.
+-- 02_privileges.sql: who may do what, as a matrix and as behaviour.
 --
--- PUBLIC has nothing in schema gridha. The role gridha_client gets USAGE on
--- the schema, EXECUTE on the API, INSERT on gridha.batches and SELECT on the
--- views, nothing else. Every function but one C trigger pins its search_path, and the API runs
--- as SECURITY DEFINER so a client needs no table rights. A member of
--- gridha_client can drive the whole cycle and still cannot touch the tables.
+-- The model (sql/gridha--1.1.sql, "Privileges" and the section-7 grants):
+--
+--   PUBLIC            nothing in schema gridha
+--   gridha_producer   enqueue, INSERT of (service_id, batch_id, payload)
+--                     into gridha.batches, ids, the progress views
+--   gridha_submitter  the instance API, gridha.targets (credentials
+--                     included), a service's target, the operator views
+--   gridha_admin      changes gridha.targets, workers, ID sequences, views
+--   gridha_client     producer + submitter, nothing of its own
+--
+-- Part 1 compares every privilege every test role holds on every object of
+-- the extension (enumerated from the catalog, so a new object is covered
+-- without touching this file) with the expected matrix below: any cell
+-- allowed that should not be, or refused that should be, fails.
+-- Part 2 runs the calls that matter as each role and checks the SQLSTATE:
+-- 42501 for a missing privilege, RG008 for an instance of another role.
+--
+-- Test roles (NOLOGIN, created here and gone with the ROLLBACK):
+--   gridha_tap_nobody    PUBLIC's rights only
+--   gridha_tap_producer  in gridha_producer
+--   gridha_tap_sub_a     in gridha_submitter      (owns instance A1)
+--   gridha_tap_sub_b     in gridha_submitter      (owns instance B1)
+--   gridha_tap_worker    in gridha_submitter      (what gridha.worker_role is)
+--   gridha_tap_admin     in gridha_admin
+--   gridha_tap_client    in gridha_client
+-- Instance ids are kept in the settings tap.a1, tap.b1 and tap.orphan.
+--
+-- stop_worker names an instance but is an administrator's call: its
+-- EXECUTE privilege (gridha_admin) is the check, not the instance's owner
+-- (README, Security); here it is only checked that a submitter cannot
+-- call it.
 BEGIN;
-SELECT plan(99);
+SELECT plan(94);
 
 -- The tables are emptied (inside this transaction only) so the hand-outs
 -- below do not depend on what the database held before.
@@ -14,29 +40,19 @@ DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
 DELETE FROM gridha.instances;
 
--- gridha_tap_nobody has only what PUBLIC has; gridha_tap_app is a member of
--- gridha_client, as a client application's login role would be.
+\o /dev/null
+SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
+\o
+
 CREATE ROLE gridha_tap_nobody NOLOGIN;
-CREATE ROLE gridha_tap_app NOLOGIN IN ROLE gridha_client;
+CREATE ROLE gridha_tap_producer NOLOGIN IN ROLE gridha_producer;
+CREATE ROLE gridha_tap_sub_a NOLOGIN IN ROLE gridha_submitter;
+CREATE ROLE gridha_tap_sub_b NOLOGIN IN ROLE gridha_submitter;
+CREATE ROLE gridha_tap_worker NOLOGIN IN ROLE gridha_submitter;
+CREATE ROLE gridha_tap_admin NOLOGIN IN ROLE gridha_admin;
+CREATE ROLE gridha_tap_client NOLOGIN IN ROLE gridha_client;
 
-CREATE TEMP TABLE api (ord int, name text, args text[]);
-INSERT INTO api VALUES
- (1, 'register_instance', '{text}'),
- (2, 'enqueue', '{text,text,bytea,text}'),
- (3, 'renew_claims', '{uuid}'),
- (4, 'acquire_claims', '{uuid}'),
- (5, 'claimed_batches', '{uuid,integer}'),
- (6, 'next_batch', '{uuid}'),
- (7, 'next_batches', '{uuid,integer}'),
- (8, 'verify_batch', '{uuid,text,text,bigint}'),
- (9, 'report_submission', '{uuid,text,text,bigint,text,text}'),
- (10, 'pending_batches', '{uuid,integer}'),
- (11, 'report_status', '{uuid,text,text,bigint,text}'),
- (12, 'release_claims', '{uuid}');
-GRANT SELECT ON api TO PUBLIC;
-
--- Runs q as role r; the role switch is undone with the statement's
--- subtransaction when q fails (as it does under throws_ok).
+-- Runs q as role r (the cells that must work).
 CREATE FUNCTION pg_temp.as_role(r name, q text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -46,81 +62,275 @@ BEGIN
 END
 $$;
 
--- ---------------------------------------------------------------------------
--- PUBLIC
--- ---------------------------------------------------------------------------
+-- For the refusals (under throws_ok): runs q as role r, and should q be
+-- allowed, fails anyway, so that a widened privilege is reported and what
+-- the call did is undone with the statement's subtransaction.
+CREATE FUNCTION pg_temp.refused_as(r name, q text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('SET LOCAL ROLE %I', r);
+    EXECUTE q;
+    RAISE EXCEPTION 'allowed as %: %', r, q USING ERRCODE = 'P0001';
+END
+$$;
 
-SELECT ok(NOT has_schema_privilege('public', 'gridha', 'USAGE'),
-          'PUBLIC has no USAGE on schema gridha');
-SELECT ok(NOT has_schema_privilege('public', 'gridha', 'CREATE'),
-          'PUBLIC cannot CREATE in schema gridha');
+-- Runs q as role r and returns the first column of its first row as text,
+-- or the error that refused it (so a narrowed privilege fails one
+-- assertion, not the whole file).
+CREATE FUNCTION pg_temp.as_role_text(r name, q text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    v text;
+BEGIN
+    EXECUTE format('SET LOCAL ROLE %I', r);
+    EXECUTE q INTO v;
+    RESET ROLE;
+    RETURN v;
+EXCEPTION WHEN OTHERS THEN
+    RETURN format('error %s: %s', SQLSTATE, SQLERRM);
+END
+$$;
 
-SELECT is((SELECT array_agg(c.relname::text ORDER BY c.relname)
-             FROM pg_class c
-            WHERE c.relnamespace = 'gridha'::regnamespace
-              AND c.relkind IN ('r', 'v', 'm', 'S', 'p', 'f')
-              AND has_table_privilege('public', c.oid,
-                      'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')),
-          NULL,
-          'PUBLIC has no privilege on any table, view or sequence of gridha');
+-- Runs q as role r: 'ok', or the SQLSTATE that refused it (undone).
+CREATE FUNCTION pg_temp.sqlstate_as(r name, q text) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('SET LOCAL ROLE %I', r);
+    EXECUTE q;
+    RESET ROLE;
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE;
+END
+$$;
 
-SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
-             FROM pg_proc p
-            WHERE p.pronamespace = 'gridha'::regnamespace
-              AND has_function_privilege('public', p.oid, 'EXECUTE')),
-          NULL,
-          'PUBLIC cannot execute any function of gridha');
+-- ===========================================================================
+-- Part 1: the matrix
+-- ===========================================================================
 
-SELECT table_privs_are('gridha', t, 'gridha_tap_nobody', ARRAY[]::text[],
-                       format('a role with only PUBLIC''s rights has no privilege on gridha.%s', t))
-  FROM unnest(ARRAY['batches', 'service_claims', 'targets', 'instances',
-                    'claims', 'instance_health', 'service_queues']) AS t;
+-- Who is tested, and which group roles each one is in.
+CREATE TEMP TABLE tap_roles (ord int, label text, rolname name, groups text[]);
+INSERT INTO tap_roles VALUES
+ (1, 'PUBLIC',      'public',              '{}'),
+ (2, 'nobody',      'gridha_tap_nobody',   '{}'),
+ (3, 'producer',    'gridha_tap_producer', '{producer}'),
+ (4, 'submitter A', 'gridha_tap_sub_a',    '{submitter}'),
+ (5, 'submitter B', 'gridha_tap_sub_b',    '{submitter}'),
+ (6, 'worker role', 'gridha_tap_worker',   '{submitter}'),
+ (7, 'admin',       'gridha_tap_admin',    '{admin}'),
+ (8, 'client',      'gridha_tap_client',   '{producer,submitter}');
 
-SELECT function_privs_are('gridha', a.name, a.args, 'gridha_tap_nobody', ARRAY[]::text[],
-                          format('a role with only PUBLIC''s rights cannot execute gridha.%s', a.name))
-  FROM api a ORDER BY a.ord;
+-- The expected matrix: every cell a group role is allowed. Every other
+-- cell of every object below is refused.
+--   kind   schema | function | table | view | sequence | column
+--   column a privilege on some columns only (the table-wide one not held)
+CREATE TEMP TABLE tap_grants (grp text, kind text, obj text, priv text);
+INSERT INTO tap_grants VALUES
+ -- producer: enqueue, see its queues' progress, take ids
+ ('producer', 'schema',   'gridha', 'USAGE'),
+ ('producer', 'function', 'gridha.enqueue(text, text, bytea, text)', 'EXECUTE'),
+ ('producer', 'function', 'gridha.expiry_settings()', 'EXECUTE'),
+ ('producer', 'function', 'gridha.reserve_ids(text, integer)', 'EXECUTE'),
+ ('producer', 'function', 'gridha.next_id(text)', 'EXECUTE'),
+ ('producer', 'column',   'gridha.batches(service_id)', 'INSERT'),
+ ('producer', 'column',   'gridha.batches(batch_id)', 'INSERT'),
+ ('producer', 'column',   'gridha.batches(payload)', 'INSERT'),
+ ('producer', 'view',     'gridha.queue_progress', 'SELECT'),
+ ('producer', 'view',     'gridha.id_sequence_status', 'SELECT'),
+ -- submitter: the instance API; reads what it needs to submit
+ ('submitter', 'schema',   'gridha', 'USAGE'),
+ ('submitter', 'function', 'gridha.register_instance(text)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.register_instance(text, text[])', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.renew_claims(uuid)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.acquire_claims(uuid)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.acquire_claims(uuid, text[])', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.claimed_batches(uuid, integer)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.next_batch(uuid)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.next_batches(uuid, integer)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.verify_batch(uuid, text, text, bigint)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.report_submission(uuid, text, text, bigint, text, text)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[])', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.pending_batches(uuid, integer)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.report_status(uuid, text, text, bigint, text)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.report_statuses(uuid, text[], text[], bigint[], text[])', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.release_claims(uuid)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.expiry_settings()', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.worker_slots()', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.try_lead(uuid, text)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.renew_lead(uuid, text, bigint)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.resign(uuid, text)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.run_maintenance(uuid, text)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.reserve_ids(text, integer)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.next_id(text)', 'EXECUTE'),
+ ('submitter', 'table',    'gridha.targets', 'SELECT'),
+ ('submitter', 'column',   'gridha.service_claims(service_id)', 'SELECT'),
+ ('submitter', 'column',   'gridha.service_claims(target)', 'SELECT'),
+ ('submitter', 'view',     'gridha.claims', 'SELECT'),
+ ('submitter', 'view',     'gridha.instance_health', 'SELECT'),
+ ('submitter', 'view',     'gridha.service_queues', 'SELECT'),
+ ('submitter', 'view',     'gridha.queue_progress', 'SELECT'),
+ ('submitter', 'view',     'gridha.workers', 'SELECT'),
+ ('submitter', 'view',     'gridha.leaders', 'SELECT'),
+ ('submitter', 'view',     'gridha.id_sequence_status', 'SELECT'),
+ ('submitter', 'view',     'gridha.target_rates', 'SELECT'),
+ -- admin: the targets, the workers, the ID sequences; the views
+ ('admin', 'schema',   'gridha', 'USAGE'),
+ ('admin', 'table',    'gridha.targets', 'SELECT'),
+ ('admin', 'table',    'gridha.targets', 'INSERT'),
+ ('admin', 'table',    'gridha.targets', 'UPDATE'),
+ ('admin', 'table',    'gridha.targets', 'DELETE'),
+ ('admin', 'function', 'gridha.start_worker(text)', 'EXECUTE'),
+ ('admin', 'function', 'gridha.stop_worker(uuid)', 'EXECUTE'),
+ ('admin', 'function', 'gridha.worker_slots()', 'EXECUTE'),
+ ('admin', 'function', 'gridha.create_id_sequence(text, bigint, integer)', 'EXECUTE'),
+ ('admin', 'function', 'gridha.drop_id_sequence(text)', 'EXECUTE'),
+ ('admin', 'view',     'gridha.claims', 'SELECT'),
+ ('admin', 'view',     'gridha.instance_health', 'SELECT'),
+ ('admin', 'view',     'gridha.service_queues', 'SELECT'),
+ ('admin', 'view',     'gridha.queue_progress', 'SELECT'),
+ ('admin', 'view',     'gridha.workers', 'SELECT'),
+ ('admin', 'view',     'gridha.leaders', 'SELECT'),
+ ('admin', 'view',     'gridha.id_sequence_status', 'SELECT'),
+ ('admin', 'view',     'gridha.target_rates', 'SELECT');
 
--- ---------------------------------------------------------------------------
--- gridha_client
--- ---------------------------------------------------------------------------
+-- Every object of the extension, from the catalog: the functions and
+-- relations in schema gridha and those the extension owns elsewhere.
+CREATE TEMP TABLE tap_objects AS
+WITH ext AS (
+    SELECT d.classid, d.objid FROM pg_depend d
+     WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+       AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'gridha'))
+SELECT 'function'::text AS kind, p.oid, format('%s.%s(%s)', n.nspname, p.proname, oidvectortypes(p.proargtypes)) AS obj
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = 'gridha' OR p.oid IN (SELECT objid FROM ext WHERE classid = 'pg_proc'::regclass)
+UNION ALL
+SELECT CASE WHEN c.relkind = 'S' THEN 'sequence' WHEN c.relkind IN ('v', 'm') THEN 'view' ELSE 'table' END,
+       c.oid, format('%s.%s', n.nspname, c.relname)
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.relkind IN ('r', 'p', 'f', 'v', 'm', 'S')
+   AND (n.nspname = 'gridha' OR c.oid IN (SELECT objid FROM ext WHERE classid = 'pg_class'::regclass));
 
-SELECT has_role('gridha_client', 'role gridha_client exists');
-SELECT ok(NOT (SELECT rolcanlogin FROM pg_roles WHERE rolname = 'gridha_client'),
-          'gridha_client is a group role (NOLOGIN)');
-SELECT schema_privs_are('gridha', 'gridha_client', ARRAY['USAGE'],
-                        'gridha_client has USAGE (only) on schema gridha');
+-- Every cell: object x privilege kind (columns: each column of each table
+-- and view, with the privileges a column can carry).
+CREATE TEMP TABLE tap_cells AS
+SELECT 'schema'::text AS kind, 'gridha'::regnamespace::oid AS oid, 0::int2 AS attnum, 'gridha'::text AS obj, k.priv
+  FROM unnest(ARRAY['USAGE', 'CREATE']) AS k(priv)
+UNION ALL
+SELECT o.kind, o.oid, 0::int2, o.obj, k.priv
+  FROM tap_objects o
+  JOIN (VALUES ('function', 'EXECUTE'),
+               ('table', 'SELECT'), ('table', 'INSERT'), ('table', 'UPDATE'), ('table', 'DELETE'),
+               ('table', 'TRUNCATE'), ('table', 'REFERENCES'), ('table', 'TRIGGER'),
+               ('view', 'SELECT'), ('view', 'INSERT'), ('view', 'UPDATE'), ('view', 'DELETE'),
+               ('view', 'TRUNCATE'), ('view', 'REFERENCES'), ('view', 'TRIGGER'),
+               ('sequence', 'USAGE'), ('sequence', 'SELECT'), ('sequence', 'UPDATE')) AS k(kind, priv)
+    ON k.kind = o.kind
+UNION ALL
+SELECT 'column', o.oid, a.attnum, format('%s(%s)', o.obj, a.attname), k.priv
+  FROM tap_objects o
+  JOIN pg_attribute a ON a.attrelid = o.oid AND a.attnum > 0 AND NOT a.attisdropped
+ CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'REFERENCES']) AS k(priv)
+ WHERE o.kind IN ('table', 'view');
 
-SELECT table_privs_are('gridha', 'batches', 'gridha_client', ARRAY['INSERT'],
-                       'gridha_client may only INSERT into gridha.batches');
-SELECT table_privs_are('gridha', t, 'gridha_client', ARRAY[]::text[],
-                       format('gridha_client has no table-wide privilege on gridha.%s', t))
-  FROM unnest(ARRAY['service_claims', 'instances']) AS t;
-SELECT table_privs_are('gridha', 'targets', 'gridha_client', ARRAY['SELECT'],
-                       'gridha_client may only SELECT from gridha.targets (a client submits to them)');
-SELECT ok(has_column_privilege('gridha_client', 'gridha.service_claims', 'target', 'SELECT')
-          AND has_column_privilege('gridha_client', 'gridha.service_claims', 'service_id', 'SELECT')
-          AND NOT has_column_privilege('gridha_client', 'gridha.service_claims', 'claimant', 'SELECT')
-          AND NOT has_column_privilege('gridha_client', 'gridha.service_claims', 'target', 'UPDATE'),
-          'gridha_client may read only service_id and target of gridha.service_claims (a service''s target)');
-SELECT table_privs_are('gridha', v, 'gridha_client', ARRAY['SELECT'],
-                       format('gridha_client may only SELECT from view gridha.%s', v))
-  FROM unnest(ARRAY['claims', 'instance_health', 'service_queues', 'workers']) AS v;
+-- What each role may do now, cell by cell; a column cell counts only when
+-- the table-wide privilege is not held (then it is a column grant).
+CREATE TEMP VIEW tap_actual AS
+SELECT r.label, c.kind, c.obj, c.priv
+  FROM tap_roles r CROSS JOIN tap_cells c
+ WHERE CASE c.kind
+         WHEN 'schema'   THEN has_schema_privilege(r.rolname, c.oid, c.priv)
+         WHEN 'function' THEN has_function_privilege(r.rolname, c.oid, c.priv)
+         WHEN 'sequence' THEN has_sequence_privilege(r.rolname, c.oid, c.priv)
+         WHEN 'column'   THEN has_column_privilege(r.rolname, c.oid, c.attnum, c.priv)
+                              AND NOT has_table_privilege(r.rolname, c.oid, c.priv)
+         ELSE has_table_privilege(r.rolname, c.oid, c.priv)
+       END;
 
-SELECT function_privs_are('gridha', a.name, a.args, 'gridha_client', ARRAY['EXECUTE'],
-                          format('gridha_client can execute gridha.%s', a.name))
-  FROM api a ORDER BY a.ord;
+CREATE TEMP VIEW tap_expected AS
+SELECT DISTINCT r.label, g.kind, g.obj, g.priv
+  FROM tap_roles r JOIN tap_grants g ON g.grp = ANY (r.groups);
+
+SELECT diag(format('matrix: %s roles x %s objects (%s functions, %s tables, %s views, %s sequences, 1 schema; %s columns) = %s cells',
+                   (SELECT count(*) FROM tap_roles),
+                   (SELECT count(*) FROM tap_objects) + 1,
+                   (SELECT count(*) FROM tap_objects WHERE kind = 'function'),
+                   (SELECT count(*) FROM tap_objects WHERE kind = 'table'),
+                   (SELECT count(*) FROM tap_objects WHERE kind = 'view'),
+                   (SELECT count(*) FROM tap_objects WHERE kind = 'sequence'),
+                   (SELECT count(DISTINCT obj) FROM tap_cells WHERE kind = 'column'),
+                   (SELECT count(*) FROM tap_roles) * (SELECT count(*) FROM tap_cells)));
+
+-- The enumeration is the extension: nothing in schema gridha is outside it.
+SELECT set_eq(
+    $$SELECT kind, obj FROM tap_objects$$,
+    $$SELECT CASE WHEN d.classid = 'pg_proc'::regclass THEN 'function'
+                  WHEN c.relkind = 'S' THEN 'sequence'
+                  WHEN c.relkind IN ('v', 'm') THEN 'view' ELSE 'table' END,
+             CASE WHEN p.oid IS NOT NULL THEN format('gridha.%s(%s)', p.proname, oidvectortypes(p.proargtypes))
+                  ELSE format('gridha.%s', c.relname) END
+        FROM pg_depend d
+        LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
+        LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
+       WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+         AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'gridha')
+         AND (p.oid IS NOT NULL OR c.relkind IN ('r', 'p', 'f', 'v', 'm', 'S'))$$,
+    'the matrix covers exactly the functions, tables, views and sequences of the extension');
+
+-- The matrix itself: one assertion per role, every cell of every object.
+SELECT set_eq(
+    format('SELECT kind, obj, priv FROM tap_actual WHERE label = %L', r.label),
+    format('SELECT kind, obj, priv FROM tap_expected WHERE label = %L', r.label),
+    format('matrix, %s (%s): exactly the expected privileges on every object of gridha',
+           r.label, CASE WHEN r.groups = '{}' THEN 'no group role'
+                         ELSE 'in ' || array_to_string(r.groups, ' + ') END))
+  FROM tap_roles r ORDER BY r.ord;
+
+-- The same for EXECUTE, by trying: EXPLAIN starts the executor, which
+-- checks EXECUTE (and the schema's USAGE) and runs nothing.
+CREATE TEMP TABLE tap_calls AS
+SELECT r.label, o.obj,
+       pg_temp.sqlstate_as(r.rolname,
+           format('EXPLAIN (COSTS OFF) SELECT %I.%I(%s)', p.pronamespace::regnamespace, p.proname,
+                  (SELECT string_agg(format('NULL::%s', format_type(t, NULL)), ', ' ORDER BY i)
+                     FROM unnest(p.proargtypes) WITH ORDINALITY AS a(t, i)))) AS state
+  FROM tap_roles r CROSS JOIN tap_objects o JOIN pg_proc p ON p.oid = o.oid
+ WHERE o.kind = 'function' AND r.rolname <> 'public';
 
 SELECT set_eq(
-    $$SELECT p.oid::regprocedure::text FROM pg_proc p
-       WHERE p.pronamespace = 'gridha'::regnamespace
-         AND has_function_privilege('gridha_client', p.oid, 'EXECUTE')$$,
-    $$SELECT format('gridha.%s(%s)', name, array_to_string(args, ',')) FROM api
-      UNION ALL SELECT 'gridha.expiry_settings()'
-      UNION ALL SELECT 'gridha.worker_slots()'
-      UNION ALL SELECT unnest(ARRAY['gridha.try_lead(uuid,text)', 'gridha.renew_lead(uuid,text,bigint)',
-                                    'gridha.resign(uuid,text)', 'gridha.run_maintenance(uuid,text)',
-                                    'gridha.reserve_ids(text,integer)', 'gridha.next_id(text)'])$$,
-    'gridha_client can execute the API, the leader lease and ID functions (and expiry_settings and worker_slots, used by views) and nothing else');
+    $$SELECT label, obj FROM tap_calls WHERE state = 'ok'$$,
+    $$SELECT label, obj FROM tap_expected WHERE kind = 'function' AND label <> 'PUBLIC'$$,
+    'calling every function as every role: exactly the expected ones may be called');
+SELECT is((SELECT array_agg(DISTINCT state) FROM tap_calls WHERE state <> 'ok'), ARRAY['42501'],
+          'every refused call is refused with 42501 (insufficient_privilege)');
+
+-- ---------------------------------------------------------------------------
+-- The group roles themselves
+-- ---------------------------------------------------------------------------
+
+SELECT is((SELECT array_agg(rolname::text ORDER BY rolname) FROM pg_roles
+            WHERE rolname IN ('gridha_producer', 'gridha_submitter', 'gridha_admin', 'gridha_client')
+              AND NOT rolcanlogin AND NOT rolsuper AND rolinherit),
+          ARRAY['gridha_admin', 'gridha_client', 'gridha_producer', 'gridha_submitter'],
+          'the four group roles exist: NOLOGIN, not superusers, inheriting');
+SELECT set_eq(
+    $$SELECT m.rolname::text AS member, g.rolname::text AS member_of FROM pg_auth_members a
+        JOIN pg_roles m ON m.oid = a.member JOIN pg_roles g ON g.oid = a.roleid
+       WHERE m.rolname IN ('gridha_producer', 'gridha_submitter', 'gridha_admin', 'gridha_client')$$,
+    $$VALUES ('gridha_client', 'gridha_producer'), ('gridha_client', 'gridha_submitter')$$,
+    'gridha_client is a member of gridha_producer and gridha_submitter; the others are members of nothing');
+-- Every ACL entry on the schema, its objects and their columns: only the
+-- owner and the three roles with grants appear (not PUBLIC, not
+-- gridha_client, not any other role).
+SELECT set_eq(
+    $$SELECT DISTINCT CASE WHEN e.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(e.grantee)::text END
+        FROM (SELECT nspacl AS acl FROM pg_namespace WHERE nspname = 'gridha'
+              UNION ALL SELECT p.proacl FROM pg_proc p JOIN tap_objects o ON o.oid = p.oid
+              UNION ALL SELECT c.relacl FROM pg_class c JOIN tap_objects o ON o.oid = c.oid
+              UNION ALL SELECT a.attacl FROM pg_attribute a JOIN tap_objects o ON o.oid = a.attrelid) x
+       CROSS JOIN LATERAL aclexplode(x.acl) e$$,
+    $$VALUES ((SELECT pg_get_userbyid(nspowner)::text FROM pg_namespace WHERE nspname = 'gridha')),
+             ('gridha_producer'), ('gridha_submitter'), ('gridha_admin')$$,
+    'grants in gridha name only its owner, gridha_producer, gridha_submitter and gridha_admin');
 
 -- ---------------------------------------------------------------------------
 -- search_path and SECURITY DEFINER
@@ -136,9 +346,10 @@ SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
           'every function in schema gridha but the C guard trigger pins search_path = pg_catalog, gridha');
 
 SELECT ok((SELECT l.lanname = 'c' AND NOT p.prosecdef AND p.prorettype = 'trigger'::regtype
+                  AND p.proconfig IS NULL
              FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
             WHERE p.oid = 'gridha.batches_guard_final()'::regprocedure),
-          'gridha.batches_guard_final is a C trigger function, not SECURITY DEFINER');
+          'gridha.batches_guard_final is a C trigger function, not SECURITY DEFINER, without SET');
 
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
              FROM pg_proc p
@@ -147,8 +358,36 @@ SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
           NULL,
           'no SECURITY DEFINER function of gridha runs with a caller-controlled search_path');
 
-SELECT is_definer('gridha', a.name, a.args, format('gridha.%s is SECURITY DEFINER', a.name))
-  FROM api a ORDER BY a.ord;
+-- The API runs as its owner (callers need no table rights); so does the
+-- enqueue trigger, through which a producer's INSERT writes service_claims.
+SELECT set_eq(
+    $$SELECT obj FROM tap_objects o JOIN pg_proc p ON p.oid = o.oid WHERE p.prosecdef$$,
+    $$VALUES ('gridha.register_instance(text)'), ('gridha.register_instance(text, text[])'),
+             ('gridha.enqueue(text, text, bytea, text)'),
+             ('gridha.renew_claims(uuid)'), ('gridha.acquire_claims(uuid)'),
+             ('gridha.acquire_claims(uuid, text[])'), ('gridha.claimed_batches(uuid, integer)'),
+             ('gridha.next_batch(uuid)'), ('gridha.next_batches(uuid, integer)'),
+             ('gridha.verify_batch(uuid, text, text, bigint)'),
+             ('gridha.report_submission(uuid, text, text, bigint, text, text)'),
+             ('gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[])'),
+             ('gridha.pending_batches(uuid, integer)'),
+             ('gridha.report_status(uuid, text, text, bigint, text)'),
+             ('gridha.report_statuses(uuid, text[], text[], bigint[], text[])'),
+             ('gridha.release_claims(uuid)'),
+             ('gridha.start_worker(text)'), ('gridha.stop_worker(uuid)'),
+             ('gridha.try_lead(uuid, text)'), ('gridha.renew_lead(uuid, text, bigint)'),
+             ('gridha.resign(uuid, text)'), ('gridha.run_maintenance(uuid, text)'),
+             ('gridha.create_id_sequence(text, bigint, integer)'), ('gridha.drop_id_sequence(text)'),
+             ('gridha.reserve_ids(text, integer)'), ('gridha.next_id(text)'),
+             ('gridha.batches_before_insert()')$$,
+    'the SECURITY DEFINER functions are the API and the enqueue trigger');
+
+SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)
+             FROM tap_grants g JOIN tap_objects o ON o.obj = g.obj AND o.kind = 'function'
+             JOIN pg_proc p ON p.oid = o.oid
+            WHERE NOT p.prosecdef),
+          ARRAY['gridha.expiry_settings()', 'gridha.worker_slots()'],
+          'every granted function is SECURITY DEFINER but the two that read no table (expiry_settings, worker_slots)');
 
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
              FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
@@ -157,117 +396,294 @@ SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
           NULL,
           'every SECURITY DEFINER function of gridha is owned by a superuser (the extension''s installer)');
 
+-- ===========================================================================
+-- Part 2: behaviour
+-- ===========================================================================
+
 -- ---------------------------------------------------------------------------
--- A member of gridha_client drives the whole cycle through the API
+-- Producer
 -- ---------------------------------------------------------------------------
 
-SET ROLE gridha_tap_app;
-SELECT current_user AS who \gset
-SELECT gridha.enqueue('tap-priv', 'b1', '\x01'::bytea) AS seq1 \gset
-INSERT INTO gridha.batches (service_id, batch_id, payload) VALUES ('tap-priv', 'b2', '\x02');
-SELECT gridha.register_instance('tap client') AS inst \gset
-SELECT service_id AS h1_sid, batch_id AS h1_bid, encode(payload, 'hex') AS h1_payload,
-       epoch AS h1_epoch, attempt AS h1_attempt
-  FROM gridha.next_batch(:'inst') \gset
-SELECT gridha.verify_batch(:'inst', 'tap-priv', 'b1', :h1_epoch) AS h1_verified \gset
-SELECT gridha.report_submission(:'inst', 'tap-priv', 'b1', :h1_epoch, 'accepted', 'http 202') AS h1_sub \gset
-SELECT string_agg(batch_id || ':' || status, ',') AS h1_pending FROM gridha.pending_batches(:'inst') \gset
-SELECT gridha.report_status(:'inst', 'tap-priv', 'b1', :h1_epoch, 'committed') AS h1_status \gset
-SELECT batch_id AS h2_bid, epoch AS h2_epoch FROM gridha.next_batch(:'inst') \gset
-SELECT string_agg(batch_id || ':' || status, ',') AS claimed FROM gridha.claimed_batches(:'inst') \gset
-SELECT head_batch_id AS q_head, committed AS q_committed FROM gridha.service_queues
- WHERE service_id = 'tap-priv' \gset
-SELECT state AS c_state, claimant AS c_claimant FROM gridha.claims WHERE service_id = 'tap-priv' \gset
-SELECT health AS i_health, label AS i_label FROM gridha.instance_health WHERE instance_id = :'inst' \gset
-SELECT gridha.renew_claims(:'inst') AS renewed \gset
-SELECT count(*) AS acquired FROM gridha.acquire_claims(:'inst') \gset
-SELECT count(*) AS nothing_more FROM gridha.next_batches(:'inst', 5) \gset
-SELECT gridha.report_submission(:'inst', 'tap-priv', 'b2', :h2_epoch, 'rejected', 'http 400') AS h2_sub \gset
-SELECT gridha.release_claims(:'inst') AS released \gset
-RESET ROLE;
-
-SELECT is(:'who'::text, 'gridha_tap_app', 'the cycle below runs as a member of gridha_client, not as a superuser');
-SELECT is(:'seq1'::text, '1', 'gridha_client: enqueue returns seq 1 for a new service');
-SELECT is((SELECT seq FROM gridha.batches WHERE service_id = 'tap-priv' AND batch_id = 'b2'), 2::bigint,
-          'gridha_client: a plain INSERT INTO gridha.batches enqueues at seq 2');
-SELECT is((SELECT label FROM gridha.instances WHERE instance_id = :'inst'), 'tap client',
-          'gridha_client: register_instance registers the instance with its label');
-SELECT is(:'h1_sid' || '/' || :'h1_bid' || '/' || :'h1_payload' || '/' || :'h1_epoch' || '/' || :'h1_attempt',
-          'tap-priv/b1/01/1/1',
-          'gridha_client: next_batch hands out the head b1 with its payload, epoch 1, attempt 1');
-SELECT is(:'h1_verified'::text, 't', 'gridha_client: verify_batch is true for the batch in hand');
-SELECT is(:'h1_sub'::text, 'pending', 'gridha_client: report_submission accepted -> pending');
-SELECT is(:'h1_pending'::text, 'b1:pending', 'gridha_client: pending_batches lists b1');
-SELECT is(:'h1_status'::text, 'committed', 'gridha_client: report_status committed -> committed');
-SELECT is(:'h2_bid'::text, 'b2', 'gridha_client: next_batch then hands out b2');
-SELECT is(:'claimed'::text, 'b2:submitting', 'gridha_client: claimed_batches shows the head b2 submitting');
-SELECT is(:'q_head' || '/' || :'q_committed', 'b2/1', 'gridha_client: can read gridha.service_queues');
-SELECT is(:'c_state' || '/' || :'c_claimant', 'held/' || :'inst', 'gridha_client: can read gridha.claims');
-SELECT is(:'i_health' || '/' || :'i_label', 'healthy/tap client',
-          'gridha_client: can read gridha.instance_health');
-SELECT is(:'renewed'::text, '1', 'gridha_client: renew_claims renews its one claim');
-SELECT is(:'acquired'::text, '0', 'gridha_client: acquire_claims has nothing more to take');
-SELECT is(:'nothing_more'::text, '0', 'gridha_client: next_batches hands out nothing while b2 is in flight');
-SELECT is(:'h2_sub'::text, 'invalid', 'gridha_client: report_submission rejected -> invalid');
-SELECT is(:'released'::text, '1', 'gridha_client: release_claims hands back its claim');
-SELECT is((SELECT string_agg(batch_id || ':' || status, ',' ORDER BY seq) FROM gridha.batches
-            WHERE service_id = 'tap-priv'),
-          'b1:committed,b2:invalid', 'gridha_client: the batches reached their final statuses');
-
--- ... but cannot touch the tables directly.
-SELECT throws_ok($$SELECT pg_temp.as_role('gridha_tap_app', 'UPDATE gridha.batches SET payload = NULL')$$,
+SELECT is(pg_temp.as_role_text('gridha_tap_producer',
+              $$SELECT gridha.enqueue('tap-a', 'a1', '\x0a'::bytea)$$),
+          '1', 'producer: enqueue works (seq 1 of a new service)');
+SELECT lives_ok($$SELECT pg_temp.as_role('gridha_tap_producer',
+                      $q$INSERT INTO gridha.batches (service_id, batch_id, payload) VALUES ('tap-a', 'a2', '\x0b')$q$)$$,
+                'producer: INSERT INTO gridha.batches (service_id, batch_id, payload) works');
+SELECT is((SELECT seq FROM gridha.batches WHERE service_id = 'tap-a' AND batch_id = 'a2'), 2::bigint,
+          'producer: the plain INSERT enqueued a2 at seq 2');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_producer',
+                       $q$INSERT INTO gridha.batches (service_id, batch_id, payload, seq) VALUES ('tap-a', 'a9', NULL, 9)$q$)$$,
                  '42501', 'permission denied for table batches',
-                 'gridha_client member: UPDATE gridha.batches is refused');
-SELECT throws_ok($$SELECT pg_temp.as_role('gridha_tap_app',
-                       $q$UPDATE gridha.batches SET status = 'queued' WHERE batch_id = 'b9'$q$)$$,
+                 'producer: INSERT naming seq is refused');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_producer',
+                       $q$INSERT INTO gridha.batches (service_id, batch_id, status) VALUES ('tap-a', 'a9', 'committed')$q$)$$,
                  '42501', 'permission denied for table batches',
-                 'gridha_client member: UPDATE of a batch''s status is refused');
-SELECT throws_ok($$SELECT pg_temp.as_role('gridha_tap_app', 'DELETE FROM gridha.batches')$$,
-                 '42501', 'permission denied for table batches',
-                 'gridha_client member: DELETE FROM gridha.batches is refused');
-SELECT throws_ok($$SELECT pg_temp.as_role('gridha_tap_app', 'SELECT * FROM gridha.batches')$$,
-                 '42501', 'permission denied for table batches',
-                 'gridha_client member: SELECT FROM gridha.batches is refused (views only)');
-SELECT throws_ok($$SELECT pg_temp.as_role('gridha_tap_app', 'UPDATE gridha.service_claims SET claimant = NULL')$$,
-                 '42501', 'permission denied for table service_claims',
-                 'gridha_client member: UPDATE gridha.service_claims is refused');
-SELECT throws_ok($$SELECT pg_temp.as_role('gridha_tap_app',
-                       $q$INSERT INTO gridha.service_claims (service_id) VALUES ('tap-x')$q$)$$,
-                 '42501', 'permission denied for table service_claims',
-                 'gridha_client member: INSERT INTO gridha.service_claims is refused');
-SELECT throws_ok($$SELECT pg_temp.as_role('gridha_tap_app', 'DELETE FROM gridha.service_claims')$$,
-                 '42501', 'permission denied for table service_claims',
-                 'gridha_client member: DELETE FROM gridha.service_claims is refused');
-SELECT throws_ok($$SELECT pg_temp.as_role('gridha_tap_app',
-                       $q$UPDATE gridha.targets SET submit_url = 'http://127.0.0.1:1/{batch_id}'$q$)$$,
+                 'producer: INSERT naming status is refused');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_producer', 'SELECT * FROM gridha.targets')$$,
                  '42501', 'permission denied for table targets',
-                 'gridha_client member: UPDATE gridha.targets is refused');
-SELECT throws_ok($$SELECT pg_temp.as_role('gridha_tap_app',
-                       $q$UPDATE gridha.instances SET last_seen_at = now()$q$)$$,
-                 '42501', 'permission denied for table instances',
-                 'gridha_client member: UPDATE gridha.instances is refused');
-SELECT throws_ok($$SELECT pg_temp.as_role('gridha_tap_app', $q$SET gridha.soft_expiry = '1s'$q$)$$,
-                 '42501', NULL,
-                 'gridha_client member: the claim settings are superuser-only');
+                 'producer: SELECT FROM gridha.targets (credentials) is refused');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_producer', 'SELECT * FROM gridha.claims')$$,
+                 '42501', 'permission denied for view claims',
+                 'producer: SELECT FROM gridha.claims is refused');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_producer', 'SELECT payload FROM gridha.batches')$$,
+                 '42501', 'permission denied for table batches',
+                 'producer: SELECT FROM gridha.batches is refused');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_producer',
+                       'SELECT * FROM gridha.next_batch(gen_random_uuid())')$$,
+                 '42501', 'permission denied for function next_batch',
+                 'producer: next_batch is refused');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_producer',
+                       $q$SELECT gridha.report_status(gen_random_uuid(), 'tap-a', 'a1', 1, 'committed')$q$)$$,
+                 '42501', 'permission denied for function report_status',
+                 'producer: report_status is refused');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_producer',
+                       'SELECT gridha.release_claims(gen_random_uuid())')$$,
+                 '42501', 'permission denied for function release_claims',
+                 'producer: release_claims is refused');
+SELECT columns_are('gridha', 'queue_progress',
+                   ARRAY['service_id', 'target', 'head_batch_id', 'head_status', 'queued', 'in_flight',
+                         'retrying', 'committed', 'invalid', 'oldest_queued_at'],
+                   'producer: gridha.queue_progress has no claimant, epoch, instance or payload column');
 
--- A role with PUBLIC's rights only gets nowhere.
-SELECT throws_ok($$SELECT pg_temp.as_role('gridha_tap_nobody',
-                       $q$SELECT gridha.enqueue('tap-y', 'b1', NULL)$q$)$$,
+-- ---------------------------------------------------------------------------
+-- Submitter A: its instance A1 is handed tap-a's head
+-- ---------------------------------------------------------------------------
+
+SELECT ok(set_config('tap.a1', pg_temp.as_role_text('gridha_tap_sub_a',
+                         $$SELECT gridha.register_instance('tap A1')$$), true) IS NOT NULL,
+          'submitter A: register_instance works');
+SELECT is((SELECT owner::text FROM gridha.instances WHERE instance_id = current_setting('tap.a1')::uuid),
+          'gridha_tap_sub_a', 'submitter A: A1 belongs to the role that registered it');
+SELECT is(pg_temp.as_role_text('gridha_tap_sub_a',
+              format($$SELECT string_agg(service_id || ':' || epoch, ',') FROM gridha.acquire_claims(%L)$$,
+                     current_setting('tap.a1'))),
+          'tap-a:1', 'submitter A: acquire_claims(A1) takes tap-a at epoch 1');
+SELECT is(pg_temp.as_role_text('gridha_tap_sub_a',
+              format($$SELECT concat_ws('/', service_id, batch_id, encode(payload, 'hex'), epoch, attempt)
+                         FROM gridha.next_batch(%L)$$, current_setting('tap.a1'))),
+          'tap-a/a1/0a/1/1', 'submitter A: next_batch(A1) hands out a1 with its payload, epoch 1, attempt 1');
+SELECT is(pg_temp.as_role_text('gridha_tap_sub_a',
+              $$SELECT target || ':' || coalesce(request_headers::text, 'no headers') FROM gridha.targets
+                 WHERE target = 'default'$$),
+          'default:no headers', 'submitter A: reads gridha.targets, request_headers included');
+SELECT is(pg_temp.as_role_text('gridha_tap_sub_a',
+              $$SELECT service_id || ':' || target FROM gridha.service_claims WHERE service_id = 'tap-a'$$),
+          'tap-a:default', 'submitter A: reads service_id and target of gridha.service_claims');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_sub_a', 'SELECT claimant FROM gridha.service_claims')$$,
+                 '42501', 'permission denied for table service_claims',
+                 'submitter A: SELECT claimant FROM gridha.service_claims is refused');
+SELECT is(pg_temp.as_role_text('gridha_tap_sub_a',
+              $$SELECT state || ':' || claimant FROM gridha.claims WHERE service_id = 'tap-a'$$),
+          'held:' || current_setting('tap.a1'), 'submitter A: reads gridha.claims (tap-a held by A1)');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_sub_a',
+                       $q$UPDATE gridha.targets SET submit_url = 'http://127.0.0.1:9/x/{batch_id}'$q$)$$,
+                 '42501', 'permission denied for table targets',
+                 'submitter A: UPDATE gridha.targets is refused');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_sub_a', $q$SET gridha.soft_expiry = '1s'$q$)$$,
                  '42501', NULL,
-                 'PUBLIC: gridha.enqueue is refused');
-SELECT throws_ok($$SELECT pg_temp.as_role('gridha_tap_nobody',
-                       $q$SELECT * FROM gridha.next_batch(gen_random_uuid())$q$)$$,
-                 '42501', NULL,
-                 'PUBLIC: gridha.next_batch is refused');
-SELECT throws_ok($$SELECT pg_temp.as_role('gridha_tap_nobody',
-                       $q$INSERT INTO gridha.batches (service_id, batch_id) VALUES ('tap-y', 'b1')$q$)$$,
-                 '42501', NULL,
-                 'PUBLIC: INSERT INTO gridha.batches is refused');
-SELECT throws_ok($$SELECT pg_temp.as_role('gridha_tap_nobody', 'SELECT * FROM gridha.claims')$$,
-                 '42501', NULL,
+                 'submitter A: the claim timings (gridha.soft_expiry) are superuser-only');
+
+-- The batch, its claim and A1, before submitter B tries anything.
+CREATE FUNCTION pg_temp.a1_state() RETURNS text
+LANGUAGE sql AS $$
+    SELECT format('batch %s epoch %s attempts %s instance %s; claim claimant %s epoch %s',
+                  b.status, b.epoch, b.attempts, b.instance_id, c.claimant, c.epoch)
+      FROM gridha.batches b JOIN gridha.service_claims c USING (service_id)
+     WHERE b.service_id = 'tap-a' AND b.batch_id = 'a1'
+$$;
+
+-- Everything the tables hold, as one hash.
+CREATE FUNCTION pg_temp.snapshot() RETURNS text
+LANGUAGE sql AS $$
+    SELECT md5(concat_ws('#',
+        (SELECT string_agg(b::text, '|' ORDER BY b.service_id, b.batch_id) FROM gridha.batches b),
+        (SELECT string_agg(c::text, '|' ORDER BY c.service_id) FROM gridha.service_claims c),
+        (SELECT string_agg(i::text, '|' ORDER BY i.instance_id) FROM gridha.instances i),
+        (SELECT string_agg(l::text, '|' ORDER BY l.role) FROM gridha.leases l),
+        (SELECT string_agg(m::text, '|' ORDER BY m.role, m.tick) FROM gridha.maintenance_ticks m)))
+$$;
+
+SELECT is(pg_temp.a1_state(),
+          format('batch submitting epoch 1 attempts 1 instance %1$s; claim claimant %1$s epoch 1',
+                 current_setting('tap.a1')),
+          'before B: a1 is submitting under A1''s claim, epoch 1, attempt 1');
+SELECT set_config('tap.snapshot', pg_temp.snapshot(), true) \g /dev/null
+
+-- ---------------------------------------------------------------------------
+-- Submitter B against A's instance: RG008 for every call that names it
+-- ---------------------------------------------------------------------------
+
+SELECT throws_ok(format('SELECT pg_temp.refused_as(%L, %L)', 'gridha_tap_sub_b', format(c.q, current_setting('tap.a1'))),
+                 'RG008', format('instance %s belongs to role "gridha_tap_sub_a"', current_setting('tap.a1')),
+                 format('submitter B: %s with A1 is refused (RG008)', c.call))
+  FROM (VALUES
+    (1,  'next_batch',         $$SELECT * FROM gridha.next_batch(%L)$$),
+    (2,  'next_batches',       $$SELECT * FROM gridha.next_batches(%L, 5)$$),
+    (3,  'report_submission',  $$SELECT gridha.report_submission(%L, 'tap-a', 'a1', 1, 'rejected', 'b')$$),
+    (4,  'report_submissions', $$SELECT * FROM gridha.report_submissions(%L, '{tap-a}', '{a1}', '{1}', '{rejected}')$$),
+    (5,  'report_status',      $$SELECT gridha.report_status(%L, 'tap-a', 'a1', 1, 'invalid')$$),
+    (6,  'report_statuses',    $$SELECT * FROM gridha.report_statuses(%L, '{tap-a}', '{a1}', '{1}', '{invalid}')$$),
+    (7,  'verify_batch',       $$SELECT gridha.verify_batch(%L, 'tap-a', 'a1', 1)$$),
+    (8,  'claimed_batches',    $$SELECT * FROM gridha.claimed_batches(%L)$$),
+    (9,  'pending_batches',    $$SELECT * FROM gridha.pending_batches(%L)$$),
+    (10, 'renew_claims',       $$SELECT gridha.renew_claims(%L)$$),
+    (11, 'acquire_claims',     $$SELECT * FROM gridha.acquire_claims(%L)$$),
+    (12, 'acquire_claims(serves)', $$SELECT * FROM gridha.acquire_claims(%L, '{submit_url}')$$),
+    (13, 'release_claims',     $$SELECT gridha.release_claims(%L)$$),
+    (14, 'try_lead',           $$SELECT gridha.try_lead(%L)$$),
+    (15, 'renew_lead',         $$SELECT gridha.renew_lead(%L, 'maintenance', 1)$$),
+    (16, 'resign',             $$SELECT gridha.resign(%L)$$),
+    (17, 'run_maintenance',    $$SELECT * FROM gridha.run_maintenance(%L)$$)
+  ) AS c(ord, call, q)
+ ORDER BY c.ord;
+
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_sub_b', 'SELECT payload FROM gridha.batches')$$,
+                 '42501', 'permission denied for table batches',
+                 'submitter B: cannot read payloads (SELECT FROM gridha.batches is refused)');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_sub_b',
+                       'SELECT gridha.stop_worker(gen_random_uuid())')$$,
+                 '42501', 'permission denied for function stop_worker',
+                 'submitter B: stop_worker is refused (an administrator''s call)');
+SELECT throws_ok(format('SELECT pg_temp.refused_as(%L, %L)', 'gridha_tap_worker',
+                        format('SELECT * FROM gridha.next_batch(%L)', current_setting('tap.a1'))),
+                 'RG008', format('instance %s belongs to role "gridha_tap_sub_a"', current_setting('tap.a1')),
+                 'worker role: next_batch with A1 is refused (RG008)');
+SELECT throws_ok(format('SELECT pg_temp.refused_as(%L, %L)', 'gridha_tap_client',
+                        format($$SELECT gridha.report_status(%L, 'tap-a', 'a1', 1, 'committed')$$,
+                               current_setting('tap.a1'))),
+                 'RG008', format('instance %s belongs to role "gridha_tap_sub_a"', current_setting('tap.a1')),
+                 'client: report_status with A1 is refused (RG008)');
+
+SELECT is(pg_temp.a1_state(),
+          format('batch submitting epoch 1 attempts 1 instance %1$s; claim claimant %1$s epoch 1',
+                 current_setting('tap.a1')),
+          'after B: a1 and its claim are unchanged (status, epoch, attempts, instance, claimant)');
+SELECT is(pg_temp.snapshot(), current_setting('tap.snapshot'),
+          'after B: batches, claims, instances, leases and ticks are unchanged');
+
+-- ---------------------------------------------------------------------------
+-- A superuser may act for any instance; A1 is still A's
+-- ---------------------------------------------------------------------------
+
+SELECT is(gridha.renew_claims(current_setting('tap.a1')::uuid), 1,
+          'superuser: renew_claims(A1) works (renews its one claim)');
+SELECT is(gridha.verify_batch(current_setting('tap.a1')::uuid, 'tap-a', 'a1', 1), true,
+          'superuser: verify_batch(A1) works');
+SELECT is(pg_temp.as_role_text('gridha_tap_sub_a',
+              format($$SELECT gridha.report_submission(%L, 'tap-a', 'a1', 1, 'accepted')$$,
+                     current_setting('tap.a1'))),
+          'pending', 'submitter A: report_submission(A1) still works: a1 pending');
+
+-- ---------------------------------------------------------------------------
+-- Producer's view of it: progress, no claimant
+-- ---------------------------------------------------------------------------
+
+SELECT is(pg_temp.as_role_text('gridha_tap_producer',
+              $$SELECT concat_ws('/', service_id, head_batch_id, head_status, queued, in_flight)
+                  FROM gridha.queue_progress WHERE service_id = 'tap-a'$$),
+          'tap-a/a1/pending/1/1', 'producer: gridha.queue_progress shows tap-a''s head a1 pending, a2 queued');
+
+-- ---------------------------------------------------------------------------
+-- Submitter B with its own instance
+-- ---------------------------------------------------------------------------
+
+SELECT is(pg_temp.as_role_text('gridha_tap_producer',
+              $$SELECT gridha.enqueue('tap-b', 'b1', '\x0c'::bytea)$$),
+          '1', 'producer: enqueue of tap-b works');
+SELECT ok(set_config('tap.b1', pg_temp.as_role_text('gridha_tap_sub_b',
+                         $$SELECT gridha.register_instance('tap B1')$$), true) IS NOT NULL,
+          'submitter B: register_instance works');
+SELECT is(pg_temp.as_role_text('gridha_tap_sub_b',
+              format($$SELECT concat_ws('/', service_id, batch_id, encode(payload, 'hex'), epoch, attempt)
+                         FROM gridha.next_batch(%L)$$, current_setting('tap.b1'))),
+          'tap-b/b1/0c/1/1', 'submitter B: next_batch(B1) hands out tap-b''s b1');
+SELECT is(pg_temp.as_role_text('gridha_tap_sub_b',
+              format($$SELECT gridha.report_submission(%L, 'tap-b', 'b1', 1, 'accepted')$$,
+                     current_setting('tap.b1'))),
+          'pending', 'submitter B: report_submission(B1) works: b1 pending');
+SELECT is(pg_temp.as_role_text('gridha_tap_sub_b',
+              format($$SELECT string_agg(batch_id || ':' || status, ',') FROM gridha.pending_batches(%L)$$,
+                     current_setting('tap.b1'))),
+          'b1:pending', 'submitter B: pending_batches(B1) lists b1 only, not A''s a1');
+
+-- ---------------------------------------------------------------------------
+-- An instance without an owner is adopted by the first role that uses it
+-- ---------------------------------------------------------------------------
+
+SET LOCAL tap.orphan = 'dddddddd-0000-0000-0000-00000000000d';
+INSERT INTO gridha.instances (instance_id, label) VALUES (current_setting('tap.orphan')::uuid, 'tap orphan');
+
+SELECT lives_ok(format('SELECT pg_temp.as_role(%L, %L)', 'gridha_tap_sub_b',
+                       format('SELECT * FROM gridha.next_batch(%L)', current_setting('tap.orphan'))),
+                'orphan: submitter B''s next_batch on an instance without owner works');
+SELECT is((SELECT owner::text FROM gridha.instances WHERE instance_id = current_setting('tap.orphan')::uuid),
+          'gridha_tap_sub_b', 'orphan: submitter B adopted it');
+SELECT throws_ok(format('SELECT pg_temp.refused_as(%L, %L)', 'gridha_tap_sub_a',
+                        format('SELECT * FROM gridha.next_batch(%L)', current_setting('tap.orphan'))),
+                 'RG008', format('instance %s belongs to role "gridha_tap_sub_b"', current_setting('tap.orphan')),
+                 'orphan: then submitter A''s next_batch on it is refused (RG008)');
+
+-- ---------------------------------------------------------------------------
+-- Admin
+-- ---------------------------------------------------------------------------
+
+SELECT lives_ok($$SELECT pg_temp.as_role('gridha_tap_admin',
+                      $q$UPDATE gridha.targets SET submit_url = 'http://127.0.0.1:9/b/{batch_id}' WHERE target = 'default'$q$)$$,
+                'admin: UPDATE gridha.targets works');
+SELECT is((SELECT submit_url FROM gridha.targets WHERE target = 'default'), 'http://127.0.0.1:9/b/{batch_id}',
+          'admin: the default target''s submit_url was changed');
+SELECT lives_ok($$SELECT pg_temp.as_role('gridha_tap_admin',
+                      $q$INSERT INTO gridha.targets (target, submit_url) VALUES ('tap-target', 'http://127.0.0.1:9/t/{batch_id}')$q$)$$,
+                'admin: INSERT INTO gridha.targets works');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_admin', 'SELECT * FROM gridha.next_batch(gen_random_uuid())')$$,
+                 '42501', 'permission denied for function next_batch',
+                 'admin: next_batch is refused');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_admin', 'SELECT payload FROM gridha.batches')$$,
+                 '42501', 'permission denied for table batches',
+                 'admin: SELECT FROM gridha.batches is refused');
+SELECT is(pg_temp.as_role_text('gridha_tap_admin',
+              $$SELECT string_agg(service_id || ':' || state, ',' ORDER BY service_id) FROM gridha.claims$$),
+          'tap-a:held,tap-b:held', 'admin: reads gridha.claims');
+SELECT is(pg_temp.as_role_text('gridha_tap_admin', 'SELECT count(*) FROM gridha.workers'), '0',
+          'admin: reads gridha.workers (no worker running)');
+SELECT lives_ok($$SELECT pg_temp.as_role('gridha_tap_admin',
+                      $q$SELECT gridha.create_id_sequence('tap-ids', 100, 1)$q$)$$,
+                'admin: create_id_sequence works');
+
+-- ---------------------------------------------------------------------------
+-- Producer: ids
+-- ---------------------------------------------------------------------------
+
+SELECT matches(pg_temp.as_role_text('gridha_tap_producer', $$SELECT gridha.next_id('tap-ids')$$),
+               '^[1-9][0-9]*$', 'producer: next_id works');
+SELECT is(pg_temp.as_role_text('gridha_tap_producer',
+              $$SELECT name FROM gridha.id_sequence_status WHERE name = 'tap-ids'$$),
+          'tap-ids', 'producer: reads gridha.id_sequence_status');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_producer', $q$SELECT gridha.drop_id_sequence('tap-ids')$q$)$$,
+                 '42501', 'permission denied for function drop_id_sequence',
+                 'producer: drop_id_sequence is refused');
+
+-- ---------------------------------------------------------------------------
+-- PUBLIC: a role with nothing gets nowhere
+-- ---------------------------------------------------------------------------
+
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_nobody',
+                       $q$SELECT gridha.enqueue('tap-y', 'y1', NULL)$q$)$$,
+                 '42501', 'permission denied for schema gridha',
+                 'PUBLIC: enqueue is refused (no USAGE on schema gridha)');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_nobody', 'SELECT * FROM gridha.claims')$$,
+                 '42501', 'permission denied for schema gridha',
                  'PUBLIC: SELECT FROM gridha.claims is refused');
+SELECT throws_ok($$SELECT pg_temp.refused_as('gridha_tap_nobody',
+                       $q$INSERT INTO gridha.batches (service_id, batch_id) VALUES ('tap-y', 'y1')$q$)$$,
+                 '42501', 'permission denied for schema gridha',
+                 'PUBLIC: INSERT INTO gridha.batches is refused');
+SELECT is((SELECT count(*) FROM tap_calls WHERE label = 'nobody' AND state = '42501'),
+          (SELECT count(*) FROM tap_objects WHERE kind = 'function'),
+          'PUBLIC: calling any function of gridha is refused with 42501');
 
-SELECT is((SELECT count(*) FROM gridha.batches WHERE service_id IN ('tap-x', 'tap-y')), 0::bigint,
+SELECT is((SELECT count(*) FROM gridha.batches WHERE service_id = 'tap-y'), 0::bigint,
           'the refused writes left no batch behind');
 
 SELECT * FROM finish();
