@@ -324,7 +324,14 @@ log_end(Client *c, LogLine *l)
  * ----------------------------------------------------------------------
  */
 
-/* client_disconnect: drop a broken connection; the next call reconnects. */
+/*
+ * client_disconnect: drop a broken connection; the next call reconnects.
+ * Whatever was lost with it -- the answer of a hand-out, or, after a
+ * failover to a replica that had not received them, reports the old
+ * primary had acknowledged -- may leave a batch submitting under this
+ * instance that is not in hand: the next cycle looks for one
+ * (client_recover), whichever call saw the connection break.
+ */
 static void
 client_disconnect(Client *c, const char *why)
 {
@@ -334,6 +341,7 @@ client_disconnect(Client *c, const char *why)
 		return;
 	PQfinish(c->conn);
 	c->conn = NULL;
+	c->recover = 1;
 	note("connection lost: %s", why);
 	log_begin(c, &l, "disconnected");
 	log_str(&l, "detail", why);
@@ -816,7 +824,8 @@ static int	client_report_status(Client *c, const Batch *b, const char *word);
  * its service would wait for as long as this instance keeps renewing the
  * claim. A batch whose report is refused (it is submitting under an older
  * epoch, and the hand-out takes it again by itself) is left alone. Run at
- * start and after a next_batch whose connection broke.
+ * start and at the top of the cycle after any lost connection, when
+ * nothing is in hand.
  */
 static void
 client_recover(Client *c)

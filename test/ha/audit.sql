@@ -13,15 +13,34 @@
 --             worker slot's instance id for background workers
 --   holder    the claimant and epoch of the batch's service as the changing
 --             transaction sees them (it has locked that claim row)
+--   timeline  the WAL timeline the change was written on (ha.timeline()):
+--             1 until the first promotion of a standby, then one more at
+--             each promotion; with two servers it tells which primary made
+--             the change, and the checker compares gridha's epochs on a
+--             timeline with those handed out on earlier ones
 --
 -- The checker (test/ha/check.py) proves with these rows that no write was
 -- ever accepted from an instance that did not hold the service at that
--- epoch, that epochs only grow, and when each service was handed out by
--- whom (failover times).
+-- epoch, that epochs only grow (and start above every earlier timeline's
+-- on a new one), and when each service was handed out by whom (failover
+-- times).
 
 CREATE SCHEMA ha;
 
 CREATE SEQUENCE ha.event_seq;
+
+/*
+ * ha.timeline: the timeline this primary writes WAL on (the first eight
+ * hex digits of the current WAL file's name).
+ */
+CREATE FUNCTION ha.timeline()
+RETURNS integer
+LANGUAGE sql
+VOLATILE
+SET search_path = pg_catalog
+AS $$
+    SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer
+$$;
 
 CREATE TABLE ha.claim_events (
     n            bigint PRIMARY KEY DEFAULT nextval('ha.event_seq'),
@@ -30,7 +49,8 @@ CREATE TABLE ha.claim_events (
     old_claimant uuid,
     claimant     uuid,
     old_epoch    bigint,
-    epoch        bigint
+    epoch        bigint,
+    tli          integer DEFAULT ha.timeline()
 );
 
 CREATE TABLE ha.batch_events (
@@ -45,7 +65,8 @@ CREATE TABLE ha.batch_events (
     instance_id uuid,
     writer      text,
     claimant    uuid,
-    claim_epoch bigint
+    claim_epoch bigint,
+    tli         integer DEFAULT ha.timeline()
 );
 
 /*

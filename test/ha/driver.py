@@ -1,22 +1,33 @@
 #!/usr/bin/env python3
 """test/ha/driver.py: the fault harness's driver. Runs a workload over the
-harness's cluster, injects faults on a schedule, and records the history the
-checker (check.py) reads. test/ha/run.sh starts the cluster and calls it.
+harness's database servers, injects faults on a schedule, and records the
+history the checker (check.py) reads. test/ha/run.sh starts it.
 
 Words used here:
   run directory   where everything is recorded (--out): enqueued.tsv,
                   faults.jsonl, instances.jsonl, clients/*.log, ledger.log,
-                  db_*.csv, driver.log
+                  db_*.csv, nodes.jsonl, standby.jsonl, postgres.log,
+                  driver.log, run.json
+  topology        the database servers (topology.py): single (the cluster
+                  run.sh started), replica (a primary and a hot standby
+                  built here, --replica sync|async) or patroni (two nodes
+                  under Patroni); the driver always knows which node is the
+                  primary, and every statement of its own goes there
   client          an external instance: client/gridha-client, started with
                   its own instance id (also its PGAPPNAME, so audit.sql can
-                  name it as a writer) and its JSON-lines log
+                  name it as a writer), its JSON-lines log and the
+                  topology's connection string (--dsn: multi-host with
+                  target_session_attrs=read-write when there are two nodes;
+                  the client reconnects by itself)
   liveness        whether a client's session runs with
                   gridha.session_liveness on or off (PGOPTIONS)
-  worker          a background-worker instance inside the server
-  producer        the thread that enqueues one batch per service per round;
-                  a round is retried with the same ids until it commits, so
-                  enqueued.tsv lists exactly the committed batches, in
-                  enqueue order
+  worker          a background-worker instance inside the primary
+  producer        the thread that enqueues one batch per service per round
+                  through the same multi-host connection string (a new
+                  connection per round, so it finds a new primary by
+                  itself); a round is retried with the same ids until it
+                  commits, so enqueued.tsv lists exactly the committed
+                  batches, in enqueue order
   fault           one injection, logged to faults.jsonl with its kind, its
                   start and end (wall time), its victim instance and the
                   services the victim held when it struck
@@ -26,14 +37,45 @@ Words used here:
                   (pg_terminate_backend, and a new worker started), stop-worker
                   (SIGSTOP of a worker backend longer than hard_expiry), 503
                   (ledger answers 503), stall (ledger holds requests longer
-                  than the submit timeout), restart (pg_ctl stop -m immediate,
-                  then start)
+                  than the submit timeout), restart (pg_ctl stop -m immediate
+                  of the primary, then start); with two nodes also failover
+                  (kill -9 of the primary's postmaster -- and of its Patroni
+                  --, the standby promoted, the old primary back as a
+                  standby) and switchover (a clean stop of the primary, the
+                  standby promoted, the old primary back as a standby); the
+                  fault record carries the times of each step (down,
+                  promoted, rejoined, synced), the new timeline and how the
+                  old primary rejoined (rewind, no rewind required,
+                  basebackup, patroni). --failover-lag S (replica): the
+                  primary's WAL sender is stopped S seconds before a
+                  failover, which then kills every process of the primary
+                  at once (a standby that lags when the primary's machine
+                  dies). --kinds chooses among the kinds the topology has
+                  (all of them by default; patroni has no restart)
+  reconcile       after a promotion, the enqueued batches the new primary
+                  does not have (acknowledged by the old primary, never
+                  replicated: asynchronous replication only) are counted;
+                  with async replication the producer is held from just
+                  before the fault until they are enqueued again in their
+                  order, as an application that knows its database may
+                  lose acknowledged writes would do; with sync replication
+                  they are only counted (the checker wants 0)
+  observation     (two nodes) every second, each node's pg_is_in_recovery()
+                  before and after counting its 'gridha worker' backends in
+                  pg_stat_activity: nodes.jsonl
+  standby probe   (two nodes) at the start and before each failover or
+                  switchover, on the standby: SELECT * FROM
+                  gridha.next_batch(<new uuid>) and gridha.enqueue(...) must
+                  fail with SQLSTATE 25006, the uuid and the probe batch
+                  must exist on neither node afterwards, and no gridha
+                  worker runs there: standby.jsonl
   schedule        first every kind once in a seeded random order, then
                   random kinds until --duration has passed; --duration 0 runs
                   the first round only
 
 Every loop is bounded; every process it starts is stopped before it exits,
-on any exit. Python 3 standard library only.
+on any exit (the servers of a two-node topology too, after the database's
+history has been dumped). Python 3 standard library only.
 """
 
 import argparse
@@ -48,8 +90,13 @@ import time
 import urllib.request
 import uuid
 
-KINDS = ("kill9-off", "kill9-on", "stop-client", "term-worker", "stop-worker",
-         "503", "stall", "restart")
+import topology
+
+# The kinds that need no second server; a topology adds its own (restart,
+# failover, switchover: topology.py).
+INSTANCE_KINDS = ("kill9-off", "kill9-on", "stop-client", "term-worker", "stop-worker",
+                  "503", "stall")
+DB_CHANGES = ("failover", "switchover")
 
 
 def now():
@@ -59,13 +106,19 @@ def now():
 class Driver:
     """Driver: one harness run."""
 
-    def __init__(self, args):
+    def __init__(self, args, topo):
         self.a = args
+        self.topo = topo
+        self.kinds = args.kinds
         self.out = args.out
         self.rng = random.Random(args.seed)
         self.db = args.database
         self.stop_producing = threading.Event()
+        self.stop_observing = threading.Event()
         self.lock = threading.Lock()
+        self.produce_lock = threading.Lock()    # held by one producer attempt
+        self.enqueued_ids = []                  # (service, batch), enqueue order
+        self.observer = None
         self.clients = []           # dicts: proc, id, label, liveness, log
         self.stopped = []           # pids we SIGSTOPped and must SIGCONT
         self.ledger = None
@@ -77,6 +130,8 @@ class Driver:
         self.faults = open(os.path.join(self.out, "faults.jsonl"), "a", encoding="utf-8")
         self.instances = open(os.path.join(self.out, "instances.jsonl"), "a", encoding="utf-8")
         self.enqueued = open(os.path.join(self.out, "enqueued.tsv"), "a", encoding="utf-8")
+        self.nodes_log = open(os.path.join(self.out, "nodes.jsonl"), "a", encoding="utf-8")
+        self.standby_log = open(os.path.join(self.out, "standby.jsonl"), "a", encoding="utf-8")
         os.makedirs(os.path.join(self.out, "clients"), exist_ok=True)
 
     # --- plumbing -----------------------------------------------------------
@@ -87,11 +142,15 @@ class Driver:
         with open(os.path.join(self.out, "driver.log"), "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
 
-    def psql(self, sql, db=None, timeout=30, check=True):
-        """psql: run SQL, return stdout (unaligned, tuples only); raises
-        RuntimeError on failure when check is set, else returns None."""
+    def psql(self, sql, db=None, timeout=30, check=True, node=None, dsn=None):
+        """psql: run SQL on the primary (or node, or through dsn), return
+        stdout (unaligned, tuples only); raises RuntimeError on failure when
+        check is set, else returns None."""
+        on_primary = node is None and dsn is None
+        if dsn is None:
+            dsn = (node or self.topo.primary()).conninfo(db or self.db)
         cmd = [os.path.join(self.a.bindir, "psql"), "-X", "-q", "-A", "-t",
-               "-v", "ON_ERROR_STOP=1", "-d", db or self.db, "-c", sql]
+               "-v", "ON_ERROR_STOP=1", "-d", dsn, "-c", sql]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                                check=False)
@@ -100,6 +159,8 @@ class Driver:
                 raise RuntimeError("psql timed out: %s" % sql[:80]) from None
             return None
         if r.returncode != 0:
+            if on_primary:
+                self.topo.refresh()
             if check:
                 raise RuntimeError("psql failed: %s: %s" % (sql[:80], r.stderr.strip()))
             return None
@@ -172,7 +233,8 @@ class Driver:
                    PGOPTIONS="-c gridha.session_liveness=%s" % ("on" if liveness else "off"))
         proc = subprocess.Popen(
             [os.path.join(self.a.repo, "client/gridha-client"), "--instance-id", iid,
-             "--label", label, "--log", log, "--idle-sleep-ms", "100",
+             "--label", label, "--log", log, "--dsn", self.topo.client_dsn(self.db),
+             "--idle-sleep-ms", "100",
              "--monitor-interval-ms", "250", "--submit-timeout-ms", str(self.a.submit_timeout_ms)],
             env=env, stdout=subprocess.DEVNULL,
             stderr=open(os.path.join(self.out, "clients", label + ".err"), "w"))
@@ -214,35 +276,71 @@ class Driver:
 
     def produce(self):
         """produce: one batch per service every --round-interval seconds until
-        told to stop; a failed round is retried with the same ids."""
+        told to stop; a failed round is retried with the same ids, each
+        attempt a new connection through the clients' connection string."""
         services = ["svc-%02d" % i for i in range(self.a.services)]
+        dsn = self.topo.client_dsn(self.db)
         while not self.stop_producing.is_set():
             r = self.rounds + 1
             ids = []
             for s in services:
                 suffix = "-inv" if r % 37 == 5 else ""
                 ids.append((s, "%s-%05d%s" % (s, r, suffix)))
-            values = ",".join("('%s','%s')" % p for p in ids)
-            sql = ("INSERT INTO gridha.batches (service_id, batch_id, payload)"
-                   " SELECT v.s, v.b, convert_to(v.b, 'UTF8')"
-                   "   FROM (VALUES %s) v(s, b)"
-                   "  WHERE NOT EXISTS (SELECT 1 FROM gridha.batches x"
-                   "                     WHERE x.service_id = v.s AND x.batch_id = v.b)"
-                   % values)
+            done = False
             for _ in range(600):        # bounded: about 5 minutes of outage
-                if self.psql(sql, check=False, timeout=20) is not None:
+                with self.produce_lock:
+                    if self.psql(self.insert_sql(ids), check=False, timeout=20,
+                                 dsn=dsn) is not None:
+                        t = now()
+                        with self.lock:
+                            for s, b in ids:
+                                self.enqueued.write("%s\t%s\t%.3f\n" % (s, b, t))
+                            self.enqueued.flush()
+                            self.enqueued_ids.extend(ids)
+                        done = True
+                if done:
                     break
                 time.sleep(0.5)
             else:
                 self.say("producer: round %d never committed; stopping" % r)
                 return
-            t = now()
-            with self.lock:
-                for s, b in ids:
-                    self.enqueued.write("%s\t%s\t%.3f\n" % (s, b, t))
-                self.enqueued.flush()
             self.rounds = r
             self.stop_producing.wait(self.a.round_interval)
+
+    @staticmethod
+    def insert_sql(ids):
+        """insert_sql: enqueue ids in their order, skipping those present."""
+        values = ",".join("('%s','%s')" % p for p in ids)
+        return ("INSERT INTO gridha.batches (service_id, batch_id, payload)"
+                " SELECT v.s, v.b, convert_to(v.b, 'UTF8')"
+                "   FROM (VALUES %s) v(s, b)"
+                "  WHERE NOT EXISTS (SELECT 1 FROM gridha.batches x"
+                "                     WHERE x.service_id = v.s AND x.batch_id = v.b)"
+                % values)
+
+    def reconcile(self, rec):
+        """reconcile: after a promotion, the enqueued batches the new primary
+        lacks (of the last 50 rounds); enqueued again in order with async
+        replication (the producer is held meanwhile), only counted with sync."""
+        with self.lock:
+            recent = list(self.enqueued_ids[-50 * self.a.services:])
+        missing = []
+        for i in range(0, len(recent), 500):
+            chunk = recent[i:i + 500]
+            out = self.psql("SELECT batch_id FROM gridha.batches WHERE batch_id = ANY ('{%s}')"
+                            % ",".join(b for _, b in chunk), check=False, timeout=30)
+            if out is None:
+                rec["reconcile_error"] = True
+                return
+            have = set(out.split())
+            missing.extend(p for p in chunk if p[1] not in have)
+        rec["lost_enqueues"] = len(missing)
+        if missing:
+            self.say("%d acknowledged enqueues are missing on the new primary (first %s)"
+                     % (len(missing), missing[0][1]))
+        if missing and not self.a.sync:
+            self.psql(self.insert_sql(missing), timeout=30)
+            rec["reenqueued"] = len(missing)
 
     # --- faults -------------------------------------------------------------
 
@@ -395,24 +493,117 @@ class Driver:
         self.fault("stall", t0, seconds=self.a.window, hold=hold, apply=apply)
 
     def restart(self):
-        pg_ctl = os.path.join(self.a.bindir, "pg_ctl")
-        t0 = now()
-        subprocess.run(self.as_pg([pg_ctl, "stop", "-w", "-t", "30", "-m", "immediate",
-                                   "-D", self.a.pgdata]),
-                       capture_output=True, check=False, timeout=60)
-        t_down = now()
-        time.sleep(1)
-        r = subprocess.run(self.as_pg([pg_ctl, "start", "-w", "-t", "60", "-D", self.a.pgdata,
-                                       "-l", self.a.pglog]),
-                           capture_output=True, check=False, timeout=90)
-        if r.returncode != 0:
-            raise RuntimeError("the server did not start again: %s" % r.stderr)
-        self.wait_until(30, lambda: self.psql("SELECT 1", check=False) is not None)
-        t_up = now()
+        rec = self.topo.restart()
         # static workers come back by themselves; dynamic ones do not
         self.wait_until(10, lambda: len(self.workers()) >= min(self.a.workers, self.a.static_workers))
         self.top_up_workers()
-        self.fault("restart", t0, down=t_down, up=t_up)
+        t0 = rec.pop("t")
+        self.fault("restart", t0, **rec)
+
+    def change_primary(self, kind):
+        """change_primary: a failover or a switchover (topology.py); the
+        standby is probed first; with async replication the producer is
+        held from the fault (after the lag, if any) until the reconcile is
+        done."""
+        self.probe_standbys("before " + kind)
+        held = not self.a.sync
+        taken = []
+
+        def before_fault():
+            if held:
+                self.produce_lock.acquire()
+                taken.append(True)
+
+        def on_promoted(rec):
+            self.say("%s: %s promoted (timeline %s)" % (kind, rec["new_primary"], rec.get("tli")))
+            self.reconcile(rec)
+            if taken:
+                taken.pop()
+                self.produce_lock.release()
+                rec["producer_held"] = True
+
+        fn = self.topo.failover if kind == "failover" else self.topo.switchover
+        try:
+            rec = fn(on_promoted, before_fault)
+        finally:
+            if taken:
+                self.produce_lock.release()
+        self.wait_until(20, lambda: len(self.workers()) >= min(self.a.workers, self.a.static_workers))
+        self.top_up_workers()
+        t0 = rec.pop("t")
+        rec["held"] = []
+        self.fault(kind, t0, **rec)
+
+    # --- the standby --------------------------------------------------------
+
+    def observe(self):
+        """observe: every second, each node's recovery state and its gridha
+        workers in pg_stat_activity (nodes.jsonl)."""
+        while not self.stop_observing.wait(1.0):
+            for node in self.topo.nodes:
+                cmd = [os.path.join(self.a.bindir, "psql"), "-X", "-q", "-A", "-t",
+                       "-d", node.conninfo("postgres"),
+                       "-c", "SELECT pg_is_in_recovery()",
+                       "-c", "SELECT count(*) FROM pg_stat_activity"
+                             " WHERE backend_type = 'gridha worker'",
+                       "-c", "SELECT pg_is_in_recovery()"]
+                try:
+                    r = subprocess.run(cmd, capture_output=True, text=True, timeout=5, check=False)
+                except subprocess.TimeoutExpired:
+                    continue
+                parts = r.stdout.split()
+                if r.returncode != 0 or len(parts) != 3:
+                    continue
+                self.record(self.nodes_log, {
+                    "t": now(), "node": node.name, "recovery_before": parts[0] == "t",
+                    "workers": int(parts[1]), "recovery_after": parts[2] == "t",
+                    "primary": node is self.topo.primary()})
+
+    def probe_standbys(self, when):
+        """probe_standbys: the write paths refuse on each standby with
+        25006 and write nothing; no gridha worker runs there
+        (standby.jsonl)."""
+        for node in self.topo.standbys():
+            iid = str(uuid.uuid4())
+            probe = "ha-probe-" + iid[:8]
+            rec = {"t": now(), "when": when, "node": node.name, "instance": iid,
+                   "in_recovery": self.topo.in_recovery(node)}
+            for name, sql in (("next_batch", "SELECT * FROM gridha.next_batch('%s'::uuid)" % iid),
+                              ("enqueue", "SELECT gridha.enqueue('ha-probe', '%s', '\\x00'::bytea)"
+                               % probe)):
+                cmd = [os.path.join(self.a.bindir, "psql"), "-X", "-q", "-A", "-t",
+                       "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose",
+                       "-d", node.conninfo(self.db), "-c", sql]
+                try:
+                    r = subprocess.run(cmd, capture_output=True, text=True, timeout=15, check=False)
+                    err = r.stderr
+                    rc = r.returncode
+                except subprocess.TimeoutExpired:
+                    err, rc = "timed out", None
+                state = msg = None
+                for line in err.splitlines():
+                    if line.startswith("ERROR:"):
+                        body = line[len("ERROR:"):].strip()
+                        state, _, msg = body.partition(": ")
+                        break
+                rec[name] = {"rc": rc, "sqlstate": state, "message": msg}
+            written = []
+            for n in self.topo.nodes:
+                out = self.psql("SELECT (SELECT count(*) FROM gridha.instances"
+                                "         WHERE instance_id = '%s')"
+                                "     + (SELECT count(*) FROM gridha.batches"
+                                "         WHERE batch_id = '%s')" % (iid, probe),
+                                node=n, check=False, timeout=10)
+                written.append(None if out is None else int(out.strip() or 0))
+            rec["written"] = written
+            out = self.psql("SELECT count(*) FROM pg_stat_activity"
+                            " WHERE backend_type = 'gridha worker'", db="postgres",
+                            node=node, check=False, timeout=10)
+            rec["workers"] = None if out is None else int(out.strip() or 0)
+            self.record(self.standby_log, rec)
+            self.say("standby probe (%s) on %s: next_batch %s %s; workers %s"
+                     % (when, node.name, rec["next_batch"]["sqlstate"],
+                        rec["next_batch"]["message"], rec["workers"]))
 
     def inject(self, kind):
         if kind == "kill9-off":
@@ -431,13 +622,29 @@ class Driver:
             self.stall()
         elif kind == "restart":
             self.restart()
+        elif kind in DB_CHANGES:
+            self.change_primary(kind)
 
     # --- the run ------------------------------------------------------------
 
     def run(self):
-        self.say("run directory %s, seed %d" % (self.out, self.a.seed))
+        self.say("run directory %s, seed %d, topology %s%s, kinds %s"
+                 % (self.out, self.a.seed, self.topo.kind,
+                    "" if self.topo.kind == "single" else
+                    " (%s)" % ("sync" if self.a.sync else "async"), ",".join(self.kinds)))
+        self.topo.setup()
         self.start_ledger()
         self.setup_db()
+        if len(self.topo.nodes) > 1:
+            self.observer = threading.Thread(target=self.observe, name="observer", daemon=True)
+            self.observer.start()
+            # the standby has replayed the database by now, or soon
+            self.wait_until(30, lambda: all(
+                self.psql("SELECT 1 FROM pg_extension WHERE extname = 'gridha'", node=n,
+                          check=False, timeout=5) not in (None, "")
+                for n in self.topo.standbys()))
+            self.probe_standbys("start")
+        self.wait_until(30, lambda: len(self.workers()) >= min(self.a.workers, self.a.static_workers))
         self.top_up_workers()
         for i in range(self.a.clients):
             self.start_client(i % 2 == 1)
@@ -445,7 +652,7 @@ class Driver:
         self.producer.start()
         time.sleep(self.a.warmup)
 
-        first = list(KINDS)
+        first = list(self.kinds)
         self.rng.shuffle(first)
         t_end = now() + self.a.duration
         n = 0
@@ -453,7 +660,7 @@ class Driver:
             if first:
                 kind = first.pop(0)
             elif now() < t_end:
-                kind = self.rng.choice(KINDS)
+                kind = self.rng.choice(self.kinds)
             else:
                 break
             n += 1
@@ -483,11 +690,11 @@ class Driver:
             "db_batches.csv": "SELECT service_id, batch_id, seq, status, epoch, attempts,"
                               " instance_id FROM gridha.batches ORDER BY service_id, seq",
             "db_claim_events.csv": "SELECT n, extract(epoch FROM at) AS t, service_id,"
-                                   " old_claimant, claimant, old_epoch, epoch"
+                                   " old_claimant, claimant, old_epoch, epoch, tli"
                                    " FROM ha.claim_events ORDER BY n",
             "db_batch_events.csv": "SELECT n, extract(epoch FROM at) AS t, service_id, batch_id,"
                                    " old_status, status, epoch, attempts, instance_id, writer,"
-                                   " claimant, claim_epoch FROM ha.batch_events ORDER BY n",
+                                   " claimant, claim_epoch, tli FROM ha.batch_events ORDER BY n",
             "db_instances.csv": "SELECT instance_id, label, kind FROM gridha.instances",
         }
         for name, q in queries.items():
@@ -497,8 +704,12 @@ class Driver:
                 fh.write(out or "")
 
     def shutdown(self):
-        """shutdown: stop everything this run started (safe to call twice)."""
+        """shutdown: stop the workload this run started (safe to call
+        twice); the servers are stopped by close(), after the dump."""
         self.stop_producing.set()
+        self.stop_observing.set()
+        if self.observer is not None:
+            self.observer.join(timeout=15)
         for pid in list(self.stopped):
             self.resume(pid)
         for c in self.clients:
@@ -522,13 +733,53 @@ class Driver:
                 self.ledger.wait()
 
 
+    def close(self):
+        """close: stop the servers of a two-node topology and gather every
+        node's server log into postgres.log (single: run.sh does both)."""
+        if self.topo.kind == "single":
+            return
+        for name, text in self.topo.configs():
+            with open(os.path.join(self.out, name), "w", encoding="utf-8") as fh:
+                fh.write(text)
+        try:
+            self.topo.shutdown()
+        finally:
+            with open(os.path.join(self.out, "postgres.log"), "w", encoding="utf-8") as out:
+                for name, path in self.topo.logs():
+                    try:
+                        with open(path, encoding="utf-8", errors="replace") as fh:
+                            text = fh.read()
+                    except OSError:
+                        continue
+                    with open(os.path.join(self.out, "postgres-%s.log" % name), "w",
+                              encoding="utf-8") as one:
+                        one.write(text)
+                    out.write(text)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description="gridha fault harness driver")
     p.add_argument("--out", required=True)
     p.add_argument("--repo", required=True)
     p.add_argument("--bindir", required=True)
-    p.add_argument("--pgdata", required=True)
-    p.add_argument("--pglog", required=True)
+    p.add_argument("--topology", choices=("single", "replica", "patroni"), default="single")
+    p.add_argument("--replica", choices=("sync", "async"), default="sync",
+                   help="two nodes: synchronous or asynchronous replication")
+    p.add_argument("--topo-dir", help="two nodes: where their servers live")
+    p.add_argument("--port-base", type=int, default=56400,
+                   help="two nodes: the first port tried for their servers")
+    p.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                   help="two nodes: a server setting of both (repeatable)")
+    p.add_argument("--failover-lag", type=float, default=0.0,
+                   help="replica: seconds the standby lags before a failover (topology.py)")
+    p.add_argument("--pgdata", help="single: the cluster's data directory")
+    p.add_argument("--pglog", help="single: its server log")
+    p.add_argument("--pghost", default=os.environ.get("PGHOST"),
+                   help="single: its socket directory (PGHOST)")
+    p.add_argument("--pgport", type=int, default=int(os.environ.get("PGPORT", "5432")),
+                   help="single: its port (PGPORT)")
+    p.add_argument("--kinds", help="comma-separated fault kinds (default: every kind the"
+                                   " topology has)")
     p.add_argument("--database", default="gridha_ha")
     p.add_argument("--duration", type=float, default=0,
                    help="seconds of random faults after the first round (0: one round)")
@@ -549,12 +800,51 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if a.seed is None:
         a.seed = random.SystemRandom().randrange(1, 1 << 30)
+    a.sync = a.replica == "sync"
+    a.settings = []
+    for opt in a.setting:
+        name, eq, value = opt.partition("=")
+        if not eq or not name:
+            p.error("--setting wants NAME=VALUE, got %r" % opt)
+        a.settings.append((name, value))
+    if a.topology == "single" and not (a.pgdata and a.pglog and a.pghost):
+        p.error("the single topology needs --pgdata, --pglog and --pghost (or PGHOST)")
+    if a.topology != "single" and not a.topo_dir:
+        p.error("a two-node topology needs --topo-dir")
     return a
+
+
+def make_topology(a, say):
+    """make_topology: the topology object of the arguments (topology.py)."""
+    if a.topology == "single":
+        return topology.SingleNode(a.bindir, say, a.pgdata, a.pglog, a.pgport, a.pghost)
+    if a.topology == "replica":
+        return topology.ReplicaPair(a.bindir, say, a.topo_dir, a.port_base, a.settings, a.sync,
+                                    a.failover_lag)
+    return topology.PatroniPair(a.bindir, say, a.topo_dir, a.port_base, a.settings, a.sync)
 
 
 def main(argv):
     args = parse_args(argv)
-    d = Driver(args)
+    messages = []
+
+    def say(msg):
+        if messages:
+            messages[0].say(msg)
+
+    topo = make_topology(args, say)
+    have = INSTANCE_KINDS + topo.faults
+    if args.kinds:
+        args.kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+        wrong = [k for k in args.kinds if k not in have]
+        if wrong:
+            print("driver: the %s topology has no fault kind %s (it has %s)"
+                  % (topo.kind, ", ".join(wrong), ", ".join(have)), file=sys.stderr)
+            return 2
+    else:
+        args.kinds = list(have)
+    d = Driver(args, topo)
+    messages.append(d)
 
     def on_signal(signum, _frame):
         raise KeyboardInterrupt("signal %d" % signum)
@@ -562,21 +852,31 @@ def main(argv):
     signal.signal(signal.SIGTERM, on_signal)
     rc = 0
     try:
-        d.run()
-    except (Exception, KeyboardInterrupt) as exc:   # pylint: disable=broad-except
-        d.say("stopped early: %s" % exc)
-        rc = 1
+        try:
+            d.run()
+        except (Exception, KeyboardInterrupt) as exc:   # pylint: disable=broad-except
+            d.say("stopped early: %s" % exc)
+            rc = 1
+        finally:
+            d.shutdown()
+        try:
+            d.dump()
+        except Exception as exc:                        # pylint: disable=broad-except
+            d.say("could not dump the database: %s" % exc)
+            rc = 1
     finally:
-        d.shutdown()
-    try:
-        d.dump()
-    except Exception as exc:                        # pylint: disable=broad-except
-        d.say("could not dump the database: %s" % exc)
-        rc = 1
+        try:
+            d.close()
+        except (Exception, KeyboardInterrupt) as exc:   # pylint: disable=broad-except
+            d.say("could not stop the servers cleanly: %s" % exc)
+    meta = {"seed": args.seed, "duration": args.duration, "services": args.services,
+            "clients": args.clients, "workers": args.workers, "rounds": d.rounds,
+            "stop_seconds": args.stop_seconds, "early_stop": rc != 0,
+            "kinds": args.kinds, "replication": args.replica if topo.kind != "single" else None,
+            "failover_lag": args.failover_lag}
+    meta.update(topo.describe())
     with open(os.path.join(args.out, "run.json"), "w", encoding="utf-8") as fh:
-        json.dump({"seed": args.seed, "duration": args.duration, "services": args.services,
-                   "clients": args.clients, "workers": args.workers, "rounds": d.rounds,
-                   "stop_seconds": args.stop_seconds, "early_stop": rc != 0}, fh)
+        json.dump(meta, fh)
     return rc
 
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # test/suites/50_ha.sh: the short run of the fault harness (test/ha).
 #
-#   1. test/ha/run.sh with HA_DURATION=0: its own throwaway cluster (ports
-#      from 56400), the test ledger, four clients and three workers over 60
-#      services, every fault kind once; the checker's verdicts are the TAP
-#      lines (one per property, each prefixed "ha:")
+#   1. test/ha/run.sh with HA_DURATION=0 and its default single-server
+#      topology: its own throwaway cluster (ports from 56400), the test
+#      ledger, four clients and three workers over 60 services, every fault
+#      kind once; the checker's verdicts are the TAP lines (one per
+#      property, each prefixed "ha:"). A primary with a streaming standby,
+#      failover and switchover are 51_failover.sh's
 #   2. the checker can fail: on copies of that run's history, each with one
 #      planted fault of the system (two arrivals swapped, a duplicate POST
 #      with no fault near it, a write accepted from an instance that did not
