@@ -14,6 +14,10 @@ Words used here:
                batch accepted again after a ledger restart (which forgets
                everything) counts as a duplicate as well.
   final        the batch's first "committed" or "invalid" line.
+  refused      a POST the ledger did not apply, answered with an error code
+               (or, "stalled", never answered): 503, 429 and stalled are
+               totalled apart, the rest (a code window's code, 401, 414,
+               431) as "refused". None is an arrival.
   expected     a file of lines "service_id<TAB>batch_id" in enqueue order
                (blank lines and lines starting with # are skipped). Only the
                services it names are checked.
@@ -67,8 +71,8 @@ def read_log(path):
     is skipped."""
     services = {}
     totals = {"accepted": 0, "duplicates": 0, "rejected": 0, "503": 0,
-              "429": 0, "stalled": 0, "committed": 0, "invalid": 0,
-              "status_queries": 0, "starts": 0}
+              "429": 0, "stalled": 0, "refused": 0, "committed": 0,
+              "invalid": 0, "status_queries": 0, "starts": 0}
     violations = []
     first = {}                      # batch_id -> service_id of its arrival
     last_seq = 0
@@ -108,6 +112,9 @@ def read_log(path):
             sid, bid = ev.get("service_id"), ev.get("batch_id")
             if result in ("503", "429", "stalled"):
                 totals[result] += 1
+                continue
+            if result not in ("accepted", "duplicate", "rejected"):
+                totals["refused"] += 1
                 continue
             if sid is None or bid is None:
                 continue

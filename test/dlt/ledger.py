@@ -17,9 +17,25 @@ Words used here:
   dialect        the status query's shape: "sawtooth" (GET /batch_statuses)
                  or "splinter" (GET /splinter/batch_statuses).
   fault window   a time span during which every request gets 503 or 429, is
-                 held (a stall), or status queries get a malformed body.
-                 Windows are set by flags at start and by POST /control.
+                 held (a stall), or status queries get a malformed body; or,
+                 in a code window, POSTs, status GETs or both get the HTTP
+                 status code of fail_code. Windows are set by flags at start
+                 and by POST /control.
   hold           how long a stalled request waits before being answered.
+  latency        a fixed wait before each POST to /batches and each status
+                 GET is handled, whatever its answer; it is waited in the
+                 request's own thread, so requests still overlap.
+  admission      the checks a POST to /batches or a status GET meets before
+                 any fault window, in this order: 414 when its target (path
+                 and query) is longer than max_url bytes; 431 when its
+                 header block (the header lines and the blank line after,
+                 not the request line) is longer than max_header_bytes; 401
+                 when require_header is set and the header is missing, given
+                 twice, or has another value. Python's http.server itself
+                 answers 431 to over 100 headers or a header line over 64 KiB,
+                 and 414 to a request line over 64 KiB; those are not logged.
+  secret         require_header's value. It is never written to the log,
+                 /stats or an answer; only the header's name is.
 
 Endpoints (127.0.0.1 only):
   POST /batches/<service_id>/<batch_id>    path segments URL-decoded
@@ -27,16 +43,39 @@ Endpoints (127.0.0.1 only):
                                            X-Gridha-Batch-Id
       Both read X-Gridha-Epoch and X-Gridha-Attempt, answer 202 and a JSON
       body {"result": "accepted"|"duplicate", "status": ..., ...}; 400 when
-      the batch id matches --reject-pattern or an id is missing.
+      the batch id matches --reject-pattern or an id is missing; 401, 414
+      or 431 when admission refuses it; the code of a fault window.
   GET /batch_statuses?id=a,b               {"data": [{"id", "status"}]}:
                                            PENDING COMMITTED INVALID UNKNOWN
   GET /splinter/batch_statuses?ids=a,b     [{"id", "status": {"statusType",
                                            "message": []}}]: Pending
                                            Committed Invalid Unknown
       Ids are comma-separated, each URL-encoded ('+' stays a plus sign).
+      Both answer 400 without ids, 401, 414 or 431 when admission refuses
+      them, and the code of a fault window.
   POST /control                            a JSON object, any of:
-      fail_503_for, fail_429_for, malformed_for, stall_for   window length
-                                           in seconds from now (0 ends it)
+      fail_503_for, fail_429_for, fail_code_for, malformed_for, stall_for
+                       window length in seconds from now (0 ends it)
+      fail_code        the HTTP status code (300 to 599) of the code window;
+                       needed before fail_code_for can open one. Changing it
+                       changes the answer of an open window, so codes can
+                       follow each other by successive controls. A 301, 302,
+                       303, 307 or 308 carries a Location header, an https
+                       URL of this ledger and the same target; a 401 a
+                       WWW-Authenticate header; a 408 closes the connection;
+                       a 429 or 503 carries Retry-After: 1; a 304 has no body
+      fail_code_applies  which requests the code window answers: "post"
+                       (POSTs to /batches), "get" (status GETs) or "both"
+                       (default); the others are served as usual
+      latency          seconds waited before each POST and status GET (0:
+                       none)
+      max_url          the longest request target (bytes) admitted (0: no
+                       limit)
+      max_header_bytes the largest header block (bytes) admitted (0: no
+                       limit)
+      require_header   "Name: value": every POST and status GET must carry
+                       this header with exactly this value; "" or null: no
+                       longer required
       stall_seconds    the hold of a stalled request
       stall_apply      "after" (default): a stalled POST is applied after the
                        hold, and only when its client is still connected (a
@@ -51,30 +90,46 @@ Endpoints (127.0.0.1 only):
       invalid          a list of batch ids that end INVALID instead of
                        COMMITTED (unless already final)
       commit_delay     the commit delay of batches accepted from now on
-      clear            true: end every fault window
+      clear            true: end every fault window (latency, max_url,
+                       max_header_bytes and require_header stay as they are)
   GET /stats                               counts: posts (every POST to
       /batches), accepted, duplicates, committed, invalid, rejected (400s),
-      503s, 429s, stalls (requests held), status_queries, malformed,
-      controls; and pending, batches, commit_delay, the open windows
-  /control and /stats are never subject to faults. A 503 window wins over a
-  429 window, which wins over a stall; malformed bodies are only for status
-  queries.
+      503s, 429s, fail_codes (requests answered by a code window), stalls
+      (requests held), status_queries, malformed, controls, auth_failures
+      (401s of require_header) and of them missing_header and wrong_header,
+      414s, 431s, latency_waits (requests that waited the latency); and
+      pending, batches, commit_delay, windows (the open ones), fail_code,
+      fail_code_applies, fail_code_counts ({"404": n, ...}), latency,
+      max_url, max_header_bytes, require_header (the name, or null)
+  /control and /stats are never subject to faults, latency or admission.
+  Admission comes first; then a 503 window wins over a 429 window, which
+  wins over a code window, which wins over a stall; malformed bodies are
+  only for status queries. Nothing is applied for a refused request.
 
 The log (--log FILE, appended, "-" for stdout): one JSON object a line,
 flushed per line, each with "seq" (1, 2, ... continuing an existing file),
 "t" (wall time, Unix seconds) and "event":
-  start        port, pid, commit_delay
+  start        port, pid, commit_delay, max_lifetime, require_header (its
+               name, when set)
   post         service_id, batch_id, epoch, attempt, bytes, result
-               (accepted, duplicate, 503, 429, rejected, stalled); accepted
-               lines carry service_seq (1, 2, ... per service: the arrival
-               order), duplicates carry first_seq (the accepted line's seq),
-               held ones carry stalled (the hold in seconds)
+               (accepted, duplicate, 503, 429, a code window's code such as
+               "404", 401, 414, 431, rejected, stalled); accepted lines
+               carry service_seq (1, 2, ... per service: the arrival order),
+               duplicates carry first_seq (the accepted line's seq), held
+               ones carry stalled (the hold in seconds), delayed ones
+               latency (seconds); a 401 of require_header carries header
+               (the name) and auth ("missing" or "wrong", never a value), a
+               414 target_bytes and max_url, a 431 header_bytes and
+               max_header_bytes
   committed    service_id, batch_id, after (seconds since accepted)
   invalid      service_id, batch_id, after, reason (pattern or control)
   unanswered   a POST applied before a hold whose client had gone
-  status_query dialect, ids (how many), result (ok, 503, 429, malformed,
-               stalled: the client had gone)
-  control      the settings applied, or error
+  status_query dialect, ids (how many), result (ok, 503, 429, a code
+               window's code, 401, 414, 431, malformed, stalled: the client
+               had gone), and latency, header and auth, target_bytes and
+               max_url, header_bytes and max_header_bytes as post lines
+  control      set (the settings applied; of require_header only the name,
+               or null when cleared), already_final; or error
   stop         reason (signal or max-lifetime), signal
 Per-service arrival order: the post lines with result "accepted", in seq
 order, grouped by service_id (check_log.py does this and more). In Python:
@@ -91,6 +146,10 @@ In psql (the odd QUOTE and DELIMITER keep every line whole):
 
 Usage:
   ledger.py --port 0 --port-file /tmp/p --log /tmp/ledger.log
+Every control key above but clear has a start flag, its name with dashes
+(--help lists them), e.g. --fail-code 404 --fail-code-for 30, --latency 0.02,
+--max-url 2048, --require-header "Authorization: Bearer x" (a value on a
+command line shows in ps: fine for a test secret, for nothing else).
 The ledger stops by itself after --max-lifetime seconds, and on SIGTERM or
 SIGINT; either way it logs "stop" and exits 0. It keeps everything in
 memory: restarted on the same log, it continues the seq numbers but has
@@ -99,6 +158,7 @@ forgotten every batch (their statuses are UNKNOWN, a re-POST is accepted).
 
 import argparse
 import heapq
+import hmac
 import json
 import os
 import re
@@ -117,15 +177,33 @@ SPLINTER_WORDS = {
     "INVALID": "Invalid",
     "UNKNOWN": "Unknown",
 }
-WINDOWS = ("fail_503", "fail_429", "stall", "malformed")
+WINDOWS = ("fail_503", "fail_429", "fail_code", "stall", "malformed")
 MALFORMED_KINDS = ("truncated", "garbage", "shape")
+CODE_APPLIES = ("post", "get", "both")
+REDIRECTS = (301, 302, 303, 307, 308)
+HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 STAT_NAMES = ("posts", "accepted", "duplicates", "committed", "invalid",
-              "rejected", "503s", "429s", "stalls", "status_queries",
-              "malformed", "controls")
+              "rejected", "503s", "429s", "fail_codes", "stalls",
+              "status_queries", "malformed", "controls", "auth_failures",
+              "missing_header", "wrong_header", "414s", "431s",
+              "latency_waits")
 
 
 class BadRequest(Exception):
     """BadRequest: a request the ledger refuses with 400 and this message."""
+
+
+def parse_required(text):
+    """parse_required: a require_header setting "Name: value" as (name, the
+    value's bytes). Raises ValueError with a message that never holds the
+    value: it is a secret."""
+    name, colon, value = text.partition(":")
+    name, value = name.strip(), value.strip()
+    if (not colon or not HEADER_NAME.match(name) or not value
+            or any(c in value for c in "\r\n\0")):
+        raise ValueError('must be "Name: value": a header name, a colon and '
+                         'a value on one line')
+    return name, value.encode("utf-8")
 
 
 class EventLog:
@@ -216,10 +294,18 @@ class Ledger:
         self.stall_apply = args.stall_apply
         self.malformed_kind = args.malformed_kind
         self.malformed_n = 0
+        self.fail_code = args.fail_code
+        self.fail_code_applies = args.fail_code_applies
+        self.fail_code_counts = {}
+        self.latency = args.latency
+        self.max_url = args.max_url
+        self.max_header_bytes = args.max_header_bytes
+        self.required = args.require_header     # (name, value bytes) or None
         self.stats = dict.fromkeys(STAT_NAMES, 0)
         now = time.monotonic()
         for name, secs in (("fail_503", args.fail_503_for),
                            ("fail_429", args.fail_429_for),
+                           ("fail_code", args.fail_code_for),
                            ("stall", args.stall_for),
                            ("malformed", args.malformed_for)):
             if secs > 0:
@@ -273,9 +359,40 @@ class Ledger:
 
     # --- faults ------------------------------------------------------------
 
-    def gate(self):
-        """gate: the fault a request arriving now meets: "503", "429",
-        "stall" or None (malformed bodies are decided by status_body)."""
+    def admit(self, target, header_bytes, headers):
+        """admit: the admission of a POST to /batches or a status GET (see
+        the module's words): None when it passes, else the refusal, counted,
+        as (code, log fields, message). Neither the fields nor the message
+        ever hold a header's value."""
+        with self.cond:
+            if self.max_url and len(target) > self.max_url:
+                self.stats["414s"] += 1
+                return (414, {"target_bytes": len(target), "max_url": self.max_url},
+                        "request target longer than %d bytes" % self.max_url)
+            if self.max_header_bytes and header_bytes > self.max_header_bytes:
+                self.stats["431s"] += 1
+                return (431, {"header_bytes": header_bytes,
+                              "max_header_bytes": self.max_header_bytes},
+                        "header block longer than %d bytes" % self.max_header_bytes)
+            if self.required is None:
+                return None
+            name, want = self.required
+        values = headers.get_all(name) or []
+        if len(values) == 1 and hmac.compare_digest(
+                values[0].strip().encode("latin-1", "replace"), want):
+            return None
+        why = "wrong" if values else "missing"
+        with self.cond:
+            self.stats["auth_failures"] += 1
+            self.stats[why + "_header"] += 1
+        return (401, {"header": name, "auth": why},
+                "%s header %s" % (why, name))
+
+    def gate(self, kind):
+        """gate: the fault a request arriving now meets (kind "post" or
+        "get"): "503", "429", the code of a code window that applies to
+        kind, "stall" or None (malformed bodies are decided by
+        status_body)."""
         now = time.monotonic()
         with self.cond:
             if now < self.until["fail_503"]:
@@ -284,6 +401,11 @@ class Ledger:
             if now < self.until["fail_429"]:
                 self.stats["429s"] += 1
                 return "429"
+            if now < self.until["fail_code"] and self.fail_code_applies in (kind, "both"):
+                code = str(self.fail_code)
+                self.stats["fail_codes"] += 1
+                self.fail_code_counts[code] = self.fail_code_counts.get(code, 0) + 1
+                return code
             if now < self.until["stall"]:
                 self.stats["stalls"] += 1
                 return "stall"
@@ -304,18 +426,45 @@ class Ledger:
             raise BadRequest("control body is not JSON: %s" % exc) from None
         if not isinstance(req, dict) or not req:
             raise BadRequest("control body must be a non-empty JSON object")
-        known = {"fail_503_for", "fail_429_for", "stall_for", "malformed_for",
-                 "stall_seconds", "stall_apply", "malformed_kind", "invalid",
-                 "commit_delay", "clear"}
+        known = {"fail_503_for", "fail_429_for", "fail_code_for", "stall_for",
+                 "malformed_for", "stall_seconds", "stall_apply", "malformed_kind",
+                 "invalid", "commit_delay", "clear", "fail_code",
+                 "fail_code_applies", "latency", "max_url", "max_header_bytes",
+                 "require_header"}
         unknown = sorted(set(req) - known)
         if unknown:
             raise BadRequest("unknown control keys: %s" % ", ".join(unknown))
-        for key in ("fail_503_for", "fail_429_for", "stall_for",
-                    "malformed_for", "stall_seconds", "commit_delay"):
+        for key in ("fail_503_for", "fail_429_for", "fail_code_for", "stall_for",
+                    "malformed_for", "stall_seconds", "commit_delay", "latency"):
             if key in req:
                 val = req[key]
                 if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
                     raise BadRequest("%s must be a number of seconds >= 0" % key)
+        for key in ("max_url", "max_header_bytes"):
+            if key in req:
+                val = req[key]
+                if isinstance(val, bool) or not isinstance(val, int) or val < 0:
+                    raise BadRequest("%s must be a whole number of bytes >= 0" % key)
+        if "fail_code" in req:
+            val = req["fail_code"]
+            if isinstance(val, bool) or not isinstance(val, int) or not 300 <= val <= 599:
+                raise BadRequest("fail_code must be an HTTP status code from 300 to 599")
+        if req.get("fail_code_for", 0) > 0 and req.get("fail_code", self.fail_code) is None:
+            raise BadRequest("fail_code_for needs a fail_code")
+        if "fail_code_applies" in req and req["fail_code_applies"] not in CODE_APPLIES:
+            raise BadRequest('fail_code_applies must be "post", "get" or "both"')
+        required = self.required
+        if "require_header" in req:
+            val = req["require_header"]
+            if val is None or val == "":
+                required = None
+            elif not isinstance(val, str):
+                raise BadRequest('require_header must be "Name: value", "" or null')
+            else:
+                try:
+                    required = parse_required(val)
+                except ValueError as exc:
+                    raise BadRequest("require_header %s" % exc) from None
         if "stall_apply" in req and req["stall_apply"] not in ("after", "before"):
             raise BadRequest('stall_apply must be "after" or "before"')
         if "malformed_kind" in req and req["malformed_kind"] not in ("cycle",) + MALFORMED_KINDS:
@@ -340,6 +489,12 @@ class Ledger:
                 self.malformed_kind = req["malformed_kind"]
                 self.malformed_n = 0
             self.commit_delay = req.get("commit_delay", self.commit_delay)
+            self.fail_code = req.get("fail_code", self.fail_code)
+            self.fail_code_applies = req.get("fail_code_applies", self.fail_code_applies)
+            self.latency = req.get("latency", self.latency)
+            self.max_url = req.get("max_url", self.max_url)
+            self.max_header_bytes = req.get("max_header_bytes", self.max_header_bytes)
+            self.required = required
             for batch_id in invalid:
                 batch = self.batches.get(batch_id)
                 if batch is not None and batch.status != "PENDING":
@@ -347,7 +502,10 @@ class Ledger:
                 else:
                     self.invalid_ids.add(batch_id)
             self.stats["controls"] += 1
-            self.log.write("control", set=req, already_final=already_final)
+            shown = dict(req)
+            if "require_header" in shown:   # the name only, never the value
+                shown["require_header"] = required[0] if required else None
+            self.log.write("control", set=shown, already_final=already_final)
             return {"ok": True, "windows": self.windows(),
                     "already_final": already_final}
 
@@ -396,7 +554,8 @@ class Ledger:
 
     def refuse(self, verdict, service_id, batch_id, epoch, attempt, nbytes, extra):
         """refuse: count and log a POST that was not applied: answered 503,
-        429 or 400 (missing ids), or stalled for a client that had gone."""
+        429, a code window's code, 401, 414, 431 or 400 (missing ids), or
+        stalled for a client that had gone."""
         with self.cond:
             self.stats["posts"] += 1
             if verdict == "rejected":
@@ -417,13 +576,13 @@ class Ledger:
             return [(i, self.batches[i].status if i in self.batches else "UNKNOWN")
                     for i in ids]
 
-    def status_query(self, dialect, ids, result):
+    def status_query(self, dialect, ids, result, **fields):
         with self.cond:
             self.stats["status_queries"] += 1
             if result == "malformed":
                 self.stats["malformed"] += 1
             self.log.write("status_query", dialect=dialect, ids=len(ids),
-                           result=result)
+                           result=result, **fields)
 
     def malformed_body(self, ids):
         """malformed_body: a 200 body a status client must refuse."""
@@ -447,7 +606,31 @@ class Ledger:
             body["batches"] = len(self.batches)
             body["commit_delay"] = self.commit_delay
             body["windows"] = self.windows()
+            body["fail_code"] = self.fail_code
+            body["fail_code_applies"] = self.fail_code_applies
+            body["fail_code_counts"] = dict(self.fail_code_counts)
+            body["latency"] = self.latency
+            body["max_url"] = self.max_url
+            body["max_header_bytes"] = self.max_header_bytes
+            body["require_header"] = self.required[0] if self.required else None
             return body
+
+
+class CountingReader:
+    """CountingReader: stands in for a connection's rfile while the request's
+    header block is read, counting the bytes its lines take."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.n = 0
+
+    def readline(self, limit=-1):
+        line = self.raw.readline(limit)
+        self.n += len(line)
+        return line
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -465,6 +648,17 @@ class Handler(BaseHTTPRequestHandler):
         return self.server.ledger
 
     # --- plumbing ----------------------------------------------------------
+
+    def parse_request(self):
+        """parse_request: as BaseHTTPRequestHandler's, and sets header_bytes,
+        the size of the header block (its lines and the blank line after)."""
+        reader = CountingReader(self.rfile)
+        self.rfile = reader
+        try:
+            return super().parse_request()
+        finally:
+            self.rfile = reader.raw
+            self.header_bytes = reader.n
 
     def read_body(self):
         """read_body: the request body (Content-Length or chunked)."""
@@ -497,8 +691,45 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def fault_reply(self, verdict):
-        self.reply(int(verdict), {"error": "ledger fault window: %s" % verdict},
-                   headers=[("Retry-After", "1")])
+        """fault_reply: the answer of a fault window (503, 429 or a code
+        window's code), with the headers that code calls for."""
+        code = int(verdict)
+        headers = []
+        if code in (429, 503):
+            headers.append(("Retry-After", "1"))
+        elif code in REDIRECTS:
+            headers.append(("Location", "https://127.0.0.1:%d%s"
+                            % (self.server.server_address[1], self.path)))
+        elif code == 401:
+            headers.append(("WWW-Authenticate", 'Bearer realm="gridha-test-ledger"'))
+        elif code == 408:
+            headers.append(("Connection", "close"))
+        self.reply(code, {"error": "ledger fault window: %s" % verdict},
+                   raw=b"" if code == 304 else None, headers=headers)
+
+    def admission(self):
+        """admission: Ledger.admit for this request: None, or the refusal
+        (code, log fields, message) that the caller logs, then answers with
+        refusal_reply."""
+        return self.ledger.admit(self.path, self.header_bytes, self.headers)
+
+    def refusal_reply(self, code, message):
+        """refusal_reply: the answer of a request admission refused."""
+        headers = []
+        if code == 401:
+            headers.append(("WWW-Authenticate", 'Bearer realm="gridha-test-ledger"'))
+        self.reply(code, {"error": message}, headers=headers)
+
+    def delay(self):
+        """delay: wait out the latency, outside the lock, so that requests
+        overlap; returns the seconds waited (0 when there is none)."""
+        with self.ledger.cond:
+            secs = self.ledger.latency
+            if secs > 0:
+                self.ledger.stats["latency_waits"] += 1
+        if secs > 0:
+            self.ledger.stopping.wait(secs)
+        return secs
 
     def client_gone(self):
         """client_gone: true when the client has closed its end (a timed-out
@@ -542,6 +773,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def post_batch(self, segs, body):
         """post_batch: POST /batches[/<service_id>/<batch_id>]."""
+        waited = self.delay()
         hdr = self.headers
         if len(segs) == 3:
             service_id, batch_id = segs[1], segs[2]
@@ -553,20 +785,28 @@ class Handler(BaseHTTPRequestHandler):
         epoch = Handler.number(hdr.get("X-Gridha-Epoch"))
         attempt = Handler.number(hdr.get("X-Gridha-Attempt"))
         nbytes = len(body)
+        extra = {"latency": waited} if waited else {}
+        if len(segs) == 3 and hdr.get("X-Gridha-Batch-Id") not in (None, batch_id):
+            extra["header_batch_id"] = hdr.get("X-Gridha-Batch-Id")
+        refused = self.admission()
+        if refused is not None:
+            code, fields, message = refused
+            extra.update(fields)
+            self.ledger.refuse(str(code), service_id, batch_id, epoch, attempt,
+                               nbytes, extra)
+            self.refusal_reply(code, message)
+            return
         if not service_id or not batch_id:
             self.ledger.refuse("rejected", service_id, batch_id, epoch, attempt,
-                               nbytes, {"reason": "missing service or batch id"})
+                               nbytes, dict(extra, reason="missing service or batch id"))
             self.reply(400, {"error": "missing service id or batch id",
                              "hint": "POST /batches/<service_id>/<batch_id>, or "
                                      "POST /batches with X-Gridha-Service-Id and "
                                      "X-Gridha-Batch-Id"})
             return
-        extra = {}
-        if len(segs) == 3 and hdr.get("X-Gridha-Batch-Id") not in (None, batch_id):
-            extra["header_batch_id"] = hdr.get("X-Gridha-Batch-Id")
 
-        verdict = self.ledger.gate()
-        if verdict in ("503", "429"):
+        verdict = self.ledger.gate("post")
+        if verdict not in (None, "stall"):
             self.ledger.refuse(verdict, service_id, batch_id, epoch, attempt,
                                nbytes, extra)
             self.fault_reply(verdict)
@@ -632,29 +872,37 @@ class Handler(BaseHTTPRequestHandler):
 
     def status_query(self, dialect, query, key):
         """status_query: GET batch statuses in either dialect."""
+        waited = self.delay()
+        extra = {"latency": waited} if waited else {}
         ids = Handler.query_ids(query, key)
+        refused = self.admission()
+        if refused is not None:
+            code, fields, message = refused
+            self.ledger.status_query(dialect, ids, str(code), **extra, **fields)
+            self.refusal_reply(code, message)
+            return
         if not ids:
             self.reply(400, {"error": "no batch ids",
                              "hint": "give ?%s=a,b,c" % key})
             return
-        verdict = self.ledger.gate()
-        if verdict in ("503", "429"):
-            self.ledger.status_query(dialect, ids, verdict)
+        verdict = self.ledger.gate("get")
+        if verdict not in (None, "stall"):
+            self.ledger.status_query(dialect, ids, verdict, **extra)
             self.fault_reply(verdict)
             return
         if verdict == "stall":
             if not self.hold():
                 return
             if self.client_gone():
-                self.ledger.status_query(dialect, ids, "stalled")
+                self.ledger.status_query(dialect, ids, "stalled", **extra)
                 self.close_connection = True
                 return
         if time.monotonic() < self.ledger.until["malformed"]:
-            self.ledger.status_query(dialect, ids, "malformed")
+            self.ledger.status_query(dialect, ids, "malformed", **extra)
             self.reply(200, raw=self.ledger.malformed_body(ids))
             return
         found = self.ledger.statuses(ids)
-        self.ledger.status_query(dialect, ids, "ok")
+        self.ledger.status_query(dialect, ids, "ok", **extra)
         if dialect == "sawtooth":
             self.reply(200, {"data": [{"id": i, "status": s} for i, s in found]})
         else:
@@ -706,12 +954,40 @@ def parse_args(argv):
                    help="status queries get malformed 200 bodies for this long from start")
     p.add_argument("--malformed-kind", choices=("cycle",) + MALFORMED_KINDS,
                    default="cycle", help="which malformed bodies (default cycle)")
+    p.add_argument("--fail-code", type=int, metavar="CODE",
+                   help="the HTTP status code (300-599) of a code window")
+    p.add_argument("--fail-code-for", type=float, default=0, metavar="SECONDS",
+                   help="answer requests --fail-code for this long from start")
+    p.add_argument("--fail-code-applies", choices=CODE_APPLIES, default="both",
+                   help="which requests a code window answers: POSTs, status "
+                        "GETs or both (default both)")
+    p.add_argument("--latency", type=float, default=0, metavar="SECONDS",
+                   help="wait this long before answering each POST and status GET")
+    p.add_argument("--max-url", type=int, default=0, metavar="BYTES",
+                   help="answer 414 to requests whose target (path and query) is "
+                        "longer; 0: no limit (default)")
+    p.add_argument("--max-header-bytes", type=int, default=0, metavar="BYTES",
+                   help="answer 431 to requests whose header block is longer; "
+                        "0: no limit (default)")
+    p.add_argument("--require-header", metavar='"NAME: VALUE"',
+                   help="answer 401 to POSTs and status GETs without this header "
+                        "and value (the value is never logged)")
     args = p.parse_args(argv)
     args.invalid = [i for arg in args.invalid for i in arg.split(",") if i]
     for name in ("commit_delay", "max_lifetime", "fail_503_for", "fail_429_for",
-                 "stall_for", "stall_seconds", "malformed_for"):
+                 "fail_code_for", "stall_for", "stall_seconds", "malformed_for",
+                 "latency", "max_url", "max_header_bytes"):
         if getattr(args, name) < 0:
             p.error("--%s must be >= 0" % name.replace("_", "-"))
+    if args.fail_code is not None and not 300 <= args.fail_code <= 599:
+        p.error("--fail-code must be from 300 to 599")
+    if args.fail_code_for > 0 and args.fail_code is None:
+        p.error("--fail-code-for needs --fail-code")
+    if args.require_header is not None:
+        try:
+            args.require_header = parse_required(args.require_header)
+        except ValueError as exc:
+            p.error("--require-header %s" % exc)
     for name in ("invalid_pattern", "reject_pattern"):
         try:
             if getattr(args, name):
@@ -753,8 +1029,11 @@ def main(argv):
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
+    started = {}
+    if args.require_header is not None:   # the name only, never the value
+        started["require_header"] = args.require_header[0]
     log.write("start", port=port, pid=os.getpid(), commit_delay=args.commit_delay,
-              max_lifetime=args.max_lifetime)
+              max_lifetime=args.max_lifetime, **started)
     committer = threading.Thread(target=ledger.commit_loop, name="commits", daemon=True)
     committer.start()
     serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},

@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
 # test/suites/10_ledger.sh: the test ledger (test/dlt) against its contract.
 #
-# Starts test/dlt/ledger.py three times on ports the OS picks (--port 0) and
-# drives it with python3's urllib: POST in both forms, idempotence, the commit
+# Starts test/dlt/ledger.py five times on ports the OS picks (--port 0) and
+# drives it with python3's urllib (http.client where a redirect must not be
+# followed or a header repeated): POST in both forms, idempotence, the commit
 # delay, both status dialects, INVALID by pattern and by control, 400 by
 # reject pattern, the 503, 429, stall and malformed windows (set by /control
-# and by start flags), /stats, the log, check_log.py's order checks, and the
-# ways it stops (SIGTERM, SIGINT, --max-lifetime).
+# and by start flags), /stats, the log, check_log.py's order checks, the ways
+# it stops (SIGTERM, SIGINT, --max-lifetime); then code windows (301 with its
+# Location, 401 ... 502 in turn, POSTs only, GETs only), latency, 414 past
+# max_url, 431 past max_header_bytes, and require_header (401 without the
+# header or with another value; its value in no log line, /stats or answer).
 #
 # Words: "ledger A" is the main one; "B" starts with every fault flag set; "C"
-# only has to stop by itself. Waits are bounded polls, never fixed sleeps;
-# the only time bounds asserted are lower ones the ledger guarantees (a hold
-# lasts at least its length, a commit comes at least --commit-delay after its
-# POST).
+# only has to stop by itself; "D" starts in a 404 code window and gets the
+# rest by /control; "E" starts with --latency, --max-url, --max-header-bytes
+# and --require-header. Waits are bounded polls, never fixed sleeps. The time
+# bounds asserted are lower ones the ledger guarantees (a hold lasts at least
+# its length, a commit comes at least --commit-delay after its POST, an
+# answer comes at least the latency after its request), and one upper bound
+# that checks a concurrency property, not speed: 10 POSTs sent together with
+# a latency of 0.2 s are all answered within 1.5 s, where one after another
+# would take 2 s.
 #
 # Every ledger it starts has a --max-lifetime, and is killed at the end
 # whatever happened, so none outlives the suite.
@@ -30,6 +39,7 @@ fi
 
 rc=0
 python3 - "$REPO/test/dlt" "$WORK" <<'EOF' || rc=$?
+import http.client
 import json
 import os
 import signal
@@ -120,13 +130,30 @@ class Ledger:
         self.counts[code] = self.counts.get(code, 0) + 1
         return code, data
 
-    def post(self, service_id, batch_id, epoch=1, attempt=1, **kw):
+    def post(self, service_id, batch_id, epoch=1, attempt=1, headers=None, **kw):
         code, data = self.request(
             "POST", "/batches/%s/%s" % (service_id, batch_id), body=b"{}",
-            headers={"X-Gridha-Service-Id": service_id, "X-Gridha-Batch-Id": batch_id,
-                     "X-Gridha-Epoch": str(epoch), "X-Gridha-Attempt": str(attempt)},
+            headers=dict({"X-Gridha-Service-Id": service_id, "X-Gridha-Batch-Id": batch_id,
+                          "X-Gridha-Epoch": str(epoch), "X-Gridha-Attempt": str(attempt)},
+                         **(headers or {})),
             **kw)
         return code, (json.loads(data) if code in (202, 400) and data else None)
+
+    def raw(self, method, path, body=None, headers=()):
+        """raw: one request by http.client, which follows no redirect and
+        may repeat a header: (code, response headers, body bytes)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.putrequest(method, path, skip_accept_encoding=True)
+            for name, value in headers:
+                conn.putheader(name, value)
+            if body is not None:
+                conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body)
+            resp = conn.getresponse()
+            return resp.status, resp.headers, resp.read()
+        finally:
+            conn.close()
 
     def control(self, **settings):
         code, data = self.request("POST", "/control", json.dumps(settings).encode())
@@ -582,9 +609,292 @@ def suite(ledgers):
        "the ledger stops by itself at --max-lifetime, exit status 0", (rc, last))
 
 
+def secret_free(path, *secrets):
+    """secret_free: true when grep -F finds none of secrets in the file."""
+    return all(subprocess.run(["grep", "-q", "-F", "-e", sec, path]).returncode == 1
+               for sec in secrets)
+
+
+def codes_latency_limits_auth(ledgers):
+    """codes_latency_limits_auth: ledger D (code windows, latency, max_url,
+    max_header_bytes, require_header, set by /control) and E (the same set
+    by start flags)."""
+    d = Ledger("d", "--fail-code", "404", "--fail-code-for", "60",
+               "--fail-code-applies", "post", "--commit-delay", "0.05",
+               "--max-lifetime", "120")
+    ledgers.append(d)
+    if not ok(d.wait_port(), "ledger D starts with --fail-code 404 --fail-code-for 60 "
+                             "--fail-code-applies post"):
+        return
+
+    # --- code windows ------------------------------------------------------
+    code, _ = d.post("svc-d", "d1")
+    ok(code == 404, "in a 404 code window (start flags) a POST gets 404", code)
+    ok(d.status("d1") == "UNKNOWN",
+       "fail_code_applies post: a status GET is served during the window; "
+       "the 404'd POST was not applied")
+    code, body = d.control(fail_code_for=0)
+    ok(code == 200 and "fail_code_for" not in body["windows"], "control ends the code window",
+       body)
+    code, body = d.post("svc-d", "d1")
+    ok(code == 202 and body["result"] == "accepted", "after the code window the POST is accepted",
+       body)
+    lines = [e["result"] for e in d.posts_of("d1")]
+    ok(lines == ["404", "accepted"], "the log shows 404 then accepted", lines)
+
+    code, body = d.control(fail_code=301, fail_code_for=60, fail_code_applies="both")
+    ok(code == 200 and "fail_code_for" in body["windows"], "control opens a 301 window", body)
+    code, hdrs, _ = d.raw("POST", "/batches/svc-d/d2", b"{}")
+    want = "https://127.0.0.1:%d/batches/svc-d/d2" % d.port
+    ok(code == 301 and hdrs.get("Location") == want,
+       "a 301 carries a Location header, an https URL of the same target",
+       (code, hdrs.get("Location"), want))
+    code, hdrs, _ = d.raw("GET", "/batch_statuses?id=d1")
+    ok(code == 301 and (hdrs.get("Location") or "").startswith("https://"),
+       "fail_code_applies both: a status GET gets the 301 too", code)
+
+    seen = []
+    for want_code in (401, 403, 404, 408, 414, 500, 502):
+        d.control(fail_code=want_code)
+        code, hdrs, _ = d.raw("POST", "/batches/svc-d/d2", b"{}")
+        seen.append(code)
+        if want_code == 401:
+            ok(code == 401 and hdrs.get("WWW-Authenticate"),
+               "a code window's 401 carries WWW-Authenticate", dict(hdrs))
+        if want_code == 408:
+            ok(code == 408 and (hdrs.get("Connection") or "").lower() == "close",
+               "a code window's 408 closes the connection", dict(hdrs))
+    ok(seen == [401, 403, 404, 408, 414, 500, 502],
+       "successive controls change the code of the open window: 401 403 404 408 414 "
+       "500 502 in turn", seen)
+    code, _ = d.sawtooth("d2")
+    ok(code == 502, "fail_code_applies both: a status GET gets the code in effect (502)", code)
+
+    code, body = d.control(fail_code=500, fail_code_applies="get")
+    ok(code == 200 and "fail_code_for" in body["windows"], "control narrows the window to GETs",
+       body)
+    code, _ = d.sawtooth("d1")
+    ok(code == 500, 'fail_code_applies get: a status GET gets the code (500)', code)
+    code, _ = d.request("GET", "/splinter/batch_statuses?ids=d1")
+    ok(code == 500, "and a splinter status GET too", code)
+    code, body = d.post("svc-d", "d2")
+    ok(code == 202 and body["result"] == "accepted",
+       "fail_code_applies get: POSTs are still accepted", body)
+    code, body = d.control(fail_code_for=0)
+    got = [d.sawtooth("d1,d2")[0],
+           poll(lambda: d.status("d1") == "COMMITTED" and d.status("d2") == "COMMITTED")]
+    ok(got == [200, True], "after the get window status GETs are served again", (got, body))
+    lines = [e["result"] for e in d.posts_of("d2")]
+    ok(lines == ["301", "401", "403", "404", "408", "414", "500", "502", "accepted"],
+       "post lines carry each code as their result; nothing was applied before 'accepted'",
+       lines)
+    queries = [e["result"] for e in d.events() if e["event"] == "status_query"]
+    ok(queries.count("301") == 1 and queries.count("500") == 2,
+       "status_query lines carry the code as their result", queries)
+    st = d.stats()
+    got = {k: st.get(k) for k in ("fail_codes", "fail_code_counts", "accepted", "posts",
+                                  "fail_code", "fail_code_applies")}
+    ok(got == {"fail_codes": 13,
+               "fail_code_counts": {"404": 2, "301": 2, "401": 1, "403": 1, "408": 1,
+                                    "414": 1, "500": 3, "502": 2},
+               "accepted": 2, "posts": 11, "fail_code": 500, "fail_code_applies": "get"},
+       "/stats counts the code windows' answers, per code", got)
+
+    code, _ = d.control(fail_code=200)
+    ok(code == 400, "control refuses a fail_code outside 300-599", code)
+    code, _ = d.control(fail_code_applies="put")
+    ok(code == 400, "control refuses a fail_code_applies other than post, get, both", code)
+    code, _ = d.control(latency=-1)
+    ok(code == 400, "control refuses a negative latency", code)
+    code, _ = d.control(max_url=1.5)
+    ok(code == 400, "control refuses a max_url that is not a whole number", code)
+
+    # --- latency -----------------------------------------------------------
+    before = d.stats()["latency_waits"]
+    code, body = d.control(latency=0.2)
+    ok(code == 200, "control sets a latency of 0.2 s", body)
+    (code, _), secs = timed(d.post, "svc-l", "l0")
+    ok(code == 202 and secs >= 0.2, "with latency 0.2 a POST takes at least 0.2 s", (code, secs))
+    (code, _), secs = timed(d.sawtooth, "l0")
+    ok(code == 200 and secs >= 0.2, "and a status GET too", (code, secs))
+    after = d.stats()["latency_waits"]
+    ok(after - before == 2, "/stats counts latency_waits: the POST and the GET, not /control "
+                            "or /stats", (before, after))
+
+    results = {}
+    barrier = threading.Barrier(10)
+
+    def post_one(i):
+        barrier.wait(10)
+        results[i] = d.post("svc-l", "lc%d" % i, timeout=10)[0]
+    threads = [threading.Thread(target=post_one, args=(i,)) for i in range(10)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    secs = time.monotonic() - t0
+    ok(sorted(results.values()) == [202] * 10 and secs < 1.5,
+       "concurrency: latency does not serialize requests: 10 concurrent POSTs with "
+       "latency 0.2 s are all answered within 1.5 s (one after another takes >= 2 s)",
+       (results, secs))
+    lines = [e for e in d.events() if e["event"] == "post" and e["service_id"] == "svc-l"]
+    ok(len(lines) == 11 and all(e.get("latency") == 0.2 for e in lines),
+       "post lines carry the latency waited", lines[:2])
+    d.control(latency=0)
+    ok(d.stats()["latency"] == 0, "control ends the latency")
+
+    # --- max_url and max_header_bytes ---------------------------------------
+    code, body = d.control(max_url=200, max_header_bytes=1024)
+    ok(code == 200, "control sets max_url 200 and max_header_bytes 1024", body)
+    long_ids = ",".join("long-id-%03d" % i for i in range(20))
+    code, data = d.sawtooth(long_ids)
+    ok(code == 414, "a status GET whose target is over max_url gets 414", (code, data))
+    ok(d.sawtooth("d1,d2")[0] == 200, "a short status GET is served")
+    n_batches = d.stats()["batches"]
+    code, _ = d.post("svc-u", "u" * 200)
+    lines = [e["result"] for e in d.posts_of("u" * 200)]
+    ok(code == 414 and lines == ["414"] and d.stats()["batches"] == n_batches,
+       "a POST whose target is over max_url gets 414, not applied", (code, lines))
+    pad = {"X-Pad": "p" * 1500}
+    code, _ = d.sawtooth("d1", headers=pad)
+    ok(code == 431, "a status GET whose header block is over max_header_bytes gets 431", code)
+    code, _ = d.post("svc-u", "u1", headers=pad)
+    ok(code == 431 and d.status("u1") == "UNKNOWN",
+       "a POST whose header block is over max_header_bytes gets 431, not applied", code)
+    code, _ = d.post("svc-u", "u1", headers={"X-Pad": "p" * 100})
+    ok(code == 202, "a POST within both limits is accepted", code)
+    ev = d.events()
+    big = [(e["event"], e["result"], e.get("target_bytes", e.get("header_bytes")))
+           for e in ev if "target_bytes" in e or "header_bytes" in e]
+    ok([b[:2] for b in big] == [("status_query", "414"), ("post", "414"),
+                                ("status_query", "431"), ("post", "431")]
+       and big[0][2] > 200 and big[2][2] > 1024,
+       "414 and 431 are logged with the size found", big)
+    st = d.stats()
+    got = {k: st.get(k) for k in ("414s", "431s", "max_url", "max_header_bytes")}
+    ok(got == {"414s": 2, "431s": 2, "max_url": 200, "max_header_bytes": 1024},
+       "/stats counts 414s and 431s", got)
+    d.control(max_url=0, max_header_bytes=0)
+    ok(d.sawtooth(long_ids, headers=pad)[0] == 200, "max_url 0 and max_header_bytes 0: no limits")
+
+    # --- require_header ----------------------------------------------------
+    secret = "Bearer s3cret-" + os.urandom(8).hex()
+    wrong = "Bearer wr0ng-" + os.urandom(8).hex()
+    code, body = d.control(require_header="Authorization: " + secret)
+    ok(code == 200 and secret not in json.dumps(body), "control sets require_header", body)
+    code, body = d.post("svc-r", "r1")
+    ok(code == 401, "require_header: a POST without the header gets 401", code)
+    code, body = d.post("svc-r", "r1", headers={"Authorization": wrong})
+    ok(code == 401, "require_header: a POST with another value gets 401", code)
+    code, _ = d.sawtooth("r1")
+    ok(code == 401, "require_header: a status GET without it gets 401", code)
+    code, body = d.post("svc-r", "r1", headers={"Authorization": secret})
+    ok(code == 202 and body["result"] == "accepted",
+       "require_header: a POST with the right value gets 202", body)
+    code, data = d.sawtooth("r1", headers={"Authorization": wrong})
+    ok(code == 401, "require_header: a status GET with another value gets 401", code)
+    code, data = d.sawtooth("r1", headers={"Authorization": secret})
+    ok(code == 200 and json.loads(data)["data"][0]["status"] in ("PENDING", "COMMITTED"),
+       "require_header: a status GET with it is served", data)
+    code, data = d.request("GET", "/splinter/batch_statuses?ids=r1",
+                           headers={"Authorization": secret})
+    ok(code == 200 and json.loads(data)[0]["id"] == "r1", "the splinter dialect too", data)
+    code, data = d.request("POST", "/batches", b"x",
+                           {"Authorization": secret, "X-Gridha-Service-Id": "svc-r",
+                            "X-Gridha-Batch-Id": "r2"})
+    ok(code == 202, "and POST /batches with the ids in headers", code)
+    code, _, _ = d.raw("POST", "/batches/svc-r/r3", b"{}",
+                       [("Authorization", secret), ("Authorization", wrong)])
+    ok(code == 401, "require_header: the header given twice gets 401", code)
+    lines = [(e["result"], e.get("header"), e.get("auth")) for e in d.posts_of("r1")]
+    ok(lines == [("401", "Authorization", "missing"), ("401", "Authorization", "wrong"),
+                 ("accepted", None, None)],
+       "401s are logged with the header's name and missing or wrong", lines)
+    st = d.stats()
+    got = {k: st.get(k) for k in ("auth_failures", "missing_header", "wrong_header",
+                                  "require_header")}
+    ok(got == {"auth_failures": 5, "missing_header": 2, "wrong_header": 3,
+               "require_header": "Authorization"},
+       "/stats counts auth_failures (missing and wrong) and names the header", got)
+    code, data = d.request("GET", "/stats")
+    ok(code == 200 and secret.encode() not in data and wrong.encode() not in data,
+       "/stats needs no header and holds no secret", data)
+    code, body = d.control(require_header=None)
+    ok(code == 200 and d.post("svc-r", "r4")[0] == 202 and d.stats()["require_header"] is None,
+       "control require_header null clears it: a POST without it is accepted", body)
+    d.control(require_header="Authorization: " + secret)
+    code, body = d.control(require_header="")
+    ok(code == 200 and d.post("svc-r", "r5")[0] == 202, 'require_header "" clears it too', body)
+    code, body = d.control(require_header="Authorization " + secret)
+    ok(code == 400 and secret not in json.dumps(body),
+       "control refuses a require_header without a colon, without echoing it", body)
+    ctl = [e.get("set", {}).get("require_header", "-") for e in d.events()
+           if e["event"] == "control" and "require_header" in e.get("set", {})]
+    ok(ctl == ["Authorization", None, "Authorization", None],
+       "control lines name the required header, never its value", ctl)
+    rc = d.stop(signal.SIGTERM)
+    ok(rc == 0 and secret_free(d.log, secret, wrong, "s3cret", "wr0ng")
+       and secret_free(os.path.join(WORK, "d.stderr"), "s3cret", "wr0ng"),
+       "grep -F finds neither the secret nor the wrong value in ledger D's log or stderr", rc)
+    rc, out, err = run_check("--json", d.log)
+    js = json.loads(out) if rc == 0 else {}
+    svcs = js.get("services", {})
+    ok(js.get("totals", {}).get("refused") == 14
+       and svcs.get("svc-d", {}).get("order") == ["d1", "d2"]
+       and svcs.get("svc-r", {}).get("order") == ["r1", "r2", "r4", "r5"]
+       and "u" * 200 not in json.dumps(svcs),
+       "check_log totals the refused POSTs (codes, 401, 414, 431) and takes none for an arrival",
+       out + err)
+
+    # --- E: the same set by start flags -------------------------------------
+    secret2 = "k3y-" + os.urandom(8).hex()
+    e = Ledger("e", "--latency", "0.1", "--max-url", "100", "--max-header-bytes", "2048",
+               "--require-header", "X-Ledger-Key: " + secret2, "--commit-delay", "0.05",
+               "--max-lifetime", "120")
+    ledgers.append(e)
+    if ok(e.wait_port(), "ledger E starts with --latency, --max-url, --max-header-bytes, "
+                         "--require-header"):
+        first = e.events()[0]
+        ok(first["event"] == "start" and first.get("require_header") == "X-Ledger-Key",
+           "the start event names the required header", first)
+        key = {"X-Ledger-Key": secret2}
+        (code, _), secs = timed(e.post, "svc-e", "e1", headers=key)
+        ok(code == 202 and secs >= 0.1, "--latency and --require-header: a POST with the key "
+                                        "takes at least the latency, accepted", (code, secs))
+        code, _ = e.post("svc-e", "e2")
+        ok(code == 401, "--require-header: a POST without the key gets 401", code)
+        code, _ = e.sawtooth(",".join(["e1"] * 40), headers=key)
+        ok(code == 414, "--max-url: a long status GET gets 414", code)
+        code, _ = e.sawtooth("e1", headers=dict(key, **{"X-Pad": "p" * 3000}))
+        ok(code == 431, "--max-header-bytes: a large header block gets 431", code)
+        code, _ = e.control(fail_code_for=5)
+        ok(code == 400, "control refuses fail_code_for when no fail_code was ever set", code)
+        st = e.stats()
+        got = {k: st.get(k) for k in ("latency", "max_url", "max_header_bytes", "require_header",
+                                      "auth_failures", "414s", "431s", "accepted")}
+        ok(got == {"latency": 0.1, "max_url": 100, "max_header_bytes": 2048,
+                   "require_header": "X-Ledger-Key", "auth_failures": 1, "414s": 1, "431s": 1,
+                   "accepted": 1},
+           "/stats shows the settings of the start flags", got)
+        rc = e.stop(signal.SIGTERM)
+        ok(rc == 0 and secret_free(e.log, secret2), "grep -F finds no key in ledger E's log", rc)
+
+    for flags, what in ((["--require-header", "no-colon-" + secret2], "a --require-header "
+                         "without a colon"),
+                        (["--fail-code-for", "5"], "--fail-code-for without --fail-code"),
+                        (["--fail-code", "200"], "a --fail-code outside 300-599")):
+        proc = subprocess.run([sys.executable, LEDGER, "--port", "0"] + flags,
+                              capture_output=True, text=True, timeout=30)
+        ok(proc.returncode == 2 and secret2 not in proc.stderr + proc.stdout,
+           "the ledger refuses %s (exit 2, nothing echoed of a secret)" % what,
+           (proc.returncode, proc.stderr))
+
+
 ledgers = []
 try:
     suite(ledgers)
+    codes_latency_limits_auth(ledgers)
 except Exception as exc:  # a broken step must not leave ledgers behind
     import traceback
     ok(False, "the ledger suite ran to its end", traceback.format_exc())
