@@ -22,7 +22,7 @@ PG_CPPFLAGS = -Isrc
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 SHLIB_LINK =
 SHLIB_LINK += -lcurl
-EXTRA_CLEAN += client/gridha-client client/test_dlt_http
+EXTRA_CLEAN += client/gridha-client client/test_dlt_http .pg_build
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
@@ -30,6 +30,15 @@ include $(PGXS)
 # PGXS knows no header dependencies: any header change rebuilds every object
 # (after the include, so that PGXS's "all" stays the default goal)
 $(OBJS): $(wildcard src/*.h)
+
+# What is compiled against one PostgreSQL does not load into another: when
+# PG_CONFIG names another installation or version than the last build did
+# (.pg_build keeps it), everything is rebuilt.
+PG_BUILD := $(PG_CONFIG) $(VERSION)
+ifneq ($(PG_BUILD),$(shell cat .pg_build 2>/dev/null))
+$(shell echo '$(PG_BUILD)' >.pg_build)
+endif
+$(OBJS) $(OBJS:.o=.bc) client/gridha-client client/test_dlt_http: .pg_build
 
 # The reference external client and the unit test of src/dlt_http.c: plain
 # programs on libpq and libcurl, built with the extension. src/dlt_json.c
@@ -57,7 +66,7 @@ client/test_dlt_http: client/test_dlt_http.c $(CLIENT_SRCS)
 	$(CC) $(CLIENT_CFLAGS) -o $@ client/test_dlt_http.c src/dlt_http.c src/dlt_json.c \
 		$(CLIENT_PGLIBS) -lcurl
 
-.PHONY: test bench demo ha
+.PHONY: test bench demo ha fuzz
 
 test:
 	bash test/run.sh
@@ -66,14 +75,34 @@ bench:
 	bash test/bench/run.sh
 	bash test/bench/idseq.sh
 	bash test/bench/instructions.sh
+	bash test/bench/ordered.sh
+	bash test/bench/scale.sh
 
 # A minute of gridha at work: three workers, a test ledger, a takeover.
 demo:
 	bash demo/run.sh
 
 # The fault-injection harness, long version: HA_DURATION seconds of random
-# faults after one round of every kind (make ha HA_DURATION=1800).
+# faults after one round of every kind (make ha HA_DURATION=1800). The
+# database is one server unless told: HA_TOPOLOGY=replica (a primary and a
+# hot standby; HA_REPLICA=sync or async; failover and switchover faults) or
+# HA_DB=patroni (two nodes under Patroni with etcd). test/ha/run.sh lists
+# the rest (HA_SEED, HA_KINDS, HA_FAILOVER_LAG, HA_KEEP, ...).
 HA_DURATION ?= 300
+HA_TOPOLOGY ?= single
+HA_REPLICA ?= sync
+HA_DB ?=
 ha:
 	bash test/run.sh --setup-only
-	HA_DURATION=$(HA_DURATION) bash test/ha/run.sh
+	HA_DURATION=$(HA_DURATION) HA_TOPOLOGY=$(HA_TOPOLOGY) HA_REPLICA=$(HA_REPLICA) \
+		HA_DB=$(HA_DB) bash test/ha/run.sh
+
+# The fuzzer, long version: FUZZ_SECONDS of generated hostile calls to every
+# SQL function from several sessions while two workers and the reference
+# client serve the same database (make fuzz FUZZ_SECONDS=3600); FUZZ_SEED=N
+# repeats the statements of a run (test/suites/60_fuzz.sh, test/fuzz).
+FUZZ_SECONDS ?= 300
+FUZZ_SEED ?=
+fuzz:
+	GRIDHA_ONLY=60_fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) \
+		GRIDHA_SUITE_TIMEOUT=$$(($(FUZZ_SECONDS) + 900)) bash test/run.sh

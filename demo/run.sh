@@ -27,16 +27,17 @@
 # is left and exits non-zero. The ledger, the cluster and the scratch
 # directory are removed on any exit (GRIDHA_KEEP_TMP=1 keeps the directory).
 #
-# Environment: GRIDHA_BASE_PORT (first port tried for the cluster),
-# GRIDHA_DEMO_TIMEOUT, DEMO_SERVICES (default 40), DEMO_BATCHES (per
-# service, default 12), DEMO_COMMIT_DELAY (the ledger's, default 2 s).
+# Environment: PG_CONFIG (the PostgreSQL to use, default
+# /usr/lib/postgresql/15/bin/pg_config), GRIDHA_BASE_PORT (first port tried
+# for the cluster), GRIDHA_DEMO_TIMEOUT, DEMO_SERVICES (default 40),
+# DEMO_BATCHES (per service, default 12), DEMO_COMMIT_DELAY (the ledger's,
+# default 2 s).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 
-export PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-export PG_BINDIR=/usr/lib/postgresql/15/bin
+export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 # shellcheck source-path=SCRIPTDIR source=../test/lib.sh
 . "$REPO/test/lib.sh"
 
@@ -151,7 +152,7 @@ start_cluster() {
 	gridha_cluster_init || die "initdb failed"
 	start_ledger
 	gridha_cluster_start "${SETTINGS[@]}" || die "the server did not start"
-	say "PostgreSQL 15 on 127.0.0.1:$PGPORT (socket in $PGHOST), gridha preloaded"
+	say "PostgreSQL $(gridha_psql -d postgres -c 'SHOW server_version') on 127.0.0.1:$PGPORT (socket in $PGHOST), gridha preloaded"
 	say "test ledger on $LEDGER, commit delay ${COMMIT_DELAY}s"
 	say "settings: ${SETTINGS[*]:2:2}"
 	say "          ${SETTINGS[*]:4:3}"

@@ -1,7 +1,10 @@
 # shellcheck shell=bash
 # test/lib.sh: helpers for gridha's test scripts. Source it, don't run it.
 #
-# It manages one throwaway PostgreSQL 15 cluster per test run:
+# It manages one throwaway PostgreSQL cluster per test run, of the
+# installation PG_CONFIG names (default: Debian's PostgreSQL 15,
+# /usr/lib/postgresql/15/bin/pg_config); its tools come from PG_CONFIG's
+# --bindir, which goes first on PATH:
 #
 #   gridha_cluster_init              new cluster in a fresh /tmp directory
 #   gridha_cluster_start [OPT...]    start it with extra settings
@@ -26,9 +29,14 @@
 # command runs as the postgres user through runuser.
 
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-PG_BINDIR=${PG_BINDIR:-$("$PG_CONFIG" --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)}
-case ":$PATH:" in
-	*":$PG_BINDIR:"*) ;;
+case $PG_CONFIG in
+	*/*) ;;
+	*) PG_CONFIG=$(command -v "$PG_CONFIG" || echo "$PG_CONFIG") ;;
+esac
+# pg_config's own directory until it is installed (a fresh system).
+PG_BINDIR=$("$PG_CONFIG" --bindir 2>/dev/null || dirname "$PG_CONFIG")
+case "$PATH:" in
+	"$PG_BINDIR:"*) ;;
 	*) PATH="$PG_BINDIR:$PATH" ;;
 esac
 export PG_CONFIG PG_BINDIR PATH
@@ -258,13 +266,62 @@ gridha_cluster_cleanup() {
 	GRIDHA_TEST_DIR=
 }
 
+# gridha_debian_major: N when PG_CONFIG is a Debian package's
+# (/usr/lib/postgresql/N/bin/pg_config); nothing for any other installation
+# (one built from source), which apt-get cannot complete.
+gridha_debian_major() {
+	case $PG_CONFIG in
+		/usr/lib/postgresql/*/bin/pg_config)
+			local m=${PG_CONFIG#/usr/lib/postgresql/}
+			echo "${m%%/*}"
+			;;
+	esac
+}
+
+# gridha_pgtap_dir: the extension directory of PG_CONFIG's installation,
+# where CREATE EXTENSION pgtap looks.
+gridha_pgtap_dir() {
+	echo "$("$PG_CONFIG" --sharedir)/extension"
+}
+
+# gridha_pgtap_source: a directory of Debian's pgTAP files (plain SQL, the
+# same for every major), for installations that have no pgTAP of their own.
+gridha_pgtap_source() {
+	local f
+	for f in /usr/share/postgresql/*/extension/pgtap.control; do
+		[ -f "$f" ] && dirname "$f"
+	done | sort -V | tail -n 1
+}
+
+# gridha_install_pgtap: copy pgTAP's files into PG_CONFIG's installation
+# when it has none (a PostgreSQL not from Debian's packages). Needs the
+# files of a Debian pgTAP package (gridha_missing_packages pgtap names it).
+gridha_install_pgtap() {
+	local dest src
+	dest=$(gridha_pgtap_dir) || return 1
+	[ -f "$dest/pgtap.control" ] && return 0
+	src=$(gridha_pgtap_source)
+	if [ -z "$src" ]; then
+		echo "gridha_install_pgtap: no pgTAP files in /usr/share/postgresql/*/extension" >&2
+		return 1
+	fi
+	cp "$src"/pgtap.control "$src"/pgtap*.sql "$dest/"
+}
+
 # gridha_missing_packages [pgtap]: the Debian packages that building and
 # running gridha need and that are not installed, one a line, each detected
 # by a file it provides; with "pgtap" also pgTAP and pg_prove (make test).
+# The PostgreSQL packages are those of PG_CONFIG's major when it is Debian's;
+# an installation built from source must be complete already, and takes its
+# pgTAP from Debian's package for 15 (gridha_install_pgtap copies it).
 gridha_missing_packages() {
-	[ -x "$PG_BINDIR/postgres" ] || echo postgresql-15
-	[ -x "$PG_BINDIR/pgbench" ] || echo postgresql-client-15
-	[ -f /usr/include/postgresql/15/server/postgres.h ] || echo postgresql-server-dev-15
+	local major
+	major=$(gridha_debian_major)
+	if [ -n "$major" ]; then
+		[ -x "$PG_BINDIR/postgres" ] || echo "postgresql-$major"
+		[ -x "$PG_BINDIR/pgbench" ] || echo "postgresql-client-$major"
+		[ -f "/usr/include/postgresql/$major/server/postgres.h" ] || echo "postgresql-server-dev-$major"
+	fi
 	command -v make >/dev/null || echo make
 	command -v gcc >/dev/null || echo gcc
 	# test/lib.sh, the test ledger (test/dlt) and the fault harness are Python 3.
@@ -274,7 +331,12 @@ gridha_missing_packages() {
 		echo libcurl4-openssl-dev
 	fi
 	if [ "${1:-}" = pgtap ]; then
-		[ -f /usr/share/postgresql/15/extension/pgtap.control ] || echo postgresql-15-pgtap
+		if [ -n "$major" ]; then
+			[ -f "/usr/share/postgresql/$major/extension/pgtap.control" ] || echo "postgresql-$major-pgtap"
+		elif [ ! -f "$(gridha_pgtap_dir 2>/dev/null)/pgtap.control" ] &&
+				[ -z "$(gridha_pgtap_source)" ]; then
+			echo postgresql-15-pgtap
+		fi
 		[ -x /usr/bin/pg_prove ] || echo libtap-parser-sourcehandler-pgtap-perl
 	fi
 }

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # test/run.sh: gridha's one test command (`make test`).
 #
-# Runs as root on a fresh Debian 12 with PostgreSQL 15:
+# Runs as root on a fresh Debian 12, against the PostgreSQL that PG_CONFIG
+# names (default: Debian's 15, /usr/lib/postgresql/15/bin/pg_config; e.g.
+# PG_CONFIG=/opt/pg17/bin/pg_config for one built from source). Its bindir,
+# PGXS, pg_regress and pg_isolation_regress are the ones used.
 #
-#   0. install the missing build/test packages (apt-get, only if missing)
+#   0. install the missing build/test packages (apt-get, only if missing);
+#      pgTAP into PG_CONFIG's installation when it has none
 #   1. build with -Werror (the Makefile sets it) and install
 #   2. phase 1, a throwaway cluster WITHOUT shared_preload_libraries:
 #        regress    pg_regress suite (make installcheck): the SQL API needs
@@ -27,9 +31,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 
-export PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-export PG_BINDIR=/usr/lib/postgresql/15/bin
-PGXS_DIR=/usr/lib/postgresql/15/lib/pgxs
+export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$REPO/test/lib.sh"
 
@@ -162,6 +164,17 @@ install_prerequisites() {
 	[ -z "$missing" ] || fatal setup "still missing after apt-get: $missing"
 }
 
+# check_postgres: PG_CONFIG's installation is complete (one built from
+# source is not apt-get's to install) and has pgTAP; say which it is.
+check_postgres() {
+	local f
+	for f in "$PG_CONFIG" "$PG_BINDIR/postgres" "$PG_BINDIR/pgbench"; do
+		[ -x "$f" ] || fatal setup "no $f (PG_CONFIG=$PG_CONFIG)"
+	done
+	gridha_install_pgtap || fatal setup "could not install pgTAP into $(gridha_pgtap_dir)"
+	echo "$("$PG_CONFIG" --version) ($PG_CONFIG)"
+}
+
 # build: compile (the Makefile adds -Werror) and install the extension.
 build() {
 	section build
@@ -272,7 +285,7 @@ run_isolation() {
 	local out=$GRIDHA_TEST_DIR/isolation rc=0 p f
 	mkdir -p "$out"
 	run_logged "$out/run.log" "$SUITE_TIMEOUT" \
-		"$PGXS_DIR/src/test/isolation/pg_isolation_regress" \
+		"$(dirname "$("$PG_CONFIG" --pgxs)")/../test/isolation/pg_isolation_regress" \
 		--inputdir="$REPO/test/isolation" --outputdir="$out" \
 		--bindir="$PG_BINDIR" --host="$PGHOST" --port="$PGPORT" --user=postgres \
 		--load-extension=gridha "${specs[@]}" || rc=$?
@@ -408,6 +421,7 @@ main() {
 	trap 'exit 143' TERM
 
 	install_prerequisites
+	check_postgres
 	build
 	# --setup-only: what other make targets (make ha) need first
 	if [ "${1:-}" = --setup-only ]; then

@@ -15,7 +15,7 @@ SELECT plan(179);
 CREATE TEMP TABLE api (
     ord       int,
     name      text,
-    args      text[],
+    args      name[],
     arguments text,
     result    text,
     returns   text,
