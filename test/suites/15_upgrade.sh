@@ -1,0 +1,490 @@
+#!/usr/bin/env bash
+# test/suites/15_upgrade.sh: versioned upgrades (DESIGN.md section 9): a
+# database whose gridha SQL is 1.0 is served by the 1.1 library, upgraded
+# with ALTER EXTENSION gridha UPDATE, loses nothing, and ends equal to a
+# fresh 1.1 install.
+#
+# Steps, in the order they run:
+#
+#   a. fill     database gridha_upgrade, CREATE EXTENSION gridha VERSION
+#               '1.0', filled through the 1.0 API (test/dba/upgrade_fill.sql):
+#               batches in every status, every claim state (free, held,
+#               slow, soft and hard expired), a changed 'default' target, a
+#               rate-limited target, a leader lease and a maintenance tick,
+#               an id sequence with ids reserved, and 100,000 services
+#               claimed by three instances (two balanced, one not), some
+#               heads in flight. A snapshot of everything that must survive
+#               goes to the scratch schema upgrade_scratch
+#               (test/dba/upgrade_state.sql).
+#   b. 1.0 SQL  first, before the fill, a queuer cycle through SQL on 1.0
+#               (next_batch, verify_batch, report_submission,
+#               pending_batches, report_status); then the cluster restarts
+#               with two background workers serving the database and a
+#               target at the test ledger: they commit what is enqueued on
+#               it while extversion is still 1.0, in enqueue order, and
+#               touch nothing else.
+#   c. upgrade  ALTER EXTENSION gridha UPDATE with the workers running and a
+#               second wave of batches on their services in hand. After it:
+#               extversion 1.1; no claim, epoch or batch lost or changed
+#               (the snapshot taken just before, in-flight batches
+#               included); every instance's held = its claims; every
+#               instance holding claims has a lease; gridha.claims shows
+#               every claim in the state it was in; the workers, now on
+#               1.1, commit the second wave in order and keep the counts.
+#               Then the cluster restarts without workers.
+#   e. schema   the extension's objects equal those of a fresh 1.1 install
+#               (CREATE EXTENSION gridha in gridha_upgrade_fresh):
+#               pg_dump --schema-only --binary-upgrade of both, less the
+#               lines that carry OIDs (test/dba/schema_filter.py);
+#               extconfig/extcondition by table name, pg_init_privs of the
+#               members by name and aclitems, the member list
+#               (test/dba/extension_catalog.sql); and a self-test: a comment
+#               planted in the fresh copy makes the comparison fail
+#   d. suites   pg_regress (the Makefile's REGRESS list, sql/ and expected/)
+#               with --use-existing and pg_prove over test/pgtap/*.sql, both
+#               in the upgraded database; one TAP line per regress test and
+#               per pgTAP file. They run after e, since they create objects
+#               of their own (the pgtap extension, test tables), and on a
+#               database emptied to what CREATE EXTENSION leaves: they are
+#               written for a fresh database (api.sql reads
+#               gridha.instances before it truncates anything, 01_shape
+#               asserts the 'default' target is untouched), with the
+#               database settings pg_regress gives a database it creates.
+#   f. the databases are dropped at the end (kept when GRIDHA_KEEP=1).
+#
+# Words: "scratch" is upgrade_scratch, the test's own schema (which instance
+# is which, what each batch should end as, the snapshots); "wave" is a set of
+# batches enqueued on the workers' services at once. Claim timings are
+# database settings here (session liveness off, half-hour expiries), so the
+# filled claims stay as they were for the whole suite; a state that needs
+# the past is made with an UPDATE, never by sleeping. JIT is off in the
+# database too: compiling the plans of the comparisons' scans of 100,000
+# rows costs more than running them. Every wait is a bounded poll.
+#
+# The cluster is left with the phase 2 settings; everything this suite
+# starts it stops, on any exit.
+set -uo pipefail
+
+REPO=${GRIDHA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+WORK=${GRIDHA_SUITE_DIR:-$(mktemp -d /tmp/gridha-upgrade.XXXXXX)}
+LIB=${GRIDHA_LIB:-$REPO/test/lib.sh}
+DBA=$REPO/test/dba
+CHECK_LOG=$REPO/test/dlt/check_log.py
+DB=gridha_upgrade
+FRESH=gridha_upgrade_fresh
+FAILED=0
+PIDS=()
+RESTARTED=0
+
+# The workers of step b and c (balance off: the filled instances count as
+# live for half an hour, and a worker must not wait for its fair share of
+# the ledger's few services behind them).
+WORKER_OPTS="gridha.workers=2 gridha.database=$DB gridha.naptime=200ms
+	gridha.monitor_interval=200ms gridha.balance_claims=off"
+
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$LIB"
+
+# shellcheck source-path=SCRIPTDIR source=../tap.sh
+. "$REPO/test/tap.sh"
+
+psql_db() {
+	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB" "$@"
+}
+
+# sql_is EXPECTED SQL: the query's output in $DB is exactly EXPECTED.
+sql_is() {
+	[ "$(psql_db -c "$2" 2>/dev/null)" = "$1" ]
+}
+
+# check_is EXPECTED WHAT SQL: one TAP line; on failure what SQL printed.
+check_is() {
+	local got
+	got=$(psql_db -c "$3" 2>&1)
+	if [ "$got" = "$1" ]; then
+		ok "$2"
+	else
+		not_ok "$2"
+		printf 'expected: %s\ngot: %s\n' "$1" "$got" | head -n 30 | diag
+	fi
+}
+
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do
+		kill -TERM "$p" 2>/dev/null
+	done
+	for p in "${PIDS[@]}"; do
+		wait "$p" 2>/dev/null
+	done
+	if [ "$RESTARTED" = 1 ]; then
+		# shellcheck disable=SC2086 # the options are words
+		gridha_cluster_restart $SUITE_CLUSTER_OPTS >/dev/null 2>&1 ||
+			echo "# could not restart the cluster with the phase 2 settings" >&2
+	fi
+	if [ "${GRIDHA_KEEP:-0}" = 1 ]; then
+		echo "# kept the databases $DB and $FRESH (GRIDHA_KEEP=1)"
+	else
+		psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB" \
+			-c "DROP DATABASE IF EXISTS $FRESH" >/dev/null 2>&1
+	fi
+}
+trap cleanup EXIT
+
+if [ -z "${PGDATA:-}" ] || [ -z "${GRIDHA_PGLOG:-}" ]; then
+	not_ok "the suite runs inside test/run.sh (PGDATA and GRIDHA_PGLOG are set)"
+	exit 1
+fi
+
+# ---------------------------------------------------------------------------
+# a. a database on 1.0
+
+start_ledger --commit-delay 0.1 --max-lifetime 900
+
+psql -X -q -d postgres -c "SET client_min_messages = warning" \
+	-c "DROP DATABASE IF EXISTS $DB" -c "DROP DATABASE IF EXISTS $FRESH" \
+	-c "CREATE DATABASE $DB" >/dev/null || exit 1
+# Claim timings of this database (see the header)
+psql -X -q -d postgres >/dev/null <<EOF || exit 1
+ALTER DATABASE $DB SET gridha.session_liveness = off;
+ALTER DATABASE $DB SET gridha.soft_expiry = '30min';
+ALTER DATABASE $DB SET gridha.hard_expiry = '60min';
+ALTER DATABASE $DB SET jit = off;
+EOF
+psql_db >/dev/null <<'EOF' || exit 1
+CREATE EXTENSION gridha VERSION '1.0';
+CREATE SCHEMA upgrade_scratch;
+CREATE TABLE upgrade_scratch.instance (name text PRIMARY KEY, id uuid NOT NULL);
+INSERT INTO upgrade_scratch.instance VALUES ('S', gridha.register_instance('S'));
+EOF
+
+check_is "1.0|1.1" "CREATE EXTENSION gridha VERSION '1.0' installs 1.0 while the library's default is 1.1" \
+	"SELECT e.extversion || '|' || a.default_version FROM pg_extension e
+	   JOIN pg_available_extensions a ON a.name = e.extname WHERE e.extname = 'gridha'"
+
+S=$(psql_db -c "SELECT id FROM upgrade_scratch.instance WHERE name = 'S'")
+
+# b, first half: one queuer cycle through SQL on 1.0, each call its own
+# session, as a 1.0 client makes them.
+psql_db -c "SELECT gridha.enqueue('q1', 'q1-b' || n, '\\x0a0b', NULL) FROM generate_series(1, 2) n" >/dev/null
+check_is "q1|1" "1.0 SQL: acquire_claims takes the new service with epoch 1" \
+	"SELECT service_id || '|' || epoch FROM gridha.acquire_claims('$S')"
+check_is "q1|q1-b1|\\x0a0b|1|1" "1.0 SQL: next_batch hands out the head with its payload, epoch and attempt" \
+	"SELECT concat_ws('|', service_id, batch_id, payload, epoch, attempt) FROM gridha.next_batch('$S')"
+check_is "true|submitting" "1.0 SQL: verify_batch says the batch is still this instance's; it is submitting" \
+	"SELECT gridha.verify_batch('$S', 'q1', 'q1-b1', 1) || '|' || status FROM gridha.batches WHERE batch_id = 'q1-b1'"
+check_is "pending" "1.0 SQL: report_submission accepted -> pending" \
+	"SELECT gridha.report_submission('$S', 'q1', 'q1-b1', 1, 'accepted')"
+check_is "q1-b1|pending|1" "1.0 SQL: pending_batches lists it for the monitor" \
+	"SELECT concat_ws('|', batch_id, status, epoch) FROM gridha.pending_batches('$S')"
+check_is "committed" "1.0 SQL: report_status COMMITTED -> committed" \
+	"SELECT gridha.report_status('$S', 'q1', 'q1-b1', 1, 'COMMITTED')"
+check_is "q1-b2|1" "1.0 SQL: the next batch of the service follows" \
+	"SELECT batch_id || '|' || attempt FROM gridha.next_batch('$S')"
+check_is "pending" "1.0 SQL: ... and is reported accepted (left pending for the upgrade)" \
+	"SELECT gridha.report_submission('$S', 'q1', 'q1-b2', 1, 'accepted')"
+check_is "1.0" "1.0 SQL: the cycle ran with the database's SQL still on 1.0" \
+	"SELECT extversion FROM pg_extension WHERE extname = 'gridha'"
+
+# a: the fill
+start=$SECONDS
+if psql_db -f "$DBA/upgrade_fill.sql" >"$WORK/fill.out" 2>&1 &&
+	psql_db -f "$DBA/upgrade_state.sql" >>"$WORK/fill.out" 2>&1; then
+	ok "fill: batches, claims, targets, lease, tick and ids made through the 1.0 API ($((SECONDS - start)) s)"
+else
+	not_ok "fill: batches, claims, targets, lease, tick and ids made through the 1.0 API"
+	tail -n 20 "$WORK/fill.out" | diag
+	exit 1
+fi
+tail -n 1 "$WORK/fill.out" | diag
+
+check_is "queued,submitting,pending,valid,delayed,unknown,committed,invalid" \
+	"fill: batches in every status" \
+	"SELECT string_agg(s::text, ',' ORDER BY s) FROM (SELECT DISTINCT status s FROM gridha.batches) x"
+check_is "free,hard_expired,held,slow,soft_expired" "fill: claims in every state of gridha.claims" \
+	"SELECT string_agg(state, ',' ORDER BY state) FROM (SELECT DISTINCT state FROM gridha.claims) x"
+check_is "true|true" "fill: 100,000 bulk services, all claimed, some heads in flight" \
+	"SELECT (count(*) FILTER (WHERE service_id LIKE 'bulk-%' AND claimant IS NOT NULL) = 100000)::text
+	        || '|' || (count(*) FILTER (WHERE service_id LIKE 'bulk-%' AND in_flight) >= 300)::text
+	   FROM gridha.service_claims"
+check_is "t|t|t|t" "fill: default target changed, rate state of 'limited', a leader lease with a tick, ids reserved" \
+	"SELECT concat_ws('|',
+	        (SELECT rate_burst = 7 AND status_url IS NOT NULL FROM gridha.targets WHERE target = 'default'),
+	        (SELECT slots_taken = 2 FROM gridha.target_rate_state WHERE target = 'limited'),
+	        (SELECT count(*) = 1 FROM gridha.leases l JOIN gridha.maintenance_ticks m USING (role, term)),
+	        (SELECT high_water > 0 FROM gridha.id_sequences WHERE name = 'orders')
+	          AND (SELECT count(*) = 5 FROM upgrade_scratch.reserved))"
+psql_db -c "SELECT upgrade_scratch.snapshot('filled')" >/dev/null
+
+# ---------------------------------------------------------------------------
+# b, second half: background workers on 1.0 SQL
+
+psql_db >/dev/null <<EOF || exit 1
+INSERT INTO gridha.targets (target, submit_url, status_url)
+VALUES ('ledger', '$LEDGER/batches/{service_id}/{batch_id}', '$LEDGER/batch_statuses?id={batch_ids}');
+EOF
+
+RESTARTED=1
+# shellcheck disable=SC2086 # the options are words
+if ! gridha_cluster_restart $SUITE_CLUSTER_OPTS $WORKER_OPTS; then
+	not_ok "the cluster restarted with gridha.workers = 2 serving $DB"
+	exit 1
+fi
+wait_until 30 sql_is 2 "SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL"
+check $? "1.0 SQL: two background workers registered"
+
+# enqueue_wave FROM TO: batches wFROM..wTO of services w-1..w-4 on 'ledger',
+# in rounds, so the services' batches interleave in enqueue order.
+enqueue_wave() {
+	psql_db -c "SELECT gridha.enqueue('w-' || s, format('w-%s-b%s', s, lpad(b::text, 2, '0')),
+	                                  convert_to('wave ' || b, 'UTF8'), 'ledger')
+	              FROM generate_series($1, $2) b, generate_series(1, 4) s ORDER BY b, s" >/dev/null
+}
+
+# order_kept NAME: every batch of the w-* services arrived at the ledger, in
+# enqueue order, one in flight per service (check_log.py).
+order_kept() {
+	local exp=$WORK/expected-$1.tsv out=$WORK/check-$1.out
+	psql_db -F $'\t' -c "SELECT service_id, batch_id FROM gridha.batches
+	                     WHERE service_id LIKE 'w-%' ORDER BY service_id, seq" >"$exp" || return 1
+	if ! python3 "$CHECK_LOG" --expected "$exp" --require-all --one-in-flight \
+			"$WORK/ledger.log" >"$out" 2>&1; then
+		grep -A 10 '^violations' "$out" | diag
+		return 1
+	fi
+}
+
+enqueue_wave 1 3
+wait_until 60 sql_is 12 "SELECT count(*) FROM gridha.batches WHERE service_id LIKE 'w-%' AND status = 'committed'"
+check $? "1.0 SQL: the workers commit the 12 batches enqueued on the ledger's target"
+psql_db -c "SELECT status, count(*) FROM gridha.batches WHERE service_id LIKE 'w-%' GROUP BY 1" | diag
+check_is "1.0" "1.0 SQL: ... while extversion is still 1.0" \
+	"SELECT extversion FROM pg_extension WHERE extname = 'gridha'"
+order_kept wave1
+check $? "1.0 SQL: the workers' batches arrived at the ledger in enqueue order, one in flight per service"
+
+# What the workers may change: their own instances, the ledger target and
+# its services; nothing of the filled state.
+check_is "0" "1.0 SQL: the workers changed nothing of the filled state" \
+	"SELECT count(*) FROM upgrade_scratch.changed('filled', NULL, '^(w-|ledger$)')
+	  WHERE kind <> 'count' AND NOT (change = 'new' AND kind = 'instance' AND now_val->>'kind' = 'worker')"
+
+# ---------------------------------------------------------------------------
+# c. the upgrade, with the workers running
+
+psql_db -c "SELECT upgrade_scratch.snapshot('pre')" >/dev/null
+# claims held right before, by state
+psql_db -c "SELECT val->>'state', count(*) FROM upgrade_scratch.snap WHERE tag = 'pre' AND kind = 'claim'
+            GROUP BY 1 ORDER BY 1" | diag
+
+# A second wave on the workers' services, so they have work in hand while
+# the upgrade runs.
+enqueue_wave 4 8
+start=$SECONDS
+if psql_db -c "ALTER EXTENSION gridha UPDATE" >"$WORK/upgrade.out" 2>&1; then
+	ok "ALTER EXTENSION gridha UPDATE runs with the workers busy ($((SECONDS - start)) s)"
+else
+	not_ok "ALTER EXTENSION gridha UPDATE runs with the workers busy"
+	diag <"$WORK/upgrade.out"
+	# the rest compares an upgraded database: nothing to compare
+	exit 1
+fi
+check_is "1.1" "upgrade: extversion is 1.1" "SELECT extversion FROM pg_extension WHERE extname = 'gridha'"
+
+# The second wave's batches are new and the workers' services move on; the
+# workers' claims are checked below. Everything else is exactly as before.
+SKIP='^(w-[0-9]+$|w-[0-9]+/w-[0-9]+-b0[4-8]$)'
+n_cmp=$(psql_db -c "SELECT count(*) FROM upgrade_scratch.snap WHERE tag = 'pre' AND kind <> 'count' AND key !~ '$SKIP'")
+changed=$(psql_db -c "SELECT change, kind, key, was_val, now_val FROM upgrade_scratch.changed('pre', NULL, '$SKIP')
+                      WHERE kind <> 'count' LIMIT 40" 2>&1)
+if [ -z "$changed" ]; then
+	ok "upgrade: no claim, epoch, batch, instance, target, lease, tick, id window or rate state lost or changed ($n_cmp rows compared)"
+else
+	not_ok "upgrade: no claim, epoch, batch, instance, target, lease, tick, id window or rate state lost or changed ($n_cmp rows compared)"
+	echo "$changed" | diag
+fi
+
+check_is "t" "upgrade: the batches in flight before it (submitting, pending, valid, delayed, unknown) are all still in flight, unchanged" \
+	"SELECT count(*) > 350 AND count(*) = count(b.batch_id)
+	   FROM upgrade_scratch.snap s
+	   LEFT JOIN gridha.batches b ON b.service_id || '/' || b.batch_id = s.key
+	        AND b.status::text = s.val->>'status' AND b.epoch = (s.val->>'epoch')::bigint
+	        AND b.attempts = (s.val->>'attempts')::int AND md5(b.payload) = s.val->>'payload_md5'
+	  WHERE s.tag = 'pre' AND s.kind = 'batch' AND s.key !~ '^w-'
+	    AND s.val->>'status' IN ('submitting', 'pending', 'valid', 'delayed', 'unknown')"
+
+check_is "t" "upgrade: no epoch of the workers' services went back" \
+	"SELECT bool_and(c.epoch >= (s.val->>'epoch')::bigint) AND count(*) = 4
+	   FROM upgrade_scratch.snap s JOIN gridha.service_claims c ON c.service_id = s.key
+	  WHERE s.tag = 'pre' AND s.kind = 'claim' AND s.key LIKE 'w-%'"
+
+check_is "$(psql_db -c "SELECT count(*) FROM upgrade_scratch.snap WHERE tag = 'pre' AND kind = 'claim'")" \
+	"upgrade: gridha.claims shows every claim in the state it was in (held, slow, soft and hard expired, free)" \
+	"SELECT count(*) FROM upgrade_scratch.snap s JOIN gridha.claims c ON c.service_id = s.key
+	  WHERE s.tag = 'pre' AND s.kind = 'claim' AND c.state = s.val->>'state'"
+
+# held_counts_kept: every instance's held is its number of claims.
+HELD_SQL="SELECT count(*) FROM gridha.instances i
+           WHERE i.held <> (SELECT count(*) FROM gridha.service_claims c WHERE c.claimant = i.instance_id)"
+check_is "0" "upgrade: every instance's held equals the number of claims it holds" "$HELD_SQL"
+if ! sql_is 0 "$HELD_SQL"; then
+	psql_db -c "SELECT i.label, i.kind, i.held, (SELECT count(*) FROM gridha.service_claims c
+	            WHERE c.claimant = i.instance_id) FROM gridha.instances i" | diag
+fi
+check_is "0|4" "upgrade: every instance holding claims has a lease (soft and hard expiry)" \
+	"SELECT count(*) FILTER (WHERE held > 0 AND (soft_expiry IS NULL OR hard_expiry IS NULL))
+	        || '|' || count(*) FILTER (WHERE held > 0 AND kind = 'external')
+	   FROM gridha.instances"
+
+wait_until 60 sql_is 32 "SELECT count(*) FROM gridha.batches WHERE service_id LIKE 'w-%' AND status = 'committed'"
+check $? "1.1 after the upgrade: the workers commit the second wave (32 batches of the ledger's target committed)"
+order_kept wave2
+check $? "1.1 after the upgrade: each worker service's 8 batches arrived in enqueue order across the upgrade, one in flight"
+check_is "0" "1.1 after the upgrade: held still equals each instance's claims once the workers have worked on 1.1" "$HELD_SQL"
+check_is "t" "1.1 after the upgrade: the workers hold the ledger's 4 services under leases" \
+	"SELECT count(*) = 4 AND bool_and(i.kind = 'worker' AND i.soft_expiry > now())
+	   FROM gridha.service_claims c JOIN gridha.instances i ON i.instance_id = c.claimant
+	  WHERE c.service_id LIKE 'w-%'"
+
+# The workers stop; the rest runs on the phase 2 settings.
+# shellcheck disable=SC2086 # the options are words
+gridha_cluster_restart $SUITE_CLUSTER_OPTS
+check $? "the cluster restarted without workers"
+RESTARTED=0
+
+# ---------------------------------------------------------------------------
+# e. the upgraded schema equals a fresh install
+
+psql -X -q -d postgres -c "CREATE DATABASE $FRESH" >/dev/null &&
+	psql -X -q -d "$FRESH" -c "CREATE EXTENSION gridha" >/dev/null
+check $? "a fresh 1.1 install in $FRESH"
+
+# schema_dump DB FILE: the filtered binary-upgrade schema dump of DB (less
+# this suite's scratch schema).
+schema_dump() {
+	pg_dump --schema-only --binary-upgrade -N upgrade_scratch -d "$1" >"$2.raw" &&
+		python3 "$DBA/schema_filter.py" "$2.raw" >"$2"
+}
+
+# same_files WHAT A B: ok when the files are equal, else not_ok and the
+# diff as diagnostics.
+same_files() {
+	if diff -u "$2" "$3" >"$WORK/diff.out" 2>&1; then
+		ok "$1"
+	else
+		not_ok "$1"
+		head -n 80 "$WORK/diff.out" | diag
+	fi
+}
+
+if schema_dump "$DB" "$WORK/upgraded.sql" && schema_dump "$FRESH" "$WORK/fresh.sql"; then
+	n_members=$(grep -c '^ALTER EXTENSION gridha ADD ' "$WORK/fresh.sql")
+	[ "$n_members" -gt 40 ]
+	check $? "schema: the binary-upgrade dump lists every member object ($n_members ALTER EXTENSION ... ADD)"
+	same_files "schema: pg_dump --schema-only --binary-upgrade of the upgraded database equals a fresh install's (OID lines removed)" \
+		"$WORK/upgraded.sql" "$WORK/fresh.sql"
+else
+	not_ok "schema: pg_dump --schema-only --binary-upgrade of both databases"
+fi
+
+psql -X -q -A -t -d "$DB" -f "$DBA/extension_catalog.sql" >"$WORK/upgraded.cat" 2>&1
+psql -X -q -A -t -d "$FRESH" -f "$DBA/extension_catalog.sql" >"$WORK/fresh.cat" 2>&1
+for section in config init_priv member; do
+	grep "^$section	" "$WORK/upgraded.cat" >"$WORK/upgraded.$section"
+	grep "^$section	" "$WORK/fresh.cat" >"$WORK/fresh.$section"
+	n=$(wc -l <"$WORK/fresh.$section")
+	case $section in
+		config) what="pg_extension.extconfig/extcondition (as table names)" ;;
+		init_priv) what="pg_init_privs of the members (names and aclitems)" ;;
+		member) what="the extension's member objects (pg_depend)" ;;
+	esac
+	[ "$n" -gt 0 ]
+	same_files "schema: $what equal a fresh install's ($n rows)" "$WORK/upgraded.$section" "$WORK/fresh.$section"
+done
+
+# Self-test: the comparison sees a difference planted in the fresh copy.
+psql -X -q -d "$FRESH" -c "COMMENT ON VIEW gridha.claims IS 'planted by 15_upgrade'" >/dev/null
+if schema_dump "$FRESH" "$WORK/planted.sql" &&
+	! diff "$WORK/upgraded.sql" "$WORK/planted.sql" >"$WORK/planted.diff" &&
+	grep -q "^> COMMENT ON VIEW gridha.claims IS 'planted by 15_upgrade'" "$WORK/planted.diff"; then
+	ok "schema: the comparison catches a difference (a view comment planted in the fresh copy)"
+else
+	not_ok "schema: the comparison catches a difference (a view comment planted in the fresh copy)"
+fi
+
+# ---------------------------------------------------------------------------
+# d. pg_regress and pgTAP in the upgraded database
+
+# Empty it to what CREATE EXTENSION leaves (see the header), with the
+# settings pg_regress gives a database it creates.
+psql_db >"$WORK/reset.out" 2>&1 <<EOF
+ALTER DATABASE $DB RESET ALL;
+ALTER DATABASE $DB SET lc_messages TO 'C';
+ALTER DATABASE $DB SET lc_monetary TO 'C';
+ALTER DATABASE $DB SET lc_numeric TO 'C';
+ALTER DATABASE $DB SET lc_time TO 'C';
+ALTER DATABASE $DB SET bytea_output TO 'hex';
+ALTER DATABASE $DB SET timezone_abbreviations TO 'Default';
+DROP SCHEMA upgrade_scratch CASCADE;
+TRUNCATE gridha.batches, gridha.service_claims, gridha.instances, gridha.leases,
+    gridha.maintenance_ticks, gridha.id_windows, gridha.id_sequences, gridha.target_rate_state,
+    gridha.rate_handouts, gridha.service_counts;
+DELETE FROM gridha.targets WHERE target <> 'default';
+UPDATE gridha.targets
+   SET submit_url = NULL, status_url = NULL, submit_function = NULL, status_function = NULL,
+       rate_interval = NULL, rate_burst = 1, reject_codes = '{400,422}', request_headers = NULL
+ WHERE target = 'default';
+SELECT setval('gridha.id_sequence_serial', 1, false);
+ANALYZE;
+EOF
+check $? "the upgraded database emptied to what CREATE EXTENSION leaves, for the suites"
+
+# The tests and options as the Makefile hands them to PGXS's installcheck
+# (which adds --dbname=contrib_regression; the last --dbname wins).
+PG_REGRESS=$("$PG_CONFIG" --pkglibdir)/pgxs/src/test/regress/pg_regress
+# shellcheck disable=SC2016 # make expands it, not the shell
+printf 'gridha-print-%%:\n\t@echo $($*)\n' >"$WORK/print.mk"
+make_var() {
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory -C "$REPO" -f Makefile -f "$WORK/print.mk" \
+		PG_CONFIG="$PG_CONFIG" "gridha-print-$1"
+}
+read -r -a regress_tests <<<"$(make_var REGRESS)"
+read -r -a regress_opts <<<"$(make_var REGRESS_OPTS)"
+mkdir -p "$WORK/regress"
+regress_rc=1
+if [ "${#regress_tests[@]}" -gt 0 ]; then
+	(cd "$REPO" && "$PG_REGRESS" --inputdir="$REPO" --outputdir="$WORK/regress" --bindir="$PG_BINDIR" \
+		--host="$PGHOST" --port="$PGPORT" --user=postgres --use-existing \
+		"${regress_opts[@]}" --dbname="$DB" "${regress_tests[@]}") >"$WORK/regress/run.log" 2>&1
+	regress_rc=$?
+else
+	not_ok "pg_regress: the Makefile's REGRESS list"
+fi
+for t in "${regress_tests[@]}"; do
+	# PostgreSQL 15 prints "test api ... ok", 16 and later "ok 1 - api"
+	if grep -E -q "^((test +| +)$t +\.\.\. +ok|ok +[0-9]+ +- +$t( |$))" "$WORK/regress/run.log"; then
+		ok "pg_regress in the upgraded database: $t"
+	else
+		not_ok "pg_regress in the upgraded database: $t"
+	fi
+done
+if [ "$regress_rc" -ne 0 ]; then
+	tail -n 15 "$WORK/regress/run.log" | diag
+	[ -s "$WORK/regress/regression.diffs" ] && head -n 60 "$WORK/regress/regression.diffs" | diag
+fi
+
+if psql_db -c "CREATE EXTENSION pgtap" >/dev/null 2>&1; then
+	for f in "$REPO"/test/pgtap/*.sql; do
+		log=$WORK/pgtap-$(basename "$f" .sql).log
+		if pg_prove -h "$PGHOST" -p "$PGPORT" -U postgres -d "$DB" "$f" >"$log" 2>&1; then
+			ok "pgTAP in the upgraded database: $(basename "$f")"
+		else
+			not_ok "pgTAP in the upgraded database: $(basename "$f")"
+			grep -v '^ok' "$log" | head -n 30 | diag
+		fi
+	done
+else
+	not_ok "CREATE EXTENSION pgtap in the upgraded database"
+fi
+
+[ "$FAILED" -eq 0 ]
