@@ -18,7 +18,9 @@
  *             submitting, or once it is hard-expired, whatever is going on
  *   held      how many claims an instance holds (instances.held), kept by
  *             every statement here that moves claims
- *   share     with gridha.balance_claims, services / live instances: an
+ *   share     with gridha.balance_claims, services / live instances (each
+ *             target's services over the live instances that can serve
+ *             it, when they serve different kinds): an
  *             instance may hold up to the ceiling of it; one below the
  *             floor asks those above it to shed (instances.shed), and they
  *             hand back idle claims at their next hand-out, so a newcomer
@@ -244,9 +246,29 @@ static GridhaStatement claims_services_stmt = {
 	1, {TEXTARRAYOID}
 };
 
-/* The live leases: a range of the lease index */
+/* ... per target */
+static GridhaStatement claims_services_by_target_stmt = {
+	"SELECT target, sum(services)::int8 FROM gridha.service_counts"
+	" WHERE $1::text[] IS NULL OR target = ANY ($1)"
+	" GROUP BY target",
+	1, {TEXTARRAYOID}
+};
+
+/*
+ * The live leases: a range of the lease index, with the kinds each serves
+ * as a GRIDHA_SERVES_ mask (a worker every kind, -1 any target: declared
+ * nothing)
+ */
 static GridhaStatement claims_live_stmt = {
-	"SELECT instance_id, session_key, held FROM gridha.instances"
+	"SELECT instance_id, session_key, held,"
+	"       CASE WHEN kind = 'worker' THEN 15"
+	"            WHEN serves IS NULL THEN -1"
+	"            ELSE ('submit_url' = ANY (serves))::int4 * 1"
+	"               + ('submit_function' = ANY (serves))::int4 * 2"
+	"               + ('status_url' = ANY (serves))::int4 * 4"
+	"               + ('status_function' = ANY (serves))::int4 * 8"
+	"       END"
+	"  FROM gridha.instances"
 	" WHERE soft_expiry > now()",
 	0, {InvalidOid}
 };
@@ -337,10 +359,9 @@ static GridhaStatement claims_ask_shed_stmt = {
  * can serve).
  */
 static GridhaStatement claims_lock_unservable_stmt = {
-	"SELECT array_agg(service_id) FROM ("
-	"  SELECT c.service_id FROM gridha.service_claims c"
-	"   WHERE c.claimant = $1 AND c.target <> ALL ($2)"
-	"   FOR UPDATE SKIP LOCKED) c",
+	"SELECT c.service_id, c.target FROM gridha.service_claims c"
+	" WHERE c.claimant = $1 AND c.target <> ALL ($2)"
+	" FOR UPDATE SKIP LOCKED",
 	2, {UUIDOID, TEXTARRAYOID}
 };
 
@@ -523,6 +544,8 @@ typedef struct ClaimsLive
 	int			nabove;			/* live ones holding more than... */
 	Datum	   *above;			/* ... (ids) */
 	int		   *above_held;		/* ... (what they hold) */
+	int		   *above_serves;	/* ... (the kinds they serve) */
+	int			self_at;		/* this one among them, or -1 */
 } ClaimsLive;
 
 /*
@@ -550,43 +573,61 @@ claims_add_rows(ReturnSetInfo *rsinfo)
 }
 
 /*
- * claims_count_moves: after a take, the held counts of the taker (and its
- * lease: it holds claims now) and of each instance it took from.
+ * claims_count_moves: after the takes of an acquisition (the result tables
+ * of claims_take_stmt in "takes"), the held counts of the taker (and its
+ * lease: it holds claims now) and of each instance it took from. Once per
+ * acquisition, so that every instance row is locked in one statement, in
+ * id order: locked pass after pass, two acquisitions that take from
+ * several instances in different orders could each wait for the other.
  */
 static void
-claims_count_moves(Datum instance_id, SPITupleTable *taken, uint64 ntaken)
+claims_count_moves(Datum instance_id, List *takes)
 {
 	GridhaTiming t = gridha_timing();
-	Datum	   *ids = palloc(sizeof(Datum) * (ntaken + 1));
-	Datum	   *deltas = palloc(sizeof(Datum) * (ntaken + 1));
-	Datum	   *takers = palloc(sizeof(Datum) * (ntaken + 1));
+	uint64		ntaken = 0;
+	Datum	   *ids;
+	Datum	   *deltas;
+	Datum	   *takers;
 	int			n = 0;
 	uint64		i;
 	int			k;
 	Datum		args[5];
+	ListCell   *lc;
 
+	foreach(lc, takes)
+		ntaken += ((SPITupleTable *) lfirst(lc))->numvals;
+	if (ntaken == 0)
+		return;
+	ids = palloc(sizeof(Datum) * (ntaken + 1));
+	deltas = palloc(sizeof(Datum) * (ntaken + 1));
+	takers = palloc(sizeof(Datum) * (ntaken + 1));
 	ids[n] = instance_id;
 	deltas[n] = Int32GetDatum((int32) ntaken);
 	takers[n] = BoolGetDatum(true);
 	n++;
-	for (i = 0; i < ntaken; i++)
+	foreach(lc, takes)
 	{
-		bool		isnull;
-		Datum		old = SPI_getbinval(taken->vals[i], taken->tupdesc, 3, &isnull);
+		SPITupleTable *taken = (SPITupleTable *) lfirst(lc);
 
-		if (isnull)
-			continue;
-		for (k = 1; k < n; k++)
-			if (gridha_uuid_equal(ids[k], old))
-				break;
-		if (k == n)
+		for (i = 0; i < taken->numvals; i++)
 		{
-			ids[n] = datumCopy(old, false, UUID_LEN);
-			deltas[n] = Int32GetDatum(0);
-			takers[n] = BoolGetDatum(false);
-			n++;
+			bool		isnull;
+			Datum		old = SPI_getbinval(taken->vals[i], taken->tupdesc, 3, &isnull);
+
+			if (isnull)
+				continue;
+			for (k = 1; k < n; k++)
+				if (gridha_uuid_equal(ids[k], old))
+					break;
+			if (k == n)
+			{
+				ids[n] = datumCopy(old, false, UUID_LEN);
+				deltas[n] = Int32GetDatum(0);
+				takers[n] = BoolGetDatum(false);
+				n++;
+			}
+			deltas[k] = Int32GetDatum(DatumGetInt32(deltas[k]) - 1);
 		}
-		deltas[k] = Int32GetDatum(DatumGetInt32(deltas[k]) - 1);
 	}
 
 	args[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
@@ -601,12 +642,13 @@ claims_count_moves(Datum instance_id, SPITupleTable *taken, uint64 ntaken)
 /*
  * claims_take: locks up to "limit" candidates (-1: no limit) with the pick
  * statement (its arguments in pickargs: instance, targets, limit, and the
- * pick's own), takes those still takeable (claims_take_stmt), counts the
- * moves and adds the claims taken to rsinfo. Returns how many.
+ * pick's own), takes those still takeable (claims_take_stmt), adds the
+ * claims taken to rsinfo, and their rows to *takes for claims_count_moves.
+ * Returns how many.
  */
 static int
 claims_take(GridhaStatement *pick, Datum *pickargs, char *picknulls, Datum instance_id,
-			Datum gone, int64 limit, ReturnSetInfo *rsinfo)
+			Datum gone, int64 limit, ReturnSetInfo *rsinfo, List **takes)
 {
 	Datum		args[4];
 	bool		isnull;
@@ -633,7 +675,7 @@ claims_take(GridhaStatement *pick, Datum *pickargs, char *picknulls, Datum insta
 	if (ntaken == 0)
 		return 0;
 	claims_add_rows(rsinfo);
-	claims_count_moves(instance_id, taken, ntaken);
+	*takes = lappend(*takes, taken);
 	return (int) ntaken;
 }
 
@@ -653,9 +695,11 @@ claims_live(Datum instance_id, bool probe, ClaimsLive *live)
 	gridha_exec(&claims_live_stmt, NULL, NULL, true);
 	n = SPI_processed;
 	memset(live, 0, sizeof(*live));
+	live->self_at = -1;
 	live->gone = palloc(sizeof(Datum) * (n + 1));
 	live->above = palloc(sizeof(Datum) * (n + 1));
 	live->above_held = palloc(sizeof(int) * (n + 1));
+	live->above_serves = palloc(sizeof(int) * (n + 1));
 	for (i = 0; i < n; i++)
 	{
 		bool		isnull;
@@ -665,7 +709,10 @@ claims_live(Datum instance_id, bool probe, ClaimsLive *live)
 		int			held = DatumGetInt32(gridha_col(i, 3, &isnull));
 
 		if (gridha_uuid_equal(id, instance_id))
+		{
 			self = true;
+			live->self_at = live->nabove;
+		}
 		else if (probe && gridha_session_liveness && !key_null && held > 0 &&
 				 gridha_instance_session_gone(DatumGetInt64(key)))
 		{
@@ -673,7 +720,8 @@ claims_live(Datum instance_id, bool probe, ClaimsLive *live)
 			continue;
 		}
 		live->above[live->nabove] = datumCopy(id, false, UUID_LEN);
-		live->above_held[live->nabove++] = held;
+		live->above_held[live->nabove] = held;
+		live->above_serves[live->nabove++] = DatumGetInt32(gridha_col(i, 4, &isnull));
 		live->n++;
 	}
 	if (!self)
@@ -749,6 +797,11 @@ claims_servable(const GridhaInstance *inst)
 /*
  * claims_share: the floor and ceiling of the instance's fair share now:
  * the services it can serve over the live instances (see claims_live).
+ * When some live instance cannot serve every target this one can (a
+ * client that serves URL targets only, beside workers), each target's
+ * services are shared among the live instances that can serve it, so the
+ * shares add up to every service: none is left to an instance that cannot
+ * serve it.
  */
 static void
 claims_share(const GridhaInstance *inst, Datum servable, const ClaimsLive *live,
@@ -757,14 +810,47 @@ claims_share(const GridhaInstance *inst, Datum servable, const ClaimsLive *live,
 	Datum		args[1];
 	char		nulls[2] = " ";
 	int64		services;
+	bool		uniform = true;
+	double		share = 0;
+	uint64		i;
+	int			j;
 
 	args[0] = servable;
 	if (servable == (Datum) 0)
 		nulls[0] = 'n';
-	gridha_exec(&claims_services_stmt, args, nulls, true);
-	services = gridha_col_int64(0, 1);
-	*floor = services / live->n;
-	*ceiling = (services + live->n - 1) / live->n;
+	for (j = 0; j < live->nabove && uniform; j++)
+		uniform = live->above_serves[j] == GRIDHA_SERVES_ANY ||
+			(inst->serves != GRIDHA_SERVES_ANY &&
+			 (live->above_serves[j] & inst->serves) == inst->serves);
+	if (uniform)
+	{
+		gridha_exec(&claims_services_stmt, args, nulls, true);
+		services = gridha_col_int64(0, 1);
+		*floor = services / live->n;
+		*ceiling = (services + live->n - 1) / live->n;
+		return;
+	}
+
+	gridha_targets_refresh();
+	gridha_exec(&claims_services_by_target_stmt, args, nulls, true);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		const GridhaTarget *t;
+		int			k = live->n;
+
+		t = gridha_target_get(TextDatumGetCString(gridha_col(i, 1, &isnull)));
+		if (t != NULL)
+		{
+			k = 1;
+			for (j = 0; j < live->nabove; j++)
+				if (j != live->self_at && gridha_target_servable(t, live->above_serves[j]))
+					k++;
+		}
+		share += (double) gridha_col_int64(i, 2) / k;
+	}
+	*floor = (int64) (share + 1e-6);
+	*ceiling = *floor + (share - *floor > 1e-6 ? 1 : 0);
 }
 
 /*
@@ -920,6 +1006,10 @@ claims_nothing_to_take(Datum instance_id, const GridhaInstance *inst, Datum serv
  * claims_release_unservable: hands back the claims whose target the
  * instance cannot serve, when the targets or its declaration changed since
  * it last looked (the hand-out hands back those it meets as it goes).
+ * Claims on a target that no instance can use (a dropped function, a
+ * malformed row) are kept for the hand-out, which makes their next head
+ * delayed with the reason and warns before it hands them back: handed back
+ * here, their batches would wait unclaimed with no word of why.
  * Returns how many it handed back.
  */
 static int
@@ -928,8 +1018,9 @@ claims_release_unservable(Datum instance_id, const GridhaInstance *inst, Datum s
 	bool		same = claims_known.valid &&
 		gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id);
 	Datum		args[2];
-	bool		isnull;
-	Datum		ids;
+	Datum	   *ids;
+	int			n = 0;
+	uint64		i;
 
 	if (same && claims_known.targets_gen == gridha_targets_generation() &&
 		claims_known.serves == inst->serves)
@@ -941,10 +1032,20 @@ claims_release_unservable(Datum instance_id, const GridhaInstance *inst, Datum s
 	args[0] = instance_id;
 	args[1] = servable;
 	gridha_exec(&claims_lock_unservable_stmt, args, NULL, false);
-	ids = gridha_col(0, 1, &isnull);
-	if (isnull)
+	ids = palloc(sizeof(Datum) * Max(SPI_processed, 1));
+	for (i = 0; i < SPI_processed; i++)
+	{
+		char	   *target = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+		const GridhaTarget *t = gridha_target_get(target);
+
+		if (t != NULL && t->unusable != NULL)
+			continue;
+		ids[n++] = CStringGetTextDatum(SPI_getvalue(SPI_tuptable->vals[i],
+													SPI_tuptable->tupdesc, 1));
+	}
+	if (n == 0)
 		return 0;
-	args[1] = ids;
+	args[1] = gridha_text_array(ids, n);
 	gridha_exec(&claims_release_some_stmt, args, NULL, false);
 	return (int) gridha_col_int64(0, 1);
 }
@@ -980,6 +1081,7 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	uint64		i;
 	uint64		nexpired;
 	SPITupleTable *expired;
+	List	   *takes = NIL;
 
 	servable = claims_servable(inst);
 	if (!inst->leased)
@@ -1014,9 +1116,9 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	pickargs[1] = servable;
 	picknulls[1] = servable == (Datum) 0 ? 'n' : ' ';
 	taken += claims_take(&claims_free_stmt, pickargs, picknulls, instance_id, gone,
-						 limit < 0 ? -1 : limit - taken, rsinfo);
+						 limit < 0 ? -1 : limit - taken, rsinfo, &takes);
 	taken += claims_take(&claims_own_expiry_stmt, pickargs, picknulls, instance_id, gone,
-						 limit < 0 ? -1 : limit - taken, rsinfo);
+						 limit < 0 ? -1 : limit - taken, rsinfo, &takes);
 
 	/* the claims of expired leases; leases left holding nothing go */
 	gridha_exec(&claims_forget_leases_stmt, NULL, NULL, false);
@@ -1031,7 +1133,7 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 								false, UUID_LEN);
 		pickargs[4] = SPI_getbinval(expired->vals[i], expired->tupdesc, 2, &isnull);
 		taken += claims_take(&claims_of_stmt, pickargs, picknulls, instance_id, gone,
-							 limit < 0 ? -1 : limit - taken, rsinfo);
+							 limit < 0 ? -1 : limit - taken, rsinfo, &takes);
 	}
 
 	/* the idle claims of instances whose session has ended */
@@ -1040,8 +1142,10 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 		pickargs[3] = live.gone[i];
 		pickargs[4] = BoolGetDatum(false);
 		taken += claims_take(&claims_of_stmt, pickargs, picknulls, instance_id, gone,
-							 limit < 0 ? -1 : limit - taken, rsinfo);
+							 limit < 0 ? -1 : limit - taken, rsinfo, &takes);
 	}
+
+	claims_count_moves(instance_id, takes);
 
 	/* below the share with nothing to take: ask those above it */
 	if (gridha_balance_claims && held + taken < floor)

@@ -58,6 +58,9 @@
 #include "utils/rangetypes.h"
 #include "utils/typcache.h"
 
+/* min_open_windows of create_id_sequence, at most */
+#define IDSEQ_MAX_OPEN_WINDOWS	1000
+
 static GridhaStatement idseq_lookup_stmt = {
 	"SELECT q.serial, q.window_size FROM gridha.id_sequences q"
 	" WHERE q.name = $1 AND NOT q.dropped",
@@ -95,7 +98,10 @@ static GridhaStatement idseq_open_stmt = {
 
 /*
  * The agent: open windows up to min_open_windows ($1: one sequence or all),
- * counting those with room for a block of $2 ids.
+ * counting those with room for a block of $2 ids. A sequence whose row is
+ * locked (being dropped, or a reservation opening a window) is skipped: the
+ * agent has just retired windows, whose locks it holds, and a drop locks
+ * the sequence before its windows.
  */
 static GridhaStatement idseq_top_up_stmt = {
 	"WITH s AS ("
@@ -110,6 +116,8 @@ static GridhaStatement idseq_top_up_stmt = {
 	"     SET high_water = q.high_water + s.need * q.window_size"
 	"    FROM s"
 	"   WHERE q.name = s.name AND s.need > 0 AND NOT q.dropped"
+	"     AND q.name IN (SELECT x.name FROM s JOIN gridha.id_sequences x ON x.name = s.name"
+	"                     WHERE s.need > 0 FOR UPDATE OF x SKIP LOCKED)"
 	"  RETURNING q.name, q.window_size, q.high_water - s.need * q.window_size AS base, s.need"
 	"), i AS ("
 	"  INSERT INTO gridha.id_windows (name, window_start, window_end, next_id)"
@@ -426,6 +434,12 @@ gridha_create_id_sequence(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("min_open_windows must not be negative"),
+				 errdetail("The value given was %d.", min_open)));
+	/* each open window is a row, opened at once and kept by maintenance */
+	if (min_open > IDSEQ_MAX_OPEN_WINDOWS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("min_open_windows must be at most %d", IDSEQ_MAX_OPEN_WINDOWS),
 				 errdetail("The value given was %d.", min_open)));
 
 	gridha_require_writable("create_id_sequence()");

@@ -240,6 +240,13 @@ leader_lead(Datum instance_id, text *role, bool force)
 		if (live && mine && !force && !due)
 			return term;
 	}
+	else if (VARSIZE_ANY_EXHDR(role) > GRIDHA_MAX_ID_BYTES)
+		/* a new role (run_maintenance creates one too): ids are index keys */
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("role is too long"),
+				 errdetail("It has %d bytes; an id has at most %d.",
+						   (int) VARSIZE_ANY_EXHDR(role), GRIDHA_MAX_ID_BYTES)));
 
 	args[2] = Int64GetDatum(t.soft_ms);
 	gridha_exec(&leader_take_stmt, args, NULL, false);

@@ -85,8 +85,25 @@ typedef struct QueuePick
 	QueueHeads	aside;			/* locked, but not this instance's to serve */
 } QueuePick;
 
+/* The claims set aside leave the instance's held count (SQL 1.1) */
+static GridhaStatement queue_unhold_stmt = {
+	"UPDATE gridha.instances SET held = greatest(held - $2, 0) WHERE instance_id = $1",
+	2, {UUIDOID, INT4OID}
+};
+
+/*
+ * A service that has this target already: nothing to check or write. Else
+ * the target must exist, and is locked as the foreign key's check locks it,
+ * so that a rename or delete committing meanwhile makes this RG006 rather
+ * than a foreign key violation of the write that follows.
+ */
+static GridhaStatement queue_has_target_stmt = {
+	"SELECT 1 FROM gridha.service_claims WHERE service_id = $1 AND target = $2",
+	2, {TEXTOID, TEXTOID}
+};
+
 static GridhaStatement queue_target_exists_stmt = {
-	"SELECT 1 FROM gridha.targets WHERE target = $1",
+	"SELECT 1 FROM gridha.targets WHERE target = $1 FOR KEY SHARE",
 	1, {TEXTOID}
 };
 
@@ -478,6 +495,14 @@ queue_set_aside(QueuePick *pick)
 				 TextDatumGetCString(h->service_id));
 	}
 	gridha_rows_end(&rows);
+	if (pick->leased)
+	{
+		Datum		args[2];
+
+		args[0] = pick->instance_id;
+		args[1] = Int32GetDatum(pick->aside.n);
+		gridha_exec(&queue_unhold_stmt, args, NULL, false);
+	}
 }
 
 /*
@@ -676,16 +701,22 @@ gridha_enqueue(PG_FUNCTION_ARGS)
 	{
 		text	   *target = gridha_arg_id(fcinfo, 3, "target");
 
-		args[0] = PointerGetDatum(target);
-		gridha_exec(&queue_target_exists_stmt, args, NULL, false);
-		if (SPI_processed == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_GRIDHA_UNKNOWN_TARGET),
-					 errmsg("unknown target \"%s\"", text_to_cstring(target)),
-					 errhint("Add it first: INSERT INTO gridha.targets (target, ...) VALUES (...).")));
 		args[0] = PointerGetDatum(service_id);
 		args[1] = PointerGetDatum(target);
-		gridha_exec(&queue_set_target_stmt, args, NULL, false);
+		gridha_exec(&queue_has_target_stmt, args, NULL, false);
+		if (SPI_processed == 0)
+		{
+			args[0] = PointerGetDatum(target);
+			gridha_exec(&queue_target_exists_stmt, args, NULL, false);
+			if (SPI_processed == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_GRIDHA_UNKNOWN_TARGET),
+						 errmsg("unknown target \"%s\"", text_to_cstring(target)),
+						 errhint("Add it first: INSERT INTO gridha.targets (target, ...) VALUES (...).")));
+			args[0] = PointerGetDatum(service_id);
+			args[1] = PointerGetDatum(target);
+			gridha_exec(&queue_set_target_stmt, args, NULL, false);
+		}
 	}
 
 	args[0] = PointerGetDatum(service_id);

@@ -42,6 +42,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
@@ -70,8 +71,11 @@
 #define SUBMIT_MONITOR_BATCHES	1000
 /* How often the worker asks which version of the SQL is installed */
 #define SUBMIT_VERSION_CHECK_MS	1000
+/* The longest lock wait of a stopping worker (see gridha_submit_bound_lock_wait) */
+#define SUBMIT_STOP_LOCK_TIMEOUT_MS 1000
 
 volatile sig_atomic_t gridha_submit_in_step = false;
+volatile sig_atomic_t gridha_submit_stopping = false;
 
 static GridhaStatement submit_handout_stmt = {
 	"SELECT service_id, batch_id, payload, epoch, attempt FROM gridha.next_batches($1, $2)",
@@ -190,6 +194,8 @@ static GridhaHttpMulti *submit_multi = NULL;
 static pg_uuid_t submit_instance;
 static char *submit_user_search_path = NULL;	/* for target functions */
 static int	submit_in_flight = 0;
+static List *submit_in_hand = NIL;	/* SubmitBatch * POSTed and not done, in
+									 * submit_batches_cxt */
 static List *submit_submissions = NIL;	/* SubmitReport *, in submit_cxt */
 static List *submit_statuses = NIL;
 static TimestampTz submit_last_monitor = 0;
@@ -238,6 +244,28 @@ submit_instance_datum(void)
 }
 
 /*
+ * gridha_submit_bound_lock_wait: once the worker is stopping (SIGTERM), a
+ * lock wait of the current transaction ends after at most
+ * SUBMIT_STOP_LOCK_TIMEOUT_MS (gridha.worker_lock_timeout when that is
+ * shorter), even with no lock timeout set: a report or the release at stop
+ * that cannot lock its row gives up, and the claims' expiry does the rest.
+ * Until the transaction ends.
+ */
+void
+gridha_submit_bound_lock_wait(void)
+{
+	char		value[32];
+
+	if (!gridha_submit_stopping ||
+		(gridha_worker_lock_timeout_ms > 0 &&
+		 gridha_worker_lock_timeout_ms <= SUBMIT_STOP_LOCK_TIMEOUT_MS))
+		return;
+	snprintf(value, sizeof(value), "%d", SUBMIT_STOP_LOCK_TIMEOUT_MS);
+	(void) set_config_option("lock_timeout", value, PGC_SUSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/*
  * submit_step: runs fn in a transaction of its own, under the statement
  * timeout; SIGTERM cancels it (see worker.c). Returns true when it
  * committed; otherwise the error is logged, the transaction rolled back,
@@ -256,6 +284,7 @@ submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
 	gridha_submit_in_step = true;
 	PG_TRY();
 	{
+		gridha_submit_bound_lock_wait();
 		if (gridha_worker_statement_timeout_ms > 0)
 			enable_timeout_after(STATEMENT_TIMEOUT, gridha_worker_statement_timeout_ms);
 		SPI_connect();
@@ -280,12 +309,15 @@ submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
 		if (edata->sqlerrcode == ERRCODE_GRIDHA_STALE_CLAIM ||
 			edata->sqlerrcode == ERRCODE_GRIDHA_NOT_IN_FLIGHT)
 			ereport(LOG,
-					(errmsg("gridha worker dropped a batch: %s refused: %s", what, edata->message),
+					(errcode(edata->sqlerrcode),
+					 errmsg("gridha worker dropped a batch: %s refused: %s", what, edata->message),
 					 edata->detail ? errdetail_internal("%s", edata->detail) : 0));
 		else
 			ereport(LOG,
-					(errmsg("gridha worker: %s failed: %s", what, edata->message),
-					 edata->detail ? errdetail_internal("%s", edata->detail) : 0));
+					(errcode(edata->sqlerrcode),
+					 errmsg("gridha worker: %s failed: %s", what, edata->message),
+					 edata->detail ? errdetail_internal("%s", edata->detail) : 0,
+					 edata->detail_log ? errdetail_log("%s", edata->detail_log) : 0));
 		/* a refusal says nothing of the database; anything else may */
 		if (edata->sqlerrcode != ERRCODE_GRIDHA_STALE_CLAIM &&
 			edata->sqlerrcode != ERRCODE_GRIDHA_NOT_IN_FLIGHT)
@@ -620,6 +652,7 @@ submit_http_done(GridhaHttpDone *done)
 		gridha_target_warn(b->target, reason);
 	}
 	submit_in_flight--;
+	submit_in_hand = list_delete_ptr(submit_in_hand, b);
 	submit_batch_done(b, gridha_http_outcome_name(done->outcome), done->detail);
 }
 
@@ -660,6 +693,8 @@ gridha_submit_in_flight(void)
 static void
 submit_start(SubmitBatch *b)
 {
+	MemoryContext old;
+
 	if (b->problem != NULL)
 	{
 		if (b->target != NULL)
@@ -676,6 +711,9 @@ submit_start(SubmitBatch *b)
 										b->payload ? VARSIZE_ANY_EXHDR(b->payload) : 0,
 										gridha_submit_timeout_ms);
 		submit_in_flight++;
+		old = MemoryContextSwitchTo(submit_batches_cxt);
+		submit_in_hand = lappend(submit_in_hand, b);
+		MemoryContextSwitchTo(old);
 	}
 	else
 		submit_by_function(b);
@@ -812,29 +850,37 @@ submit_one_step(void *arg)
  * submit_send: sends a list of reports, submissions or ledger statuses, in
  * one step (one call per report on SQL 1.0). Returns the fire-and-forget
  * submissions that were accepted. A step that fails as a whole leaves its
- * batches submitting under this worker: orphans, found again later.
+ * batches submitting under this worker: orphans, found again later. When
+ * it failed because one row stayed locked past the lock timeout (another
+ * session holds a claim row), the reports are sent again one at a time, so
+ * that only that row's report waits for the next try.
  */
 static List *
 submit_send(List *reports, bool status)
 {
 	SubmitFlush flush = {reports, status, NIL};
 	ListCell   *lc;
+	int			sqlstate;
 
 	if (reports == NIL)
 		return NIL;
 	gridha_slot_set_state(GRIDHA_WS_REPORTING, NULL, NULL);
 	if (submit_batched_api)
 	{
-		if (!submit_step(submit_flush_step, &flush,
-						 status ? "report_statuses" : "report_submissions", NULL))
+		if (submit_step(submit_flush_step, &flush,
+						status ? "report_statuses" : "report_submissions", &sqlstate))
+			return flush.committed;
+		if (sqlstate != ERRCODE_LOCK_NOT_AVAILABLE || list_length(reports) == 1)
+		{
 			submit_orphans_due = true;
-		return flush.committed;
+			return NIL;
+		}
+		flush.committed = NIL;
 	}
 	foreach(lc, reports)
 	{
 		SubmitReport *r = lfirst(lc);
 		SubmitOne	one = {r, status};
-		int			sqlstate;
 
 		if (submit_step(submit_one_step, &one, status ? "report_status" : "report_submission",
 						&sqlstate))
@@ -889,10 +935,16 @@ submit_orphans_step(void *arg)
 	Datum		args[1];
 	uint64		i;
 	MemoryContext old;
+	Oid			save_userid;
+	int			save_sec;
 
 	submit_check_version();
 	args[0] = submit_instance_datum();
+	/* read as the bootstrap superuser: the worker role may not read these tables */
+	GetUserIdAndSecContext(&save_userid, &save_sec);
+	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, save_sec | SECURITY_LOCAL_USERID_CHANGE);
 	gridha_exec(&submit_orphans_stmt, args, NULL, true);
+	SetUserIdAndSecContext(save_userid, save_sec);
 	old = MemoryContextSwitchTo(submit_cxt);
 	for (i = 0; i < SPI_processed; i++)
 	{
@@ -907,10 +959,37 @@ submit_orphans_step(void *arg)
 }
 
 /*
+ * submit_in_hand_has: whether the worker has this batch in hand: its POST
+ * is in flight, or its outcome waits in the queued reports.
+ */
+static bool
+submit_in_hand_has(const char *service_id, const char *batch_id)
+{
+	ListCell   *lc;
+
+	foreach(lc, submit_in_hand)
+	{
+		SubmitBatch *b = lfirst(lc);
+
+		if (strcmp(b->service_id, service_id) == 0 && strcmp(b->batch_id, batch_id) == 0)
+			return true;
+	}
+	foreach(lc, submit_submissions)
+	{
+		SubmitReport *r = lfirst(lc);
+
+		if (strcmp(r->service_id, service_id) == 0 && strcmp(r->batch_id, batch_id) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
  * submit_recover_orphans: reports this worker's orphans delayed: batches
  * submitting under its claim that it does not have in hand (a report that
  * failed; an earlier run of the process). Run at the worker's first cycle
- * and after a report failed with an error.
+ * and after a report failed with an error. A batch whose POST is still in
+ * flight is no orphan: its own report follows.
  */
 static void
 submit_recover_orphans(void)
@@ -925,6 +1004,8 @@ submit_recover_orphans(void)
 	{
 		SubmitOrphan *o = lfirst(lc);
 
+		if (submit_in_hand_has(o->service_id, o->batch_id))
+			continue;
 		ereport(LOG,
 				(errmsg("gridha worker: batch \"%s\" of service \"%s\" was submitting but not in hand: reported delayed",
 						o->batch_id, o->service_id)));
@@ -942,10 +1023,11 @@ submit_pending_step(void *arg)
 	uint64		i;
 	MemoryContext old;
 
+	/* first: a refresh runs SQL of its own, which would replace the rows */
+	gridha_targets_refresh();
 	args[0] = submit_instance_datum();
 	args[1] = Int32GetDatum(SUBMIT_MONITOR_BATCHES);
 	gridha_exec(&submit_pending_stmt, args, NULL, true);
-	gridha_targets_refresh();
 	old = MemoryContextSwitchTo(submit_cxt);
 	for (i = 0; i < SPI_processed; i++)
 	{
@@ -1245,6 +1327,7 @@ gridha_submit_forget(void)
 	MemoryContextReset(submit_batches_cxt);
 	MemoryContextReset(submit_cxt);
 	submit_in_flight = 0;
+	submit_in_hand = NIL;
 	submit_submissions = NIL;
 	submit_statuses = NIL;
 	submit_orphans_due = true;

@@ -17,6 +17,8 @@
 
 /* Set while a step (a transaction of the cycle) runs: SIGTERM cancels it */
 extern volatile sig_atomic_t gridha_submit_in_step;
+/* Set by SIGTERM: from then on no lock wait of the worker is unbounded */
+extern volatile sig_atomic_t gridha_submit_stopping;
 
 extern void gridha_submit_init(const pg_uuid_t *instance_id, const char *user_search_path);
 extern bool gridha_submit_cycle(void);
@@ -27,5 +29,6 @@ extern bool gridha_submit_take_failure(void);
 extern void gridha_submit_drain(void);
 extern void gridha_submit_forget(void);
 extern void gridha_submit_shutdown(void);
+extern void gridha_submit_bound_lock_wait(void);
 
 #endif							/* GRIDHA_SUBMIT_H */

@@ -50,6 +50,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/regproc.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
@@ -73,12 +74,18 @@ static GridhaStatement targets_load_stmt = {
 	"            CASE WHEN jsonb_typeof(to_jsonb(t) -> 'reject_codes') = 'array'"
 	"                 THEN to_jsonb(t) -> 'reject_codes' END) AS c"
 	"           WHERE c ~ '^[0-9]{1,3}$'), '{}') END,"
-	"       (SELECT array_agg(h.key || ': ' || h.value ORDER BY h.key)"
-	"          FROM jsonb_each_text("
+	"       (SELECT array_agg(h.key || ': ' || (h.value #>> '{}') ORDER BY h.key)"
+	"          FROM jsonb_each("
 	"            CASE WHEN jsonb_typeof(to_jsonb(t) -> 'request_headers') = 'object'"
-	"                 THEN to_jsonb(t) -> 'request_headers' END) AS h),"
+	"                 THEN to_jsonb(t) -> 'request_headers' END) AS h"
+	"         WHERE jsonb_typeof(h.value) = 'string'),"
 	"       CASE WHEN jsonb_typeof(to_jsonb(t) -> 'request_headers') NOT IN ('object', 'null')"
-	"            THEN 'request_headers is not a JSON object' END"
+	"            THEN 'request_headers is not a JSON object'"
+	"            WHEN EXISTS (SELECT FROM jsonb_each("
+	"              CASE WHEN jsonb_typeof(to_jsonb(t) -> 'request_headers') = 'object'"
+	"                   THEN to_jsonb(t) -> 'request_headers' END) AS h"
+	"              WHERE jsonb_typeof(h.value) <> 'string')"
+	"            THEN 'a request header is not a string' END"
 	"  FROM gridha.targets t",
 	0, {InvalidOid}
 };
@@ -271,10 +278,17 @@ gridha_targets_refresh(void)
 	if (targets_loaded_gen == targets_gen)
 		return;
 
-	/* an invalidation that arrives while we read marks the result stale */
+	/*
+	 * An invalidation that arrives while we read marks the result stale.
+	 * The rows are read with a snapshot taken now, not the statement's: an
+	 * invalidation this transaction took in after its snapshot would
+	 * otherwise leave the rows it announced unseen until the next change.
+	 */
 	gen = targets_gen;
 	targets_relid = get_relname_relid("targets", get_namespace_oid("gridha", false));
+	PushActiveSnapshot(GetLatestSnapshot());
 	gridha_exec(&targets_load_stmt, NULL, NULL, true);
+	PopActiveSnapshot();
 
 	MemoryContextReset(targets_cxt);
 	old = MemoryContextSwitchTo(targets_cxt);
@@ -323,7 +337,7 @@ gridha_targets_refresh(void)
 							  &elems, &nulls, &t->n_headers);
 			t->headers = palloc(sizeof(char *) * Max(t->n_headers, 1));
 			for (k = 0; k < t->n_headers; k++)
-				t->headers[k] = TextDatumGetCString(elems[k]);
+				t->headers[k] = nulls[k] ? "" : TextDatumGetCString(elems[k]);
 		}
 		header_problem = targets_text_col(tup, desc, 9);
 		targets_judge(t);

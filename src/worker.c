@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "access/xact.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -147,6 +148,7 @@ worker_sigterm(SIGNAL_ARGS)
 	int			save_errno = errno;
 
 	worker_got_sigterm = true;
+	gridha_submit_stopping = true;
 	if (gridha_submit_in_step)
 	{
 		QueryCancelPending = true;
@@ -224,7 +226,10 @@ worker_wait_for_extension(void)
  * worker_register_instance: makes this worker's instance row (kind worker).
  * With fresh, a start id that already has a row belongs to an earlier run
  * of this worker, which crashed: this run is a new instance with a new id.
- * Without it (the extension was created again) the id is kept.
+ * Without it (the extension was created again) the id is kept. The row is
+ * written as the bootstrap superuser (gridha.worker_role may not write
+ * gridha.instances); it has no owner until the worker first acts as the
+ * instance, which makes the worker role its owner.
  */
 static void
 worker_register_instance(pg_uuid_t *id, const char *label, bool fresh)
@@ -234,6 +239,8 @@ worker_register_instance(pg_uuid_t *id, const char *label, bool fresh)
 		" VALUES ($1, $2, 'worker') ON CONFLICT (instance_id) DO NOTHING";
 	Oid			types[2] = {UUIDOID, TEXTOID};
 	bool		done = false;
+	Oid			save_userid;
+	int			save_sec;
 
 	while (!done)
 	{
@@ -245,8 +252,11 @@ worker_register_instance(pg_uuid_t *id, const char *label, bool fresh)
 		PushActiveSnapshot(GetTransactionSnapshot());
 		args[0] = UUIDPGetDatum(id);
 		args[1] = CStringGetTextDatum(label);
+		GetUserIdAndSecContext(&save_userid, &save_sec);
+		SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, save_sec | SECURITY_LOCAL_USERID_CHANGE);
 		if (SPI_execute_with_args(sql, 2, types, args, NULL, false, 0) != SPI_OK_INSERT)
 			elog(ERROR, "gridha: could not register the worker instance");
+		SetUserIdAndSecContext(save_userid, save_sec);
 		done = SPI_processed == 1 || !fresh;
 		SPI_finish();
 		PopActiveSnapshot();
@@ -258,8 +268,9 @@ worker_register_instance(pg_uuid_t *id, const char *label, bool fresh)
 }
 
 /*
- * worker_release: hands back the claims at shutdown. A failure is logged;
- * the claims then expire as usual.
+ * worker_release: hands back the claims at shutdown, waiting for a row lock
+ * only briefly (gridha_submit_bound_lock_wait). A failure is logged; the
+ * claims then expire as usual.
  */
 static void
 worker_release(pg_uuid_t *id)
@@ -273,6 +284,7 @@ worker_release(pg_uuid_t *id)
 	{
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
+		gridha_submit_bound_lock_wait();
 		SPI_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		args[0] = UUIDPGetDatum(id);
