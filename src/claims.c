@@ -319,13 +319,15 @@ static GridhaStatement claims_anything_stmt = {
 
 /*
  * Handing back idle claims (surplus, or asked to shed): idle services
- * first, then those that waited least; the count and the shed request of
- * the instance follow in the same statement.
+ * first, then those that waited least, never those of the targets in $3
+ * (services only this instance can serve); the count and the shed request
+ * of the instance follow in the same statement.
  */
 static GridhaStatement claims_shed_stmt = {
 	"WITH r AS ("
 	"  SELECT c.service_id FROM gridha.service_claims c"
 	"   WHERE c.claimant = $1 AND NOT c.in_flight"
+	"     AND ($3::text[] IS NULL OR c.target <> ALL ($3::text[]))"
 	"   ORDER BY c.ready_at DESC NULLS FIRST"
 	"   LIMIT $2"
 	"   FOR UPDATE SKIP LOCKED"
@@ -338,7 +340,7 @@ static GridhaStatement claims_shed_stmt = {
 	" UPDATE gridha.instances i SET held = greatest(i.held - n.n, 0), shed = 0"
 	"   FROM n WHERE i.instance_id = $1"
 	" RETURNING n.n",
-	2, {UUIDOID, INT8OID}
+	3, {UUIDOID, INT8OID, TEXTARRAYOID}
 };
 
 /* A request to shed, to instances above their share (never waited for) */
@@ -763,21 +765,26 @@ claims_ask_shed(Datum instance_id, ClaimsLive *live, int64 floor, int64 missing)
 
 /*
  * claims_shed: hands back up to n idle claims of this instance (no batch
- * in flight), and forgets any request to shed. Returns how many.
+ * in flight), none of the targets in exclusive (a text[], 0: none; SQL 1.1
+ * and later), and forgets any request to shed. Returns how many.
  */
 static int
-claims_shed(Datum instance_id, const GridhaInstance *inst, int64 n)
+claims_shed(Datum instance_id, const GridhaInstance *inst, int64 n, Datum exclusive)
 {
-	Datum		args[2];
+	Datum		args[3];
+	char		nulls[4] = "   ";
 
 	args[0] = instance_id;
 	args[1] = Int64GetDatum(n);
+	args[2] = exclusive;
+	if (exclusive == (Datum) 0)
+		nulls[2] = 'n';
 	if (!inst->leased)
 	{
 		gridha_exec(&claims_v10_surplus_stmt, args, NULL, false);
 		return (int) SPI_processed;
 	}
-	gridha_exec(&claims_shed_stmt, args, NULL, false);
+	gridha_exec(&claims_shed_stmt, args, nulls, false);
 	return SPI_processed > 0 ? (int) gridha_col_int64(0, 1) : 0;
 }
 
@@ -802,11 +809,18 @@ claims_servable(const GridhaInstance *inst)
  * services are shared among the live instances that can serve it, so the
  * shares add up to every service: none is left to an instance that cannot
  * serve it.
+ *
+ * *exclusive is set to the names (text[]) of the targets whose services
+ * no other live instance can serve, or to 0 when there are none: those
+ * services are this instance's whatever its share, and it never sheds
+ * them.
  */
 static void
 claims_share(const GridhaInstance *inst, Datum servable, const ClaimsLive *live,
-			 int64 *floor, int64 *ceiling)
+			 int64 *floor, int64 *ceiling, Datum *exclusive)
 {
+	Datum	   *names = NULL;
+	int			nnames = 0;
 	Datum		args[1];
 	char		nulls[2] = " ";
 	int64		services;
@@ -815,6 +829,7 @@ claims_share(const GridhaInstance *inst, Datum servable, const ClaimsLive *live,
 	uint64		i;
 	int			j;
 
+	*exclusive = (Datum) 0;
 	args[0] = servable;
 	if (servable == (Datum) 0)
 		nulls[0] = 'n';
@@ -833,6 +848,8 @@ claims_share(const GridhaInstance *inst, Datum servable, const ClaimsLive *live,
 
 	gridha_targets_refresh();
 	gridha_exec(&claims_services_by_target_stmt, args, nulls, true);
+	if (SPI_processed > 0)
+		names = palloc(sizeof(Datum) * SPI_processed);
 	for (i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
@@ -846,9 +863,13 @@ claims_share(const GridhaInstance *inst, Datum servable, const ClaimsLive *live,
 			for (j = 0; j < live->nabove; j++)
 				if (j != live->self_at && gridha_target_servable(t, live->above_serves[j]))
 					k++;
+			if (k == 1)
+				names[nnames++] = CStringGetTextDatum(t->name);
 		}
 		share += (double) gridha_col_int64(i, 2) / k;
 	}
+	if (nnames > 0)
+		*exclusive = gridha_text_array(names, nnames);
 	*floor = (int64) (share + 1e-6);
 	*ceiling = *floor + (share - *floor > 1e-6 ? 1 : 0);
 }
@@ -866,14 +887,15 @@ gridha_claims_shed_asked(Datum instance_id, const GridhaInstance *inst)
 	int64		floor;
 	int64		ceiling;
 	int64		n = inst->shed;
+	Datum		exclusive = (Datum) 0;
 
 	if (gridha_balance_claims)
 	{
 		claims_live(instance_id, false, &live);
-		claims_share(inst, claims_servable(inst), &live, &floor, &ceiling);
+		claims_share(inst, claims_servable(inst), &live, &floor, &ceiling, &exclusive);
 		n = Min(n, inst->held - floor);
 	}
-	return claims_shed(instance_id, inst, Max(n, 0));
+	return claims_shed(instance_id, inst, Max(n, 0), exclusive);
 }
 
 /*
@@ -1078,6 +1100,7 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	char		picknulls[6] = "     ";
 	ClaimsLive	live;
 	Datum		gone;
+	Datum		exclusive = (Datum) 0;
 	uint64		i;
 	uint64		nexpired;
 	SPITupleTable *expired;
@@ -1095,26 +1118,41 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	claims_known.probed_at = GetCurrentTimestamp();
 	claims_known.valid = true;
 	claims_known.floor = 0;
-	if (gridha_balance_claims)
-	{
-		int64		ceiling;
-
-		claims_share(inst, servable, &live, &floor, &ceiling);
-		claims_known.floor = floor;
-		if (held > ceiling)
-		{
-			(void) claims_shed(instance_id, inst, held - ceiling);
-			return 0;
-		}
-		limit = ceiling - held;
-	}
-
-	/* free claims first, then claims expired on their own */
 	gone = PointerGetDatum(construct_array(live.gone, live.ngone, UUIDOID, UUID_LEN, false,
 										   TYPALIGN_CHAR));
 	pickargs[0] = instance_id;
 	pickargs[1] = servable;
 	picknulls[1] = servable == (Datum) 0 ? 'n' : ' ';
+	if (gridha_balance_claims)
+	{
+		int64		ceiling;
+
+		claims_share(inst, servable, &live, &floor, &ceiling, &exclusive);
+		claims_known.floor = floor;
+
+		/*
+		 * Free services that only this instance can serve are taken
+		 * whatever its share; surplus is then shed from the others.
+		 */
+		if (exclusive != (Datum) 0)
+		{
+			pickargs[1] = exclusive;
+			picknulls[1] = ' ';
+			taken += claims_take(&claims_free_stmt, pickargs, picknulls, instance_id, gone,
+								 -1, rsinfo, &takes);
+			pickargs[1] = servable;
+			picknulls[1] = servable == (Datum) 0 ? 'n' : ' ';
+		}
+		if (held + taken > ceiling)
+		{
+			claims_count_moves(instance_id, takes);
+			(void) claims_shed(instance_id, inst, held + taken - ceiling, exclusive);
+			return taken;
+		}
+		limit = ceiling - held;
+	}
+
+	/* free claims first, then claims expired on their own */
 	taken += claims_take(&claims_free_stmt, pickargs, picknulls, instance_id, gone,
 						 limit < 0 ? -1 : limit - taken, rsinfo, &takes);
 	taken += claims_take(&claims_own_expiry_stmt, pickargs, picknulls, instance_id, gone,

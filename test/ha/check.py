@@ -478,8 +478,14 @@ class Checker:
                         cause = f["kind"]
                         break
             if cause is None:
+                # a restart between the two POSTs, or between the later
+                # POST's hand-out and that POST: its holder, reconnecting
+                # with backoff, may post after the server is back and the
+                # claim has moved on, even after the new holder's POST
+                h_d = handed.get((d.get("batch_id"), d.get("epoch"), d.get("attempt")), d["t"])
+                lo_r = min(lo, h_d - SLACK)
                 for f in restarts:
-                    if lo <= f.get("up", f["t_end"]) and f["t"] <= hi:
+                    if lo_r <= f.get("up", f["t_end"]) and f["t"] <= hi:
                         cause = "restart"
                         break
             if cause is None:

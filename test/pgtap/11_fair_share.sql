@@ -8,9 +8,11 @@
 --
 -- One transaction, rolled back.
 --
--- Instances: P holds everything at first, Q and R join.
+-- Instances: P holds everything at first, Q and R join. Then W, which
+-- serves every kind, and C, which serves URL targets only: services only W
+-- can serve are W's whatever its share, and W sheds the others instead.
 BEGIN;
-SELECT plan(12);
+SELECT plan(18);
 
 DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
@@ -74,6 +76,47 @@ SELECT results_eq(
              pg_temp.held(pg_temp.r()), pg_temp.held(pg_temp.q())$$,
     $$VALUES (4::bigint, 4::bigint, 4::bigint, 4::bigint)$$,
     'R takes the 4 on its next call: 4, 4 and 4');
+
+-- W serves every kind, C only URL targets. W, alone, holds all 6 URL
+-- services; C joins and asks W to shed; then 2 services of a function
+-- target arrive that only W can serve. W's share is now 3 URL + 2
+-- function services: it takes the 2 beyond its ceiling and sheds 3 URL
+-- services instead, so C's share is free for C and nothing is stranded.
+TRUNCATE gridha.batches, gridha.service_claims;
+DELETE FROM gridha.instances;
+CREATE FUNCTION pg_temp.fn_submit(service_id text, batch_id text, payload bytea, epoch bigint)
+RETURNS text LANGUAGE sql AS $$ SELECT 'accepted' $$;
+INSERT INTO gridha.targets (target, submit_url) VALUES ('fs-web', 'http://127.0.0.1:1/{service_id}/{batch_id}');
+INSERT INTO gridha.targets (target, submit_function) VALUES ('fs-db', 'pg_temp.fn_submit(text,text,bytea,bigint)');
+\o /dev/null
+SELECT gridha.enqueue(format('web-%s', i), 'b1', NULL, 'fs-web') FROM generate_series(1, 6) AS i;
+\o
+CREATE TEMP TABLE wc AS
+    SELECT gridha.register_instance('W') AS w, gridha.register_instance('C', '{submit_url,status_url}') AS c;
+CREATE FUNCTION pg_temp.w() RETURNS uuid LANGUAGE sql STABLE AS $$ SELECT w FROM wc $$;
+CREATE FUNCTION pg_temp.c() RETURNS uuid LANGUAGE sql STABLE AS $$ SELECT c FROM wc $$;
+UPDATE gridha.instances SET soft_expiry = NULL, hard_expiry = NULL WHERE instance_id = pg_temp.c();
+SELECT is((SELECT count(*) FROM gridha.acquire_claims(pg_temp.w())), 6::bigint, 'W, alone, takes the 6 URL services');
+SELECT is((SELECT count(*) FROM gridha.acquire_claims(pg_temp.c())), 0::bigint,
+          'C joins, finds nothing free and asks W to shed');
+SELECT gridha.renew_claims(pg_temp.c()) \g /dev/null
+\o /dev/null
+SELECT gridha.enqueue(format('db-%s', i), 'b1', NULL, 'fs-db') FROM generate_series(1, 2) AS i;
+\o
+SELECT is((SELECT count(*) FROM gridha.acquire_claims(pg_temp.w())), 2::bigint,
+          'W takes the 2 function services only it can serve, though it was at its ceiling');
+SELECT results_eq(
+    $$SELECT c.target, count(*) FROM gridha.service_claims c WHERE c.claimant = pg_temp.w()
+       GROUP BY 1 ORDER BY 1$$,
+    $$VALUES ('fs-db'::text, 2::bigint), ('fs-web', 3)$$,
+    'W keeps the 2 function services and sheds URL services down to its share of 3');
+SELECT is((SELECT count(*) FROM gridha.next_batches(pg_temp.c(), 10)), 3::bigint,
+          'C takes the 3 URL services W shed and hands out their heads');
+SELECT results_eq(
+    $$SELECT pg_temp.held(pg_temp.w()), pg_temp.held(pg_temp.c()),
+             (SELECT count(*) FROM gridha.service_claims WHERE claimant IS NULL)$$,
+    $$VALUES (5::bigint, 3::bigint, 0::bigint)$$,
+    'every service is held: W 5, C 3, none free');
 
 SELECT * FROM finish();
 ROLLBACK;
