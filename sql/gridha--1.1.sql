@@ -190,6 +190,24 @@ CREATE TABLE gridha.service_counts (
 COMMENT ON TABLE gridha.service_counts IS
 'how many services each target has, spread over a few rows (their sum is the count); kept by the triggers on gridha.service_claims, rebuilt from it on restore';
 
+/*
+ * The band of epochs of this cluster: each timeline T gives epochs from
+ * (band + T - 1) * 2^40 on. A row per cluster (system identifier), written
+ * by the first takeover there; band is the highest band of the epochs found
+ * then, so a database that arrived with epochs of later timelines (a
+ * restored pg_dump, pg_upgrade: timeline 1 again) starts above them. Never
+ * dumped: a restore is a new cluster's business.
+ */
+CREATE TABLE gridha.epoch_bands (
+    system_identifier bigint PRIMARY KEY,
+    band              bigint NOT NULL CHECK (band >= 0)
+);
+
+COMMENT ON TABLE gridha.epoch_bands IS
+'the band of epochs of each cluster this database ran on (by system identifier): timeline T gives epochs from (band + T - 1) * 2^40 on; written by the first takeover on a cluster, never dumped';
+
+REVOKE ALL ON gridha.epoch_bands FROM PUBLIC;
+
 CREATE FUNCTION gridha.service_claims_count()
 RETURNS trigger
 LANGUAGE plpgsql

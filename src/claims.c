@@ -51,6 +51,8 @@
 #include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -551,17 +553,72 @@ typedef struct ClaimsLive
 } ClaimsLive;
 
 /*
- * claims_epoch_base: the lowest epoch a take may give. Each new timeline
- * (a promoted standby, a point-in-time recovery) starts its epochs above
- * every epoch an earlier timeline can have given, so an epoch that a lost
- * timeline handed out is never handed out again.
+ * The band of this cluster (gridha.epoch_bands), $1 its system identifier.
+ * The first takeover on a cluster writes it: the highest band of the epochs
+ * there, so a database that arrived with epochs of a later timeline (a
+ * restored dump, pg_upgrade) starts its timelines above them. It reads
+ * every claim, once per cluster. Only a transaction holding the band lock
+ * (claims_epoch_base) writes the row, so a writer never waits on another's
+ * uncommitted row; one that cannot have the lock reads the same band from
+ * the claims and leaves the row to the other.
+ */
+static GridhaStatement claims_band_stmt = {
+	"SELECT band FROM gridha.epoch_bands WHERE system_identifier = $1",
+	1, {INT8OID}
+};
+
+static GridhaStatement claims_band_new_stmt = {
+	"INSERT INTO gridha.epoch_bands AS e (system_identifier, band)"
+	" SELECT $1, coalesce(max(c.epoch), 0) >> 40 FROM gridha.service_claims c"
+	" ON CONFLICT (system_identifier) DO UPDATE SET band = e.band"
+	" RETURNING e.band",
+	1, {INT8OID}
+};
+
+static GridhaStatement claims_band_of_claims_stmt = {
+	"SELECT coalesce(max(c.epoch), 0) >> 40 FROM gridha.service_claims c",
+	0, {InvalidOid}
+};
+
+/* the band of this cluster, once read (-1: not yet) */
+static int64 claims_band = -1;
+
+/*
+ * claims_epoch_base: the lowest epoch a take may give: (band + T - 1) *
+ * 2^40 on timeline T. Each new timeline (a promoted standby, a
+ * point-in-time recovery) starts its epochs above every epoch an earlier
+ * timeline of the cluster can have given, so an epoch that a lost timeline
+ * handed out is never handed out again; the band (see claims_band_stmt)
+ * does the same for the epochs a database brought from another cluster.
+ * A standby shares its primary's system identifier, so its band row too;
+ * were the row lost with the last commits of an asynchronous failover,
+ * the new primary writes it again from epochs at least as high.
  */
 static int64
 claims_epoch_base(void)
 {
 	TimeLineID	tli = GetWALInsertionTimeLine();
+	Datum		args[1];
+	LOCKTAG		tag;
 
-	return tli > 1 ? ((int64) (tli - 1)) << 40 : 0;
+	if (claims_band < 0)
+	{
+		args[0] = Int64GetDatum((int64) GetSystemIdentifier());
+		gridha_exec(&claims_band_stmt, args, NULL, true);
+		if (SPI_processed > 0)
+			claims_band = gridha_col_int64(0, 1);
+		else
+		{
+			/* the band lock, this transaction's, never waited for */
+			SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, GRIDHA_LOCK_CLASS, 0, 3);
+			if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+				gridha_exec(&claims_band_new_stmt, args, NULL, false);
+			else
+				gridha_exec(&claims_band_of_claims_stmt, NULL, NULL, true);
+			return (gridha_col_int64(0, 1) + (int64) tli - 1) << 40;
+		}
+	}
+	return (claims_band + (int64) tli - 1) << 40;
 }
 
 /*
