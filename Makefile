@@ -66,7 +66,7 @@ client/test_dlt_http: client/test_dlt_http.c $(CLIENT_SRCS)
 	$(CC) $(CLIENT_CFLAGS) -o $@ client/test_dlt_http.c src/dlt_http.c src/dlt_json.c \
 		$(CLIENT_PGLIBS) -lcurl
 
-.PHONY: test bench demo ha fuzz
+.PHONY: test bench demo ha fuzz soak
 
 test:
 	bash test/run.sh
@@ -76,6 +76,7 @@ bench:
 	bash test/bench/idseq.sh
 	bash test/bench/instructions.sh
 	bash test/bench/ordered.sh
+	bash test/bench/latency.sh
 	bash test/bench/scale.sh
 
 # A minute of gridha at work: three workers, a test ledger, a takeover.
@@ -99,10 +100,21 @@ ha:
 
 # The fuzzer, long version: FUZZ_SECONDS of generated hostile calls to every
 # SQL function from several sessions while two workers and the reference
-# client serve the same database (make fuzz FUZZ_SECONDS=3600); FUZZ_SEED=N
-# repeats the statements of a run (test/suites/60_fuzz.sh, test/fuzz).
+# client serve the same database (make fuzz FUZZ_SECONDS=3600; make test
+# runs 120 s of it); FUZZ_SEED=N repeats the statements of a run; FUZZ_KEEP=1
+# keeps the scripts, logs and a dump, FUZZ_AUDIT=1 records every change of
+# instances and claims (test/suites/60_fuzz.sh, test/fuzz).
 FUZZ_SECONDS ?= 300
 FUZZ_SEED ?=
 fuzz:
 	GRIDHA_ONLY=60_fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) \
 		GRIDHA_SUITE_TIMEOUT=$$(($(FUZZ_SECONDS) + 900)) bash test/run.sh
+
+# The soak at scale, long version: three workers, 100,000 services, a few
+# hundred busy, for SOAK_SECONDS (make test runs 120 s of it), with
+# autovacuum and pruning; sizes and lease ages every few seconds
+# (test/suites/42_scale_soak.sh).
+SOAK_SECONDS ?= 900
+soak:
+	GRIDHA_ONLY=42_scale_soak SCALE_SOAK_SECONDS=$(SOAK_SECONDS) \
+		GRIDHA_SUITE_TIMEOUT=$$(($(SOAK_SECONDS) + 900)) bash test/run.sh
