@@ -28,8 +28,19 @@ OIDs, transaction ids or storage details; this filter drops them:
   the "-- set missing value." and "-- For binary upgrade, set heap's
   relfrozenxid and relminmxid" comments of those lines
 
-and runs of blank lines become one. Reads the dump on stdin (or a file
-argument), writes the result on stdout.
+and runs of blank lines become one.
+
+It also puts objects of one table-scoped kind that share a name (every
+view's "_RETURN" rule, a trigger or constraint name used on two tables)
+in the order of their tables: pg_dump sorts objects by kind, schema and
+name, and then, before the releases of November 2025 (15.15, 16.11,
+17.7; so in the 16beta2 and 17beta2 builds CI tests with), by OID, the
+order they were created in. An upgraded database creates a view that a
+fresh install creates earlier, so the order of its "_RETURN" rule alone
+would make the two dumps differ. Only runs of adjacent entries of the
+same kind, schema and object name are reordered; their text is unchanged.
+
+Reads the dump on stdin (or a file argument), writes the result on stdout.
 """
 
 import re
@@ -49,8 +60,54 @@ DROP = re.compile(
 )
 
 
+# The header of a dump entry ("--", then this line, then "--").
+HEADER = re.compile(r"^-- Name: (?P<name>.*?); Type: (?P<type>.*?); Schema: (?P<schema>.*?);")
+
+# Kinds whose entry name is "TABLE NAME" while pg_dump sorts them by NAME
+# alone.
+TABLE_SCOPED = {"RULE", "TRIGGER", "POLICY", "CONSTRAINT", "FK CONSTRAINT"}
+
+
+def entries(lines):
+    """Split lines into the preamble and the blocks that start with a
+    framed comment ("--", "-- ...", "--"): (key, name, lines), key (type,
+    schema, object name) for an entry of a table-scoped kind, else None
+    (other entries, the closing "dump complete" comment)."""
+    starts = [i for i in range(len(lines) - 2)
+              if lines[i] == "--" and lines[i + 1].startswith("-- ")
+              and lines[i + 2] == "--"]
+    result = []
+    bounds = starts + [len(lines)]
+    for i, start in enumerate(starts):
+        m = HEADER.match(lines[start + 1])
+        key = None
+        if m and m.group("type") in TABLE_SCOPED and " " in m.group("name"):
+            key = (m.group("type"), m.group("schema"),
+                   m.group("name").split(" ", 1)[1])
+        result.append((key, m.group("name") if m else "", lines[start:bounds[i + 1]]))
+    return lines[:starts[0] if starts else len(lines)], result
+
+
+def order_same_names(lines):
+    """lines with each run of adjacent same-key entries sorted by their
+    names (table, then object); every other line where it was."""
+    preamble, items = entries(lines)
+    out = list(preamble)
+    i = 0
+    while i < len(items):
+        j = i + 1
+        if items[i][0] is not None:
+            while j < len(items) and items[j][0] == items[i][0]:
+                j += 1
+        for _key, _name, body in sorted(items[i:j], key=lambda e: e[1]):
+            out.extend(body)
+        i = j
+    return out
+
+
 def main(argv):
     src = open(argv[0], encoding="utf-8") if argv else sys.stdin
+    kept = []
     blank = False
     with src:
         for line in src:
@@ -63,7 +120,9 @@ def main(argv):
                 blank = True
             else:
                 blank = False
-            print(line)
+            kept.append(line)
+    for line in order_same_names(kept):
+        print(line)
     return 0
 
 
