@@ -22,10 +22,17 @@
 # for its statements (standard_ExecutorStart, inclusive).
 #
 # It counts the gridha that is installed (`make bench` installs the tree's
-# first); to compare two commits, `make install` each and run this script.
+# first). INSTR_BEFORE=<commit> counts that commit's gridha too, in the
+# same run: the commit (git archive of this repository) is built against a
+# private copy of the PostgreSQL installation (PG_CONFIG's binaries,
+# libraries, share and include directories copied under a scratch
+# directory, each at its own path, so that the copy finds its files
+# relative to its binaries), the same cycles are counted there, and the
+# table gives both, e.g. INSTR_BEFORE=11b521e (the last commit of 1.0).
 #
 # Environment (defaults in brackets): INSTR_N1 [100], INSTR_N2 [600],
-# INSTR_PORT [56360] (first port probed for the set-up cluster).
+# INSTR_PORT [56360] (first port probed for the set-up cluster),
+# INSTR_BEFORE [none] (a commit to compare with).
 set -eu -o pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -42,6 +49,53 @@ INSTANCE=00000000-0000-4000-8000-000000000001
 if ! command -v valgrind >/dev/null; then
 	gridha_log "installing valgrind"
 	gridha_apt_install valgrind
+fi
+
+# relocated_copy DEST: a copy of the installation PG_CONFIG names under
+# DEST (each directory at DEST/<its path>); prints the copy's pg_config.
+# gridha is removed from the copy. The client library's directory is
+# linked, not copied.
+relocated_copy() {
+	local dest=$1 d libdir
+	for d in "$("$PG_CONFIG" --bindir)" "$("$PG_CONFIG" --pkglibdir)" "$("$PG_CONFIG" --sharedir)" \
+			"$("$PG_CONFIG" --includedir)" "$("$PG_CONFIG" --pkgincludedir)" "$("$PG_CONFIG" --includedir-server)"; do
+		[ -e "$dest$d" ] && continue
+		mkdir -p "$(dirname "$dest$d")"
+		cp -a "$d" "$dest$d"
+	done
+	libdir=$("$PG_CONFIG" --libdir)
+	if [ ! -e "$dest$libdir" ]; then
+		mkdir -p "$(dirname "$dest$libdir")"
+		ln -s "$libdir" "$dest$libdir"
+	fi
+	rm -f "$dest$("$PG_CONFIG" --pkglibdir)"/gridha.so "$dest$("$PG_CONFIG" --sharedir)"/extension/gridha[.-]*
+	echo "$dest$("$PG_CONFIG" --bindir)/pg_config"
+}
+
+# The earlier commit: built and installed into a copy, then counted by this
+# same script run there (INSTR_NESTED: print the figures only).
+if [ -n "${INSTR_BEFORE:-}" ] && [ -z "${INSTR_NESTED:-}" ]; then
+	BEFORE_DIR=$(mktemp -d /tmp/gridha-instr-before.XXXXXX)
+	chmod 755 "$BEFORE_DIR"	# the server's owner runs the copy's binaries
+	# shellcheck disable=SC2317 # called by the EXIT trap
+	before_cleanup() {
+		[ "${GRIDHA_KEEP_TMP:-0}" = 1 ] || rm -rf "$BEFORE_DIR"
+	}
+	trap before_cleanup EXIT
+	before_rev=$(git -C "$ROOT" rev-parse --short "$INSTR_BEFORE^{commit}") ||
+		{ gridha_log "INSTR_BEFORE: no commit $INSTR_BEFORE"; exit 1; }
+	gridha_log "building $before_rev into a copy of $("$PG_CONFIG" --bindir) under $BEFORE_DIR"
+	before_config=$(relocated_copy "$BEFORE_DIR/pg")
+	mkdir "$BEFORE_DIR/src"
+	git -C "$ROOT" archive "$before_rev" | tar -x -C "$BEFORE_DIR/src"
+	(cd "$BEFORE_DIR/src" && make -s PG_CONFIG="$before_config" >/dev/null 2>&1 &&
+		make -s PG_CONFIG="$before_config" install >/dev/null 2>&1) ||
+		{ gridha_log "INSTR_BEFORE: $before_rev does not build"; exit 1; }
+	before_figures=$(INSTR_NESTED=1 PG_CONFIG=$before_config INSTR_PORT=$((GRIDHA_BASE_PORT + 20)) \
+		bash "${BASH_SOURCE[0]}")
+	read -r bg bgs bb bbs <<<"$before_figures"
+	before_cleanup
+	trap - EXIT
 fi
 
 # shellcheck disable=SC2317 # called by the EXIT trap
@@ -111,6 +165,7 @@ VACUUM ANALYZE;
 SQL
 # Warm both paths once (the instance registers, takes its claims).
 gridha_psql -d "$DB" -c "CALL gridha_cycles(10)" -c "CALL bare_cycles(10)" -c "CHECKPOINT"
+EXTVERSION=$(gridha_psql -d "$DB" -c "SELECT extversion FROM pg_extension WHERE extname = 'gridha'")
 gridha_cluster_stop
 
 # count PROC N: "total executor-start" instructions of one single-user
@@ -139,9 +194,20 @@ per_cycle() {
 		'BEGIN { printf "%d %.0f\n", (t2 - t1) / n, 100 * (s2 - s1) / (t2 - t1) }'
 }
 
-gridha_log "instructions per batch (callgrind, one backend, $N1 and $N2 cycles)"
+gridha_log "instructions per batch (callgrind, one backend, $N1 and $N2 cycles), gridha $EXTVERSION of $PG_BINDIR"
 read -r g gs < <(per_cycle gridha_cycles)
 read -r b bs < <(per_cycle bare_cycles)
-printf '%-44s %12d instructions, %2d%% starting the executor\n' "gridha cycle (3 steps, each committed)" "$g" "$gs"
-printf '%-44s %12d instructions, %2d%% starting the executor\n' "bare cycle (3 steps, each committed)" "$b" "$bs"
-printf '%-44s %12s\n' "ratio bare / gridha" "$(awk -v a="$b" -v g="$g" 'BEGIN { printf "%.2f", a / g }')"
+if [ -n "${INSTR_NESTED:-}" ]; then
+	echo "$g $gs $b $bs"
+	exit 0
+fi
+if [ -n "${before_rev:-}" ]; then
+	printf '%-50s %12d instructions, %2d%% starting the executor\n' "gridha cycle, $before_rev (3 steps, each committed)" "$bg" "$bgs"
+	printf '%-50s %12d instructions, %2d%% starting the executor\n' "bare cycle, beside $before_rev" "$bb" "$bbs"
+fi
+printf '%-50s %12d instructions, %2d%% starting the executor\n' "gridha cycle (3 steps, each committed)" "$g" "$gs"
+printf '%-50s %12d instructions, %2d%% starting the executor\n' "bare cycle (3 steps, each committed)" "$b" "$bs"
+printf '%-50s %12s\n' "ratio bare / gridha" "$(awk -v a="$b" -v g="$g" 'BEGIN { printf "%.2f", a / g }')"
+if [ -n "${before_rev:-}" ]; then
+	printf '%-50s %12s\n' "ratio gridha now / gridha $before_rev" "$(awk -v a="$g" -v o="$bg" 'BEGIN { printf "%.3f", a / o }')"
+fi

@@ -68,6 +68,7 @@
 #   BENCH_SCALE [1]      run the scale comparison (c)
 #   BENCH_PORT [55443]   first port probed
 #   BENCH_KEEP [0]       1: keep the cluster's directory (logs) at exit
+#   PG_CONFIG [/usr/lib/postgresql/15/bin/pg_config]  the PostgreSQL to use
 
 set -eu -o pipefail
 
@@ -98,7 +99,6 @@ TARGET_SCALE=0.75
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-PG_BINDIR=/usr/lib/postgresql/15/bin
 
 # Settings from the caller's environment must not leak into the runs.
 unset PGDATABASE PGOPTIONS PGPASSWORD PGSERVICE PGSSLMODE PGHOST PGPORT PGUSER
@@ -112,7 +112,8 @@ die() {
 	exit 1
 }
 
-# gridha_as_pg, gridha_missing_packages, gridha_apt_install, gridha_free_port
+# gridha_as_pg, gridha_missing_packages, gridha_apt_install, gridha_free_port;
+# PG_CONFIG (default Debian's 15) and its PG_BINDIR
 # shellcheck source=../lib.sh
 . "$ROOT/test/lib.sh"
 
@@ -129,7 +130,7 @@ install_missing_packages() {
 		gridha_apt_install $need || die "apt-get could not install ${need% }"
 	fi
 	if [ "$BENCH_PROFILE" = 1 ] &&
-			[ ! -f "$("$PG_BINDIR/pg_config" --pkglibdir)/pg_stat_statements.so" ]; then
+			[ ! -f "$("$PG_CONFIG" --pkglibdir)/pg_stat_statements.so" ]; then
 		log "pg_stat_statements is not installed: skipping the profile"
 		BENCH_PROFILE=0
 	fi
@@ -137,8 +138,8 @@ install_missing_packages() {
 
 build_extension() {
 	log "building and installing gridha"
-	(cd "$ROOT" && make -s PG_CONFIG="$PG_BINDIR/pg_config" >/dev/null &&
-		make -s PG_CONFIG="$PG_BINDIR/pg_config" install >/dev/null) ||
+	(cd "$ROOT" && make -s PG_CONFIG="$PG_CONFIG" >/dev/null &&
+		make -s PG_CONFIG="$PG_CONFIG" install >/dev/null) ||
 		die "make && make install failed"
 }
 
