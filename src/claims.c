@@ -280,10 +280,20 @@ static GridhaStatement claims_live_stmt = {
 
 /*
  * Expired leases still holding claims, the oldest first (a count that is
- * wrong, a claimant set by hand, is not trusted to say "nothing held").
+ * wrong, a claimant set by hand, is not trusted to say "nothing held"),
+ * whether each is hard-expired, and whether it may have anything to take:
+ * not when, before its hard expiry, every claim it holds has its head
+ * submitting. That is counted through the index of the claims in flight;
+ * the claimant index would walk the entries of every claim that moved away
+ * (a hung instance keeps its submitting claims until hard expiry, and every
+ * survivor asks on each acquisition meanwhile).
  */
 static GridhaStatement claims_expired_stmt = {
-	"SELECT i.instance_id, i.hard_expiry <= now() FROM gridha.instances i"
+	"SELECT i.instance_id, i.hard_expiry <= now(),"
+	"       i.hard_expiry <= now() OR i.held = 0"
+	"       OR i.held > (SELECT count(*) FROM gridha.service_claims c"
+	"                     WHERE c.claimant = i.instance_id AND " CLAIMS_HEAD_SUBMITTING("c") ")"
+	"  FROM gridha.instances i"
 	" WHERE i.soft_expiry <= now()"
 	"   AND (i.held > 0 OR EXISTS (SELECT 1 FROM gridha.service_claims c"
 	"                               WHERE c.claimant = i.instance_id))"
@@ -1230,6 +1240,10 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 		pickargs[3] = datumCopy(SPI_getbinval(expired->vals[i], expired->tupdesc, 1, &isnull),
 								false, UUID_LEN);
 		pickargs[4] = SPI_getbinval(expired->vals[i], expired->tupdesc, 2, &isnull);
+		if (isnull)
+			pickargs[4] = BoolGetDatum(false);
+		if (!DatumGetBool(SPI_getbinval(expired->vals[i], expired->tupdesc, 3, &isnull)) && !isnull)
+			continue;
 		taken += claims_take(&claims_of_stmt, pickargs, picknulls, instance_id, gone,
 							 limit < 0 ? -1 : limit - taken, rsinfo, &takes);
 	}
