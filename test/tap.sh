@@ -37,6 +37,28 @@ diag() {
 	sed 's/^/# /'
 }
 
+# suite_stop_pids: sends TERM to every process in the suite's PIDS, then
+# waits for each (for a suite's EXIT trap).
+suite_stop_pids() {
+	local p
+	for p in "${PIDS[@]}"; do
+		kill -TERM "$p" 2>/dev/null
+	done
+	for p in "${PIDS[@]}"; do
+		wait "$p" 2>/dev/null
+	done
+}
+
+# suite_restore_cluster: when the suite restarted the cluster with settings
+# of its own (RESTARTED=1), restarts it with the phase 2 settings.
+suite_restore_cluster() {
+	if [ "${RESTARTED:-0}" = 1 ]; then
+		# shellcheck disable=SC2086 # the options are words
+		gridha_cluster_restart $SUITE_CLUSTER_OPTS >/dev/null 2>&1 ||
+			echo "# could not restart the cluster with the phase 2 settings" >&2
+	fi
+}
+
 wait_until() {
 	local deadline=$((SECONDS + $1))
 	shift

@@ -156,19 +156,9 @@ same_files() {
 }
 
 cleanup() {
-	local p
-	for p in "${PIDS[@]}"; do
-		kill -TERM "$p" 2>/dev/null
-	done
-	for p in "${PIDS[@]}"; do
-		wait "$p" 2>/dev/null
-	done
+	suite_stop_pids
 	c2_cleanup
-	if [ "$RESTARTED" = 1 ]; then
-		# shellcheck disable=SC2086 # the options are words
-		gridha_cluster_restart $SUITE_CLUSTER_OPTS >/dev/null 2>&1 ||
-			echo "# could not restart the cluster with the phase 2 settings" >&2
-	fi
+	suite_restore_cluster
 	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1
 }
 trap cleanup EXIT

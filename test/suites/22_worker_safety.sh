@@ -198,11 +198,7 @@ cleanup() {
 		while read -r gid; do
 			psql -X -q -d "$DB" -c "ROLLBACK PREPARED '$gid'" >/dev/null 2>&1
 		done
-	if [ "$RESTARTED" = 1 ]; then
-		# shellcheck disable=SC2086 # the options are words
-		gridha_cluster_restart $SUITE_CLUSTER_OPTS >/dev/null 2>&1 ||
-			echo "# could not restart the cluster with the phase 2 settings" >&2
-	fi
+	suite_restore_cluster
 	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1
 	psql -X -q -d postgres -c "DROP ROLE IF EXISTS $WROLE" -c "DROP ROLE IF EXISTS $PROLE" \
 		-c "DROP ROLE IF EXISTS $EVIL" >/dev/null 2>&1
