@@ -184,16 +184,11 @@ hold_close() {
 }
 
 cleanup() {
-	local p h
+	local h
 	for h in "${HOLDS[@]}"; do
 		hold_close "$h"
 	done
-	for p in "${PIDS[@]}"; do
-		kill -TERM "$p" 2>/dev/null
-	done
-	for p in "${PIDS[@]}"; do
-		wait "$p" 2>/dev/null
-	done
+	suite_stop_pids
 	psql -X -q -A -t -d "$DB" -c "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()" 2>/dev/null |
 		while read -r gid; do
 			psql -X -q -d "$DB" -c "ROLLBACK PREPARED '$gid'" >/dev/null 2>&1
