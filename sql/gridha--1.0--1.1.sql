@@ -10,6 +10,54 @@
 \echo Use "ALTER EXTENSION gridha UPDATE TO '1.1'" to load this file. \quit
 
 -- ---------------------------------------------------------------------------
+-- First, every table and view of gridha, locked at once
+-- ---------------------------------------------------------------------------
+--
+-- The statements below lock one table after another. Workers and clients
+-- keep running through an upgrade, and a transaction of theirs that holds
+-- a table this script has not reached yet and then wants one it already
+-- holds would close a deadlock, which the upgrade would usually lose. So
+-- everything is locked before anything changes, one attempt at a time:
+-- each wait for a lock ends after a short timeout (below deadlock_timeout,
+-- so the upgrade is never in a deadlock long enough to be picked as its
+-- victim), an attempt that runs out releases what it took, and the next
+-- one starts shortly after. Once every lock is held, the rest runs without
+-- waiting. The caller's lock_timeout, when set, bounds the whole wait;
+-- statement_timeout and a cancel stop it as any statement.
+
+DO $lock$
+DECLARE
+    rels       text;
+    caller_ms  integer := (SELECT setting::integer FROM pg_catalog.pg_settings WHERE name = 'lock_timeout');
+    attempt_ms integer := (SELECT least(200, greatest(10, setting::integer / 2))
+                             FROM pg_catalog.pg_settings WHERE name = 'deadlock_timeout');
+    started    timestamptz := pg_catalog.clock_timestamp();
+    attempts   integer := 0;
+BEGIN
+    SELECT pg_catalog.string_agg(c.oid::pg_catalog.regclass::text, ', ' ORDER BY c.oid)
+      INTO rels
+      FROM pg_catalog.pg_class c
+     WHERE c.relnamespace = 'gridha'::pg_catalog.regnamespace AND c.relkind IN ('r', 'v');
+    PERFORM pg_catalog.set_config('lock_timeout', attempt_ms || 'ms', true);
+    LOOP
+        attempts := attempts + 1;
+        BEGIN
+            EXECUTE 'LOCK TABLE ' || rels || ' IN ACCESS EXCLUSIVE MODE';
+            EXIT;
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            IF caller_ms > 0 AND pg_catalog.clock_timestamp() - started >= caller_ms * interval '1 ms' THEN
+                RAISE EXCEPTION 'could not lock the tables of gridha within lock_timeout (% attempts)', attempts
+                    USING ERRCODE = 'lock_not_available',
+                          HINT = 'Transactions that use gridha''s tables held them all along; retry, or raise lock_timeout.';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(pg_catalog.random() * 0.05);
+        END;
+    END LOOP;
+    PERFORM pg_catalog.set_config('lock_timeout', caller_ms || 'ms', true);
+END
+$lock$;
+
+-- ---------------------------------------------------------------------------
 -- Targets: the HTTP answers that end a batch, and the target's own headers
 -- ---------------------------------------------------------------------------
 

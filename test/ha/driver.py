@@ -449,22 +449,27 @@ class Driver:
         self.fault("term-worker", t0, victim=iid, pid=pid, held=held)
 
     def stop_worker(self):
+        """stop_worker: SIGSTOP a worker caught submitting, the workers tried
+        in random order. Returns False when none was caught (nothing was
+        injected)."""
         ws = self.workers()
         if not ws:
             self.top_up_workers()
-            return
-        iid, pid, _ = self.rng.choice(ws)
-        # only while it submits (outside any transaction): a backend stopped
-        # inside one could hold locks everyone waits for
-        def is_mid():
-            return any(w[1] == pid and w[2] == "submitting" for w in self.workers())
-        mid = self.pause(pid, is_mid)
-        if not mid:
-            # never caught submitting: do not keep a backend stopped that may
-            # hold locks; count the attempt, not a fault
+            return False
+        self.rng.shuffle(ws)
+        for iid, pid, _ in ws:
+            # only while it submits (outside any transaction): a backend
+            # stopped inside one could hold locks everyone waits for
+            def is_mid(pid=pid):
+                return any(w[1] == pid and w[2] == "submitting" for w in self.workers())
+            if self.pause(pid, is_mid):
+                break
+            # never caught submitting: do not keep a backend stopped that
+            # may hold locks; try the next one
             self.resume(pid)
-            self.say("stop-worker: worker %d never caught submitting; skipped" % pid)
-            return
+            self.say("stop-worker: worker %d never caught submitting" % pid)
+        else:
+            return False
         t0 = now()
         row = self.psql("SELECT service_id, batch_id FROM gridha.workers WHERE pid = %d" % pid,
                         check=False) or ""
@@ -472,8 +477,9 @@ class Driver:
         time.sleep(self.a.stop_seconds)
         self.resume(pid)
         svc, _, batch = row.strip().partition("|")
-        self.fault("stop-worker", t0, victim=iid, pid=pid, held=held, mid_submission=mid,
+        self.fault("stop-worker", t0, victim=iid, pid=pid, held=held, mid_submission=True,
                    service=svc or None, batch=batch or None)
+        return True
 
     def fail_503(self):
         t0 = now()
@@ -606,6 +612,10 @@ class Driver:
                         rec["next_batch"]["message"], rec["workers"]))
 
     def inject(self, kind):
+        """inject: one fault of the kind. Returns False when it could not be
+        injected this time (stop-worker caught no worker submitting)."""
+        if kind == "stop-worker":
+            return self.stop_worker()
         if kind == "kill9-off":
             self.kill9(False)
         elif kind == "kill9-on":
@@ -614,8 +624,6 @@ class Driver:
             self.stop_client()
         elif kind == "term-worker":
             self.term_worker()
-        elif kind == "stop-worker":
-            self.stop_worker()
         elif kind == "503":
             self.fail_503()
         elif kind == "stall":
@@ -624,6 +632,7 @@ class Driver:
             self.restart()
         elif kind in DB_CHANGES:
             self.change_primary(kind)
+        return True
 
     # --- the run ------------------------------------------------------------
 
@@ -652,8 +661,12 @@ class Driver:
         self.producer.start()
         time.sleep(self.a.warmup)
 
+        # one round of every kind first; a kind that could not be injected
+        # goes to the end of the round again (three more tries at most)
         first = list(self.kinds)
         self.rng.shuffle(first)
+        retries = {k: 3 for k in self.kinds}
+        injected = set()
         t_end = now() + self.a.duration
         n = 0
         while True:
@@ -666,7 +679,11 @@ class Driver:
             n += 1
             if n > 10000:           # bounded, whatever the duration
                 break
-            self.inject(kind)
+            if self.inject(kind):
+                injected.add(kind)
+            elif kind not in injected and retries[kind] > 0:
+                retries[kind] -= 1
+                first.append(kind)
             # a quiet gap, so that failover and recovery show
             time.sleep(self.rng.uniform(self.a.gap, self.a.gap * 1.5))
 

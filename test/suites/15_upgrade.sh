@@ -40,6 +40,14 @@
 #               members by name and aclitems, the member list
 #               (test/dba/extension_catalog.sql); and a self-test: a comment
 #               planted in the fresh copy makes the comparison fail
+#   g. locks    in a third 1.0 database: a transaction that reads
+#               gridha.instances, waits until the upgrade waits for a lock
+#               and then reads gridha.targets (which the upgrade changes
+#               first) commits, and so does the upgrade (the 1.0 -> 1.1
+#               script of before lost that deadlock); with the caller's
+#               lock_timeout of 1 s against a transaction that holds
+#               gridha.instances, the upgrade fails with 55P03 and leaves
+#               the database on 1.0
 #   d. suites   pg_regress (the Makefile's REGRESS list, sql/ and expected/)
 #               with --use-existing and pg_prove over test/pgtap/*.sql, both
 #               in the upgraded database; one TAP line per regress test and
@@ -116,7 +124,7 @@ cleanup() {
 		echo "# kept the databases $DB and $FRESH (GRIDHA_KEEP=1)"
 	else
 		psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB" \
-			-c "DROP DATABASE IF EXISTS $FRESH" >/dev/null 2>&1
+			-c "DROP DATABASE IF EXISTS $FRESH" -c "DROP DATABASE IF EXISTS gridha_upgrade_locks" >/dev/null 2>&1
 	fi
 }
 trap cleanup EXIT
@@ -401,6 +409,89 @@ if schema_dump "$FRESH" "$WORK/planted.sql" &&
 else
 	not_ok "schema: the comparison catches a difference (a view comment planted in the fresh copy)"
 fi
+
+# ---------------------------------------------------------------------------
+# g. the upgrade's locks: a transaction that holds a table the upgrade
+#    locks late and then wants one it locks early goes on, and so does the
+#    upgrade (a plain script would deadlock there, and lose); the caller's
+#    lock_timeout bounds the upgrade's wait
+
+psql_locks() {
+	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$LOCKS" "$@"
+}
+
+# sql_is_in DB EXPECTED SQL: the query's output in DB is exactly EXPECTED.
+sql_is_in() {
+	[ "$(psql -X -q -A -t -d "$1" -c "$3" 2>/dev/null)" = "$2" ]
+}
+
+# hold_then_read SECONDS: in one transaction, read gridha.instances (which
+# the upgrade changes after gridha.targets, and locks after it), wait until
+# the upgrade waits for a lock (at most SECONDS), read gridha.targets and
+# commit.
+hold_then_read() {
+	psql_locks <<-EOF
+		BEGIN;
+		SELECT count(*) FROM gridha.instances;
+		DO \$\$
+		BEGIN
+		    FOR i IN 1 .. $1 * 20 LOOP
+		        EXIT WHEN EXISTS (SELECT 1 FROM pg_stat_activity
+		                           WHERE application_name = 'gridha_upgrade_locks' AND wait_event_type = 'Lock');
+		        PERFORM pg_sleep(0.05);
+		    END LOOP;
+		END
+		\$\$;
+		SELECT count(*) FROM gridha.targets;
+		COMMIT;
+	EOF
+}
+
+LOCKS=gridha_upgrade_locks
+psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $LOCKS" -c "CREATE DATABASE $LOCKS" >/dev/null &&
+	psql_locks -c "CREATE EXTENSION gridha VERSION '1.0'" >/dev/null
+check $? "locks: a database on 1.0 in $LOCKS"
+
+# The caller's lock_timeout (1 s) against a transaction that holds
+# gridha.instances for 4 s: the upgrade gives up, with 55P03, and nothing
+# changed.
+psql_locks -c "BEGIN; SELECT count(*) FROM gridha.instances; SELECT pg_sleep(4); COMMIT" >/dev/null 2>&1 &
+holder=$!
+PIDS+=("$holder")
+wait_until 20 sql_is_in "$LOCKS" "t" "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+	 WHERE c.relname = 'instances' AND l.pid <> pg_backend_pid() AND l.granted)"
+out=$(PGAPPNAME=gridha_upgrade_locks psql -X -q -A -t -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -d "$LOCKS" \
+	-c "SET lock_timeout = '1s'" -c "ALTER EXTENSION gridha UPDATE" 2>&1)
+rc=$?
+if [ "$rc" -ne 0 ] && grep -q "55P03.*could not lock the tables of gridha within lock_timeout" <<<"$out" &&
+	sql_is_in "$LOCKS" "1.0" "SELECT extversion FROM pg_extension WHERE extname = 'gridha'"; then
+	ok "locks: the caller's lock_timeout bounds the upgrade's wait (55P03, still 1.0)"
+else
+	not_ok "locks: the caller's lock_timeout bounds the upgrade's wait (55P03, still 1.0)"
+	echo "$out" | diag
+fi
+wait "$holder"
+
+hold_then_read 30 >"$WORK/locks-holder.out" 2>&1 &
+holder=$!
+PIDS+=("$holder")
+out=$(PGAPPNAME=gridha_upgrade_locks psql_locks -c "ALTER EXTENSION gridha UPDATE" 2>&1)
+rc=$?
+wait "$holder"
+holder_rc=$?
+if [ "$rc" -eq 0 ] && sql_is_in "$LOCKS" "1.1" "SELECT extversion FROM pg_extension WHERE extname = 'gridha'"; then
+	ok "locks: the upgrade waits out a transaction that holds a late table and wants an early one, and runs"
+else
+	not_ok "locks: the upgrade waits out a transaction that holds a late table and wants an early one, and runs"
+	echo "$out" | diag
+fi
+if [ "$holder_rc" -eq 0 ] && ! grep -q ERROR "$WORK/locks-holder.out"; then
+	ok "locks: ... and that transaction goes on and commits"
+else
+	not_ok "locks: ... and that transaction goes on and commits"
+	diag <"$WORK/locks-holder.out"
+fi
+psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $LOCKS" >/dev/null 2>&1
 
 # ---------------------------------------------------------------------------
 # d. pg_regress and pgTAP in the upgraded database
