@@ -4,7 +4,7 @@
 EXTENSION = gridha
 MODULE_big = gridha
 # Core: claims, hand-out, reports
-OBJS = src/gridha.o src/spi_util.o src/rows.o src/instances.o src/claims.o src/queue.o src/status.o
+OBJS = src/gridha.o src/spi_util.o src/rows.o src/instances.o src/counts.o src/claims.o src/queue.o src/status.o
 # HTTP submission to a ledger (libcurl), shared with client/gridha-client
 OBJS += src/dlt_http.o src/dlt_json.o
 # Background-worker instances
@@ -14,7 +14,7 @@ OBJS += src/leader.o src/idseq.o src/ratelimit.o
 DATA = sql/gridha--1.0.sql sql/gridha--1.1.sql sql/gridha--1.0--1.1.sql
 DOCS = README.md
 
-REGRESS = api claims lifecycle errors coordination plans
+REGRESS = api claims lifecycle errors coordination plans counts
 REGRESS_OPTS = --load-extension=gridha
 
 PG_CONFIG ?= $(shell test -x /usr/lib/postgresql/15/bin/pg_config && echo /usr/lib/postgresql/15/bin/pg_config || echo pg_config)

@@ -271,36 +271,12 @@ SELECT target, 0, count(*) FROM gridha.service_claims GROUP BY target;
 
 CREATE FUNCTION gridha.service_claims_count()
 RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, gridha
-AS $$
-DECLARE
-    my_shard integer := pg_backend_pid() % 8;
-BEGIN
-    IF TG_OP = 'TRUNCATE' THEN
-        DELETE FROM gridha.service_counts;
-        UPDATE gridha.instances SET held = 0, shed = 0 WHERE held <> 0 OR shed <> 0;
-        RETURN NULL;
-    END IF;
-    IF TG_OP = 'UPDATE' AND OLD.target IS NOT DISTINCT FROM NEW.target THEN
-        RETURN NULL;
-    END IF;
-    IF TG_OP IN ('UPDATE', 'DELETE') THEN
-        UPDATE gridha.service_counts SET services = services - 1
-         WHERE target = OLD.target AND shard = (SELECT min(c.shard) FROM gridha.service_counts c
-                                                 WHERE c.target = OLD.target AND c.services > 0);
-    END IF;
-    IF TG_OP IN ('UPDATE', 'INSERT') THEN
-        INSERT INTO gridha.service_counts AS c (target, shard, services)
-        VALUES (NEW.target, my_shard, 1)
-        ON CONFLICT (target, shard) DO UPDATE SET services = c.services + 1;
-    END IF;
-    RETURN NULL;
-END
-$$;
+AS 'MODULE_PATHNAME', 'gridha_service_claims_count'
+LANGUAGE C
+SET search_path = pg_catalog, gridha;
 
 COMMENT ON FUNCTION gridha.service_claims_count() IS
-'trigger: keeps gridha.service_counts as services are created, moved to another target and removed';
+'trigger: keeps gridha.service_counts as services are created, moved to another target and removed, written once per target at commit';
 
 CREATE TRIGGER service_claims_counted
     AFTER INSERT OR DELETE ON gridha.service_claims

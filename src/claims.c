@@ -60,6 +60,7 @@
 #include "utils/tuplestore.h"
 
 #include "claims.h"
+#include "counts.h"
 #include "gridha.h"
 #include "instances.h"
 #include "spi_util.h"
@@ -244,19 +245,27 @@ static GridhaStatement claims_clear_own_stmt = {
 	1, {UUIDOID}
 };
 
-/* How many services the instance can serve ($1 its targets; NULL: all) */
+/*
+ * How many services the instance can serve ($1 its targets; NULL: all),
+ * with what this transaction changed and has not written yet ($2 targets,
+ * $3 how many more; see counts.c)
+ */
+#define CLAIMS_COUNTS \
+	"(SELECT target, services FROM gridha.service_counts" \
+	" UNION ALL SELECT * FROM ROWS FROM (unnest($2::text[]), unnest($3::int8[]))) AS c (target, services)"
+
 static GridhaStatement claims_services_stmt = {
-	"SELECT coalesce(sum(services), 0)::int8 FROM gridha.service_counts"
+	"SELECT coalesce(sum(services), 0)::int8 FROM " CLAIMS_COUNTS
 	" WHERE $1::text[] IS NULL OR target = ANY ($1)",
-	1, {TEXTARRAYOID}
+	3, {TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID}
 };
 
 /* ... per target */
 static GridhaStatement claims_services_by_target_stmt = {
-	"SELECT target, sum(services)::int8 FROM gridha.service_counts"
+	"SELECT target, sum(services)::int8 FROM " CLAIMS_COUNTS
 	" WHERE $1::text[] IS NULL OR target = ANY ($1)"
 	" GROUP BY target",
-	1, {TEXTARRAYOID}
+	3, {TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID}
 };
 
 /*
@@ -891,8 +900,8 @@ claims_share(const GridhaInstance *inst, Datum servable, const ClaimsLive *live,
 {
 	Datum	   *names = NULL;
 	int			nnames = 0;
-	Datum		args[1];
-	char		nulls[2] = " ";
+	Datum		args[3];
+	char		nulls[4] = "   ";
 	int64		services;
 	bool		uniform = true;
 	double		share = 0;
@@ -901,6 +910,8 @@ claims_share(const GridhaInstance *inst, Datum servable, const ClaimsLive *live,
 
 	*exclusive = (Datum) 0;
 	args[0] = servable;
+	/* the services this transaction created or removed count too */
+	gridha_counts_unwritten(&args[1], &args[2]);
 	if (servable == (Datum) 0)
 		nulls[0] = 'n';
 	for (j = 0; j < live->nabove && uniform; j++)

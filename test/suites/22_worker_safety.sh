@@ -49,7 +49,9 @@
 #               share URL and function targets with balance on: all
 #               committed, the client never holds a function target's
 #               service
-#   reinstall   DROP EXTENSION / CREATE EXTENSION while the worker runs: it
+#   reinstall   DROP EXTENSION / CREATE EXTENSION while the worker runs
+#               (first in the transaction that created a service: it
+#               commits, and the counts start empty): it
 #               waits, then serves again as the same instance (kind worker)
 #   sigterm     stop_worker ends a worker waiting for a row lock, and one
 #               inside a 600 s target function (that batch reported
@@ -986,8 +988,22 @@ psql_db -c "SELECT pg_reload_conf()" >/dev/null
 
 step reinstall
 
+# A transaction that creates a service, then drops the extension and
+# creates it again, commits: the count of its new service (written at
+# commit, counts.c) has no table of its own left, and the new extension
+# counts nothing of the old one.
+psql_db -c "BEGIN" -c "SELECT gridha.enqueue('ri-gone', 'b1', '\\x01')" \
+	-c "SET LOCAL client_min_messages = warning" -c "DROP EXTENSION gridha" -c "CREATE EXTENSION gridha" \
+	-c "COMMIT" >/dev/null && gridha_setup
+check $? "reinstall: a transaction that creates a service, drops the extension and creates it again commits"
+sql_is 0 "SELECT count(*) FROM gridha.service_counts"
+check $? "reinstall: ... and the new extension's service counts are empty"
+
+# The same with the drop alone, the worker running: the extension is gone.
 mark=$(log_mark)
-psql_db -c "SET client_min_messages = warning" -c "DROP EXTENSION gridha" >/dev/null
+psql_db -c "BEGIN" -c "SELECT gridha.enqueue('ri-gone', 'b1', '\\x01')" \
+	-c "SET LOCAL client_min_messages = warning" -c "DROP EXTENSION gridha" -c "COMMIT" >/dev/null
+check $? "reinstall: a transaction that creates a service and drops the extension commits"
 wait_until 20 log_has "$mark" "gridha worker \"worker 1\" waits: the extension gridha is gone from database \"$DB\""
 check $? "reinstall: after DROP EXTENSION the worker logs that it waits for the extension"
 

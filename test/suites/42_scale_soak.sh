@@ -93,18 +93,11 @@ CREATE TABLE soak_enqueued (service_id text, batch_id text, pos bigserial);
 CREATE TABLE soak_epochs AS SELECT NULL::text AS service_id, NULL::bigint AS epoch LIMIT 0;
 
 SET gridha.balance_claims = off;
--- new services in transactions of 2,000: the count of a target's services
--- is one row a transaction updates once per new service (see the README)
-DO \$\$
-BEGIN
-    FOR k IN 0 .. ($IDLE - 1) / 2000 LOOP
-        INSERT INTO gridha.batches (service_id, batch_id, payload)
-        SELECT 'idle-' || lpad(i::text, 6, '0'), 'idle-' || lpad(i::text, 6, '0') || '-1', '\x00'
-          FROM generate_series(k * 2000 + 1, least((k + 1) * 2000, $IDLE)) AS i;
-        COMMIT;
-    END LOOP;
-END
-\$\$;
+-- every idle service in one statement (the counts are written once, at
+-- commit)
+INSERT INTO gridha.batches (service_id, batch_id, payload)
+SELECT 'idle-' || lpad(i::text, 6, '0'), 'idle-' || lpad(i::text, 6, '0') || '-1', '\x00'
+  FROM generate_series(1, $IDLE) AS i;
 SELECT count(*) FROM gridha.acquire_claims('00000000-0000-4000-9000-000000000042');
 DO \$\$
 DECLARE

@@ -1,0 +1,115 @@
+-- counts: gridha.service_counts follows the services (the sum of a
+-- target's rows is its number of services), written once per target at
+-- commit; subtransactions that roll back take their changes with them.
+\set A '''aaaaaaaa-0000-0000-0000-000000000001'''
+SET gridha.balance_claims = on;
+TRUNCATE gridha.batches, gridha.service_claims, gridha.instances;
+INSERT INTO gridha.targets (target) VALUES ('other');
+
+-- per target: what the count rows say, and the services there are
+CREATE FUNCTION pg_temp.counts() RETURNS TABLE (target text, counted bigint, services bigint)
+LANGUAGE sql AS $$
+    SELECT t.target,
+           coalesce((SELECT sum(c.services) FROM gridha.service_counts c WHERE c.target = t.target), 0)::bigint,
+           (SELECT count(*) FROM gridha.service_claims s WHERE s.target = t.target)
+      FROM gridha.targets t
+     ORDER BY 1
+$$;
+
+-- how many row writes service_counts had, as the statistics say
+CREATE FUNCTION pg_temp.count_row_writes() RETURNS bigint LANGUAGE sql AS $$
+    SELECT pg_stat_clear_snapshot();
+    SELECT n_tup_ins + n_tup_upd FROM pg_stat_user_tables WHERE relid = 'gridha.service_counts'::regclass
+$$;
+
+-- new services, one statement
+SELECT count(gridha.enqueue('s' || i, 'b1', '\x01')) FROM generate_series(1, 3) i;
+SELECT * FROM pg_temp.counts();
+
+-- a producer, which has no right on gridha.service_counts, creates
+-- services: the counts are written at its commit all the same
+SET ROLE gridha_producer;
+BEGIN;
+SELECT count(gridha.enqueue('p' || i, 'b1', '\x01')) FROM generate_series(1, 2) i;
+COMMIT;
+SELECT gridha.enqueue('p3', 'b1', '\x01');
+RESET ROLE;
+SELECT * FROM pg_temp.counts();
+
+-- 500 new services on two targets in one transaction: one row written per
+-- target (not one per service)
+SELECT pg_stat_force_next_flush();
+SELECT pg_temp.count_row_writes() AS writes_before \gset
+BEGIN;
+SELECT count(gridha.enqueue('m' || i, 'b1', '\x01', CASE WHEN i % 2 = 0 THEN 'default' ELSE 'other' END))
+  FROM generate_series(1, 500) i;
+COMMIT;
+SELECT pg_stat_force_next_flush();
+SELECT pg_temp.count_row_writes() - :writes_before AS count_row_writes;
+SELECT * FROM pg_temp.counts();
+
+-- a DO block that commits as it goes writes the counts at each COMMIT
+DO $$
+BEGIN
+    FOR k IN 1 .. 3 LOOP
+        PERFORM gridha.enqueue('d' || k, 'b1', '\x01', 'other');
+        COMMIT;
+    END LOOP;
+    PERFORM gridha.enqueue('d4', 'b1', '\x01', 'other');
+    ROLLBACK;
+END
+$$;
+SELECT * FROM pg_temp.counts();
+
+-- a savepoint rolled back takes its new service with it; a released one
+-- keeps it
+BEGIN;
+SAVEPOINT a;
+SELECT gridha.enqueue('x1', 'b1', '\x01');
+ROLLBACK TO a;
+SAVEPOINT b;
+SELECT gridha.enqueue('x2', 'b1', '\x01');
+RELEASE b;
+COMMIT;
+SELECT * FROM pg_temp.counts();
+
+-- a reader in the same transaction (the fair share of acquire_claims)
+-- counts what the transaction has not written yet: the only instance's
+-- share is all 511 services, y1 included, while the rows still say 510
+BEGIN;
+SELECT gridha.enqueue('y1', 'b1', '\x01');
+SAVEPOINT a;
+SELECT count(*) AS taken FROM gridha.acquire_claims(:A);
+SELECT sum(services) AS rows_say FROM gridha.service_counts;
+ROLLBACK TO a;
+COMMIT;
+SELECT * FROM pg_temp.counts();
+
+-- a service moved to another target, and services removed
+UPDATE gridha.service_claims SET target = 'other' WHERE service_id IN ('s1', 's2');
+DELETE FROM gridha.service_claims WHERE service_id IN ('s3', 'x2');
+SELECT * FROM pg_temp.counts();
+
+-- TRUNCATE inside a savepoint that rolls back leaves everything counted;
+-- a TRUNCATE that commits empties the counts, services created before it in
+-- the transaction too
+BEGIN;
+SELECT gridha.enqueue('z1', 'b1', '\x01');
+SAVEPOINT a;
+TRUNCATE gridha.batches, gridha.service_claims;
+ROLLBACK TO a;
+COMMIT;
+SELECT * FROM pg_temp.counts();
+BEGIN;
+SELECT gridha.enqueue('z2', 'b1', '\x01');
+TRUNCATE gridha.batches, gridha.service_claims;
+SELECT gridha.enqueue('z3', 'b1', '\x01', 'other');
+COMMIT;
+SELECT * FROM pg_temp.counts();
+SELECT count(*) AS held_rows FROM gridha.instances WHERE held <> 0;
+
+-- leave nothing queued behind (the upgrade suite runs pgTAP next, in the
+-- same database)
+TRUNCATE gridha.batches, gridha.service_claims, gridha.instances;
+DELETE FROM gridha.targets WHERE target = 'other';
+SELECT count(*) AS count_rows FROM gridha.service_counts;
