@@ -371,7 +371,8 @@ PG_FUNCTION_INFO_V1(gridha_service_claims_count);
  * gridha_service_claims_count: trigger on gridha.service_claims, after each
  * row inserted or deleted or whose target changed, and after a truncate.
  * A row adds to its target's delta; a truncate empties the counts and
- * every instance's held and shed, and forgets the deltas.
+ * every instance's held and shed, and the deltas made before it are not
+ * written (unless the truncate's subtransaction rolls back).
  */
 Datum
 gridha_service_claims_count(PG_FUNCTION_ARGS)

@@ -38,7 +38,7 @@ char	   *gridha_worker_role = NULL;
 int			gridha_naptime_ms = 1000;
 int			gridha_submit_timeout_ms = 15000;
 int			gridha_monitor_interval_ms = 500;
-int			gridha_worker_inflight = 16;
+int			gridha_worker_inflight = 64;
 int			gridha_worker_lock_timeout_ms = 5000;
 int			gridha_worker_statement_timeout_ms = 60000;
 int			gridha_status_url_max_length = 2048;
@@ -143,9 +143,9 @@ gridha_define_worker_gucs(void)
 
 	DefineCustomIntVariable("gridha.worker_inflight",
 							"How many POSTs one worker keeps in flight at once.",
-							"Still one batch per service: a worker needs as many ready services as this to fill it.",
+							"Still one batch per service: a worker needs as many ready services as this to fill it. Lower it for a ledger that cannot take that many requests at once.",
 							&gridha_worker_inflight,
-							16, 1, 1024,
+							64, 1, 1024,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 

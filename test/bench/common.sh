@@ -514,6 +514,7 @@ bench_prepare() {
 bench_timed() {
 	local kind=$1 db=$2 clients=$3 prefix=$4 pid cpu0 wal0 t0 left=1 out row
 	bench_wait_sessions "$db"
+	bench_profile_start "$db"
 	cpu0=$(server_cpu_ms)
 	wal0=$(wal_lsn)
 	out=$BENCH_SCRIPTS/$kind.out
@@ -550,6 +551,34 @@ bench_timed() {
 	RUN_RATE=$(awk -v n="$RUN_N" -v t="$RUN_SECS" 'BEGIN { if (t > 0) printf "%.0f", n / t; else print 0 }')
 	RUN_CPU=$((($(server_cpu_ms) - cpu0) * 1000 / (RUN_N > 0 ? RUN_N : 1)))
 	RUN_WAL=$(($(wal_diff "$wal0" "$(wal_lsn)") / (RUN_N > 0 ? RUN_N : 1)))
+	bench_profile_print "$db" "$kind, $clients clients"
+}
+
+# bench_profile_start DB, bench_profile_print DB LABEL: with BENCH_PROFILE=1
+# and pg_stat_statements loaded, each timed run is profiled: the counters
+# are reset before it (track = all, so the statements gridha runs inside
+# its functions count too) and the BENCH_PROFILE_TOP (8) statements that
+# took the most execution time are logged after it, with calls, the mean
+# and the time spent compiling them (JIT).
+bench_profile_start() {
+	[ "${BENCH_PROFILE:-0}" = 1 ] || return 0
+	q "$1" "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null 2>&1 || return 0
+	q postgres "ALTER SYSTEM SET pg_stat_statements.track = 'all'" -c "SELECT pg_reload_conf()" >/dev/null
+	q "$1" "SELECT pg_stat_statements_reset()" >/dev/null
+}
+
+bench_profile_print() {
+	[ "${BENCH_PROFILE:-0}" = 1 ] || return 0
+	gridha_log "  profile of $2 (pg_stat_statements, execution time):"
+	q "$1" "SELECT format('    %9s ms %8s calls %8s ms/call %7s ms JIT  %s', round(total_exec_time), calls,
+	                     round((total_exec_time / calls)::numeric, 3),
+	                     round(jit_generation_time + jit_inlining_time + jit_optimization_time + jit_emission_time),
+	                     left(regexp_replace(query, '\\s+', ' ', 'g'), 110))
+	          FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+	         ORDER BY total_exec_time DESC LIMIT ${BENCH_PROFILE_TOP:-8}" 2>&1 | while IFS= read -r line; do
+		gridha_log "$line"
+	done
+	q postgres "ALTER SYSTEM RESET pg_stat_statements.track" -c "SELECT pg_reload_conf()" >/dev/null
 }
 
 # bench_log_run LABEL: the log line of the last timed run.

@@ -33,7 +33,7 @@
 #
 # Environment (defaults in brackets):
 #   LAT_SERVICES [1000]    services        LAT_DEPTH [10]     batches each
-#   LAT_WORKERS [3]        workers         LAT_INFLIGHT [16 1] the cases:
+#   LAT_WORKERS [3]        workers         LAT_INFLIGHT [64 1] the cases:
 #                                          gridha.worker_inflight of each
 #   LAT_LATENCY [0.02]     ledger latency per POST and per status GET (s)
 #   LAT_COMMIT_DELAY [0.5] ledger commit delay (s)
@@ -47,7 +47,7 @@ set -eu -o pipefail
 LAT_SERVICES=${LAT_SERVICES:-1000}
 LAT_DEPTH=${LAT_DEPTH:-10}
 LAT_WORKERS=${LAT_WORKERS:-3}
-LAT_INFLIGHT=${LAT_INFLIGHT:-16 1}
+LAT_INFLIGHT=${LAT_INFLIGHT:-64 1}
 LAT_LATENCY=${LAT_LATENCY:-0.02}
 LAT_COMMIT_DELAY=${LAT_COMMIT_DELAY:-0.5}
 LAT_MONITOR_MS=${LAT_MONITOR_MS:-500}

@@ -88,6 +88,8 @@
 #   SCALE_POLL_SECONDS [5]   SCALE_TAKEOVER [50000]        SCALE_TAKEOVER_INFLIGHT [100]
 #   SCALE_TAKEOVER_CASES [a b]
 #   BENCH_IDLE_MS [10]       SCALE_PORT [56400]   GRIDHA_KEEP_TMP [0]
+#   BENCH_PROFILE [0]        1: after each timed run, the statements that
+#                            took the most time (test/bench/common.sh)
 set -eu -o pipefail
 
 SCALE_PARTS=${SCALE_PARTS:-rate latency many wal takeover}
