@@ -71,8 +71,14 @@
 #define SUBMIT_MONITOR_BATCHES	1000
 /* How often the worker asks which version of the SQL is installed */
 #define SUBMIT_VERSION_CHECK_MS	1000
-/* The longest lock wait of a stopping worker (see gridha_submit_bound_lock_wait) */
-#define SUBMIT_STOP_LOCK_TIMEOUT_MS 1000
+/*
+ * The longest lock wait of a stopping worker (see
+ * gridha_submit_bound_lock_wait): below deadlock_timeout's default (1 s),
+ * so a stopping worker gives a wait up before a deadlock check runs in it
+ * and never ends its life as a deadlock's victim; what it could not hand
+ * back is taken over when its session ends.
+ */
+#define SUBMIT_STOP_LOCK_TIMEOUT_MS 200
 
 volatile sig_atomic_t gridha_submit_in_step = false;
 volatile sig_atomic_t gridha_submit_stopping = false;
