@@ -70,6 +70,8 @@
 #define CLAIMS_EXPIRED_BATCH	64
 /* How often an instance asks the lock manager about others' sessions */
 #define CLAIMS_PROBE_EVERY_MS	1000
+/* How often an instance below its share that has work acquires anyway */
+#define CLAIMS_BELOW_SHARE_EVERY_MS	200
 
 /*
  * Services an instance may claim: those whose target it can serve ($2,
@@ -1106,6 +1108,24 @@ claims_nothing_to_take(Datum instance_id, const GridhaInstance *inst, Datum serv
 		nulls[0] = 'n';
 	gridha_exec(&claims_anything_stmt, args, nulls, true);
 	return !DatumGetBool(gridha_col(0, 1, &isnull));
+}
+
+/*
+ * gridha_claims_below_share: whether an instance that has just handed out
+ * work should acquire now all the same: it holds less than its share (as
+ * its last acquisition in this backend reckoned it) and has not acquired
+ * for CLAIMS_BELOW_SHARE_EVERY_MS. Without it a newcomer that got some
+ * work at once would serve that and ask for the rest of its share only at
+ * its next renewal. Costs nothing at or above the share.
+ */
+bool
+gridha_claims_below_share(Datum instance_id, const GridhaInstance *inst)
+{
+	return gridha_balance_claims && inst->leased && claims_known.valid &&
+		inst->held < claims_known.floor &&
+		gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id) &&
+		TimestampDifferenceExceeds(claims_known.probed_at, GetCurrentTimestamp(),
+								   CLAIMS_BELOW_SHARE_EVERY_MS);
 }
 
 /*

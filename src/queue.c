@@ -609,7 +609,9 @@ gridha_queue_handout(Datum instance_id, int32 max_batches, const GridhaInstance 
  * Acquires and renews when the renew interval has passed (in that order:
  * see claims.c); otherwise claim work is done only when there is nothing
  * to hand out (then acquire only, and cheaply when there is nothing to
- * take). An instance asked to shed claims hands back idle ones first.
+ * take), or when the instance holds less than its share (a newcomer,
+ * every CLAIMS_BELOW_SHARE_EVERY_MS at most). An instance asked to shed
+ * claims hands back idle ones first.
  */
 static void
 queue_next(FunctionCallInfo fcinfo, Datum instance_id, int32 max_batches)
@@ -646,6 +648,8 @@ queue_next(FunctionCallInfo fcinfo, Datum instance_id, int32 max_batches)
 			(void) gridha_queue_handout(instance_id, max_batches, &inst, rsinfo);
 		}
 	}
+	else if (!acquired && gridha_claims_below_share(instance_id, &inst))
+		(void) gridha_claims_acquire(instance_id, &inst, false, NULL);
 	SPI_finish();
 }
 

@@ -16,6 +16,9 @@
 #   SUITE_CLUSTER_OPTS        the settings the suites' cluster runs with
 #   start_ledger ARG...       the test ledger on a free port (sets LEDGER)
 #   ledger_control JSON       POST /control to that ledger
+#   check_ledger_order EXPECTED LOG WHAT
+#                             ok when every batch of EXPECTED reached the
+#                             ledger in its service's order, one in flight
 
 FAILED=${FAILED:-0}
 SUITE_CLUSTER_OPTS=${GRIDHA_CLUSTER_OPTS:-shared_preload_libraries=gridha max_worker_processes=32}
@@ -123,4 +126,19 @@ req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(),
                              headers={"Content-Type": "application/json"})
 urllib.request.urlopen(req, timeout=10).read()
 EOF
+}
+
+# check_ledger_order EXPECTED LOG WHAT: one TAP line, ok when every batch
+# of EXPECTED (service, batch id, tab-separated, each service's batches in
+# enqueue order) reached the ledger whose log is LOG, in that order, one in
+# flight per service (test/dlt/check_log.py); else not_ok and the
+# violations. Needs REPO from the suite.
+check_ledger_order() {
+	if python3 "$REPO/test/dlt/check_log.py" --expected "$1" --require-all --one-in-flight \
+			"$2" >"$1.check" 2>&1; then
+		ok "$3"
+	else
+		not_ok "$3"
+		grep -A 10 '^violations' "$1.check" | diag
+	fi
 }

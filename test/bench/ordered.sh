@@ -42,6 +42,7 @@
 #   ORDERED_DEPTH [200]     batches per service
 #   ORDERED_CLIENTS [8]     pgbench clients = instances
 #   ORDERED_BATCH [10]      batches per next_batches call (gbat)
+#   ORDERED_JOINS [3]       times a newcomer joins the busy fleet (0: none)
 #   ORDERED_CASES [keyed3 g3 keyed2 g2 gbat cold]
 #   BENCH_IDLE_MS [10]      sleep of a client that found nothing to take
 #   ORDERED_PORT [56380]    first port probed
@@ -146,6 +147,63 @@ for round in $(seq 1 "$ORDERED_RUNS"); do
 		"gbat/keyed3 ${PAIR_BAT[$round]}, cold/warm ${PAIR_COLD[$round]}"
 done
 
+# join: a newcomer joins a busy fleet. ORDERED_CLIENTS - 1 instances hold
+# every service (spread) and drain the workload with the two-step script;
+# 3 s later (each fleet client sleeps its first second, see common.sh) the
+# last instance, holding nothing, starts polling as a client
+# does (next_batch, its batch reported committed, 10 ms of sleep when it
+# got nothing, each call its own transaction) until it holds its share,
+# floor(services / clients). Printed: how long that took, from its first
+# call; ORDERED_JOINS (3) times, the median against 1 s.
+JOIN_SECS=
+if [ "${ORDERED_JOINS:-3}" -gt 0 ]; then
+	q ord_warm "CREATE PROCEDURE bench_join(inst uuid, share int, max_s float8, INOUT secs float8 DEFAULT NULL)
+	            LANGUAGE plpgsql
+	            AS \$\$
+	            DECLARE
+	                t0 timestamptz := clock_timestamp();
+	                r record;
+	                h int;
+	            BEGIN
+	                LOOP
+	                    r := NULL;
+	                    SELECT * INTO r FROM gridha.next_batch(inst);
+	                    IF r.service_id IS NOT NULL THEN
+	                        PERFORM gridha.report_status(inst, r.service_id, r.batch_id, r.epoch, 'committed');
+	                    END IF;
+	                    COMMIT;
+	                    SELECT held INTO h FROM gridha.instances WHERE instance_id = inst;
+	                    IF h >= share THEN
+	                        secs := extract(epoch FROM clock_timestamp() - t0);
+	                        RETURN;
+	                    END IF;
+	                    EXIT WHEN clock_timestamp() - t0 > max_s * interval '1 second';
+	                    IF r.service_id IS NULL THEN
+	                        PERFORM pg_sleep(0.01);
+	                    END IF;
+	                END LOOP;
+	            END
+	            \$\$" >/dev/null
+	share=$((ORDERED_SERVICES / ORDERED_CLIENTS))
+	for j in $(seq 1 "${ORDERED_JOINS:-3}"); do
+		prefix="join${j}_"
+		q ord_warm "SELECT gridha.release_claims(bench_instance($ORDERED_CLIENTS))" >/dev/null
+		split=$(q ord_warm "SELECT bench_spread($((ORDERED_CLIENTS - 1)))")
+		q ord_warm "CALL bench_enqueue('$prefix', 1, $ORDERED_SERVICES, $ORDERED_DEPTH)"
+		bench_prepare ord_warm gridha.batches gridha.service_claims gridha.instances
+		"$PG_BINDIR/pgbench" -n -M prepared -c $((ORDERED_CLIENTS - 1)) -j $((ORDERED_CLIENTS - 1 < BENCH_JOBS ? ORDERED_CLIENTS - 1 : BENCH_JOBS)) \
+			-T 30 -D started=0 -f "$BENCH_SCRIPTS/g2.sql" ord_warm >"$BENCH_SCRIPTS/join.out" 2>&1 &
+		fleet=$!
+		sleep 3	# the fleet's first second is its own sleep (see common.sh)
+		secs=$(q ord_warm "CALL bench_join(bench_instance($ORDERED_CLIENTS), $share, 10)")
+		held=$(q ord_warm "SELECT held FROM gridha.instances WHERE instance_id = bench_instance($ORDERED_CLIENTS)")
+		kill "$fleet" 2>/dev/null || true
+		wait "$fleet" 2>/dev/null || true
+		gridha_log "  join #$j: the newcomer held its share ($share) after ${secs:-more than 10} s (held $held; the fleet of $((ORDERED_CLIENTS - 1)) held $split before)"
+		JOIN_SECS="$JOIN_SECS ${secs:-99}"
+	done
+fi
+
 all() {	# all NAME: the values of an associative array, in round order
 	local -n arr=$1
 	local i out=
@@ -184,4 +242,9 @@ for k in $ORDERED_CASES; do
 	echo "  runs of $k (batches/s):${RATES[$k]:-}"
 done
 echo "  rounds' ratios: g3/keyed3:$(all PAIR_G3) | g2/keyed2:$(all PAIR_G2) | gbat/keyed3:$(all PAIR_BAT) | cold/warm:$(all PAIR_COLD)"
+if [ -n "$JOIN_SECS" ]; then
+	j=$(median "$JOIN_SECS")
+	echo "  a newcomer joining $((ORDERED_CLIENTS - 1)) busy instances holds its share ($((ORDERED_SERVICES / ORDERED_CLIENTS)) services) after" \
+		"$(printf '%.2f' "$j") s (median; runs:$JOIN_SECS s)  target ≤1 s $(awk -v x="$j" 'BEGIN { print (x <= 1) ? "PASS" : "MISS" }')"
+fi
 echo "  total bench time: $((SECONDS - t_start))s"

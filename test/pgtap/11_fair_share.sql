@@ -12,7 +12,7 @@
 -- serves every kind, and C, which serves URL targets only: services only W
 -- can serve are W's whatever its share, and W sheds the others instead.
 BEGIN;
-SELECT plan(18);
+SELECT plan(24);
 
 DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
@@ -117,6 +117,41 @@ SELECT results_eq(
              (SELECT count(*) FROM gridha.service_claims WHERE claimant IS NULL)$$,
     $$VALUES (5::bigint, 3::bigint, 0::bigint)$$,
     'every service is held: W 5, C 3, none free');
+
+-- A newcomer that got part of its share and has work asks for the rest
+-- while it serves, not only when it runs dry: N holds 2 of its share of 6,
+-- both with work. Its calls hand them out; the first one 200 ms or more
+-- after its last acquisition asks P2 to shed the 4 it misses.
+TRUNCATE gridha.batches, gridha.service_claims;
+DELETE FROM gridha.instances;
+\o /dev/null
+SELECT gridha.enqueue(format('ns-%s', lpad(i::text, 2, '0')), 'b' || j, NULL)
+  FROM generate_series(1, 12) AS i, generate_series(1, 3) AS j;
+\o
+CREATE TEMP TABLE pn AS
+    SELECT gridha.register_instance('P2') AS p2, gridha.register_instance('N') AS n;
+CREATE FUNCTION pg_temp.p2() RETURNS uuid LANGUAGE sql STABLE AS $$ SELECT p2 FROM pn $$;
+CREATE FUNCTION pg_temp.n() RETURNS uuid LANGUAGE sql STABLE AS $$ SELECT n FROM pn $$;
+UPDATE gridha.instances SET soft_expiry = NULL, hard_expiry = NULL WHERE instance_id = pg_temp.n();
+SELECT is((SELECT count(*) FROM gridha.acquire_claims(pg_temp.p2())), 12::bigint, 'P2, alone, takes all 12 services');
+SELECT is((SELECT count(*) FROM gridha.acquire_claims(pg_temp.n())), 0::bigint,
+          'N joins and finds nothing free (its share is 6)');
+SELECT gridha.renew_claims(pg_temp.n()) \g /dev/null
+-- as if P2 had shed only 2 of the 6: N holds 2 services with work
+UPDATE gridha.instances SET shed = 0 WHERE instance_id = pg_temp.p2();
+UPDATE gridha.service_claims SET claimant = pg_temp.n(), epoch = epoch + 1
+ WHERE service_id IN ('ns-01', 'ns-02');
+UPDATE gridha.instances SET held = held - 2 WHERE instance_id = pg_temp.p2();
+UPDATE gridha.instances SET held = held + 2 WHERE instance_id = pg_temp.n();
+SELECT is((SELECT count(*) FROM gridha.next_batch(pg_temp.n())), 1::bigint,
+          'N hands out a batch of its 2 services');
+SELECT is((SELECT shed FROM gridha.instances WHERE instance_id = pg_temp.p2()), 0,
+          '... and asks nobody to shed within 200 ms of its last acquisition');
+SELECT pg_sleep(0.25) \g /dev/null
+SELECT is((SELECT count(*) FROM gridha.next_batch(pg_temp.n())), 1::bigint,
+          'N hands out the other service''s batch 250 ms later');
+SELECT is((SELECT shed FROM gridha.instances WHERE instance_id = pg_temp.p2()), 4,
+          '... and, below its share, asks P2 to shed the 4 it misses though it had work');
 
 SELECT * FROM finish();
 ROLLBACK;

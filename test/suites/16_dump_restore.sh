@@ -91,7 +91,6 @@ WORK=${GRIDHA_SUITE_DIR:-$(mktemp -d /tmp/gridha-dump.XXXXXX)}
 LIB=${GRIDHA_LIB:-$REPO/test/lib.sh}
 DBA=$REPO/test/dba
 CLIENT=$REPO/client/gridha-client
-CHECK_LOG=$REPO/test/dlt/check_log.py
 DB=gridha_dump
 PLAIN=gridha_dump_plain
 FAILED=0
@@ -572,13 +571,8 @@ check $? "the record, the ledger log and the ids reserved before the dump loaded
 
 c2_db -F $'\t' -c "SELECT val->>'service_id', val->>'batch_id' FROM dump_scratch.record
                    WHERE kind = 'batch' ORDER BY 1, (val->>'seq')::bigint" >"$WORK/expected.tsv"
-if python3 "$CHECK_LOG" --expected "$WORK/expected.tsv" --require-all --one-in-flight \
-		"$WORK/ledger.log" >"$WORK/check.out" 2>&1; then
-	ok "drain: each service's batches arrived at the ledger in enqueue order across the restore, one in flight"
-else
-	not_ok "drain: each service's batches arrived at the ledger in enqueue order across the restore, one in flight"
-	grep -A 10 '^violations' "$WORK/check.out" | diag
-fi
+check_ledger_order "$WORK/expected.tsv" "$WORK/ledger.log" \
+	"drain: each service's batches arrived at the ledger in enqueue order across the restore, one in flight"
 
 c2_check_is "0" "drain: no service's epoch is below the dump's" \
 	"SELECT count(*) FROM dump_scratch.dump_epoch d JOIN gridha.service_claims c USING (service_id)

@@ -25,7 +25,6 @@ set -uo pipefail
 
 REPO=${GRIDHA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 LIB=${GRIDHA_LIB:-$REPO/test/lib.sh}
-CHECK_LOG=$REPO/test/dlt/check_log.py
 DB=gridha_churn_test
 CHURN_SECONDS=${CHURN_SECONDS:-30}
 FAILED=0
@@ -121,12 +120,7 @@ check $? "churn: every batch enqueued ($(psql_db -c "SELECT count(*) FROM gridha
 psql_db -c "SELECT status, count(*) FROM gridha.batches GROUP BY 1 ORDER BY 1" | diag
 
 psql_db -F $'\t' -c "SELECT service_id, batch_id FROM gridha.batches ORDER BY service_id, seq" >"$WORK/expected.tsv"
-if python3 "$CHECK_LOG" --expected "$WORK/expected.tsv" --require-all --one-in-flight \
-		"$WORK/ledger.log" >"$WORK/check.out" 2>&1; then
-	ok "churn: each service's batches reached the ledger in enqueue order, one in flight at a time"
-else
-	not_ok "churn: each service's batches reached the ledger in enqueue order, one in flight at a time"
-	grep -A 10 '^violations' "$WORK/check.out" | diag
-fi
+check_ledger_order "$WORK/expected.tsv" "$WORK/ledger.log" \
+	"churn: each service's batches reached the ledger in enqueue order, one in flight at a time"
 
 [ "$FAILED" -eq 0 ]
