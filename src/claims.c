@@ -26,6 +26,11 @@
  *             hand back idle claims at their next hand-out, so a newcomer
  *             gets work within a hand-out or two, and the shares settle
  *             within one of each other
+ *   relief    balance evens out work too: an instance that finds nothing to
+ *             hand out and holds less than its share's ceiling takes a
+ *             ready claim, nothing in flight, from a live instance that
+ *             holds more and has at least two more services with work
+ *             (claims_relieve), as a take: the epoch is bumped
  *
  * What a cycle costs follows what changes, not what exists: the live
  * instances are read through the lease index (never the dead ones), the
@@ -146,6 +151,46 @@ static GridhaStatement claims_of_stmt = {
 	5, {UUIDOID, TEXTARRAYOID, INT8OID, UUIDOID, BOOLOID}
 };
 
+/*
+ * ... the ready claims of a live instance being relieved ($4), nothing in
+ * flight, those that waited longest first
+ */
+static GridhaStatement claims_relief_stmt = {
+	"SELECT array_agg(service_id) FROM ("
+	"  SELECT c.service_id FROM gridha.service_claims c"
+	"   WHERE c.claimant = $4 AND $4 <> $1 AND c.ready_at <= now() AND NOT c.in_flight"
+	CLAIMS_TARGET_FILTER("c")
+	"   ORDER BY c.ready_at"
+	"   LIMIT $3"
+	"   FOR UPDATE SKIP LOCKED) c",
+	4, {UUIDOID, TEXTARRAYOID, INT8OID, UUIDOID}
+};
+
+/*
+ * How many services with work each instance in $1 has: heads in flight
+ * and heads ready now, each counted up to $2 (through the in-flight index
+ * and the hand-out index: never its idle claims)
+ */
+static GridhaStatement claims_busy_stmt = {
+	"SELECT (SELECT count(*) FROM (SELECT 1 FROM gridha.service_claims w"
+	"                               WHERE w.claimant = b.id AND w.in_flight LIMIT $2) x)"
+	"     + (SELECT count(*) FROM (SELECT 1 FROM gridha.service_claims w"
+	"                               WHERE w.claimant = b.id AND w.ready_at <= now() LIMIT $2) y)"
+	"  FROM unnest($1::uuid[]) WITH ORDINALITY AS b(id, n)"
+	" ORDER BY b.n",
+	2, {UUIDARRAYOID, INT8OID}
+};
+
+/*
+ * The row of an instance to relieve, locked unless another transaction
+ * holds it (its own, or another taker's): a relief never waits for the
+ * instance it relieves
+ */
+static GridhaStatement claims_lock_relieved_stmt = {
+	"SELECT 1 FROM gridha.instances WHERE instance_id = $1 FOR UPDATE SKIP LOCKED",
+	1, {UUIDOID}
+};
+
 /* ... the claims whose own expiry has passed (normally none) */
 static GridhaStatement claims_own_expiry_stmt = {
 	"SELECT array_agg(service_id) FROM ("
@@ -161,10 +206,12 @@ static GridhaStatement claims_own_expiry_stmt = {
 /*
  * The take: $1 instance, $2 the locked candidates, $3 the lowest epoch it
  * may give (the timeline's base, see claims_epoch_base), $4 the instances
- * whose session has ended. A candidate is taken when it is free, when its
- * claim is hard-expired (or its holder has no lease at all), or when it is
+ * whose session has ended, $5 the live instances being relieved (NULL:
+ * none; see claims_relieve). A candidate is taken when it is free, when its
+ * claim is hard-expired (or its holder has no lease at all), when it is
  * soft-expired or its holder's session is gone and its head is not
- * submitting; each judged on what is committed now. Taking sets the
+ * submitting, or when its holder is being relieved and its head is ready
+ * and not in flight; each judged on what is committed now. Taking sets the
  * claimant, bumps the epoch, clears the claim's own expiries. Returns
  * (service_id, epoch, the claimant it had).
  */
@@ -173,7 +220,8 @@ static GridhaStatement claims_take_stmt = {
 	"  SELECT c.service_id, c.head_seq, c.claimant AS old,"
 	"         least(c.soft_expiry, i.soft_expiry) AS soft,"
 	"         least(c.hard_expiry, i.hard_expiry) AS hard,"
-	"         " CLAIMS_HEAD_SUBMITTING("c") " AS submitting"
+	"         " CLAIMS_HEAD_SUBMITTING("c") " AS submitting,"
+	"         c.in_flight, c.ready_at"
 	"    FROM gridha.service_claims c"
 	"    LEFT JOIN gridha.instances i ON i.instance_id = c.claimant"
 	"   WHERE c.service_id = ANY ($2)"
@@ -182,7 +230,8 @@ static GridhaStatement claims_take_stmt = {
 	"   WHERE h.old IS NULL"
 	"      OR (h.old <> $1"
 	"          AND (h.hard IS NULL OR h.hard <= now()"
-	"               OR ((h.soft <= now() OR h.old = ANY ($4)) AND NOT h.submitting)))"
+	"               OR ((h.soft <= now() OR h.old = ANY ($4)) AND NOT h.submitting)"
+	"               OR (h.old = ANY ($5) AND NOT h.in_flight AND h.ready_at <= now())))"
 	"), " CLAIMS_REVOKE
 	" UPDATE gridha.service_claims c"
 	"    SET claimant = $1, epoch = greatest(c.epoch + 1, $3),"
@@ -192,7 +241,7 @@ static GridhaStatement claims_take_stmt = {
 	"   FROM t LEFT JOIN r ON r.service_id = t.service_id"
 	"  WHERE c.service_id = t.service_id"
 	" RETURNING c.service_id, c.epoch, t.old",
-	4, {UUIDOID, TEXTARRAYOID, INT8OID, UUIDARRAYOID}
+	5, {UUIDOID, TEXTARRAYOID, INT8OID, UUIDARRAYOID, UUIDARRAYOID}
 };
 
 /*
@@ -728,15 +777,17 @@ claims_count_moves(Datum instance_id, List *takes)
 /*
  * claims_take: locks up to "limit" candidates (-1: no limit) with the pick
  * statement (its arguments in pickargs: instance, targets, limit, and the
- * pick's own), takes those still takeable (claims_take_stmt), adds the
- * claims taken to rsinfo, and their rows to *takes for claims_count_moves.
+ * pick's own), takes those still takeable (claims_take_stmt; relieved: the
+ * uuid[] of live instances being relieved, 0 for none), adds the claims
+ * taken to rsinfo, and their rows to *takes for claims_count_moves.
  * Returns how many.
  */
 static int
 claims_take(GridhaStatement *pick, Datum *pickargs, char *picknulls, Datum instance_id,
-			Datum gone, int64 limit, ReturnSetInfo *rsinfo, List **takes)
+			Datum gone, Datum relieved, int64 limit, ReturnSetInfo *rsinfo, List **takes)
 {
-	Datum		args[4];
+	Datum		args[5];
+	char		nulls[6] = "     ";
 	bool		isnull;
 	Datum		ids;
 	SPITupleTable *taken;
@@ -755,7 +806,10 @@ claims_take(GridhaStatement *pick, Datum *pickargs, char *picknulls, Datum insta
 	args[1] = ids;
 	args[2] = Int64GetDatum(claims_epoch_base());
 	args[3] = gone;
-	gridha_exec(&claims_take_stmt, args, NULL, false);
+	args[4] = relieved;
+	if (relieved == (Datum) 0)
+		nulls[4] = 'n';
+	gridha_exec(&claims_take_stmt, args, nulls, false);
 	taken = SPI_tuptable;
 	ntaken = SPI_processed;
 	if (ntaken == 0)
@@ -845,6 +899,79 @@ claims_ask_shed(Datum instance_id, ClaimsLive *live, int64 floor, int64 missing)
 	args[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 	args[1] = PointerGetDatum(construct_array(counts, n, INT4OID, 4, true, TYPALIGN_INT));
 	gridha_exec(&claims_ask_shed_stmt, args, NULL, false);
+}
+
+/*
+ * claims_relieve: this instance has nothing to hand out and holds less than
+ * its share's ceiling. A live instance that holds more claims than it,
+ * above the share's floor, and has at least two more services with work
+ * (heads ready or in flight) hands it ready claims with nothing in flight,
+ * until the two are within one of each other in work or the counts would
+ * leave the share. Without it, when the services do not divide evenly, the
+ * services of an instance holding one more than the others wait their turn
+ * there (one client serves its instance's services one after the other)
+ * while other instances sit idle. Each move lowers the difference in work,
+ * so claims never go back and forth. Returns how many it took.
+ */
+static int
+claims_relieve(Datum instance_id, const ClaimsLive *live, int64 held, int64 floor,
+			   int64 ceiling, Datum *pickargs, char *picknulls, Datum gone,
+			   ReturnSetInfo *rsinfo, List **takes)
+{
+	Datum	   *ids = palloc(sizeof(Datum) * (live->nabove + 1));
+	int		   *held_by = palloc(sizeof(int) * (live->nabove + 1));
+	int64	   *busy;
+	int64		busy_self;
+	Datum		args[2];
+	int			n = 0;
+	int			taken = 0;
+	int			i;
+
+	for (i = 0; i < live->nabove; i++)
+	{
+		if (i == live->self_at || live->above_held[i] <= held ||
+			live->above_held[i] <= floor)
+			continue;
+		ids[n] = live->above[i];
+		held_by[n++] = live->above_held[i];
+	}
+	if (n == 0)
+		return 0;
+
+	/* this one's work, then theirs, counted as far as the decision needs */
+	args[0] = PointerGetDatum(construct_array(&instance_id, 1, UUIDOID, UUID_LEN, false,
+											  TYPALIGN_CHAR));
+	args[1] = Int64GetDatum(PG_INT32_MAX);
+	gridha_exec(&claims_busy_stmt, args, NULL, true);
+	busy_self = gridha_col_int64(0, 1);
+	args[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+	args[1] = Int64GetDatum(busy_self + 2 * (ceiling - held) + 2);
+	gridha_exec(&claims_busy_stmt, args, NULL, true);
+	busy = palloc(sizeof(int64) * n);
+	for (i = 0; i < n; i++)
+		busy[i] = gridha_col_int64(i, 1);
+
+	for (i = 0; i < n && held + taken < ceiling; i++)
+	{
+		int64		want = (busy[i] - busy_self) / 2;
+		int			got;
+
+		want = Min(want, ceiling - held - taken);
+		want = Min(want, held_by[i] - floor);
+		if (want <= 0)
+			continue;
+		gridha_exec(&claims_lock_relieved_stmt, &ids[i], NULL, false);
+		if (SPI_processed == 0)
+			continue;
+		pickargs[3] = ids[i];
+		got = claims_take(&claims_relief_stmt, pickargs, picknulls, instance_id, gone,
+						  PointerGetDatum(construct_array(&ids[i], 1, UUIDOID, UUID_LEN,
+														  false, TYPALIGN_CHAR)),
+						  want, rsinfo, takes);
+		taken += got;
+		busy_self += got;
+	}
+	return taken;
 }
 
 /*
@@ -1197,6 +1324,7 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 {
 	int64		limit = -1;
 	int64		floor = 0;
+	int64		ceiling = 0;
 	int64		held = inst->held;
 	int			taken = 0;
 	Datum		servable = (Datum) 0;
@@ -1229,8 +1357,6 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	picknulls[1] = servable == (Datum) 0 ? 'n' : ' ';
 	if (gridha_balance_claims)
 	{
-		int64		ceiling;
-
 		claims_share(inst, servable, &live, &floor, &ceiling, &exclusive);
 		claims_known.floor = floor;
 
@@ -1243,7 +1369,7 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 			pickargs[1] = exclusive;
 			picknulls[1] = ' ';
 			taken += claims_take(&claims_free_stmt, pickargs, picknulls, instance_id, gone,
-								 -1, rsinfo, &takes);
+								 (Datum) 0, -1, rsinfo, &takes);
 			pickargs[1] = servable;
 			picknulls[1] = servable == (Datum) 0 ? 'n' : ' ';
 		}
@@ -1258,9 +1384,9 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 
 	/* free claims first, then claims expired on their own */
 	taken += claims_take(&claims_free_stmt, pickargs, picknulls, instance_id, gone,
-						 limit < 0 ? -1 : limit - taken, rsinfo, &takes);
+						 (Datum) 0, limit < 0 ? -1 : limit - taken, rsinfo, &takes);
 	taken += claims_take(&claims_own_expiry_stmt, pickargs, picknulls, instance_id, gone,
-						 limit < 0 ? -1 : limit - taken, rsinfo, &takes);
+						 (Datum) 0, limit < 0 ? -1 : limit - taken, rsinfo, &takes);
 
 	/* the claims of expired leases; leases left holding nothing go */
 	gridha_exec(&claims_forget_leases_stmt, NULL, NULL, false);
@@ -1279,7 +1405,7 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 		if (!DatumGetBool(SPI_getbinval(expired->vals[i], expired->tupdesc, 3, &isnull)) && !isnull)
 			continue;
 		taken += claims_take(&claims_of_stmt, pickargs, picknulls, instance_id, gone,
-							 limit < 0 ? -1 : limit - taken, rsinfo, &takes);
+							 (Datum) 0, limit < 0 ? -1 : limit - taken, rsinfo, &takes);
 	}
 
 	/* the idle claims of instances whose session has ended */
@@ -1288,8 +1414,13 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 		pickargs[3] = live.gone[i];
 		pickargs[4] = BoolGetDatum(false);
 		taken += claims_take(&claims_of_stmt, pickargs, picknulls, instance_id, gone,
-							 limit < 0 ? -1 : limit - taken, rsinfo, &takes);
+							 (Datum) 0, limit < 0 ? -1 : limit - taken, rsinfo, &takes);
 	}
+
+	/* nothing to hand out, nothing taken, room below the ceiling */
+	if (idle_poll && gridha_balance_claims && taken == 0 && held < ceiling)
+		taken += claims_relieve(instance_id, &live, held, floor, ceiling, pickargs, picknulls,
+								gone, rsinfo, &takes);
 
 	claims_count_moves(instance_id, takes);
 
