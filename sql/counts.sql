@@ -108,6 +108,20 @@ COMMIT;
 SELECT * FROM pg_temp.counts();
 SELECT count(*) AS held_rows FROM gridha.instances WHERE held <> 0;
 
+-- PREPARE TRANSACTION writes the counts as COMMIT does (the test cluster
+-- allows prepared transactions): COMMIT PREPARED keeps them, ROLLBACK
+-- PREPARED takes them back with the service
+BEGIN;
+SELECT gridha.enqueue('t1', 'b1', '\x01', 'other');
+PREPARE TRANSACTION 'gridha_counts_1';
+COMMIT PREPARED 'gridha_counts_1';
+SELECT * FROM pg_temp.counts();
+BEGIN;
+SELECT gridha.enqueue('t2', 'b1', '\x01', 'other');
+PREPARE TRANSACTION 'gridha_counts_2';
+ROLLBACK PREPARED 'gridha_counts_2';
+SELECT * FROM pg_temp.counts();
+
 -- leave nothing queued behind (the upgrade suite runs pgTAP next, in the
 -- same database)
 TRUNCATE gridha.batches, gridha.service_claims, gridha.instances;

@@ -147,6 +147,8 @@ fsync = off
 synchronous_commit = off
 full_page_writes = off
 max_connections = 100
+# sql/counts.sql prepares transactions
+max_prepared_transactions = 4
 log_line_prefix = '%m [%p] %q%a '
 log_min_messages = warning
 log_lock_waits = on
