@@ -417,7 +417,8 @@ rows_index(GridhaRowsRel *r, const AttrNumber *attnos, int n, bool unique, bool 
 
 /*
  * rows_scan_keys: btree scan keys comparing the index's columns, in order,
- * with the values by the strategies (BTEqualStrategyNumber, ...).
+ * with the values by the strategies (BTEqualStrategyNumber, ...;
+ * GRIDHA_IS_NULL: the column is NULL, its value unused).
  */
 static void
 rows_scan_keys(Relation index, ScanKey skey, const StrategyNumber *strategies,
@@ -428,8 +429,16 @@ rows_scan_keys(Relation index, ScanKey skey, const StrategyNumber *strategies,
 	for (i = 0; i < n; i++)
 	{
 		Oid			type = index->rd_opcintype[i];
-		Oid			op = get_opfamily_member(index->rd_opfamily[i], type, type, strategies[i]);
+		Oid			op;
 
+		if (strategies[i] == GRIDHA_IS_NULL)
+		{
+			ScanKeyEntryInitialize(&skey[i], SK_ISNULL | SK_SEARCHNULL, i + 1,
+								   InvalidStrategy, InvalidOid, InvalidOid, InvalidOid,
+								   (Datum) 0);
+			continue;
+		}
+		op = get_opfamily_member(index->rd_opfamily[i], type, type, strategies[i]);
 		if (!OidIsValid(op))
 			elog(ERROR, "gridha: no operator of strategy %d for column %d of index \"%s\"",
 				 strategies[i], i + 1, RelationGetRelationName(index));
@@ -484,6 +493,47 @@ gridha_rows_scan(GridhaRows *rows, GridhaTable table, const AttrNumber *attnos,
 	rows_scan_keys(index, skey, strategies, values, n);
 	scan = index_beginscan(r->rel, index, rows->snapshot, n, 0);
 	index_rescan(scan, skey, n, NULL, 0);
+	while (index_getnext_slot(scan, ForwardScanDirection, r->row))
+		if (!visit(rows, arg))
+			break;
+	index_endscan(scan);
+	if (opened)
+		index_close(index, AccessShareLock);
+}
+
+/*
+ * gridha_rows_scan_index: calls visit for every row of the table, as the
+ * snapshot sees it, that has an entry in its index of this name (a partial
+ * index: the rows its predicate holds for), in the index's order, until
+ * visit returns false.
+ */
+void
+gridha_rows_scan_index(GridhaRows *rows, GridhaTable table, const char *index_name,
+					   bool (*visit) (GridhaRows *rows, void *arg), void *arg)
+{
+	GridhaRowsRel *r = rows_open(rows, table);
+	Oid			indexid = get_relname_relid(index_name, rows->nspid);
+	Relation	index = NULL;
+	bool		opened = false;
+	IndexScanDesc scan;
+	int			i;
+
+	if (r->rri != NULL)
+	{
+		for (i = 0; i < r->rri->ri_NumIndices && OidIsValid(indexid); i++)
+			if (RelationGetRelid(r->rri->ri_IndexRelationDescs[i]) == indexid)
+				index = r->rri->ri_IndexRelationDescs[i];
+	}
+	else if (OidIsValid(indexid) && list_member_oid(RelationGetIndexList(r->rel), indexid))
+	{
+		index = index_open(indexid, AccessShareLock);
+		opened = true;
+	}
+	if (index == NULL || !index->rd_index->indisvalid)
+		elog(ERROR, "gridha: gridha.%s has no valid index \"%s\"",
+			 RelationGetRelationName(r->rel), index_name);
+	scan = index_beginscan(r->rel, index, rows->snapshot, 0, 0);
+	index_rescan(scan, NULL, 0, NULL, 0);
 	while (index_getnext_slot(scan, ForwardScanDirection, r->row))
 		if (!visit(rows, arg))
 			break;

@@ -132,10 +132,15 @@ typedef enum GridhaUpdateResult
 	GRIDHA_ROW_SKIPPED_BY_TRIGGER	/* a BEFORE UPDATE trigger said not to */
 } GridhaUpdateResult;
 
+/* A strategy of gridha_rows_scan: the column IS NULL (its value unused) */
+#define GRIDHA_IS_NULL		InvalidStrategy
+
 extern void gridha_rows_begin(GridhaRows *rows, bool write);
 extern void gridha_rows_scan(GridhaRows *rows, GridhaTable table, const AttrNumber *attnos,
 							 const StrategyNumber *strategies, const Datum *values, int n,
 							 bool (*visit) (GridhaRows *rows, void *arg), void *arg);
+extern void gridha_rows_scan_index(GridhaRows *rows, GridhaTable table, const char *index_name,
+								   bool (*visit) (GridhaRows *rows, void *arg), void *arg);
 extern GridhaLockResult gridha_rows_lock(GridhaRows *rows, GridhaTable table,
 										 bool for_update, bool skip_locked);
 extern bool gridha_rows_fetch(GridhaRows *rows, GridhaKey key, Datum *values);
