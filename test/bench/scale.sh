@@ -39,7 +39,10 @@
 #             steps both, on SCALE_MANY_SERVICES services x SCALE_MANY_DEPTH
 #             batches (100 x 200, the workload of the rate runs: with 96
 #             instances each holds one or two services, and still always
-#             has one ready, since its client commits each batch itself)
+#             has one ready, since its client commits each batch itself).
+#             Each run also prints its tail (how long after the median
+#             service the last one finished) and, for gridha, how many
+#             claims changed hands during the run (relief: see claims.c)
 #   wal       WAL of one renew_claims of an instance holding its share of
 #             SCALE_IDLE and SCALE_IDLE_LARGE services (the WAL insert
 #             position before and after the call and its commit; median of
@@ -553,6 +556,16 @@ fi
 # many: 32 and 96 clients against the keyed baseline
 # ---------------------------------------------------------------------------
 
+# many_tail_sql ROWS: SQL giving the tail of a run from ROWS (service, time
+# a batch finished): how long after the median service's last batch the
+# last service's finished. Services held by one client with another wait
+# their turn there, and finish last.
+many_tail_sql() {
+	echo "WITH s AS (SELECT max(t) AS last FROM ($1) AS r (service, t) GROUP BY service)
+	      SELECT round(extract(epoch FROM max(last) - percentile_disc(0.5) WITHIN GROUP (ORDER BY last))::numeric, 2) || ' s'
+	        FROM s"
+}
+
 declare -A PAIR_MANY
 if part many; then
 	gridha_log "many: $SCALE_MANY_SERVICES x $SCALE_MANY_DEPTH batches, two steps, clients: $SCALE_MANY"
@@ -579,9 +592,17 @@ if part many; then
 				fi
 				bench_timed "$kind" "$db" "$n" "$prefix"
 				# shellcheck disable=SC2034 # read by bench_log_run
-				[ "$kind" = keyed2 ] ||
+				if [ "$kind" = keyed2 ]; then
+					RUN_INFO="tail $(q "$db" "$(many_tail_sql "SELECT key, done_at FROM bench_jobs
+					                                          WHERE starts_with(batch_id, '$prefix')")")"
+				else
 					RUN_INFO="claims per instance $(q "$db" "SELECT min(held) || '-' || max(held) FROM gridha.instances
 					                                        WHERE instance_id IN (SELECT bench_instance(i) FROM generate_series(1, $n) AS i)")"
+					RUN_INFO="$RUN_INFO, claims moved $(q "$db" "SELECT count(DISTINCT (service_id, epoch)) - count(DISTINCT service_id)
+					                                              FROM gridha.batches WHERE starts_with(batch_id, '$prefix')")"
+					RUN_INFO="$RUN_INFO, tail $(q "$db" "$(many_tail_sql "SELECT service_id, finished_at FROM gridha.batches
+					                                                     WHERE starts_with(batch_id, '$prefix')")")"
+				fi
 				bench_log_run "$kind, $n clients #$round"
 				RATES[${kind}_$n]="${RATES[${kind}_$n]:-} $RUN_RATE"
 				eval "R_${kind}_$n=$RUN_RATE"
