@@ -920,6 +920,7 @@ claims_relieve(Datum instance_id, const ClaimsLive *live, int64 held, int64 floo
 	int64	   *busy;
 	int64		busy_self;
 	Datum		args[2];
+	bool		self_locked = false;
 	int			n = 0;
 	int			taken = 0;
 	int			i;
@@ -957,6 +958,23 @@ claims_relieve(Datum instance_id, const ClaimsLive *live, int64 held, int64 floo
 		want = Min(want, held_by[i] - floor);
 		if (want <= 0)
 			continue;
+
+		/*
+		 * Instance rows are locked in id order wherever a transaction may
+		 * wait for one (claims_count_moves), and the row of an instance to
+		 * relieve is taken out of that order: so this instance's own row
+		 * is locked first, waiting if need be, and the other's only if
+		 * free (SKIP LOCKED). Holding the other's row, this transaction
+		 * never waits for an instance row again (the ones it counts moves
+		 * on are its own by then).
+		 */
+		if (!self_locked)
+		{
+			args[0] = PointerGetDatum(construct_array(&instance_id, 1, UUIDOID, UUID_LEN,
+													  false, TYPALIGN_CHAR));
+			gridha_exec(&claims_lock_instances_stmt, args, NULL, false);
+			self_locked = true;
+		}
 		gridha_exec(&claims_lock_relieved_stmt, &ids[i], NULL, false);
 		if (SPI_processed == 0)
 			continue;
