@@ -43,11 +43,13 @@
 
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -566,7 +568,11 @@ submit_user_path(void)
 
 /*
  * submit_function_name: the schema-qualified name of a function that
- * exists, or an error: the worker never calls what it could not find.
+ * exists, or an error: the worker never calls what it could not find. The
+ * function is locked (as a DROP FUNCTION would find it: AccessShareLock on
+ * the object) until the step's transaction ends, so it cannot be dropped
+ * between this look-up and the call: a drop committed meanwhile would make
+ * the call fail with "cache lookup failed" instead of this error.
  */
 static char *
 submit_function_name(Oid fn, const char *column, const char *target)
@@ -574,6 +580,7 @@ submit_function_name(Oid fn, const char *column, const char *target)
 	char	   *nsp;
 	char	   *name;
 
+	LockDatabaseObject(ProcedureRelationId, fn, 0, AccessShareLock);
 	if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(fn)))
 		ereport(ERROR,
 				(errcode(ERRCODE_GRIDHA_INVALID_TARGET),

@@ -31,7 +31,8 @@
 #               and serving the other services (no batch POSTed twice), and
 #               serves the locked one once the lock is gone
 #   statement   with gridha.worker_statement_timeout 2s, a submit function
-#               asleep is cancelled (logged), its batch delayed; disarmed,
+#               asleep is cancelled (logged), its batch delayed; while the
+#               worker is inside it, a DROP FUNCTION of it waits; disarmed,
 #               the batches are applied once each, in order
 #   codes       the ledger answers 301, 401, 403, 404, 414 for a while: the
 #               batches are delayed, then committed, none invalid; 400 and
@@ -659,6 +660,27 @@ psql_db -c "INSERT INTO w_arm (what) VALUES ('sleep')" \
 wait_until 20 sql_is 1 "SELECT count(DISTINCT batch_id) FROM w_history WHERE id > $h0 AND batch_id = 'z0-b1'
                         AND status = 'delayed' AND detail = 'submit function failed or returned \"null\"'"
 check $? "statement: the submit function asleep past the timeout is cancelled and its batch (z0-b1) delayed"
+
+# While the worker is inside the target function, the function cannot be
+# dropped: the worker holds it (as a DROP FUNCTION locks it) until its step
+# ends. A DROP with a short lock_timeout times out (rolled back either way);
+# tried at each of the worker's attempts until one finds it asleep.
+drop_waits() {
+	local out
+	wait_until 10 sql_is 1 "SELECT count(*) FROM gridha.workers w JOIN pg_stat_activity a USING (pid)
+	                        WHERE w.instance_id = '$W1' AND a.wait_event = 'PgSleep'" || return 1
+	out=$(psql_db -c "BEGIN" -c "SET LOCAL lock_timeout = '300ms'" \
+		-c "DROP FUNCTION w_sleepy(text, text, bytea, bigint)" -c "ROLLBACK" 2>&1)
+	case $out in *"lock timeout"*) return 0 ;; esac
+	diag <<<"DROP FUNCTION while the worker sleeps in it: $out"
+	return 1
+}
+ok_drop=1
+for _ in 1 2 3; do
+	drop_waits && { ok_drop=0; break; }
+done
+[ "$ok_drop" = 0 ]
+check $? "statement: while the worker calls the submit function, a DROP FUNCTION of it waits (lock timeout)"
 
 log_has "$mark" 'gridha worker: submit function failed: canceling statement due to statement timeout'
 check $? "statement: the worker logs the statement timeout"
