@@ -11,7 +11,7 @@ OBJS += src/dlt_http.o src/dlt_json.o
 OBJS += src/slots.o src/worker.o src/submit.o src/targets.o
 # Section 7: leader lease, ID windows, rate limits
 OBJS += src/leader.o src/idseq.o src/ratelimit.o
-DATA = sql/gridha--1.0.sql sql/gridha--1.1.sql sql/gridha--1.0--1.1.sql
+DATA = $(wildcard sql/gridha--*.sql)
 DOCS = README.md
 
 REGRESS = api claims lifecycle errors coordination plans counts

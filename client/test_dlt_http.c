@@ -188,6 +188,18 @@ test_expand_url(void)
 				NULL, "an empty id list");
 	expand_case("http://h/{nope}", GRIDHA_URL_SUBMIT, "s", "b", NULL, 0, NULL,
 				"a template check_url refuses");
+	expand_case("http://h/ledger/batches/{service_id}/{batch_id}", GRIDHA_URL_SUBMIT,
+				"..", "admin", NULL, 0,
+				"http://h/ledger/batches/%2E%2E/admin",
+				"encodes an id of \"..\" so that it names no parent path");
+	expand_case("http://h/ledger/batches/{service_id}/{batch_id}", GRIDHA_URL_SUBMIT,
+				"s", ".", NULL, 0,
+				"http://h/ledger/batches/s/%2E",
+				"encodes an id of \".\" so that it names no other path");
+	expand_case("http://h/b/{service_id}/{batch_id}", GRIDHA_URL_SUBMIT,
+				"...", "a.b", NULL, 0,
+				"http://h/b/.../a.b",
+				"keeps dots in other ids (not dot-segments)");
 }
 
 /* ----------------------------------------------------------------------

@@ -73,8 +73,14 @@ INSERT INTO refusals VALUES
 ($$SELECT gridha.report_submission('aaaaaaaa-0000-0000-0000-000000000001', 's1', 'b1', 1, 'accepted')$$),
 ($$SELECT gridha.report_status('aaaaaaaa-0000-0000-0000-000000000001', 's1', 'b1', 1, 'committed')$$),
 ($$UPDATE gridha.batches SET status = 'invalid' WHERE batch_id = 'b1'$$),
--- unknown target: RG006; duplicate batch: 23505
+-- unknown target for a new service: RG006; another target than the
+-- service's (moving it is an administrator's): RG013; ids that are
+-- dot-segments of a URL path: 22023; duplicate batch: 23505
+($$SELECT gridha.enqueue('s9', 'x', NULL, 'nowhere')$$),
 ($$SELECT gridha.enqueue('s1', 'x', NULL, 'nowhere')$$),
+($$SELECT gridha.enqueue('..', 'x', NULL)$$),
+($$SELECT gridha.enqueue('s1', '.', NULL)$$),
+($$INSERT INTO gridha.batches (service_id, batch_id) VALUES ('..', 'x')$$),
 ($$SELECT gridha.enqueue('s1', 'b1', NULL)$$),
 ($$INSERT INTO gridha.batches (service_id, batch_id) VALUES ('s1', 'b2')$$);
 

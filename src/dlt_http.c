@@ -35,6 +35,7 @@
 #include <time.h>
 
 #include <curl/curl.h>
+#include <curl/mprintf.h>
 
 /* Longest URL template we accept. */
 #define HTTP_MAX_URL		65536
@@ -503,10 +504,21 @@ gridha_http_check_url(const char *tmpl, GridhaUrlKind kind, char *err, size_t er
  * http_escape: s URL-encoded by libcurl (RFC 3986 unreserved characters
  * kept, everything else %XX in upper case); free with curl_free. NULL when
  * out of memory. The handle argument of curl_easy_escape is not used.
+ *
+ * "." and ".." are dot-segments: put into a path they would name the
+ * segment itself or its parent, and send a producer's batch elsewhere on
+ * the ledger's host with the target's credentials. They are encoded as
+ * %2E and %2E%2E, which no path resolution treats as dot-segments (and the
+ * requests are sent with CURLOPT_PATH_AS_IS, so libcurl resolves nothing).
  */
 static char *
 http_escape(const char *s)
 {
+	/* curl_maprintf: allocated by libcurl, so curl_free frees it too */
+	if (strcmp(s, ".") == 0)
+		return curl_maprintf("%s", "%2E");
+	if (strcmp(s, "..") == 0)
+		return curl_maprintf("%s", "%2E%2E");
 	return curl_easy_escape(NULL, s, (int) strlen(s));
 }
 
@@ -811,6 +823,8 @@ http_setup(HttpXfer *x, const char *proxy, const char *url,
 	/* we live inside a server process: no signals, no alarm() */
 	bad |= curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK;
 	bad |= curl_easy_setopt(c, CURLOPT_URL, url) != CURLE_OK;
+	/* the path is sent as built: no dot-segment is resolved (http_escape) */
+	bad |= curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L) != CURLE_OK;
 	bad |= curl_easy_setopt(c, CURLOPT_PRIVATE, (void *) x) != CURLE_OK;
 	bad |= curl_easy_setopt(c, CURLOPT_ERRORBUFFER, x->errbuf) != CURLE_OK;
 	bad |= curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, x->timeout_ms) != CURLE_OK;

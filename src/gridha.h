@@ -28,6 +28,12 @@
 #define ERRCODE_GRIDHA_UNKNOWN_TARGET		MAKE_SQLSTATE('R','G','0','0','6')
 #define ERRCODE_GRIDHA_INVALID_TARGET		MAKE_SQLSTATE('R','G','0','0','7')
 #define ERRCODE_GRIDHA_NOT_OWNER			MAKE_SQLSTATE('R','G','0','0','8')
+/* 1.2: a service's target is changed by an administrator only */
+#define ERRCODE_GRIDHA_TARGET_MISMATCH		MAKE_SQLSTATE('R','G','0','1','3')
+/* 1.2: schema gridha could hold another role's objects */
+#define ERRCODE_GRIDHA_UNSAFE_SCHEMA		MAKE_SQLSTATE('R','G','0','1','5')
+/* 1.2: only a gridha background worker registers a worker instance */
+#define ERRCODE_GRIDHA_NOT_A_WORKER			MAKE_SQLSTATE('R','G','0','1','6')
 /* Section 7: ID windows */
 #define ERRCODE_GRIDHA_UNKNOWN_ID_SEQUENCE	MAKE_SQLSTATE('R','G','0','1','0')
 #define ERRCODE_GRIDHA_ID_COUNT_TOO_LARGE	MAKE_SQLSTATE('R','G','0','1','1')
@@ -53,19 +59,27 @@ extern int	gridha_worker_statement_timeout_ms;
 extern int	gridha_status_url_max_length;
 
 /*
- * Session liveness: an instance's session holds the advisory lock
- * (GRIDHA_LOCK_CLASS, its session_key); a lock nobody holds means the
- * session has ended. The SQL condition below is true for such an instance
- * (alias i of gridha.instances).
+ * Session liveness: an instance's session holds a lock keyed by the
+ * instance's session_key (a bigint, given once per instance; see
+ * instances.c); a lock nobody holds means the session has ended. The lock
+ * is a "userlock": a lock tag no SQL function can take, so no other role
+ * can hold it in the instance's stead (an advisory lock, as 1.1 used,
+ * anyone with pg_advisory_lock could take). The SQL condition below is
+ * true for such an instance (alias i of gridha.instances); pg_locks shows
+ * the tag's fields as classid (key's high half), objid (low half) and
+ * objsubid (GRIDHA_LIVENESS_TAG).
  */
 #define GRIDHA_LOCK_CLASS			1735551073	/* "grha" */
+#define GRIDHA_LIVENESS_TAG			26472	/* "gh" */
 #define GRIDHA_SESSION_GONE(i) \
 	"(" i ".session_key IS NOT NULL AND NOT EXISTS (" \
 	" SELECT 1 FROM pg_catalog.pg_locks l" \
-	"  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2" \
-	"    AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())" \
-	"    AND l.classid = " CppAsString2(GRIDHA_LOCK_CLASS) "::oid" \
-	"    AND l.objid = " i ".session_key::oid))"
+	"  WHERE l.locktype OPERATOR(pg_catalog.=) 'userlock' AND l.granted" \
+	"    AND l.objsubid OPERATOR(pg_catalog.=) " CppAsString2(GRIDHA_LIVENESS_TAG) \
+	"    AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d" \
+	"          WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())" \
+	"    AND l.classid OPERATOR(pg_catalog.=) pg_catalog.oid(" i ".session_key OPERATOR(pg_catalog.>>) 32)" \
+	"    AND l.objid OPERATOR(pg_catalog.=) pg_catalog.oid(" i ".session_key OPERATOR(pg_catalog.&) 4294967295)))"
 
 /* Claim timings as they are applied */
 typedef struct GridhaTiming

@@ -11,11 +11,14 @@
  * Words:
  *   owner     the role that registered the instance or used it first (the
  *             calling role, not the SECURITY DEFINER owner of gridha's
- *             functions). Every call that names an instance checks that the
- *             calling role is a member of its owner (superusers may act for
- *             any instance), or raises RG008 before anything is read or
- *             written. An instance row from before owners existed (1.0) is
- *             owned by the first role that uses it afterwards.
+ *             functions); a worker's is the worker's role. Every call that
+ *             names an instance checks that the calling role is a member of
+ *             its owner (superusers may act for any instance), or raises
+ *             RG008 before anything is read or written. An instance row
+ *             without an owner (one from 1.0) is refused to everyone but
+ *             superusers until an administrator gives it one
+ *             (gridha.set_instance_owner): the first caller no longer
+ *             adopts it.
  *   lease     the instance's soft and hard expiry (gridha 1.1): its claims
  *             expire with it (claims.c)
  *   shed      a number of claims another instance, below its fair share,
@@ -23,8 +26,11 @@
  *             hand-out (queue.c)
  *
  * Session liveness (gridha.session_liveness, on by default): the session an
- * instance calls from holds a session-level advisory lock keyed by the
- * instance (GRIDHA_LOCK_CLASS, session_key). When that session ends, for
+ * instance calls from holds a session-level lock keyed by the instance's
+ * session_key (a "userlock", which no SQL function can take: see gridha.h).
+ * The key is given once per instance: from the sequence gridha.session_keys
+ * on SQL 1.2 (no two instances share one), a 64-bit hash of the id before.
+ * When that session ends, for
  * any reason, the lock goes with it, and other instances take the idle
  * claims of the instance at once instead of waiting for soft expiry
  * (claims.c asks gridha_instance_session_gone, a try-lock in the lock
@@ -40,9 +46,11 @@
 #include "gridha.h"
 #include "instances.h"
 #include "rows.h"
+#include "slots.h"
 #include "spi_util.h"
 #include "targets.h"
 
+#include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -52,6 +60,7 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -59,7 +68,11 @@
 
 /* Instances whose liveness lock this session holds (a few at most) */
 #define INSTANCES_MAX_BOUND 64
-static pg_uuid_t instances_bound[INSTANCES_MAX_BOUND];
+static struct
+{
+	pg_uuid_t	id;
+	int64		key;
+}			instances_bound[INSTANCES_MAX_BOUND];
 static int	instances_nbound = 0;
 
 /*
@@ -87,9 +100,32 @@ static GridhaStatement instances_insert = {
 	1, {UUIDOID}
 };
 
+/* ... with its owner (SQL 1.1 and later) */
+static GridhaStatement instances_insert_owned = {
+	"INSERT INTO gridha.instances (instance_id, owner) VALUES ($1, $2)"
+	" ON CONFLICT (instance_id) DO NOTHING",
+	2, {UUIDOID, NAMEOID}
+};
+
 static GridhaStatement instances_set_key = {
 	"UPDATE gridha.instances SET session_key = $2 WHERE instance_id = $1",
 	2, {UUIDOID, INT8OID}
+};
+
+/*
+ * A key of its own for an instance that has none (SQL 1.2), written only
+ * if no other session is writing one at the same moment: a second session
+ * of the instance never waits here (it does not bind anyway).
+ */
+static GridhaStatement instances_new_key = {
+	"UPDATE gridha.instances"
+	"   SET session_key = pg_catalog.nextval('gridha.session_keys'::pg_catalog.regclass)"
+	" WHERE instance_id OPERATOR(pg_catalog.=) $1"
+	"   AND instance_id IN (SELECT x.instance_id FROM gridha.instances x"
+	"                        WHERE x.instance_id OPERATOR(pg_catalog.=) $1 AND x.session_key IS NULL"
+	"                        FOR UPDATE SKIP LOCKED)"
+	" RETURNING session_key",
+	1, {UUIDOID}
 };
 
 static GridhaStatement instances_register = {
@@ -99,46 +135,66 @@ static GridhaStatement instances_register = {
 	1, {TEXTOID}
 };
 
-/* First use of an instance without an owner: the caller becomes it */
-static GridhaStatement instances_adopt = {
-	"UPDATE gridha.instances SET owner = $2 WHERE instance_id = $1 AND owner IS NULL",
-	2, {UUIDOID, NAMEOID}
+/* ... with its owner (SQL 1.1 and later) */
+static GridhaStatement instances_register_owned = {
+	"INSERT INTO gridha.instances (instance_id, label, kind, owner)"
+	" VALUES (pg_catalog.gen_random_uuid(), $1, 'external', $2)"
+	" RETURNING instance_id",
+	2, {TEXTOID, NAMEOID}
 };
 
 static GridhaStatement instances_owner = {
-	"SELECT owner FROM gridha.instances WHERE instance_id = $1",
+	"SELECT owner FROM gridha.instances WHERE instance_id OPERATOR(pg_catalog.=) $1",
 	1, {UUIDOID}
 };
 
 /*
- * instances_session_key: the instance's liveness lock key.
+ * instances_lock_tag: the liveness lock of a key (see gridha.h).
  */
-static uint32
-instances_session_key(pg_uuid_t *id)
+static void
+instances_lock_tag(LOCKTAG *tag, int64 key)
 {
-	return hash_bytes(id->data, UUID_LEN);
+	tag->locktag_field1 = MyDatabaseId;
+	tag->locktag_field2 = (uint32) (((uint64) key) >> 32);
+	tag->locktag_field3 = (uint32) key;
+	tag->locktag_field4 = GRIDHA_LIVENESS_TAG;
+	tag->locktag_type = LOCKTAG_USERLOCK;
+	tag->locktag_lockmethodid = USER_LOCKMETHOD;
 }
 
 /*
- * instances_bind: makes this session hold the instance's liveness lock, if
- * it can; true when it holds it (now or from before).
+ * instances_has_sequence: whether the SQL has gridha.session_keys (1.2).
  */
 static bool
-instances_bind(pg_uuid_t *id, uint32 key)
+instances_has_sequence(void)
+{
+	Oid			nsp = get_namespace_oid("gridha", true);
+
+	return OidIsValid(nsp) && OidIsValid(get_relname_relid("session_keys", nsp));
+}
+
+/*
+ * instances_bind: makes this session hold the instance's liveness lock of
+ * this key, if it can; true when it holds it (now or from before).
+ */
+static bool
+instances_bind(pg_uuid_t *id, int64 key)
 {
 	LOCKTAG		tag;
 	int			i;
 
 	for (i = 0; i < instances_nbound; i++)
-		if (memcmp(instances_bound[i].data, id->data, UUID_LEN) == 0)
+		if (memcmp(instances_bound[i].id.data, id->data, UUID_LEN) == 0 &&
+			instances_bound[i].key == key)
 			return true;
 	if (instances_nbound >= INSTANCES_MAX_BOUND)
 		return false;
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, GRIDHA_LOCK_CLASS, key, 2);
+	instances_lock_tag(&tag, key);
 	if (LockAcquire(&tag, ExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
 		return false;
-	instances_bound[instances_nbound++] = *id;
+	instances_bound[instances_nbound].id = *id;
+	instances_bound[instances_nbound++].key = key;
 	return true;
 }
 
@@ -154,7 +210,7 @@ gridha_instance_session_gone(int64 key)
 	LOCKTAG		tag;
 	LockAcquireResult res;
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, GRIDHA_LOCK_CLASS, (uint32) key, 2);
+	instances_lock_tag(&tag, key);
 	res = LockAcquire(&tag, ExclusiveLock, true, true);
 	if (res == LOCKACQUIRE_NOT_AVAIL)
 		return false;
@@ -164,9 +220,13 @@ gridha_instance_session_gone(int64 key)
 }
 
 /*
- * instances_liveness: keeps the instance's stored session_key in line with
- * this session: set when this session holds the lock, cleared when the
- * setting is off here. Writes only when the stored key is wrong.
+ * instances_liveness: this session holds the instance's liveness lock when
+ * it can (another session of the same instance may hold it: then this one
+ * does not bind). An instance without a key is given one first: the next
+ * of gridha.session_keys (SQL 1.2; never waiting for another session that
+ * is doing the same), or a 64-bit hash of its id, written by the session
+ * that got its lock. With the setting off here, the stored key is cleared:
+ * the instance is judged by its expiry alone.
  */
 static void
 instances_liveness(Datum instance_id, bool stored_null, int64 stored)
@@ -174,22 +234,34 @@ instances_liveness(Datum instance_id, bool stored_null, int64 stored)
 	Datum		args[2];
 	char		nulls[3] = "  ";
 	pg_uuid_t  *id = DatumGetUUIDP(instance_id);
-	uint32		key = instances_session_key(id);
+	int64		key;
 
 	args[0] = instance_id;
-	if (gridha_session_liveness)
-	{
-		if (!instances_bind(id, key) || (!stored_null && stored == (int64) key))
-			return;
-		args[1] = Int64GetDatum((int64) key);
-	}
-	else
+	if (!gridha_session_liveness)
 	{
 		if (stored_null)
 			return;
 		nulls[1] = 'n';
 		args[1] = (Datum) 0;
+		gridha_exec(&instances_set_key, args, nulls, false);
+		return;
 	}
+	if (!stored_null)
+	{
+		(void) instances_bind(id, stored);
+		return;
+	}
+	if (instances_has_sequence())
+	{
+		gridha_exec(&instances_new_key, args, NULL, false);
+		if (SPI_processed > 0)
+			(void) instances_bind(id, gridha_col_int64(0, 1));
+		return;
+	}
+	key = (int64) hash_bytes_extended(id->data, UUID_LEN, 0);
+	if (!instances_bind(id, key))
+		return;
+	args[1] = Int64GetDatum(key);
 	gridha_exec(&instances_set_key, args, nulls, false);
 }
 
@@ -282,29 +354,91 @@ instances_may_act(Datum instance_id, const char *owner, Oid caller)
 }
 
 /*
- * instances_adopt_owner: the instance has no owner yet: the calling role
- * becomes it. If another role adopted it first, that role's ownership is
- * checked as any other.
+ * instances_has_owner: whether gridha.instances has owners (SQL 1.1 on).
+ */
+static bool
+instances_has_owner(void)
+{
+	GridhaRows	rows;
+	bool		has;
+
+	gridha_rows_begin(&rows, false);
+	has = gridha_rows_attno(&rows, INSTANCE_OWNER) > 0;
+	gridha_rows_end(&rows);
+	return has;
+}
+
+static GridhaStatement instances_adopt_self = {
+	"UPDATE gridha.instances SET owner = $2"
+	" WHERE instance_id OPERATOR(pg_catalog.=) $1 AND owner IS NULL AND kind OPERATOR(pg_catalog.=) 'worker'",
+	2, {UUIDOID, NAMEOID}
+};
+
+/*
+ * instances_refuse_unowned: RG008 for an instance without an owner (a row
+ * from 1.0): nobody but a superuser acts as it until an administrator gives
+ * it one. One exception: a background worker's own instance registered
+ * while the SQL had no owners (1.0) is owned by the role the worker runs
+ * as, from the worker's next call: only that worker process, which the
+ * shared memory says is the instance, may take it (gridha_slot_is_self).
  */
 static void
-instances_adopt_owner(Datum instance_id, Oid caller)
+instances_refuse_unowned(Datum instance_id, Oid caller)
+{
+	if (superuser_arg(caller))
+		return;
+	if (gridha_slot_is_self(DatumGetUUIDP(instance_id)))
+	{
+		Datum		args[2];
+		NameData	name;
+
+		namestrcpy(&name, GetUserNameFromId(caller, false));
+		args[0] = instance_id;
+		args[1] = NameGetDatum(&name);
+		gridha_exec(&instances_adopt_self, args, NULL, false);
+		if (SPI_processed > 0)
+			return;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_GRIDHA_NOT_OWNER),
+			 errmsg("instance %s has no owner",
+					DatumGetCString(DirectFunctionCall1(uuid_out, instance_id))),
+			 errdetail("An instance without an owner is not adopted by the first role that calls it."),
+			 errhint("An administrator gives it one: SELECT gridha.set_instance_owner('%s', 'role').",
+					 DatumGetCString(DirectFunctionCall1(uuid_out, instance_id)))));
+}
+
+/*
+ * instances_insert_as: registers an unknown instance on first use, owned
+ * by the calling role (SQL 1.1 and later). If another session registered
+ * it meanwhile, that row's owner is checked as any other.
+ */
+static void
+instances_insert_as(Datum instance_id, Oid caller, bool owned)
 {
 	Datum		args[2];
 	NameData	name;
 	bool		isnull;
 	Datum		d;
 
-	namestrcpy(&name, GetUserNameFromId(caller, false));
 	args[0] = instance_id;
+	if (!owned)
+	{
+		gridha_exec(&instances_insert, args, NULL, false);
+		return;
+	}
+	namestrcpy(&name, GetUserNameFromId(caller, false));
 	args[1] = NameGetDatum(&name);
-	gridha_exec(&instances_adopt, args, NULL, false);
+	gridha_exec(&instances_insert_owned, args, NULL, false);
 	if (SPI_processed > 0)
 		return;
 	gridha_exec(&instances_owner, args, NULL, false);
 	if (SPI_processed == 0)
 		return;
 	d = gridha_col(0, 1, &isnull);
-	if (!isnull && !instances_may_act(instance_id, NameStr(*DatumGetName(d)), caller))
+	if (isnull)
+		instances_refuse_unowned(instance_id, caller);
+	else if (!instances_may_act(instance_id, NameStr(*DatumGetName(d)), caller))
 		instances_refuse(instance_id, NameStr(*DatumGetName(d)), caller);
 }
 
@@ -327,15 +461,15 @@ gridha_instance_touch(Datum instance_id)
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	Oid			caller = GetOuterUserId();
 	GridhaRows	rows;
-	Datum		args[1];
 	bool		isnull;
 	bool		key_null = true;
 	int64		key = 0;
 	bool		found;
-	bool		adopt = false;
+	bool		owned = false;
 	AttrNumber	attno;
 	Datum		d;
 
+	gridha_require_safe_schema();
 	memset(&inst, 0, sizeof(inst));
 	inst.cycle_due = true;
 	inst.serves = GRIDHA_SERVES_ANY;
@@ -345,6 +479,7 @@ gridha_instance_touch(Datum instance_id)
 	gridha_rows_begin(&rows, false);
 	found = gridha_rows_fetch(&rows, GRIDHA_KEY_INSTANCE, &instance_id);
 	inst.leased = gridha_rows_attno(&rows, INSTANCE_SOFT_EXPIRY) > 0;
+	owned = gridha_rows_attno(&rows, INSTANCE_OWNER) > 0;
 	if (found)
 	{
 		attno = gridha_rows_attno(&rows, INSTANCE_OWNER);
@@ -352,7 +487,10 @@ gridha_instance_touch(Datum instance_id)
 		{
 			d = gridha_rows_get(&rows, GRIDHA_INSTANCES, attno, &isnull);
 			if (isnull)
-				adopt = true;
+			{
+				instances_refuse_unowned(instance_id, caller);
+				instances_remember(instance_id, caller, inst.leased);
+			}
 			else if (!instances_may_act(instance_id, NameStr(*DatumGetName(d)), caller))
 				instances_refuse(instance_id, NameStr(*DatumGetName(d)), caller);
 			else
@@ -390,14 +528,8 @@ gridha_instance_touch(Datum instance_id)
 	}
 	gridha_rows_end(&rows);
 
-	args[0] = instance_id;
 	if (!found)
-	{
-		gridha_exec(&instances_insert, args, NULL, false);
-		adopt = inst.leased;
-	}
-	if (adopt)
-		instances_adopt_owner(instance_id, caller);
+		instances_insert_as(instance_id, caller, owned);
 	instances_liveness(instance_id, key_null, key);
 	return inst;
 }
@@ -417,9 +549,11 @@ gridha_instance_check(Datum instance_id)
 	AttrNumber	attno;
 	bool		isnull = true;
 	bool		leased;
+	bool		unowned = false;
 	Datum		d = (Datum) 0;
 	char	   *owner = NULL;
 
+	gridha_require_safe_schema();
 	instances_callbacks();
 	/* the reports' path: a role that acted as the instance before passes */
 	if (instances_verdict(instance_id, caller, &leased))
@@ -433,10 +567,17 @@ gridha_instance_check(Datum instance_id)
 		d = gridha_rows_get(&rows, GRIDHA_INSTANCES, attno, &isnull);
 		if (!isnull)
 			owner = pstrdup(NameStr(*DatumGetName(d)));
+		else
+			unowned = true;
 	}
 	gridha_rows_end(&rows);
 	if (owner == NULL)
+	{
+		/* unknown (it owns nothing), SQL 1.0 (no owners), or no owner yet */
+		if (unowned)
+			instances_refuse_unowned(instance_id, caller);
 		return leased;
+	}
 	if (!instances_may_act(instance_id, owner, caller))
 		instances_refuse(instance_id, owner, caller);
 	instances_remember(instance_id, caller, leased);
@@ -503,8 +644,8 @@ PG_FUNCTION_INFO_V1(gridha_register_instance);
 Datum
 gridha_register_instance(PG_FUNCTION_ARGS)
 {
-	Datum		args[1];
-	char		nulls[2] = "  ";
+	Datum		args[2];
+	char		nulls[3] = "   ";
 	bool		isnull;
 	Datum		id;
 	int			serves = GRIDHA_SERVES_ANY;
@@ -516,7 +657,17 @@ gridha_register_instance(PG_FUNCTION_ARGS)
 	nulls[0] = PG_ARGISNULL(0) ? 'n' : ' ';
 
 	SPI_connect();
-	gridha_exec(&instances_register, args, nulls, false);
+	if (instances_has_owner())
+	{
+		NameData	name;
+
+		namestrcpy(&name, GetUserNameFromId(GetOuterUserId(), false));
+		args[1] = NameGetDatum(&name);
+		nulls[1] = ' ';
+		gridha_exec(&instances_register_owned, args, nulls, false);
+	}
+	else
+		gridha_exec(&instances_register, args, nulls, false);
 	id = gridha_col(0, 1, &isnull);
 	id = SPI_datumTransfer(id, false, UUID_LEN);
 	(void) gridha_instance_touch(id);

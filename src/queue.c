@@ -92,25 +92,27 @@ static GridhaStatement queue_unhold_stmt = {
 };
 
 /*
- * A service that has this target already: nothing to check or write. Else
- * the target must exist, and is locked as the foreign key's check locks it,
- * so that a rename or delete committing meanwhile makes this RG006 rather
+ * A service that has this target already: nothing to check or write. A
+ * service on another target stays there: a producer never moves a service
+ * (gridha.move_service is an administrator's). Else (a new service) the
+ * target must exist, and is locked as the foreign key's check locks it, so
+ * that a rename or delete committing meanwhile makes this RG006 rather
  * than a foreign key violation of the write that follows.
  */
-static GridhaStatement queue_has_target_stmt = {
-	"SELECT 1 FROM gridha.service_claims WHERE service_id = $1 AND target = $2",
-	2, {TEXTOID, TEXTOID}
-};
-
-static GridhaStatement queue_target_exists_stmt = {
-	"SELECT 1 FROM gridha.targets WHERE target = $1 FOR KEY SHARE",
+static GridhaStatement queue_target_of_stmt = {
+	"SELECT target FROM gridha.service_claims WHERE service_id OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
 };
 
+static GridhaStatement queue_target_exists_stmt = {
+	"SELECT 1 FROM gridha.targets WHERE target OPERATOR(pg_catalog.=) $1 FOR KEY SHARE",
+	1, {TEXTOID}
+};
+
+/* ... created on the target, unless an enqueue created it meanwhile */
 static GridhaStatement queue_set_target_stmt = {
 	"INSERT INTO gridha.service_claims AS c (service_id, target) VALUES ($1, $2)"
-	" ON CONFLICT (service_id) DO UPDATE SET target = EXCLUDED.target"
-	" WHERE c.target IS DISTINCT FROM EXCLUDED.target",
+	" ON CONFLICT (service_id) DO NOTHING",
 	2, {TEXTOID, TEXTOID}
 };
 
@@ -686,8 +688,10 @@ PG_FUNCTION_INFO_V1(gridha_enqueue);
  * gridha_enqueue: SQL gridha.enqueue(service_id, batch_id, payload, target)
  * -> seq.
  *
- * A given target must exist and becomes the service's target; the batch
- * goes to the tail of the service's queue (see the batches_enqueue trigger).
+ * A given target must exist; a new service is created on it, and an
+ * existing service must be on it already (RG013 otherwise: moving a
+ * service is an administrator's, gridha.move_service). The batch goes to
+ * the tail of the service's queue (see the batches_enqueue trigger).
  */
 Datum
 gridha_enqueue(PG_FUNCTION_ARGS)
@@ -699,17 +703,33 @@ gridha_enqueue(PG_FUNCTION_ARGS)
 	int64		seq;
 
 	gridha_require_writable("enqueue()");
+	gridha_require_safe_schema();
 	SPI_connect();
 
 	if (!PG_ARGISNULL(3))
 	{
 		text	   *target = gridha_arg_id(fcinfo, 3, "target");
+		int			tries;
 
-		args[0] = PointerGetDatum(service_id);
-		args[1] = PointerGetDatum(target);
-		gridha_exec(&queue_has_target_stmt, args, NULL, false);
-		if (SPI_processed == 0)
+		/* twice at most: a concurrent enqueue may create the service */
+		for (tries = 0; tries < 2; tries++)
 		{
+			args[0] = PointerGetDatum(service_id);
+			gridha_exec(&queue_target_of_stmt, args, NULL, false);
+			if (SPI_processed > 0)
+			{
+				char	   *current = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+				if (current == NULL || strcmp(current, text_to_cstring(target)) != 0)
+					ereport(ERROR,
+							(errcode(ERRCODE_GRIDHA_TARGET_MISMATCH),
+							 errmsg("service \"%s\" is on target \"%s\", not \"%s\"",
+									text_to_cstring(service_id), current ? current : "",
+									text_to_cstring(target)),
+							 errdetail("A service's target is set when the service is created."),
+							 errhint("Enqueue without a target, or ask an administrator to move the service: gridha.move_service().")));
+				break;
+			}
 			args[0] = PointerGetDatum(target);
 			gridha_exec(&queue_target_exists_stmt, args, NULL, false);
 			if (SPI_processed == 0)
@@ -720,6 +740,8 @@ gridha_enqueue(PG_FUNCTION_ARGS)
 			args[0] = PointerGetDatum(service_id);
 			args[1] = PointerGetDatum(target);
 			gridha_exec(&queue_set_target_stmt, args, NULL, false);
+			if (SPI_processed > 0)
+				break;
 		}
 	}
 

@@ -22,6 +22,7 @@
 #include "commands/trigger.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
@@ -137,13 +138,29 @@ gridha_slots_available(void)
 	return slots_shared != NULL;
 }
 
-static void
-slots_copy_id(char *dst, const char *src)
+/*
+ * slots_clip_len: how many bytes of an id fit in a slot: all of it, or as
+ * many whole characters as fit (an id cut inside a multibyte character
+ * would make the workers view return text that is not valid in the
+ * database's encoding).
+ */
+static int
+slots_clip_len(const char *src)
 {
 	if (src == NULL)
-		dst[0] = '\0';
-	else
-		strlcpy(dst, src, SLOTS_ID_LEN);
+		return 0;
+	return pg_mbcliplen(src, strlen(src), SLOTS_ID_LEN - 1);
+}
+
+/*
+ * slots_copy_id: an id, cut to len bytes (slots_clip_len), into a slot.
+ */
+static void
+slots_copy_id(char *dst, const char *src, int len)
+{
+	if (src != NULL)
+		memcpy(dst, src, len);
+	dst[len] = '\0';
 }
 
 /*
@@ -195,6 +212,23 @@ gridha_slot_take(const char *label)
 }
 
 /*
+ * gridha_slot_is_self: whether this process is the background worker that
+ * is this instance (false in any other process).
+ */
+bool
+gridha_slot_is_self(const pg_uuid_t *id)
+{
+	bool		self;
+
+	if (my_slot == NULL)
+		return false;
+	SpinLockAcquire(&slots_shared->mutex);
+	self = my_slot->registered && memcmp(my_slot->instance_id.data, id->data, UUID_LEN) == 0;
+	SpinLockRelease(&slots_shared->mutex);
+	return self;
+}
+
+/*
  * gridha_slot_set_instance: this worker is known as that instance now.
  */
 void
@@ -214,14 +248,17 @@ void
 gridha_slot_set_state(GridhaWorkerState state, const char *service_id,
 					  const char *batch_id)
 {
+	int			service_len = slots_clip_len(service_id);
+	int			batch_len = slots_clip_len(batch_id);
+
 	if (my_slot == NULL)
 		return;
 	SpinLockAcquire(&slots_shared->mutex);
 	if (my_slot->state != state)
 		my_slot->state_since = GetCurrentTimestamp();
 	my_slot->state = state;
-	slots_copy_id(my_slot->service_id, service_id);
-	slots_copy_id(my_slot->batch_id, batch_id);
+	slots_copy_id(my_slot->service_id, service_id, service_len);
+	slots_copy_id(my_slot->batch_id, batch_id, batch_len);
 	SpinLockRelease(&slots_shared->mutex);
 }
 

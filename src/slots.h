@@ -38,6 +38,7 @@ extern void gridha_slot_set_instance(const pg_uuid_t *id);
 extern void gridha_slot_set_state(GridhaWorkerState state, const char *service_id,
 								  const char *batch_id);
 extern void gridha_slot_set_in_flight(int n);
+extern bool gridha_slot_is_self(const pg_uuid_t *id);
 
 /* Any session */
 extern pid_t gridha_slot_pid_of(const pg_uuid_t *id);

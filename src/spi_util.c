@@ -16,10 +16,20 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/syscache.h"
 #include "utils/tuplestore.h"
+
+/* Whether schema gridha was found safe since it (or a role) last changed */
+static bool spi_schema_safe = false;
+static bool spi_schema_callbacks = false;
 
 /*
  * gridha_exec: runs a kept statement and returns SPI's result code.
@@ -39,6 +49,7 @@ gridha_exec(GridhaStatement *stmt, Datum *values, const char *nulls, bool read_o
 {
 	int			rc;
 
+	gridha_require_safe_schema();
 	if (stmt->plan == NULL)
 	{
 		SPIPlanPtr	plan = SPI_prepare_cursor(stmt->sql, stmt->nargs, stmt->argtypes,
@@ -167,6 +178,13 @@ gridha_arg_new_id(FunctionCallInfo fcinfo, int argno, const char *name)
 				 errmsg("%s is too long", name),
 				 errdetail("It has %d bytes; an id has at most %d.",
 						   (int) VARSIZE_ANY_EXHDR(t), GRIDHA_MAX_ID_BYTES)));
+	/* ids are path segments of the ledger's URLs, where these name others */
+	if ((VARSIZE_ANY_EXHDR(t) == 1 && memcmp(VARDATA_ANY(t), ".", 1) == 0) ||
+		(VARSIZE_ANY_EXHDR(t) == 2 && memcmp(VARDATA_ANY(t), "..", 2) == 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be \"%s\"", name, text_to_cstring(t)),
+				 errdetail("Ids are path segments of the ledger's URLs, where \".\" and \"..\" name other paths.")));
 	return t;
 }
 
@@ -269,4 +287,88 @@ Datum
 gridha_int8_array(Datum *elems, int n)
 {
 	return PointerGetDatum(construct_array(elems, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+/*
+ * spi_schema_changed: a schema or a role changed: look at gridha's again.
+ */
+static void
+spi_schema_changed(Datum arg, int cacheid, uint32 hashvalue)
+{
+	spi_schema_safe = false;
+}
+
+/*
+ * gridha_require_safe_schema: refuses (RG015) to run gridha's functions
+ * while schema gridha belongs to a role that is not a superuser, or grants
+ * CREATE to a role other than its owner: such a role could place an
+ * operator, function or type there that gridha's SECURITY DEFINER code
+ * would resolve and run with the extension owner's rights. The verdict is
+ * kept until a schema or a role changes, so the hot path pays nothing.
+ */
+void
+gridha_require_safe_schema(void)
+{
+	Oid			nspid;
+	HeapTuple	tup;
+	Form_pg_namespace nsp;
+	Datum		aclDatum;
+	bool		isnull;
+	Oid			bad = InvalidOid;
+	bool		owner_bad = false;
+	bool		create_bad = false;
+
+	if (spi_schema_safe)
+		return;
+	if (!spi_schema_callbacks)
+	{
+		CacheRegisterSyscacheCallback(NAMESPACEOID, spi_schema_changed, (Datum) 0);
+		CacheRegisterSyscacheCallback(AUTHOID, spi_schema_changed, (Datum) 0);
+		spi_schema_callbacks = true;
+	}
+	nspid = get_namespace_oid("gridha", true);
+	if (!OidIsValid(nspid))
+		return;					/* nothing to run; the caller fails on its own */
+	tup = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(nspid));
+	if (!HeapTupleIsValid(tup))
+		return;
+	nsp = (Form_pg_namespace) GETSTRUCT(tup);
+	if (!superuser_arg(nsp->nspowner))
+	{
+		owner_bad = true;
+		bad = nsp->nspowner;
+	}
+	aclDatum = SysCacheGetAttr(NAMESPACEOID, tup, Anum_pg_namespace_nspacl, &isnull);
+	if (!owner_bad && !isnull)
+	{
+		Acl		   *acl = DatumGetAclPCopy(aclDatum);
+		AclItem    *items = ACL_DAT(acl);
+		int			i;
+
+		for (i = 0; i < ACL_NUM(acl); i++)
+			if ((items[i].ai_privs & ACL_CREATE) && items[i].ai_grantee != nsp->nspowner &&
+				(items[i].ai_grantee == ACL_ID_PUBLIC || !superuser_arg(items[i].ai_grantee)))
+			{
+				bad = items[i].ai_grantee;
+				create_bad = true;
+				break;
+			}
+	}
+	ReleaseSysCache(tup);
+	if (owner_bad)
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_UNSAFE_SCHEMA),
+				 errmsg("schema gridha belongs to role \"%s\", which is not a superuser",
+						GetUserNameFromId(bad, true) ? GetUserNameFromId(bad, true) : "?"),
+				 errdetail("Objects that role placed in the schema would run with the extension's rights, so gridha refuses to run."),
+				 errhint("Check the schema for objects gridha did not create, then ALTER SCHEMA gridha OWNER TO a superuser.")));
+	if (create_bad)
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_UNSAFE_SCHEMA),
+				 errmsg("schema gridha grants CREATE to %s",
+						bad == ACL_ID_PUBLIC ? "PUBLIC" :
+						psprintf("role \"%s\"", GetUserNameFromId(bad, true) ? GetUserNameFromId(bad, true) : "?")),
+				 errdetail("Objects that role placed in the schema would run with the extension's rights, so gridha refuses to run."),
+				 errhint("REVOKE CREATE ON SCHEMA gridha FROM every role but its owner.")));
+	spi_schema_safe = true;
 }

@@ -56,4 +56,7 @@ extern bool gridha_uuid_equal(Datum a, Datum b);
 /* Write paths refuse read-only transactions and hot standbys (25006) */
 extern void gridha_require_writable(const char *what);
 
+/* Schema gridha is a superuser's and nobody else may create in it (RG015) */
+extern void gridha_require_safe_schema(void);
+
 #endif							/* GRIDHA_SPI_UTIL_H */

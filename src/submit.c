@@ -42,7 +42,6 @@
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "catalog/pg_authid.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -99,12 +98,13 @@ static GridhaStatement submit_handout_stmt = {
  * claim.
  */
 static GridhaStatement submit_targets_stmt = {
-	"SELECT service_id, target FROM gridha.service_claims WHERE service_id = ANY ($1)",
+	"SELECT service_id, target FROM gridha.service_claims"
+	" WHERE service_id OPERATOR(pg_catalog.=) ANY ($1)",
 	1, {TEXTARRAYOID}
 };
 
 static GridhaStatement submit_version_stmt = {
-	"SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'gridha'",
+	"SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'gridha'",
 	0, {InvalidOid}
 };
 
@@ -135,7 +135,7 @@ static GridhaStatement submit_status_stmt = {
 static GridhaStatement submit_pending_stmt = {
 	"SELECT p.service_id, p.batch_id, p.status::text, p.epoch, c.target"
 	"  FROM gridha.pending_batches($1, $2) p"
-	"  JOIN gridha.service_claims c ON c.service_id = p.service_id"
+	"  JOIN gridha.service_claims c ON c.service_id OPERATOR(pg_catalog.=) p.service_id"
 	" ORDER BY c.target, p.submitted_at",
 	2, {UUIDOID, INT4OID}
 };
@@ -145,13 +145,27 @@ static GridhaStatement submit_maintenance_stmt = {
 	1, {UUIDOID}
 };
 
+/*
+ * This worker's orphans, read as the worker's role: SQL 1.2 has a function
+ * for it; on older SQL the heads submitting among its claimed batches
+ * (which may name a head a takeover revoked and this worker has not handed
+ * out again: its report is refused, and nothing changes).
+ */
 static GridhaStatement submit_orphans_stmt = {
-	"SELECT b.service_id, b.batch_id, b.epoch"
-	"  FROM gridha.service_claims c"
-	"  JOIN gridha.batches b ON b.service_id = c.service_id AND b.seq = c.head_seq"
-	" WHERE c.claimant = $1 AND c.in_flight"
-	"   AND b.status = 'submitting' AND b.epoch = c.epoch AND b.instance_id = $1",
+	"SELECT o.service_id, o.batch_id, o.epoch FROM gridha.worker_orphans($1) o",
 	1, {UUIDOID}
+};
+
+static GridhaStatement submit_orphans_old_stmt = {
+	"SELECT b.service_id, b.batch_id, b.epoch"
+	"  FROM gridha.claimed_batches($1, 2147483647) b"
+	" WHERE b.status::pg_catalog.text OPERATOR(pg_catalog.=) 'submitting'",
+	1, {UUIDOID}
+};
+
+static GridhaStatement submit_has_orphans_fn_stmt = {
+	"SELECT pg_catalog.to_regprocedure('gridha.worker_orphans(uuid)') IS NOT NULL",
+	0, {InvalidOid}
 };
 
 /* A handed-out batch, in hand until its outcome is reported */
@@ -274,8 +288,32 @@ gridha_submit_bound_lock_wait(void)
 }
 
 /*
+ * gridha_submit_pin_settings: the settings every statement of the worker
+ * runs with, applied again when they differ (at each step, at start, after
+ * a reload): the lock timeout, and a search_path through which no object
+ * planted in another schema can take part in its statements. Nothing a
+ * target function sets survives its call (submit_call_target), and this
+ * puts back what anything else may have changed.
+ */
+void
+gridha_submit_pin_settings(void)
+{
+	char		value[32];
+	const char *now;
+
+	snprintf(value, sizeof(value), "%d", gridha_worker_lock_timeout_ms);
+	now = GetConfigOption("lock_timeout", true, false);
+	if (now == NULL || strcmp(now, value) != 0)
+		SetConfigOption("lock_timeout", value, PGC_SUSET, PGC_S_SESSION);
+	now = GetConfigOption("search_path", true, false);
+	if (now == NULL || strcmp(now, GRIDHA_WORKER_SEARCH_PATH) != 0)
+		SetConfigOption("search_path", GRIDHA_WORKER_SEARCH_PATH, PGC_USERSET, PGC_S_SESSION);
+}
+
+/*
  * submit_step: runs fn in a transaction of its own, under the statement
- * timeout; SIGTERM cancels it (see worker.c). Returns true when it
+ * timeout, with the worker's settings pinned; SIGTERM cancels it (see
+ * worker.c). Returns true when it
  * committed; otherwise the error is logged, the transaction rolled back,
  * and *sqlstate (when given) says which error it was.
  */
@@ -292,6 +330,7 @@ submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
 	gridha_submit_in_step = true;
 	PG_TRY();
 	{
+		gridha_submit_pin_settings();
 		gridha_submit_bound_lock_wait();
 		if (gridha_worker_statement_timeout_ms > 0)
 			enable_timeout_after(STATEMENT_TIMEOUT, gridha_worker_statement_timeout_ms);
@@ -554,16 +593,46 @@ typedef struct SubmitCall
 } SubmitCall;
 
 /*
- * submit_user_path: a target function's body runs with the search_path a
- * session of the worker's role would have (gridha's own statements run
- * with pg_catalog, gridha); the call itself names the function by schema
- * and argument types. Until the step ends.
+ * submit_call_target: runs a target function's statement (sql, with its
+ * arguments) in a GUC nest level of its own: its body runs with the
+ * search_path a session of the worker's role would have, and every setting
+ * it changes, SET LOCAL or SET or set_config(..., false) alike, is undone
+ * when the call returns (an error undoes them with the transaction). So
+ * nothing a target function does to the session outlives its call; in
+ * particular the search_path of the worker's own statements stays
+ * GRIDHA_WORKER_SEARCH_PATH.
+ *
+ * Target functions run only as a role that is not a superuser: a worker
+ * connected as one (gridha.worker_role empty or a superuser) never gets
+ * here (submit_refuses_functions).
  */
 static void
-submit_user_path(void)
+submit_call_target(const char *sql, int nargs, Oid *types, Datum *args, const char *nulls,
+				   long maxrows)
 {
+	int			nest = NewGUCNestLevel();
+	int			rc;
+
 	(void) set_config_option("search_path", submit_user_search_path, PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	rc = SPI_execute_with_args(sql, nargs, types, args, nulls, false, maxrows);
+	AtEOXact_GUC(false, nest);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "gridha: target function call failed: %s", SPI_result_code_string(rc));
+}
+
+/*
+ * submit_refuses_functions: the worker calls no target function while it
+ * runs as a superuser (gridha.worker_role empty or a superuser): whoever
+ * owns a function an administrator points a target at would run code with
+ * superuser rights. The reason, when it refuses.
+ */
+static const char *
+submit_refuses_functions(void)
+{
+	if (superuser())
+		return "target functions are not called while the worker runs as a superuser: set gridha.worker_role to a role that is not one";
+	return NULL;
 }
 
 /*
@@ -608,15 +677,14 @@ submit_function_step(void *arg)
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT %s($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.bytea, $4::pg_catalog.int8)::pg_catalog.text",
 					 submit_function_name(b->submit_function, "submit_function", b->target));
-	submit_user_path();
 	args[0] = CStringGetTextDatum(b->service_id);
 	args[1] = CStringGetTextDatum(b->batch_id);
 	args[2] = b->payload ? PointerGetDatum(b->payload) : (Datum) 0;
 	if (b->payload == NULL)
 		nulls[2] = 'n';
 	args[3] = Int64GetDatum(b->epoch);
-	if (SPI_execute_with_args(sql.data, 4, types, args, nulls, false, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
+	submit_call_target(sql.data, 4, types, args, nulls, 1);
+	if (SPI_processed != 1)
 		elog(ERROR, "gridha: submit function returned no row");
 	v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 	call->outcome = v ? MemoryContextStrdup(submit_cxt, v) : NULL;
@@ -708,6 +776,8 @@ submit_start(SubmitBatch *b)
 {
 	MemoryContext old;
 
+	if (b->problem == NULL && b->submit_url == NULL && submit_refuses_functions() != NULL)
+		b->problem = MemoryContextStrdup(b->cxt, submit_refuses_functions());
 	if (b->problem != NULL)
 	{
 		if (b->target != NULL)
@@ -940,7 +1010,7 @@ typedef struct SubmitOrphan
 	int64		epoch;
 } SubmitOrphan;
 
-/* Step: this worker's orphans; arg is a List ** */
+/* Step: this worker's orphans, read as the worker's role; arg is a List ** */
 static void
 submit_orphans_step(void *arg)
 {
@@ -948,16 +1018,15 @@ submit_orphans_step(void *arg)
 	Datum		args[1];
 	uint64		i;
 	MemoryContext old;
-	Oid			save_userid;
-	int			save_sec;
+	bool		isnull;
 
 	submit_check_version();
 	args[0] = submit_instance_datum();
-	/* read as the bootstrap superuser: the worker role may not read these tables */
-	GetUserIdAndSecContext(&save_userid, &save_sec);
-	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, save_sec | SECURITY_LOCAL_USERID_CHANGE);
-	gridha_exec(&submit_orphans_stmt, args, NULL, true);
-	SetUserIdAndSecContext(save_userid, save_sec);
+	gridha_exec(&submit_has_orphans_fn_stmt, NULL, NULL, true);
+	if (DatumGetBool(gridha_col(0, 1, &isnull)))
+		gridha_exec(&submit_orphans_stmt, args, NULL, true);
+	else
+		gridha_exec(&submit_orphans_old_stmt, args, NULL, true);
 	old = MemoryContextSwitchTo(submit_cxt);
 	for (i = 0; i < SPI_processed; i++)
 	{
@@ -1086,9 +1155,7 @@ submit_status_function_step(void *arg)
 	appendStringInfo(&sql, "SELECT f.batch_id::pg_catalog.text, pg_catalog.lower(f.status::pg_catalog.text)"
 					 " FROM %s($1::pg_catalog.text[]) AS f(batch_id, status)",
 					 submit_function_name(call->function, "status_function", call->target));
-	submit_user_path();
-	if (SPI_execute_with_args(sql.data, 1, types, args, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "gridha: status function failed");
+	submit_call_target(sql.data, 1, types, args, NULL, 0);
 
 	/* check every row first: an unknown word means nothing is applied */
 	for (i = 0; i < SPI_processed; i++)
@@ -1153,6 +1220,11 @@ submit_ask_ledger(const char *target, GridhaStatusEntry *entries, int n)
 	{
 		SubmitStatusCall call = {t->status_function, target, entries, n, false};
 
+		if (submit_refuses_functions() != NULL)
+		{
+			gridha_target_warn(target, submit_refuses_functions());
+			return false;
+		}
 		if (!submit_step(submit_status_function_step, &call, "status function", NULL))
 			return false;
 		if (call.malformed)

@@ -30,5 +30,9 @@ extern void gridha_submit_drain(void);
 extern void gridha_submit_forget(void);
 extern void gridha_submit_shutdown(void);
 extern void gridha_submit_bound_lock_wait(void);
+extern void gridha_submit_pin_settings(void);
+
+/* The search_path every statement of a worker runs with */
+#define GRIDHA_WORKER_SEARCH_PATH "pg_catalog, gridha, pg_temp"
 
 #endif							/* GRIDHA_SUBMIT_H */

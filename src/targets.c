@@ -581,12 +581,98 @@ targets_check_reject_codes(const char *target, ArrayType *codes)
 					 errhint("For example '{400,422}'; 2xx codes accept, whatever the list says.")));
 }
 
+/*
+ * targets_interval_us: an interval in microseconds, months of 30 days and
+ * days of 24 hours, as PostgreSQL compares intervals.
+ */
+static double
+targets_interval_us(Interval *iv)
+{
+	return (double) iv->time + ((double) iv->day + (double) iv->month * 30.0) * (double) USECS_PER_DAY;
+}
+
+/*
+ * targets_refuse_null, targets_refuse_check: a row that breaks a NOT NULL
+ * or CHECK constraint of gridha.targets, refused with PostgreSQL's own
+ * SQLSTATE and message, but without its detail: see targets_check_row.
+ */
+static void
+targets_refuse_null(const char *column)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NOT_NULL_VIOLATION),
+			 errmsg("null value in column \"%s\" of relation \"targets\" violates not-null constraint",
+					column),
+			 errdetail("The row is not shown: it may hold credentials (request_headers).")));
+}
+
+static void
+targets_refuse_check(const char *constraint)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_CHECK_VIOLATION),
+			 errmsg("new row for relation \"targets\" violates check constraint \"%s\"", constraint),
+			 errdetail("The row is not shown: it may hold credentials (request_headers).")));
+}
+
+/*
+ * targets_check_row: what the table's constraints say of a row, said
+ * first. A constraint that fails reports the whole row ("Failing row
+ * contains ...") to the client and in the server log, and the row holds
+ * the target's request headers: credentials. So every NOT NULL and CHECK
+ * constraint of gridha.targets is checked here, before PostgreSQL checks
+ * it, with the same SQLSTATE and message and no row.
+ */
+static void
+targets_check_row(HeapTuple tuple, TupleDesc desc)
+{
+	/* 1000 years, the longest span a rate limit may cover */
+	const double limit_us = 12000.0 * 30.0 * (double) USECS_PER_DAY;
+	bool		isnull;
+	Datum		d;
+	Interval   *iv = NULL;
+	int64		burst;
+	int			attno;
+
+	d = heap_getattr(tuple, SPI_fnumber(desc, "target"), desc, &isnull);
+	if (isnull)
+		targets_refuse_null("target");
+	if (VARSIZE_ANY_EXHDR(DatumGetTextPP(d)) == 0)
+		targets_refuse_check("targets_target_check");
+	d = heap_getattr(tuple, SPI_fnumber(desc, "rate_burst"), desc, &isnull);
+	if (isnull)
+		targets_refuse_null("rate_burst");
+	burst = DatumGetInt32(d);
+	d = heap_getattr(tuple, SPI_fnumber(desc, "rate_interval"), desc, &isnull);
+	if (!isnull)
+	{
+		iv = DatumGetIntervalP(d);
+		if (targets_interval_us(iv) <= 0)
+			targets_refuse_check("targets_rate_interval_check");
+	}
+	if (burst < 0)
+		targets_refuse_check("targets_rate_burst_check");
+	if (burst > 1000000 ||
+		(iv != NULL && (targets_interval_us(iv) > limit_us ||
+						targets_interval_us(iv) * (double) burst > limit_us)))
+		targets_refuse_check("targets_rate_span");
+	attno = SPI_fnumber(desc, "reject_codes");
+	if (attno > 0)
+	{
+		(void) heap_getattr(tuple, attno, desc, &isnull);
+		if (isnull)
+			targets_refuse_null("reject_codes");
+	}
+}
+
 PG_FUNCTION_INFO_V1(gridha_targets_check);
 
 /*
  * gridha_targets_check: BEFORE INSERT OR UPDATE trigger on gridha.targets:
- * refuses with RG007 a row no instance could use (but for one without a
- * submit source: external instances may submit by their own means).
+ * refuses what the table's constraints would (targets_check_row, without
+ * the row in the message), and with RG007 a row no instance could use (but
+ * for one without a submit source: external instances may submit by their
+ * own means).
  */
 Datum
 gridha_targets_check(PG_FUNCTION_ARGS)
@@ -611,6 +697,7 @@ gridha_targets_check(PG_FUNCTION_ARGS)
 
 	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple : trigdata->tg_trigtuple;
 	desc = trigdata->tg_relation->rd_att;
+	targets_check_row(tuple, desc);
 
 	d = heap_getattr(tuple, SPI_fnumber(desc, "target"), desc, &isnull);
 	target = isnull ? "" : TextDatumGetCString(d);

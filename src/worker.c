@@ -25,9 +25,14 @@
  * GRIDHA_WORKER_RESTART_S seconds as a new instance.
  *
  * The worker runs as gridha.worker_role (the bootstrap superuser when it
- * is empty, with a WARNING), with search_path pinned to pg_catalog, gridha
- * and its own lock timeout; its steps run under gridha.worker_statement_
- * timeout (see submit.c).
+ * is empty, with a WARNING: it then submits to URL targets only, and calls
+ * no target function), with search_path pinned to pg_catalog, gridha,
+ * pg_temp and its own lock timeout, both applied again at every step; its
+ * steps run under gridha.worker_statement_timeout (see submit.c). It never
+ * runs SQL as a superuser once its session may have run a target's code:
+ * its instance is registered through gridha.worker_register (SQL 1.2), as
+ * the worker role; only on an older SQL, as the bootstrap superuser, and
+ * then with every name qualified.
  *
  *-------------------------------------------------------------------------
  */
@@ -159,18 +164,13 @@ worker_sigterm(SIGNAL_ARGS)
 }
 
 /*
- * worker_apply_settings: the session settings every step runs with: the
- * lock timeout and a search_path that no object planted in another schema
- * can take part in.
+ * worker_apply_settings: the session settings every step runs with (see
+ * gridha_submit_pin_settings, which applies them again at each step).
  */
 static void
 worker_apply_settings(void)
 {
-	char		value[32];
-
-	snprintf(value, sizeof(value), "%d", gridha_worker_lock_timeout_ms);
-	SetConfigOption("lock_timeout", value, PGC_SUSET, PGC_S_SESSION);
-	SetConfigOption("search_path", "pg_catalog, gridha", PGC_USERSET, PGC_S_SESSION);
+	gridha_submit_pin_settings();
 }
 
 /*
@@ -223,41 +223,84 @@ worker_wait_for_extension(void)
 }
 
 /*
- * worker_register_instance: makes this worker's instance row (kind worker).
- * With fresh, a start id that already has a row belongs to an earlier run
- * of this worker, which crashed: this run is a new instance with a new id.
- * Without it (the extension was created again) the id is kept. The row is
- * written as the bootstrap superuser (gridha.worker_role may not write
- * gridha.instances); it has no owner until the worker first acts as the
- * instance, which makes the worker role its owner.
+ * worker_register_instance: makes this worker's instance row (kind worker,
+ * owned by the worker's role). With fresh, a start id that already has a
+ * row belongs to an earlier run of this worker, which crashed: this run is
+ * a new instance with a new id. Without it (the extension was created
+ * again) the id is kept.
+ *
+ * On SQL 1.2 the row is written by gridha.worker_register, called as the
+ * worker's role: the function lets only a gridha worker process in. On an
+ * older SQL (gridha.worker_role may not write gridha.instances) it is
+ * written as the bootstrap superuser, by statements whose every name is
+ * qualified and that call no function: a setting or object a target
+ * function left in the session changes nothing they do.
  */
 static void
 worker_register_instance(pg_uuid_t *id, const char *label, bool fresh)
 {
-	static const char *sql =
+	static const char *probe =
+		"SELECT pg_catalog.to_regprocedure('gridha.worker_register(uuid,text)') IS NOT NULL,"
+		"       EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a"
+		"                WHERE a.attrelid OPERATOR(pg_catalog.=) 'gridha.instances'::pg_catalog.regclass"
+		"                  AND a.attname OPERATOR(pg_catalog.=) 'owner' AND NOT a.attisdropped)";
+	static const char *by_function =
+		"SELECT gridha.worker_register($1, $2)";
+	static const char *by_insert =
 		"INSERT INTO gridha.instances (instance_id, label, kind)"
 		" VALUES ($1, $2, 'worker') ON CONFLICT (instance_id) DO NOTHING";
+	static const char *set_owner =
+		"UPDATE gridha.instances SET owner = $2"
+		" WHERE instance_id OPERATOR(pg_catalog.=) $1 AND owner IS NULL";
 	Oid			types[2] = {UUIDOID, TEXTOID};
+	Oid			owner_types[2] = {UUIDOID, NAMEOID};
 	bool		done = false;
-	Oid			save_userid;
-	int			save_sec;
 
 	while (!done)
 	{
 		Datum		args[2];
+		bool		isnull;
+		bool		has_function;
+		bool		has_owner;
+		NameData	owner;
 
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
+		gridha_submit_pin_settings();
 		SPI_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		args[0] = UUIDPGetDatum(id);
 		args[1] = CStringGetTextDatum(label);
-		GetUserIdAndSecContext(&save_userid, &save_sec);
-		SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, save_sec | SECURITY_LOCAL_USERID_CHANGE);
-		if (SPI_execute_with_args(sql, 2, types, args, NULL, false, 0) != SPI_OK_INSERT)
-			elog(ERROR, "gridha: could not register the worker instance");
-		SetUserIdAndSecContext(save_userid, save_sec);
-		done = SPI_processed == 1 || !fresh;
+		if (SPI_execute(probe, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "gridha: could not look at the installed SQL");
+		has_function = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		has_owner = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+		if (has_function)
+		{
+			if (SPI_execute_with_args(by_function, 2, types, args, NULL, false, 1) != SPI_OK_SELECT ||
+				SPI_processed != 1)
+				elog(ERROR, "gridha: could not register the worker instance");
+			done = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) ||
+				!fresh;
+		}
+		else
+		{
+			Oid			save_userid;
+			int			save_sec;
+
+			namestrcpy(&owner, GetUserNameFromId(GetUserId(), false));
+			GetUserIdAndSecContext(&save_userid, &save_sec);
+			SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, save_sec | SECURITY_LOCAL_USERID_CHANGE);
+			if (SPI_execute_with_args(by_insert, 2, types, args, NULL, false, 0) != SPI_OK_INSERT)
+				elog(ERROR, "gridha: could not register the worker instance");
+			done = SPI_processed == 1 || !fresh;
+			if (done && has_owner)
+			{
+				args[1] = NameGetDatum(&owner);
+				(void) SPI_execute_with_args(set_owner, 2, owner_types, args, NULL, false, 0);
+			}
+			SetUserIdAndSecContext(save_userid, save_sec);
+		}
 		SPI_finish();
 		PopActiveSnapshot();
 		CommitTransactionCommand();
@@ -284,6 +327,7 @@ worker_release(pg_uuid_t *id)
 	{
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
+		gridha_submit_pin_settings();
 		gridha_submit_bound_lock_wait();
 		SPI_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
@@ -373,11 +417,12 @@ gridha_worker_main(Datum main_arg)
 
 	role = gridha_worker_role != NULL && gridha_worker_role[0] != '\0' ? gridha_worker_role : NULL;
 	BackgroundWorkerInitializeConnection(gridha_database, role, 0);
-	if (role == NULL)
+	if (role == NULL || superuser())
 		ereport(WARNING,
-				(errmsg("gridha worker \"%s\" runs as the bootstrap superuser", start.label),
-				 errdetail("gridha.worker_role is not set, so target functions run with superuser privileges."),
-				 errhint("Create a role for the workers, GRANT gridha_submitter to it, and set gridha.worker_role (server start).")));
+				(errmsg("gridha worker \"%s\" runs as a superuser", start.label),
+				 errdetail("gridha.worker_role is %s, so the worker calls no target function: their batches wait, delayed.",
+						   role == NULL ? "not set" : "a superuser"),
+				 errhint("Create a role for the workers that is not a superuser, GRANT gridha_submitter to it, and set gridha.worker_role (server start).")));
 	snprintf(appname, sizeof(appname), "gridha %s", start.label);
 	SetConfigOption("application_name", appname, PGC_USERSET, PGC_S_SESSION);
 	pgstat_report_appname(appname);
@@ -515,4 +560,49 @@ gridha_stop_worker(PG_FUNCTION_ARGS)
 	if (kill(pid, SIGTERM) != 0)
 		PG_RETURN_BOOL(false);
 	PG_RETURN_BOOL(true);
+}
+
+PG_FUNCTION_INFO_V1(gridha_worker_register);
+
+/*
+ * gridha_worker_register: SQL gridha.worker_register(instance_id, label)
+ * -> boolean (SQL 1.2). Registers the calling background worker's instance:
+ * kind worker, owned by the role the worker runs as. Refused (RG016) in any
+ * process but a gridha background worker: the check is on the process, so
+ * no SQL client can make itself an instance of kind worker. False when the
+ * id has a row already.
+ */
+Datum
+gridha_worker_register(PG_FUNCTION_ARGS)
+{
+	static GridhaStatement insert = {
+		"INSERT INTO gridha.instances (instance_id, label, kind, owner)"
+		" VALUES ($1, $2, 'worker', $3) ON CONFLICT (instance_id) DO NOTHING",
+		3, {UUIDOID, TEXTOID, NAMEOID}
+	};
+	Datum		args[3];
+	char		nulls[4] = "   ";
+	NameData	owner;
+	bool		done;
+
+	if (MyBgworkerEntry == NULL ||
+		strcmp(MyBgworkerEntry->bgw_library_name, "gridha") != 0 ||
+		strcmp(MyBgworkerEntry->bgw_function_name, "gridha_worker_main") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_NOT_A_WORKER),
+				 errmsg("only a gridha background worker may register a worker instance"),
+				 errhint("Use gridha.register_instance() for an external instance.")));
+	args[0] = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	if (PG_ARGISNULL(1))
+		nulls[1] = 'n';
+	else
+		args[1] = PG_GETARG_DATUM(1);
+	namestrcpy(&owner, GetUserNameFromId(GetOuterUserId(), false));
+	args[2] = NameGetDatum(&owner);
+	gridha_require_writable("worker_register()");
+	SPI_connect();
+	gridha_exec(&insert, args, nulls, false);
+	done = SPI_processed == 1;
+	SPI_finish();
+	PG_RETURN_BOOL(done);
 }

@@ -21,7 +21,31 @@
 #                             ledger in its service's order, one in flight
 
 FAILED=${FAILED:-0}
-SUITE_CLUSTER_OPTS=${GRIDHA_CLUSTER_OPTS:-shared_preload_libraries=gridha max_worker_processes=32}
+# Background workers call target functions only as a role that is not a
+# superuser (gridha.worker_role): the suites' workers run as this one, which
+# may read and write every table, as the suites' target functions need.
+SUITE_WORKER_ROLE=gridha_test_worker
+SUITE_CLUSTER_OPTS=${GRIDHA_CLUSTER_OPTS:-shared_preload_libraries=gridha max_worker_processes=32 gridha.worker_role=$SUITE_WORKER_ROLE}
+
+# suite_worker_role: makes the suites' worker role in the cluster PGHOST and
+# PGPORT name (roles are the cluster's), a member of gridha_submitter once
+# an extension made that role. Quiet; run again after CREATE EXTENSION in a
+# new cluster.
+suite_worker_role() {
+	type gridha_psql >/dev/null 2>&1 || return 0
+	gridha_psql -d postgres -c "DO \$\$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '$SUITE_WORKER_ROLE') THEN
+        CREATE ROLE $SUITE_WORKER_ROLE LOGIN IN ROLE pg_read_all_data, pg_write_all_data;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'gridha_submitter') THEN
+        GRANT gridha_submitter TO $SUITE_WORKER_ROLE;
+    END IF;
+END
+\$\$" >/dev/null 2>&1
+	return 0
+}
+suite_worker_role
 
 ok() {
 	echo "ok - $*"
@@ -96,6 +120,7 @@ suite_work() {
 		trap 'exit 130' INT TERM
 		# shellcheck disable=SC2086 # the options are words
 		gridha_cluster_start $SUITE_CLUSTER_OPTS
+		suite_worker_role
 	fi
 	WORK=${GRIDHA_SUITE_DIR:-$GRIDHA_TEST_DIR/$1}
 	mkdir -p "$WORK"

@@ -119,6 +119,10 @@ F = {
     "start_worker": "gridha.start_worker(text)",
     "stop_worker": "gridha.stop_worker(uuid)",
     "slots": "gridha.worker_slots()",
+    "worker_register": "gridha.worker_register(uuid,text)",
+    "worker_orphans": "gridha.worker_orphans(uuid)",
+    "move_service": "gridha.move_service(text,text)",
+    "set_owner": "gridha.set_instance_owner(uuid,regrole)",
 }
 VIEWS = ["claims", "instance_health", "queue_progress", "service_queues",
          "workers", "leaders", "id_sequence_status", "target_rates"]
@@ -1120,6 +1124,10 @@ class Gen:
         c("start_worker", "start_worker", "SELECT gridha.start_worker('fz tour') AS sw \\gset", [])
         c("worker_slots", "slots", "SELECT * FROM gridha.worker_slots()", [])
         c("stop_worker", "stop_worker", "SELECT gridha.stop_worker(:'sw')", [])
+        c("worker_register", "worker_register", "SELECT gridha.worker_register(gen_random_uuid(), 'fz tour')", [])
+        c("worker_orphans", "worker_orphans", "SELECT * FROM gridha.worker_orphans(:'ri')", [ri])
+        c("move_service", "move_service", "SELECT gridha.move_service('fz-tour', 'default')", [])
+        c("set_instance_owner", "set_owner", "SELECT gridha.set_instance_owner(:'ri', current_user::regrole)", [ri])
         for v in VIEWS:
             self.add(Stmt("view", "SELECT * FROM gridha.%s" % v, objs=["r:gridha." + v], covers=["v:" + v]))
 

@@ -156,6 +156,8 @@ INSERT INTO tap_grants VALUES
  ('submitter', 'function', 'gridha.release_claims(uuid)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.expiry_settings()', 'EXECUTE'),
  ('submitter', 'function', 'gridha.worker_slots()', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.worker_register(uuid, text)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.worker_orphans(uuid)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.try_lead(uuid, text)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.renew_lead(uuid, text, bigint)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.resign(uuid, text)', 'EXECUTE'),
@@ -184,6 +186,8 @@ INSERT INTO tap_grants VALUES
  ('admin', 'function', 'gridha.worker_slots()', 'EXECUTE'),
  ('admin', 'function', 'gridha.create_id_sequence(text, bigint, integer)', 'EXECUTE'),
  ('admin', 'function', 'gridha.drop_id_sequence(text)', 'EXECUTE'),
+ ('admin', 'function', 'gridha.move_service(text, text)', 'EXECUTE'),
+ ('admin', 'function', 'gridha.set_instance_owner(uuid, regrole)', 'EXECUTE'),
  ('admin', 'view',     'gridha.claims', 'SELECT'),
  ('admin', 'view',     'gridha.instance_health', 'SELECT'),
  ('admin', 'view',     'gridha.service_queues', 'SELECT'),
@@ -341,9 +345,9 @@ SELECT set_eq(
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
              FROM pg_proc p
             WHERE p.pronamespace = 'gridha'::regnamespace
-              AND NOT coalesce('search_path=pg_catalog, gridha' = ANY (p.proconfig), false)),
+              AND NOT coalesce('search_path=pg_catalog, gridha, pg_temp' = ANY (p.proconfig), false)),
           ARRAY['gridha.batches_guard_final()'],
-          'every function in schema gridha but the C guard trigger pins search_path = pg_catalog, gridha');
+          'every function in schema gridha but the C guard trigger pins search_path = pg_catalog, gridha, pg_temp');
 
 SELECT ok((SELECT l.lanname = 'c' AND NOT p.prosecdef AND p.prorettype = 'trigger'::regtype
                   AND p.proconfig IS NULL
@@ -354,7 +358,7 @@ SELECT ok((SELECT l.lanname = 'c' AND NOT p.prosecdef AND p.prorettype = 'trigge
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
              FROM pg_proc p
             WHERE p.pronamespace = 'gridha'::regnamespace AND p.prosecdef
-              AND NOT coalesce('search_path=pg_catalog, gridha' = ANY (p.proconfig), false)),
+              AND NOT coalesce('search_path=pg_catalog, gridha, pg_temp' = ANY (p.proconfig), false)),
           NULL,
           'no SECURITY DEFINER function of gridha runs with a caller-controlled search_path');
 
@@ -379,6 +383,8 @@ SELECT set_eq(
              ('gridha.resign(uuid, text)'), ('gridha.run_maintenance(uuid, text)'),
              ('gridha.create_id_sequence(text, bigint, integer)'), ('gridha.drop_id_sequence(text)'),
              ('gridha.reserve_ids(text, integer)'), ('gridha.next_id(text)'),
+             ('gridha.worker_register(uuid, text)'), ('gridha.worker_orphans(uuid)'),
+             ('gridha.move_service(text, text)'), ('gridha.set_instance_owner(uuid, regrole)'),
              ('gridha.batches_before_insert()')$$,
     'the SECURITY DEFINER functions are the API and the enqueue trigger');
 
@@ -608,21 +614,23 @@ SELECT is(pg_temp.as_role_text('gridha_tap_sub_b',
           'b1:pending', 'submitter B: pending_batches(B1) lists b1 only, not A''s a1');
 
 -- ---------------------------------------------------------------------------
--- An instance without an owner is adopted by the first role that uses it
+-- An instance without an owner is nobody's until an administrator gives it
+-- one (1.1 handed it to the first role that used it; 16_security has more)
 -- ---------------------------------------------------------------------------
 
 SET LOCAL tap.orphan = 'dddddddd-0000-0000-0000-00000000000d';
 INSERT INTO gridha.instances (instance_id, label) VALUES (current_setting('tap.orphan')::uuid, 'tap orphan');
 
-SELECT lives_ok(format('SELECT pg_temp.as_role(%L, %L)', 'gridha_tap_sub_b',
-                       format('SELECT * FROM gridha.next_batch(%L)', current_setting('tap.orphan'))),
-                'orphan: submitter B''s next_batch on an instance without owner works');
+SELECT throws_ok(format('SELECT pg_temp.refused_as(%L, %L)', 'gridha_tap_sub_b',
+                        format('SELECT * FROM gridha.next_batch(%L)', current_setting('tap.orphan'))),
+                 'RG008', format('instance %s has no owner', current_setting('tap.orphan')),
+                 'orphan: submitter B''s next_batch on an instance without owner is refused (RG008)');
 SELECT is((SELECT owner::text FROM gridha.instances WHERE instance_id = current_setting('tap.orphan')::uuid),
-          'gridha_tap_sub_b', 'orphan: submitter B adopted it');
+          NULL, 'orphan: submitter B did not adopt it');
 SELECT throws_ok(format('SELECT pg_temp.refused_as(%L, %L)', 'gridha_tap_sub_a',
                         format('SELECT * FROM gridha.next_batch(%L)', current_setting('tap.orphan'))),
-                 'RG008', format('instance %s belongs to role "gridha_tap_sub_b"', current_setting('tap.orphan')),
-                 'orphan: then submitter A''s next_batch on it is refused (RG008)');
+                 'RG008', format('instance %s has no owner', current_setting('tap.orphan')),
+                 'orphan: nor did submitter A (RG008)');
 
 -- ---------------------------------------------------------------------------
 -- Admin

@@ -343,7 +343,8 @@ SELECT is(pg_temp.snapshot(), :'before', 'RG002 refusals changed nothing');
 SELECT throws_ok($$SELECT gridha.enqueue('err-new', 'n1', '\x00', 'nope')$$,
                  'RG006', 'unknown target "nope"', 'enqueue: unknown target -> RG006');
 SELECT throws_ok($$SELECT gridha.enqueue('err-sub', 's3', '\x00', 'nope')$$,
-                 'RG006', 'unknown target "nope"', 'enqueue: unknown target for an existing service -> RG006');
+                 'RG013', 'service "err-sub" is on target "default", not "nope"',
+                 'enqueue: another target than an existing service''s -> RG013 (moving it is an administrator''s)');
 SELECT is(pg_temp.error_of($$SELECT gridha.enqueue('err-new', 'n1', '\x00', 'nope')$$),
           'RG006|unknown target "nope"|false|true', 'RG006 comes with a hint (add the target first)');
 SELECT throws_ok($$SELECT gridha.enqueue('err-sub', 's1', '\x00')$$,

@@ -39,7 +39,7 @@ SELECT is(pg_get_function_arguments(pg_temp.proc7(a)), a.arguments,
 SELECT is(pg_get_function_result(pg_temp.proc7(a)), a.result,
           format('gridha.%s returns %s', a.name, a.result))
   FROM api7 a ORDER BY a.ord;
-SELECT ok(coalesce((SELECT p.prosecdef AND 'search_path=pg_catalog, gridha' = ANY (p.proconfig)
+SELECT ok(coalesce((SELECT p.prosecdef AND 'search_path=pg_catalog, gridha, pg_temp' = ANY (p.proconfig)
                       FROM pg_proc p WHERE p.oid = pg_temp.proc7(a)), false),
           format('gridha.%s is SECURITY DEFINER with search_path pinned', a.name))
   FROM api7 a ORDER BY a.ord;

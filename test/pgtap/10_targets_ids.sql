@@ -166,9 +166,11 @@ SELECT results_eq(
     $$VALUES ('w1'::text), ('w2')$$,
     'it holds w1 and w2');
 
--- w2 moves to the function target: the URL-only instance hands it back on
--- its next claim cycle, and never hands its batch out.
+-- w2 moves to the function target (an administrator's move_service): the
+-- URL-only instance hands it back on its next claim cycle, and never hands
+-- its batch out.
 \o /dev/null
+SELECT gridha.move_service('w2', 'db');
 SELECT gridha.enqueue('w2', 'y', '\x00', 'db');
 \o
 SELECT is_empty(

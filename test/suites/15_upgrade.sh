@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test/suites/15_upgrade.sh: versioned upgrades (DESIGN.md section 9): a
-# database whose gridha SQL is 1.0 is served by the 1.1 library, upgraded
-# with ALTER EXTENSION gridha UPDATE, loses nothing, and ends equal to a
-# fresh 1.1 install.
+# database whose gridha SQL is 1.0 (and one on 1.1) is served by the
+# current library, upgraded with ALTER EXTENSION gridha UPDATE to the
+# default version (gridha.control), loses nothing, and ends equal to a
+# fresh install.
 #
 # Steps, in the order they run:
 #
@@ -40,6 +41,10 @@
 #               members by name and aclitems, the member list
 #               (test/dba/extension_catalog.sql); and a self-test: a comment
 #               planted in the fresh copy makes the comparison fail
+#   h. from 1.1 a database on 1.1, filled the same way, upgraded while a
+#               client cycles through it (next_batch, report accepted,
+#               report committed): its 40 batches committed in order,
+#               nothing else changed, the schema equal a fresh install's
 #   g. locks    in a third 1.0 database: a transaction that reads
 #               gridha.instances, waits until the upgrade waits for a lock
 #               and then reads gridha.targets (which the upgrade changes
@@ -76,6 +81,8 @@ set -uo pipefail
 REPO=${GRIDHA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 WORK=${GRIDHA_SUITE_DIR:-$(mktemp -d /tmp/gridha-upgrade.XXXXXX)}
 LIB=${GRIDHA_LIB:-$REPO/test/lib.sh}
+# The version a plain CREATE EXTENSION installs, and ALTER ... UPDATE reaches
+DEFAULT_VERSION=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$REPO/gridha.control")
 DBA=$REPO/test/dba
 CHECK_LOG=$REPO/test/dlt/check_log.py
 DB=gridha_upgrade
@@ -156,7 +163,7 @@ CREATE TABLE upgrade_scratch.instance (name text PRIMARY KEY, id uuid NOT NULL);
 INSERT INTO upgrade_scratch.instance VALUES ('S', gridha.register_instance('S'));
 EOF
 
-check_is "1.0|1.1" "CREATE EXTENSION gridha VERSION '1.0' installs 1.0 while the library's default is 1.1" \
+check_is "1.0|$DEFAULT_VERSION" "CREATE EXTENSION gridha VERSION '1.0' installs 1.0 while the library's default is $DEFAULT_VERSION" \
 	"SELECT e.extversion || '|' || a.default_version FROM pg_extension e
 	   JOIN pg_available_extensions a ON a.name = e.extname WHERE e.extname = 'gridha'"
 
@@ -287,7 +294,7 @@ else
 	# the rest compares an upgraded database: nothing to compare
 	exit 1
 fi
-check_is "1.1" "upgrade: extversion is 1.1" "SELECT extversion FROM pg_extension WHERE extname = 'gridha'"
+check_is "$DEFAULT_VERSION" "upgrade: extversion is $DEFAULT_VERSION" "SELECT extversion FROM pg_extension WHERE extname = 'gridha'"
 
 # The second wave's batches are new and the workers' services move on; the
 # workers' claims are checked below. Everything else is exactly as before.
@@ -335,11 +342,11 @@ check_is "0|4" "upgrade: every instance holding claims has a lease (soft and har
 	   FROM gridha.instances"
 
 wait_until 60 sql_is 32 "SELECT count(*) FROM gridha.batches WHERE service_id LIKE 'w-%' AND status = 'committed'"
-check $? "1.1 after the upgrade: the workers commit the second wave (32 batches of the ledger's target committed)"
+check $? "$DEFAULT_VERSION after the upgrade: the workers commit the second wave (32 batches of the ledger's target committed)"
 order_kept wave2
-check $? "1.1 after the upgrade: each worker service's 8 batches arrived in enqueue order across the upgrade, one in flight"
-check_is "0" "1.1 after the upgrade: held still equals each instance's claims once the workers have worked on 1.1" "$HELD_SQL"
-check_is "t" "1.1 after the upgrade: the workers hold the ledger's 4 services under leases" \
+check $? "$DEFAULT_VERSION after the upgrade: each worker service's 8 batches arrived in enqueue order across the upgrade, one in flight"
+check_is "0" "$DEFAULT_VERSION after the upgrade: held still equals each instance's claims once the workers have worked on 1.1" "$HELD_SQL"
+check_is "t" "$DEFAULT_VERSION after the upgrade: the workers hold the ledger's 4 services under leases" \
 	"SELECT count(*) = 4 AND bool_and(i.kind = 'worker' AND i.soft_expiry > now())
 	   FROM gridha.service_claims c JOIN gridha.instances i ON i.instance_id = c.claimant
 	  WHERE c.service_id LIKE 'w-%'"
@@ -355,7 +362,7 @@ RESTARTED=0
 
 psql -X -q -d postgres -c "CREATE DATABASE $FRESH" >/dev/null &&
 	psql -X -q -d "$FRESH" -c "CREATE EXTENSION gridha" >/dev/null
-check $? "a fresh 1.1 install in $FRESH"
+check $? "a fresh $DEFAULT_VERSION install in $FRESH"
 
 # schema_dump DB FILE: the filtered binary-upgrade schema dump of DB (less
 # this suite's scratch schema).
@@ -479,7 +486,7 @@ out=$(PGAPPNAME=gridha_upgrade_locks psql_locks -c "ALTER EXTENSION gridha UPDAT
 rc=$?
 wait "$holder"
 holder_rc=$?
-if [ "$rc" -eq 0 ] && sql_is_in "$LOCKS" "1.1" "SELECT extversion FROM pg_extension WHERE extname = 'gridha'"; then
+if [ "$rc" -eq 0 ] && sql_is_in "$LOCKS" "$DEFAULT_VERSION" "SELECT extversion FROM pg_extension WHERE extname = 'gridha'"; then
 	ok "locks: the upgrade waits out a transaction that holds a late table and wants an early one, and runs"
 else
 	not_ok "locks: the upgrade waits out a transaction that holds a late table and wants an early one, and runs"
@@ -492,6 +499,88 @@ else
 	diag <"$WORK/locks-holder.out"
 fi
 psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $LOCKS" >/dev/null 2>&1
+
+# ---------------------------------------------------------------------------
+# h. from 1.1: a database on 1.1, filled, upgraded while a client cycles
+#    through it (next_batch, report accepted, report committed)
+
+H=${DB}_h
+psql_h() {
+	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$H" "$@"
+}
+psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $H" \
+	-c "CREATE DATABASE $H" >/dev/null &&
+	psql -X -q -d postgres -c "ALTER DATABASE $H SET gridha.session_liveness = off" \
+		-c "ALTER DATABASE $H SET gridha.soft_expiry = '30min'" \
+		-c "ALTER DATABASE $H SET gridha.hard_expiry = '60min'" -c "ALTER DATABASE $H SET jit = off" >/dev/null &&
+	psql_h >/dev/null <<'EOF'
+CREATE EXTENSION gridha VERSION '1.1';
+CREATE SCHEMA upgrade_scratch;
+CREATE TABLE upgrade_scratch.instance (name text PRIMARY KEY, id uuid NOT NULL);
+INSERT INTO upgrade_scratch.instance VALUES ('S', gridha.register_instance('S'));
+EOF
+check $? "from 1.1: a database on 1.1 ($H)"
+if psql_h -f "$DBA/upgrade_fill.sql" >"$WORK/fill-h.out" 2>&1 &&
+	psql_h -f "$DBA/upgrade_state.sql" >>"$WORK/fill-h.out" 2>&1; then
+	ok "from 1.1: filled as the 1.0 database was (every batch status, every claim state, 100,000 services)"
+else
+	not_ok "from 1.1: filled as the 1.0 database was"
+	tail -n 20 "$WORK/fill-h.out" | diag
+fi
+# the client L holds the live service alone, balance off
+L=$(psql_h -c "SELECT gridha.register_instance('L')")
+psql_h >/dev/null <<EOF
+SELECT gridha.enqueue('h-live', 'h-live-b' || lpad(n::text, 2, '0'), '\x01') FROM generate_series(1, 40) n;
+SELECT upgrade_scratch.snapshot('pre11');
+EOF
+live_client() {
+	local end=$((SECONDS + 90)) out
+	while [ "$SECONDS" -lt "$end" ]; do
+		out=$(psql -X -q -A -t -d "$H" -c "SET gridha.balance_claims = off" \
+			-c "SELECT concat_ws('|', service_id, batch_id, epoch) FROM gridha.next_batch('$L')" 2>/dev/null | tail -n 1)
+		if [ -n "$out" ]; then
+			IFS='|' read -r sid bid ep <<<"$out"
+			psql -X -q -A -t -d "$H" -c "SELECT gridha.report_submission('$L', '$sid', '$bid', $ep, 'accepted')" \
+				-c "SELECT gridha.report_status('$L', '$sid', '$bid', $ep, 'committed')" >/dev/null 2>&1
+		elif [ "$(psql -X -q -A -t -d "$H" -c "SELECT count(*) FROM gridha.batches
+		            WHERE service_id = 'h-live' AND status <> 'committed'" 2>/dev/null)" = 0 ]; then
+			return 0
+		fi
+	done
+	return 1
+}
+live_client &
+CLIENT_PID=$!
+sleep 1
+if psql_h -c "ALTER EXTENSION gridha UPDATE" >"$WORK/upgrade-h.out" 2>&1; then
+	ok "from 1.1: ALTER EXTENSION gridha UPDATE runs while the client cycles"
+else
+	not_ok "from 1.1: ALTER EXTENSION gridha UPDATE runs while the client cycles"
+	diag <"$WORK/upgrade-h.out"
+fi
+wait "$CLIENT_PID"
+check $? "from 1.1: the client, across the upgrade, commits the live service's 40 batches"
+sql_is_in "$H" "$DEFAULT_VERSION" "SELECT extversion FROM pg_extension WHERE extname = 'gridha'"
+check $? "from 1.1: extversion is $DEFAULT_VERSION"
+sql_is_in "$H" "0" "SELECT count(*) FROM (SELECT seq, row_number() OVER (ORDER BY finished_at, seq) AS r
+                     FROM gridha.batches WHERE service_id = 'h-live') x WHERE seq <> r"
+check $? "from 1.1: ... in enqueue order"
+SKIP_H='^(h-live|rel-|free-)'
+changed=$(psql_h -c "SELECT change, kind, key, was_val, now_val FROM upgrade_scratch.changed('pre11', NULL, '$SKIP_H')
+                     WHERE kind <> 'count' LIMIT 40" 2>&1)
+if [ -z "$changed" ]; then
+	ok "from 1.1: no claim, epoch, batch, instance, target, lease, tick, id window or rate state lost or changed (but the client's)"
+else
+	not_ok "from 1.1: no claim, epoch, batch, instance, target, lease, tick, id window or rate state lost or changed (but the client's)"
+	echo "$changed" | diag
+fi
+if schema_dump "$H" "$WORK/upgraded-h.sql"; then
+	same_files "from 1.1: pg_dump --schema-only --binary-upgrade of the database upgraded from 1.1 equals a fresh install's" \
+		"$WORK/upgraded-h.sql" "$WORK/fresh.sql"
+else
+	not_ok "from 1.1: pg_dump --schema-only --binary-upgrade of the database upgraded from 1.1"
+fi
+psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $H WITH (FORCE)" >/dev/null 2>&1
 
 # ---------------------------------------------------------------------------
 # d. pg_regress and pgTAP in the upgraded database

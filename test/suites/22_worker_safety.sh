@@ -86,6 +86,7 @@ WORK=${GRIDHA_SUITE_DIR:-$(mktemp -d /tmp/gridha-safety.XXXXXX)}
 LIB=${GRIDHA_LIB:-$REPO/test/lib.sh}
 DB=gridha_safety_test
 WROLE=gridha_safety_worker
+OWNER=gridha_safety_owner
 PROLE=gridha_safety_producer
 EVIL=gridha_safety_evil
 CLIENT=$REPO/client/gridha-client
@@ -199,7 +200,7 @@ cleanup() {
 	suite_restore_cluster
 	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1
 	psql -X -q -d postgres -c "DROP ROLE IF EXISTS $WROLE" -c "DROP ROLE IF EXISTS $PROLE" \
-		-c "DROP ROLE IF EXISTS $EVIL" >/dev/null 2>&1
+		-c "DROP ROLE IF EXISTS $EVIL" -c "DROP ROLE IF EXISTS $OWNER" >/dev/null 2>&1
 }
 trap cleanup EXIT
 
@@ -239,7 +240,7 @@ duplicates() {
 
 psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB" \
 	-c "CREATE DATABASE $DB" -c "DROP ROLE IF EXISTS $WROLE" -c "DROP ROLE IF EXISTS $PROLE" \
-	-c "DROP ROLE IF EXISTS $EVIL" >/dev/null || exit 1
+	-c "DROP ROLE IF EXISTS $EVIL" -c "DROP ROLE IF EXISTS $OWNER" >/dev/null || exit 1
 
 # What the target functions do, and what the steps look at. The functions
 # compare text with OPERATOR(pg_catalog.=) only: the role step plants a
@@ -452,11 +453,19 @@ reload_worker() {
 step switch
 
 mark=$(log_mark)
+# A service's target is moved by an administrator (gridha.move_service),
+# once nothing of it is in flight; enqueue never moves one (RG013).
+move_svcs() {
+	psql_db -c "SELECT gridha.move_service('svc' || s, '$1') FROM generate_series(1, 5) s" >/dev/null 2>&1
+}
+wait_until 20 move_svcs closed
+check $? "switch: an administrator moves the five services to target 'closed' (gridha.move_service)"
 psql_db -c "SELECT gridha.enqueue('svc' || s, 'svc' || s || '-b5', '\\x00', 'closed')
             FROM generate_series(1, 5) s" >/dev/null
 wait_until 20 claimed_by_w1 svc1 svc2 svc3 svc4 svc5
 check $? "switch: the worker claims the five services on target 'closed' (a refused port)"
-psql_db -c "SELECT gridha.enqueue('svc' || s, 'svc' || s || '-b6', '\\x00', 'default')
+wait_until 20 move_svcs default
+psql_db -c "SELECT gridha.enqueue('svc' || s, 'svc' || s || '-b6', '\\x00')
             FROM generate_series(1, 5) s" >/dev/null
 
 REASON='target "default" has neither submit_url nor submit_function'
@@ -1229,6 +1238,71 @@ check $? "role: the functions ran and nothing was created: no role $EVIL, nothin
 wait_until "$RW" sql_is 4 "SELECT count(*) FROM gridha.batches WHERE service_id = 'rl1' AND status = 'committed'" &&
 	sql_is 0 "SELECT count(*) FROM w_planted WHERE who = '$WROLE'"
 check $? "role: the worker ($WROLE, search_path public, pg_catalog) commits rl1-b1..b4 and never calls a planted public.= (on text or on gridha.batch_status)"
+
+# The review's attack on 1.1: the owner of a function an administrator made
+# a target's submit_function redefines it to set the session's search_path
+# for good (set_config(..., false)), plants an evil."=" on uuid that makes
+# its owner a superuser when a superuser runs it, and a domain evil.text
+# that breaks the worker's own report statement (its "::text" casts); the
+# failed report made the worker look for orphans as the bootstrap
+# superuser, with an unqualified "=" on uuid parsed under that search_path.
+psql_db >/dev/null <<EOF
+CREATE ROLE $OWNER LOGIN;
+GRANT CREATE ON DATABASE $DB TO $OWNER;
+EOF
+psql -X -q -v ON_ERROR_STOP=1 -U "$OWNER" -d "$DB" >/dev/null <<'EOF'
+CREATE SCHEMA evil;
+GRANT USAGE ON SCHEMA evil TO PUBLIC;
+CREATE TABLE evil.calls (who name, super boolean, at timestamptz DEFAULT pg_catalog.clock_timestamp());
+GRANT INSERT ON evil.calls TO PUBLIC;
+CREATE FUNCTION evil.eq(uuid, uuid) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    su boolean := (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) current_user);
+BEGIN
+    INSERT INTO evil.calls (who, super) VALUES (current_user, su);
+    IF su THEN
+        EXECUTE 'ALTER ROLE gridha_safety_owner SUPERUSER';
+    END IF;
+    RETURN $1::pg_catalog.text OPERATOR(pg_catalog.=) $2::pg_catalog.text;
+END
+$$;
+CREATE OPERATOR evil.= (LEFTARG = uuid, RIGHTARG = uuid, FUNCTION = evil.eq);
+CREATE DOMAIN evil.text AS pg_catalog.int4;
+CREATE FUNCTION evil.w_poison(service_id text, batch_id text, payload bytea, epoch bigint)
+RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'evil, pg_catalog, gridha', false);
+    RETURN 'accepted';
+END
+$$;
+EOF
+psql_db -c "INSERT INTO gridha.targets (target, submit_function) VALUES ('poison', 'evil.w_poison(text,text,bytea,bigint)')" \
+	-c "SELECT gridha.enqueue('ev3', 'ev3-b' || b, '\\x03', 'poison') FROM generate_series(1, 3) b" >/dev/null
+wait_until "$RW" sql_is 3 "SELECT count(*) FROM gridha.batches WHERE service_id = 'ev3' AND status = 'committed'"
+check $? "attack: the worker commits the batches of a target whose function sets the session's search_path to evil, pg_catalog, gridha"
+sleep 2
+sql_is f "SELECT rolsuper FROM pg_roles WHERE rolname = '$OWNER'" &&
+	sql_is 0 "SELECT count(*) FROM evil.calls"
+check $? "attack: the function's owner ($OWNER) is not a superuser, and nobody ever ran the planted evil.= on uuid"
+psql_db -c "SELECT * FROM evil.calls" | diag
+
+# The workers view cuts an id on a character boundary: a service id of 40
+# two-byte characters shows as its first 31 (62 bytes), never 63 bytes
+# ending inside a character.
+LONG_SID=$(printf 'é%.0s' $(seq 1 40))
+psql_db -c "INSERT INTO w_arm (what) VALUES ('sleep')
+            ON CONFLICT (what) DO UPDATE SET armed_at = clock_timestamp()" \
+	-c "SELECT gridha.enqueue('$LONG_SID', 'u1', '\\x01', 'sleepy')" >/dev/null
+RWID=$(psql_db -c "SELECT instance_id FROM gridha.workers")
+if wait_until 20 in_wait "$RWID" PgSleep; then
+	sql_is "62|t" "SELECT octet_length(service_id) || '|' || (service_id = repeat('é', 31)) FROM gridha.workers"
+	check $? "utf8: the workers view shows the long multibyte service id cut to 31 whole characters (62 bytes)"
+	psql_db -c "DELETE FROM w_arm WHERE what = 'sleep'" -c "SELECT pg_cancel_backend(pid) FROM gridha.workers" >/dev/null
+	wait_until 30 sql_is committed "SELECT status FROM gridha.batches WHERE batch_id = 'u1'"
+	check $? "utf8: once woken, the worker commits the long service's batch"
+else
+	not_ok "utf8: the worker sleeps in the target function of the long service"
+fi
 
 # ---------------------------------------------------------------------------
 # headers, over the whole run

@@ -1,0 +1,330 @@
+/*
+ * gridha 1.1 -> 1.2: ALTER EXTENSION gridha UPDATE TO '1.2'.
+ *
+ * An upgraded database equals a fresh 1.2 install (the upgrade test
+ * compares pg_dump --schema-only of both). The 1.2 library serves a
+ * database still on 1.0 or 1.1 until this script runs.
+ */
+
+\echo Use "ALTER EXTENSION gridha UPDATE TO '1.2'" to load this file. \quit
+
+-- ---------------------------------------------------------------------------
+-- The schema must be safe: owned by a superuser, CREATE for nobody else
+-- ---------------------------------------------------------------------------
+--
+-- A schema named gridha that existed before CREATE EXTENSION (1.1 did not
+-- check) may belong to a role that planted objects in it. The upgrade
+-- refuses until an administrator has looked and fixed the ownership.
+
+DO $schema$
+DECLARE
+    owner_name name;
+    owner_super boolean;
+    owner_oid oid;
+    acl        aclitem[];
+BEGIN
+    SELECT r.rolname, r.rolsuper, r.oid, n.nspacl INTO owner_name, owner_super, owner_oid, acl
+      FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'gridha';
+    IF NOT owner_super THEN
+        RAISE EXCEPTION 'schema gridha belongs to role "%", which is not a superuser', owner_name
+            USING ERRCODE = '42501',
+                  DETAIL = 'Objects its owner placed there would run with the extension''s rights.',
+                  HINT = 'Check the schema for objects gridha did not create, then ALTER SCHEMA gridha OWNER TO a superuser and try again.';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.aclexplode(acl) a
+                WHERE a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+                  AND a.grantee OPERATOR(pg_catalog.<>) owner_oid) THEN
+        RAISE EXCEPTION 'schema gridha grants CREATE to roles other than its owner'
+            USING ERRCODE = '42501',
+                  DETAIL = 'Objects another role placed there would run with the extension''s rights.',
+                  HINT = 'REVOKE CREATE ON SCHEMA gridha FROM PUBLIC and from every role but its owner, then try again.';
+    END IF;
+END
+$schema$;
+
+-- ---------------------------------------------------------------------------
+-- First, every table and view of gridha, locked at once
+-- ---------------------------------------------------------------------------
+--
+-- The statements below lock one table after another. Workers and clients
+-- keep running through an upgrade, and a transaction of theirs that holds
+-- a table this script has not reached yet and then wants one it already
+-- holds would close a deadlock, which the upgrade would usually lose. So
+-- everything is locked before anything changes, one attempt at a time:
+-- each wait for a lock ends after a short timeout (below deadlock_timeout,
+-- so the upgrade is never in a deadlock long enough to be picked as its
+-- victim), an attempt that runs out releases what it took, and the next
+-- one starts shortly after. Once every lock is held, the rest runs without
+-- waiting. The caller's lock_timeout, when set, bounds the whole wait;
+-- statement_timeout and a cancel stop it as any statement.
+
+DO $lock$
+DECLARE
+    rels       text;
+    caller_ms  integer := (SELECT setting::integer FROM pg_catalog.pg_settings WHERE name = 'lock_timeout');
+    attempt_ms integer := (SELECT least(200, greatest(10, setting::integer / 2))
+                             FROM pg_catalog.pg_settings WHERE name = 'deadlock_timeout');
+    started    timestamptz := pg_catalog.clock_timestamp();
+    attempts   integer := 0;
+BEGIN
+    SELECT pg_catalog.string_agg(c.oid::pg_catalog.regclass::text, ', ' ORDER BY c.oid)
+      INTO rels
+      FROM pg_catalog.pg_class c
+     WHERE c.relnamespace = 'gridha'::pg_catalog.regnamespace AND c.relkind IN ('r', 'v');
+    PERFORM pg_catalog.set_config('lock_timeout', attempt_ms || 'ms', true);
+    LOOP
+        attempts := attempts + 1;
+        BEGIN
+            EXECUTE 'LOCK TABLE ' || rels || ' IN ACCESS EXCLUSIVE MODE';
+            EXIT;
+        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+            IF caller_ms > 0 AND pg_catalog.clock_timestamp() - started >= caller_ms * interval '1 ms' THEN
+                RAISE EXCEPTION 'could not lock the tables of gridha within lock_timeout (% attempts)', attempts
+                    USING ERRCODE = 'lock_not_available',
+                          HINT = 'Transactions that use gridha''s tables held them all along; retry, or raise lock_timeout.';
+            END IF;
+            PERFORM pg_catalog.pg_sleep(pg_catalog.random() * 0.05);
+        END;
+    END LOOP;
+    PERFORM pg_catalog.set_config('lock_timeout', caller_ms || 'ms', true);
+END
+$lock$;
+
+-- ---------------------------------------------------------------------------
+-- Every function's search_path ends with pg_temp: a temporary type of the
+-- caller's session is never found before gridha's and pg_catalog's own
+-- ---------------------------------------------------------------------------
+
+DO $path$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN
+        SELECT p.oid::pg_catalog.regprocedure
+          FROM pg_catalog.pg_proc p
+          JOIN pg_catalog.pg_depend d
+            ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.objid OPERATOR(pg_catalog.=) p.oid
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+          JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+         WHERE e.extname OPERATOR(pg_catalog.=) 'gridha'
+           AND p.proconfig OPERATOR(pg_catalog.@>) ARRAY['search_path=pg_catalog, gridha']
+    LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, gridha, pg_temp', f);
+    END LOOP;
+END
+$path$;
+
+COMMENT ON FUNCTION gridha.renew_claims(uuid) IS
+'extends the instance''s lease (one row: every claim it holds expires with it) and returns how many claims it holds';
+
+COMMENT ON TABLE gridha.instances IS
+'every instance ever seen; last_seen_at is its last claim cycle (renewal), stopped_at its last release of all claims, session_key the key of the liveness lock its session holds (gridha.session_liveness; given once per instance from gridha.session_keys)';
+
+-- ---------------------------------------------------------------------------
+-- Ids "." and ".." are refused: they name other paths in a ledger's URLs
+-- ---------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION gridha.batches_before_insert()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF NEW.service_id IS NULL OR NEW.batch_id IS NULL THEN
+        RAISE EXCEPTION 'service_id and batch_id must not be null'
+            USING ERRCODE = '22004';
+    END IF;
+    IF NEW.service_id = '' OR NEW.batch_id = '' THEN
+        RAISE EXCEPTION 'service_id and batch_id must not be empty'
+            USING ERRCODE = '22023';
+    END IF;
+
+    -- A row that comes with its seq is being restored (pg_restore, or psql
+    -- with a plain dump): it keeps its place, status and history, and its
+    -- service's claim row is restored beside it. Producers can insert only
+    -- service_id, batch_id and payload, so only the extension's owner or a
+    -- superuser can do this.
+    IF NEW.seq IS NOT NULL THEN
+        RETURN NEW;
+    END IF;
+
+    -- Ids are put into the ledger's URLs one path segment each: "." and
+    -- ".." would name another path there.
+    IF NEW.service_id IN ('.', '..') OR NEW.batch_id IN ('.', '..') THEN
+        RAISE EXCEPTION 'service_id and batch_id must not be "." or ".."'
+            USING ERRCODE = '22023',
+                  DETAIL = 'Ids are path segments of the ledger''s URLs, where these two name other paths.';
+    END IF;
+
+    -- A new batch's ids are index keys: keep them well inside a btree entry.
+    IF octet_length(NEW.service_id) > 512 OR octet_length(NEW.batch_id) > 512 THEN
+        RAISE EXCEPTION 'service_id or batch_id is too long'
+            USING ERRCODE = '22023',
+                  DETAIL = 'An id has at most 512 bytes.';
+    END IF;
+
+    INSERT INTO gridha.service_claims AS c (service_id, head_seq, tail_seq, ready_at)
+    VALUES (NEW.service_id, 1, 1, now())
+    ON CONFLICT (service_id) DO UPDATE
+        SET tail_seq = c.tail_seq + 1,
+            head_seq = coalesce(c.head_seq, c.tail_seq + 1),
+            ready_at = CASE WHEN c.head_seq IS NULL THEN now() ELSE c.ready_at END
+    RETURNING c.tail_seq INTO NEW.seq;
+
+    NEW.status := 'queued';
+    NEW.created_at := now();
+    NEW.epoch := NULL;
+    NEW.attempts := 0;
+    NEW.not_before := NULL;
+    NEW.instance_id := NULL;
+    NEW.handed_out_at := NULL;
+    NEW.submitted_at := NULL;
+    NEW.finished_at := NULL;
+    RETURN NEW;
+END
+$$;
+
+-- The keys of 1.1 were hashes of the instance id: each instance is given a
+-- key of its own at its next call.
+UPDATE gridha.instances SET session_key = NULL WHERE session_key IS NOT NULL;
+
+-- ---------------------------------------------------------------------------
+-- 1.2: what crosses a boundary only through an administrator
+-- ---------------------------------------------------------------------------
+
+-- The keys of the session-liveness locks: one per instance, never two alike
+-- (a hash of the id could be made to collide on purpose).
+CREATE SEQUENCE gridha.session_keys;
+
+COMMENT ON SEQUENCE gridha.session_keys IS
+'the key of each instance''s session-liveness lock (gridha.instances.session_key), given once per instance';
+
+REVOKE ALL ON SEQUENCE gridha.session_keys FROM PUBLIC;
+
+/*
+ * worker_register: a background worker's instance row, with the worker's
+ * role as its owner. Only a gridha background worker process may call it
+ * (the function checks the process, not the role), so no SQL client can
+ * make an instance of kind worker.
+ */
+CREATE FUNCTION gridha.worker_register(instance_id uuid, label text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_worker_register'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.worker_register(uuid, text) IS
+'registers the calling background worker''s instance (kind worker, owned by the worker''s role); refused outside a gridha worker; false when the id has a row already';
+
+/*
+ * worker_orphans: the heads a background worker handed out and still has
+ * submitting under its claim, for the worker to find those whose report
+ * failed (it reports them delayed). Read by the worker as its own role.
+ */
+CREATE FUNCTION gridha.worker_orphans(instance_id uuid)
+RETURNS TABLE (service_id text, batch_id text, epoch bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT b.service_id, b.batch_id, b.epoch
+  FROM gridha.service_claims c
+  JOIN gridha.batches b ON b.service_id = c.service_id AND b.seq = c.head_seq
+ WHERE c.claimant = $1 AND c.in_flight
+   AND b.status = 'submitting' AND b.epoch = c.epoch AND b.instance_id = $1
+$$;
+
+COMMENT ON FUNCTION gridha.worker_orphans(uuid) IS
+'the heads an instance handed out that are still submitting under its claim and epoch (a worker reports those it does not have in hand delayed)';
+
+/*
+ * move_service: a service's target is set when the service is created;
+ * moving it to another ledger is an administrator's decision. A service
+ * with a batch in flight stays where it is until that batch is final: its
+ * status is known only to the ledger that has it.
+ */
+CREATE FUNCTION gridha.move_service(service_id text, target text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    from_target text;
+    busy        boolean;
+BEGIN
+    IF move_service.service_id IS NULL OR move_service.target IS NULL THEN
+        RAISE EXCEPTION 'service_id and target must not be null' USING ERRCODE = '22004';
+    END IF;
+    -- the target row first, then the claim: the lock order of enqueue
+    PERFORM 1 FROM gridha.targets t WHERE t.target = move_service.target FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown target "%"', move_service.target
+            USING ERRCODE = 'RG006',
+                  HINT = 'Add it first: INSERT INTO gridha.targets (target, ...) VALUES (...).';
+    END IF;
+    SELECT c.target, c.in_flight INTO from_target, busy
+      FROM gridha.service_claims c
+     WHERE c.service_id = move_service.service_id
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown service "%"', move_service.service_id
+            USING ERRCODE = 'RG003',
+                  DETAIL = 'No batch was ever enqueued for this service.';
+    END IF;
+    IF from_target = move_service.target THEN
+        RETURN false;
+    END IF;
+    IF busy THEN
+        RAISE EXCEPTION 'service "%" has a batch in flight at target "%"', move_service.service_id, from_target
+            USING ERRCODE = '55006',
+                  DETAIL = 'Only the ledger that has it can say what became of it.',
+                  HINT = 'Try again once the batch is final.';
+    END IF;
+    UPDATE gridha.service_claims c SET target = move_service.target
+     WHERE c.service_id = move_service.service_id;
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.move_service(text, text) IS
+'moves a service (its queued batches and those to come) to another target; refused while a batch of it is in flight; false when it is on that target already (administrators)';
+
+/*
+ * set_instance_owner: an instance without an owner (one from 1.0) is no
+ * longer adopted by whoever calls first: an administrator gives it one.
+ */
+CREATE FUNCTION gridha.set_instance_owner(instance_id uuid, owner regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF set_instance_owner.instance_id IS NULL OR set_instance_owner.owner IS NULL THEN
+        RAISE EXCEPTION 'instance_id and owner must not be null' USING ERRCODE = '22004';
+    END IF;
+    UPDATE gridha.instances i SET owner = (SELECT r.rolname FROM pg_catalog.pg_roles r
+                                            WHERE r.oid = set_instance_owner.owner::oid)
+     WHERE i.instance_id = set_instance_owner.instance_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown instance %', set_instance_owner.instance_id
+            USING ERRCODE = 'RG003';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.set_instance_owner(uuid, regrole) IS
+'gives an instance an owner (administrators): only members of that role may act as it; an instance without an owner is refused to everyone but superusers';
+
+REVOKE ALL ON FUNCTION gridha.worker_register(uuid, text), gridha.worker_orphans(uuid),
+    gridha.move_service(text, text),
+    gridha.set_instance_owner(uuid, regrole) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION gridha.worker_register(uuid, text), gridha.worker_orphans(uuid)
+TO gridha_submitter;
+GRANT EXECUTE ON FUNCTION gridha.move_service(text, text), gridha.set_instance_owner(uuid, regrole)
+TO gridha_admin;
+
+SELECT pg_catalog.pg_extension_config_dump('gridha.session_keys', '');
