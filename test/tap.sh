@@ -25,7 +25,7 @@ FAILED=${FAILED:-0}
 # superuser (gridha.worker_role): the suites' workers run as this one, which
 # may read and write every table, as the suites' target functions need.
 SUITE_WORKER_ROLE=gridha_test_worker
-SUITE_CLUSTER_OPTS=${GRIDHA_CLUSTER_OPTS:-shared_preload_libraries=gridha max_worker_processes=32 gridha.worker_role=$SUITE_WORKER_ROLE}
+SUITE_CLUSTER_OPTS="${GRIDHA_CLUSTER_OPTS:-shared_preload_libraries=gridha max_worker_processes=32} gridha.worker_role=$SUITE_WORKER_ROLE"
 
 # suite_worker_role: makes the suites' worker role in the cluster PGHOST and
 # PGPORT name (roles are the cluster's), a member of gridha_submitter once
