@@ -12,8 +12,10 @@
 #               is named "gridha.NAME" in docs/sql-reference.md
 #   types       every enum, composite and domain type of schema gridha is
 #               named there, and every label of an enum is there as `label`
-#   settings    every gridha.* setting of pg_settings has a row
-#               "| `gridha.NAME` |" in docs/configuration.md
+#   settings    the cluster preloads gridha (else the settings read at
+#               server start do not exist), and every gridha.* setting of
+#               pg_settings has a row "| `gridha.NAME` |" in
+#               docs/configuration.md
 #   sqlstates   every code of test/fuzz/sqlstates.txt, and every
 #               ERRCODE_GRIDHA_* of src/gridha.h (its code and its name), has
 #               a row "| `CODE` |" in docs/errors.md
@@ -95,7 +97,9 @@ SELECT t.typname,
         OR (t.typtype = 'c' AND (SELECT relkind FROM pg_class WHERE oid = t.typrelid) = 'c'))
  ORDER BY 1;
 EOF
-psql_db >"$WORK/settings.tsv" -c "SELECT name FROM pg_settings WHERE name LIKE 'gridha.%' ORDER BY 1" &&
+psql_db >"$WORK/preload.txt" -c "SHOW shared_preload_libraries" &&
+psql_db >"$WORK/settings.tsv" -c "LOAD 'gridha'" \
+	-c "SELECT name FROM pg_settings WHERE name LIKE 'gridha.%' ORDER BY 1" &&
 psql_db >"$WORK/installed.txt" -c "SELECT extversion FROM pg_extension WHERE extname = 'gridha'"
 rc=$?
 if [ "$rc" -ne 0 ]; then
@@ -181,7 +185,12 @@ for row in rows("types.tsv"):
           "%s type gridha.%s%s is documented in %s"
           % (kind, name, " and its labels" if labels else "", SQLREF), *diag)
 
-# settings
+# settings (those read at server start exist only when gridha is preloaded)
+with open(os.path.join(WORK, "preload.txt"), encoding="utf-8") as f:
+    preload = [x.strip() for x in f.read().split(",")]
+check("gridha" in preload, "the cluster preloads gridha, so every gridha.* setting is listed",
+      "shared_preload_libraries is %r: gridha.workers, gridha.database and gridha.worker_role "
+      "would not be checked" % ",".join(preload))
 for (name,) in rows("settings.tsv"):
     found = re.search(r"^\|\s*`%s`\s*\|" % re.escape(name), conf, re.M)
     check(found, "setting %s is documented in %s" % (name, CONF),
