@@ -52,6 +52,7 @@ STANDALONE=0
 
 suite_work 70_docs
 
+# shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
 	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1
 	if [ "$STANDALONE" = 1 ]; then

@@ -65,6 +65,7 @@ rm -rf "$RUN"
 mkdir -p "$RUN"
 ln -s "$REPO/test" "$RUN/test"
 
+# shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
 	if [ -n "$QS_PID" ]; then
 		kill -TERM -- "-$QS_PID" 2>/dev/null
@@ -173,10 +174,11 @@ printf '\\set ON_ERROR_STOP on\n' >"$WORK/psqlrc"
 	exec setsid bash -e -o pipefail "$WORK/quickstart.sh"
 ) >"$WORK/quickstart.out" 2>&1 &
 QS_PID=$!
-running() {
+# shellcheck disable=SC2317 # called by wait_until
+quickstart_done() {
 	! kill -0 "$QS_PID" 2>/dev/null
 }
-wait_until "$TIMEOUT" running
+wait_until "$TIMEOUT" quickstart_done
 if kill -0 "$QS_PID" 2>/dev/null; then
 	not_ok "the quick start ran to its end within ${TIMEOUT}s"
 	tail -n 30 "$WORK/quickstart.out" | diag
@@ -224,6 +226,7 @@ else
 	echo "# no worker batches, or no ledger log at $RUN/ledger.log"
 fi
 
+# shellcheck disable=SC2317 # called by wait_until
 no_worker() {
 	[ "$(psql_db -c "SELECT count(*) FROM gridha.workers" 2>/dev/null)" = 0 ]
 }
