@@ -14,8 +14,9 @@
 #               named there, and every label of an enum is there as `label`
 #   settings    the cluster preloads gridha (else the settings read at
 #               server start do not exist), and every gridha.* setting of
-#               pg_settings has a row "| `gridha.NAME` |" in
-#               docs/configuration.md
+#               pg_settings has a row "| `gridha.NAME` | default |" in
+#               docs/configuration.md whose default, read in its unit
+#               (`30s`, `2kB`, `on`, `empty`), is pg_settings' boot_val
 #   sqlstates   every code of test/fuzz/sqlstates.txt, and every
 #               ERRCODE_GRIDHA_* of src/gridha.h (its code and its name), has
 #               a row "| `CODE` |" in docs/errors.md
@@ -100,7 +101,8 @@ SELECT t.typname,
 EOF
 psql_db >"$WORK/preload.txt" -c "SHOW shared_preload_libraries" &&
 psql_db >"$WORK/settings.tsv" -c "LOAD 'gridha'" \
-	-c "SELECT name FROM pg_settings WHERE name LIKE 'gridha.%' ORDER BY 1" &&
+	-c "SELECT name, boot_val, coalesce(unit, ''), vartype FROM pg_settings
+	     WHERE name LIKE 'gridha.%' ORDER BY 1" &&
 psql_db >"$WORK/installed.txt" -c "SELECT extversion FROM pg_extension WHERE extname = 'gridha'"
 rc=$?
 if [ "$rc" -ne 0 ]; then
@@ -192,10 +194,44 @@ with open(os.path.join(WORK, "preload.txt"), encoding="utf-8") as f:
 check("gridha" in preload, "the cluster preloads gridha, so every gridha.* setting is listed",
       "shared_preload_libraries is %r: gridha.workers, gridha.database and gridha.worker_role "
       "would not be checked" % ",".join(preload))
-for (name,) in rows("settings.tsv"):
-    found = re.search(r"^\|\s*`%s`\s*\|" % re.escape(name), conf, re.M)
-    check(found, "setting %s is documented in %s" % (name, CONF),
-          "%s has no table row starting `| \\`%s\\` |`" % (CONF, name))
+TIME_MS = {"ms": 1, "s": 1000, "min": 60000, "h": 3600000, "d": 86400000}
+BYTES = {"B": 1, "kB": 1024, "MB": 1024 ** 2, "GB": 1024 ** 3}
+
+
+def doc_default(text, unit, vartype):
+    """doc_default: a default as configuration.md writes it (`30s`, `2kB`,
+    `on`, `empty`), in the setting's own unit as pg_settings' boot_val
+    gives it; None when it cannot be read."""
+    text = text.strip().strip("`").strip()
+    if vartype == "string":
+        return "" if text == "empty" else text
+    if vartype == "bool":
+        return {"on": "on", "off": "off", "true": "on", "false": "off"}.get(text)
+    m = re.match(r"^(-?\d+(?:\.\d+)?)\s*([A-Za-z]*)$", text)
+    if not m:
+        return None
+    value, u = float(m.group(1)), m.group(2)
+    if u and u in TIME_MS and unit in TIME_MS:
+        value = value * TIME_MS[u] / TIME_MS[unit]
+    elif u and u in BYTES and unit in BYTES:
+        value = value * BYTES[u] / BYTES[unit]
+    elif u:
+        return None
+    return str(int(value)) if value == int(value) else str(value)
+
+
+for row in rows("settings.tsv"):
+    name, boot, unit, vartype = (row + ["", "", ""])[:4]
+    line = re.search(r"^\|\s*`%s`\s*\|([^|]*)\|" % re.escape(name), conf, re.M)
+    if not line:
+        check(False, "setting %s is documented in %s with its default" % (name, CONF),
+              "%s has no table row starting `| \\`%s\\` |`" % (CONF, name))
+        continue
+    written = line.group(1).strip()
+    got = doc_default(written, unit, vartype)
+    check(got == boot, "setting %s is documented in %s with its default" % (name, CONF),
+          "%s gives %s the default %s; the server's is %r%s"
+          % (CONF, name, written, boot, " " + unit if unit else ""))
 
 
 def error_row(code):
