@@ -8,8 +8,12 @@
 #   functions   every function of schema gridha (pg_proc), by its signature
 #               "name(arg type, ...)" as pg_get_function_identity_arguments
 #               prints it without OUT arguments, is in docs/sql-reference.md
+#   results     every column a function returns (OUT and TABLE arguments)
+#               is named in its section "### name" there
 #   relations   every table, view and sequence of schema gridha (pg_class)
-#               is named "gridha.NAME" in docs/sql-reference.md
+#               is named "gridha.NAME" in docs/sql-reference.md, and every
+#               column of a table or view is named, in backquotes, in its
+#               row "| `gridha.NAME` | ..." there
 #   types       every enum, composite and domain type of schema gridha is
 #               named there, and every label of an enum is there as `label`
 #   settings    the cluster preloads gridha (else the settings read at
@@ -81,9 +85,19 @@ SELECT p.proname, pg_get_function_identity_arguments(p.oid)
  WHERE n.nspname = 'gridha'
  ORDER BY 1, 2;
 EOF
+psql_db >"$WORK/outputs.tsv" <<'EOF' &&
+SELECT p.proname, string_agg(DISTINCT p.proargnames[i], ',')
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace,
+       generate_subscripts(p.proargmodes, 1) AS i
+ WHERE n.nspname = 'gridha' AND p.proargmodes[i] IN ('o', 't')
+ GROUP BY 1
+ ORDER BY 1;
+EOF
 psql_db >"$WORK/relations.tsv" <<'EOF' &&
 SELECT c.relname, CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table'
-                  WHEN 'v' THEN 'view' WHEN 'm' THEN 'view' ELSE 'sequence' END
+                  WHEN 'v' THEN 'view' WHEN 'm' THEN 'view' ELSE 'sequence' END,
+       coalesce((SELECT string_agg(a.attname, ',' ORDER BY a.attnum) FROM pg_attribute a
+                  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '')
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'gridha' AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
  ORDER BY 1;
@@ -161,11 +175,44 @@ for row in rows("functions.tsv"):
           "%s lacks the signature `%s` (write it in the function's section as `gridha.%s`)"
           % (SQLREF, sig, sig))
 
-# tables, views, sequences
-for name, kind in rows("relations.tsv"):
+# the columns a function returns, in its own section ("### name")
+def section(heading_re, text):
+    m = re.search(r"^#+\s+%s\s*\n(.*?)(?=^#|\Z)" % heading_re, text, re.M | re.S)
+    return m.group(1) if m else None
+
+
+def word_in(word, text):
+    return re.search(r"(?<![\w])%s(?![\w])" % re.escape(word), text)
+
+
+for name, outs in rows("outputs.tsv"):
+    body = section(re.escape(name), sqlref)
+    cols = [c for c in outs.split(",") if c]
+    missing = [c for c in cols if body is None or not word_in(c, body)]
+    check(not missing, "the result columns of gridha.%s are documented in %s" % (name, SQLREF),
+          *(["%s has no section '### %s'" % (SQLREF, name)] if body is None else
+            ["%s: the section '### %s' lacks the result column(s) %s"
+             % (SQLREF, name, ", ".join("`%s`" % c for c in missing))]))
+
+# tables, views, sequences; a table's or view's columns in its row
+for row in rows("relations.tsv"):
+    name, kind = row[0], row[1]
+    cols = [c for c in (row[2] if len(row) > 2 else "").split(",") if c]
     found = re.search(r"gridha\.%s(?![\w])" % re.escape(name), sqlref)
-    check(found, "%s gridha.%s is documented in %s" % (kind, name, SQLREF),
-          "%s never names `gridha.%s` (add it to the %ss)" % (SQLREF, name, kind))
+    diag = [] if found else ["%s never names `gridha.%s` (add it to the %ss)" % (SQLREF, name, kind)]
+    if found and kind in ("table", "view"):
+        line = re.search(r"^\|\s*`gridha\.%s`\s*\|.*$" % re.escape(name), sqlref, re.M)
+        if not line:
+            diag.append("%s has no row starting `| \\`gridha.%s\\` |` in the %ss' table"
+                        % (SQLREF, name, kind))
+        else:
+            quoted = " ".join(re.findall(r"`([^`]*)`", line.group(0)))
+            missing = [c for c in cols if not word_in(c, quoted)]
+            if missing:
+                diag.append("%s: the row of gridha.%s lacks the column(s) %s"
+                            % (SQLREF, name, ", ".join("`%s`" % c for c in missing)))
+    check(not diag, "%s gridha.%s is documented in %s%s"
+          % (kind, name, SQLREF, " with its columns" if kind in ("table", "view") else ""), *diag)
 
 # types, and the labels of an enum in its own section
 for row in rows("types.tsv"):
