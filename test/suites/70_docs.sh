@@ -1,0 +1,425 @@
+#!/usr/bin/env bash
+# test/suites/70_docs.sh: the documentation cannot drift from the code.
+#
+# Installs gridha in a fresh database of its own (gridha_docs_test) and reads
+# what CREATE EXTENSION made from the catalog, then checks the docs against it
+# and against the files that define gridha's errors and version:
+#
+#   functions   every function of schema gridha (pg_proc), by its signature
+#               "name(arg type, ...)" as pg_get_function_identity_arguments
+#               prints it without OUT arguments, is in docs/sql-reference.md
+#   results     every column a function returns (OUT and TABLE arguments)
+#               is named in its section "### name" there
+#   relations   every table, view and sequence of schema gridha (pg_class)
+#               is named "gridha.NAME" in docs/sql-reference.md, and every
+#               column of a table or view is named, in backquotes, in its
+#               row "| `gridha.NAME` | ..." there
+#   types       every enum, composite and domain type of schema gridha is
+#               named there, and every label of an enum is there as `label`
+#   settings    the cluster preloads gridha (else the settings read at
+#               server start do not exist), and every gridha.* setting of
+#               pg_settings has a row "| `gridha.NAME` | default |" in
+#               docs/configuration.md whose default, read in its unit
+#               (`30s`, `2kB`, `on`, `empty`), is pg_settings' boot_val
+#   sqlstates   every code of test/fuzz/sqlstates.txt, and every
+#               ERRCODE_GRIDHA_* of src/gridha.h (its code and its name), has
+#               a row "| `CODE` |" in docs/errors.md
+#   versions    gridha.control's default_version is the truth: CREATE
+#               EXTENSION installs it; META.json's version and
+#               provides.gridha.version are it (or it with ".0" appended, as
+#               PGXN wants three parts) and provides.gridha.file is its
+#               install script, which exists; every "<!-- version -->X"
+#               marker in README.md, CHANGELOG.md and docs/**/*.md says it;
+#               the README has such a marker; CHANGELOG.md's first release
+#               heading names it
+#   links       every relative link of README.md, CHANGELOG.md and
+#               docs/**/*.md points at a file that exists and, with an
+#               #anchor, at a heading of that file
+#
+# Every file is read afresh from the repository at each run. A failure's TAP
+# line names the object and the file it is missing from; the "#" lines after
+# it say exactly what text to add. Output: a plan line "1..N", then one TAP
+# line per object or file. Runs alone too (bash test/suites/70_docs.sh starts
+# a cluster of its own).
+set -uo pipefail
+
+REPO=${GRIDHA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+LIB=${GRIDHA_LIB:-$REPO/test/lib.sh}
+DB=gridha_docs_test
+FAILED=0
+STANDALONE=0
+[ -n "${GRIDHA_TEST_DIR:-}" ] || STANDALONE=1
+
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$LIB"
+# shellcheck source-path=SCRIPTDIR source=../tap.sh
+. "$REPO/test/tap.sh"
+
+suite_work 70_docs
+
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1
+	if [ "$STANDALONE" = 1 ]; then
+		gridha_cluster_cleanup
+	fi
+}
+trap cleanup EXIT
+
+psql_db() {
+	psql -X -q -A -t -F $'\t' -v ON_ERROR_STOP=1 -d "$DB" "$@"
+}
+
+# The catalog of a fresh install, one file per kind (tab-separated).
+if ! psql -X -q -d postgres -c "SET client_min_messages = warning" \
+		-c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >"$WORK/setup.out" 2>&1 ||
+		! psql_db -c "CREATE EXTENSION gridha" >>"$WORK/setup.out" 2>&1; then
+	echo "1..1"
+	echo "not ok 1 - CREATE EXTENSION gridha in a fresh database"
+	diag <"$WORK/setup.out"
+	exit 1
+fi
+psql_db >"$WORK/functions.tsv" <<'EOF' &&
+SELECT p.proname, pg_get_function_identity_arguments(p.oid)
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = 'gridha'
+ ORDER BY 1, 2;
+EOF
+psql_db >"$WORK/outputs.tsv" <<'EOF' &&
+SELECT p.proname, string_agg(DISTINCT p.proargnames[i], ',')
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace,
+       generate_subscripts(p.proargmodes, 1) AS i
+ WHERE n.nspname = 'gridha' AND p.proargmodes[i] IN ('o', 't')
+ GROUP BY 1
+ ORDER BY 1;
+EOF
+psql_db >"$WORK/relations.tsv" <<'EOF' &&
+SELECT c.relname, CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table'
+                  WHEN 'v' THEN 'view' WHEN 'm' THEN 'view' ELSE 'sequence' END,
+       coalesce((SELECT string_agg(a.attname, ',' ORDER BY a.attnum) FROM pg_attribute a
+                  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '')
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'gridha' AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+ ORDER BY 1;
+EOF
+psql_db >"$WORK/types.tsv" <<'EOF' &&
+SELECT t.typname,
+       CASE t.typtype WHEN 'e' THEN 'enum' WHEN 'd' THEN 'domain' ELSE 'composite' END,
+       coalesce((SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder)
+                   FROM pg_enum e WHERE e.enumtypid = t.oid), '')
+  FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+ WHERE n.nspname = 'gridha'
+   AND (t.typtype IN ('e', 'd')
+        OR (t.typtype = 'c' AND (SELECT relkind FROM pg_class WHERE oid = t.typrelid) = 'c'))
+ ORDER BY 1;
+EOF
+psql_db >"$WORK/preload.txt" -c "SHOW shared_preload_libraries" &&
+psql_db >"$WORK/settings.tsv" -c "LOAD 'gridha'" \
+	-c "SELECT name, boot_val, coalesce(unit, ''), vartype FROM pg_settings
+	     WHERE name LIKE 'gridha.%' ORDER BY 1" &&
+psql_db >"$WORK/installed.txt" -c "SELECT extversion FROM pg_extension WHERE extname = 'gridha'"
+rc=$?
+if [ "$rc" -ne 0 ]; then
+	echo "1..1"
+	echo "not ok 1 - the catalog of a fresh install could be read"
+	exit 1
+fi
+
+python3 - "$REPO" "$WORK" <<'PYEOF'
+import glob
+import json
+import os
+import re
+import sys
+
+REPO, WORK = sys.argv[1], sys.argv[2]
+results = []          # (ok, description, [diagnostic lines])
+
+
+def check(ok, what, *diag):
+    results.append((bool(ok), what, list(diag)))
+
+
+def read(rel):
+    """read: a repository file's text, or None when it does not exist."""
+    try:
+        with open(os.path.join(REPO, rel), encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def rows(name):
+    with open(os.path.join(WORK, name), encoding="utf-8") as f:
+        return [line.rstrip("\n").split("\t") for line in f if line.strip()]
+
+
+def need(rel):
+    text = read(rel)
+    if text is None:
+        check(False, rel + " exists", rel + " is missing from the repository")
+        return ""
+    return text
+
+
+SQLREF, CONF, ERRS = "docs/sql-reference.md", "docs/configuration.md", "docs/errors.md"
+sqlref, conf, errs = need(SQLREF), need(CONF), need(ERRS)
+
+# functions, by signature without OUT arguments
+for row in rows("functions.tsv"):
+    name = row[0]
+    identity = row[1] if len(row) > 1 else ""
+    args = [a for a in identity.split(", ") if a and not a.startswith("OUT ")]
+    sig = "%s(%s)" % (name, ", ".join(args))
+    check(sig in sqlref, "function gridha.%s is documented in %s" % (sig, SQLREF),
+          "%s lacks the signature `%s` (write it in the function's section as `gridha.%s`)"
+          % (SQLREF, sig, sig))
+
+# the columns a function returns, in its own section ("### name")
+def section(heading_re, text):
+    m = re.search(r"^#+\s+%s\s*\n(.*?)(?=^#|\Z)" % heading_re, text, re.M | re.S)
+    return m.group(1) if m else None
+
+
+def word_in(word, text):
+    return re.search(r"(?<![\w])%s(?![\w])" % re.escape(word), text)
+
+
+for name, outs in rows("outputs.tsv"):
+    body = section(re.escape(name), sqlref)
+    cols = [c for c in outs.split(",") if c]
+    missing = [c for c in cols if body is None or not word_in(c, body)]
+    check(not missing, "the result columns of gridha.%s are documented in %s" % (name, SQLREF),
+          *(["%s has no section '### %s'" % (SQLREF, name)] if body is None else
+            ["%s: the section '### %s' lacks the result column(s) %s"
+             % (SQLREF, name, ", ".join("`%s`" % c for c in missing))]))
+
+# tables, views, sequences; a table's or view's columns in its row
+for row in rows("relations.tsv"):
+    name, kind = row[0], row[1]
+    cols = [c for c in (row[2] if len(row) > 2 else "").split(",") if c]
+    found = re.search(r"gridha\.%s(?![\w])" % re.escape(name), sqlref)
+    diag = [] if found else ["%s never names `gridha.%s` (add it to the %ss)" % (SQLREF, name, kind)]
+    if found and kind in ("table", "view"):
+        line = re.search(r"^\|\s*`gridha\.%s`\s*\|.*$" % re.escape(name), sqlref, re.M)
+        if not line:
+            diag.append("%s has no row starting `| \\`gridha.%s\\` |` in the %ss' table"
+                        % (SQLREF, name, kind))
+        else:
+            quoted = " ".join(re.findall(r"`([^`]*)`", line.group(0)))
+            missing = [c for c in cols if not word_in(c, quoted)]
+            if missing:
+                diag.append("%s: the row of gridha.%s lacks the column(s) %s"
+                            % (SQLREF, name, ", ".join("`%s`" % c for c in missing)))
+    check(not diag, "%s gridha.%s is documented in %s%s"
+          % (kind, name, SQLREF, " with its columns" if kind in ("table", "view") else ""), *diag)
+
+# types, and the labels of an enum in its own section
+for row in rows("types.tsv"):
+    name, kind = row[0], row[1]
+    labels = [l for l in (row[2] if len(row) > 2 else "").split(",") if l]
+    diag = []
+    # the labels must be in the type's own section (its heading to the next)
+    sect = re.search(r"^(#+)[^\n]*gridha\.%s(?![\w])[^\n]*\n(.*?)(?=^#|\Z)" % re.escape(name),
+                     sqlref, re.M | re.S)
+    missing = [l for l in labels if "`%s`" % l not in (sect.group(2) if sect else "")]
+    named = re.search(r"gridha\.%s(?![\w])" % re.escape(name), sqlref)
+    if labels and not sect:
+        diag.append("%s has no heading naming `gridha.%s` for its labels" % (SQLREF, name))
+    if not named:
+        diag.append("%s never names `gridha.%s`" % (SQLREF, name))
+    if missing:
+        diag.append("%s lacks the label(s) %s of enum gridha.%s"
+                    % (SQLREF, ", ".join("`%s`" % l for l in missing), name))
+    check(named and not missing,
+          "%s type gridha.%s%s is documented in %s"
+          % (kind, name, " and its labels" if labels else "", SQLREF), *diag)
+
+# settings (those read at server start exist only when gridha is preloaded)
+with open(os.path.join(WORK, "preload.txt"), encoding="utf-8") as f:
+    preload = [x.strip() for x in f.read().split(",")]
+check("gridha" in preload, "the cluster preloads gridha, so every gridha.* setting is listed",
+      "shared_preload_libraries is %r: gridha.workers, gridha.database and gridha.worker_role "
+      "would not be checked" % ",".join(preload))
+TIME_MS = {"ms": 1, "s": 1000, "min": 60000, "h": 3600000, "d": 86400000}
+BYTES = {"B": 1, "kB": 1024, "MB": 1024 ** 2, "GB": 1024 ** 3}
+
+
+def doc_default(text, unit, vartype):
+    """doc_default: a default as configuration.md writes it (`30s`, `2kB`,
+    `on`, `empty`), in the setting's own unit as pg_settings' boot_val
+    gives it; None when it cannot be read."""
+    text = text.strip().strip("`").strip()
+    if vartype == "string":
+        return "" if text == "empty" else text
+    if vartype == "bool":
+        return {"on": "on", "off": "off", "true": "on", "false": "off"}.get(text)
+    m = re.match(r"^(-?\d+(?:\.\d+)?)\s*([A-Za-z]*)$", text)
+    if not m:
+        return None
+    value, u = float(m.group(1)), m.group(2)
+    if u and u in TIME_MS and unit in TIME_MS:
+        value = value * TIME_MS[u] / TIME_MS[unit]
+    elif u and u in BYTES and unit in BYTES:
+        value = value * BYTES[u] / BYTES[unit]
+    elif u:
+        return None
+    return str(int(value)) if value == int(value) else str(value)
+
+
+for row in rows("settings.tsv"):
+    name, boot, unit, vartype = (row + ["", "", ""])[:4]
+    line = re.search(r"^\|\s*`%s`\s*\|([^|]*)\|" % re.escape(name), conf, re.M)
+    if not line:
+        check(False, "setting %s is documented in %s with its default" % (name, CONF),
+              "%s has no table row starting `| \\`%s\\` |`" % (CONF, name))
+        continue
+    written = line.group(1).strip()
+    got = doc_default(written, unit, vartype)
+    check(got == boot, "setting %s is documented in %s with its default" % (name, CONF),
+          "%s gives %s the default %s; the server's is %r%s"
+          % (CONF, name, written, boot, " " + unit if unit else ""))
+
+
+def error_row(code):
+    return re.search(r"^\|\s*`%s`\s*\|" % re.escape(code), errs, re.M)
+
+
+# SQLSTATEs of the fuzz list
+states = read("test/fuzz/sqlstates.txt")
+if states is None:
+    check(False, "test/fuzz/sqlstates.txt exists", "the file is missing")
+else:
+    codes = re.findall(r"^([0-9A-Z]{5})\s", states, re.M)
+    check(codes, "test/fuzz/sqlstates.txt lists SQLSTATEs",
+          "no line of the form 'CODE  meaning' found")
+    for code in codes:
+        check(error_row(code),
+              "SQLSTATE %s of test/fuzz/sqlstates.txt is documented in %s" % (code, ERRS),
+              "%s has no table row starting `| \\`%s\\` |`" % (ERRS, code))
+
+# gridha's own codes in src/gridha.h
+header = read("src/gridha.h") or ""
+macros = re.findall(r"#define\s+(ERRCODE_GRIDHA_\w+)\s+MAKE_SQLSTATE\(\s*"
+                    r"'(.)'\s*,\s*'(.)'\s*,\s*'(.)'\s*,\s*'(.)'\s*,\s*'(.)'\s*\)", header)
+check(macros, "src/gridha.h defines ERRCODE_GRIDHA_ codes",
+      "no '#define ERRCODE_GRIDHA_... MAKE_SQLSTATE(...)' found")
+for m in macros:
+    macro, code = m[0], "".join(m[1:])
+    diag = []
+    if not error_row(code):
+        diag.append("%s has no table row starting `| \\`%s\\` |`" % (ERRS, code))
+    if not re.search(r"`%s`" % macro, errs):
+        diag.append("%s never names `%s`" % (ERRS, macro))
+    check(not diag, "%s (%s) of src/gridha.h is documented in %s" % (macro, code, ERRS), *diag)
+
+# the pages whose versions and links are checked
+docs = ["README.md", "CHANGELOG.md"] + sorted(
+    os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True))
+
+# versions: gridha.control's default_version is the truth
+control = read("gridha.control") or ""
+m = re.search(r"^\s*default_version\s*=\s*'([^']*)'", control, re.M)
+version = m.group(1) if m else None
+check(version, "gridha.control has a default_version", "no default_version = '...' line")
+if version:
+    semver = version if version.count(".") >= 2 else version + ".0"
+    ok_versions = {version, semver}
+    with open(os.path.join(WORK, "installed.txt"), encoding="utf-8") as f:
+        installed = f.read().strip()
+    check(installed == version,
+          "CREATE EXTENSION gridha installs gridha.control's default_version %s" % version,
+          "the installed extension is version %r (is the control file installed stale?)" % installed)
+
+    meta_text = read("META.json")
+    try:
+        meta = json.loads(meta_text) if meta_text is not None else None
+    except ValueError as e:
+        meta = None
+        check(False, "META.json is valid JSON", str(e))
+    if meta is None:
+        check(False, "META.json can be read", "META.json is missing or not JSON")
+    else:
+        top = meta.get("version")
+        check(top in ok_versions,
+              "META.json's version is gridha.control's default_version %s" % version,
+              "META.json says \"version\": %r; gridha.control says %r (write %r)"
+              % (top, version, semver))
+        prov = (meta.get("provides") or {}).get("gridha") or {}
+        pv = prov.get("version")
+        check(pv in ok_versions,
+              "META.json's provides.gridha.version is gridha.control's default_version %s" % version,
+              "META.json says provides.gridha.version %r; gridha.control says %r (write %r)"
+              % (pv, version, semver))
+        script = "sql/gridha--%s.sql" % version
+        pf = prov.get("file")
+        check(pf == script and os.path.exists(os.path.join(REPO, script)),
+              "META.json's provides.gridha.file is the install script of %s" % version,
+              "META.json says provides.gridha.file %r; the install script of %s is %s%s"
+              % (pf, version, script,
+                 "" if os.path.exists(os.path.join(REPO, script)) else " (which does not exist)"))
+
+    readme_markers = 0
+    for rel in docs:
+        text = read(rel)
+        if text is None:
+            check(False, rel + " exists", rel + " is missing from the repository")
+            continue
+        marks = re.findall(r"<!--\s*version\s*-->\s*([0-9][0-9A-Za-z.]*[0-9A-Za-z])", text)
+        if rel == "README.md":
+            readme_markers = len(marks)
+        if marks:
+            wrong = [x for x in marks if x != version]
+            check(not wrong,
+                  "%s names version %s where it says which version is current" % (rel, version),
+                  *["%s says version %s after '<!-- version -->'; gridha.control says %s"
+                    % (rel, x, version) for x in wrong])
+    check(readme_markers > 0, "README.md says which version is current",
+          "README.md has no '<!-- version -->X' marker before the current version")
+    changelog = read("CHANGELOG.md") or ""
+    heads = re.findall(r"^##\s+(.*)$", changelog, re.M)
+    check(heads and re.search(r"(?<![\w.])%s(?![\w]|\.\d)" % re.escape(version), heads[0]),
+          "CHANGELOG.md's newest section is version %s" % version,
+          "CHANGELOG.md's first '## ' heading is %r; it should name %s"
+          % (heads[0] if heads else None, version))
+
+
+# links between the docs
+def slug(title):
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def anchors(text):
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    return {slug(t) for t in re.findall(r"^#{1,6}\s+(.*?)\s*#*\s*$", text, re.M)}
+
+
+for rel in docs:
+    text = read(rel)
+    if text is None:
+        continue
+    body = re.sub(r"```.*?```", "", text, flags=re.S)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", body):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+            continue                        # http:, https:, mailto:
+        path, _, anchor = target.partition("#")
+        dest = os.path.normpath(os.path.join(os.path.dirname(rel), path)) if path else rel
+        dest_text = read(dest)
+        if dest_text is None:
+            broken.append("%s links to %s, which does not exist" % (rel, target))
+        elif anchor and anchor not in anchors(dest_text):
+            broken.append("%s links to %s: %s has no heading with anchor #%s"
+                          % (rel, target, dest, anchor))
+    check(not broken, "every relative link of %s resolves" % rel, *dict.fromkeys(broken))
+
+print("1..%d" % len(results))
+failed = 0
+for i, (ok, what, diag) in enumerate(results, 1):
+    print("%s %d - %s" % ("ok" if ok else "not ok", i, what))
+    if not ok:
+        failed += 1
+        for line in diag:
+            print("# " + line)
+sys.exit(1 if failed else 0)
+PYEOF
