@@ -228,6 +228,10 @@ static bool submit_orphans_due = true;	/* look for orphans next cycle */
 static bool submit_failed = false;	/* a step failed since last asked */
 static long submit_slot_ms = -1;	/* ms until a rate-limited target of a
 									 * ready head has a slot; -1: none */
+static bool submit_as_superuser = true; /* the worker's role is a superuser:
+										 * asked in each hand-out step (the
+										 * catalog is read inside a
+										 * transaction only) */
 
 /*
  * gridha_submit_init: the worker's HTTP handles and memory.
@@ -513,6 +517,7 @@ submit_handout_step(void *arg)
 	MemoryContext old;
 
 	submit_check_version();
+	submit_as_superuser = superuser();
 	submit_slot_ms = -1;
 	args[0] = submit_instance_datum();
 	args[1] = Int32GetDatum(handout->max);
@@ -630,7 +635,7 @@ submit_call_target(const char *sql, int nargs, Oid *types, Datum *args, const ch
 static const char *
 submit_refuses_functions(void)
 {
-	if (superuser())
+	if (submit_as_superuser)
 		return "target functions are not called while the worker runs as a superuser: set gridha.worker_role to a role that is not one";
 	return NULL;
 }

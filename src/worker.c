@@ -398,6 +398,7 @@ gridha_worker_main(Datum main_arg)
 	pg_uuid_t	instance_id;
 	char		appname[GRIDHA_LABEL_LEN + 16];
 	const char *role;
+	bool		as_superuser;
 
 	memcpy(&start, MyBgworkerEntry->bgw_extra, sizeof(start));
 	start.label[GRIDHA_LABEL_LEN - 1] = '\0';
@@ -417,7 +418,10 @@ gridha_worker_main(Datum main_arg)
 
 	role = gridha_worker_role != NULL && gridha_worker_role[0] != '\0' ? gridha_worker_role : NULL;
 	BackgroundWorkerInitializeConnection(gridha_database, role, 0);
-	if (role == NULL || superuser())
+	StartTransactionCommand();
+	as_superuser = superuser();
+	CommitTransactionCommand();
+	if (as_superuser)
 		ereport(WARNING,
 				(errmsg("gridha worker \"%s\" runs as a superuser", start.label),
 				 errdetail("gridha.worker_role is %s, so the worker calls no target function: their batches wait, delayed.",

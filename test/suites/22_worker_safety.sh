@@ -458,13 +458,12 @@ mark=$(log_mark)
 move_svcs() {
 	psql_db -c "SELECT gridha.move_service('svc' || s, '$1') FROM generate_series(1, 5) s" >/dev/null 2>&1
 }
-wait_until 20 move_svcs closed
-check $? "switch: an administrator moves the five services to target 'closed' (gridha.move_service)"
 psql_db -c "SELECT gridha.enqueue('svc' || s, 'svc' || s || '-b5', '\\x00', 'closed')
             FROM generate_series(1, 5) s" >/dev/null
 wait_until 20 claimed_by_w1 svc1 svc2 svc3 svc4 svc5
 check $? "switch: the worker claims the five services on target 'closed' (a refused port)"
 wait_until 20 move_svcs default
+check $? "switch: an administrator moves the five services to target 'default' (gridha.move_service)"
 psql_db -c "SELECT gridha.enqueue('svc' || s, 'svc' || s || '-b6', '\\x00')
             FROM generate_series(1, 5) s" >/dev/null
 
