@@ -189,6 +189,38 @@ BEGIN
 END
 $$;
 
+-- ---------------------------------------------------------------------------
+-- instance_health: new (registered, never seen) and stopped (released since
+-- its last cycle, whatever it still holds)
+-- ---------------------------------------------------------------------------
+
+CREATE OR REPLACE VIEW gridha.instance_health AS
+SELECT i.instance_id,
+       i.label,
+       i.kind,
+       i.last_seen_at,
+       i.held::bigint AS claims,
+       coalesce(x.submitting, false) AS submitting,
+       CASE
+           WHEN i.stopped_at IS NOT NULL AND (i.last_seen_at IS NULL OR i.stopped_at >= i.last_seen_at)
+                AND (i.soft_expiry IS NULL OR i.soft_expiry <= i.stopped_at) THEN 'stopped'
+           WHEN i.last_seen_at IS NULL THEN 'new'
+           WHEN i.soft_expiry IS NULL OR i.hard_expiry <= now() THEN 'failed'
+           WHEN i.soft_expiry > now() THEN 'healthy'
+           WHEN coalesce(x.submitting, false) THEN 'slow'
+           ELSE 'failed'
+       END AS health,
+       i.soft_expiry,
+       i.hard_expiry
+FROM gridha.instances i
+LEFT JOIN LATERAL (
+    SELECT bool_or(c.submitting) AS submitting
+      FROM gridha.claims c
+     WHERE c.claimant = i.instance_id AND c.in_flight) x ON true;
+
+COMMENT ON VIEW gridha.instance_health IS
+'each instance''s health by the decision tree, from its lease: registered and never seen new; within its lease healthy; past its soft expiry and mid-submission slow (assumed healthy); past it and idle, or past its hard expiry, failed; released its claims since its last cycle: stopped';
+
 -- The keys of 1.1 were hashes of the instance id: each instance is given a
 -- key of its own at its next call.
 UPDATE gridha.instances SET session_key = NULL WHERE session_key IS NOT NULL;

@@ -634,9 +634,10 @@ SELECT i.instance_id,
        i.held::bigint AS claims,
        coalesce(x.submitting, false) AS submitting,
        CASE
-           WHEN i.held = 0 AND i.stopped_at >= i.last_seen_at THEN 'stopped'
-           WHEN i.last_seen_at IS NULL OR i.soft_expiry IS NULL
-                OR i.hard_expiry <= now() THEN 'failed'
+           WHEN i.stopped_at IS NOT NULL AND (i.last_seen_at IS NULL OR i.stopped_at >= i.last_seen_at)
+                AND (i.soft_expiry IS NULL OR i.soft_expiry <= i.stopped_at) THEN 'stopped'
+           WHEN i.last_seen_at IS NULL THEN 'new'
+           WHEN i.soft_expiry IS NULL OR i.hard_expiry <= now() THEN 'failed'
            WHEN i.soft_expiry > now() THEN 'healthy'
            WHEN coalesce(x.submitting, false) THEN 'slow'
            ELSE 'failed'
@@ -650,7 +651,7 @@ LEFT JOIN LATERAL (
      WHERE c.claimant = i.instance_id AND c.in_flight) x ON true;
 
 COMMENT ON VIEW gridha.instance_health IS
-'each instance''s health by the decision tree, from its lease: within it healthy; past its soft expiry and mid-submission slow (assumed healthy); past it and idle, or past its hard expiry, failed; released everything: stopped';
+'each instance''s health by the decision tree, from its lease: registered and never seen new; within its lease healthy; past its soft expiry and mid-submission slow (assumed healthy); past it and idle, or past its hard expiry, failed; released its claims since its last cycle: stopped';
 
 /*
  * What a producer may see of the queues: their progress, without who holds

@@ -462,7 +462,9 @@ static GridhaStatement claims_release_some_stmt = {
  * Release at stop, in two statements as a take is (see above): lock the
  * instance's claims, then, with a snapshot that sees every hand-out made
  * under those locks, hand back those with nothing submitting. The lease
- * goes when nothing is left.
+ * goes when nothing is left; otherwise it ends now (soft expiry): a
+ * stopped instance no longer counts as live, and what it kept (a head
+ * submitting) is taken over as any slow instance's claim is.
  */
 static GridhaStatement claims_lock_held_stmt = {
 	"SELECT 1 FROM gridha.service_claims WHERE claimant = $1 FOR UPDATE",
@@ -479,7 +481,7 @@ static GridhaStatement claims_release_all_stmt = {
 	"), i AS ("
 	"  UPDATE gridha.instances i"
 	"     SET held = greatest(i.held - n.n, 0), shed = 0, stopped_at = now(),"
-	"         soft_expiry = CASE WHEN i.held - n.n <= 0 THEN NULL ELSE i.soft_expiry END,"
+	"         soft_expiry = CASE WHEN i.held - n.n <= 0 THEN NULL ELSE least(i.soft_expiry, now()) END,"
 	"         hard_expiry = CASE WHEN i.held - n.n <= 0 THEN NULL ELSE i.hard_expiry END"
 	"    FROM n WHERE i.instance_id = $1"
 	")"

@@ -392,11 +392,17 @@ instances_refuse_unowned(Datum instance_id, Oid caller)
 		Datum		args[2];
 		NameData	name;
 
+		uint64		adopted;
+
+		/* a connection of its own: callers may or may not be inside SPI */
 		namestrcpy(&name, GetUserNameFromId(caller, false));
 		args[0] = instance_id;
 		args[1] = NameGetDatum(&name);
+		SPI_connect();
 		gridha_exec(&instances_adopt_self, args, NULL, false);
-		if (SPI_processed > 0)
+		adopted = SPI_processed;
+		SPI_finish();
+		if (adopted > 0)
 			return;
 	}
 	ereport(ERROR,
@@ -466,6 +472,7 @@ gridha_instance_touch(Datum instance_id)
 	int64		key = 0;
 	bool		found;
 	bool		owned = false;
+	bool		unowned = false;
 	AttrNumber	attno;
 	Datum		d;
 
@@ -487,10 +494,7 @@ gridha_instance_touch(Datum instance_id)
 		{
 			d = gridha_rows_get(&rows, GRIDHA_INSTANCES, attno, &isnull);
 			if (isnull)
-			{
-				instances_refuse_unowned(instance_id, caller);
-				instances_remember(instance_id, caller, inst.leased);
-			}
+				unowned = true; /* judged once the read is over: it may write */
 			else if (!instances_may_act(instance_id, NameStr(*DatumGetName(d)), caller))
 				instances_refuse(instance_id, NameStr(*DatumGetName(d)), caller);
 			else
@@ -528,6 +532,11 @@ gridha_instance_touch(Datum instance_id)
 	}
 	gridha_rows_end(&rows);
 
+	if (unowned)
+	{
+		instances_refuse_unowned(instance_id, caller);
+		instances_remember(instance_id, caller, inst.leased);
+	}
 	if (!found)
 		instances_insert_as(instance_id, caller, owned);
 	instances_liveness(instance_id, key_null, key);

@@ -28,8 +28,9 @@ SUITE_WORKER_ROLE=gridha_test_worker
 SUITE_CLUSTER_OPTS="${GRIDHA_CLUSTER_OPTS:-shared_preload_libraries=gridha max_worker_processes=32} gridha.worker_role=$SUITE_WORKER_ROLE"
 
 # suite_worker_role: makes the suites' worker role in the cluster PGHOST and
-# PGPORT name (roles are the cluster's), a member of gridha_submitter (made
-# here when no CREATE EXTENSION gridha made it yet). Quiet.
+# PGPORT name (roles are the cluster's), a member of gridha_submitter and of
+# gridha_client (1.0's role; each made here when no CREATE EXTENSION gridha
+# made it yet). Quiet.
 suite_worker_role() {
 	type gridha_psql >/dev/null 2>&1 || return 0
 	gridha_psql -d postgres -c "DO \$\$
@@ -37,11 +38,15 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '$SUITE_WORKER_ROLE') THEN
         CREATE ROLE $SUITE_WORKER_ROLE LOGIN IN ROLE pg_read_all_data, pg_write_all_data;
     END IF;
-    -- CREATE EXTENSION gridha makes this group role when it is missing
+    -- CREATE EXTENSION gridha makes these group roles when they are missing
+    -- (gridha_client is the one role of gridha 1.0's SQL)
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'gridha_submitter') THEN
         CREATE ROLE gridha_submitter NOLOGIN;
     END IF;
-    GRANT gridha_submitter TO $SUITE_WORKER_ROLE;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'gridha_client') THEN
+        CREATE ROLE gridha_client NOLOGIN;
+    END IF;
+    GRANT gridha_submitter, gridha_client TO $SUITE_WORKER_ROLE;
 END
 \$\$" >/dev/null 2>&1
 	return 0

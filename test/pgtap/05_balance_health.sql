@@ -9,7 +9,7 @@
 --            H = 33333333-0000-0000-0000-000000000003 (health walk-through)
 --            E = 44444444-0000-0000-0000-000000000004 (no claims)
 BEGIN;
-SELECT plan(31);
+SELECT plan(35);
 
 DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
@@ -84,8 +84,12 @@ SELECT is(pg_temp.claims_of('11111111-0000-0000-0000-000000000001'), 9::bigint,
 SET LOCAL gridha.balance_claims = on;
 
 -- ---------------------------------------------------------------------------
--- instance_health: healthy / slow / failed / stopped
+-- instance_health: new / healthy / slow / failed / stopped
 -- ---------------------------------------------------------------------------
+
+SELECT gridha.register_instance('tap new') AS new_id \gset
+SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = :'new_id'),
+          'new', 'registered, never seen: new (not failed)');
 
 SET LOCAL gridha.balance_claims = off;
 SELECT gridha.enqueue('hl-1', 'h1', NULL) \g /dev/null
@@ -123,6 +127,17 @@ SELECT is(gridha.release_claims('33333333-0000-0000-0000-000000000003'), 1, 'H r
 SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '33333333-0000-0000-0000-000000000003'),
           'stopped', 'released everything: stopped');
 SELECT is((SELECT state FROM gridha.claims WHERE service_id = 'hl-1'), 'free', 'claims: hl-1 is free');
+
+-- Released while a batch is still submitting under it (a clean stop that
+-- did not report it): stopped all the same, though it keeps that claim.
+SELECT gridha.enqueue('hl-2', 'h2', NULL) \g /dev/null
+SELECT is((SELECT batch_id FROM gridha.next_batch('33333333-0000-0000-0000-000000000003')), 'h2',
+          'H claims hl-2 and is handed h2');
+SELECT gridha.release_claims('33333333-0000-0000-0000-000000000003') \g /dev/null
+SELECT is((SELECT claimant FROM gridha.service_claims WHERE service_id = 'hl-2'),
+          '33333333-0000-0000-0000-000000000003'::uuid, 'H releases: hl-2 stays with it (h2 submitting)');
+SELECT is((SELECT health FROM gridha.instance_health WHERE instance_id = '33333333-0000-0000-0000-000000000003'),
+          'stopped', 'released, a batch still submitting under it: stopped');
 
 -- An instance holding nothing is judged by its lease all the same.
 SELECT is(gridha.renew_claims('44444444-0000-0000-0000-000000000004'), 0, 'E cycles, holding nothing');

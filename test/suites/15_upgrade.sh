@@ -542,16 +542,17 @@ SELECT upgrade_scratch.snapshot('pre11');
 EOF
 live_client() {
 	local end=$((SECONDS + 90)) out
+	# it stops once its service is done: an idle poll would take over the
+	# expired claims the fill left
 	while [ "$SECONDS" -lt "$end" ]; do
+		[ "$(psql -X -q -A -t -d "$H" -c "SELECT count(*) FROM gridha.batches
+		       WHERE service_id = 'h-live' AND status <> 'committed'" 2>/dev/null)" = 0 ] && return 0
 		out=$(psql -X -q -A -t -d "$H" -c "SET gridha.balance_claims = off" \
 			-c "SELECT concat_ws('|', service_id, batch_id, epoch) FROM gridha.next_batch('$L')" 2>/dev/null | tail -n 1)
 		if [ -n "$out" ]; then
 			IFS='|' read -r sid bid ep <<<"$out"
 			psql -X -q -A -t -d "$H" -c "SELECT gridha.report_submission('$L', '$sid', '$bid', $ep, 'accepted')" \
 				-c "SELECT gridha.report_status('$L', '$sid', '$bid', $ep, 'committed')" >/dev/null 2>&1
-		elif [ "$(psql -X -q -A -t -d "$H" -c "SELECT count(*) FROM gridha.batches
-		            WHERE service_id = 'h-live' AND status <> 'committed'" 2>/dev/null)" = 0 ]; then
-			return 0
 		fi
 	done
 	return 1
