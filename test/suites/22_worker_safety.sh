@@ -1294,7 +1294,7 @@ psql_db -c "INSERT INTO w_arm (what) VALUES ('sleep')
 	-c "SELECT gridha.enqueue('$LONG_SID', 'u1', '\\x01', 'sleepy')" >/dev/null
 RWID=$(psql_db -c "SELECT instance_id FROM gridha.workers")
 if wait_until 20 in_wait "$RWID" PgSleep; then
-	sql_is "62|t" "SELECT octet_length(service_id) || '|' || (service_id = repeat('é', 31)) FROM gridha.workers"
+	sql_is "62|true" "SELECT octet_length(service_id) || '|' || (service_id = repeat('é', 31)) FROM gridha.workers"
 	check $? "utf8: the workers view shows the long multibyte service id cut to 31 whole characters (62 bytes)"
 	psql_db -c "DELETE FROM w_arm WHERE what = 'sleep'" -c "SELECT pg_cancel_backend(pid) FROM gridha.workers" >/dev/null
 	wait_until 30 sql_is committed "SELECT status FROM gridha.batches WHERE batch_id = 'u1'"
