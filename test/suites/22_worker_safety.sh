@@ -111,6 +111,7 @@ WORKER_OPTS="gridha.workers=1 gridha.database=$DB gridha.balance_claims=off
 . "$LIB"
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
+plan 85
 
 psql_db() {
 	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB" "$@"
