@@ -17,6 +17,10 @@
 #            worker: CREATE EXTENSION gridha, the 'default' target pointed
 #            at the test ledger (test/dlt/ledger.py, started outside), 3
 #            services x 4 batches, each committed at the ledger in order.
+#   autopkgtest  there too, debian/tests/installcheck in the built source
+#            tree, as autopkgtest runs it: pg_buildext installcheck against
+#            the installed package (make installcheck: pg_regress, the
+#            isolation specs, pgTAP), gridha preloaded; its time is shown.
 #   remove   apt-get purge: the package is gone, none of its files is left,
 #            and the clean place holds the same files outside /var and /tmp
 #            (dpkg's and apt's records, the cluster) as before the install.
@@ -48,6 +52,7 @@ TESTS=(
 	"use: a cluster with gridha preloaded starts, CREATE EXTENSION gridha at the default version"
 	"use: the background worker commits 12 batches at the test ledger"
 	"use: each service's batches reached the ledger in order, one in flight"
+	"autopkgtest: debian/tests/installcheck (pg_buildext installcheck, gridha preloaded) passes"
 	"remove: apt-get purge removes postgresql-15-gridha"
 	"remove: none of the package's files is left"
 	"remove: nothing else is left behind outside /var and /tmp"
@@ -254,12 +259,22 @@ in_ovl cat /tmp/debtest/postgres.log >"$WORK/debtest-postgres.log" 2>/dev/null
 in_ovl runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl stop -m fast -w -D /tmp/debtest/data >/dev/null 2>&1
 in_ovl rm -rf /tmp/debtest
 
+start=$SECONDS
+in_ovl sh -c "cd '$SRC' && sh debian/tests/installcheck" >"$WORK/autopkgtest.log" 2>&1
+rc=$?
+took=$((SECONDS - start))
+summary=$(grep -E 'All [0-9]+ tests passed|^Files=|^Result:' "$WORK/autopkgtest.log" | sed 's/^ *//' | paste -sd ';')
+[ "$rc" -eq 0 ] && grep -q '^Result: PASS' "$WORK/autopkgtest.log"
+check $? "${TESTS[8]} (${took} s)"
+echo "$summary" | diag
+[ "$rc" -eq 0 ] || grep -E -A5 'FAIL|failed|error' "$WORK/autopkgtest.log" | head -n 40 | diag
+
 # ---------------------------------------------------------------------------
 # remove
 
 in_ovl env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q postgresql-15-gridha >"$WORK/apt-purge.log" 2>&1
 ! in_ovl dpkg -s postgresql-15-gridha >/dev/null 2>&1
-check $? "${TESTS[8]}"
+check $? "${TESTS[9]}"
 
 left=""
 while read -r f; do
@@ -269,13 +284,13 @@ while read -r f; do
 	fi
 done <"$WORK/dpkg-L.txt"
 [ -z "$left" ]
-check $? "${TESTS[9]}${left:+ (left:$left)}"
+check $? "${TESTS[10]}${left:+ (left:$left)}"
 
 in_ovl find / -xdev -path /proc -prune -o -path /tmp -prune -o -path /var -prune -o \
 	-type f -print 2>/dev/null | sort >"$WORK/files.after"
 extra=$(comm -13 "$WORK/files.before" "$WORK/files.after")
 [ -z "$extra" ]
-check $? "${TESTS[10]}"
+check $? "${TESTS[11]}"
 [ -z "$extra" ] || echo "$extra" | head -n 20 | diag
 
 [ "$FAILED" -eq 0 ]
