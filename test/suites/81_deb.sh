@@ -27,10 +27,13 @@
 #
 # Needs root (apt-get, mount, chroot) and Debian's PostgreSQL 15; under
 # another PG_CONFIG (CI's 16 and 17 runs) the planned tests are skipped:
-# Debian 12 has no postgresql-server-dev-16/17 for pg_buildext to build
-# against (the trees of ../shared/pg live under /opt/pgNN, and a package
-# built from them would install there and depend on postgresql-NN, which no
-# registry here provides).
+# Debian 12 has no postgresql-16/17 nor postgresql-server-dev-16/17. A tree
+# of ../shared/pg unpacked as /usr/lib/postgresql/NN does let pg_buildext
+# build postgresql-NN-gridha (PG_SUPPORTED_VERSIONS=NN), but that package
+# installs into the tree's layout (/usr/lib/postgresql/NN/lib/postgresql,
+# .../share/postgresql/extension), not Debian's, and depends on
+# postgresql-NN (>> NN.x), which no registry here provides: apt-get cannot
+# install it.
 set -uo pipefail
 
 REPO=${GRIDHA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
