@@ -47,6 +47,7 @@ ZIP=gridha-$DISTVERSION.zip
 rm -rf "$WORK/clone" "$WORK/clean"
 
 # make dist in a clone of HEAD
+command -v git >/dev/null || gridha_apt_install git >"$WORK/apt-git.log" 2>&1
 if git clone -q --no-hardlinks "$REPO" "$WORK/clone" >"$WORK/clone.log" 2>&1 &&
 	env -u MAKEFLAGS -u MAKELEVEL make -s -C "$WORK/clone" dist PG_CONFIG="$PG_CONFIG" >"$WORK/dist.log" 2>&1 &&
 	[ -s "$WORK/clone/$ZIP" ]; then
