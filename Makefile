@@ -86,8 +86,9 @@ client/test_dlt_http: client/test_dlt_http.c $(CLIENT_SRCS)
 
 .PHONY: test bench demo ha fuzz soak installcheck-pgtap dist meta expected-totals
 
-# The pgTAP files, after pg_regress and the specs (PGXS's installcheck
-# recipe), each file's assertions counted by pg_prove.
+# The pgTAP files, each file's assertions counted by pg_prove: a
+# prerequisite of installcheck, so they run before PGXS's recipe (pg_regress,
+# then the specs); `make -k installcheck` runs those even when one fails.
 ifneq ($(strip $(PGTAP_TESTS)),)
 installcheck: installcheck-pgtap
 endif
