@@ -1,5 +1,7 @@
-# gridha: PGXS build. `make test` runs every suite on a throwaway cluster,
-# `make bench` the benchmarks; both install what they need first.
+# gridha: PGXS build. `make installcheck` checks an installed server (the
+# pg_regress tests, the isolation specs and the pgTAP files), `make test`
+# runs every suite on a throwaway cluster, `make bench` the benchmarks (both
+# install what they need first); `make dist` makes the PGXN bundle.
 
 EXTENSION = gridha
 MODULE_big = gridha
@@ -11,18 +13,34 @@ OBJS += src/dlt_http.o src/dlt_json.o
 OBJS += src/slots.o src/worker.o src/submit.o src/targets.o
 # Section 7: leader lease, ID windows, rate limits
 OBJS += src/leader.o src/idseq.o src/ratelimit.o
-DATA = $(wildcard sql/gridha--*.sql)
+# The version is gridha.control's, the scripts are whatever sql/ holds.
+EXTVERSION = $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" gridha.control)
+# PGXN's version is semantic (X.Y.Z): 1.1 -> 1.1.0
+DISTVERSION = $(shell echo '$(EXTVERSION)' | awk -F. '{ printf "%s.%s.%s", $$1, ($$2 == "" ? 0 : $$2), ($$3 == "" ? 0 : $$3) }')
+DATA = $(sort $(wildcard sql/gridha--*.sql))
 DOCS = README.md
 
 REGRESS = api claims lifecycle errors coordination plans counts
 REGRESS_OPTS = --load-extension=gridha
+
+# `make installcheck` runs, against the server PGHOST/PGPORT/PGUSER name
+# (gridha installed, and for the specs and pgTAP files preloaded:
+# shared_preload_libraries = 'gridha'), the pg_regress tests above, every
+# isolation spec in test/isolation/specs (PGXS's ISOLATION, as contrib does)
+# and every pgTAP file in test/pgtap (pg_prove, in a database of its own;
+# needs pgTAP and pg_prove). Empty any of the three on the command line to
+# leave it out (make installcheck ISOLATION= PGTAP_TESTS=).
+ISOLATION = $(basename $(notdir $(wildcard test/isolation/specs/*.spec)))
+ISOLATION_OPTS = --inputdir=test/isolation --load-extension=gridha
+PGTAP_TESTS = $(sort $(wildcard test/pgtap/*.sql))
+PGTAP_DB = contrib_regression_pgtap
 
 PG_CONFIG ?= $(shell test -x /usr/lib/postgresql/15/bin/pg_config && echo /usr/lib/postgresql/15/bin/pg_config || echo pg_config)
 PG_CPPFLAGS = -Isrc
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 SHLIB_LINK =
 SHLIB_LINK += -lcurl
-EXTRA_CLEAN += client/gridha-client client/test_dlt_http .pg_build
+EXTRA_CLEAN += client/gridha-client client/test_dlt_http .pg_build gridha-*.zip
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
@@ -66,10 +84,46 @@ client/test_dlt_http: client/test_dlt_http.c $(CLIENT_SRCS)
 	$(CC) $(CLIENT_CFLAGS) -o $@ client/test_dlt_http.c src/dlt_http.c src/dlt_json.c \
 		$(CLIENT_PGLIBS) -lcurl
 
-.PHONY: test bench demo ha fuzz soak
+.PHONY: test bench demo ha fuzz soak installcheck-pgtap dist meta expected-totals
+
+# The pgTAP files, each file's assertions counted by pg_prove: a
+# prerequisite of installcheck, so they run before PGXS's recipe (pg_regress,
+# then the specs); `make -k installcheck` runs those even when one fails.
+ifneq ($(strip $(PGTAP_TESTS)),)
+installcheck: installcheck-pgtap
+endif
+installcheck-pgtap:
+	@echo "+++ pgTAP install-check (pg_prove) +++"
+	$(bindir)/psql -X -q -v ON_ERROR_STOP=1 -d postgres \
+		-c 'SET client_min_messages = warning' \
+		-c 'DROP DATABASE IF EXISTS $(PGTAP_DB)' -c 'CREATE DATABASE $(PGTAP_DB)'
+	$(bindir)/psql -X -q -v ON_ERROR_STOP=1 -d $(PGTAP_DB) \
+		-c 'CREATE EXTENSION pgtap' -c 'CREATE EXTENSION gridha'
+	pg_prove -d $(PGTAP_DB) $(PGTAP_TESTS)
+	$(bindir)/psql -X -q -d postgres -c 'DROP DATABASE IF EXISTS $(PGTAP_DB)'
 
 test:
 	bash test/run.sh
+
+# After a full `make test` on each major: write what each part ran into
+# test/expected_totals (the lead's step when merged work adds tests).
+expected-totals:
+	bash test/run.sh --update-totals
+
+# The PGXN bundle: gridha-<version>.zip of the committed tree (git
+# archive: what is not committed is not in it; <version> is DISTVERSION),
+# with a META.json whose version must be gridha.control's (test/pgxn_meta.py
+# checks it against the PGXN Meta Spec first; `make meta` rewrites it).
+dist:
+	@git diff --quiet HEAD -- || echo "warning: uncommitted changes are not in the bundle" >&2
+	python3 test/pgxn_meta.py --control gridha.control META.json
+	git archive --format zip --prefix=gridha-$(DISTVERSION)/ -o gridha-$(DISTVERSION).zip HEAD
+	@echo "gridha-$(DISTVERSION).zip"
+
+# META.json's version fields from gridha.control (after a new release's
+# default_version): then commit it.
+meta:
+	python3 test/pgxn_meta.py --sync --control gridha.control META.json
 
 bench:
 	bash test/bench/run.sh

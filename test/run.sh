@@ -19,13 +19,33 @@
 #        suites     every executable test/suites/*.sh (see its README)
 #        serverlog  no server process crashed during the run
 #
-# Every test counts once: a regress test, a spec, a pgTAP file, a TAP line of
-# a suite. The last line is exactly "N passed, N failed"; the exit status is
+#        totals     (a full run) each part ran the number of tests
+#                   test/expected_totals holds for this major
+#
+# Every test counts once: a regress test, a spec, a pgTAP assertion, a TAP
+# line of a suite. A test reported "ok ... # SKIP" (and a part with nothing
+# to run) counts as skipped, never as passed. Every suite (and every pgTAP
+# file) declares its plan ("1..N"): each planned test that never ran counts
+# as failed, and one without a plan, or that ran more tests than planned,
+# gets one more failure. The summary gives each part's
+# "N passed, N failed, N skipped"; the last line is exactly
+# "N passed, N failed, N skipped" (.ci/run reads it); the exit status is
 # non-zero when anything failed. The cluster and its /tmp directory are
 # removed on any exit (GRIDHA_KEEP_TMP=1 keeps the directory).
 #
+# Crashes: every server log of the run is read at the end, the run's
+# cluster's and those of the clusters suites start of their own (they write
+# their logs into GRIDHA_LOG_DIR, see gridha_server_log in test/lib.sh).
+#
+# Totals: a full run writes what each part ran to test/.last_totals.MAJOR
+# and compares it with the line for MAJOR in test/expected_totals; a
+# difference is a failure that names the part. `make expected-totals`
+# (test/run.sh --update-totals) copies the last full runs' lines into
+# test/expected_totals.
+#
 # GRIDHA_ONLY='words' runs only the parts named (regress isolation pgtap soak
-# and the suite names, e.g. 20_workers); a developer's shortcut, not CI's.
+# and the suite names, e.g. 20_workers); a developer's shortcut, not CI's
+# (no totals check).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,22 +63,29 @@ SUITE_TIMEOUT=${GRIDHA_SUITE_TIMEOUT:-900}
 
 PASSED=0
 FAILED=0
+SKIPPED=0
 SUMMARY=()
+# PART=COUNT of every part that ran (passed + failed + skipped), in order
+PART_COUNTS=()
 
 # ---------------------------------------------------------------------------
 # Bookkeeping
 
-# record NAME PASSED FAILED [NOTE]: add a suite's counts to the totals.
+# record NAME PASSED FAILED [SKIPPED [NOTE]]: add a part's counts to the
+# totals.
 record() {
-	local name=$1 p=$2 f=$3 note=${4:-}
+	local name=$1 p=$2 f=$3 s=${4:-0} note=${5:-}
 	PASSED=$((PASSED + p))
 	FAILED=$((FAILED + f))
-	SUMMARY+=("$(printf '  %-10s %3d passed, %3d failed%s' "$name" "$p" "$f" "${note:+  ($note)}")")
+	SKIPPED=$((SKIPPED + s))
+	PART_COUNTS+=("$name=$((p + f + s))")
+	SUMMARY+=("$(printf '  %-16s %4d passed, %3d failed, %3d skipped%s' "$name" "$p" "$f" "$s" \
+		"${note:+  ($note)}")")
 }
 
-# skip NAME WHY: a suite with nothing to run.
+# skip NAME WHY: a part with nothing to run counts as one skipped test.
 skip() {
-	SUMMARY+=("$(printf '  %-10s skipped (%s)' "$1" "$2")")
+	record "$1" 0 0 1 "skipped: $2"
 }
 
 # finish: the summary, the totals line, the exit status.
@@ -69,7 +96,7 @@ finish() {
 	for line in "${SUMMARY[@]}"; do
 		echo "$line"
 	done
-	echo "$PASSED passed, $FAILED failed"
+	echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
 	[ "$FAILED" -eq 0 ] && exit 0
 	exit 1
 }
@@ -78,7 +105,7 @@ finish() {
 # one failure, and the run ends with the totals line.
 fatal() {
 	echo "FAILED: $1: $2" >&2
-	record "$1" 0 1 "$2"
+	record "$1" 0 1 0 "$2"
 	finish
 }
 
@@ -103,14 +130,46 @@ count_pg_regress() {
 	' "$1"
 }
 
-# count_tap LOG: print "passed failed" for TAP lines ("ok ...", "not ok ...",
-# numbered or not) in a suite's output.
+# count_tap LOG [numbered]: print "passed failed skipped plan" for the TAP
+# lines ("ok ...", "not ok ...", numbered or not; only numbered ones with
+# "numbered", as pg_prove --verbose ends a file with a bare "ok") of a
+# suite's or a pgTAP file's output; "ok ... # SKIP ..." is skipped, not
+# passed; plan is the first "1..N" line's N, or -1 when there is none.
 count_tap() {
-	awk '
-		/^ok([ \t]|$)/ { p++ }
-		/^not ok([ \t]|$)/ { f++ }
-		END { printf "%d %d\n", p, f }
+	awk -v numbered="${2:-}" '
+		BEGIN { plan = -1; t = numbered ? "[ \t]+[0-9]+([ \t]|$)" : "([ \t]|$)" }
+		/^1\.\.[0-9]+([ \t]|$)/ { if (plan < 0) { sub(/^1\.\./, ""); plan = $1 + 0 }; next }
+		$0 ~ "^ok" t { if ($0 ~ /#[ \t]*[Ss][Kk][Ii][Pp]/) s++; else p++; next }
+		$0 ~ "^not ok" t { f++ }
+		END { printf "%d %d %d %d\n", p, f, s, plan }
 	' "$1"
+}
+
+# plan_check PLAN RAN: sets PLAN_FAILED to the failures a plan adds (1
+# when there is no plan (-1) or more tests ran than planned; one for each
+# planned test that never ran) and PLAN_NOTE to what happened ("" when the
+# run kept its plan).
+plan_check() {
+	local plan=$1 ran=$2
+	PLAN_FAILED=0
+	PLAN_NOTE=
+	if [ "$plan" -lt 0 ]; then
+		PLAN_FAILED=1
+		PLAN_NOTE="no plan (1..N)"
+	elif [ "$ran" -lt "$plan" ]; then
+		PLAN_FAILED=$((plan - ran))
+		PLAN_NOTE="planned $plan, ran $ran: $((plan - ran)) never ran"
+	elif [ "$ran" -gt "$plan" ]; then
+		PLAN_FAILED=1
+		PLAN_NOTE="planned $plan, ran $ran"
+	fi
+}
+
+# make_var NAME: the value of the Makefile's variable NAME.
+make_var() {
+	# shellcheck disable=SC2016 # make expands it, not the shell
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory -C "$REPO" -f Makefile \
+		-f <(printf 'gridha-print-%%:\n\t@echo $($*)\n') PG_CONFIG="$PG_CONFIG" "gridha-print-$1"
 }
 
 # pg_regress's set-up chatter, kept in the logs but not shown.
@@ -210,7 +269,7 @@ run_regress() {
 	local out=$GRIDHA_TEST_DIR/regress log rc=0 p f
 	mkdir -p "$out"
 	log=$out/make.log
-	run_logged "$log" "$SUITE_TIMEOUT" make -s installcheck PG_CONFIG="$PG_CONFIG" \
+	run_logged "$log" "$SUITE_TIMEOUT" make -s installcheck ISOLATION= PGTAP_TESTS= PG_CONFIG="$PG_CONFIG" \
 		PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER=postgres \
 		EXTRA_REGRESS_OPTS="--outputdir=$out" || rc=$?
 	read -r p f < <(count_pg_regress "$log")
@@ -218,9 +277,15 @@ run_regress() {
 		if [ "$rc" -eq 0 ]; then
 			skip regress "no REGRESS tests"
 		else
-			record regress 0 1 "pg_regress did not run (exit $rc)"
+			record regress 0 1 0 "pg_regress did not run (exit $rc)"
 		fi
 		return 0
+	fi
+	# Tests of the Makefile's REGRESS it never reached are failures too.
+	local want
+	want=$(make_var REGRESS | wc -w)
+	if [ $((p + f)) -lt "$want" ]; then
+		f=$((want - p))
 	fi
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
 		f=1 # it failed in a way no test line shows
@@ -275,7 +340,7 @@ run_isolation() {
 	done
 	if [ ${#specs[@]} -eq 0 ]; then
 		if [ "$unmatched" -gt 0 ]; then
-			record isolation 0 "$unmatched" "specs without expected output"
+			record isolation 0 "$unmatched" 0 "specs without expected output"
 		else
 			echo "no test/isolation/specs/*.spec yet"
 			skip isolation "no specs yet"
@@ -291,7 +356,7 @@ run_isolation() {
 		--load-extension=gridha "${specs[@]}" || rc=$?
 	read -r p f < <(count_pg_regress "$out/run.log")
 	if [ $((p + f)) -eq 0 ]; then
-		record isolation 0 1 "pg_isolation_regress did not run (exit $rc)"
+		record isolation 0 1 0 "pg_isolation_regress did not run (exit $rc)"
 		return 0
 	fi
 	# Specs it never reached (it stopped early) are failures too.
@@ -303,12 +368,15 @@ run_isolation() {
 		echo "--- isolation regression.diffs (first 200 lines) ---"
 		head -n 200 "$out/regression.diffs"
 	fi
-	record isolation "$p" $((f + unmatched)) \
+	record isolation "$p" $((f + unmatched)) 0 \
 		"$([ "$unmatched" -gt 0 ] && echo "$unmatched without expected output")"
 }
 
-# run_pgtap: every test/pgtap/*.sql with pg_prove, in one fresh database;
-# each file is one test (pg_prove per file, so its exit status is the file's).
+# run_pgtap: every test/pgtap/*.sql with pg_prove --verbose, in one fresh
+# database; every assertion is a test (count_tap of the file's TAP). A file
+# without a plan, or that stops before its plan's end, gets failures as a
+# suite does (plan_check); pg_prove failing with no failed assertion (an
+# error after the last one) one more.
 run_pgtap() {
 	section "phase 2: pgTAP"
 	local files=() f
@@ -320,27 +388,37 @@ run_pgtap() {
 		skip pgtap "no test files yet"
 		return 0
 	fi
-	local db=gridha_pgtap out=$GRIDHA_TEST_DIR/pgtap p=0 n=0 log
+	local db=gridha_pgtap out=$GRIDHA_TEST_DIR/pgtap log rc
+	local p s n plan tp=0 tf=0 ts=0 bad=0
 	mkdir -p "$out"
 	if ! gridha_psql -d postgres -c "SET client_min_messages = warning" \
 			-c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" ||
 		! gridha_psql -d "$db" -c "CREATE EXTENSION pgtap" -c "CREATE EXTENSION gridha"; then
-		record pgtap 0 1 "could not create the pgTAP database"
+		record pgtap 0 1 0 "could not create the pgTAP database"
 		return 0
 	fi
 	for f in "${files[@]}"; do
 		log=$out/$(basename "$f" .sql).log
-		if timeout -k 10 "$SUITE_TIMEOUT" pg_prove -h "$PGHOST" -p "$PGPORT" -U postgres \
-				-d "$db" "$f" >"$log" 2>&1; then
-			p=$((p + 1))
-			echo "ok      $f"
+		rc=0
+		timeout -k 10 "$SUITE_TIMEOUT" pg_prove --verbose -h "$PGHOST" -p "$PGPORT" -U postgres \
+			-d "$db" "$f" >"$log" 2>&1 || rc=$?
+		read -r p n s plan < <(count_tap "$log" numbered)
+		plan_check "$plan" $((p + n + s))
+		n=$((n + PLAN_FAILED))
+		[ "$rc" -ne 0 ] && [ "$n" -eq 0 ] && n=1
+		tp=$((tp + p))
+		tf=$((tf + n))
+		ts=$((ts + s))
+		if [ "$n" -eq 0 ]; then
+			printf 'ok      %s: %d passed, %d skipped\n' "$f" "$p" "$s"
 		else
-			n=$((n + 1))
-			echo "FAILED  $f"
-			head -n 100 "$log" | sed 's/^/    /'
+			bad=$((bad + 1))
+			printf 'FAILED  %s: %d passed, %d failed, %d skipped%s\n' "$f" "$p" "$n" "$s" \
+				"${PLAN_NOTE:+ ($PLAN_NOTE)}"
+			grep -v -E '^ok ' "$log" | head -n 100 | sed 's/^/    /'
 		fi
 	done
-	record pgtap "$p" "$n"
+	record pgtap "$tp" "$tf" "$ts" "${#files[@]} files$([ "$bad" -gt 0 ] && echo ", $bad failed")"
 }
 
 # want PART: true when GRIDHA_ONLY is unset or names PART.
@@ -348,21 +426,23 @@ want() {
 	[ -z "${GRIDHA_ONLY:-}" ] || [[ " $GRIDHA_ONLY " == *" $1 "* ]]
 }
 
-# run_tap_suite NAME SCRIPT: a suite script that prints TAP lines; each line
-# counts. One without TAP lines counts as one test by its exit status; a
-# non-zero exit with every TAP line passing adds one failure.
+# run_tap_suite NAME SCRIPT: a suite script that prints its plan and TAP
+# lines; each line counts ("# SKIP" ones as skipped). A missing plan, or a
+# count other than the plan, adds failures (plan_check); a non-zero exit
+# with no failed test adds one.
 run_tap_suite() {
-	local name=$1 script=$2 rc=0 p f
+	local name=$1 script=$2 rc=0 p f s plan note
 	local dir=$GRIDHA_TEST_DIR/suites/$name
 	mkdir -p "$dir"
 	GRIDHA_SUITE_DIR=$dir run_logged "$dir/output.log" "$SUITE_TIMEOUT" bash "$script" || rc=$?
-	read -r p f < <(count_tap "$dir/output.log")
-	if [ $((p + f)) -eq 0 ]; then
-		if [ "$rc" -eq 0 ]; then p=1; else f=1; fi
-	elif [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-		f=1
-	fi
-	record "$name" "$p" "$f" "$([ "$rc" -ne 0 ] && echo "exit $rc")"
+	read -r p f s plan < <(count_tap "$dir/output.log")
+	plan_check "$plan" $((p + f + s))
+	f=$((f + PLAN_FAILED))
+	note=$PLAN_NOTE
+	[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
+	[ "$rc" -ne 0 ] && note="${note:+$note, }exit $rc"
+	[ -n "$PLAN_NOTE" ] && echo "FAILED  $name: $PLAN_NOTE"
+	record "$name" "$p" "$f" "$s" "$note"
 	ensure_phase2 "$name"
 }
 
@@ -392,19 +472,125 @@ run_suites() {
 }
 
 # check_server_log: one test that no server process crashed during the run
-# (SIGSEGV, SIGABRT, SIGBUS, PANIC, failed assertion). Suites may kill
-# processes on purpose (signal 9, immediate stops); those do not count.
+# (SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, PANIC, failed assertion), in the
+# log of the run's cluster and in every log in GRIDHA_LOG_DIR (the clusters
+# suites started of their own: test/dba/cluster2.sh, 17_pitr, the HA
+# harness). Suites may kill processes on purpose (signal 9, immediate
+# stops); those do not count.
 check_server_log() {
 	section "server log"
-	local hits
-	hits=$(grep -E 'terminated by signal (6|7|11)|PANIC:|TRAP:' "$GRIDHA_PGLOG" || true)
+	local hits logs=("$GRIDHA_PGLOG") f
+	for f in "$GRIDHA_LOG_DIR"/*; do
+		[ -f "$f" ] && logs+=("$f")
+	done
+	hits=$(grep -H -E 'terminated by signal (4|6|7|8|11)([^0-9]|$)|PANIC:|TRAP:' "${logs[@]}" || true)
 	if [ -z "$hits" ]; then
-		echo "no crashes in $GRIDHA_PGLOG"
-		record serverlog 1 0
+		echo "no crashes in ${#logs[@]} server logs:"
+		printf '  %s\n' "${logs[@]}"
+		record serverlog 1 0 0 "${#logs[@]} logs"
 	else
 		echo "$hits" | head -n 20
-		record serverlog 0 1 "a server process crashed"
+		record serverlog 0 1 0 "a server process crashed"
 	fi
+}
+
+# pg_major: the major version of PG_CONFIG's PostgreSQL (15, 17 for 17beta2).
+pg_major() {
+	"$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/'
+}
+
+# check_totals: (a full run) write what each part ran to
+# test/.last_totals.MAJOR, and compare it with MAJOR's line of
+# test/expected_totals ("MAJOR total=N part=N ..."): one failure for each
+# part that ran another number of tests than written there, or that is
+# missing on either side; skipped (one test) when the file has no line for
+# MAJOR.
+check_totals() {
+	section "totals"
+	local major total=0 pc line want_line diffs
+	major=$(pg_major)
+	for pc in "${PART_COUNTS[@]}"; do
+		total=$((total + ${pc#*=}))
+	done
+	line="$major total=$total ${PART_COUNTS[*]}"
+	# (a run with failures is marked: make expected-totals takes it only
+	# when told to)
+	if [ "$FAILED" -eq 0 ]; then
+		echo "$line" >"$REPO/test/.last_totals.$major"
+	else
+		echo "$line # from a run with $FAILED failed" >"$REPO/test/.last_totals.$major"
+	fi
+	echo "this run: $line"
+	want_line=$(awk -v m="$major" '$1 == m' "$REPO/test/expected_totals" 2>/dev/null | tail -n 1 || true)
+	if [ -z "$want_line" ]; then
+		echo "test/expected_totals has no line for PostgreSQL $major ('make expected-totals' writes it)"
+		skip totals "no line for $major in test/expected_totals"
+		return 0
+	fi
+	diffs=$(python3 - "$want_line" "$line" <<'PYEOF'
+import sys
+def parse(l):
+    f = l.split()
+    return f[0], [kv.split("=", 1) for kv in f[1:]]
+_, want = parse(sys.argv[1])
+_, got = parse(sys.argv[2])
+w, g = dict(want), dict(got)
+for name in [k for k, _ in want] + [k for k, _ in got if k not in w]:
+    if name == "total":
+        continue
+    if name not in g:
+        print("%s: expected %s tests, did not run" % (name, w[name]))
+    elif name not in w:
+        print("%s: ran %s tests, not in test/expected_totals" % (name, g[name]))
+    elif w[name] != g[name]:
+        print("%s: expected %s tests, ran %s (%+d)" % (name, w[name], g[name], int(g[name]) - int(w[name])))
+PYEOF
+	)
+	if [ -z "$diffs" ]; then
+		echo "as test/expected_totals expects for PostgreSQL $major ($total tests)"
+		record totals 1 0
+	else
+		echo "FAILED  not what test/expected_totals expects for PostgreSQL $major:"
+		echo "$diffs" | sed 's/^/  /'
+		record totals 0 "$(echo "$diffs" | wc -l)" 0 "$(echo "$diffs" | paste -sd ';' | cut -c1-200)"
+	fi
+}
+
+# update_totals: replace the lines of test/expected_totals with those of
+# the last full runs (test/.last_totals.*), one a major; one from a run
+# with failures only with GRIDHA_FORCE=1.
+update_totals() {
+	local f major n=0 tmp
+	tmp=$(mktemp)
+	if [ -f "$REPO/test/expected_totals" ]; then
+		cp "$REPO/test/expected_totals" "$tmp"
+	else
+		printf '%s\n' "# test/expected_totals: the tests each part of a full \`make test\` runs," \
+			"# one line a PostgreSQL major (test/run.sh checks it; \`make expected-totals\`" \
+			"# copies the last full runs' test/.last_totals.MAJOR here)." >"$tmp"
+	fi
+	for f in "$REPO"/test/.last_totals.*; do
+		[ -f "$f" ] || continue
+		major=${f##*.}
+		if grep -q '# from a run with' "$f" && [ "${GRIDHA_FORCE:-0}" != 1 ]; then
+			echo "PostgreSQL $major: the last full run had failures; not taken (GRIDHA_FORCE=1 takes it): $(cat "$f")" >&2
+			continue
+		fi
+		awk -v m="$major" '$1 != m' "$tmp" >"$tmp.new"
+		sed 's/ *# from a run with.*//' "$f" >>"$tmp.new"
+		mv "$tmp.new" "$tmp"
+		echo "PostgreSQL $major: $(cat "$f")"
+		n=$((n + 1))
+	done
+	if [ "$n" -eq 0 ]; then
+		rm -f "$tmp"
+		echo "no usable test/.last_totals.*: run a full make test first" >&2
+		return 1
+	fi
+	# the comments first, then the majors in order
+	{ grep '^#' "$tmp"; grep -v '^#' "$tmp" | sort -n; } >"$REPO/test/expected_totals"
+	rm -f "$tmp"
+	echo "wrote test/expected_totals"
 }
 
 # ---------------------------------------------------------------------------
@@ -420,6 +606,10 @@ main() {
 	trap 'echo "interrupted" >&2; exit 130' INT
 	trap 'exit 143' TERM
 
+	if [ "${1:-}" = --update-totals ]; then
+		update_totals
+		return
+	fi
 	install_prerequisites
 	check_postgres
 	build
@@ -432,11 +622,18 @@ main() {
 	start_phase2
 	# What suites can rely on (see test/suites/README).
 	export GRIDHA_REPO=$REPO GRIDHA_LIB=$REPO/test/lib.sh GRIDHA_CLUSTER_OPTS=$PHASE2_OPTS
+	# where suites' clusters of their own write their logs (check_server_log)
+	export GRIDHA_LOG_DIR=$GRIDHA_TEST_DIR/server-logs
+	mkdir -p "$GRIDHA_LOG_DIR"
+	gridha_fix_owner "$GRIDHA_LOG_DIR"
 	want isolation && run_isolation
 	want pgtap && run_pgtap
 	want soak && run_soak
 	run_suites
 	check_server_log
+	if [ -z "${GRIDHA_ONLY:-}" ]; then
+		check_totals
+	fi
 	finish
 }
 

@@ -2,7 +2,12 @@
 # test/tap.sh: TAP output and bounded waits for the suites in test/suites.
 # Source it; it counts failures in FAILED (set to 0 here when unset).
 #
+#   plan N                    the suite's plan: prints "1..N" (call it
+#                             first); the runner fails a suite that runs
+#                             fewer or more tests than it planned
 #   ok WHAT / not_ok WHAT     one TAP line; not_ok adds one to FAILED
+#   skip_test WHAT WHY        a planned test not run: "ok - WHAT # SKIP WHY",
+#                             counted as skipped, never as passed
 #   check STATUS WHAT         ok or not_ok by an exit status (0 = ok)
 #   diag                      stdin as TAP comments
 #   wait_until SECONDS CMD... poll CMD every 0.2 s until it succeeds or the
@@ -53,8 +58,16 @@ END
 }
 suite_worker_role
 
+plan() {
+	echo "1..$1"
+}
+
 ok() {
 	echo "ok - $*"
+}
+
+skip_test() {
+	echo "ok - $1 # SKIP ${2:-not run}"
 }
 
 not_ok() {

@@ -3,7 +3,7 @@
 # of test/lib.sh, for tests that move a database from one cluster to
 # another (test/suites/16_dump_restore.sh). Source it after test/lib.sh,
 # whose helpers it uses (gridha_as_pg, gridha_free_port,
-# gridha_conf_quote); lib.sh's own cluster and variables are left alone.
+# gridha_conf_quote, gridha_server_log); lib.sh's own cluster and variables are left alone.
 #
 #   c2_init                  initdb in a new /tmp directory, on a free port
 #   c2_start [OPT...]        start it with extra settings (name=value, as
@@ -32,7 +32,8 @@ c2_init() {
 		chown postgres: "$C2_DIR"
 	fi
 	C2_DATA=$C2_DIR/data
-	C2_LOG=$C2_DIR/postgres.log
+	# in GRIDHA_LOG_DIR under test/run.sh, read for crashes at the run's end
+	C2_LOG=$(gridha_server_log cluster2 "$C2_DIR/postgres.log")
 	# not the first cluster's port, nor the one after it (its restarts may
 	# move there)
 	C2_PORT=$(gridha_free_port $((${PGPORT:-$GRIDHA_BASE_PORT} + 7))) || return 1

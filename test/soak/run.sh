@@ -103,6 +103,8 @@ drive() {
 
 main() {
 	local t0=$SECONDS out
+	# the plan: the pgbench line and check.sql's seven
+	echo "1..8"
 	setup
 	drive
 	gridha_log "soak: drove for ${DRIVE_SECONDS}s"

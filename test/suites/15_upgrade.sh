@@ -665,4 +665,9 @@ else
 	not_ok "CREATE EXTENSION pgtap in the upgraded database"
 fi
 
+# The plan, printed last as it depends on the inputs: 53 checks, one per
+# test of the Makefile's REGRESS, one per test/pgtap file.
+n_pgtap=$(compgen -G "$REPO/test/pgtap/*.sql" | wc -l)
+plan $((53 + ${#regress_tests[@]} + n_pgtap))
+
 [ "$FAILED" -eq 0 ]

@@ -105,11 +105,20 @@ export PGTZ=UTC
 TIMING="gridha.soft_expiry=4s gridha.hard_expiry=10s gridha.renew_interval=1s
 	gridha.naptime=200ms gridha.monitor_interval=200ms gridha.submit_timeout=8s"
 WORKER_OPTS="gridha.workers=2 gridha.database=$DB $TIMING"
+# The live run's cluster commits synchronously: the test clusters run with
+# synchronous_commit = off (test/lib.sh), under which a transaction is
+# visible (to the dump's snapshot too) before its commit record reaches the
+# WAL, so the immediate stop at "stop" may lose a hand-out the dump holds
+# (seen once: f1-b1 submitting in the record, queued after the restart).
+# With it on, whatever the snapshot sees is in the WAL before the stop, and
+# "the old database ends with exactly the batches the dump holds" holds.
+DURABLE_OPTS="synchronous_commit=on"
 
 # shellcheck source-path=SCRIPTDIR source=../lib.sh
 . "$LIB"
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
+plan 44
 # shellcheck source-path=SCRIPTDIR source=../dba/cluster2.sh
 . "$DBA/cluster2.sh"
 
@@ -222,7 +231,7 @@ EOF
 
 RESTARTED=1
 # shellcheck disable=SC2086 # the options are words
-if ! gridha_cluster_restart $SUITE_CLUSTER_OPTS $WORKER_OPTS; then
+if ! gridha_cluster_restart $SUITE_CLUSTER_OPTS $WORKER_OPTS $DURABLE_OPTS; then
 	not_ok "the cluster restarted with two workers serving $DB"
 	exit 1
 fi
@@ -377,7 +386,7 @@ stop_rc=$?
 kill -KILL "$DUMP_PID" 2>/dev/null
 wait "$DUMP_PID" 2>/dev/null
 # shellcheck disable=SC2086 # the options are words
-gridha_cluster_start $SUITE_CLUSTER_OPTS && RESTARTED=0 && [ "$stop_rc" -eq 0 ]
+gridha_cluster_start $SUITE_CLUSTER_OPTS $DURABLE_OPTS && RESTARTED=1 && [ "$stop_rc" -eq 0 ]
 check $? "stop: the client and X killed, the cluster stopped (immediate) with the dump's lock held, then started without workers"
 if [ "$dump_rc" -ne 0 ]; then
 	cat "$WORK/dump.out" "$WORK/pg_dump.err" 2>/dev/null | diag
@@ -625,7 +634,7 @@ if c2_is t "SELECT '$WORKERS_AT'::timestamptz < '$X_LEASE'::timestamptz"; then
 		   FROM gridha.batches b
 		  WHERE b.batch_id IN ('x-del-b1', 'x-unk-b1', 'x-valid-b1', 'x-pend-b1')"
 else
-	ok "drain: X's idle heads were taken before its lease ran out # SKIP the workers started after it ran out"
+	skip_test "drain: X's idle heads were taken before its lease ran out" "the workers started after it ran out"
 fi
 
 # Ids: reserve_ids and next_id on the restored side, in two sessions, then

@@ -26,6 +26,7 @@ FAILED=0
 . "$LIB"
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
+plan 12
 
 DIR=$(mktemp -d /tmp/gridha-pitr.XXXXXX)
 chmod 755 "$DIR"
@@ -62,8 +63,14 @@ END
 EOF
 }
 
+# Each cluster's server log: in GRIDHA_LOG_DIR under test/run.sh (its
+# crash scan reads it after this directory is gone), else in DIR.
+declare -A LOGS
+LOGS[primary]=$(gridha_server_log pitr-primary "$DIR/primary.log")
+LOGS[recovered]=$(gridha_server_log pitr-recovered "$DIR/recovered.log")
+
 start_cluster() {
-	gridha_as_pg "$PG_BINDIR/pg_ctl" -D "$1" -l "$DIR/$(basename "$1").log" -w -t 60 start >/dev/null
+	gridha_as_pg "$PG_BINDIR/pg_ctl" -D "$1" -l "${LOGS[$(basename "$1")]}" -w -t 60 start >/dev/null
 }
 
 # --- the primary, archiving ------------------------------------------------
@@ -147,7 +154,7 @@ recovery_target_action = 'promote'
 archive_mode = off
 EOF
 gridha_as_pg touch "$DIR/recovered/recovery.signal"
-start_cluster "$DIR/recovered" || { not_ok "the recovered cluster starts"; diag <"$DIR/recovered.log"; exit 1; }
+start_cluster "$DIR/recovered" || { not_ok "the recovered cluster starts"; diag <"${LOGS[recovered]}"; exit 1; }
 promoted() {
 	[ "$(on "$P2" -c "SELECT pg_is_in_recovery()" 2>/dev/null)" = f ]
 }

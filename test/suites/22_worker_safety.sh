@@ -112,6 +112,7 @@ WORKER_OPTS="gridha.workers=1 gridha.database=$DB gridha.balance_claims=off
 . "$LIB"
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
+plan 90
 
 psql_db() {
 	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB" "$@"

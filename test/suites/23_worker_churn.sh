@@ -35,6 +35,7 @@ RESTARTED=0
 . "$LIB"
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
+plan 5
 
 suite_work 23_worker_churn
 

@@ -32,6 +32,7 @@ PIDS=()
 . "$LIB"
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
+plan 9
 suite_work 24_security
 
 psql_db() {

@@ -26,6 +26,7 @@ DB=gridha_idseq_soak
 FAILED=0
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$HERE/../tap.sh"
+plan 9
 suite_work idseq_soak
 
 gridha_psql -d postgres -c "SET client_min_messages = warning" \

@@ -52,6 +52,7 @@ DIE=dddddddd-0000-0000-0000-00000000dead
 FAILED=0
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$HERE/../tap.sh"
+plan 19
 suite_work ratelimit_soak
 
 # mark NAME: records the server clock (a phase boundary) in marks.

@@ -56,6 +56,7 @@ WORKER_OPTS="gridha.workers=3 gridha.database=$DB gridha.naptime=200ms
 . "$LIB"
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
+plan 7
 suite_work scale_soak
 
 psql_db() {

@@ -24,6 +24,7 @@ FAILED=0
 
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
+plan 13
 
 # 1. the short run: its TAP lines are the checker's
 rm -rf "$RUN"
@@ -33,6 +34,11 @@ rc=$?
 grep -E '^(ok|not ok) - ' "$WORK/run.out"
 FAILED=$((FAILED + $(grep -c '^not ok - ' "$WORK/run.out")))
 grep -E '^(\||#)' "$WORK/run.out" | sed 's/^/# /'
+# the harness's server logs (gathered into the run directory) join the
+# run's crash scan (test/run.sh reads every file in GRIDHA_LOG_DIR)
+for f in "$RUN"/postgres*.log; do
+	[ -f "$f" ] && [ -d "${GRIDHA_LOG_DIR:-}" ] && cp "$f" "$GRIDHA_LOG_DIR/$(basename "$0" .sh)-$(basename "$f")"
+done
 if [ "$rc" -ne 0 ]; then
 	not_ok "ha: the harness run exits 0 (exit $rc)"
 	tail -n 20 "$WORK/run.err" | sed 's/^/# /'

@@ -39,6 +39,7 @@ RUN_PID=
 
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
+plan 16
 
 stop_run() {
 	if [ -n "$RUN_PID" ] && kill -0 "$RUN_PID" 2>/dev/null; then
@@ -66,6 +67,11 @@ RUN_PID=
 grep -E '^(ok|not ok) - ' "$WORK/run.out"
 FAILED=$((FAILED + $(grep -c '^not ok - ' "$WORK/run.out")))
 grep -E '^(\||#|\()' "$WORK/run.out" | sed 's/^/# /'
+# the harness's server logs (gathered into the run directory) join the
+# run's crash scan (test/run.sh reads every file in GRIDHA_LOG_DIR)
+for f in "$RUN"/postgres*.log; do
+	[ -f "$f" ] && [ -d "${GRIDHA_LOG_DIR:-}" ] && cp "$f" "$GRIDHA_LOG_DIR/$(basename "$0" .sh)-$(basename "$f")"
+done
 echo "# run time: $((SECONDS - started)) s"
 if [ "$rc" -ne 0 ]; then
 	not_ok "failover: the harness run exits 0 (exit $rc)"

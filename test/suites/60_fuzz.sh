@@ -62,6 +62,7 @@ WORKER_OPTS="gridha.workers=2 gridha.database=$DB gridha.naptime=100ms
 
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
+plan 15
 
 psql_db() {
 	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB" "$@"

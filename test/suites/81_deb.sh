@@ -1,0 +1,299 @@
+#!/usr/bin/env bash
+# test/suites/81_deb.sh: the Debian package (debian/), built, installed,
+# used and removed as a user would.
+#
+#   build    the working tree's files (git ls-files: committed or not, less
+#            what .gitignore ignores) copied to gridha-<version>/ in the
+#            suite's directory, its orig tarball made from them, and
+#            `dpkg-buildpackage -us -uc` (source and binary) for the majors
+#            debian/pgversions and postgresql-common give: on Debian 12,
+#            PostgreSQL 15. Build dependencies come from apt-get. The
+#            version of debian/changelog must be gridha.control's.
+#   install  a clean place: the machine's / under an overlay in a mount
+#            namespace of its own (upper layer on a tmpfs), gridha's own
+#            `make install` files removed from it, then
+#            `apt-get install ./postgresql-15-gridha_*.deb`.
+#   use      there, a cluster with gridha preloaded and one background
+#            worker: CREATE EXTENSION gridha, the 'default' target pointed
+#            at the test ledger (test/dlt/ledger.py, started outside), 3
+#            services x 4 batches, each committed at the ledger in order.
+#   autopkgtest  there too, debian/tests/installcheck in the built source
+#            tree, as autopkgtest runs it: pg_buildext installcheck against
+#            the installed package (make installcheck: pg_regress, the
+#            isolation specs, pgTAP), gridha preloaded; its time is shown.
+#   remove   apt-get purge: the package is gone, none of its files is left,
+#            and the clean place holds the same files outside /var and /tmp
+#            (dpkg's and apt's records, the cluster) as before the install.
+#
+# Needs root (apt-get, mount, chroot) and Debian's PostgreSQL 15; under
+# another PG_CONFIG (CI's 16 and 17 runs) the planned tests are skipped:
+# Debian 12 has no postgresql-16/17 nor postgresql-server-dev-16/17. A tree
+# of ../shared/pg unpacked as /usr/lib/postgresql/NN does let pg_buildext
+# build postgresql-NN-gridha (PG_SUPPORTED_VERSIONS=NN), but that package
+# installs into the tree's layout (/usr/lib/postgresql/NN/lib/postgresql,
+# .../share/postgresql/extension), not Debian's, and depends on
+# postgresql-NN (>> NN.x), which no registry here provides: apt-get cannot
+# install it.
+set -uo pipefail
+
+REPO=${GRIDHA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+LIB=${GRIDHA_LIB:-$REPO/test/lib.sh}
+FAILED=0
+PIDS=()
+
+# shellcheck source-path=SCRIPTDIR source=../lib.sh
+. "$LIB"
+# shellcheck source-path=SCRIPTDIR source=../tap.sh
+. "$REPO/test/tap.sh"
+
+TESTS=(
+	"build: debian/changelog's version is gridha.control's default_version"
+	"build: apt-get installs the build dependencies"
+	"build: dpkg-buildpackage -us -uc builds the source and postgresql-15-gridha"
+	"build: the .deb holds gridha.so, gridha.control and every sql/gridha--*.sql"
+	"install: apt-get install ./postgresql-15-gridha_*.deb in a clean place"
+	"use: a cluster with gridha preloaded starts, CREATE EXTENSION gridha at the default version"
+	"use: the background worker commits 12 batches at the test ledger"
+	"use: each service's batches reached the ledger in order, one in flight"
+	"autopkgtest: debian/tests/installcheck (pg_buildext installcheck, gridha preloaded) passes"
+	"remove: apt-get purge removes postgresql-15-gridha"
+	"remove: none of the package's files is left"
+	"remove: nothing else is left behind outside /var and /tmp"
+)
+plan ${#TESTS[@]}
+
+# skip_rest N WHY: the planned tests from the Nth on, skipped.
+skip_rest() {
+	local i
+	for ((i = $1; i < ${#TESTS[@]}; i++)); do
+		skip_test "${TESTS[$i]}" "$2"
+	done
+	exit 0
+}
+
+# fail_rest N WHY: the planned tests from the Nth on, failed; the suite ends.
+fail_rest() {
+	local i
+	for ((i = $1; i < ${#TESTS[@]}; i++)); do
+		not_ok "${TESTS[$i]} (not run: $2)"
+	done
+	exit 1
+}
+
+if [ "$(id -u)" -ne 0 ]; then
+	skip_rest 0 "needs root (apt-get, mount, chroot)"
+fi
+if [ "$(gridha_debian_major)" != 15 ]; then
+	skip_rest 0 "the package is built for Debian's PostgreSQL 15; this run's PG_CONFIG is $PG_CONFIG"
+fi
+
+WORK=${GRIDHA_SUITE_DIR:-$(mktemp -d /tmp/gridha-deb.XXXXXX)}
+mkdir -p "$WORK"
+NS_PID=
+OVL=
+
+cleanup() {
+	if [ -n "$NS_PID" ]; then
+		in_ovl runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl stop -m immediate \
+			-D /tmp/debtest/data >/dev/null 2>&1
+		kill "$NS_PID" 2>/dev/null
+		wait "$NS_PID" 2>/dev/null
+	fi
+	[ -n "$OVL" ] && rm -rf "$OVL"
+	suite_stop_pids
+	[ -n "${GRIDHA_SUITE_DIR:-}" ] || rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# in_ovl CMD...: CMD inside the clean place (the overlay's root).
+in_ovl() {
+	nsenter --target "$NS_PID" --mount --root --wd chroot "$OVL/root" "$@"
+}
+
+# ---------------------------------------------------------------------------
+# build
+
+VERSION=$(sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" "$REPO/gridha.control")
+DEBVER=$(dpkg-parsechangelog -l "$REPO/debian/changelog" -S Version 2>/dev/null ||
+	sed -n '1s/^[^(]*(\([^)]*\)).*/\1/p' "$REPO/debian/changelog")
+UPSTREAM=${DEBVER%-*}
+[ -n "$VERSION" ] && [ "$UPSTREAM" = "$VERSION" ]
+check $? "${TESTS[0]} ($DEBVER, $VERSION)"
+[ "$UPSTREAM" = "$VERSION" ] ||
+	echo "# add a debian/changelog entry for $VERSION-1 (the release's)" | diag
+
+need=()
+for p in debhelper dpkg-dev fakeroot postgresql-server-dev-all postgresql-server-dev-15 \
+	libcurl4-openssl-dev libpq-dev make gcc; do
+	dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if gridha_apt_install "${need[@]}" >"$WORK/apt-build.log" 2>&1; then
+	ok "${TESTS[1]}${need[*]:+ (${need[*]})}"
+else
+	not_ok "${TESTS[1]} (${need[*]})"
+	tail -n 20 "$WORK/apt-build.log" | diag
+	fail_rest 2 "no build dependencies"
+fi
+
+SRC=$WORK/build/gridha-$UPSTREAM
+rm -rf "$WORK/build"
+mkdir -p "$SRC"
+(cd "$REPO" && git ls-files -z --cached --others --exclude-standard |
+	tar --null -T - --ignore-failed-read -cf - 2>/dev/null) | tar -C "$SRC" -xf -
+# the orig tarball: the same files less debian/
+tar -C "$WORK/build" --exclude="gridha-$UPSTREAM/debian" -czf "$WORK/build/gridha_$UPSTREAM.orig.tar.gz" \
+	"gridha-$UPSTREAM"
+start=$SECONDS
+(cd "$SRC" && dpkg-buildpackage -us -uc -j2) >"$WORK/dpkg-buildpackage.log" 2>&1
+rc=$?
+DEB=$(compgen -G "$WORK/build/postgresql-15-gridha_${DEBVER}_*.deb" | head -n 1)
+[ "$rc" -eq 0 ] && [ -n "$DEB" ]
+check $? "${TESTS[2]} ($((SECONDS - start)) s)"
+if [ "$rc" -ne 0 ] || [ -z "$DEB" ]; then
+	grep -E -B2 -A5 'error|Error|warning:' "$WORK/dpkg-buildpackage.log" | tail -n 40 | diag
+	fail_rest 3 "no package"
+fi
+(cd "$WORK/build" && for f in *.deb *.dsc *.tar.* *.changes *.buildinfo; do
+	[ -f "$f" ] && printf '%8d  %s\n' "$(stat -c %s "$f")" "$f"
+done) | diag
+
+dpkg-deb -c "$DEB" | awk '{print $NF}' | sed 's|^\./|/|' >"$WORK/deb.files"
+missing=""
+for f in /usr/lib/postgresql/15/lib/gridha.so /usr/share/postgresql/15/extension/gridha.control \
+	$(cd "$REPO" && ls sql/gridha--*.sql | sed 's|^sql/|/usr/share/postgresql/15/extension/|'); do
+	grep -qxF "$f" "$WORK/deb.files" || missing="$missing $f"
+done
+[ -z "$missing" ]
+check $? "${TESTS[3]}${missing:+ (missing:$missing)}"
+
+# ---------------------------------------------------------------------------
+# install, in a clean place
+
+OVL=$(mktemp -d /tmp/gridha-deb-ovl.XXXXXX)
+unshare --mount --propagation unchanged sleep 3600 &
+NS_PID=$!
+sleep 0.2
+# the overlay: / below, a tmpfs above; /proc and /dev from the machine
+# (--root: entering a mount namespace resets the root to the namespace's,
+# not the chroot this may run in)
+if ! nsenter --target "$NS_PID" --mount --root --wd sh -ec "
+	mount -t tmpfs tmpfs '$OVL'
+	mkdir -p '$OVL/upper' '$OVL/work' '$OVL/root'
+	mount -t overlay overlay -o lowerdir=/,upperdir='$OVL/upper',workdir='$OVL/work' '$OVL/root'
+	mount --bind /proc '$OVL/root/proc'
+	mount --bind /dev '$OVL/root/dev'
+	cp '$DEB' '$OVL/root/tmp/'" >"$WORK/overlay.log" 2>&1; then
+	not_ok "${TESTS[4]} (no overlay: $(head -c 200 "$WORK/overlay.log"))"
+	fail_rest 5 "no clean place"
+fi
+# gridha's own `make install` files are not the package's
+for f in /usr/lib/postgresql/15/lib/gridha.so /usr/lib/postgresql/15/lib/bitcode/gridha \
+	/usr/lib/postgresql/15/lib/bitcode/gridha.index.bc /usr/share/postgresql/15/extension/gridha.control \
+	/usr/share/postgresql/15/extension/gridha--*.sql /usr/share/doc/postgresql-doc-15/extension/README.md; do
+	in_ovl sh -c "rm -rf $f"
+done
+in_ovl find / -xdev -path /proc -prune -o -path /tmp -prune -o -path /var -prune -o \
+	-type f -print 2>/dev/null | sort >"$WORK/files.before"
+if in_ovl env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+	"/tmp/$(basename "$DEB")" >"$WORK/apt-install.log" 2>&1 &&
+	in_ovl dpkg -s postgresql-15-gridha >/dev/null 2>&1; then
+	ok "${TESTS[4]}"
+else
+	not_ok "${TESTS[4]}"
+	tail -n 20 "$WORK/apt-install.log" | diag
+	fail_rest 5 "not installed"
+fi
+in_ovl dpkg -L postgresql-15-gridha >"$WORK/dpkg-L.txt"
+
+# ---------------------------------------------------------------------------
+# use: a cluster in the clean place, a worker, the test ledger
+
+start_ledger --commit-delay 0.1 --max-lifetime 600
+PORT=$(gridha_free_port $((${PGPORT:-$GRIDHA_BASE_PORT} + 40)))
+in_ovl sh -c "mkdir -p /tmp/debtest && chown postgres: /tmp/debtest"
+in_ovl runuser -u postgres -- /usr/lib/postgresql/15/bin/initdb --auth=trust -U postgres \
+	--encoding=UTF8 --locale=C.UTF-8 --no-sync -D /tmp/debtest/data >"$WORK/initdb.log" 2>&1
+cat >"$WORK/extra.conf" <<EOF
+port = $PORT
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '/tmp/debtest'
+fsync = off
+shared_preload_libraries = 'gridha'
+max_worker_processes = 32
+gridha.workers = 1
+gridha.database = 'debtest'
+gridha.naptime = '200ms'
+gridha.monitor_interval = '100ms'
+EOF
+in_ovl sh -c "cat >>/tmp/debtest/data/postgresql.conf" <"$WORK/extra.conf"
+dbq() {
+	psql -X -q -A -t -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PORT" -U postgres "$@"
+}
+in_ovl runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl start -w -t 60 -D /tmp/debtest/data \
+	-l /tmp/debtest/postgres.log >/dev/null 2>&1
+got=$(dbq -d postgres -c "CREATE DATABASE debtest" 2>&1 &&
+	dbq -d debtest -c "CREATE EXTENSION gridha" -c "SELECT extversion FROM pg_extension WHERE extname = 'gridha'" 2>&1)
+[ "$got" = "$VERSION" ]
+check $? "${TESTS[5]} ($got)"
+
+dbq -d debtest >/dev/null 2>&1 <<EOF
+UPDATE gridha.targets
+   SET submit_url = '$LEDGER/batches/{service_id}/{batch_id}',
+       status_url = '$LEDGER/batch_statuses?id={batch_ids}'
+ WHERE target = 'default';
+SELECT count(gridha.enqueue('deb' || s, format('deb%s-b%s', s, b), '\\x0d'))
+  FROM generate_series(1, 4) b, generate_series(1, 3) s;
+EOF
+for s in 1 2 3; do
+	for b in 1 2 3 4; do
+		printf 'deb%s\tdeb%s-b%s\n' "$s" "$s" "$b"
+	done
+done >"$WORK/expected.tsv"
+committed() {
+	[ "$(dbq -d debtest -c "SELECT count(*) FROM gridha.batches WHERE status = 'committed'" 2>/dev/null)" = 12 ]
+}
+wait_until 60 committed
+check $? "${TESTS[6]}"
+dbq -d debtest -c "SELECT status, count(*) FROM gridha.batches GROUP BY 1" 2>&1 | diag
+check_ledger_order "$WORK/expected.tsv" "$WORK/ledger.log" "${TESTS[7]}"
+in_ovl grep -E 'terminated by signal (4|6|7|8|11)([^0-9]|$)|PANIC:|TRAP:' /tmp/debtest/postgres.log | diag
+in_ovl cat /tmp/debtest/postgres.log >"$WORK/debtest-postgres.log" 2>/dev/null
+[ -d "${GRIDHA_LOG_DIR:-}" ] && cp "$WORK/debtest-postgres.log" "$GRIDHA_LOG_DIR/81_deb-postgres.log"
+in_ovl runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl stop -m fast -w -D /tmp/debtest/data >/dev/null 2>&1
+in_ovl rm -rf /tmp/debtest
+
+start=$SECONDS
+in_ovl sh -c "cd '$SRC' && sh debian/tests/installcheck" >"$WORK/autopkgtest.log" 2>&1
+rc=$?
+took=$((SECONDS - start))
+summary=$(grep -E 'All [0-9]+ tests passed|^Files=|^Result:' "$WORK/autopkgtest.log" | sed 's/^ *//' | paste -sd ';')
+[ "$rc" -eq 0 ] && grep -q '^Result: PASS' "$WORK/autopkgtest.log"
+check $? "${TESTS[8]} (${took} s)"
+echo "$summary" | diag
+[ "$rc" -eq 0 ] || grep -E -A5 'FAIL|failed|error' "$WORK/autopkgtest.log" | head -n 40 | diag
+
+# ---------------------------------------------------------------------------
+# remove
+
+in_ovl env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q postgresql-15-gridha >"$WORK/apt-purge.log" 2>&1
+! in_ovl dpkg -s postgresql-15-gridha >/dev/null 2>&1
+check $? "${TESTS[9]}"
+
+left=""
+while read -r f; do
+	[ "$f" = /. ] && continue
+	if in_ovl test -f "$f" || in_ovl test -L "$f"; then
+		left="$left $f"
+	fi
+done <"$WORK/dpkg-L.txt"
+[ -z "$left" ]
+check $? "${TESTS[10]}${left:+ (left:$left)}"
+
+in_ovl find / -xdev -path /proc -prune -o -path /tmp -prune -o -path /var -prune -o \
+	-type f -print 2>/dev/null | sort >"$WORK/files.after"
+extra=$(comm -13 "$WORK/files.before" "$WORK/files.after")
+[ -z "$extra" ]
+check $? "${TESTS[11]}"
+[ -z "$extra" ] || echo "$extra" | head -n 20 | diag
+
+[ "$FAILED" -eq 0 ]
