@@ -182,6 +182,20 @@ static GridhaStatement claims_free_stmt = {
 	3, {UUIDOID, TEXTARRAYOID, INT8OID}
 };
 
+/*
+ * ... free claims with work (a head ready now): what an instance with
+ * nothing to hand out takes whatever its share says
+ */
+static GridhaStatement claims_free_work_stmt = {
+	"SELECT array_agg(service_id) FROM ("
+	"  SELECT c.service_id FROM gridha.service_claims c"
+	"   WHERE c.claimant IS NULL AND c.ready_at <= now()" CLAIMS_TARGET_FILTER("c")
+	"   ORDER BY c.ready_at"
+	"   LIMIT $3"
+	"   FOR UPDATE SKIP LOCKED) c",
+	3, {UUIDOID, TEXTARRAYOID, INT8OID}
+};
+
 /* ... the claims of one instance ($4), submitting ones too with $5 */
 static GridhaStatement claims_of_stmt = {
 	"SELECT array_agg(service_id) FROM ("
@@ -1656,8 +1670,11 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 		}
 		if (held + taken > ceiling)
 		{
-			claims_count_moves(instance_id, takes);
 			(void) claims_shed(instance_id, inst, held + taken - ceiling, exclusive);
+			if (idle_poll && taken == 0)
+				taken += claims_take(&claims_free_work_stmt, pickargs, picknulls, instance_id,
+									 gone, (Datum) 0, 1, rsinfo, &takes);
+			claims_count_moves(instance_id, takes);
 			return taken;
 		}
 		limit = ceiling - held;
@@ -1702,6 +1719,16 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	if (idle_poll && gridha_balance_claims && taken == 0 && held < ceiling)
 		taken += claims_relieve(instance_id, &live, held, floor, ceiling, pickargs, picknulls,
 								gone, rsinfo, &takes);
+
+	/*
+	 * Work-conserving: nothing to hand out and nothing taken, but a free
+	 * service with work: it is taken whatever the share says. The share
+	 * comes from the service counts, and a count gone wrong (see counts.c)
+	 * must not strand a service; maintenance repairs the count (leader.c).
+	 */
+	if (idle_poll && gridha_balance_claims && taken == 0)
+		taken += claims_take(&claims_free_work_stmt, pickargs, picknulls, instance_id, gone,
+							 (Datum) 0, 1, rsinfo, &takes);
 
 	claims_count_moves(instance_id, takes);
 

@@ -153,6 +153,32 @@ static GridhaStatement leader_prune_stmt = {
 	2, {INT8OID, INT8OID}
 };
 
+/*
+ * The service counts checked against the services there are, and a count
+ * gone wrong repaired (counts.c explains how one can drift): the
+ * difference, as this statement's snapshot sees both, is added to shard
+ * 0's row of the target, rows written in target order as counts.c writes
+ * them. Returns the targets repaired.
+ */
+static GridhaStatement leader_counts_stmt = {
+	"WITH a AS ("
+	"  SELECT target, count(*)::int8 AS n FROM gridha.service_claims GROUP BY target"
+	"), k AS ("
+	"  SELECT target, sum(services)::int8 AS n FROM gridha.service_counts GROUP BY target"
+	"), d AS ("
+	"  SELECT coalesce(a.target, k.target) AS target, coalesce(a.n, 0) - coalesce(k.n, 0) AS diff"
+	"    FROM a FULL JOIN k ON k.target = a.target"
+	"), w AS ("
+	"  INSERT INTO gridha.service_counts AS c (target, shard, services)"
+	"  SELECT d.target, 0, d.diff FROM d WHERE d.diff <> 0"
+	"   ORDER BY d.target COLLATE \"C\""
+	"  ON CONFLICT (target, shard) DO UPDATE SET services = c.services + excluded.services"
+	"  RETURNING c.target"
+	")"
+	" SELECT string_agg(w.target, ', ' ORDER BY w.target) FROM w",
+	0, {InvalidOid}
+};
+
 /* Old tick rows go after a day; the newest one of the role always stays. */
 static GridhaStatement leader_prune_ticks_stmt = {
 	"DELETE FROM gridha.maintenance_ticks"
@@ -346,6 +372,26 @@ gridha_resign(PG_FUNCTION_ARGS)
 }
 
 /*
+ * leader_check_counts: repairs the service counts that do not match the
+ * services there are (a log line names the targets). It reads every
+ * claim row once per tick.
+ */
+static void
+leader_check_counts(void)
+{
+	bool		isnull;
+	Datum		repaired;
+
+	gridha_exec(&leader_counts_stmt, NULL, NULL, false);
+	repaired = gridha_col(0, 1, &isnull);
+	if (!isnull)
+		ereport(LOG,
+				(errmsg("gridha: repaired the service counts of targets %s",
+						TextDatumGetCString(repaired)),
+				 errdetail("The counts did not match the services there are.")));
+}
+
+/*
  * leader_duties: the work of one tick; returns the counts through its
  * arguments. Every duty is idempotent and bounded.
  */
@@ -371,6 +417,7 @@ leader_duties(text *role, int64 tick, int32 *swept, int64 *pruned, int32 *opened
 	}
 	*opened = gridha_idseq_top_up();
 	gridha_ratelimit_prune_log();
+	leader_check_counts();
 
 	args[0] = PointerGetDatum(role);
 	args[1] = Int64GetDatum(tick);
