@@ -1505,10 +1505,9 @@ claims_anything(Datum servable)
 	gridha_rows_begin(&rows, false);
 	gridha_rows_scan(&rows, GRIDHA_CLAIMS, attnos, strategies, values, 2, claims_free_visit, &a);
 	if (!a.found)
-		gridha_rows_scan_index(&rows, GRIDHA_INSTANCES, "instances_lease", claims_lease_visit, &a);
+		gridha_rows_scan_index(&rows, GRIDHA_INDEX_LEASE, claims_lease_visit, &a);
 	if (!a.found)
-		gridha_rows_scan_index(&rows, GRIDHA_CLAIMS, "service_claims_own_expiry",
-							   claims_own_expiry_visit, &a);
+		gridha_rows_scan_index(&rows, GRIDHA_INDEX_OWN_EXPIRY, claims_own_expiry_visit, &a);
 	gridha_rows_end(&rows);
 	return a.found;
 }
