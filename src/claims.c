@@ -52,7 +52,10 @@
  *
  *   1. target rows (gridha.targets), FOR KEY SHARE: an enqueue naming a
  *      target, and the foreign key checks of new claim rows
- *   2. claim rows (gridha.service_claims), by service_id (COLLATE "C")
+ *   2. claim rows (gridha.service_claims), by service_id (COLLATE "C"),
+ *      always FOR NO KEY UPDATE (no statement here writes a key column):
+ *      the FOR KEY SHARE of a foreign key check (a target's DELETE
+ *      looking for its services, a batch's insert) never waits for them
  *   3. rate-state rows (ratelimit.c): the hand-out's slots
  *   4. batch rows (gridha.batches), by service_id (COLLATE "C")
  *   5. instance rows (gridha.instances), by instance_id
@@ -178,7 +181,7 @@ static GridhaStatement claims_free_stmt = {
 	"   WHERE c.claimant IS NULL" CLAIMS_TARGET_FILTER("c")
 	"   ORDER BY c.ready_at"
 	"   LIMIT $3"
-	"   FOR UPDATE SKIP LOCKED) c",
+	"   FOR NO KEY UPDATE SKIP LOCKED) c",
 	3, {UUIDOID, TEXTARRAYOID, INT8OID}
 };
 
@@ -192,7 +195,7 @@ static GridhaStatement claims_free_work_stmt = {
 	"   WHERE c.claimant IS NULL AND c.ready_at <= now()" CLAIMS_TARGET_FILTER("c")
 	"   ORDER BY c.ready_at"
 	"   LIMIT $3"
-	"   FOR UPDATE SKIP LOCKED) c",
+	"   FOR NO KEY UPDATE SKIP LOCKED) c",
 	3, {UUIDOID, TEXTARRAYOID, INT8OID}
 };
 
@@ -204,7 +207,7 @@ static GridhaStatement claims_of_stmt = {
 	"     AND ($5 OR NOT " CLAIMS_HEAD_SUBMITTING("c") ")"
 	"   ORDER BY c.ready_at"
 	"   LIMIT $3"
-	"   FOR UPDATE SKIP LOCKED) c",
+	"   FOR NO KEY UPDATE SKIP LOCKED) c",
 	5, {UUIDOID, TEXTARRAYOID, INT8OID, UUIDOID, BOOLOID}
 };
 
@@ -219,7 +222,7 @@ static GridhaStatement claims_relief_stmt = {
 	CLAIMS_TARGET_FILTER("c")
 	"   ORDER BY c.ready_at"
 	"   LIMIT $3"
-	"   FOR UPDATE SKIP LOCKED) c",
+	"   FOR NO KEY UPDATE SKIP LOCKED) c",
 	4, {UUIDOID, TEXTARRAYOID, INT8OID, UUIDOID}
 };
 
@@ -246,7 +249,7 @@ static GridhaStatement claims_own_expiry_stmt = {
 	"     AND least(c.soft_expiry, c.hard_expiry) <= now()"
 	"     AND c.claimant IS NOT NULL AND c.claimant <> $1" CLAIMS_TARGET_FILTER("c")
 	"   LIMIT $3"
-	"   FOR UPDATE SKIP LOCKED) c",
+	"   FOR NO KEY UPDATE SKIP LOCKED) c",
 	3, {UUIDOID, TEXTARRAYOID, INT8OID}
 };
 
@@ -344,7 +347,7 @@ static GridhaStatement claims_clear_own_stmt = {
 	"WITH o AS ("
 	"  SELECT c.service_id FROM gridha.service_claims c"
 	"   WHERE (c.soft_expiry IS NOT NULL OR c.hard_expiry IS NOT NULL) AND c.claimant = $1"
-	"   FOR UPDATE SKIP LOCKED"
+	"   FOR NO KEY UPDATE SKIP LOCKED"
 	")"
 	" UPDATE gridha.service_claims c SET soft_expiry = NULL, hard_expiry = NULL"
 	"   FROM o WHERE c.service_id = o.service_id",
@@ -459,7 +462,7 @@ static GridhaStatement claims_shed_stmt = {
 	"     AND ($3::text[] IS NULL OR c.target <> ALL ($3::text[]))"
 	"   ORDER BY c.ready_at DESC NULLS FIRST"
 	"   LIMIT $2"
-	"   FOR UPDATE SKIP LOCKED"
+	"   FOR NO KEY UPDATE SKIP LOCKED"
 	"), u AS ("
 	"  UPDATE gridha.service_claims c"
 	"     SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL"
@@ -490,7 +493,7 @@ static GridhaStatement claims_ask_shed_stmt = {
 static GridhaStatement claims_lock_unservable_stmt = {
 	"SELECT c.service_id, c.target FROM gridha.service_claims c"
 	" WHERE c.claimant = $1 AND c.target <> ALL ($2)"
-	" FOR UPDATE SKIP LOCKED",
+	" FOR NO KEY UPDATE SKIP LOCKED",
 	2, {UUIDOID, TEXTARRAYOID}
 };
 
@@ -549,7 +552,7 @@ static GridhaStatement claims_v10_renew_stmt = {
 	"     SET soft_expiry = now() + $2 * interval '1 millisecond',"
 	"         hard_expiry = now() + $3 * interval '1 millisecond'"
 	"    FROM (SELECT s.service_id FROM gridha.service_claims s"
-	"           WHERE s.claimant = $1 FOR UPDATE SKIP LOCKED) s"
+	"           WHERE s.claimant = $1 FOR NO KEY UPDATE SKIP LOCKED) s"
 	"   WHERE c.service_id = s.service_id"
 	"  RETURNING 1"
 	"), i AS ("
@@ -580,7 +583,7 @@ static GridhaStatement claims_v10_expired_stmt = {
 	CLAIMS_TARGET_FILTER("c")
 	"   ORDER BY c.soft_expiry"
 	"   LIMIT $3"
-	"   FOR UPDATE SKIP LOCKED) c",
+	"   FOR NO KEY UPDATE SKIP LOCKED) c",
 	3, {UUIDOID, TEXTARRAYOID, INT8OID}
 };
 
@@ -593,7 +596,7 @@ static GridhaStatement claims_v10_orphaned_stmt = {
 	CLAIMS_TARGET_FILTER("c")
 	"   ORDER BY c.ready_at"
 	"   LIMIT $3"
-	"   FOR UPDATE OF c SKIP LOCKED) c",
+	"   FOR NO KEY UPDATE OF c SKIP LOCKED) c",
 	3, {UUIDOID, TEXTARRAYOID, INT8OID}
 };
 
@@ -626,7 +629,7 @@ static GridhaStatement claims_v10_surplus_stmt = {
 	"   WHERE c.claimant = $1 AND NOT c.in_flight"
 	"   ORDER BY c.ready_at DESC NULLS FIRST"
 	"   LIMIT $2"
-	"   FOR UPDATE SKIP LOCKED"
+	"   FOR NO KEY UPDATE SKIP LOCKED"
 	")"
 	" UPDATE gridha.service_claims c"
 	"    SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL"

@@ -416,7 +416,7 @@ queue_pick_claim(GridhaRows *rows, void *arg)
 		if (closed)
 			return true;
 	}
-	if (gridha_rows_lock(rows, GRIDHA_CLAIMS, true, true) != GRIDHA_ROW_LOCKED ||
+	if (gridha_rows_lock(rows, GRIDHA_CLAIMS, false, true) != GRIDHA_ROW_LOCKED ||
 		!queue_servable(rows, pick))
 		return true;
 	if (pick->by_target)
