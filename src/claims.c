@@ -71,18 +71,20 @@
  *     locks them in service_id order before anything later;
  *   - a takeover locks the heads it revokes in service_id order
  *     (CLAIMS_REVOKE), the hand-out writes its heads in service_id order
- *     (queue.c), and a batched report locks the claim rows its
- *     non-acceptance rows write first, then reports in service_id order
- *     (status.c);
+ *     (queue.c), and a batched report locks the claim rows of all its
+ *     rows first, then reports in service_id order (status.c);
  *   - the instance-row writes of a call (counts of claims moved, renewal,
  *     a request to shed forgotten, claims handed back) are gathered as the
  *     cycle goes (ClaimsPending) and made last, by gridha_claims_finish:
  *     the rows it must write locked in id order, waiting; then, never
  *     waiting, expired leases forgotten and requests to shed made, each
  *     row skipped when another transaction holds it.
- * A batch row is written only under its claim row's lock, but for an
- * accepted submission (status.c), which holds no claim row and waits for
- * nothing after the batch row but later batch rows of the same call.
+ * A batch row is written only under its claim row's lock, but by a lone
+ * accepted submission (report_submission, or a batched report of one
+ * row; status.c), which holds no claim row and waits for nothing after
+ * its batch row. A takeover's revocations of one acquisition can span
+ * several statements (one per kind of candidate), each in service_id
+ * order: only such an acceptance can hold a head it then waits for.
  * Known exception: the first call of a session may write its instance
  * row at the start, to bind the session (instances.c); with session
  * liveness off it writes nothing.

@@ -582,17 +582,20 @@ status_order(const StatusMany *m)
 }
 
 /*
- * status_lock_claims: a batched report's first step: the claim rows its
- * rows other than acceptances will write, locked (FOR NO KEY UPDATE,
- * waiting) in service_id order (order: the rows by service_id), before
- * any batch row. An acceptance writes its batch row only and keeps that
- * lock to the end of the call; a later row locking a claim then would
- * wait on a claim row while holding a batch row, against a takeover that
- * holds the claim and waits for the batch row to revoke it. Ids that are
- * NULL, empty or unknown are left to the row's own report to refuse.
+ * status_lock_claims: a batched report's first step: the claim rows of all
+ * its rows, locked (FOR NO KEY UPDATE, waiting) in service_id order
+ * (order: the rows by service_id), before any batch row. An acceptance
+ * writes its batch row only and keeps that lock to the end of the call:
+ * without its claim locked first, a later row would wait (for a claim, or
+ * for another batch row) while holding that batch row, against a takeover
+ * that holds the claim (or revoked the other head in an earlier statement)
+ * and waits for the batch row to revoke it. With the claims held, a
+ * takeover skips them (SKIP LOCKED) and revokes nothing of this call's.
+ * Ids that are NULL, empty or unknown are left to the row's own report to
+ * refuse.
  */
 static void
-status_lock_claims(const StatusMany *m, const int *order, bool submissions)
+status_lock_claims(const StatusMany *m, const int *order)
 {
 	GridhaRows	rows;
 	int			prev = -1;
@@ -605,9 +608,6 @@ status_lock_claims(const StatusMany *m, const int *order, bool submissions)
 		Datum		key[1];
 
 		if (m->service_ids_null[i] || VARSIZE_ANY_EXHDR(DatumGetTextPP(m->service_ids[i])) == 0)
-			continue;
-		if (submissions && !m->words_null[i] &&
-			pg_strcasecmp(TextDatumGetCString(m->words[i]), "accepted") == 0)
 			continue;
 		if (prev >= 0 && status_sid_cmp(m, prev, i) == 0)
 			continue;
@@ -627,10 +627,9 @@ status_lock_claims(const StatusMany *m, const int *order, bool submissions)
  * why, the others are kept. Any other error (a serialization failure, a
  * lock timeout, a cancel) aborts the whole call.
  *
- * The lock order (claims.c): with more than one row, the claim rows to
- * write are locked first (status_lock_claims), then the rows are reported
- * in service_id order, so that batch rows are waited for in that order
- * too; the result rows keep the order given.
+ * The lock order (claims.c): with more than one row, the claim rows of
+ * all its rows are locked first (status_lock_claims), then the rows are
+ * reported in service_id order; the result rows keep the order given.
  */
 static void
 status_report_many(FunctionCallInfo fcinfo, bool submissions)
@@ -660,7 +659,7 @@ status_report_many(FunctionCallInfo fcinfo, bool submissions)
 	order = status_order(&m);
 	if (m.n > 1)
 	{
-		status_lock_claims(&m, order, submissions);
+		status_lock_claims(&m, order);
 		results = palloc0(sizeof(StatusResult) * m.n);
 	}
 
