@@ -38,10 +38,12 @@
 #include "spi_util.h"
 
 #include "access/htup_details.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 
 int			gridha_maintenance_interval_ms = 60 * 1000;
 int			gridha_retention_s = -1;
@@ -373,15 +375,19 @@ gridha_resign(PG_FUNCTION_ARGS)
 
 /*
  * leader_check_counts: repairs the service counts that do not match the
- * services there are (a log line names the targets). It reads every
- * claim row once per tick.
+ * services there are (a log line names the targets), on SQL 1.1 and
+ * later. It reads every claim row once per tick.
  */
 static void
 leader_check_counts(void)
 {
+	Oid			nsp = get_namespace_oid("gridha", true);
 	bool		isnull;
 	Datum		repaired;
 
+	/* SQL 1.0 (before ALTER EXTENSION gridha UPDATE) keeps no counts */
+	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("service_counts", nsp)))
+		return;
 	gridha_exec(&leader_counts_stmt, NULL, NULL, false);
 	repaired = gridha_col(0, 1, &isnull);
 	if (!isnull)
