@@ -53,6 +53,7 @@
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "parser/parsetree.h"
+#include "storage/lmgr.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -170,6 +171,18 @@ rows_check_columns(Relation rel, GridhaTable table)
 }
 
 /*
+ * The partial indexes of gridha_rows_scan_index, once found by definition
+ * (index InvalidOid: look again), forgotten when the index or its table
+ * changes (rows_layout_callback): found by definition, each idle poll
+ * would otherwise open every index of the table.
+ */
+static struct
+{
+	Oid			index;
+	Oid			table;
+}			rows_partial[2];
+
+/*
  * rows_layout_callback: a table changed (or every table): its layout is
  * checked again at its next use.
  */
@@ -181,6 +194,9 @@ rows_layout_callback(Datum arg, Oid relid)
 	for (i = 0; i < GRIDHA_NTABLES; i++)
 		if (relid == InvalidOid || rows_layout[i].relid == relid)
 			rows_layout[i].relid = InvalidOid;
+	for (i = 0; i < lengthof(rows_partial); i++)
+		if (relid == InvalidOid || rows_partial[i].index == relid || rows_partial[i].table == relid)
+			rows_partial[i].index = InvalidOid;
 }
 
 /*
@@ -402,12 +418,13 @@ rows_index_on(Relation index, const AttrNumber *attnos, int n, bool unique)
 {
 	int			i;
 
-	if (!rows_index_usable(index, n, unique, false))
+	/* the columns first: most indexes of the table fail there, cheaply */
+	if (index->rd_index->indnkeyatts != n)
 		return false;
 	for (i = 0; i < n; i++)
 		if (index->rd_index->indkey.values[i] != attnos[i])
 			return false;
-	return true;
+	return rows_index_usable(index, n, unique, false);
 }
 
 /*
@@ -629,18 +646,35 @@ gridha_rows_scan_index(GridhaRows *rows, GridhaPartialIndex which,
 	}
 	else
 	{
-		foreach(lc, RelationGetIndexList(r->rel))
-		{
-			Relation	candidate = index_open(lfirst_oid(lc), AccessShareLock);
+		Oid			known = rows_partial[which].index;
 
-			if (rows_partial_is(candidate, which, soft, hard))
+		if (OidIsValid(known) && rows_partial[which].table == RelationGetRelid(r->rel))
+		{
+			/* the lock first: it takes in the changes that may forget it */
+			LockRelationOid(known, AccessShareLock);
+			if (rows_partial[which].index == known)
 			{
-				index = candidate;
+				index = index_open(known, NoLock);
 				opened = true;
-				break;
 			}
-			index_close(candidate, AccessShareLock);
+			else
+				UnlockRelationOid(known, AccessShareLock);
 		}
+		if (index == NULL)
+			foreach(lc, RelationGetIndexList(r->rel))
+			{
+				Relation	candidate = index_open(lfirst_oid(lc), AccessShareLock);
+
+				if (rows_partial_is(candidate, which, soft, hard))
+				{
+					index = candidate;
+					opened = true;
+					rows_partial[which].index = RelationGetRelid(candidate);
+					rows_partial[which].table = RelationGetRelid(r->rel);
+					break;
+				}
+				index_close(candidate, AccessShareLock);
+			}
 	}
 	if (index == NULL)
 		rows_index_missing(r->rel,
