@@ -85,9 +85,11 @@
  * its batch row. A takeover's revocations of one acquisition can span
  * several statements (one per kind of candidate), each in service_id
  * order: only such an acceptance can hold a head it then waits for.
- * Known exception: the first call of a session may write its instance
- * row at the start, to bind the session (instances.c); with session
- * liveness off it writes nothing.
+ * Known exceptions: the first call of a session may write its instance
+ * row at the start, to bind the session (instances.c; with session
+ * liveness off it writes nothing); a user's multi-row INSERT INTO
+ * gridha.batches locks its services' claim rows in the order of its rows
+ * (batches_before_insert), not necessarily service_id order.
  *
  *-------------------------------------------------------------------------
  */
