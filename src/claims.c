@@ -1180,6 +1180,35 @@ claims_relieve(Datum instance_id, const ClaimsLive *live, int64 held, int64 floo
 }
 
 /*
+ * claims_take_work: the work-conserving rule. An instance that found
+ * nothing to hand out, took nothing, and has no service with work at all
+ * (no head ready, none in flight: it idles) takes one free service with
+ * work whatever its share says. The share comes from the service counts,
+ * and a count gone wrong (counts.c) must not strand a service while an
+ * instance idles; maintenance repairs the count (leader.c). An instance
+ * busy with work of its own leaves free work to those below their share.
+ * Returns how many it took (0 or 1).
+ */
+static int
+claims_take_work(Datum instance_id, int64 held, Datum *pickargs, char *picknulls, Datum gone,
+				 ReturnSetInfo *rsinfo, List **takes)
+{
+	Datum		args[2];
+
+	if (held > 0)
+	{
+		args[0] = PointerGetDatum(construct_array(&instance_id, 1, UUIDOID, UUID_LEN, false,
+												  TYPALIGN_CHAR));
+		args[1] = Int64GetDatum(1);
+		gridha_exec(&claims_busy_stmt, args, NULL, true);
+		if (gridha_col_int64(0, 1) > 0)
+			return 0;
+	}
+	return claims_take(&claims_free_work_stmt, pickargs, picknulls, instance_id, gone,
+					   (Datum) 0, 1, rsinfo, takes);
+}
+
+/*
  * claims_shed: hands back up to n idle claims of this instance (no batch
  * in flight), none of the targets in exclusive (a text[], 0: none; SQL 1.1
  * and later), and forgets any request to shed (its row written last,
@@ -1676,10 +1705,10 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 		}
 		if (held + taken > ceiling)
 		{
-			(void) claims_shed(instance_id, inst, held + taken - ceiling, exclusive);
+			held -= claims_shed(instance_id, inst, held + taken - ceiling, exclusive);
 			if (idle_poll && taken == 0)
-				taken += claims_take(&claims_free_work_stmt, pickargs, picknulls, instance_id,
-									 gone, (Datum) 0, 1, rsinfo, &takes);
+				taken += claims_take_work(instance_id, held, pickargs, picknulls, gone, rsinfo,
+										  &takes);
 			claims_count_moves(instance_id, takes);
 			return taken;
 		}
@@ -1726,15 +1755,9 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 		taken += claims_relieve(instance_id, &live, held, floor, ceiling, pickargs, picknulls,
 								gone, rsinfo, &takes);
 
-	/*
-	 * Work-conserving: nothing to hand out and nothing taken, but a free
-	 * service with work: it is taken whatever the share says. The share
-	 * comes from the service counts, and a count gone wrong (see counts.c)
-	 * must not strand a service; maintenance repairs the count (leader.c).
-	 */
+	/* work-conserving: idle, and free work the share did not reach */
 	if (idle_poll && gridha_balance_claims && taken == 0)
-		taken += claims_take(&claims_free_work_stmt, pickargs, picknulls, instance_id, gone,
-							 (Datum) 0, 1, rsinfo, &takes);
+		taken += claims_take_work(instance_id, held, pickargs, picknulls, gone, rsinfo, &takes);
 
 	claims_count_moves(instance_id, takes);
 
