@@ -45,9 +45,51 @@
  * both take one claim, and a takeover can never slip between a claimant's
  * lock and its write. A takeover also revokes the hand-out of a head still
  * submitting, which is what fences the old claimant's acceptance (see
- * status.c). Instance rows are locked in instance id order wherever more
- * than one is written, and an instance renews its own lease after it has
- * acquired, so two instances taking from each other never deadlock.
+ * status.c).
+ *
+ * The lock order (this file owns it; docs/concurrency.md lists the
+ * isolation specs that show it). Row kinds, in this order:
+ *
+ *   1. target rows (gridha.targets), FOR KEY SHARE: an enqueue naming a
+ *      target, and the foreign key checks of new claim rows
+ *   2. claim rows (gridha.service_claims), by service_id (COLLATE "C"),
+ *      always FOR NO KEY UPDATE (no statement here writes a key column):
+ *      the FOR KEY SHARE of a foreign key check (a target's DELETE
+ *      looking for its services, a batch's insert) never waits for them
+ *   3. rate-state rows (ratelimit.c): the hand-out's slots
+ *   4. batch rows (gridha.batches), by service_id (COLLATE "C")
+ *   5. instance rows (gridha.instances), by instance_id
+ *   6. count rows (gridha.service_counts), written at commit in target
+ *      order (counts.c)
+ *
+ * A transaction waits for a row only when every lock it holds is earlier
+ * in the order; a lock taken with SKIP LOCKED counts as held, so after it
+ * a transaction never waits on a row of the same or an earlier kind.
+ * What follows from it:
+ *   - picks of claims (takes, hand-outs, shedding) use SKIP LOCKED and
+ *     never wait; a wait for claim rows (release_claims, a batched report)
+ *     locks them in service_id order before anything later;
+ *   - a takeover locks the heads it revokes in service_id order
+ *     (CLAIMS_REVOKE), the hand-out writes its heads in service_id order
+ *     (queue.c), and a batched report locks the claim rows of all its
+ *     rows first, then reports in service_id order (status.c);
+ *   - the instance-row writes of a call (counts of claims moved, renewal,
+ *     a request to shed forgotten, claims handed back) are gathered as the
+ *     cycle goes (ClaimsPending) and made last, by gridha_claims_finish:
+ *     the rows it must write locked in id order, waiting; then, never
+ *     waiting, expired leases forgotten and requests to shed made, each
+ *     row skipped when another transaction holds it.
+ * A batch row is written only under its claim row's lock, but by a lone
+ * accepted submission (report_submission, or a batched report of one
+ * row; status.c), which holds no claim row and waits for nothing after
+ * its batch row. A takeover's revocations of one acquisition can span
+ * several statements (one per kind of candidate), each in service_id
+ * order: only such an acceptance can hold a head it then waits for.
+ * Known exceptions: the first call of a session may write its instance
+ * row at the start, to bind the session (instances.c; with session
+ * liveness off it writes nothing); a user's multi-row INSERT INTO
+ * gridha.batches locks its services' claim rows in the order of its rows
+ * (batches_before_insert), not necessarily service_id order.
  *
  *-------------------------------------------------------------------------
  */
@@ -103,15 +145,22 @@
  * Revoking a head still submitting, in a take (r: instance_id := NULL,
  * status unchanged): the old claimant's acceptance no longer matches it,
  * and the claim becomes ready so the new claimant hands it out again. If
- * the acceptance commits first, r's re-check on the newest row version
+ * the acceptance commits first, the re-check on the newest row version
  * finds the batch pending and leaves it alone, and the claim stays in
- * flight with it.
+ * flight with it. The heads are locked first (l), in service_id order, as
+ * every wait for a batch row is (see the lock order above).
  */
 #define CLAIMS_REVOKE \
-	"r AS (" \
+	"l AS (" \
+	"  SELECT b.service_id, b.seq FROM gridha.batches b" \
+	"    JOIN t ON b.service_id = t.service_id AND b.seq = t.head_seq" \
+	"   WHERE t.submitting AND b.status = 'submitting'" \
+	"   ORDER BY b.service_id COLLATE \"C\"" \
+	"   FOR NO KEY UPDATE OF b" \
+	"), r AS (" \
 	"  UPDATE gridha.batches b SET instance_id = NULL" \
-	"    FROM t" \
-	"   WHERE t.submitting AND b.service_id = t.service_id AND b.seq = t.head_seq" \
+	"    FROM l" \
+	"   WHERE b.service_id = l.service_id AND b.seq = l.seq" \
 	"     AND b.status = 'submitting'" \
 	"  RETURNING b.service_id" \
 	")"
@@ -136,7 +185,21 @@ static GridhaStatement claims_free_stmt = {
 	"   WHERE c.claimant IS NULL" CLAIMS_TARGET_FILTER("c")
 	"   ORDER BY c.ready_at"
 	"   LIMIT $3"
-	"   FOR UPDATE SKIP LOCKED) c",
+	"   FOR NO KEY UPDATE SKIP LOCKED) c",
+	3, {UUIDOID, TEXTARRAYOID, INT8OID}
+};
+
+/*
+ * ... free claims with work (a head ready now): what an instance with
+ * nothing to hand out takes whatever its share says
+ */
+static GridhaStatement claims_free_work_stmt = {
+	"SELECT array_agg(service_id) FROM ("
+	"  SELECT c.service_id FROM gridha.service_claims c"
+	"   WHERE c.claimant IS NULL AND c.ready_at <= now()" CLAIMS_TARGET_FILTER("c")
+	"   ORDER BY c.ready_at"
+	"   LIMIT $3"
+	"   FOR NO KEY UPDATE SKIP LOCKED) c",
 	3, {UUIDOID, TEXTARRAYOID, INT8OID}
 };
 
@@ -148,7 +211,7 @@ static GridhaStatement claims_of_stmt = {
 	"     AND ($5 OR NOT " CLAIMS_HEAD_SUBMITTING("c") ")"
 	"   ORDER BY c.ready_at"
 	"   LIMIT $3"
-	"   FOR UPDATE SKIP LOCKED) c",
+	"   FOR NO KEY UPDATE SKIP LOCKED) c",
 	5, {UUIDOID, TEXTARRAYOID, INT8OID, UUIDOID, BOOLOID}
 };
 
@@ -163,7 +226,7 @@ static GridhaStatement claims_relief_stmt = {
 	CLAIMS_TARGET_FILTER("c")
 	"   ORDER BY c.ready_at"
 	"   LIMIT $3"
-	"   FOR UPDATE SKIP LOCKED) c",
+	"   FOR NO KEY UPDATE SKIP LOCKED) c",
 	4, {UUIDOID, TEXTARRAYOID, INT8OID, UUIDOID}
 };
 
@@ -182,16 +245,6 @@ static GridhaStatement claims_busy_stmt = {
 	2, {UUIDARRAYOID, INT8OID}
 };
 
-/*
- * The row of an instance to relieve, locked unless another transaction
- * holds it (its own, or another taker's): a relief never waits for the
- * instance it relieves
- */
-static GridhaStatement claims_lock_relieved_stmt = {
-	"SELECT 1 FROM gridha.instances WHERE instance_id = $1 FOR UPDATE SKIP LOCKED",
-	1, {UUIDOID}
-};
-
 /* ... the claims whose own expiry has passed (normally none) */
 static GridhaStatement claims_own_expiry_stmt = {
 	"SELECT array_agg(service_id) FROM ("
@@ -200,7 +253,7 @@ static GridhaStatement claims_own_expiry_stmt = {
 	"     AND least(c.soft_expiry, c.hard_expiry) <= now()"
 	"     AND c.claimant IS NOT NULL AND c.claimant <> $1" CLAIMS_TARGET_FILTER("c")
 	"   LIMIT $3"
-	"   FOR UPDATE SKIP LOCKED) c",
+	"   FOR NO KEY UPDATE SKIP LOCKED) c",
 	3, {UUIDOID, TEXTARRAYOID, INT8OID}
 };
 
@@ -246,11 +299,13 @@ static GridhaStatement claims_take_stmt = {
 };
 
 /*
- * The held counts after claims moved: every instance row involved locked
- * first, in id order; $1 ids, $2 how many each gained (or lost), $3 which
- * one is the taker, whose lease is set (it holds claims now), $4/$5 soft
- * and hard expiry in ms. An expired instance left holding nothing loses
- * its lease: it leaves the lease index.
+ * The instance-row writes of a cycle, made last (ClaimsPending): every
+ * row written locked first, in id order, when there is more than one;
+ * $1 ids, $2 how many claims each gained (or lost), $3 which one took
+ * claims (its lease reaches now + expiry: it holds claims now), $4/$5 soft
+ * and hard expiry in ms, $6 which one renews (its lease and last_seen_at
+ * are set), $7 which one forgets its request to shed. An expired instance
+ * left holding nothing loses its lease: it leaves the lease index.
  */
 static GridhaStatement claims_lock_instances_stmt = {
 	"SELECT 1 FROM gridha.instances WHERE instance_id = ANY ($1)"
@@ -261,17 +316,23 @@ static GridhaStatement claims_lock_instances_stmt = {
 static GridhaStatement claims_count_stmt = {
 	"UPDATE gridha.instances i"
 	"   SET held = greatest(i.held + d.delta, 0),"
+	"       shed = CASE WHEN d.reset THEN 0 ELSE i.shed END,"
+	"       last_seen_at = CASE WHEN d.renew THEN now() ELSE i.last_seen_at END,"
 	"       soft_expiry = CASE"
+	"           WHEN d.renew THEN now() + $4 * interval '1 millisecond'"
 	"           WHEN d.taker THEN greatest(i.soft_expiry, now() + $4 * interval '1 millisecond')"
 	"           WHEN i.held + d.delta <= 0 AND i.soft_expiry <= now() THEN NULL"
 	"           ELSE i.soft_expiry END,"
 	"       hard_expiry = CASE"
+	"           WHEN d.renew THEN now() + $5 * interval '1 millisecond'"
 	"           WHEN d.taker THEN greatest(i.hard_expiry, now() + $5 * interval '1 millisecond')"
 	"           WHEN i.held + d.delta <= 0 AND i.soft_expiry <= now() THEN NULL"
 	"           ELSE i.hard_expiry END"
-	"  FROM unnest($1::uuid[], $2::int4[], $3::bool[]) AS d(id, delta, taker)"
-	" WHERE i.instance_id = d.id",
-	5, {UUIDARRAYOID, INT4ARRAYOID, BOOLARRAYOID, INT8OID, INT8OID}
+	"  FROM unnest($1::uuid[], $2::int4[], $3::bool[], $6::bool[], $7::bool[])"
+	"       AS d(id, delta, taker, renew, reset)"
+	" WHERE i.instance_id = d.id"
+	" RETURNING i.instance_id, i.held",
+	7, {UUIDARRAYOID, INT4ARRAYOID, BOOLARRAYOID, INT8OID, INT8OID, BOOLARRAYOID, BOOLARRAYOID}
 };
 
 /* The renewal: one row, whatever the instance holds */
@@ -290,7 +351,7 @@ static GridhaStatement claims_clear_own_stmt = {
 	"WITH o AS ("
 	"  SELECT c.service_id FROM gridha.service_claims c"
 	"   WHERE (c.soft_expiry IS NOT NULL OR c.hard_expiry IS NOT NULL) AND c.claimant = $1"
-	"   FOR UPDATE SKIP LOCKED"
+	"   FOR NO KEY UPDATE SKIP LOCKED"
 	")"
 	" UPDATE gridha.service_claims c SET soft_expiry = NULL, hard_expiry = NULL"
 	"   FROM o WHERE c.service_id = o.service_id",
@@ -396,7 +457,7 @@ typedef struct ClaimsAnything
  * Handing back idle claims (surplus, or asked to shed): idle services
  * first, then those that waited least, never those of the targets in $3
  * (services only this instance can serve); the count and the shed request
- * of the instance follow in the same statement.
+ * of the instance are written last (ClaimsPending).
  */
 static GridhaStatement claims_shed_stmt = {
 	"WITH r AS ("
@@ -405,16 +466,14 @@ static GridhaStatement claims_shed_stmt = {
 	"     AND ($3::text[] IS NULL OR c.target <> ALL ($3::text[]))"
 	"   ORDER BY c.ready_at DESC NULLS FIRST"
 	"   LIMIT $2"
-	"   FOR UPDATE SKIP LOCKED"
+	"   FOR NO KEY UPDATE SKIP LOCKED"
 	"), u AS ("
 	"  UPDATE gridha.service_claims c"
 	"     SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL"
 	"    FROM r WHERE c.service_id = r.service_id"
 	"  RETURNING 1"
-	"), n AS (SELECT count(*)::int4 AS n FROM u)"
-	" UPDATE gridha.instances i SET held = greatest(i.held - n.n, 0), shed = 0"
-	"   FROM n WHERE i.instance_id = $1"
-	" RETURNING n.n",
+	")"
+	" SELECT count(*)::int4 FROM u",
 	3, {UUIDOID, INT8OID, TEXTARRAYOID}
 };
 
@@ -438,7 +497,7 @@ static GridhaStatement claims_ask_shed_stmt = {
 static GridhaStatement claims_lock_unservable_stmt = {
 	"SELECT c.service_id, c.target FROM gridha.service_claims c"
 	" WHERE c.claimant = $1 AND c.target <> ALL ($2)"
-	" FOR UPDATE SKIP LOCKED",
+	" FOR NO KEY UPDATE SKIP LOCKED",
 	2, {UUIDOID, TEXTARRAYOID}
 };
 
@@ -449,25 +508,23 @@ static GridhaStatement claims_release_some_stmt = {
 	"   WHERE c.service_id = ANY ($2) AND c.claimant = $1"
 	"     AND NOT " CLAIMS_HEAD_SUBMITTING("c")
 	"  RETURNING 1"
-	"), n AS (SELECT count(*)::int4 AS n FROM r"
-	"), i AS ("
-	"  UPDATE gridha.instances i SET held = greatest(i.held - n.n, 0)"
-	"    FROM n WHERE i.instance_id = $1"
 	")"
-	" SELECT n.n FROM n",
+	" SELECT count(*)::int4 FROM r",
 	2, {UUIDOID, TEXTARRAYOID}
 };
 
 /*
  * Release at stop, in two statements as a take is (see above): lock the
- * instance's claims, then, with a snapshot that sees every hand-out made
+ * instance's claims (in service_id order, as every wait for claim rows),
+ * then, with a snapshot that sees every hand-out made
  * under those locks, hand back those with nothing submitting. The lease
  * goes when nothing is left; otherwise it ends now (soft expiry): a
  * stopped instance no longer counts as live, and what it kept (a head
  * submitting) is taken over as any slow instance's claim is.
  */
 static GridhaStatement claims_lock_held_stmt = {
-	"SELECT 1 FROM gridha.service_claims WHERE claimant = $1 FOR UPDATE",
+	"SELECT 1 FROM gridha.service_claims WHERE claimant = $1"
+	" ORDER BY service_id COLLATE \"C\" FOR NO KEY UPDATE",
 	1, {UUIDOID}
 };
 
@@ -501,7 +558,7 @@ static GridhaStatement claims_v10_renew_stmt = {
 	"     SET soft_expiry = now() + $2 * interval '1 millisecond',"
 	"         hard_expiry = now() + $3 * interval '1 millisecond'"
 	"    FROM (SELECT s.service_id FROM gridha.service_claims s"
-	"           WHERE s.claimant = $1 FOR UPDATE SKIP LOCKED) s"
+	"           WHERE s.claimant = $1 FOR NO KEY UPDATE SKIP LOCKED) s"
 	"   WHERE c.service_id = s.service_id"
 	"  RETURNING 1"
 	"), i AS ("
@@ -532,7 +589,7 @@ static GridhaStatement claims_v10_expired_stmt = {
 	CLAIMS_TARGET_FILTER("c")
 	"   ORDER BY c.soft_expiry"
 	"   LIMIT $3"
-	"   FOR UPDATE SKIP LOCKED) c",
+	"   FOR NO KEY UPDATE SKIP LOCKED) c",
 	3, {UUIDOID, TEXTARRAYOID, INT8OID}
 };
 
@@ -545,7 +602,7 @@ static GridhaStatement claims_v10_orphaned_stmt = {
 	CLAIMS_TARGET_FILTER("c")
 	"   ORDER BY c.ready_at"
 	"   LIMIT $3"
-	"   FOR UPDATE OF c SKIP LOCKED) c",
+	"   FOR NO KEY UPDATE OF c SKIP LOCKED) c",
 	3, {UUIDOID, TEXTARRAYOID, INT8OID}
 };
 
@@ -578,7 +635,7 @@ static GridhaStatement claims_v10_surplus_stmt = {
 	"   WHERE c.claimant = $1 AND NOT c.in_flight"
 	"   ORDER BY c.ready_at DESC NULLS FIRST"
 	"   LIMIT $2"
-	"   FOR UPDATE SKIP LOCKED"
+	"   FOR NO KEY UPDATE SKIP LOCKED"
 	")"
 	" UPDATE gridha.service_claims c"
 	"    SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL"
@@ -613,6 +670,188 @@ static struct
 	uint64		targets_gen;	/* the targets its claims were checked */
 	int			serves;			/* against, and what it served then */
 }			claims_known;
+
+/*
+ * The instance-row writes of the call under way (the renewal, the counts
+ * of claims moved, a request to shed forgotten or made, leases forgotten),
+ * gathered as the cycle goes and made last, in gridha_claims_finish: see
+ * the lock order in the file header. Begun by every SQL function that
+ * runs a cycle (gridha_claims_begin); in the memory context it was begun
+ * in, which lasts until the finish.
+ */
+typedef struct ClaimsPending
+{
+	bool		active;
+	int			n;				/* instances with a row to write... */
+	int			size;
+	Datum	   *ids;			/* ... their ids ([0]: this instance) */
+	int32	   *deltas;			/* ... how many claims each gained or lost */
+	bool	   *takers;			/* ... which took claims */
+	bool		renew;			/* this instance renews its lease */
+	bool		reset_shed;		/* ... forgets the request to shed */
+	bool		forget;			/* forget expired leases holding nothing */
+	int			nask;			/* requests to shed: how many... */
+	Datum	   *ask_ids;		/* ... to which instances... */
+	Datum	   *ask_counts;		/* ... asking how many */
+} ClaimsPending;
+
+static ClaimsPending claims_pending;
+
+/*
+ * gridha_claims_begin: starts gathering the instance-row writes of a
+ * cycle of this instance (inside SPI).
+ */
+void
+gridha_claims_begin(Datum instance_id)
+{
+	ClaimsPending *p = &claims_pending;
+
+	memset(p, 0, sizeof(*p));
+	p->size = 8;
+	p->ids = palloc(sizeof(Datum) * p->size);
+	p->deltas = palloc0(sizeof(int32) * p->size);
+	p->takers = palloc0(sizeof(bool) * p->size);
+	p->ids[0] = datumCopy(instance_id, false, UUID_LEN);
+	p->n = 1;
+	p->active = true;
+}
+
+/*
+ * claims_pending_add: the instance's held count changes by delta (taker:
+ * it took claims, and its lease must reach now + expiry), written last.
+ */
+static void
+claims_pending_add(Datum id, int32 delta, bool taker)
+{
+	ClaimsPending *p = &claims_pending;
+	int			k;
+
+	if (!p->active)
+		elog(ERROR, "gridha: a claim cycle wrote outside gridha_claims_begin/finish");
+	for (k = 0; k < p->n; k++)
+		if (gridha_uuid_equal(p->ids[k], id))
+			break;
+	if (k == p->n)
+	{
+		if (p->n == p->size)
+		{
+			p->size *= 2;
+			p->ids = repalloc(p->ids, sizeof(Datum) * p->size);
+			p->deltas = repalloc(p->deltas, sizeof(int32) * p->size);
+			p->takers = repalloc(p->takers, sizeof(bool) * p->size);
+		}
+		p->ids[k] = datumCopy(id, false, UUID_LEN);
+		p->deltas[k] = 0;
+		p->takers[k] = false;
+		p->n++;
+	}
+	p->deltas[k] += delta;
+	p->takers[k] |= taker;
+}
+
+/*
+ * gridha_claims_count_later: this instance's held count changes by delta
+ * (claims it handed back), written with the cycle's other instance-row
+ * writes, last.
+ */
+void
+gridha_claims_count_later(Datum instance_id, int32 delta)
+{
+	claims_pending_add(instance_id, delta, false);
+}
+
+/*
+ * gridha_claims_finish: makes the instance-row writes gathered since
+ * gridha_claims_begin, the last writes of the cycle: first the rows it
+ * must write, waiting for them, locked in id order (one statement when
+ * there is only this instance's row); then, never waiting, the leases to
+ * forget and the requests to shed, each row skipped when another
+ * transaction holds it. Returns this instance's held count when its row
+ * was written, -1 otherwise.
+ */
+int
+gridha_claims_finish(void)
+{
+	ClaimsPending *p = &claims_pending;
+	GridhaTiming t = gridha_timing();
+	Datum	   *ids;
+	Datum	   *deltas;
+	Datum	   *takers;
+	Datum	   *renews;
+	Datum	   *resets;
+	Datum		args[7];
+	int			held = -1;
+	int			n = 0;
+	int			k;
+	uint64		i;
+
+	if (!p->active)
+		return -1;
+	p->active = false;
+	ids = palloc(sizeof(Datum) * p->n);
+	deltas = palloc(sizeof(Datum) * p->n);
+	takers = palloc(sizeof(Datum) * p->n);
+	renews = palloc(sizeof(Datum) * p->n);
+	resets = palloc(sizeof(Datum) * p->n);
+	for (k = 0; k < p->n; k++)
+	{
+		bool		self = k == 0;
+
+		if (p->deltas[k] == 0 && !p->takers[k] && !(self && (p->renew || p->reset_shed)))
+			continue;
+		ids[n] = p->ids[k];
+		deltas[n] = Int32GetDatum(p->deltas[k]);
+		takers[n] = BoolGetDatum(p->takers[k]);
+		renews[n] = BoolGetDatum(self && p->renew);
+		resets[n] = BoolGetDatum(self && p->reset_shed);
+		n++;
+	}
+
+	if (n == 1 && p->renew && gridha_uuid_equal(ids[0], p->ids[0]) &&
+		p->deltas[0] == 0 && !p->takers[0] && !p->reset_shed)
+	{
+		/* the common case: a renewal alone */
+		args[0] = p->ids[0];
+		args[1] = Int64GetDatum(t.soft_ms);
+		args[2] = Int64GetDatum(t.hard_ms);
+		gridha_exec(&claims_renew_stmt, args, NULL, false);
+		if (SPI_processed > 0)
+			held = (int) gridha_col_int64(0, 1);
+	}
+	else if (n > 0)
+	{
+		args[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+		if (n > 1)
+			gridha_exec(&claims_lock_instances_stmt, args, NULL, false);
+		args[1] = PointerGetDatum(construct_array(deltas, n, INT4OID, 4, true, TYPALIGN_INT));
+		args[2] = PointerGetDatum(construct_array(takers, n, BOOLOID, 1, true, TYPALIGN_CHAR));
+		args[3] = Int64GetDatum(t.soft_ms);
+		args[4] = Int64GetDatum(t.hard_ms);
+		args[5] = PointerGetDatum(construct_array(renews, n, BOOLOID, 1, true, TYPALIGN_CHAR));
+		args[6] = PointerGetDatum(construct_array(resets, n, BOOLOID, 1, true, TYPALIGN_CHAR));
+		gridha_exec(&claims_count_stmt, args, NULL, false);
+		for (i = 0; i < SPI_processed; i++)
+		{
+			bool		isnull;
+
+			if (gridha_uuid_equal(gridha_col(i, 1, &isnull), p->ids[0]))
+				held = (int) gridha_col_int64(i, 2);
+		}
+	}
+
+	/* never waited for: rows another transaction holds are skipped */
+	if (p->forget)
+		gridha_exec(&claims_forget_leases_stmt, NULL, NULL, false);
+	if (p->nask > 0)
+	{
+		args[0] = PointerGetDatum(construct_array(p->ask_ids, p->nask, UUIDOID, UUID_LEN,
+												  false, TYPALIGN_CHAR));
+		args[1] = PointerGetDatum(construct_array(p->ask_counts, p->nask, INT4OID, 4, true,
+												  TYPALIGN_INT));
+		gridha_exec(&claims_ask_shed_stmt, args, NULL, false);
+	}
+	return held;
+}
 
 /* The live instances as an acquisition sees them */
 typedef struct ClaimsLive
@@ -709,36 +948,22 @@ claims_add_rows(ReturnSetInfo *rsinfo)
 /*
  * claims_count_moves: after the takes of an acquisition (the result tables
  * of claims_take_stmt in "takes"), the held counts of the taker (and its
- * lease: it holds claims now) and of each instance it took from. Once per
- * acquisition, so that every instance row is locked in one statement, in
- * id order: locked pass after pass, two acquisitions that take from
- * several instances in different orders could each wait for the other.
+ * lease: it holds claims now) and of each instance it took from, written
+ * last with the cycle's other instance-row writes (gridha_claims_finish),
+ * every row locked in id order.
  */
 static void
 claims_count_moves(Datum instance_id, List *takes)
 {
-	GridhaTiming t = gridha_timing();
 	uint64		ntaken = 0;
-	Datum	   *ids;
-	Datum	   *deltas;
-	Datum	   *takers;
-	int			n = 0;
 	uint64		i;
-	int			k;
-	Datum		args[5];
 	ListCell   *lc;
 
 	foreach(lc, takes)
 		ntaken += ((SPITupleTable *) lfirst(lc))->numvals;
 	if (ntaken == 0)
 		return;
-	ids = palloc(sizeof(Datum) * (ntaken + 1));
-	deltas = palloc(sizeof(Datum) * (ntaken + 1));
-	takers = palloc(sizeof(Datum) * (ntaken + 1));
-	ids[n] = instance_id;
-	deltas[n] = Int32GetDatum((int32) ntaken);
-	takers[n] = BoolGetDatum(true);
-	n++;
+	claims_pending_add(instance_id, (int32) ntaken, true);
 	foreach(lc, takes)
 	{
 		SPITupleTable *taken = (SPITupleTable *) lfirst(lc);
@@ -748,29 +973,10 @@ claims_count_moves(Datum instance_id, List *takes)
 			bool		isnull;
 			Datum		old = SPI_getbinval(taken->vals[i], taken->tupdesc, 3, &isnull);
 
-			if (isnull)
-				continue;
-			for (k = 1; k < n; k++)
-				if (gridha_uuid_equal(ids[k], old))
-					break;
-			if (k == n)
-			{
-				ids[n] = datumCopy(old, false, UUID_LEN);
-				deltas[n] = Int32GetDatum(0);
-				takers[n] = BoolGetDatum(false);
-				n++;
-			}
-			deltas[k] = Int32GetDatum(DatumGetInt32(deltas[k]) - 1);
+			if (!isnull)
+				claims_pending_add(old, -1, false);
 		}
 	}
-
-	args[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
-	gridha_exec(&claims_lock_instances_stmt, args, NULL, false);
-	args[1] = PointerGetDatum(construct_array(deltas, n, INT4OID, 4, true, TYPALIGN_INT));
-	args[2] = PointerGetDatum(construct_array(takers, n, BOOLOID, 1, true, TYPALIGN_CHAR));
-	args[3] = Int64GetDatum(t.soft_ms);
-	args[4] = Int64GetDatum(t.hard_ms);
-	gridha_exec(&claims_count_stmt, args, NULL, false);
 }
 
 /*
@@ -870,14 +1076,15 @@ claims_live(Datum instance_id, bool probe, ClaimsLive *live)
 /*
  * claims_ask_shed: this instance is below its share and found nothing
  * free: ask the live instances above the share's floor to hand back what
- * they hold above it, up to what this one misses.
+ * they hold above it, up to what this one misses. The request is written
+ * last, after every instance row the cycle waits for, and skips the rows
+ * another transaction holds (gridha_claims_finish).
  */
 static void
 claims_ask_shed(Datum instance_id, ClaimsLive *live, int64 floor, int64 missing)
 {
 	Datum	   *ids = palloc(sizeof(Datum) * Max(live->nabove, 1));
 	Datum	   *counts = palloc(sizeof(Datum) * Max(live->nabove, 1));
-	Datum		args[2];
 	int			n = 0;
 	int			i;
 
@@ -895,9 +1102,10 @@ claims_ask_shed(Datum instance_id, ClaimsLive *live, int64 floor, int64 missing)
 	}
 	if (n == 0)
 		return;
-	args[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
-	args[1] = PointerGetDatum(construct_array(counts, n, INT4OID, 4, true, TYPALIGN_INT));
-	gridha_exec(&claims_ask_shed_stmt, args, NULL, false);
+	/* made last, never waited for (gridha_claims_finish) */
+	claims_pending.nask = n;
+	claims_pending.ask_ids = ids;
+	claims_pending.ask_counts = counts;
 }
 
 /*
@@ -910,7 +1118,9 @@ claims_ask_shed(Datum instance_id, ClaimsLive *live, int64 floor, int64 missing)
  * services of an instance holding one more than the others wait their turn
  * there (one client serves its instance's services one after the other)
  * while other instances sit idle. Each move lowers the difference in work,
- * so claims never go back and forth. Returns how many it took.
+ * so claims never go back and forth. The counts of the two are written
+ * last, with the cycle's other instance-row writes, in id order (no
+ * instance row is locked here). Returns how many it took.
  */
 static int
 claims_relieve(Datum instance_id, const ClaimsLive *live, int64 held, int64 floor,
@@ -922,7 +1132,6 @@ claims_relieve(Datum instance_id, const ClaimsLive *live, int64 held, int64 floo
 	int64	   *busy;
 	int64		busy_self;
 	Datum		args[2];
-	bool		self_locked = false;
 	int			n = 0;
 	int			taken = 0;
 	int			i;
@@ -961,25 +1170,6 @@ claims_relieve(Datum instance_id, const ClaimsLive *live, int64 held, int64 floo
 		if (want <= 0)
 			continue;
 
-		/*
-		 * Instance rows are locked in id order wherever a transaction may
-		 * wait for one (claims_count_moves), and the row of an instance to
-		 * relieve is taken out of that order: so this instance's own row
-		 * is locked first, waiting if need be, and the other's only if
-		 * free (SKIP LOCKED). Holding the other's row, this transaction
-		 * never waits for an instance row again (the ones it counts moves
-		 * on are its own by then).
-		 */
-		if (!self_locked)
-		{
-			args[0] = PointerGetDatum(construct_array(&instance_id, 1, UUIDOID, UUID_LEN,
-													  false, TYPALIGN_CHAR));
-			gridha_exec(&claims_lock_instances_stmt, args, NULL, false);
-			self_locked = true;
-		}
-		gridha_exec(&claims_lock_relieved_stmt, &ids[i], NULL, false);
-		if (SPI_processed == 0)
-			continue;
 		pickargs[3] = ids[i];
 		got = claims_take(&claims_relief_stmt, pickargs, picknulls, instance_id, gone,
 						  PointerGetDatum(construct_array(&ids[i], 1, UUIDOID, UUID_LEN,
@@ -992,9 +1182,39 @@ claims_relieve(Datum instance_id, const ClaimsLive *live, int64 held, int64 floo
 }
 
 /*
+ * claims_take_work: the work-conserving rule. An instance that found
+ * nothing to hand out, took nothing, and has no service with work at all
+ * (no head ready, none in flight: it idles) takes one free service with
+ * work whatever its share says. The share comes from the service counts,
+ * and a count gone wrong (counts.c) must not strand a service while an
+ * instance idles; maintenance repairs the count (leader.c). An instance
+ * busy with work of its own leaves free work to those below their share.
+ * Returns how many it took (0 or 1).
+ */
+static int
+claims_take_work(Datum instance_id, int64 held, Datum *pickargs, char *picknulls, Datum gone,
+				 ReturnSetInfo *rsinfo, List **takes)
+{
+	Datum		args[2];
+
+	if (held > 0)
+	{
+		args[0] = PointerGetDatum(construct_array(&instance_id, 1, UUIDOID, UUID_LEN, false,
+												  TYPALIGN_CHAR));
+		args[1] = Int64GetDatum(1);
+		gridha_exec(&claims_busy_stmt, args, NULL, true);
+		if (gridha_col_int64(0, 1) > 0)
+			return 0;
+	}
+	return claims_take(&claims_free_work_stmt, pickargs, picknulls, instance_id, gone,
+					   (Datum) 0, 1, rsinfo, takes);
+}
+
+/*
  * claims_shed: hands back up to n idle claims of this instance (no batch
  * in flight), none of the targets in exclusive (a text[], 0: none; SQL 1.1
- * and later), and forgets any request to shed. Returns how many.
+ * and later), and forgets any request to shed (its row written last,
+ * gridha_claims_finish). Returns how many.
  */
 static int
 claims_shed(Datum instance_id, const GridhaInstance *inst, int64 n, Datum exclusive)
@@ -1013,7 +1233,10 @@ claims_shed(Datum instance_id, const GridhaInstance *inst, int64 n, Datum exclus
 		return (int) SPI_processed;
 	}
 	gridha_exec(&claims_shed_stmt, args, nulls, false);
-	return SPI_processed > 0 ? (int) gridha_col_int64(0, 1) : 0;
+	n = gridha_col_int64(0, 1);
+	claims_pending_add(instance_id, (int32) -n, false);
+	claims_pending.reset_shed = true;
+	return (int) n;
 }
 
 /*
@@ -1129,18 +1352,19 @@ gridha_claims_shed_asked(Datum instance_id, const GridhaInstance *inst)
 }
 
 /*
- * gridha_claims_renew: extends the instance's lease (SQL 1.1: one row;
- * 1.0: every claim it holds) and records the cycle in last_seen_at; claims
- * of its own with an expiry of their own follow the lease again. Rows
- * locked by another transaction right now are skipped rather than waited
- * for. Returns the number of claims the instance holds.
+ * gridha_claims_renew: extends the instance's lease (SQL 1.1: one row,
+ * written last with the cycle's other instance-row writes, see
+ * gridha_claims_finish; 1.0: every claim it holds) and records the cycle
+ * in last_seen_at; claims of its own with an expiry of their own follow
+ * the lease again. Claim rows locked by another transaction right now are
+ * skipped rather than waited for. Returns the number of claims the
+ * instance holds (1.1: as the caller knew it).
  */
 int
 gridha_claims_renew(Datum instance_id, const GridhaInstance *inst)
 {
 	GridhaTiming t = gridha_timing();
 	Datum		args[3];
-	int			held;
 
 	args[0] = instance_id;
 	args[1] = Int64GetDatum(t.soft_ms);
@@ -1150,10 +1374,9 @@ gridha_claims_renew(Datum instance_id, const GridhaInstance *inst)
 		gridha_exec(&claims_v10_renew_stmt, args, NULL, false);
 		return (int) gridha_col_int64(0, 1);
 	}
-	gridha_exec(&claims_renew_stmt, args, NULL, false);
-	held = SPI_processed > 0 ? (int) gridha_col_int64(0, 1) : 0;
 	gridha_exec(&claims_clear_own_stmt, args, NULL, false);
-	return held;
+	claims_pending.renew = true;
+	return inst->held;
 }
 
 /*
@@ -1320,10 +1543,9 @@ claims_anything(Datum servable)
 	gridha_rows_begin(&rows, false);
 	gridha_rows_scan(&rows, GRIDHA_CLAIMS, attnos, strategies, values, 2, claims_free_visit, &a);
 	if (!a.found)
-		gridha_rows_scan_index(&rows, GRIDHA_INSTANCES, "instances_lease", claims_lease_visit, &a);
+		gridha_rows_scan_index(&rows, GRIDHA_INDEX_LEASE, claims_lease_visit, &a);
 	if (!a.found)
-		gridha_rows_scan_index(&rows, GRIDHA_CLAIMS, "service_claims_own_expiry",
-							   claims_own_expiry_visit, &a);
+		gridha_rows_scan_index(&rows, GRIDHA_INDEX_OWN_EXPIRY, claims_own_expiry_visit, &a);
 	gridha_rows_end(&rows);
 	return a.found;
 }
@@ -1408,7 +1630,9 @@ claims_release_unservable(Datum instance_id, const GridhaInstance *inst, Datum s
 		return 0;
 	args[1] = gridha_text_array(ids, n);
 	gridha_exec(&claims_release_some_stmt, args, NULL, false);
-	return (int) gridha_col_int64(0, 1);
+	n = (int) gridha_col_int64(0, 1);
+	claims_pending_add(instance_id, -n, false);
+	return n;
 }
 
 /*
@@ -1483,8 +1707,11 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 		}
 		if (held + taken > ceiling)
 		{
+			held -= claims_shed(instance_id, inst, held + taken - ceiling, exclusive);
+			if (idle_poll && taken == 0)
+				taken += claims_take_work(instance_id, held, pickargs, picknulls, gone, rsinfo,
+										  &takes);
 			claims_count_moves(instance_id, takes);
-			(void) claims_shed(instance_id, inst, held + taken - ceiling, exclusive);
 			return taken;
 		}
 		limit = ceiling - held;
@@ -1496,8 +1723,8 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	taken += claims_take(&claims_own_expiry_stmt, pickargs, picknulls, instance_id, gone,
 						 (Datum) 0, limit < 0 ? -1 : limit - taken, rsinfo, &takes);
 
-	/* the claims of expired leases; leases left holding nothing go */
-	gridha_exec(&claims_forget_leases_stmt, NULL, NULL, false);
+	/* the claims of expired leases (leases left holding nothing go, last) */
+	claims_pending.forget = true;
 	gridha_exec(&claims_expired_stmt, NULL, NULL, true);
 	expired = SPI_tuptable;
 	nexpired = SPI_processed;
@@ -1530,6 +1757,10 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 		taken += claims_relieve(instance_id, &live, held, floor, ceiling, pickargs, picknulls,
 								gone, rsinfo, &takes);
 
+	/* work-conserving: idle, and free work the share did not reach */
+	if (idle_poll && gridha_balance_claims && taken == 0)
+		taken += claims_take_work(instance_id, held, pickargs, picknulls, gone, rsinfo, &takes);
+
 	claims_count_moves(instance_id, takes);
 
 	/* below the share with nothing to take: ask those above it */
@@ -1554,7 +1785,13 @@ gridha_renew_claims(PG_FUNCTION_ARGS)
 	gridha_require_writable("renew_claims()");
 	SPI_connect();
 	inst = gridha_instance_touch(instance_id);
+	gridha_claims_begin(instance_id);
 	n = gridha_claims_renew(instance_id, &inst);
+	if (inst.leased)
+	{
+		n = gridha_claims_finish();
+		n = Max(n, 0);
+	}
 	SPI_finish();
 	PG_RETURN_INT32(n);
 }
@@ -1586,7 +1823,9 @@ gridha_acquire_claims(PG_FUNCTION_ARGS)
 		gridha_instance_declare(instance_id, declared);
 		inst.serves = declared;
 	}
+	gridha_claims_begin(instance_id);
 	(void) gridha_claims_acquire(instance_id, &inst, false, rsinfo);
+	(void) gridha_claims_finish();
 	SPI_finish();
 	return (Datum) 0;
 }

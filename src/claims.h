@@ -13,6 +13,9 @@
 #include "nodes/execnodes.h"
 #include "instances.h"
 
+extern void gridha_claims_begin(Datum instance_id);
+extern void gridha_claims_count_later(Datum instance_id, int32 delta);
+extern int	gridha_claims_finish(void);
 extern int	gridha_claims_renew(Datum instance_id, const GridhaInstance *inst);
 extern int	gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst,
 								  bool idle_poll, ReturnSetInfo *rsinfo);

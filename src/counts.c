@@ -339,13 +339,37 @@ counts_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 		counts_remove_subxact(mySubid);
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		int			n = 0;
+
 		for (i = 0; i < counts_ndeltas; i++)
 		{
-			if (counts_deltas[i].subid == mySubid)
-				counts_deltas[i].subid = parentSubid;
-			if (counts_deltas[i].flushed == mySubid)
-				counts_deltas[i].flushed = parentSubid;
+			CountsDelta *d = &counts_deltas[i];
+			int			j;
+
+			if (d->subid == mySubid)
+				d->subid = parentSubid;
+			if (d->flushed == mySubid)
+				d->flushed = parentSubid;
+
+			/*
+			 * merged into the parent's delta of the same target, when it
+			 * has one in the same state: the list stays one entry per
+			 * target and (sub)transaction open, so N subtransactions that
+			 * commit cost O(N), not O(N^2)
+			 */
+			for (j = 0; j < n; j++)
+				if (counts_deltas[j].subid == d->subid &&
+					counts_deltas[j].flushed == d->flushed &&
+					strcmp(counts_deltas[j].target, d->target) == 0)
+					break;
+			if (d->subid == parentSubid && j < n)
+				counts_deltas[j].delta += d->delta;
+			else
+				counts_deltas[n++] = *d;
 		}
+		counts_ndeltas = n;
+	}
 }
 
 /*

@@ -38,6 +38,8 @@
 #define ERRCODE_GRIDHA_UNKNOWN_ID_SEQUENCE	MAKE_SQLSTATE('R','G','0','1','0')
 #define ERRCODE_GRIDHA_ID_COUNT_TOO_LARGE	MAKE_SQLSTATE('R','G','0','1','1')
 #define ERRCODE_GRIDHA_ID_SEQUENCE_EXISTS	MAKE_SQLSTATE('R','G','0','1','2')
+/* an index the hot path scans is missing or not the one gridha created */
+#define ERRCODE_GRIDHA_INDEX_ALTERED		MAKE_SQLSTATE('R','G','0','1','4')
 
 /* GUC storage (gridha.c) */
 extern int	gridha_soft_expiry_ms;

@@ -38,10 +38,13 @@
 #include "spi_util.h"
 
 #include "access/htup_details.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/timestamp.h"
 
 int			gridha_maintenance_interval_ms = 60 * 1000;
 int			gridha_retention_s = -1;
@@ -151,6 +154,32 @@ static GridhaStatement leader_prune_stmt = {
 	")"
 	" SELECT count(*) FROM d",
 	2, {INT8OID, INT8OID}
+};
+
+/*
+ * The service counts checked against the services there are, and a count
+ * gone wrong repaired (counts.c explains how one can drift): the
+ * difference, as this statement's snapshot sees both, is added to shard
+ * 0's row of the target, rows written in target order as counts.c writes
+ * them. Returns the targets repaired.
+ */
+static GridhaStatement leader_counts_stmt = {
+	"WITH a AS ("
+	"  SELECT target, count(*)::int8 AS n FROM gridha.service_claims GROUP BY target"
+	"), k AS ("
+	"  SELECT target, sum(services)::int8 AS n FROM gridha.service_counts GROUP BY target"
+	"), d AS ("
+	"  SELECT coalesce(a.target, k.target) AS target, coalesce(a.n, 0) - coalesce(k.n, 0) AS diff"
+	"    FROM a FULL JOIN k ON k.target = a.target"
+	"), w AS ("
+	"  INSERT INTO gridha.service_counts AS c (target, shard, services)"
+	"  SELECT d.target, 0, d.diff FROM d WHERE d.diff <> 0"
+	"   ORDER BY d.target COLLATE \"C\""
+	"  ON CONFLICT (target, shard) DO UPDATE SET services = c.services + excluded.services"
+	"  RETURNING c.target"
+	")"
+	" SELECT string_agg(w.target, ', ' ORDER BY w.target) FROM w",
+	0, {InvalidOid}
 };
 
 /* Old tick rows go after a day; the newest one of the role always stays. */
@@ -345,6 +374,44 @@ gridha_resign(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(ok);
 }
 
+/* How often a leader's backend checks the service counts */
+#define LEADER_COUNTS_EVERY_MS	(60 * 60 * 1000)
+
+/* When this backend last checked them (0: never) */
+static TimestampTz leader_counts_checked_at = 0;
+
+/*
+ * leader_check_counts: repairs the service counts that do not match the
+ * services there are (a log line names the targets), on SQL 1.1 and
+ * later. It reads every claim row (50-70 ms at 200,000 services), so a
+ * backend does it at its first tick and then once an hour: a count gone
+ * wrong strands no service meanwhile (claims.c takes free work whatever
+ * the share), it only skews the shares.
+ */
+static void
+leader_check_counts(void)
+{
+	Oid			nsp = get_namespace_oid("gridha", true);
+	TimestampTz now = GetCurrentTimestamp();
+	bool		isnull;
+	Datum		repaired;
+
+	if (leader_counts_checked_at != 0 &&
+		!TimestampDifferenceExceeds(leader_counts_checked_at, now, LEADER_COUNTS_EVERY_MS))
+		return;
+	/* SQL 1.0 (before ALTER EXTENSION gridha UPDATE) keeps no counts */
+	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("service_counts", nsp)))
+		return;
+	gridha_exec(&leader_counts_stmt, NULL, NULL, false);
+	leader_counts_checked_at = now;
+	repaired = gridha_col(0, 1, &isnull);
+	if (!isnull)
+		ereport(LOG,
+				(errmsg("gridha: repaired the service counts of targets %s",
+						TextDatumGetCString(repaired)),
+				 errdetail("The counts did not match the services there are.")));
+}
+
 /*
  * leader_duties: the work of one tick; returns the counts through its
  * arguments. Every duty is idempotent and bounded.
@@ -371,6 +438,7 @@ leader_duties(text *role, int64 tick, int32 *swept, int64 *pruned, int32 *opened
 	}
 	*opened = gridha_idseq_top_up();
 	gridha_ratelimit_prune_log();
+	leader_check_counts();
 
 	args[0] = PointerGetDatum(role);
 	args[1] = Int64GetDatum(tick);

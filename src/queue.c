@@ -85,12 +85,6 @@ typedef struct QueuePick
 	QueueHeads	aside;			/* locked, but not this instance's to serve */
 } QueuePick;
 
-/* The claims set aside leave the instance's held count (SQL 1.1) */
-static GridhaStatement queue_unhold_stmt = {
-	"UPDATE gridha.instances SET held = greatest(held - $2, 0) WHERE instance_id = $1",
-	2, {UUIDOID, INT4OID}
-};
-
 /*
  * A service that has this target already: nothing to check or write. A
  * service on another target stays there: a producer never moves a service
@@ -171,6 +165,51 @@ static GridhaStatement queue_v10_verify_stmt = {
 	4, {TEXTOID, TEXTOID, UUIDOID, INT8OID}
 };
 
+/* A handed-out row kept until all are written (gridha_queue_write) */
+typedef struct QueueOut
+{
+	bool		done;
+	Datum		values[5];
+	bool		nulls[5];
+} QueueOut;
+
+/*
+ * queue_text_cmp: service ids compared byte by byte, as COLLATE "C" does
+ * (the order of every wait for claim and batch rows, claims.c).
+ */
+static int
+queue_text_cmp(Datum a, Datum b)
+{
+	text	   *ta = DatumGetTextPP(a);
+	text	   *tb = DatumGetTextPP(b);
+	int			la = VARSIZE_ANY_EXHDR(ta);
+	int			lb = VARSIZE_ANY_EXHDR(tb);
+	int			c = memcmp(VARDATA_ANY(ta), VARDATA_ANY(tb), Min(la, lb));
+
+	return c != 0 ? c : (la > lb) - (la < lb);
+}
+
+/*
+ * queue_service_order: the positions 0..n-1 of service_ids, in service_id
+ * order (ties in the order given).
+ */
+static int *
+queue_service_order(Datum *service_ids, int n)
+{
+	int		   *order = palloc(sizeof(int) * Max(n, 1));
+	int			i,
+				j;
+
+	/* insertion sort: a hand-out is a few rows */
+	for (i = 0; i < n; i++)
+	{
+		for (j = i; j > 0 && queue_text_cmp(service_ids[order[j - 1]], service_ids[i]) > 0; j--)
+			order[j] = order[j - 1];
+		order[j] = i;
+	}
+	return order;
+}
+
 /*
  * gridha_queue_write: hands out the heads of n claims this transaction has
  * locked: service_ids (text), head_seqs and epochs (bigint), as the pick
@@ -183,6 +222,8 @@ static GridhaStatement queue_v10_verify_stmt = {
  *
  * The rows are written by key (rows.c): a head changed since the write's
  * snapshot is judged again in its newest version, as an UPDATE would.
+ * They are written in service_id order, as every wait for batch rows is
+ * (the lock order, claims.c), and returned in the order given.
  */
 int
 gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
@@ -191,13 +232,19 @@ gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	GridhaRows	rows;
 	int			done = 0;
-	int			i;
+	int		   *order;
+	QueueOut   *outs = NULL;
+	int			k;
 
 	if (n == 0)
 		return 0;
+	order = queue_service_order(service_ids, n);
+	if (n > 1)
+		outs = palloc0(sizeof(QueueOut) * n);
 	gridha_rows_begin(&rows, true);
-	for (i = 0; i < n; i++)
+	for (k = 0; k < n; k++)
 	{
+		int			i = order[k];
 		Datum		key[2];
 		bool		isnull;
 		GridhaStatus status;
@@ -241,7 +288,21 @@ gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 		out[2] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_PAYLOAD, &outnull[2]);
 		out[3] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_EPOCH, &outnull[3]);
 		out[4] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_ATTEMPTS, &outnull[4]);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnull);
+		if (outs != NULL)
+		{
+			int			c;
+
+			/* kept, and returned in the order given once all are written */
+			for (c = 0; c < 5; c++)
+			{
+				outs[i].values[c] = outnull[c] ? (Datum) 0 :
+					datumCopy(out[c], c >= 3, c >= 3 ? sizeof(Datum) : -1);
+				outs[i].nulls[c] = outnull[c];
+			}
+			outs[i].done = true;
+		}
+		else
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnull);
 		if (batch_ids != NULL)
 			batch_ids[i] = datumCopy(out[1], false, -1);
 
@@ -253,6 +314,11 @@ gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 		done++;
 	}
 	gridha_rows_end(&rows);
+	if (outs != NULL)
+		for (k = 0; k < n; k++)
+			if (outs[k].done)
+				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+									 outs[k].values, outs[k].nulls);
 	return done;
 }
 
@@ -352,7 +418,7 @@ queue_pick_claim(GridhaRows *rows, void *arg)
 		if (closed)
 			return true;
 	}
-	if (gridha_rows_lock(rows, GRIDHA_CLAIMS, true, true) != GRIDHA_ROW_LOCKED ||
+	if (gridha_rows_lock(rows, GRIDHA_CLAIMS, false, true) != GRIDHA_ROW_LOCKED ||
 		!queue_servable(rows, pick))
 		return true;
 	if (pick->by_target)
@@ -497,14 +563,9 @@ queue_set_aside(QueuePick *pick)
 				 TextDatumGetCString(h->service_id));
 	}
 	gridha_rows_end(&rows);
+	/* the held count is written last, with the cycle's (claims.c) */
 	if (pick->leased)
-	{
-		Datum		args[2];
-
-		args[0] = pick->instance_id;
-		args[1] = Int32GetDatum(pick->aside.n);
-		gridha_exec(&queue_unhold_stmt, args, NULL, false);
-	}
+		gridha_claims_count_later(pick->instance_id, -pick->aside.n);
 }
 
 /*
@@ -552,10 +613,12 @@ gridha_queue_handout(Datum instance_id, int32 max_batches, const GridhaInstance 
 	gridha_rows_scan(&rows, GRIDHA_CLAIMS, attnos, strategies, values, 2, queue_pick_claim, &pick);
 	gridha_rows_end(&rows);
 
-	if (pick.aside.n > 0)
-		queue_set_aside(&pick);
 	if (pick.picked.n == 0)
+	{
+		if (pick.aside.n > 0)
+			queue_set_aside(&pick);
 		return 0;
+	}
 	if (limited)
 		queue_slots(&pick);
 
@@ -576,6 +639,8 @@ gridha_queue_handout(Datum instance_id, int32 max_batches, const GridhaInstance 
 	if (limited)
 		batch_ids = palloc(sizeof(Datum) * Max(n, 1));
 	done = gridha_queue_write(instance_id, sids, seqs, epochs, n, rsinfo, batch_ids);
+	if (pick.aside.n > 0)
+		queue_set_aside(&pick);
 
 	/* log the hand-outs that took a slot */
 	if (limited && done > 0)
@@ -608,8 +673,9 @@ gridha_queue_handout(Datum instance_id, int32 max_batches, const GridhaInstance 
 /*
  * queue_next: the queuer cycle shared by next_batch and next_batches.
  *
- * Acquires and renews when the renew interval has passed (in that order:
- * see claims.c); otherwise claim work is done only when there is nothing
+ * Acquires and renews when the renew interval has passed; the instance
+ * rows (renewal, counts, requests to shed) are written last, when the
+ * call ends (gridha_claims_finish: the lock order, see claims.c); otherwise claim work is done only when there is nothing
  * to hand out (then acquire only, and cheaply when there is nothing to
  * take), or when the instance holds less than its share (a newcomer,
  * every CLAIMS_BELOW_SHARE_EVERY_MS at most). An instance asked to shed
@@ -629,6 +695,7 @@ queue_next(FunctionCallInfo fcinfo, Datum instance_id, int32 max_batches)
 
 	SPI_connect();
 	inst = gridha_instance_touch(instance_id);
+	gridha_claims_begin(instance_id);
 	if (inst.leased && inst.shed > 0)
 	{
 		inst.held -= gridha_claims_shed_asked(instance_id, &inst);
@@ -652,6 +719,8 @@ queue_next(FunctionCallInfo fcinfo, Datum instance_id, int32 max_batches)
 	}
 	else if (!acquired && gridha_claims_below_share(instance_id, &inst))
 		(void) gridha_claims_acquire(instance_id, &inst, false, NULL);
+	/* the instance rows last (the lock order, claims.c) */
+	(void) gridha_claims_finish();
 	SPI_finish();
 }
 

@@ -34,6 +34,7 @@
 #include "postgres.h"
 
 #include "compat.h"
+#include "gridha.h"
 #include "rows.h"
 
 #include "access/genam.h"
@@ -42,13 +43,17 @@
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_enum.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
 #include "parser/parsetree.h"
+#include "storage/lmgr.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -166,6 +171,18 @@ rows_check_columns(Relation rel, GridhaTable table)
 }
 
 /*
+ * The partial indexes of gridha_rows_scan_index, once found by definition
+ * (index InvalidOid: look again), forgotten when the index or its table
+ * changes (rows_layout_callback): found by definition, each idle poll
+ * would otherwise open every index of the table.
+ */
+static struct
+{
+	Oid			index;
+	Oid			table;
+}			rows_partial[2];
+
+/*
  * rows_layout_callback: a table changed (or every table): its layout is
  * checked again at its next use.
  */
@@ -177,6 +194,9 @@ rows_layout_callback(Datum arg, Oid relid)
 	for (i = 0; i < GRIDHA_NTABLES; i++)
 		if (relid == InvalidOid || rows_layout[i].relid == relid)
 			rows_layout[i].relid = InvalidOid;
+	for (i = 0; i < lengthof(rows_partial); i++)
+		if (relid == InvalidOid || rows_partial[i].index == relid || rows_partial[i].table == relid)
+			rows_partial[i].index = InvalidOid;
 }
 
 /*
@@ -360,22 +380,65 @@ rows_open(GridhaRows *rows, GridhaTable table)
 }
 
 /*
- * rows_index_on: whether an index is a plain index (unique if asked) on
- * exactly these columns, in this order.
+ * rows_index_usable: whether an index is a plain btree index gridha may
+ * scan: valid and ready, usable by this transaction (indcheckxmin: as the
+ * planner judges it), on n key columns and nothing else (no INCLUDE), each
+ * in the default order (indoption 0: ascending, nulls last), with no
+ * expression, and with no predicate unless pred (checked by the caller).
+ * The expressions and the predicate are read through the relcache's
+ * functions, which fill them on first use.
  */
 static bool
-rows_index_on(Relation index, const AttrNumber *attnos, int n, bool unique)
+rows_index_usable(Relation index, int n, bool unique, bool pred)
 {
 	Form_pg_index ind = index->rd_index;
 	int			i;
 
-	if ((unique && !ind->indisunique) || !ind->indisvalid || ind->indnkeyatts != n ||
-		index->rd_indexprs != NIL || index->rd_indpred != NIL)
+	if (index->rd_rel->relam != BTREE_AM_OID || (unique && !ind->indisunique) ||
+		!ind->indisvalid || !ind->indisready || ind->indnkeyatts != n || ind->indnatts != n)
+		return false;
+	if (ind->indcheckxmin &&
+		!TransactionIdPrecedes(HeapTupleHeaderGetXmin(index->rd_indextuple->t_data),
+							   TransactionXmin))
 		return false;
 	for (i = 0; i < n; i++)
-		if (ind->indkey.values[i] != attnos[i])
+		if (index->rd_indoption[i] != 0)
 			return false;
-	return true;
+	if (RelationGetIndexExpressions(index) != NIL)
+		return false;
+	return pred || RelationGetIndexPredicate(index) == NIL;
+}
+
+/*
+ * rows_index_on: whether an index is a plain btree index (unique if
+ * asked) on exactly these columns, in this order (rows_index_usable).
+ */
+static bool
+rows_index_on(Relation index, const AttrNumber *attnos, int n, bool unique)
+{
+	int			i;
+
+	/* the columns first: most indexes of the table fail there, cheaply */
+	if (index->rd_index->indnkeyatts != n)
+		return false;
+	for (i = 0; i < n; i++)
+		if (index->rd_index->indkey.values[i] != attnos[i])
+			return false;
+	return rows_index_usable(index, n, unique, false);
+}
+
+/*
+ * rows_index_missing: RG014, an index the hot path scans is missing or
+ * not the one gridha created.
+ */
+static void
+rows_index_missing(Relation rel, const char *what, const char *create)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_GRIDHA_INDEX_ALTERED),
+			 errmsg("gridha.%s has no index %s", RelationGetRelationName(rel), what),
+			 errdetail("gridha scans it directly; an index that was dropped or created with another definition is not used."),
+			 errhint("Create it again as the extension does: %s", create)));
 }
 
 /*
@@ -388,6 +451,8 @@ rows_index(GridhaRowsRel *r, const AttrNumber *attnos, int n, bool unique, bool 
 {
 	int			i;
 	ListCell   *lc;
+	StringInfoData cols;
+	TupleDesc	desc = RelationGetDescr(r->rel);
 
 	*opened = false;
 	if (r->rri != NULL)
@@ -410,9 +475,59 @@ rows_index(GridhaRowsRel *r, const AttrNumber *attnos, int n, bool unique, bool 
 			index_close(candidate, AccessShareLock);
 		}
 	}
-	elog(ERROR, "gridha: gridha.%s has no index on the columns the hot path searches",
-		 RelationGetRelationName(r->rel));
+	initStringInfo(&cols);
+	for (i = 0; i < n; i++)
+		appendStringInfo(&cols, "%s%s", i > 0 ? ", " : "",
+						 NameStr(TupleDescAttr(desc, attnos[i] - 1)->attname));
+	rows_index_missing(r->rel, psprintf("on (%s)", cols.data),
+					   psprintf("CREATE %sINDEX ON gridha.%s (%s);", unique ? "UNIQUE " : "",
+								RelationGetRelationName(r->rel), cols.data));
 	pg_unreachable();
+}
+
+/*
+ * rows_is_not_null: whether a node is "column attno IS NOT NULL" (a
+ * plain column of the index's table).
+ */
+static bool
+rows_is_not_null(Node *node, AttrNumber attno)
+{
+	NullTest   *t;
+	Var		   *v;
+
+	if (!IsA(node, NullTest))
+		return false;
+	t = (NullTest *) node;
+	if (t->nulltesttype != IS_NOT_NULL || t->argisrow || !IsA(t->arg, Var))
+		return false;
+	v = (Var *) t->arg;
+	return v->varattno == attno && v->varlevelsup == 0;
+}
+
+/*
+ * rows_partial_is: whether an index is the partial index "which" as gridha
+ * created it: btree on (soft_expiry), with its predicate, and nothing else.
+ */
+static bool
+rows_partial_is(Relation index, GridhaPartialIndex which, AttrNumber soft, AttrNumber hard)
+{
+	List	   *pred;
+	Node	   *p;
+
+	if (soft <= 0 || !rows_index_usable(index, 1, false, true) ||
+		index->rd_index->indkey.values[0] != soft)
+		return false;
+	/* filled on first use, then kept by the relcache (a copy otherwise) */
+	pred = index->rd_indpred != NIL ? index->rd_indpred : RelationGetIndexPredicate(index);
+	if (list_length(pred) != 1)
+		return false;
+	p = (Node *) linitial(pred);
+	if (which == GRIDHA_INDEX_LEASE)
+		return rows_is_not_null(p, soft);
+	if (!is_orclause(p) || list_length(((BoolExpr *) p)->args) != 2)
+		return false;
+	return rows_is_not_null(linitial(((BoolExpr *) p)->args), soft) &&
+		rows_is_not_null(lsecond(((BoolExpr *) p)->args), hard);
 }
 
 /*
@@ -503,35 +618,72 @@ gridha_rows_scan(GridhaRows *rows, GridhaTable table, const AttrNumber *attnos,
 
 /*
  * gridha_rows_scan_index: calls visit for every row of the table, as the
- * snapshot sees it, that has an entry in its index of this name (a partial
- * index: the rows its predicate holds for), in the index's order, until
- * visit returns false.
+ * snapshot sees it, that has an entry in the partial index "which" (the
+ * rows its predicate holds for), in the index's order, until visit
+ * returns false. The index is found by its definition, whatever its name;
+ * when the table has none, RG014 with a hint says how to create it.
  */
 void
-gridha_rows_scan_index(GridhaRows *rows, GridhaTable table, const char *index_name,
+gridha_rows_scan_index(GridhaRows *rows, GridhaPartialIndex which,
 					   bool (*visit) (GridhaRows *rows, void *arg), void *arg)
 {
+	GridhaTable table = which == GRIDHA_INDEX_LEASE ? GRIDHA_INSTANCES : GRIDHA_CLAIMS;
 	GridhaRowsRel *r = rows_open(rows, table);
-	Oid			indexid = get_relname_relid(index_name, rows->nspid);
+	AttrNumber	soft = which == GRIDHA_INDEX_LEASE ?
+		gridha_rows_attno(rows, INSTANCE_SOFT_EXPIRY) : CLAIM_SOFT_EXPIRY;
+	AttrNumber	hard = which == GRIDHA_INDEX_LEASE ? 0 : CLAIM_HARD_EXPIRY;
 	Relation	index = NULL;
 	bool		opened = false;
 	IndexScanDesc scan;
+	ListCell   *lc;
 	int			i;
 
 	if (r->rri != NULL)
 	{
-		for (i = 0; i < r->rri->ri_NumIndices && OidIsValid(indexid); i++)
-			if (RelationGetRelid(r->rri->ri_IndexRelationDescs[i]) == indexid)
+		for (i = 0; i < r->rri->ri_NumIndices && index == NULL; i++)
+			if (rows_partial_is(r->rri->ri_IndexRelationDescs[i], which, soft, hard))
 				index = r->rri->ri_IndexRelationDescs[i];
 	}
-	else if (OidIsValid(indexid) && list_member_oid(RelationGetIndexList(r->rel), indexid))
+	else
 	{
-		index = index_open(indexid, AccessShareLock);
-		opened = true;
+		Oid			known = rows_partial[which].index;
+
+		if (OidIsValid(known) && rows_partial[which].table == RelationGetRelid(r->rel))
+		{
+			/* the lock first: it takes in the changes that may forget it */
+			LockRelationOid(known, AccessShareLock);
+			if (rows_partial[which].index == known)
+			{
+				index = index_open(known, NoLock);
+				opened = true;
+			}
+			else
+				UnlockRelationOid(known, AccessShareLock);
+		}
+		if (index == NULL)
+			foreach(lc, RelationGetIndexList(r->rel))
+			{
+				Relation	candidate = index_open(lfirst_oid(lc), AccessShareLock);
+
+				if (rows_partial_is(candidate, which, soft, hard))
+				{
+					index = candidate;
+					opened = true;
+					rows_partial[which].index = RelationGetRelid(candidate);
+					rows_partial[which].table = RelationGetRelid(r->rel);
+					break;
+				}
+				index_close(candidate, AccessShareLock);
+			}
 	}
-	if (index == NULL || !index->rd_index->indisvalid)
-		elog(ERROR, "gridha: gridha.%s has no valid index \"%s\"",
-			 RelationGetRelationName(r->rel), index_name);
+	if (index == NULL)
+		rows_index_missing(r->rel,
+						   which == GRIDHA_INDEX_LEASE ?
+						   "on (soft_expiry) WHERE soft_expiry IS NOT NULL" :
+						   "on (soft_expiry) WHERE soft_expiry IS NOT NULL OR hard_expiry IS NOT NULL",
+						   which == GRIDHA_INDEX_LEASE ?
+						   "CREATE INDEX instances_lease ON gridha.instances (soft_expiry) WHERE soft_expiry IS NOT NULL;" :
+						   "CREATE INDEX service_claims_own_expiry ON gridha.service_claims (soft_expiry) WHERE soft_expiry IS NOT NULL OR hard_expiry IS NOT NULL;");
 	scan = index_beginscan(r->rel, index, rows->snapshot, 0, 0);
 	index_rescan(scan, NULL, 0, NULL, 0);
 	while (index_getnext_slot(scan, ForwardScanDirection, r->row))

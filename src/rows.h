@@ -139,7 +139,17 @@ extern void gridha_rows_begin(GridhaRows *rows, bool write);
 extern void gridha_rows_scan(GridhaRows *rows, GridhaTable table, const AttrNumber *attnos,
 							 const StrategyNumber *strategies, const Datum *values, int n,
 							 bool (*visit) (GridhaRows *rows, void *arg), void *arg);
-extern void gridha_rows_scan_index(GridhaRows *rows, GridhaTable table, const char *index_name,
+/* The partial indexes the idle poll scans, found by their definition */
+typedef enum GridhaPartialIndex
+{
+	GRIDHA_INDEX_LEASE,			/* instances (soft_expiry) WHERE soft_expiry
+								 * IS NOT NULL: instances_lease */
+	GRIDHA_INDEX_OWN_EXPIRY		/* service_claims (soft_expiry) WHERE
+								 * soft_expiry IS NOT NULL OR hard_expiry IS
+								 * NOT NULL: service_claims_own_expiry */
+} GridhaPartialIndex;
+
+extern void gridha_rows_scan_index(GridhaRows *rows, GridhaPartialIndex which,
 								   bool (*visit) (GridhaRows *rows, void *arg), void *arg);
 extern GridhaLockResult gridha_rows_lock(GridhaRows *rows, GridhaTable table,
 										 bool for_update, bool skip_locked);

@@ -496,6 +496,13 @@ typedef struct StatusMany
 	bool	   *details_null;
 } StatusMany;
 
+/* A batched report's result row, kept until every row is reported */
+typedef struct StatusResult
+{
+	Datum		values[5];
+	bool		nulls[5];
+} StatusResult;
+
 /*
  * status_array: a one-dimensional array argument, deconstructed; its
  * length must be n (n < 0: it sets n). NULL arrays are refused (22004).
@@ -530,12 +537,99 @@ status_array(FunctionCallInfo fcinfo, int argno, const char *name, Oid elemtype,
 }
 
 /*
+ * status_sid_cmp: two service ids (NULL last) compared byte by byte, as
+ * COLLATE "C" does: the order of every wait for claim and batch rows
+ * (claims.c).
+ */
+static int
+status_sid_cmp(const StatusMany *m, int a, int b)
+{
+	text	   *ta;
+	text	   *tb;
+	int			la,
+				lb,
+				c;
+
+	if (m->service_ids_null[a] || m->service_ids_null[b])
+		return (int) m->service_ids_null[a] - (int) m->service_ids_null[b];
+	ta = DatumGetTextPP(m->service_ids[a]);
+	tb = DatumGetTextPP(m->service_ids[b]);
+	la = VARSIZE_ANY_EXHDR(ta);
+	lb = VARSIZE_ANY_EXHDR(tb);
+	c = memcmp(VARDATA_ANY(ta), VARDATA_ANY(tb), Min(la, lb));
+	return c != 0 ? c : (la > lb) - (la < lb);
+}
+
+/*
+ * status_order: the rows of a batched report in service_id order (ties in
+ * the order given), as positions.
+ */
+static int *
+status_order(const StatusMany *m)
+{
+	int		   *order = palloc(sizeof(int) * Max(m->n, 1));
+	int			i,
+				j;
+
+	/* insertion sort: stable, and a report is a few hundred rows at most */
+	for (i = 0; i < m->n; i++)
+	{
+		for (j = i; j > 0 && status_sid_cmp(m, order[j - 1], i) > 0; j--)
+			order[j] = order[j - 1];
+		order[j] = i;
+	}
+	return order;
+}
+
+/*
+ * status_lock_claims: a batched report's first step: the claim rows of all
+ * its rows, locked (FOR NO KEY UPDATE, waiting) in service_id order
+ * (order: the rows by service_id), before any batch row. An acceptance
+ * writes its batch row only and keeps that lock to the end of the call:
+ * without its claim locked first, a later row would wait (for a claim, or
+ * for another batch row) while holding that batch row, against a takeover
+ * that holds the claim (or revoked the other head in an earlier statement)
+ * and waits for the batch row to revoke it. With the claims held, a
+ * takeover skips them (SKIP LOCKED) and revokes nothing of this call's.
+ * Ids that are NULL, empty or unknown are left to the row's own report to
+ * refuse.
+ */
+static void
+status_lock_claims(const StatusMany *m, const int *order)
+{
+	GridhaRows	rows;
+	int			prev = -1;
+	int			k;
+
+	gridha_rows_begin(&rows, true);
+	for (k = 0; k < m->n; k++)
+	{
+		int			i = order[k];
+		Datum		key[1];
+
+		if (m->service_ids_null[i] || VARSIZE_ANY_EXHDR(DatumGetTextPP(m->service_ids[i])) == 0)
+			continue;
+		if (prev >= 0 && status_sid_cmp(m, prev, i) == 0)
+			continue;
+		prev = i;
+		key[0] = m->service_ids[i];
+		if (gridha_rows_fetch(&rows, GRIDHA_KEY_CLAIM, key))
+			(void) gridha_rows_lock(&rows, GRIDHA_CLAIMS, false, false);
+	}
+	gridha_rows_end(&rows);
+}
+
+/*
  * status_report_many: report_submissions and report_statuses: each batch
  * is reported as its single report would be, in a subtransaction of its
  * own; one that is refused (gridha's RG errors, a NULL or empty id, a
  * negative epoch, an unknown word) is rolled back alone and its row says
  * why, the others are kept. Any other error (a serialization failure, a
  * lock timeout, a cancel) aborts the whole call.
+ *
+ * The lock order (claims.c): with more than one row, the claim rows of
+ * all its rows are locked first (status_lock_claims), then the rows are
+ * reported in service_id order; the result rows keep the order given.
  */
 static void
 status_report_many(FunctionCallInfo fcinfo, bool submissions)
@@ -543,7 +637,10 @@ status_report_many(FunctionCallInfo fcinfo, bool submissions)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
 	StatusMany	m;
+	StatusResult *results = NULL;
+	int		   *order;
 	int			i;
+	int			k;
 
 	gridha_require_writable(submissions ? "report_submissions()" : "report_statuses()");
 	memset(&m, 0, sizeof(m));
@@ -558,13 +655,22 @@ status_report_many(FunctionCallInfo fcinfo, bool submissions)
 
 	(void) gridha_instance_check(instance_id);
 	InitMaterializedSRF(fcinfo, 0);
-	for (i = 0; i < m.n; i++)
+
+	order = status_order(&m);
+	if (m.n > 1)
+	{
+		status_lock_claims(&m, order);
+		results = palloc0(sizeof(StatusResult) * m.n);
+	}
+
+	for (k = 0; k < m.n; k++)
 	{
 		MemoryContext cxt = CurrentMemoryContext;
 		ResourceOwner owner = CurrentResourceOwner;
 		Datum		values[5];
 		bool		nulls[5] = {false, false, false, true, true};
 
+		i = order[k];
 		values[0] = m.service_ids[i];
 		nulls[0] = m.service_ids_null[i];
 		values[1] = m.batch_ids[i];
@@ -621,8 +727,18 @@ status_report_many(FunctionCallInfo fcinfo, bool submissions)
 			FreeErrorData(edata);
 		}
 		PG_END_TRY();
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		if (results != NULL)
+		{
+			memcpy(results[i].values, values, sizeof(values));
+			memcpy(results[i].nulls, nulls, sizeof(nulls));
+		}
+		else
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
+	if (results != NULL)
+		for (i = 0; i < m.n; i++)
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+								 results[i].values, results[i].nulls);
 }
 
 PG_FUNCTION_INFO_V1(gridha_report_submissions);

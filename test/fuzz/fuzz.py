@@ -1788,24 +1788,10 @@ class Run:
             return "(only the workers may end so, in the server log)"
         if gate in st.flags:
             return None
-        if code == "40P01" and self.deadlocks_with_txn():
-            # the other side of a deadlock with an explicit transaction of
-            # several calls: PostgreSQL may choose either one to fail
-            return None
+        # a lone call (one statement outside an explicit transaction of
+        # several calls) never ends in a deadlock, whoever else took part:
+        # every statement follows one lock order (src/claims.c)
         return "(the statement is not in that situation: no %s)" % gate
-
-    def deadlocks_with_txn(self):
-        """whether the server log reports deadlocks, each with an explicit
-        transaction of several calls of the fuzz among its processes (the
-        log quotes the query of each)"""
-        if not self.a.pglog:
-            return False
-        with open(self.a.pglog, "rb") as f:
-            lines = [line.decode("utf-8", errors="replace")
-                     for line in f.read().split(b"\n")[self.a.log_mark:]]
-        entries = [self.log_entry(lines, at) for at, l in enumerate(lines)
-                   if re.search(r"\bERROR:\s+40P01:", l)]
-        return bool(entries) and all(TXN_MARK.strip() in "\n".join(e) for e in entries)
 
     def judge_rows(self, where, st, r):
         """the rows of a batched report: as many as batches, each with a
@@ -2025,10 +2011,8 @@ SELECT a.id, to_char(a.at, 'HH24:MI:SS.MS'), a.xid, a.app, a.tbl, a.op,
                 # out of time, a target function raised or was dropped)
                 code = w.group(1)
                 worker_codes[code] = worker_codes.get(code, 0) + 1
-                if code == "40P01" and TXN_MARK.strip() in "\n".join(self.log_entry(lines, at)):
-                    # a deadlock with an explicit transaction of several
-                    # calls of the fuzz, which the worker lost
-                    continue
+                # a worker's step is a lone call: a deadlock is a failure,
+                # whoever else took part (40P01's gate is "multi")
                 if code not in self.codes or GATES.get(code) not in (None, "serverlog", "fnref"):
                     bad.append("\n".join(x[:400] for x in self.log_entry(lines, at)[:8]))
         if worker_codes:
