@@ -118,6 +118,11 @@ BEGIN
 END
 $path$;
 
+-- The rate-state trigger runs as the extension's owner: an administrator's
+-- UPDATE of a target's rate_interval writes gridha.target_rate_state, which
+-- gridha_admin may not write itself.
+ALTER FUNCTION gridha.targets_rate_changed() SECURITY DEFINER;
+
 COMMENT ON FUNCTION gridha.renew_claims(uuid) IS
 'extends the instance''s lease (one row: every claim it holds expires with it) and returns how many claims it holds';
 

@@ -1090,6 +1090,7 @@ COMMENT ON TABLE gridha.rate_handouts IS
 CREATE FUNCTION gridha.targets_rate_changed()
 RETURNS trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 BEGIN

@@ -385,8 +385,8 @@ SELECT set_eq(
              ('gridha.reserve_ids(text, integer)'), ('gridha.next_id(text)'),
              ('gridha.worker_register(uuid, text)'), ('gridha.worker_orphans(uuid)'),
              ('gridha.move_service(text, text)'), ('gridha.set_instance_owner(uuid, regrole)'),
-             ('gridha.batches_before_insert()')$$,
-    'the SECURITY DEFINER functions are the API and the enqueue trigger');
+             ('gridha.batches_before_insert()'), ('gridha.targets_rate_changed()')$$,
+    'the SECURITY DEFINER functions are the API, the enqueue trigger and the rate-state trigger');
 
 SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)
              FROM tap_grants g JOIN tap_objects o ON o.obj = g.obj AND o.kind = 'function'

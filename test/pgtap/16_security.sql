@@ -20,7 +20,7 @@
 -- (producer), gridha_tap_sec_sub (submitter), gridha_tap_sec_admin (admin),
 -- gridha_tap_sec_owner (no gridha role).
 BEGIN;
-SELECT plan(34);
+SELECT plan(35);
 
 DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
@@ -163,6 +163,10 @@ SELECT is(pg_temp.as_role('gridha_tap_sec_admin', $$SELECT gridha.move_service('
 UPDATE gridha.service_claims SET in_flight = true WHERE service_id = 'sec-s1';
 SELECT is(left(pg_temp.as_role('gridha_tap_sec_admin', $$SELECT gridha.move_service('sec-s1', 'default')$$), 5),
           '55006', 'targets: a service with a batch in flight is not moved (55006)');
+
+SELECT is(pg_temp.as_role('gridha_tap_sec_admin',
+              $$UPDATE gridha.targets SET rate_interval = '2 seconds' WHERE target = 'sec-other'$$),
+          'ok', 'targets: an administrator changes a target''s rate (the rate-state trigger writes as the extension''s owner)');
 
 -- ===========================================================================
 -- headers: a refused write to gridha.targets never shows the row
