@@ -216,6 +216,22 @@ static GridhaStatement claims_of_stmt = {
 };
 
 /*
+ * ... the claims with work (a head ready, or in flight) of one instance
+ * ($4) that no live instance serves: what an idle instance takes whatever
+ * its share (claims_take_orphans)
+ */
+static GridhaStatement claims_work_of_stmt = {
+	"SELECT array_agg(service_id) FROM ("
+	"  SELECT c.service_id FROM gridha.service_claims c"
+	"   WHERE c.claimant = $4 AND $4 <> $1" CLAIMS_TARGET_FILTER("c")
+	"     AND (c.ready_at <= now() OR c.in_flight)"
+	"   ORDER BY c.ready_at"
+	"   LIMIT $3"
+	"   FOR NO KEY UPDATE SKIP LOCKED) c",
+	4, {UUIDOID, TEXTARRAYOID, INT8OID, UUIDOID}
+};
+
+/*
  * ... the ready claims of a live instance being relieved ($4), nothing in
  * flight, those that waited longest first
  */
@@ -284,7 +300,8 @@ static GridhaStatement claims_take_stmt = {
 	"   WHERE h.old IS NULL"
 	"      OR (h.old <> $1"
 	"          AND (h.hard IS NULL OR h.hard <= now()"
-	"               OR ((h.soft <= now() OR h.old = ANY ($4)) AND NOT h.submitting)"
+	"               OR h.old = ANY ($4)"
+	"               OR (h.soft <= now() AND NOT h.submitting)"
 	"               OR (h.old = ANY ($5) AND NOT h.in_flight AND h.ready_at <= now())))"
 	"), " CLAIMS_REVOKE
 	" UPDATE gridha.service_claims c"
@@ -414,7 +431,8 @@ static GridhaStatement claims_expired_stmt = {
 	"SELECT i.instance_id, i.hard_expiry <= now(),"
 	"       i.hard_expiry <= now() OR i.held = 0"
 	"       OR i.held > (SELECT count(*) FROM gridha.service_claims c"
-	"                     WHERE c.claimant = i.instance_id AND " CLAIMS_HEAD_SUBMITTING("c") ")"
+	"                     WHERE c.claimant = i.instance_id AND " CLAIMS_HEAD_SUBMITTING("c") "),"
+	"       i.session_key"
 	"  FROM gridha.instances i"
 	" WHERE i.soft_expiry <= now()"
 	"   AND (i.held > 0 OR EXISTS (SELECT 1 FROM gridha.service_claims c"
@@ -1182,6 +1200,92 @@ claims_relieve(Datum instance_id, const ClaimsLive *live, int64 held, int64 floo
 }
 
 /*
+ * claims_expired_gone: whether the session of row i of claims_expired_stmt's
+ * result (an instance whose lease has expired) has ended: then nothing of
+ * it can still report, and everything it holds is taken, a head submitting
+ * too (session liveness on, and a key stored).
+ */
+static bool
+claims_expired_gone(SPITupleTable *expired, uint64 i)
+{
+	bool		isnull;
+	Datum		key;
+
+	if (!gridha_session_liveness)
+		return false;
+	key = SPI_getbinval(expired->vals[i], expired->tupdesc, 4, &isnull);
+	return !isnull && gridha_instance_session_gone(DatumGetInt64(key));
+}
+
+/*
+ * claims_idle: whether the instance has no service with work at all (no
+ * head ready, none in flight).
+ */
+static bool
+claims_idle(Datum instance_id, int64 held)
+{
+	Datum		args[2];
+
+	if (held <= 0)
+		return true;
+	args[0] = PointerGetDatum(construct_array(&instance_id, 1, UUIDOID, UUID_LEN, false,
+											  TYPALIGN_CHAR));
+	args[1] = Int64GetDatum(1);
+	gridha_exec(&claims_busy_stmt, args, NULL, true);
+	return gridha_col_int64(0, 1) == 0;
+}
+
+/*
+ * claims_take_orphans: the work-conserving rule for work no live instance
+ * serves. An instance that found nothing to hand out, took nothing, and
+ * idles takes, whatever its share says, the claims with work of instances
+ * that can no longer serve them: a claim expired on its own (an operator's
+ * UPDATE), the claims of expired leases (a crashed, paused or stopped
+ * instance; the take judges each: soft-expired with nothing submitting,
+ * hard-expired, or its session gone), and of instances whose session has
+ * ended; up to CLAIMS_EXPIRED_BATCH at once. Their idle claims stay where
+ * they are until a share reaches them: they cost nothing. Returns how many
+ * it took.
+ */
+static int
+claims_take_orphans(Datum instance_id, int64 held, Datum *pickargs, char *picknulls,
+					Datum gone, const ClaimsLive *live, ReturnSetInfo *rsinfo, List **takes)
+{
+	int			taken = 0;
+	uint64		nexpired;
+	SPITupleTable *expired;
+	uint64		i;
+
+	if (!claims_idle(instance_id, held))
+		return 0;
+	taken += claims_take(&claims_own_expiry_stmt, pickargs, picknulls, instance_id, gone,
+						 (Datum) 0, CLAIMS_EXPIRED_BATCH, rsinfo, takes);
+	gridha_exec(&claims_expired_stmt, NULL, NULL, true);
+	expired = SPI_tuptable;
+	nexpired = SPI_processed;
+	for (i = 0; i < nexpired && taken < CLAIMS_EXPIRED_BATCH; i++)
+	{
+		bool		isnull;
+		Datum		its_gone = gone;
+
+		pickargs[3] = datumCopy(SPI_getbinval(expired->vals[i], expired->tupdesc, 1, &isnull),
+								false, UUID_LEN);
+		if (claims_expired_gone(expired, i))
+			its_gone = PointerGetDatum(construct_array(&pickargs[3], 1, UUIDOID, UUID_LEN, false,
+													   TYPALIGN_CHAR));
+		taken += claims_take(&claims_work_of_stmt, pickargs, picknulls, instance_id, its_gone,
+							 (Datum) 0, CLAIMS_EXPIRED_BATCH - taken, rsinfo, takes);
+	}
+	for (i = 0; i < (uint64) live->ngone && taken < CLAIMS_EXPIRED_BATCH; i++)
+	{
+		pickargs[3] = live->gone[i];
+		taken += claims_take(&claims_work_of_stmt, pickargs, picknulls, instance_id, gone,
+							 (Datum) 0, CLAIMS_EXPIRED_BATCH - taken, rsinfo, takes);
+	}
+	return taken;
+}
+
+/*
  * claims_take_work: the work-conserving rule. An instance that found
  * nothing to hand out, took nothing, and has no service with work at all
  * (no head ready, none in flight: it idles) takes one free service with
@@ -1709,6 +1813,9 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 		{
 			held -= claims_shed(instance_id, inst, held + taken - ceiling, exclusive);
 			if (idle_poll && taken == 0)
+				taken += claims_take_orphans(instance_id, held, pickargs, picknulls, gone, &live,
+											 rsinfo, &takes);
+			if (idle_poll && taken == 0)
 				taken += claims_take_work(instance_id, held, pickargs, picknulls, gone, rsinfo,
 										  &takes);
 			claims_count_moves(instance_id, takes);
@@ -1732,22 +1839,36 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	{
 		bool		isnull;
 
+		Datum		its_gone = gone;
+
 		pickargs[3] = datumCopy(SPI_getbinval(expired->vals[i], expired->tupdesc, 1, &isnull),
 								false, UUID_LEN);
 		pickargs[4] = SPI_getbinval(expired->vals[i], expired->tupdesc, 2, &isnull);
 		if (isnull)
 			pickargs[4] = BoolGetDatum(false);
-		if (!DatumGetBool(SPI_getbinval(expired->vals[i], expired->tupdesc, 3, &isnull)) && !isnull)
+		if (claims_expired_gone(expired, i))
+		{
+			/* its session has ended: everything it holds, submitting or not */
+			pickargs[4] = BoolGetDatum(true);
+			its_gone = PointerGetDatum(construct_array(&pickargs[3], 1, UUIDOID, UUID_LEN, false,
+													   TYPALIGN_CHAR));
+		}
+		else if (!DatumGetBool(SPI_getbinval(expired->vals[i], expired->tupdesc, 3, &isnull)) &&
+				 !isnull)
 			continue;
-		taken += claims_take(&claims_of_stmt, pickargs, picknulls, instance_id, gone,
+		taken += claims_take(&claims_of_stmt, pickargs, picknulls, instance_id, its_gone,
 							 (Datum) 0, limit < 0 ? -1 : limit - taken, rsinfo, &takes);
 	}
 
-	/* the idle claims of instances whose session has ended */
+	/*
+	 * the claims of instances whose session has ended, a head submitting
+	 * too: nobody is left to report it (a late report of a session that
+	 * comes back is refused, its hand-out revoked)
+	 */
 	for (i = 0; i < (uint64) live.ngone && (limit < 0 || taken < limit); i++)
 	{
 		pickargs[3] = live.gone[i];
-		pickargs[4] = BoolGetDatum(false);
+		pickargs[4] = BoolGetDatum(true);
 		taken += claims_take(&claims_of_stmt, pickargs, picknulls, instance_id, gone,
 							 (Datum) 0, limit < 0 ? -1 : limit - taken, rsinfo, &takes);
 	}
@@ -1757,7 +1878,10 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 		taken += claims_relieve(instance_id, &live, held, floor, ceiling, pickargs, picknulls,
 								gone, rsinfo, &takes);
 
-	/* work-conserving: idle, and free work the share did not reach */
+	/* work-conserving: idle, and work no live instance serves */
+	if (idle_poll && gridha_balance_claims && taken == 0)
+		taken += claims_take_orphans(instance_id, held, pickargs, picknulls, gone, &live,
+									 rsinfo, &takes);
 	if (idle_poll && gridha_balance_claims && taken == 0)
 		taken += claims_take_work(instance_id, held, pickargs, picknulls, gone, rsinfo, &takes);
 
