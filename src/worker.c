@@ -19,8 +19,13 @@
  * instance, then run cycles (submit.c) until SIGTERM. SIGTERM cancels the
  * step that runs at that moment (a lock wait, a long target function), as
  * a cancel does in a normal backend; no new batch is handed out, the POSTs
- * in flight finish and are reported, the claims are released, and the
- * worker exits with 0, so the postmaster does not start it again. A worker
+ * in flight get a few hundred milliseconds to be answered, every outcome is
+ * reported (a POST that got no answer as delayed), the claims are released,
+ * and the worker exits with 0 within a second, so the postmaster does not
+ * start it again. The worker never blocks on a ledger: while requests are
+ * out it moves them on 20 ms at a time (gridha_submit_poll) and looks at
+ * its latch in between, so SIGTERM, postmaster death and new work are seen
+ * however a ledger answers, or does not. A worker
  * that exits with an error (or crashes) is started again after
  * GRIDHA_WORKER_RESTART_S seconds as a new instance.
  *
