@@ -301,6 +301,9 @@ static TimestampTz submit_last_version_check = 0;
 static bool submit_batched_api = false; /* SQL 1.1: report_submissions */
 static bool submit_orphans_due = true;	/* look for orphans next cycle */
 static bool submit_failed = false;	/* a step failed since last asked */
+static bool submit_superuser = true;	/* the worker's role is a superuser, as
+										 * of the last step (looked up only in
+										 * a transaction) */
 static long submit_slot_ms = -1;	/* ms until a rate-limited target of a
 									 * ready head has a slot; -1: none */
 
@@ -469,8 +472,9 @@ submit_limit_feedback(SubmitLimit *l, const GridhaHttpDone *d, TimestampTz start
 /*
  * submit_publish: shows this worker's POSTs in flight and limits in its
  * slot (gridha.workers, gridha.worker_limits()), and bounds the multi's
- * connections by the limits: to one host no more than the largest limit
- * and its status run, in all no more than the limits together.
+ * connections by the limits: no more than the limits together, and a
+ * status run each (targets may share a host, so the bound per host is the
+ * same).
  */
 static void
 submit_publish(void)
@@ -489,8 +493,8 @@ submit_publish(void)
 		if (l->in_flight == 0 &&
 			TimestampDifferenceExceeds(l->used_at, now, SUBMIT_LIMIT_SHOWN_MS))
 			continue;
-		max_host = Max(max_host, (long) l->limit + 1);
 		total += (long) l->limit + 1;
+		max_host = total;
 		if (n < GRIDHA_SLOT_LIMITS)
 		{
 			int			len = pg_mbcliplen(l->target, strlen(l->target),
@@ -610,6 +614,7 @@ submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
 	{
 		gridha_submit_pin_settings();
 		gridha_submit_bound_lock_wait();
+		submit_superuser = superuser();
 		if (gridha_worker_statement_timeout_ms > 0)
 			enable_timeout_after(STATEMENT_TIMEOUT, gridha_worker_statement_timeout_ms);
 		SPI_connect();
@@ -903,12 +908,14 @@ submit_call_target(const char *sql, int nargs, Oid *types, Datum *args, const ch
  * submit_refuses_functions: the worker calls no target function while it
  * runs as a superuser (gridha.worker_role empty or a superuser): whoever
  * owns a function an administrator points a target at would run code with
- * superuser rights. The reason, when it refuses.
+ * superuser rights. The reason, when it refuses. Asked between steps, so
+ * it answers as of the last step: superuser() may read the catalog, which
+ * needs a transaction.
  */
 static const char *
 submit_refuses_functions(void)
 {
-	if (superuser())
+	if (submit_superuser)
 		return "target functions are not called while the worker runs as a superuser: set gridha.worker_role to a role that is not one";
 	return NULL;
 }
