@@ -1076,14 +1076,15 @@ submit_start_waiting(void)
  * wait_ms for one to finish (with nothing in flight, for the latch, which
  * it leaves set for the caller to see), queues the reports of those that
  * did, and POSTs the waiting batches that now have room. Never blocks
- * longer than wait_ms.
+ * longer than wait_ms. Returns how many requests finished.
  */
-void
+int
 gridha_submit_poll(long wait_ms)
 {
 	GridhaHttpDone done[16];
 	int			n;
 	int			i;
+	int			finished = 0;
 
 	submit_start_waiting();
 	if (submit_multi == NULL || gridha_http_multi_pending(submit_multi) == 0)
@@ -1104,11 +1105,13 @@ gridha_submit_poll(long wait_ms)
 				else
 					submit_http_done(&done[i]);
 			}
+			finished += n;
 			wait_ms = 0;
 		} while (n == lengthof(done));
 	}
 	submit_start_waiting();
 	submit_publish();
+	return finished;
 }
 
 /*
