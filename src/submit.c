@@ -33,9 +33,13 @@
  *              after a limit's worth of answers in time while the limit is
  *              at least half used; multiplicative decrease: halved on a
  *              429 or 503, a timeout, a refused or dropped connection, or
- *              an answer far slower than the fastest of the last 10 to 20 s
- *              (once per round trip: what started before the last halving
- *              does not halve it again)
+ *              answers far slower than the fastest of the last 10 to 20 s
+ *              (their moving average: one slow answer among fast ones is
+ *              noise; each answer's time less the time the worker spent in
+ *              a step before it looked) (once per round trip: what started
+ *              before the last halving does not halve it again). A limit's worth of slow answers
+ *              in a row means the ledger itself got slower: the slow
+ *              becomes the fastest, and the limit stops falling
  *   waiting    a handed-out batch whose target's limit (or connection rate,
  *              gridha.worker_connect_rate) has no room yet; in hand, POSTed
  *              as soon as there is
@@ -253,6 +257,9 @@ typedef struct SubmitLimit
 	int			successes;		/* answers in time since the last increase */
 	long		min_ms;			/* fastest POST answer of this window, -1 */
 	long		prev_min_ms;	/* ... of the window before, -1 */
+	double		avg_ms;			/* moving average of POST answers' times, -1 */
+	int			slow_streak;	/* slow answers in a row */
+	long		streak_min_ms;	/* the fastest of them, -1 */
 	TimestampTz window_at;		/* when this window started */
 	TimestampTz decreased_at;	/* the last halving */
 	double		conn_share;		/* of the requests, how many opened a
@@ -291,6 +298,9 @@ static List *submit_waiting = NIL;	/* SubmitBatch * handed out, not POSTed
 									 * yet, in submit_batches_cxt */
 static List *submit_runs = NIL; /* SubmitStatusRun *, in submit_batches_cxt */
 static List *submit_limits = NIL;	/* SubmitLimit *, in TopMemoryContext */
+static TimestampTz submit_last_poll = 0;	/* when the last poll ended */
+static long submit_away_ms = 0; /* how long before this poll nobody looked:
+								 * an answer may have waited that long */
 static long submit_conn_host = 0;	/* the multi's connection bounds now */
 static long submit_conn_total = 0;
 static List *submit_submissions = NIL;	/* SubmitReport *, in submit_cxt */
@@ -373,7 +383,8 @@ submit_limit_of(const char *target)
 	l = palloc0(sizeof(SubmitLimit));
 	l->target = pstrdup(target);
 	l->limit = Min(SUBMIT_LIMIT_START, gridha_worker_inflight);
-	l->min_ms = l->prev_min_ms = -1;
+	l->min_ms = l->prev_min_ms = l->streak_min_ms = -1;
+	l->avg_ms = -1;
 	l->window_at = l->tokens_at = l->used_at = now;
 	l->conn_share = 1.0;
 	l->tokens = Max(1.0, gridha_worker_connect_rate / 20.0);
@@ -437,16 +448,47 @@ submit_limit_feedback(SubmitLimit *l, const GridhaHttpDone *d, TimestampTz start
 	if (d->load == GRIDHA_LOAD_ANSWERED && !d->is_status)
 	{
 		long		fastest = l->min_ms;
+		/* the answer may have waited while the worker was in a step */
+		long		elapsed = Max(0, d->elapsed_ms - submit_away_ms);
+		double		threshold;
 
 		if (l->prev_min_ms >= 0 && (fastest < 0 || l->prev_min_ms < fastest))
 			fastest = l->prev_min_ms;
-		if (l->min_ms < 0 || d->elapsed_ms < l->min_ms)
-			l->min_ms = d->elapsed_ms;
-		if (fastest >= 0 &&
-			d->elapsed_ms > fastest * SUBMIT_LATENCY_FACTOR + SUBMIT_LATENCY_SLACK_MS)
+		if (l->min_ms < 0 || elapsed < l->min_ms)
+			l->min_ms = elapsed;
+		/* one slow answer among fast ones is noise; an accept queue's 1 s is not */
+		l->avg_ms = l->avg_ms < 0 ? elapsed : 0.8 * l->avg_ms + 0.2 * elapsed;
+		threshold = fastest * SUBMIT_LATENCY_FACTOR + SUBMIT_LATENCY_SLACK_MS;
+		if (fastest >= 0 && elapsed > threshold)
+		{
+			if (l->streak_min_ms < 0 || elapsed < l->streak_min_ms)
+				l->streak_min_ms = elapsed;
+			l->slow_streak++;
+		}
+		else
+		{
+			l->slow_streak = 0;
+			l->streak_min_ms = -1;
+		}
+		if (l->slow_streak >= Max(4, (int) l->limit))
+		{
+			/*
+			 * A limit's worth of answers in a row, all slow, even after the
+			 * halving: the ledger itself answers slower now, it is not this
+			 * worker's load. The fastest of them is the new fastest, and
+			 * the limit grows again from where it is.
+			 */
+			l->min_ms = l->prev_min_ms = l->streak_min_ms;
+			l->avg_ms = l->streak_min_ms;
+			l->window_at = now;
+			l->slow_streak = 0;
+			l->streak_min_ms = -1;
+			in_time = true;
+		}
+		else if (fastest >= 0 && l->avg_ms > threshold)
 			overload = true;
 		else
-			in_time = true;
+			in_time = l->slow_streak == 0;
 	}
 	else if (d->load != GRIDHA_LOAD_ANSWERED && d->load != GRIDHA_LOAD_OTHER)
 		overload = true;
@@ -459,6 +501,9 @@ submit_limit_feedback(SubmitLimit *l, const GridhaHttpDone *d, TimestampTz start
 		{
 			l->limit = Max(1.0, floor(l->limit / 2));
 			l->decreased_at = now;
+			/* the answers to come are judged afresh */
+			if (l->avg_ms >= 0 && l->min_ms >= 0)
+				l->avg_ms = l->min_ms;
 		}
 	}
 	else if (in_time && (l->in_flight + 1) * 2 >= (int) l->limit &&
@@ -1086,6 +1131,8 @@ gridha_submit_poll(long wait_ms)
 	int			i;
 	int			finished = 0;
 
+	submit_away_ms = submit_last_poll == 0 ? 0 :
+		(long) ((GetCurrentTimestamp() - submit_last_poll) / 1000);
 	submit_start_waiting();
 	if (submit_multi == NULL || gridha_http_multi_pending(submit_multi) == 0)
 	{
@@ -1111,6 +1158,7 @@ gridha_submit_poll(long wait_ms)
 	}
 	submit_start_waiting();
 	submit_publish();
+	submit_last_poll = GetCurrentTimestamp();
 	return finished;
 }
 
