@@ -712,9 +712,40 @@ gets_are(const char *base, const char *want)
 #define MAXIDS 8
 
 /*
+ * multi_statuses: as gridha_http_statuses, through a status run of a
+ * multi (gridha_http_multi_statuses), waited for; -1 with the run's first
+ * failure in err when it failed, -2 when nothing came back.
+ */
+static int
+multi_statuses(const char *tmpl, GridhaStatusEntry *e, int n, size_t max_url_len,
+			   char *err, size_t errlen)
+{
+	GridhaHttpMulti *m = gridha_http_multi_create();
+	GridhaHttpDone d[2];
+	long long	end = now_ms() + 20000;
+	int			got = 0;
+	int			tag = 0;
+
+	if (m == NULL || gridha_http_multi_statuses(m, &tag, tmpl, NULL, e, n, max_url_len, 5000) != 0)
+	{
+		gridha_http_multi_destroy(m);
+		return -2;
+	}
+	while (got == 0 && now_ms() < end)
+		got = gridha_http_multi_perform(m, 200, d, 2);
+	gridha_http_multi_destroy(m);
+	if (got != 1 || d[0].tag != &tag || !d[0].is_status)
+		return -2;
+	snprintf(err, errlen, "%s", d[0].detail);
+	return d[0].failed ? -1 : 0;
+}
+
+/*
  * statuses_case: gridha_http_statuses over entries with these ids, every
  * status the sentinel before; the return code, the error's start, each
  * entry's status afterwards and the GETs the fixture saw must be as given.
+ * The same again through a status run of a multi, which must send the
+ * same GETs, in the same order, and end the same.
  */
 static void
 statuses_case(GridhaHttp *h, const char *base, const char *tmpl, const char *const *ids,
@@ -724,24 +755,33 @@ statuses_case(GridhaHttp *h, const char *base, const char *tmpl, const char *con
 	GridhaStatusEntry e[MAXIDS];
 	char		err[256] = "";
 	int			rc;
-	int			same = 1;
+	int			same;
 	int			i;
+	int			multi;
 
-	for (i = 0; i < n; i++)
+	for (multi = 0; multi < 2; multi++)
 	{
-		e[i].batch_id = ids[i];
-		strcpy(e[i].status, SENTINEL);
-	}
-	free(fetch(base, "/gets?reset=1"));
-	rc = gridha_http_statuses(h, tmpl, NULL, e, n, max_url_len, 5000, err, sizeof(err));
-	for (i = 0; i < n; i++)
-		same &= strcmp(e[i].status, want_status[i]) == 0;
-	if (!ok(rc == want_rc && strncmp(err, want_err, strlen(want_err)) == 0 && same &&
-			gets_are(base, want_gets), "statuses: %s", what))
-	{
-		diag("rc %d (%s)", rc, err);
 		for (i = 0; i < n; i++)
-			diag("  %s: %s (want %s)", ids[i], e[i].status, want_status[i]);
+		{
+			e[i].batch_id = ids[i];
+			strcpy(e[i].status, SENTINEL);
+		}
+		err[0] = '\0';
+		free(fetch(base, "/gets?reset=1"));
+		if (multi)
+			rc = multi_statuses(tmpl, e, n, max_url_len, err, sizeof(err));
+		else
+			rc = gridha_http_statuses(h, tmpl, NULL, e, n, max_url_len, 5000, err, sizeof(err));
+		same = 1;
+		for (i = 0; i < n; i++)
+			same &= strcmp(e[i].status, want_status[i]) == 0;
+		if (!ok(rc == want_rc && strncmp(err, want_err, strlen(want_err)) == 0 && same &&
+				gets_are(base, want_gets), "statuses%s: %s", multi ? " (multi)" : "", what))
+		{
+			diag("rc %d (%s)", rc, err);
+			for (i = 0; i < n; i++)
+				diag("  %s: %s (want %s)", ids[i], e[i].status, want_status[i]);
+		}
 	}
 }
 
@@ -993,6 +1033,37 @@ test_multi(const char *base)
 	one = multi_one(m, tmpl, &t, "p", 1);
 	ok(one.outcome == GRIDHA_SUBMIT_DELAYED && strcmp(one.detail, "http 503") == 0,
 	   "multi: 503 with target headers: delayed \"http 503\", no secret");
+
+	/* what each end says of the ledger's load */
+	good = one.load == GRIDHA_LOAD_BUSY && one.elapsed_ms >= 0;
+	snprintf(tmpl, sizeof(tmpl), "%s/submit/202/{batch_id}", base);
+	one = multi_one(m, tmpl, NULL, "p", 1);
+	good &= one.load == GRIDHA_LOAD_ANSWERED;
+	snprintf(tmpl, sizeof(tmpl), "%s/stall/3/{batch_id}", base);
+	gridha_http_multi_submit(m, &tags[0], tmpl, NULL, "svc", "lt", 1, 1, "p", 1, 300);
+	good &= multi_drain(m, d, 1, 10000) == 1 && d[0].load == GRIDHA_LOAD_TIMEOUT &&
+		d[0].elapsed_ms >= 250;
+	/* a port nobody listens on (the fixture's, plus nothing: port 1) */
+	gridha_http_multi_submit(m, &tags[0], "http://127.0.0.1:1/x/{batch_id}", NULL, "svc", "lr",
+							 1, 1, "p", 1, 2000);
+	good &= multi_drain(m, d, 1, 10000) == 1 && d[0].load == GRIDHA_LOAD_REFUSED &&
+		d[0].http_code == 0 && !d[0].is_status;
+	if (!ok(good, "multi: load signals: 503 busy, 202 answered, a timeout, a refused connection"))
+		diag("last: %s, %ld ms, \"%s\"", gridha_http_load_name(d[0].load), d[0].elapsed_ms,
+			 d[0].detail);
+	{
+		GridhaStatusEntry se[1] = {{"x1", SENTINEL}};
+
+		gridha_http_multi_statuses(m, &tags[3], "http://127.0.0.1:1/s?ids={batch_ids}", NULL,
+								   se, 1, 0, 2000);
+		n = multi_drain(m, d, 1, 10000);
+		if (!ok(n == 1 && d[0].is_status && d[0].failed && d[0].tag == &tags[3] &&
+				d[0].load == GRIDHA_LOAD_REFUSED && d[0].http_code == 0 &&
+				strncmp(d[0].detail, "connect: ", 9) == 0 && strcmp(se[0].status, SENTINEL) == 0,
+				"multi: a status run to a port nobody listens on fails, refused, its entry untouched"))
+			diag("n %d, failed %d, %s, \"%s\"", n, d[0].failed, gridha_http_load_name(d[0].load),
+				 d[0].detail);
+	}
 
 	/* one connection for POSTs one after the other */
 	m2 = gridha_http_multi_create();

@@ -1252,6 +1252,36 @@ COMMENT ON SEQUENCE gridha.session_keys IS
 REVOKE ALL ON SEQUENCE gridha.session_keys FROM PUBLIC;
 
 /*
+ * worker_limit_slots: each running worker's concurrency limit per target
+ * (docs/workers.md), from its shared-memory slot.
+ */
+CREATE FUNCTION gridha.worker_limit_slots(
+    OUT instance_id uuid,
+    OUT target text,
+    OUT in_flight integer,
+    OUT inflight_limit integer,
+    OUT failures bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'gridha_worker_limits'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.worker_limit_slots() IS
+'each running worker''s requests in flight and concurrency limit per target it talked to lately, with the overload signals it saw (empty without preload)';
+
+CREATE VIEW gridha.worker_limits AS
+SELECT l.instance_id, l.target, l.in_flight, l.inflight_limit, l.failures
+FROM gridha.worker_limit_slots() l;
+
+COMMENT ON VIEW gridha.worker_limits IS
+'one row per running worker and target: requests in flight, the worker''s current concurrency limit (at most gridha.worker_inflight) and the overload signals since it started';
+
+REVOKE ALL ON FUNCTION gridha.worker_limit_slots() FROM PUBLIC;
+REVOKE ALL ON gridha.worker_limits FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION gridha.worker_limit_slots() TO gridha_submitter, gridha_admin;
+GRANT SELECT ON gridha.worker_limits TO gridha_submitter, gridha_admin;
+
+/*
  * worker_register: a background worker's instance row, with the worker's
  * role as its owner. Only a gridha background worker process may call it
  * (the function checks the process, not the role), so no SQL client can

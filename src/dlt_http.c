@@ -52,9 +52,15 @@
 #define HTTP_PRINTF(f, a)
 #endif
 
+struct HttpMultiRun;
+
 typedef struct HttpXfer
 {
 	CURL	   *curl;
+	long long	started_ms;		/* multi: when it was added */
+	struct HttpMultiRun *run;	/* multi: the status run it serves, or NULL */
+	int			piece_from;		/* ... and the piece of it being asked */
+	int			piece_count;
 	struct curl_slist *headers; /* freed when the transfer finishes */
 	char		errbuf[CURL_ERROR_SIZE];
 	long		timeout_ms;
@@ -102,6 +108,26 @@ typedef struct HttpStatusRun
 	char	   *err;
 	size_t		errlen;
 } HttpStatusRun;
+
+/*
+ * A status run of a multi (gridha_http_multi_statuses): its ids and what
+ * is left to ask, as pieces (from, count) on a stack whose top is asked
+ * next.
+ */
+typedef struct HttpMultiRun
+{
+	char	   *tmpl;
+	char	  **headers;		/* the target's, copied */
+	GridhaHttpTarget target;
+	GridhaStatusEntry *entries;
+	char	   *ids;			/* every id URL-encoded, joined by commas */
+	size_t	   *ends;			/* where each id ends in ids */
+	int		   *pieces;			/* (from, count) pairs */
+	int			n_pieces;
+	int			cap_pieces;
+	long		timeout_ms;
+	GridhaHttpDone done;		/* what is handed back at its end */
+} HttpMultiRun;
 
 static int	http_curl_ready = 0;
 
@@ -249,6 +275,30 @@ gridha_http_outcome_name(GridhaSubmitOutcome outcome)
 			return "rejected";
 	}
 	return "delayed";
+}
+
+/*
+ * gridha_http_load_name: a word for a load signal, for messages.
+ */
+const char *
+gridha_http_load_name(GridhaHttpLoad load)
+{
+	switch (load)
+	{
+		case GRIDHA_LOAD_ANSWERED:
+			return "answered";
+		case GRIDHA_LOAD_BUSY:
+			return "busy";
+		case GRIDHA_LOAD_TIMEOUT:
+			return "timeout";
+		case GRIDHA_LOAD_REFUSED:
+			return "refused";
+		case GRIDHA_LOAD_DROPPED:
+			return "dropped";
+		case GRIDHA_LOAD_OTHER:
+			return "other";
+	}
+	return "other";
 }
 
 /*
@@ -1016,6 +1066,64 @@ gridha_http_submit(GridhaHttp *h, const char *url_template,
  * ----------------------------------------------------------------------
  */
 
+/* http_now_ms: a monotonic clock in milliseconds. */
+static long long
+http_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * http_load_of: what a finished request says about the ledger's load.
+ */
+static GridhaHttpLoad
+http_load_of(CURLcode rc, long code)
+{
+	if (rc == CURLE_OK)
+		return (code == 429 || code == 503) ? GRIDHA_LOAD_BUSY : GRIDHA_LOAD_ANSWERED;
+	switch (rc)
+	{
+		case CURLE_OPERATION_TIMEDOUT:
+			return GRIDHA_LOAD_TIMEOUT;
+		case CURLE_COULDNT_CONNECT:
+			return GRIDHA_LOAD_REFUSED;
+		case CURLE_GOT_NOTHING:
+		case CURLE_RECV_ERROR:
+		case CURLE_SEND_ERROR:
+		case CURLE_PARTIAL_FILE:
+			return GRIDHA_LOAD_DROPPED;
+		default:
+			return GRIDHA_LOAD_OTHER;
+	}
+}
+
+/*
+ * http_note_finish: the load signal, the time and the new connections of
+ * a finished transfer, into its done (a status run keeps the worst signal
+ * and the slowest GET of its pieces).
+ */
+static void
+http_note_finish(HttpXfer *x, GridhaHttpDone *d, CURLcode rc, long code)
+{
+	GridhaHttpLoad load = http_load_of(rc, code);
+	long		elapsed = (long) (http_now_ms() - x->started_ms);
+	long		connects = 0;
+
+	if (x->curl != NULL)
+		curl_easy_getinfo(x->curl, CURLINFO_NUM_CONNECTS, &connects);
+	d->connects += connects;
+	if (elapsed > d->elapsed_ms)
+		d->elapsed_ms = elapsed;
+	if (d->load == GRIDHA_LOAD_ANSWERED || d->load == GRIDHA_LOAD_OTHER)
+		d->load = (d->load == GRIDHA_LOAD_ANSWERED || load != GRIDHA_LOAD_ANSWERED) ? load : d->load;
+}
+
+static void http_run_free(HttpMultiRun *run);
+static void http_run_piece_done(GridhaHttpMulti *m, HttpXfer *x, CURLcode rc);
+
 /*
  * gridha_http_multi_create: an empty multi; NULL when curl could not be
  * set up or memory ran out.
@@ -1066,7 +1174,11 @@ gridha_http_multi_destroy(GridhaHttpMulti *m)
 	if (m == NULL)
 		return;
 	for (x = m->running; x != NULL; x = x->next)
+	{
 		curl_multi_remove_handle(m->multi, x->curl);
+		http_run_free(x->run);
+		x->run = NULL;
+	}
 	http_free_list(m->running);
 	http_free_list(m->done_head);
 	http_free_list(m->spare);
@@ -1098,6 +1210,28 @@ http_multi_queue_done(GridhaHttpMulti *m, HttpXfer *x)
 }
 
 /*
+ * http_multi_take_xfer: a spare transfer, or a new one (its curl handle
+ * may be NULL when curl could not make one); NULL when out of memory.
+ */
+static HttpXfer *
+http_multi_take_xfer(GridhaHttpMulti *m)
+{
+	HttpXfer   *x = m->spare;
+
+	if (x != NULL)
+	{
+		m->spare = x->next;
+		m->n_spare--;
+		return x;
+	}
+	if ((x = calloc(1, sizeof(HttpXfer))) == NULL)
+		return NULL;
+	x->curl = curl_easy_init();
+	x->n_reject_codes = -1;
+	return x;
+}
+
+/*
  * gridha_http_multi_submit: start one POST; one that cannot start is
  * finished at once, DELAYED. -1 only when not even that could be recorded
  * (out of memory).
@@ -1111,27 +1245,18 @@ gridha_http_multi_submit(GridhaHttpMulti *m, void *tag,
 						 const void *payload, size_t payload_len,
 						 long timeout_ms)
 {
-	HttpXfer   *x = m->spare;
+	HttpXfer   *x = http_multi_take_xfer(m);
 	GridhaHttpDone *d;
 
-	if (x != NULL)
-	{
-		m->spare = x->next;
-		m->n_spare--;
-	}
-	else if ((x = calloc(1, sizeof(HttpXfer))) == NULL)
+	if (x == NULL)
 		return -1;
-	else
-	{
-		x->curl = curl_easy_init();
-		x->n_reject_codes = -1;
-	}
-
 	d = &x->done;
+	memset(d, 0, sizeof(*d));
 	d->tag = tag;
 	d->outcome = GRIDHA_SUBMIT_DELAYED;
-	d->http_code = 0;
-	d->detail[0] = '\0';
+	d->load = GRIDHA_LOAD_ANSWERED;
+	x->run = NULL;
+	x->started_ms = http_now_ms();
 	m->pending++;
 
 	if (x->curl == NULL)
@@ -1196,24 +1321,20 @@ http_multi_collect(GridhaHttpMulti *m)
 			;
 		*link = x->next;
 
+		if (x->run != NULL)
+		{
+			http_run_piece_done(m, x, rc);
+			continue;
+		}
 		memset(&target, 0, sizeof(target));
 		target.reject_codes = x->n_reject_codes >= 0 ? x->reject_codes : NULL;
 		target.n_reject_codes = x->n_reject_codes;
 		x->done.http_code = http_result(x, rc, x->done.detail, sizeof(x->done.detail));
 		x->done.outcome = gridha_http_outcome_of(x->done.http_code, &target);
+		http_note_finish(x, &x->done, rc, x->done.http_code);
 		http_finish(x);
 		http_multi_queue_done(m, x);
 	}
-}
-
-/* http_now_ms: a monotonic clock in milliseconds. */
-static long long
-http_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /*
@@ -1273,6 +1394,265 @@ int
 gridha_http_multi_pending(const GridhaHttpMulti *m)
 {
 	return m->pending;
+}
+
+/*
+ * gridha_http_multi_set_connections: libcurl's bounds on the multi's
+ * connections; 0 leaves one as it is.
+ */
+void
+gridha_http_multi_set_connections(GridhaHttpMulti *m, long max_host, long max_total)
+{
+	if (max_host > 0)
+		curl_multi_setopt(m->multi, CURLMOPT_MAX_HOST_CONNECTIONS, max_host);
+	if (max_total > 0)
+	{
+		curl_multi_setopt(m->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, max_total);
+		curl_multi_setopt(m->multi, CURLMOPT_MAXCONNECTS, max_total);
+	}
+}
+
+/* http_run_free: a status run and everything it owns. */
+static void
+http_run_free(HttpMultiRun *run)
+{
+	int			i;
+
+	if (run == NULL)
+		return;
+	for (i = 0; run->headers != NULL && i < run->target.n_headers; i++)
+		free(run->headers[i]);
+	free(run->headers);
+	free(run->tmpl);
+	free(run->ids);
+	free(run->ends);
+	free(run->pieces);
+	free(run);
+}
+
+/* http_run_push: one more piece to ask, asked next; -1 when out of memory. */
+static int
+http_run_push(HttpMultiRun *run, int from, int count)
+{
+	if (run->n_pieces + 2 > run->cap_pieces)
+	{
+		int			cap = run->cap_pieces ? 2 * run->cap_pieces : 16;
+		int		   *grown = realloc(run->pieces, sizeof(int) * (size_t) cap);
+
+		if (grown == NULL)
+			return -1;
+		run->pieces = grown;
+		run->cap_pieces = cap;
+	}
+	run->pieces[run->n_pieces++] = from;
+	run->pieces[run->n_pieces++] = count;
+	return 0;
+}
+
+/* http_run_fail: a GET of the run failed; the first failure is kept. */
+static void
+http_run_fail(HttpMultiRun *run, const char *why)
+{
+	if (!run->done.failed)
+		http_set_err(run->done.detail, sizeof(run->done.detail), "%s", why);
+	run->done.failed = 1;
+}
+
+/*
+ * http_run_next: starts the next piece of x's run on x; when none is left
+ * the run is over: its result waits to be handed back, and x with it.
+ */
+static void
+http_run_next(GridhaHttpMulti *m, HttpXfer *x)
+{
+	HttpMultiRun *run = x->run;
+	char		why[512];
+
+	while (run->n_pieces > 0)
+	{
+		int			count = run->pieces[--run->n_pieces];
+		int			from = run->pieces[--run->n_pieces];
+		char	   *ids = run->ids + (from > 0 ? run->ends[from - 1] + 1 : 0);
+		char	   *end = run->ids + run->ends[from + count - 1];
+		char		saved = *end;
+		char	   *url;
+
+		/* these ids are a piece of the joined ones: end it there for a moment */
+		*end = '\0';
+		url = http_build(run->tmpl, GRIDHA_URL_STATUS, NULL, NULL, ids, why, sizeof(why));
+		*end = saved;
+		if (url != NULL && x->curl == NULL)
+			http_set_err(why, sizeof(why), "curl: could not create a handle");
+		if (url == NULL || x->curl == NULL ||
+			http_setup(x, m->proxy, url, &run->target, run->timeout_ms, 1, NULL,
+					   why, sizeof(why)) != 0)
+		{
+			free(url);
+			http_run_fail(run, why);
+			continue;
+		}
+		free(url);
+		x->piece_from = from;
+		x->piece_count = count;
+		x->started_ms = http_now_ms();
+		if (curl_easy_setopt(x->curl, CURLOPT_HTTPGET, 1L) != CURLE_OK ||
+			curl_multi_add_handle(m->multi, x->curl) != CURLM_OK)
+		{
+			http_finish(x);
+			http_run_fail(run, "curl: could not start the transfer");
+			continue;
+		}
+		x->next = m->running;
+		m->running = x;
+		return;
+	}
+	x->done = run->done;
+	x->run = NULL;
+	http_run_free(run);
+	http_multi_queue_done(m, x);
+}
+
+/*
+ * http_run_piece_done: a GET of a status run finished: as http_status_get,
+ * its entries take the answer, or its halves are asked for on 414 or 431,
+ * or the run records the failure; then the run goes on.
+ */
+static void
+http_run_piece_done(GridhaHttpMulti *m, HttpXfer *x, CURLcode rc)
+{
+	HttpMultiRun *run = x->run;
+	int			from = x->piece_from;
+	int			count = x->piece_count;
+	char		why[512];
+	long		code = http_result(x, rc, why, sizeof(why));
+
+	http_note_finish(x, &run->done, rc, code);
+	run->done.http_code = code;
+	if (rc == CURLE_OK && (code == 414 || code == 431) && count > 1)
+	{
+		if (http_run_push(run, from + count / 2, count - count / 2) != 0 ||
+			http_run_push(run, from, count / 2) != 0)
+			http_run_fail(run, "out of memory");
+	}
+	else if (rc != CURLE_OK || code < 200 || code > 299 ||
+			 gridha_http_parse_statuses(x->body ? x->body : "", x->body_len,
+										run->entries + from, count,
+										why, sizeof(why)) != 0)
+		http_run_fail(run, why);
+	http_finish(x);
+	http_run_next(m, x);
+}
+
+/*
+ * gridha_http_multi_statuses: start a status run (see dlt_http.h). A run
+ * that cannot start (a bad template, a bad header) finishes at once,
+ * failed, and is handed back by the next perform.
+ */
+int
+gridha_http_multi_statuses(GridhaHttpMulti *m, void *tag, const char *url_template,
+						   const GridhaHttpTarget *target,
+						   GridhaStatusEntry *entries, int n,
+						   size_t max_url_len, long timeout_ms)
+{
+	HttpMultiRun *run = calloc(1, sizeof(HttpMultiRun));
+	HttpXfer   *x;
+	const char **ids = NULL;
+	char		why[256];
+	size_t		uses = 0;
+	size_t		base;
+	const char *p;
+	int			from;
+	int			to;
+	int			i;
+
+	if (run == NULL)
+		return -1;
+	if ((x = http_multi_take_xfer(m)) == NULL)
+	{
+		free(run);
+		return -1;
+	}
+	run->done.tag = tag;
+	run->done.is_status = 1;
+	run->done.outcome = GRIDHA_SUBMIT_DELAYED;
+	run->done.load = GRIDHA_LOAD_ANSWERED;
+	run->entries = entries;
+	run->timeout_ms = timeout_ms;
+	x->run = run;
+	m->pending++;
+
+	if (n <= 0)
+	{
+		http_run_next(m, x);
+		return 0;
+	}
+	if (gridha_http_check_url(url_template, GRIDHA_URL_STATUS, why, sizeof(why)) != 0)
+	{
+		http_run_fail(run, why);
+		http_run_next(m, x);
+		return 0;
+	}
+	run->tmpl = strdup(url_template);
+	run->ends = malloc(sizeof(size_t) * (size_t) n);
+	ids = malloc(sizeof(char *) * (size_t) n);
+	if (target != NULL && target->n_headers > 0)
+		run->headers = calloc((size_t) target->n_headers, sizeof(char *));
+	if (target != NULL)
+		run->target.n_headers = target->n_headers;
+	for (i = 0; run->headers != NULL && i < run->target.n_headers; i++)
+		if ((run->headers[i] = strdup(target->headers[i])) == NULL)
+			break;
+	if (run->tmpl == NULL || run->ends == NULL || ids == NULL ||
+		(run->target.n_headers > 0 && (run->headers == NULL || i < run->target.n_headers)))
+	{
+		free(ids);
+		http_run_fail(run, "out of memory");
+		http_run_next(m, x);
+		return 0;
+	}
+	run->target.headers = (const char *const *) run->headers;
+	for (from = 0; from < n; from++)
+		ids[from] = entries[from].batch_id;
+	run->ids = http_escape_join(ids, n, run->ends, why, sizeof(why));
+	free(ids);
+	if (run->ids == NULL)
+	{
+		http_run_fail(run, why);
+		http_run_next(m, x);
+		return 0;
+	}
+
+	/* the pieces, as gridha_http_statuses cuts them, then put last-first */
+	for (p = strstr(url_template, "{batch_ids}"); p; p = strstr(p + 1, "{batch_ids}"))
+		uses++;
+	base = strlen(url_template) - uses * strlen("{batch_ids}");
+	for (from = 0; from < n; from = to)
+	{
+		size_t		start = from > 0 ? run->ends[from - 1] + 1 : 0;
+
+		to = max_url_len > 0 ? from + 1 : n;
+		while (to < n && base + uses * (run->ends[to] - start) <= max_url_len)
+			to++;
+		if (http_run_push(run, from, to - from) != 0)
+		{
+			run->n_pieces = 0;
+			http_run_fail(run, "out of memory");
+			break;
+		}
+	}
+	for (i = 0; i < run->n_pieces / 4; i++)
+	{
+		int			j = run->n_pieces / 2 - 1 - i;
+		int			f = run->pieces[2 * i];
+		int			c = run->pieces[2 * i + 1];
+
+		run->pieces[2 * i] = run->pieces[2 * j];
+		run->pieces[2 * i + 1] = run->pieces[2 * j + 1];
+		run->pieces[2 * j] = f;
+		run->pieces[2 * j + 1] = c;
+	}
+	http_run_next(m, x);
+	return 0;
 }
 
 /* ----------------------------------------------------------------------

@@ -146,12 +146,41 @@ extern GridhaSubmitOutcome gridha_http_submit(GridhaHttp *h, const char *url_tem
  */
 typedef struct GridhaHttpMulti GridhaHttpMulti;
 
+/*
+ * What a finished request says about the ledger's load, for a caller that
+ * adapts how many requests it keeps in flight: ANSWERED (any answer but
+ * 429 and 503), BUSY (429 or 503), TIMEOUT, REFUSED (the connection
+ * attempt failed), DROPPED (the connection broke or closed without an
+ * answer) and OTHER (a failure that says nothing of the load: a bad URL,
+ * a name that does not resolve, out of memory).
+ */
+typedef enum GridhaHttpLoad
+{
+	GRIDHA_LOAD_ANSWERED,
+	GRIDHA_LOAD_BUSY,
+	GRIDHA_LOAD_TIMEOUT,
+	GRIDHA_LOAD_REFUSED,
+	GRIDHA_LOAD_DROPPED,
+	GRIDHA_LOAD_OTHER
+} GridhaHttpLoad;
+
+/* "answered", "busy", "timeout", "refused", "dropped" or "other" */
+extern const char *gridha_http_load_name(GridhaHttpLoad load);
+
 typedef struct GridhaHttpDone
 {
-	void	   *tag;			/* as given to gridha_http_multi_submit */
-	GridhaSubmitOutcome outcome;
+	void	   *tag;			/* as given to gridha_http_multi_submit or
+								 * gridha_http_multi_statuses */
+	GridhaSubmitOutcome outcome;	/* POST only */
 	long		http_code;		/* 0: no answer */
-	char		detail[256];
+	char		detail[256];	/* POST: as gridha_http_submit's; status
+								 * run: its first failure, "" when none */
+	int			is_status;		/* a status run, not a POST */
+	int			failed;			/* status run: some GET of it failed */
+	GridhaHttpLoad load;		/* status run: the worst of its GETs */
+	long		elapsed_ms;		/* start to finish (a status run: its
+								 * slowest GET) */
+	long		connects;		/* new connections it opened */
 } GridhaHttpDone;
 
 /* NULL on failure (out of memory, curl not initialised). */
@@ -188,14 +217,40 @@ extern int	gridha_http_multi_submit(GridhaHttpMulti *m, void *tag,
 extern int	gridha_http_multi_perform(GridhaHttpMulti *m, long wait_ms,
 									  GridhaHttpDone *done, int max_done);
 
-/* POSTs started and not handed back yet. */
+/* POSTs and status runs started and not handed back yet. */
 extern int	gridha_http_multi_pending(const GridhaHttpMulti *m);
 
-typedef struct GridhaStatusEntry
+/*
+ * How many connections the multi may keep open: at most max_host to one
+ * host, max_total in all (libcurl queues the transfers beyond them), and
+ * as many idle ones in its cache for reuse. 0 leaves a bound as it is.
+ */
+extern void gridha_http_multi_set_connections(GridhaHttpMulti *m, long max_host,
+											  long max_total);
+
+typedef struct GridhaStatusEntry GridhaStatusEntry;
+
+/*
+ * A status run in the multi: what gridha_http_statuses does (the same
+ * GETs, the same splitting by max_url_len and on 414 or 431, the same
+ * rules for entries), but without blocking: the GETs of one run go one
+ * after the other on one transfer, moved on by gridha_http_multi_perform,
+ * which hands the run back (is_status set, tag, failed and the first
+ * failure in detail) once its last GET finished. entries must stay where
+ * they are until then; the template and the target are copied. Returns 0,
+ * or -1 when out of memory (nothing started).
+ */
+extern int	gridha_http_multi_statuses(GridhaHttpMulti *m, void *tag,
+									   const char *url_template,
+									   const GridhaHttpTarget *target,
+									   GridhaStatusEntry *entries, int n,
+									   size_t max_url_len, long timeout_ms);
+
+struct GridhaStatusEntry
 {
 	const char *batch_id;
 	char		status[16];
-} GridhaStatusEntry;
+};
 
 /*
  * GET the status template with {batch_ids} = the ids, each URL-encoded,

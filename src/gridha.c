@@ -15,6 +15,7 @@
 #include "gridha.h"
 #include "leader.h"
 #include "slots.h"
+#include "submit.h"
 #include "worker.h"
 
 #include "access/htup_details.h"
@@ -39,6 +40,7 @@ int			gridha_naptime_ms = 1000;
 int			gridha_submit_timeout_ms = 15000;
 int			gridha_monitor_interval_ms = 500;
 int			gridha_worker_inflight = 64;
+int			gridha_worker_connect_rate = 200;
 int			gridha_worker_lock_timeout_ms = 5000;
 int			gridha_worker_statement_timeout_ms = 60000;
 int			gridha_status_url_max_length = 2048;
@@ -146,6 +148,14 @@ gridha_define_worker_gucs(void)
 							"Still one batch per service: a worker needs as many ready services as this to fill it. Lower it for a ledger that cannot take that many requests at once.",
 							&gridha_worker_inflight,
 							64, 1, 1024,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.worker_connect_rate",
+							"How many new connections a worker opens to one target per second, at most (0: no cap).",
+							"Bursts of a twentieth of a second's worth are allowed. Requests that reuse a kept-alive connection do not count.",
+							&gridha_worker_connect_rate,
+							200, 0, 100000,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 

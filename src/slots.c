@@ -10,6 +10,9 @@
  *             flight; gridha.workers reads the slots
  *   wake-up   a commit that enqueued batches sets every worker's latch, so
  *             idle workers do not wait for gridha.naptime
+ *   limit     a worker's adaptive concurrency limit for one target (see
+ *             submit.c); a slot shows up to GRIDHA_SLOT_LIMITS of them,
+ *             read by gridha.worker_limits()
  *
  * There is one slot per possible background worker (max_worker_processes),
  * and they exist only when gridha is preloaded.
@@ -48,6 +51,8 @@ typedef struct GridhaWorkerSlot
 	char		service_id[SLOTS_ID_LEN];
 	char		batch_id[SLOTS_ID_LEN];
 	int			in_flight;		/* POSTs started, not reported yet */
+	int			n_limits;
+	GridhaSlotLimit limits[GRIDHA_SLOT_LIMITS];	/* per target */
 	TimestampTz started_at;
 	TimestampTz state_since;
 	Latch	   *latch;
@@ -276,6 +281,23 @@ gridha_slot_set_in_flight(int n)
 }
 
 /*
+ * gridha_slot_set_limits: this worker's limits per target now (the first
+ * GRIDHA_SLOT_LIMITS of them).
+ */
+void
+gridha_slot_set_limits(const GridhaSlotLimit *limits, int n)
+{
+	if (my_slot == NULL)
+		return;
+	n = Min(n, GRIDHA_SLOT_LIMITS);
+	SpinLockAcquire(&slots_shared->mutex);
+	if (n > 0)
+		memcpy(my_slot->limits, limits, sizeof(GridhaSlotLimit) * n);
+	my_slot->n_limits = n;
+	SpinLockRelease(&slots_shared->mutex);
+}
+
+/*
  * gridha_slot_pid_of: the pid of the running worker that is this
  * instance, 0 when there is none.
  */
@@ -371,6 +393,57 @@ gridha_worker_slots(PG_FUNCTION_ARGS)
 		values[8] = Int32GetDatum(copy.in_flight);
 		Assert(rsinfo->setDesc->natts <= lengthof(values));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(gridha_worker_limits);
+
+/*
+ * gridha_worker_limits: SQL gridha.worker_limits(): one row per running
+ * worker and target it has talked to lately: instance_id, target, the
+ * requests in flight to it, the worker's current concurrency limit for
+ * it (at most gridha.worker_inflight) and the overload signals (429, 503,
+ * timeouts, refused or dropped connections, answers far slower than the
+ * fastest seen) since the worker started. Empty when gridha is not
+ * preloaded.
+ */
+Datum
+gridha_worker_limits(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			i;
+	int			k;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (slots_shared == NULL)
+		return (Datum) 0;
+
+	for (i = 0; i < slots_shared->nslots; i++)
+	{
+		GridhaWorkerSlot copy;
+
+		SpinLockAcquire(&slots_shared->mutex);
+		copy = slots_shared->slots[i];
+		SpinLockRelease(&slots_shared->mutex);
+		if (copy.pid == 0 || !copy.registered)
+			continue;
+		for (k = 0; k < copy.n_limits; k++)
+		{
+			Datum		values[5];
+			bool		nulls[5] = {0};
+			pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
+
+			*id = copy.instance_id;
+			copy.limits[k].target[GRIDHA_SLOT_TARGET_LEN - 1] = '\0';
+			values[0] = UUIDPGetDatum(id);
+			values[1] = CStringGetTextDatum(copy.limits[k].target);
+			values[2] = Int32GetDatum(copy.limits[k].in_flight);
+			values[3] = Int32GetDatum(copy.limits[k].limit);
+			values[4] = Int64GetDatum(copy.limits[k].failures);
+			Assert(rsinfo->setDesc->natts <= lengthof(values));
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
 	}
 	return (Datum) 0;
 }

@@ -38,6 +38,21 @@ extern void gridha_slot_set_instance(const pg_uuid_t *id);
 extern void gridha_slot_set_state(GridhaWorkerState state, const char *service_id,
 								  const char *batch_id);
 extern void gridha_slot_set_in_flight(int n);
+
+/* How many targets' limits a slot shows (the busiest ones) */
+#define GRIDHA_SLOT_LIMITS		8
+#define GRIDHA_SLOT_TARGET_LEN	64
+
+/* A worker's adaptive concurrency limit for one target, as published */
+typedef struct GridhaSlotLimit
+{
+	char		target[GRIDHA_SLOT_TARGET_LEN];
+	int			in_flight;		/* POSTs and status runs out now */
+	int			limit;			/* the current limit */
+	int64		failures;		/* overload signals since the worker started */
+} GridhaSlotLimit;
+
+extern void gridha_slot_set_limits(const GridhaSlotLimit *limits, int n);
 extern bool gridha_slot_is_self(const pg_uuid_t *id);
 
 /* Any session */

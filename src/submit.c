@@ -27,6 +27,31 @@
  *              not a refusal). It is reported delayed, so it is handed out
  *              again; without that, the service would wait for as long as
  *              this worker renews the claim
+ *   limit      how many requests (POSTs and status runs) the worker keeps
+ *              in flight to one target: adaptive, from 1 up to
+ *              gridha.worker_inflight (the ceiling). Additive increase: +1
+ *              after a limit's worth of answers in time while the limit is
+ *              at least half used; multiplicative decrease: halved on a
+ *              429 or 503, a timeout, a refused or dropped connection, or
+ *              answers far slower than the fastest of the last 10 to 20 s
+ *              (their moving average: one slow answer among fast ones is
+ *              noise; each answer's time less the time the worker spent in
+ *              a step before it looked) (once per round trip: what started
+ *              before the last halving does not halve it again). A limit's worth of slow answers
+ *              in a row means the ledger itself got slower: the slow
+ *              becomes the fastest, and the limit stops falling
+ *   waiting    a handed-out batch whose target's limit (or connection rate,
+ *              gridha.worker_connect_rate) has no room yet; in hand, POSTed
+ *              as soon as there is
+ *   status run the GETs that ask one target about this worker's pending
+ *              batches (src/dlt_http.c), in the same libcurl multi as the
+ *              POSTs, never blocking; one per target at a time, counted in
+ *              its limit
+ *
+ * The worker never waits on the network: every request is moved on by
+ * gridha_submit_poll, which waits at most the time it is given (the worker
+ * gives it 20 ms at a time and looks at its latch in between), so SIGTERM,
+ * postmaster death and new work are seen while a ledger hangs.
  *
  * No transaction is ever open during a network call: a hand-out commits
  * before its POSTs start, and their outcomes are reported by later steps,
@@ -40,6 +65,8 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include <math.h>
 
 #include "access/xact.h"
 #include "catalog/pg_proc.h"
@@ -58,6 +85,8 @@
 #include "utils/syscache.h"
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
+#include "mb/pg_wchar.h"
+#include "storage/latch.h"
 
 #include "dlt_http.h"
 #include "gridha.h"
@@ -72,6 +101,18 @@
 #define SUBMIT_MONITOR_BATCHES	1000
 /* How often the worker asks which version of the SQL is installed */
 #define SUBMIT_VERSION_CHECK_MS	1000
+/* A target's first limit, before anything is known of its ledger */
+#define SUBMIT_LIMIT_START		4
+/* The fastest answer of a target is looked for in windows of this long */
+#define SUBMIT_LIMIT_WINDOW_MS	10000
+/* An answer slower than this many times the fastest, plus the slack, halves the limit */
+#define SUBMIT_LATENCY_FACTOR	4
+#define SUBMIT_LATENCY_SLACK_MS 50
+/* A target no request went to for this long is no longer shown */
+#define SUBMIT_LIMIT_SHOWN_MS	60000
+/* How long a stopping worker waits for the answers of its POSTs in flight */
+#define SUBMIT_STOP_DRAIN_MS	300
+
 /*
  * The longest lock wait of a stopping worker (see
  * gridha_submit_bound_lock_wait): below deadlock_timeout's default (1 s),
@@ -183,6 +224,7 @@ typedef struct SubmitBatch
 	GridhaHttpTarget http;		/* its headers and rejecting codes */
 	bool		fire_and_forget;	/* the target has no status source */
 	char	   *problem;		/* the target cannot be used: why */
+	TimestampTz started_at;		/* when its POST started */
 } SubmitBatch;
 
 /* One report waiting to be sent */
@@ -206,6 +248,40 @@ typedef struct SubmitPending
 	char	   *target;
 } SubmitPending;
 
+/* A target's limit, as this worker keeps it (in TopMemoryContext) */
+typedef struct SubmitLimit
+{
+	char	   *target;
+	double		limit;			/* 1 .. gridha.worker_inflight */
+	int			in_flight;		/* POSTs and status runs out now */
+	int			successes;		/* answers in time since the last increase */
+	long		min_ms;			/* fastest POST answer of this window, -1 */
+	long		prev_min_ms;	/* ... of the window before, -1 */
+	double		avg_ms;			/* moving average of POST answers' times, -1 */
+	int			slow_streak;	/* slow answers in a row */
+	long		streak_min_ms;	/* the fastest of them, -1 */
+	TimestampTz window_at;		/* when this window started */
+	TimestampTz decreased_at;	/* the last halving */
+	double		conn_share;		/* of the requests, how many opened a
+								 * connection (moving average) */
+	double		tokens;			/* connection attempts allowed now */
+	TimestampTz tokens_at;
+	bool		status_running; /* a status run is out */
+	int64		failures;		/* overload signals */
+	TimestampTz used_at;		/* the last request's start */
+} SubmitLimit;
+
+/* A status run in flight, with everything it needs at its end */
+typedef struct SubmitStatusRun
+{
+	MemoryContext cxt;			/* everything of the run; deleted with it */
+	char	   *target;
+	SubmitPending *rows;		/* the pending batches asked about */
+	GridhaStatusEntry *entries;
+	int			n;
+	TimestampTz started_at;
+} SubmitStatusRun;
+
 /* A step: what it runs inside its transaction */
 typedef void (*SubmitStepFn) (void *arg);
 
@@ -218,6 +294,15 @@ static char *submit_user_search_path = NULL;	/* for target functions */
 static int	submit_in_flight = 0;
 static List *submit_in_hand = NIL;	/* SubmitBatch * POSTed and not done, in
 									 * submit_batches_cxt */
+static List *submit_waiting = NIL;	/* SubmitBatch * handed out, not POSTed
+									 * yet, in submit_batches_cxt */
+static List *submit_runs = NIL; /* SubmitStatusRun *, in submit_batches_cxt */
+static List *submit_limits = NIL;	/* SubmitLimit *, in TopMemoryContext */
+static TimestampTz submit_last_poll = 0;	/* when the last poll ended */
+static long submit_away_ms = 0; /* how long before this poll nobody looked:
+								 * an answer may have waited that long */
+static long submit_conn_host = 0;	/* the multi's connection bounds now */
+static long submit_conn_total = 0;
 static List *submit_submissions = NIL;	/* SubmitReport *, in submit_cxt */
 static List *submit_statuses = NIL;
 static TimestampTz submit_last_monitor = 0;
@@ -226,12 +311,11 @@ static TimestampTz submit_last_version_check = 0;
 static bool submit_batched_api = false; /* SQL 1.1: report_submissions */
 static bool submit_orphans_due = true;	/* look for orphans next cycle */
 static bool submit_failed = false;	/* a step failed since last asked */
+static bool submit_superuser = true;	/* the worker's role is a superuser, as
+										 * of the last step (looked up only in
+										 * a transaction) */
 static long submit_slot_ms = -1;	/* ms until a rate-limited target of a
 									 * ready head has a slot; -1: none */
-static bool submit_as_superuser = true; /* the worker's role is a superuser:
-										 * asked in each hand-out step (the
-										 * catalog is read inside a
-										 * transaction only) */
 
 /*
  * gridha_submit_init: the worker's HTTP handles and memory.
@@ -267,6 +351,245 @@ static Datum
 submit_instance_datum(void)
 {
 	return UUIDPGetDatum(&submit_instance);
+}
+
+/* ----------------------------------------------------------------------
+ * Limits per target
+ * ----------------------------------------------------------------------
+ */
+
+/*
+ * submit_limit_of: this worker's limit for a target, made at its first
+ * request (SUBMIT_LIMIT_START, under the ceiling).
+ */
+static SubmitLimit *
+submit_limit_of(const char *target)
+{
+	SubmitLimit *l;
+	ListCell   *lc;
+	MemoryContext old;
+	TimestampTz now;
+
+	if (target == NULL)
+		target = "";
+	foreach(lc, submit_limits)
+	{
+		l = lfirst(lc);
+		if (strcmp(l->target, target) == 0)
+			return l;
+	}
+	now = GetCurrentTimestamp();
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	l = palloc0(sizeof(SubmitLimit));
+	l->target = pstrdup(target);
+	l->limit = Min(SUBMIT_LIMIT_START, gridha_worker_inflight);
+	l->min_ms = l->prev_min_ms = l->streak_min_ms = -1;
+	l->avg_ms = -1;
+	l->window_at = l->tokens_at = l->used_at = now;
+	l->conn_share = 1.0;
+	l->tokens = Max(1.0, gridha_worker_connect_rate / 20.0);
+	submit_limits = lappend(submit_limits, l);
+	MemoryContextSwitchTo(old);
+	return l;
+}
+
+/*
+ * submit_limit_may_start: whether one more request may go to l's target
+ * now: a POST needs room under the limit; every request takes its share
+ * of a connection attempt from the target's bucket (gridha.worker_connect_rate
+ * a second, bursts of a twentieth of a second's worth), its share being how
+ * many of the target's requests opened a connection lately: next to none
+ * over kept-alive connections. A status run is never refused (one per
+ * target at a time): it only takes its share.
+ */
+static bool
+submit_limit_may_start(SubmitLimit *l, bool status)
+{
+	double		rate = gridha_worker_connect_rate;
+	TimestampTz now = GetCurrentTimestamp();
+
+	l->limit = Min(l->limit, (double) gridha_worker_inflight);
+	if (!status && l->in_flight >= (int) l->limit)
+		return false;
+	if (rate > 0)
+	{
+		l->tokens = Min(Max(1.0, rate / 20.0),
+						l->tokens + rate * (double) (now - l->tokens_at) / USECS_PER_SEC);
+		l->tokens_at = now;
+		if (!status && l->tokens < l->conn_share)
+			return false;
+		l->tokens -= l->conn_share;
+	}
+	l->used_at = now;
+	return true;
+}
+
+/*
+ * submit_limit_feedback: a request to l's target finished (started at
+ * started_at): the limit follows what its end says of the ledger (see the
+ * words at the top).
+ */
+static void
+submit_limit_feedback(SubmitLimit *l, const GridhaHttpDone *d, TimestampTz started_at)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	bool		overload = false;
+	bool		in_time = false;
+
+	if (l->in_flight > 0)
+		l->in_flight--;
+	l->conn_share = 0.8 * l->conn_share + (d->connects > 0 ? 0.2 : 0.0);
+	if (TimestampDifferenceExceeds(l->window_at, now, SUBMIT_LIMIT_WINDOW_MS))
+	{
+		l->prev_min_ms = l->min_ms;
+		l->min_ms = -1;
+		l->window_at = now;
+	}
+	if (d->load == GRIDHA_LOAD_ANSWERED && !d->is_status)
+	{
+		long		fastest = l->min_ms;
+		/* the answer may have waited while the worker was in a step */
+		long		elapsed = Max(0, d->elapsed_ms - submit_away_ms);
+		double		threshold;
+
+		if (l->prev_min_ms >= 0 && (fastest < 0 || l->prev_min_ms < fastest))
+			fastest = l->prev_min_ms;
+		if (l->min_ms < 0 || elapsed < l->min_ms)
+			l->min_ms = elapsed;
+		/* one slow answer among fast ones is noise; an accept queue's 1 s is not */
+		l->avg_ms = l->avg_ms < 0 ? elapsed : 0.8 * l->avg_ms + 0.2 * elapsed;
+		threshold = fastest * SUBMIT_LATENCY_FACTOR + SUBMIT_LATENCY_SLACK_MS;
+		if (fastest >= 0 && elapsed > threshold)
+		{
+			if (l->streak_min_ms < 0 || elapsed < l->streak_min_ms)
+				l->streak_min_ms = elapsed;
+			l->slow_streak++;
+		}
+		else
+		{
+			l->slow_streak = 0;
+			l->streak_min_ms = -1;
+		}
+		if (l->slow_streak >= Max(4, (int) l->limit))
+		{
+			/*
+			 * A limit's worth of answers in a row, all slow, even after the
+			 * halving: the ledger itself answers slower now, it is not this
+			 * worker's load. The fastest of them is the new fastest, and
+			 * the limit grows again from where it is.
+			 */
+			l->min_ms = l->prev_min_ms = l->streak_min_ms;
+			l->avg_ms = l->streak_min_ms;
+			l->window_at = now;
+			l->slow_streak = 0;
+			l->streak_min_ms = -1;
+			in_time = true;
+		}
+		else if (fastest >= 0 && l->avg_ms > threshold)
+			overload = true;
+		else
+			in_time = l->slow_streak == 0;
+	}
+	else if (d->load != GRIDHA_LOAD_ANSWERED && d->load != GRIDHA_LOAD_OTHER)
+		overload = true;
+
+	if (overload)
+	{
+		l->failures++;
+		l->successes = 0;
+		if (started_at >= l->decreased_at)
+		{
+			l->limit = Max(1.0, floor(l->limit / 2));
+			l->decreased_at = now;
+			/* the answers to come are judged afresh */
+			if (l->avg_ms >= 0 && l->min_ms >= 0)
+				l->avg_ms = l->min_ms;
+		}
+	}
+	else if (in_time && (l->in_flight + 1) * 2 >= (int) l->limit &&
+			 ++l->successes >= (int) l->limit)
+	{
+		l->limit = Min((double) gridha_worker_inflight, l->limit + 1);
+		l->successes = 0;
+	}
+}
+
+/*
+ * submit_publish: shows this worker's POSTs in flight and limits in its
+ * slot (gridha.workers, gridha.worker_limits()), and bounds the multi's
+ * connections by the limits: no more than the limits together, and a
+ * status run each (targets may share a host, so the bound per host is the
+ * same).
+ */
+static void
+submit_publish(void)
+{
+	GridhaSlotLimit shown[GRIDHA_SLOT_LIMITS];
+	TimestampTz now = GetCurrentTimestamp();
+	long		max_host = 0;
+	long		total = 0;
+	int			n = 0;
+	ListCell   *lc;
+
+	foreach(lc, submit_limits)
+	{
+		SubmitLimit *l = lfirst(lc);
+
+		if (l->in_flight == 0 &&
+			TimestampDifferenceExceeds(l->used_at, now, SUBMIT_LIMIT_SHOWN_MS))
+			continue;
+		total += (long) l->limit + 1;
+		max_host = total;
+		if (n < GRIDHA_SLOT_LIMITS)
+		{
+			int			len = pg_mbcliplen(l->target, strlen(l->target),
+										   GRIDHA_SLOT_TARGET_LEN - 1);
+
+			memcpy(shown[n].target, l->target, len);
+			shown[n].target[len] = '\0';
+			shown[n].in_flight = l->in_flight;
+			shown[n].limit = (int) l->limit;
+			shown[n].failures = l->failures;
+			n++;
+		}
+	}
+	gridha_slot_set_limits(shown, n);
+	gridha_slot_set_in_flight(submit_in_flight);
+	if (submit_multi != NULL && max_host > 0 &&
+		(max_host != submit_conn_host || total != submit_conn_total))
+	{
+		gridha_http_multi_set_connections(submit_multi, max_host, total);
+		submit_conn_host = max_host;
+		submit_conn_total = total;
+	}
+}
+
+/*
+ * submit_handout_room: how many more batches the worker may take in hand:
+ * the limits of the targets it talked to lately together (the ceiling
+ * before it talked to any), under the ceiling, less what it has in hand.
+ */
+static int
+submit_handout_room(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	int			budget = 0;
+	bool		any = false;
+	ListCell   *lc;
+
+	foreach(lc, submit_limits)
+	{
+		SubmitLimit *l = lfirst(lc);
+
+		if (l->in_flight == 0 &&
+			TimestampDifferenceExceeds(l->used_at, now, SUBMIT_LIMIT_SHOWN_MS))
+			continue;
+		budget += (int) l->limit;
+		any = true;
+	}
+	if (!any || budget > gridha_worker_inflight)
+		budget = gridha_worker_inflight;
+	return budget - submit_in_flight - list_length(submit_waiting);
 }
 
 /*
@@ -336,6 +659,7 @@ submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
 	{
 		gridha_submit_pin_settings();
 		gridha_submit_bound_lock_wait();
+		submit_superuser = superuser();
 		if (gridha_worker_statement_timeout_ms > 0)
 			enable_timeout_after(STATEMENT_TIMEOUT, gridha_worker_statement_timeout_ms);
 		SPI_connect();
@@ -517,7 +841,6 @@ submit_handout_step(void *arg)
 	MemoryContext old;
 
 	submit_check_version();
-	submit_as_superuser = superuser();
 	submit_slot_ms = -1;
 	args[0] = submit_instance_datum();
 	args[1] = Int32GetDatum(handout->max);
@@ -630,12 +953,14 @@ submit_call_target(const char *sql, int nargs, Oid *types, Datum *args, const ch
  * submit_refuses_functions: the worker calls no target function while it
  * runs as a superuser (gridha.worker_role empty or a superuser): whoever
  * owns a function an administrator points a target at would run code with
- * superuser rights. The reason, when it refuses.
+ * superuser rights. The reason, when it refuses. Asked between steps, so
+ * it answers as of the last step: superuser() may read the catalog, which
+ * needs a transaction.
  */
 static const char *
 submit_refuses_functions(void)
 {
-	if (submit_as_superuser)
+	if (submit_superuser)
 		return "target functions are not called while the worker runs as a superuser: set gridha.worker_role to a role that is not one";
 	return NULL;
 }
@@ -722,14 +1047,17 @@ submit_by_function(SubmitBatch *b)
 }
 
 /*
- * submit_http_done: a POST finished: warn about answers that delay a batch
- * (once a minute per target and code), queue the report.
+ * submit_http_done: a POST finished: its target's limit learns from it;
+ * answers that delay a batch are warned about (once a minute per target
+ * and code), failures without an answer counted and logged quietly
+ * (gridha_target_note); the report is queued.
  */
 static void
 submit_http_done(GridhaHttpDone *done)
 {
 	SubmitBatch *b = (SubmitBatch *) done->tag;
 
+	submit_limit_feedback(submit_limit_of(b->target), done, b->started_at);
 	if (done->outcome == GRIDHA_SUBMIT_DELAYED && done->http_code != 0)
 	{
 		char		reason[64];
@@ -737,43 +1065,116 @@ submit_http_done(GridhaHttpDone *done)
 		snprintf(reason, sizeof(reason), "the ledger answered http %ld", done->http_code);
 		gridha_target_warn(b->target, reason);
 	}
+	else if (done->http_code == 0)
+		(void) gridha_target_note(b->target, "POSTs got no answer", done->detail);
 	submit_in_flight--;
 	submit_in_hand = list_delete_ptr(submit_in_hand, b);
 	submit_batch_done(b, gridha_http_outcome_name(done->outcome), done->detail);
 }
 
+static void submit_status_done(GridhaHttpDone *done);
+
 /*
- * gridha_submit_poll: moves the POSTs in flight on, waiting up to wait_ms
- * for one to finish, and queues the reports of those that did.
+ * submit_start_waiting: POSTs every waiting batch whose target has room
+ * (submit_limit_may_start), in the order they were handed out; the others
+ * keep waiting. Nothing starts once the worker is stopping.
  */
-void
+static void
+submit_start_waiting(void)
+{
+	List	   *still = NIL;
+	ListCell   *lc;
+	MemoryContext old;
+
+	if (submit_waiting == NIL || submit_multi == NULL || gridha_submit_stopping)
+		return;
+	old = MemoryContextSwitchTo(submit_batches_cxt);
+	foreach(lc, submit_waiting)
+	{
+		SubmitBatch *b = lfirst(lc);
+		SubmitLimit *l = submit_limit_of(b->target);
+
+		if (!submit_limit_may_start(l, false))
+		{
+			still = lappend(still, b);
+			continue;
+		}
+		gridha_slot_set_state(GRIDHA_WS_SUBMITTING, b->service_id, b->batch_id);
+		b->started_at = GetCurrentTimestamp();
+		(void) gridha_http_multi_submit(submit_multi, b, b->submit_url, &b->http,
+										b->service_id, b->batch_id, (long long) b->epoch,
+										b->attempt,
+										b->payload ? VARDATA_ANY(b->payload) : "",
+										b->payload ? VARSIZE_ANY_EXHDR(b->payload) : 0,
+										gridha_submit_timeout_ms);
+		l->in_flight++;
+		submit_in_flight++;
+		submit_in_hand = lappend(submit_in_hand, b);
+	}
+	list_free(submit_waiting);
+	submit_waiting = still;
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * gridha_submit_poll: moves the requests in flight on, waiting up to
+ * wait_ms for one to finish (with nothing in flight, for the latch, which
+ * it leaves set for the caller to see), queues the reports of those that
+ * did, and POSTs the waiting batches that now have room. Never blocks
+ * longer than wait_ms. Returns how many requests finished.
+ */
+int
 gridha_submit_poll(long wait_ms)
 {
 	GridhaHttpDone done[16];
 	int			n;
 	int			i;
+	int			finished = 0;
 
-	if (submit_in_flight == 0)
-		return;
-	do
+	submit_away_ms = submit_last_poll == 0 ? 0 :
+		(long) ((GetCurrentTimestamp() - submit_last_poll) / 1000);
+	submit_start_waiting();
+	if (submit_multi == NULL || gridha_http_multi_pending(submit_multi) == 0)
 	{
-		n = gridha_http_multi_perform(submit_multi, wait_ms, done, lengthof(done));
-		for (i = 0; i < n; i++)
-			submit_http_done(&done[i]);
-		wait_ms = 0;
-	} while (n == lengthof(done));
-	gridha_slot_set_in_flight(submit_in_flight);
-}
-
-int
-gridha_submit_in_flight(void)
-{
-	return submit_in_flight;
+		if (wait_ms > 0 && submit_waiting != NIL)
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 wait_ms, PG_WAIT_EXTENSION);
+	}
+	else
+	{
+		do
+		{
+			n = gridha_http_multi_perform(submit_multi, wait_ms, done, lengthof(done));
+			for (i = 0; i < n; i++)
+			{
+				if (done[i].is_status)
+					submit_status_done(&done[i]);
+				else
+					submit_http_done(&done[i]);
+			}
+			finished += n;
+			wait_ms = 0;
+		} while (n == lengthof(done));
+	}
+	submit_start_waiting();
+	submit_publish();
+	submit_last_poll = GetCurrentTimestamp();
+	return finished;
 }
 
 /*
- * submit_start: sends a handed-out batch on its way: a POST (left in
- * flight), a function call (its outcome known at once), or, when its
+ * gridha_submit_in_flight: what the worker has under way on the network:
+ * POSTs in flight, batches waiting for room, status runs.
+ */
+int
+gridha_submit_in_flight(void)
+{
+	return submit_in_flight + list_length(submit_waiting) + list_length(submit_runs);
+}
+
+/*
+ * submit_start: sends a handed-out batch on its way: a POST (waiting for
+ * room, then left in flight), a function call (its outcome known at once), or, when its
  * target cannot be used, a delay with the reason.
  */
 static void
@@ -791,16 +1192,9 @@ submit_start(SubmitBatch *b)
 	}
 	else if (b->submit_url != NULL)
 	{
-		gridha_slot_set_state(GRIDHA_WS_SUBMITTING, b->service_id, b->batch_id);
-		(void) gridha_http_multi_submit(submit_multi, b, b->submit_url, &b->http,
-										b->service_id, b->batch_id, (long long) b->epoch,
-										b->attempt,
-										b->payload ? VARDATA_ANY(b->payload) : "",
-										b->payload ? VARSIZE_ANY_EXHDR(b->payload) : 0,
-										gridha_submit_timeout_ms);
-		submit_in_flight++;
+		/* POSTed by submit_start_waiting, as soon as its target has room */
 		old = MemoryContextSwitchTo(submit_batches_cxt);
-		submit_in_hand = lappend(submit_in_hand, b);
+		submit_waiting = lappend(submit_waiting, b);
 		MemoryContextSwitchTo(old);
 	}
 	else
@@ -1061,6 +1455,13 @@ submit_in_hand_has(const char *service_id, const char *batch_id)
 		if (strcmp(b->service_id, service_id) == 0 && strcmp(b->batch_id, batch_id) == 0)
 			return true;
 	}
+	foreach(lc, submit_waiting)
+	{
+		SubmitBatch *b = lfirst(lc);
+
+		if (strcmp(b->service_id, service_id) == 0 && strcmp(b->batch_id, batch_id) == 0)
+			return true;
+	}
 	foreach(lc, submit_submissions)
 	{
 		SubmitReport *r = lfirst(lc);
@@ -1189,38 +1590,131 @@ submit_status_function_step(void *arg)
 }
 
 /*
- * submit_ask_ledger: the ledger's word on n pending batches of one target,
- * into entries ("" when it said nothing of one). False when it could not
- * be asked: nothing is applied then.
+ * submit_apply_statuses: queues a report for each of the n pending
+ * batches whose status the ledger's word in entries changes.
  */
-static bool
-submit_ask_ledger(const char *target, GridhaStatusEntry *entries, int n)
+static void
+submit_apply_statuses(SubmitPending *const *rows, GridhaStatusEntry *entries, int n)
+{
+	int			k;
+
+	for (k = 0; k < n; k++)
+	{
+		const SubmitPending *p = rows[k];
+
+		if (entries[k].status[0] == '\0' || strcmp(entries[k].status, p->status) == 0)
+			continue;
+		submit_add_report(true, p->service_id, p->batch_id, p->epoch,
+						  entries[k].status, NULL, false);
+	}
+}
+
+/*
+ * submit_status_start: starts a status run for n pending batches of a
+ * target with a status_url, unless one is still out for it (the batches
+ * are asked about again next round). The rows are copied: the run
+ * outlives the cycle.
+ */
+static void
+submit_status_start(const GridhaTarget *t, const char *target, SubmitPending *const *rows, int n)
+{
+	SubmitLimit *l = submit_limit_of(target);
+	GridhaHttpTarget http = {(const char *const *) t->headers, t->n_headers,
+	t->reject_codes, t->n_reject_codes};
+	MemoryContext cxt;
+	MemoryContext old;
+	SubmitStatusRun *run;
+	int			k;
+
+	if (l->status_running || submit_multi == NULL || gridha_submit_stopping)
+		return;
+	cxt = AllocSetContextCreate(submit_batches_cxt, "gridha status run", ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+	run = palloc0(sizeof(SubmitStatusRun));
+	run->cxt = cxt;
+	run->target = pstrdup(target);
+	run->n = n;
+	run->rows = palloc0(sizeof(SubmitPending) * n);
+	run->entries = palloc0(sizeof(GridhaStatusEntry) * n);
+	for (k = 0; k < n; k++)
+	{
+		run->rows[k].service_id = pstrdup(rows[k]->service_id);
+		run->rows[k].batch_id = pstrdup(rows[k]->batch_id);
+		run->rows[k].status = pstrdup(rows[k]->status);
+		run->rows[k].epoch = rows[k]->epoch;
+		run->entries[k].batch_id = run->rows[k].batch_id;
+	}
+	MemoryContextSwitchTo(old);
+
+	(void) submit_limit_may_start(l, true);
+	run->started_at = GetCurrentTimestamp();
+	if (gridha_http_multi_statuses(submit_multi, run, t->status_url, &http, run->entries, n,
+								   (size_t) gridha_status_url_max_length,
+								   gridha_submit_timeout_ms) != 0)
+	{
+		MemoryContextDelete(cxt);
+		return;
+	}
+	l->status_running = true;
+	l->in_flight++;
+	old = MemoryContextSwitchTo(submit_batches_cxt);
+	submit_runs = lappend(submit_runs, run);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * submit_status_done: a status run came back: its target's limit learns
+ * from it, a failure is counted and logged quietly (the batches it did not
+ * answer for are asked about again next round), and the answers that came
+ * are applied either way.
+ */
+static void
+submit_status_done(GridhaHttpDone *done)
+{
+	SubmitStatusRun *run = (SubmitStatusRun *) done->tag;
+	SubmitLimit *l = submit_limit_of(run->target);
+	SubmitPending **rows = palloc(sizeof(SubmitPending *) * Max(run->n, 1));
+	int			k;
+
+	l->status_running = false;
+	submit_limit_feedback(l, done, run->started_at);
+	if (done->failed)
+		(void) gridha_target_note(run->target,
+								  done->http_code == 0 ? "status URL unreachable" : "status poll failed",
+								  done->detail);
+	for (k = 0; k < run->n; k++)
+		rows[k] = &run->rows[k];
+	submit_apply_statuses(rows, run->entries, run->n);
+	pfree(rows);
+	submit_runs = list_delete_ptr(submit_runs, run);
+	MemoryContextDelete(run->cxt);
+}
+
+/*
+ * submit_ask_ledger: asks a target about n pending batches: a status run
+ * for a status_url (its answers are applied when it comes back), or at
+ * once for a status_function or a target without a status source.
+ */
+static void
+submit_ask_ledger(const char *target, SubmitPending *const *rows, int n)
 {
 	const GridhaTarget *t = gridha_target_get(target);
-	char		err[256];
+	GridhaStatusEntry *entries;
 	int			k;
 
 	if (t == NULL || t->unusable != NULL)
 	{
 		gridha_target_warn(target, t ? t->unusable : "the target row is missing");
-		return false;
+		return;
 	}
 	if (t->status_url != NULL)
 	{
-		GridhaHttpTarget http = {(const char *const *) t->headers, t->n_headers,
-		t->reject_codes, t->n_reject_codes};
-		int			rc;
-
-		rc = gridha_http_statuses(submit_http, t->status_url, &http, entries, n,
-								  (size_t) gridha_status_url_max_length,
-								  gridha_submit_timeout_ms, err, sizeof(err));
-		if (rc != 0)
-			ereport(LOG,
-					(errmsg("gridha worker: status poll of target \"%s\" failed: %s", target, err),
-					 errdetail("The batches it did not answer for are asked about again.")));
-		/* the answers that came are applied either way */
-		return true;
+		submit_status_start(t, target, rows, n);
+		return;
 	}
+	entries = palloc0(sizeof(GridhaStatusEntry) * n);
+	for (k = 0; k < n; k++)
+		entries[k].batch_id = rows[k]->batch_id;
 	if (OidIsValid(t->status_function))
 	{
 		SubmitStatusCall call = {t->status_function, target, entries, n, false};
@@ -1228,73 +1722,62 @@ submit_ask_ledger(const char *target, GridhaStatusEntry *entries, int n)
 		if (submit_refuses_functions() != NULL)
 		{
 			gridha_target_warn(target, submit_refuses_functions());
-			return false;
+			return;
 		}
 		if (!submit_step(submit_status_function_step, &call, "status function", NULL))
-			return false;
+			return;
 		if (call.malformed)
 		{
-			ereport(LOG,
-					(errmsg("gridha worker: status function of target \"%s\" returned an unknown status word",
-							target),
-					 errdetail("Nothing was applied; the poll is repeated.")));
-			return false;
+			(void) gridha_target_note(target, "status function returned an unknown status word",
+									  "nothing was applied; the poll is repeated");
+			return;
 		}
-		return true;
 	}
-
-	/*
-	 * No status source: an accepted batch is committed, and was reported so
-	 * at submission; one still pending here is one whose report failed then.
-	 */
-	for (k = 0; k < n; k++)
-		strlcpy(entries[k].status, "committed", sizeof(entries[k].status));
-	return true;
+	else
+	{
+		/*
+		 * No status source: an accepted batch is committed, and was reported
+		 * so at submission; one still pending here is one whose report
+		 * failed then.
+		 */
+		for (k = 0; k < n; k++)
+			strlcpy(entries[k].status, "committed", sizeof(entries[k].status));
+	}
+	submit_apply_statuses(rows, entries, n);
 }
 
 /*
- * submit_monitor: asks each target about this instance's pending batches
- * and queues a report for each one whose status changed.
+ * submit_monitor: asks each target about this instance's pending batches;
+ * a report is queued for each one whose status changed (for a status_url,
+ * when its status run comes back).
  */
 static void
 submit_monitor(void)
 {
 	List	   *pending = NIL;
+	SubmitPending **rows;
 	int			start = 0;
 	int			npending;
+	int			k;
 
 	gridha_slot_set_state(GRIDHA_WS_MONITORING, NULL, NULL);
 	if (!submit_step(submit_pending_step, &pending, "pending_batches", NULL))
 		return;
 	npending = list_length(pending);
+	if (npending == 0)
+		return;
+	rows = palloc(sizeof(SubmitPending *) * npending);
+	for (k = 0; k < npending; k++)
+		rows[k] = list_nth(pending, k);
 
 	/* one run of batches per target (the rows are sorted by target) */
 	while (start < npending)
 	{
-		SubmitPending *first = list_nth(pending, start);
 		int			end = start + 1;
-		int			n;
-		int			k;
-		GridhaStatusEntry *entries;
 
-		while (end < npending &&
-			   strcmp(((SubmitPending *) list_nth(pending, end))->target, first->target) == 0)
+		while (end < npending && strcmp(rows[end]->target, rows[start]->target) == 0)
 			end++;
-		n = end - start;
-		entries = MemoryContextAllocZero(submit_cxt, sizeof(GridhaStatusEntry) * n);
-		for (k = 0; k < n; k++)
-			entries[k].batch_id = ((SubmitPending *) list_nth(pending, start + k))->batch_id;
-
-		if (submit_ask_ledger(first->target, entries, n))
-			for (k = 0; k < n; k++)
-			{
-				SubmitPending *p = list_nth(pending, start + k);
-
-				if (entries[k].status[0] == '\0' || strcmp(entries[k].status, p->status) == 0)
-					continue;
-				submit_add_report(true, p->service_id, p->batch_id, p->epoch,
-								  entries[k].status, NULL, false);
-			}
+		submit_ask_ledger(rows[start]->target, rows + start, end - start);
 		start = end;
 	}
 }
@@ -1341,15 +1824,16 @@ gridha_submit_cycle(void)
 	if (submit_orphans_due)
 		submit_recover_orphans();
 
-	if (submit_in_flight < gridha_worker_inflight)
+	if (submit_handout_room() > 0 && !gridha_submit_stopping)
 	{
-		SubmitHandout handout = {gridha_worker_inflight - submit_in_flight, NIL};
+		SubmitHandout handout = {submit_handout_room(), NIL};
 
 		gridha_slot_set_state(GRIDHA_WS_HANDING_OUT, NULL, NULL);
 		if (submit_step(submit_handout_step, &handout, "next_batches", NULL))
 		{
 			foreach(lc, handout.batches)
 				submit_start((SubmitBatch *) lfirst(lc));
+			submit_start_waiting();
 			busy = handout.batches != NIL;
 		}
 		else
@@ -1376,6 +1860,8 @@ gridha_submit_cycle(void)
 		submit_last_maintenance = now;
 		(void) submit_step(submit_maintenance_step, NULL, "run_maintenance", NULL);
 	}
+	gridha_target_notes_flush();
+	submit_publish();
 	MemoryContextSwitchTo(old);
 	/* everything of this cycle is reported: its memory can go */
 	MemoryContextReset(submit_cxt);
@@ -1383,16 +1869,36 @@ gridha_submit_cycle(void)
 }
 
 /*
- * gridha_submit_drain: at stop: the POSTs in flight finish (each within
- * gridha.submit_timeout) and every outcome is reported.
+ * gridha_submit_drain: at stop, in well under a second: the batches still
+ * waiting are handed back (reported delayed: they were never sent), the
+ * POSTs in flight get SUBMIT_STOP_DRAIN_MS to be answered, and those that
+ * were not are let go and reported delayed too (the ledger may have taken
+ * them: it sees them again from their next holder, as a duplicate). Status
+ * runs are let go: their batches stay pending, asked about by the next
+ * holder. Every outcome is reported.
  */
 void
 gridha_submit_drain(void)
 {
 	MemoryContext old = MemoryContextSwitchTo(submit_cxt);
+	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), SUBMIT_STOP_DRAIN_MS);
+	ListCell   *lc;
 
-	while (submit_in_flight > 0)
-		gridha_submit_poll(100);
+	foreach(lc, submit_waiting)
+		submit_batch_done((SubmitBatch *) lfirst(lc), "delayed",
+						  "the worker stopped before sending it");
+	submit_waiting = NIL;
+	while (submit_in_flight > 0 && GetCurrentTimestamp() < until)
+		gridha_submit_poll(20);
+	if (submit_multi != NULL)
+		gridha_http_multi_destroy(submit_multi);
+	submit_multi = NULL;
+	foreach(lc, submit_in_hand)
+		submit_batch_done((SubmitBatch *) lfirst(lc), "delayed",
+						  "no answer before the worker stopped: submitted again");
+	submit_in_hand = NIL;
+	submit_in_flight = 0;
+	submit_runs = NIL;
 	(void) submit_flush();
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(submit_cxt);
@@ -1407,6 +1913,8 @@ gridha_submit_drain(void)
 void
 gridha_submit_forget(void)
 {
+	ListCell   *lc;
+
 	if (submit_multi != NULL)
 		gridha_http_multi_destroy(submit_multi);
 	submit_multi = gridha_http_multi_create();
@@ -1418,6 +1926,16 @@ gridha_submit_forget(void)
 	MemoryContextReset(submit_cxt);
 	submit_in_flight = 0;
 	submit_in_hand = NIL;
+	submit_waiting = NIL;
+	submit_runs = NIL;
+	submit_conn_host = submit_conn_total = 0;
+	foreach(lc, submit_limits)
+	{
+		SubmitLimit *l = lfirst(lc);
+
+		l->in_flight = 0;
+		l->status_running = false;
+	}
 	submit_submissions = NIL;
 	submit_statuses = NIL;
 	submit_orphans_due = true;

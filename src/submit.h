@@ -15,6 +15,9 @@
 
 #include "utils/uuid.h"
 
+/* gridha.worker_connect_rate (defined with the other settings, gridha.c) */
+extern int	gridha_worker_connect_rate;
+
 /* Set while a step (a transaction of the cycle) runs: SIGTERM cancels it */
 extern volatile sig_atomic_t gridha_submit_in_step;
 /* Set by SIGTERM: from then on no lock wait of the worker is unbounded */
@@ -23,7 +26,7 @@ extern volatile sig_atomic_t gridha_submit_stopping;
 extern void gridha_submit_init(const pg_uuid_t *instance_id, const char *user_search_path);
 extern bool gridha_submit_cycle(void);
 extern int	gridha_submit_in_flight(void);
-extern void gridha_submit_poll(long wait_ms);
+extern int	gridha_submit_poll(long wait_ms);
 extern long gridha_submit_wait_ms(long max_ms);
 extern bool gridha_submit_take_failure(void);
 extern void gridha_submit_drain(void);

@@ -459,6 +459,115 @@ gridha_target_warn(const char *target, const char *reason)
 }
 
 /*
+ * A failure of a target's ledger this backend counts (gridha_target_note):
+ * what failed, how often since it was last logged, and the last detail.
+ */
+typedef struct TargetsNoted
+{
+	char	   *target;
+	char	   *what;
+	int64		count;			/* since last logged */
+	int64		total;			/* since the backend started */
+	TimestampTz logged_at;
+	TimestampTz first_at;		/* of the failures counted in count */
+	char		detail[128];
+} TargetsNoted;
+
+static List *targets_noted = NIL;
+
+/*
+ * targets_note_log: the summary line of a noted failure: the first one as
+ * it is, later ones as a count over the time since the last line.
+ */
+static void
+targets_note_log(TargetsNoted *n, TimestampTz now, bool first)
+{
+	if (first)
+		ereport(LOG,
+				(errmsg("gridha worker: target \"%s\": %s: %s", n->target, n->what, n->detail),
+				 errdetail("Repeats are counted and logged at most once a minute.")));
+	else
+		ereport(LOG,
+				(errmsg("gridha worker: target \"%s\": %s: " INT64_FORMAT " times in the last %ld s (last: %s)",
+						n->target, n->what, n->count,
+						(long) ((now - n->logged_at) / USECS_PER_SEC), n->detail)));
+	n->logged_at = now;
+	n->count = 0;
+}
+
+/*
+ * gridha_target_note: one more failure of what (a short phrase: "status
+ * URL unreachable") for a target. The first is logged at once; repeats
+ * are counted and logged as one line with the count at most once every
+ * TARGETS_WARN_EVERY_MS (by this call or by gridha_target_notes_flush), so
+ * a ledger that fails however often makes a few lines a minute. Returns
+ * the failures of this kind and target since the backend started.
+ */
+int64
+gridha_target_note(const char *target, const char *what, const char *detail)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TargetsNoted *n = NULL;
+	ListCell   *lc;
+
+	foreach(lc, targets_noted)
+	{
+		TargetsNoted *c = lfirst(lc);
+
+		if (strcmp(c->target, target) == 0 && strcmp(c->what, what) == 0)
+		{
+			n = c;
+			break;
+		}
+	}
+	if (n == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		n = palloc0(sizeof(TargetsNoted));
+		n->target = pstrdup(target);
+		n->what = pstrdup(what);
+		targets_noted = lappend(targets_noted, n);
+		MemoryContextSwitchTo(old);
+		strlcpy(n->detail, detail ? detail : "", sizeof(n->detail));
+		n->total = 1;
+		targets_note_log(n, now, true);
+		return n->total;
+	}
+	if (n->count == 0)
+		n->first_at = now;
+	n->count++;
+	n->total++;
+	strlcpy(n->detail, detail ? detail : "", sizeof(n->detail));
+	if (TimestampDifferenceExceeds(n->logged_at, now, TARGETS_WARN_EVERY_MS))
+		targets_note_log(n, now, false);
+	return n->total;
+}
+
+/*
+ * gridha_target_notes_flush: logs the count of every noted failure whose
+ * last line is older than TARGETS_WARN_EVERY_MS, so repeats that stopped
+ * are still told once.
+ */
+void
+gridha_target_notes_flush(void)
+{
+	TimestampTz now;
+	ListCell   *lc;
+
+	if (targets_noted == NIL)
+		return;
+	now = GetCurrentTimestamp();
+	foreach(lc, targets_noted)
+	{
+		TargetsNoted *n = lfirst(lc);
+
+		if (n->count > 0 && TimestampDifferenceExceeds(n->logged_at, now, TARGETS_WARN_EVERY_MS))
+			targets_note_log(n, now, false);
+	}
+}
+
+/*
  * gridha_serves_parse: the kinds of a text[] of kind words (NULL: ANY).
  * An unknown word, or a NULL in the array, is refused with 22023.
  */

@@ -53,6 +53,8 @@ extern Datum gridha_targets_servable_names(int serves);
 extern bool gridha_targets_any_limited(void);
 extern uint64 gridha_targets_generation(void);
 extern void gridha_target_warn(const char *target, const char *reason);
+extern int64 gridha_target_note(const char *target, const char *what, const char *detail);
+extern void gridha_target_notes_flush(void);
 
 extern int	gridha_serves_parse(Datum kinds);
 extern Datum gridha_serves_datum(int serves);

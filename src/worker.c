@@ -19,8 +19,13 @@
  * instance, then run cycles (submit.c) until SIGTERM. SIGTERM cancels the
  * step that runs at that moment (a lock wait, a long target function), as
  * a cancel does in a normal backend; no new batch is handed out, the POSTs
- * in flight finish and are reported, the claims are released, and the
- * worker exits with 0, so the postmaster does not start it again. A worker
+ * in flight get a few hundred milliseconds to be answered, every outcome is
+ * reported (a POST that got no answer as delayed), the claims are released,
+ * and the worker exits with 0 within a second, so the postmaster does not
+ * start it again. The worker never blocks on a ledger: while requests are
+ * out it moves them on 20 ms at a time (gridha_submit_poll) and looks at
+ * its latch in between, so SIGTERM, postmaster death and new work are seen
+ * however a ledger answers, or does not. A worker
  * that exits with an error (or crashes) is started again after
  * GRIDHA_WORKER_RESTART_S seconds as a new instance.
  *
@@ -58,6 +63,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
 #include "gridha.h"
 #include "instances.h"
@@ -176,13 +182,16 @@ worker_apply_settings(void)
 /*
  * worker_wait: sleeps until the latch is set or ms pass; reloads the
  * configuration when asked. A cancel request that arrives between steps
- * (pg_cancel_backend) has nothing to cancel and is dropped.
+ * (pg_cancel_backend) has nothing to cancel and is dropped. True when the
+ * latch was set (new work, SIGTERM, a reload).
  */
-static void
+static bool
 worker_wait(long ms)
 {
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 ms, PG_WAIT_EXTENSION);
+	int			rc;
+
+	rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+				   ms, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 	QueryCancelPending = false;
 	CHECK_FOR_INTERRUPTS();
@@ -192,6 +201,7 @@ worker_wait(long ms)
 		ProcessConfigFile(PGC_SIGHUP);
 		worker_apply_settings();
 	}
+	return (rc & WL_LATCH_SET) != 0;
 }
 
 /*
@@ -370,14 +380,26 @@ worker_serve(void)
 		if (busy)
 		{
 			/* more may be ready: only look at the latch and the config */
-			worker_wait(0);
+			(void) worker_wait(0);
 			continue;
 		}
 		if (gridha_submit_in_flight() > 0)
 		{
-			/* POSTs are out: wait for them, and look at the latch often */
-			gridha_submit_poll(Min(gridha_naptime_ms, 20));
-			worker_wait(0);
+			/*
+			 * Requests are out: move them on 20 ms at a time, looking at the
+			 * latch in between, until one finishes (its report is due), the
+			 * latch is set (new work, SIGTERM) or the idle wait has passed;
+			 * a ledger that hangs costs no cycle every 20 ms.
+			 */
+			TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															Min(gridha_naptime_ms, gridha_monitor_interval_ms));
+
+			while (!worker_got_sigterm && gridha_submit_in_flight() > 0)
+			{
+				if (gridha_submit_poll(Min(gridha_naptime_ms, 20)) > 0 || worker_wait(0) ||
+					GetCurrentTimestamp() >= until)
+					break;
+			}
 			continue;
 		}
 		gridha_slot_set_state(GRIDHA_WS_IDLE, NULL, NULL);

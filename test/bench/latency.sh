@@ -1,61 +1,88 @@
 #!/usr/bin/env bash
-# test/bench/latency.sh: workers against ledger latency (`make bench`).
+# test/bench/latency.sh: workers against ledgers of different kinds (`make
+# bench`): how the workers' adaptive concurrency (src/submit.c) copes.
 #
 # Measures and prints; it never fails on a figure. It runs on a throwaway
 # cluster of test/lib.sh (shared_buffers 512MB, fsync and
 # synchronous_commit on) with gridha preloaded and LAT_WORKERS background
-# workers (3), and the test ledger (test/dlt/ledger.py) answering each POST
-# and each status GET after LAT_LATENCY seconds (0.02) and committing a
-# batch LAT_COMMIT_DELAY seconds (0.5) after accepting it. Both are removed
-# at exit.
+# workers (3), gridha.worker_inflight = LAT_INFLIGHT (64, the ceiling of
+# each worker's limit per target), and the test ledger (test/dlt/ledger.py,
+# a new one per case) committing a batch LAT_COMMIT_DELAY seconds (0.5)
+# after accepting it. Both are removed at exit. The cases (LAT_CASES):
 #
-# The workload: LAT_SERVICES services x LAT_DEPTH batches (1000 x 10),
-# enqueued in one transaction (batch r of every service before batch r + 1
-# of any; batch ids unique, as the ledger wants them), 100-byte payloads. Before the runs, one batch
-# per service is drained by the workers (the warm-up): every service exists
-# and the workers hold their shares. The rate is counted in the database:
-# the workload's batches / (last commit - first hand-out).
+#   keepalive  the ledger speaks HTTP/1.1 with keep-alive and answers each
+#              POST and status GET after LAT_LATENCY (0.02 s);
+#              LAT_SERVICES x LAT_DEPTH batches (1000 x 10). Target: 0.9
+#   http10     the ledger speaks HTTP/1.0 (a new connection per request)
+#              with an accept queue of 5 (Python's http.server default),
+#              same latency; LAT_HTTP10_SERVICES x LAT_HTTP10_DEPTH batches
+#              (300 x 10). Target: 0.6
+#   jump       as keepalive, LAT_SERVICES x LAT_JUMP_DEPTH batches (1000 x
+#              25); LAT_JUMP_AT seconds (5) into the run the latency jumps
+#              to LAT_JUMP_LATENCY (0.5 s) for LAT_JUMP_SECONDS (20), then
+#              comes back. Printed: batches marked invalid (must be 0), the
+#              duplicates the ledger saw, and how long after the latency
+#              came back the rate (over 2 s) reached 0.9 of the bound
+#              (target: within 10 s)
+#   hang       a ledger that accepts connections but never answers status
+#              polls; with a poll of a worker held, SIGTERM to that worker:
+#              how long until it exited (target: within 1 s)
+#
+# Each case starts with a new ledger and a warm-up against it (one batch
+# per service, not measured, its time logged), so that the workers meet
+# the ledger before they are measured.
+#
+# The workload of a case is enqueued in one transaction (batch r of every
+# service before batch r + 1 of any; batch ids unique, as the ledger wants
+# them), 100-byte payloads. Before the cases, one batch per service is
+# drained by the workers (the warm-up). The rate is counted in the
+# database: the workload's batches / (last commit - first hand-out).
 #
 # What bounds it: a service has one batch in flight at a time, and a batch
 # is in flight for its POST (the latency), the commit delay, the wait for
 # the next monitor round (up to gridha.monitor_interval) and the status GET
 # (the latency again); so the services together make at most
 #   services / (commit delay + monitor interval + 2 x latency)
-# batches/s. A worker has at most gridha.worker_inflight POSTs in flight,
-# each taking the latency; so the workers make at most
+# batches/s. A worker has at most gridha.worker_inflight requests in
+# flight, each taking the latency; so the workers make at most
 #   workers x inflight / latency
-# The bound printed is the smaller of the two; the target is 0.7 of it.
-# The same workload with gridha.worker_inflight = 1 (one POST at a time, as
-# in 1.0) is printed beside it, with its own bound.
+# The bound printed is the smaller of the two.
 #
-# Each case runs LAT_RUNS times (1), the cases alternating; the figure is
-# the median run.
+# While a case runs, a line a second shows the rate of that second (batches
+# committed) and each worker's limit for the target (gridha_worker_limits(),
+# the C function behind the limits view), so a reader sees them adapt.
 #
 # Environment (defaults in brackets):
-#   LAT_SERVICES [1000]    services        LAT_DEPTH [10]     batches each
-#   LAT_WORKERS [3]        workers         LAT_INFLIGHT [64 1] the cases:
-#                                          gridha.worker_inflight of each
+#   LAT_CASES [keepalive http10 jump hang]
+#   LAT_SERVICES [1000]  LAT_DEPTH [10]  LAT_WORKERS [3]  LAT_INFLIGHT [64]
+#   LAT_HTTP10_SERVICES [300]  LAT_HTTP10_DEPTH [10]  LAT_HTTP10_BACKLOG [5]
+#   LAT_JUMP_DEPTH [25]  LAT_JUMP_AT [5]  LAT_JUMP_SECONDS [20]
+#   LAT_JUMP_LATENCY [0.5]
 #   LAT_LATENCY [0.02]     ledger latency per POST and per status GET (s)
 #   LAT_COMMIT_DELAY [0.5] ledger commit delay (s)
 #   LAT_MONITOR_MS [500]   gridha.monitor_interval
-#   LAT_RUNS [1]           runs of each case
 #   LAT_TIMEOUT [600]      a run not done after this long is stopped
 #   LAT_PORT [56460]       first port probed
 #   GRIDHA_KEEP_TMP [0]    1: keep the cluster's directory (logs)
 set -eu -o pipefail
 
+LAT_CASES=${LAT_CASES:-keepalive http10 jump hang}
 LAT_SERVICES=${LAT_SERVICES:-1000}
 LAT_DEPTH=${LAT_DEPTH:-10}
 LAT_WORKERS=${LAT_WORKERS:-3}
-LAT_INFLIGHT=${LAT_INFLIGHT:-64 1}
+LAT_INFLIGHT=${LAT_INFLIGHT:-64}
+LAT_HTTP10_SERVICES=${LAT_HTTP10_SERVICES:-300}
+LAT_HTTP10_DEPTH=${LAT_HTTP10_DEPTH:-10}
+LAT_HTTP10_BACKLOG=${LAT_HTTP10_BACKLOG:-5}
+LAT_JUMP_DEPTH=${LAT_JUMP_DEPTH:-25}
+LAT_JUMP_AT=${LAT_JUMP_AT:-5}
+LAT_JUMP_SECONDS=${LAT_JUMP_SECONDS:-20}
+LAT_JUMP_LATENCY=${LAT_JUMP_LATENCY:-0.5}
 LAT_LATENCY=${LAT_LATENCY:-0.02}
 LAT_COMMIT_DELAY=${LAT_COMMIT_DELAY:-0.5}
 LAT_MONITOR_MS=${LAT_MONITOR_MS:-500}
-LAT_RUNS=${LAT_RUNS:-1}
 LAT_TIMEOUT=${LAT_TIMEOUT:-600}
 export GRIDHA_BASE_PORT=${LAT_PORT:-56460}
-
-TARGET=0.70	# rate / bound
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -67,8 +94,10 @@ ROOT=$(cd "$HERE/../.." && pwd)
 
 DB=lat
 LEDGER_PID=
+JUMP_PID=
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
+	[ -z "$JUMP_PID" ] || kill "$JUMP_PID" 2>/dev/null || true
 	[ -z "$LEDGER_PID" ] || kill "$LEDGER_PID" 2>/dev/null || true
 	gridha_cluster_cleanup
 }
@@ -80,55 +109,78 @@ die() {
 	exit 1
 }
 
-# bound INFLIGHT: min(services / (commit delay + monitor + 2 latency),
+# bound SERVICES: min(services / (commit delay + monitor + 2 latency),
 # workers x inflight / latency), batches/s
 bound() {
-	awk -v s="$LAT_SERVICES" -v cd="$LAT_COMMIT_DELAY" -v mi="$LAT_MONITOR_MS" -v l="$LAT_LATENCY" \
-		-v w="$LAT_WORKERS" -v i="$1" 'BEGIN {
+	awk -v s="$1" -v cd="$LAT_COMMIT_DELAY" -v mi="$LAT_MONITOR_MS" -v l="$LAT_LATENCY" \
+		-v w="$LAT_WORKERS" -v i="$LAT_INFLIGHT" 'BEGIN {
 		a = s / (cd + mi / 1000 + 2 * l); b = (l > 0) ? w * i / l : a
-		printf "%.0f %.0f %.0f", (a < b ? a : b), a, b }'
+		printf "%.0f", (a < b ? a : b) }'
 }
 
-# proc_cpu_ms PID: CPU (user + system, ms) the process has used so far.
-proc_cpu_ms() {
-	awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); print int(($12 + $13) * 1000 / hz) }' "/proc/$1/stat"
+# ledger_start ARG...: a new test ledger (the last one stopped) with ARGs;
+# the default target is pointed at it. Sets LEDGER and LEDGER_PID.
+ledger_start() {
+	local pf=$GRIDHA_TEST_DIR/ledger.port _i
+	if [ -n "$LEDGER_PID" ]; then
+		kill "$LEDGER_PID" 2>/dev/null || true
+		wait "$LEDGER_PID" 2>/dev/null || true
+	fi
+	rm -f "$pf"
+	python3 "$ROOT/test/dlt/ledger.py" --port 0 --port-file "$pf" --commit-delay "$LAT_COMMIT_DELAY" \
+		--latency "$LAT_LATENCY" --max-lifetime 86400 "$@" >>"$GRIDHA_TEST_DIR/ledger.out" 2>&1 &
+	LEDGER_PID=$!
+	for _i in $(seq 1 100); do
+		[ -s "$pf" ] && break
+		sleep 0.1
+	done
+	[ -s "$pf" ] || die "the test ledger did not start: $(cat "$GRIDHA_TEST_DIR/ledger.out")"
+	LEDGER=http://127.0.0.1:$(cat "$pf")
+	q "$DB" "UPDATE gridha.targets
+	            SET submit_url = '$LEDGER/batches/{service_id}/{batch_id}',
+	                status_url = '$LEDGER/batch_statuses?id={batch_ids}'
+	          WHERE target = 'default'" >/dev/null
 }
 
-# ledger_stats: the ledger's counts, "name=value ..." of a few.
-ledger_stats() {
-	python3 - "$LEDGER/stats" <<'EOF'
-import json, sys, urllib.request
-s = json.load(urllib.request.urlopen(sys.argv[1], timeout=10))
-print(" ".join("%s=%s" % (k, s.get(k)) for k in
-               ("posts", "accepted", "duplicates", "status_queries", "committed", "latency_waits")))
+# ledger_control JSON: POST /control to the ledger.
+ledger_control() {
+	python3 - "$LEDGER/control" "$1" <<'EOF'
+import sys, urllib.request
+req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(),
+                             headers={"Content-Type": "application/json"})
+urllib.request.urlopen(req, timeout=10).read()
 EOF
 }
 
+# ledger_stat NAME: one count of the ledger's /stats.
+ledger_stat() {
+	python3 - "$LEDGER/stats" "$1" <<'EOF'
+import json, sys, urllib.request
+print(json.load(urllib.request.urlopen(sys.argv[1], timeout=10))[sys.argv[2]])
+EOF
+}
+
+# limits: each worker's limit for target default, "a/b/c" ("-" without).
+limits() {
+	local l
+	l=$(q "$DB" "SELECT string_agg(inflight_limit::text, '/' ORDER BY instance_id)
+	               FROM lat_limits() WHERE target = 'default'" 2>/dev/null || true)
+	echo "${l:--}"
+}
+
 t_start=$SECONDS
-gridha_log "workers against latency: $LAT_SERVICES services x $LAT_DEPTH batches, $LAT_WORKERS workers," \
-	"latency ${LAT_LATENCY}s, commit delay ${LAT_COMMIT_DELAY}s, monitor ${LAT_MONITOR_MS}ms, inflight: $LAT_INFLIGHT; $(nproc) cores"
+gridha_log "workers against ledgers: cases $LAT_CASES; $LAT_WORKERS workers, ceiling $LAT_INFLIGHT," \
+	"latency ${LAT_LATENCY}s, commit delay ${LAT_COMMIT_DELAY}s, monitor ${LAT_MONITOR_MS}ms; $(nproc) cores"
 
-gridha_cluster_init
-python3 "$ROOT/test/dlt/ledger.py" --port 0 --port-file "$GRIDHA_TEST_DIR/ledger.port" \
-	--latency "$LAT_LATENCY" --commit-delay "$LAT_COMMIT_DELAY" --max-lifetime 86400 \
-	>"$GRIDHA_TEST_DIR/ledger.out" 2>&1 &
-LEDGER_PID=$!
-for _i in $(seq 1 100); do
-	[ -s "$GRIDHA_TEST_DIR/ledger.port" ] && break
-	sleep 0.1
-done
-[ -s "$GRIDHA_TEST_DIR/ledger.port" ] || die "the test ledger did not start: $(cat "$GRIDHA_TEST_DIR/ledger.out")"
-LEDGER=http://127.0.0.1:$(cat "$GRIDHA_TEST_DIR/ledger.port")
-
-first_inflight=${LAT_INFLIGHT%% *}
 bench_start_cluster shared_preload_libraries=gridha max_worker_processes=$((LAT_WORKERS + 8)) \
 	"gridha.workers=$LAT_WORKERS" "gridha.database=$DB" "gridha.monitor_interval=${LAT_MONITOR_MS}ms" \
-	"gridha.worker_inflight=$first_inflight"
+	"gridha.worker_inflight=$LAT_INFLIGHT"
 bench_gridha_db "$DB"
-q "$DB" "UPDATE gridha.targets
-            SET submit_url = '$LEDGER/batches/{service_id}/{batch_id}',
-                status_url = '$LEDGER/batch_statuses?id={batch_ids}'
-          WHERE target = 'default'" >/dev/null
+q "$DB" "CREATE FUNCTION lat_limits(OUT instance_id uuid, OUT target text, OUT in_flight integer,
+                                     OUT inflight_limit integer, OUT failures bigint)
+         RETURNS SETOF record LANGUAGE c AS '\$libdir/gridha', 'gridha_worker_limits'" >/dev/null 2>&1 ||
+	gridha_log "this gridha has no gridha_worker_limits(): limits are not shown"
+ledger_start
 
 # lat_enqueue(prefix, n, rounds): the workload in one transaction, batch r
 # of every service before batch r + 1 of any, with batch ids the ledger can
@@ -146,7 +198,6 @@ q "$DB" "CREATE PROCEDURE lat_enqueue(prefix text, n_services bigint, rounds int
               ORDER BY r, i;
          \$\$" >/dev/null
 
-# The workers' instances: registered, live.
 for _i in $(seq 1 300); do
 	[ "$(q "$DB" "SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL")" -ge "$LAT_WORKERS" ] && break
 	sleep 0.1
@@ -154,93 +205,164 @@ done
 [ "$(q "$DB" "SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL")" -ge "$LAT_WORKERS" ] ||
 	die "the workers did not start (server log: $GRIDHA_PGLOG)"
 
-# wait_drained PREFIX: until no service has a batch left (or LAT_TIMEOUT);
-# samples the POSTs in flight meanwhile. Sets LEFT, PEAK, MEANIF.
-wait_drained() {
-	local t0=$SECONDS n=0 sum=0 inf
-	PEAK=0
+# run_case PREFIX SERVICES DEPTH: the workload, until drained; a line a
+# second (rate of that second, each worker's limit) into $TIMELINE. Sets
+# RATE, N, SECS, LEFT, INVALID, RETRIED.
+run_case() {
+	local prefix=$1 t0=$SECONDS done0=0 d row secs_since
+	TIMELINE=$GRIDHA_TEST_DIR/timeline.$prefix
+	: >"$TIMELINE"
+	bench_prepare "$DB" gridha.batches gridha.service_claims gridha.instances
+	q "$DB" "CALL lat_enqueue('$prefix', $2, $3)" >/dev/null
+	CASE_T0=$(date +%s.%N)
 	while [ $((SECONDS - t0)) -lt "$LAT_TIMEOUT" ]; do
-		LEFT=$(q "$DB" "SELECT bench_left()")
+		sleep 1
+		row=$(q "$DB" "SELECT count(*) FILTER (WHERE status = 'committed'), bench_left()
+		                 FROM gridha.batches WHERE starts_with(batch_id, '$prefix')")
+		IFS='|' read -r d LEFT <<<"$row"
+		secs_since=$(awk -v a="$CASE_T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
+		printf '%s %s %s\n' "$secs_since" "$((d - done0))" "$(limits)" >>"$TIMELINE"
+		done0=$d
 		[ "$LEFT" != 0 ] || break
-		inf=$(q "$DB" "SELECT coalesce(sum(in_flight), 0) FROM gridha.workers")
-		[ "$inf" -le "$PEAK" ] || PEAK=$inf
-		sum=$((sum + inf))
-		n=$((n + 1))
-		sleep 0.2
 	done
-	MEANIF=$(awk -v s="$sum" -v n="$n" 'BEGIN { printf "%.0f", n ? s / n : 0 }')
+	row=$(q "$DB" "SELECT count(*) FILTER (WHERE status = 'committed'),
+	                      extract(epoch FROM max(finished_at) - min(handed_out_at)),
+	                      count(*) FILTER (WHERE status = 'invalid'),
+	                      count(*) FILTER (WHERE attempts > 1)
+	                 FROM gridha.batches WHERE starts_with(batch_id, '$prefix')")
+	IFS='|' read -r N SECS INVALID RETRIED <<<"$row"
+	RATE=$(awk -v n="$N" -v t="$SECS" 'BEGIN { if (t > 0) printf "%.0f", n / t; else print 0 }')
+}
+
+# case_warmup NAME SERVICES: one batch per service against the case's
+# ledger, drained before the case is measured, so that the workers have met
+# that ledger (a limit grown over keep-alive meets an HTTP/1.0 ledger here,
+# not in the measurement); logs how long it took.
+case_warmup() {
+	local t0=$SECONDS _i
+	q "$DB" "CALL lat_enqueue('w$1_', $2, 1)" >/dev/null
+	for _i in $(seq 1 "$LAT_TIMEOUT"); do
+		[ "$(q "$DB" "SELECT bench_left()")" = 0 ] && break
+		sleep 1
+	done
+	gridha_log "$1: warm-up against its ledger, $2 batches drained in $((SECONDS - t0))s; limits $(limits)"
+}
+
+# print_timeline: the case's seconds, four to a line.
+print_timeline() {
+	awk '{ printf "  t=%3ss %5s/s limits %-12s%s", $1, $2, $3, (NR % 4 == 0) ? "\n" : "" }
+	     END { if (NR % 4 != 0) printf "\n" }' "$TIMELINE"
 }
 
 # warm-up: one batch per service, drained by the workers
 t0=$SECONDS
 q "$DB" "CALL lat_enqueue('warm_', $LAT_SERVICES, 1)"
-wait_drained
-[ "$LEFT" = 0 ] || die "warm-up: $LEFT services not drained after ${LAT_TIMEOUT}s"
+for _i in $(seq 1 "$LAT_TIMEOUT"); do
+	[ "$(q "$DB" "SELECT bench_left()")" = 0 ] && break
+	sleep 1
+done
 gridha_log "warm-up: $LAT_SERVICES batches drained in $((SECONDS - t0))s; claims per worker:" \
 	"$(q "$DB" "SELECT string_agg(held::text, ' ' ORDER BY held) FROM gridha.instances WHERE kind = 'worker' AND held > 0")"
 
-declare -A RATES NOTES
-for run in $(seq 1 "$LAT_RUNS"); do
-	cases=$LAT_INFLIGHT
-	# shellcheck disable=SC2086 # one word per case
-	[ $((run % 2)) = 1 ] || cases=$(rotate 1 $LAT_INFLIGHT)
-	for inf in $cases; do
-		prefix="r${run}i${inf}_"
-		q postgres "ALTER SYSTEM SET gridha.worker_inflight = $inf" -c "SELECT pg_reload_conf()" >/dev/null
-		sleep 1
-		bench_prepare "$DB" gridha.batches gridha.service_claims gridha.instances
-		stats0=$(ledger_stats)
-		cpu0=$(server_cpu_ms)
-		lcpu0=$(proc_cpu_ms "$LEDGER_PID")
-		q "$DB" "CALL lat_enqueue('$prefix', $LAT_SERVICES, $LAT_DEPTH)"
-		wait_drained
-		cpu=$(server_cpu_ms)
-		lcpu=$(proc_cpu_ms "$LEDGER_PID")
-		row=$(q "$DB" "SELECT count(*) FILTER (WHERE status = 'committed'),
-		                      extract(epoch FROM max(finished_at) - min(handed_out_at)),
-		                      count(*) FILTER (WHERE attempts > 1),
-		                      round(avg(extract(epoch FROM submitted_at - handed_out_at)) * 1000),
-		                      round(avg(extract(epoch FROM finished_at - submitted_at)) * 1000)
-		                 FROM gridha.batches WHERE starts_with(batch_id, '$prefix')")
-		IFS='|' read -r n secs retried post_ms wait_ms <<<"$row"
-		gap_ms=$(q "$DB" "SELECT round(avg(extract(epoch FROM handed_out_at - prev)) * 1000)
-		                   FROM (SELECT handed_out_at, lag(finished_at) OVER (PARTITION BY service_id ORDER BY seq) AS prev
-		                           FROM gridha.batches WHERE starts_with(batch_id, '$prefix')) s
-		                  WHERE prev IS NOT NULL")
-		rate=$(awk -v n="$n" -v t="$secs" 'BEGIN { if (t > 0) printf "%.0f", n / t; else print 0 }')
-		read -r b b_svc b_wrk <<<"$(bound "$inf")"
-		note=
-		[ "$LEFT" = 0 ] || note="not finished: $LEFT services left"
-		[ "$retried" = 0 ] || note="$note $retried batches handed out more than once"
-		gridha_log "$(printf '  inflight %-3s #%s %6s batches/s (%s in %.2fs), bound %s (services %s, workers %s): %s;' \
-			"$inf" "$run" "$rate" "$n" "$secs" "$b" "$b_svc" "$b_wrk" "$(ratio "$rate" "$b")")" \
-			"per batch: hand-out to accepted ${post_ms} ms, accepted to committed ${wait_ms} ms," \
-			"committed to next hand-out ${gap_ms} ms; POSTs in flight: peak $PEAK, mean $MEANIF;" \
-			"server CPU $(((cpu - cpu0) * 1000 / (n > 0 ? n : 1))) us/batch, ledger CPU $(((lcpu - lcpu0) * 1000 / (n > 0 ? n : 1))) us/batch;" \
-			"ledger before: $stats0; after: $(ledger_stats)" \
-			"${note:+ WARNING: $note}"
-		RATES[$inf]="${RATES[$inf]:-} $rate"
-		NOTES[$inf]="per batch: POST+report ${post_ms} ms, accepted->committed seen ${wait_ms} ms, ->next hand-out ${gap_ms} ms; in flight peak $PEAK mean $MEANIF"
-	done
+declare -A RESULT
+for c in $LAT_CASES; do
+	case $c in
+		keepalive)
+			ledger_start
+			case_warmup keepalive "$LAT_SERVICES"
+			dup0=$(ledger_stat duplicates)
+			run_case ka_ "$LAT_SERVICES" "$LAT_DEPTH"
+			b=$(bound "$LAT_SERVICES")
+			r=$(ratio "$RATE" "$b")
+			gridha_log "keepalive: $RATE batches/s ($N in ${SECS}s), bound $b: $r (target 0.9: $(verdict "$r" 0.9));" \
+				"left $LEFT, invalid $INVALID, handed out again $RETRIED, ledger duplicates $(($(ledger_stat duplicates) - dup0)), connections $(ledger_stat connections)"
+			print_timeline
+			RESULT[keepalive]="$RATE $b $r ≥0.9 $(verdict "$r" 0.9)"
+			;;
+		http10)
+			ledger_start --http10 --backlog "$LAT_HTTP10_BACKLOG"
+			case_warmup http10 "$LAT_HTTP10_SERVICES"
+			run_case h10_ "$LAT_HTTP10_SERVICES" "$LAT_HTTP10_DEPTH"
+			b=$(bound "$LAT_HTTP10_SERVICES")
+			r=$(ratio "$RATE" "$b")
+			gridha_log "http10 (backlog $LAT_HTTP10_BACKLOG): $RATE batches/s ($N in ${SECS}s), bound $b: $r (target 0.6: $(verdict "$r" 0.6));" \
+				"left $LEFT, invalid $INVALID, handed out again $RETRIED, ledger connections $(ledger_stat connections)"
+			print_timeline
+			RESULT[http10]="$RATE $b $r ≥0.6 $(verdict "$r" 0.6)"
+			;;
+		jump)
+			ledger_start
+			case_warmup jump "$LAT_SERVICES"
+			dup0=$(ledger_stat duplicates)
+			(
+				sleep "$LAT_JUMP_AT"
+				ledger_control "{\"latency\": $LAT_JUMP_LATENCY}"
+				sleep "$LAT_JUMP_SECONDS"
+				ledger_control "{\"latency\": $LAT_LATENCY}"
+			) &
+			JUMP_PID=$!
+			run_case jump_ "$LAT_SERVICES" "$LAT_JUMP_DEPTH"
+			wait "$JUMP_PID" 2>/dev/null || true
+			JUMP_PID=
+			b=$(bound "$LAT_SERVICES")
+			back=$((LAT_JUMP_AT + LAT_JUMP_SECONDS))
+			# the first second after the latency came back at which the mean
+			# rate of it and the second before reaches 0.9 of the bound
+			rec=$(awk -v back="$back" -v want="$(awk -v b="$b" 'BEGIN { print 0.9 * b }')" '
+				{ t = $1; r = $2; if (t > back && prev != "" && (r + prev) / 2 >= want) { print t - back; found = 1; exit } prev = r }
+				END { if (!found) print "never" }' "$TIMELINE")
+			dups=$(($(ledger_stat duplicates) - dup0))
+			verdict_rec=MISS
+			[ "$rec" != never ] && [ "$rec" -le 10 ] && verdict_rec=PASS
+			[ "$INVALID" = 0 ] || verdict_rec=MISS
+			gridha_log "jump ${LAT_LATENCY}s -> ${LAT_JUMP_LATENCY}s at t=${LAT_JUMP_AT}s for ${LAT_JUMP_SECONDS}s: $RATE batches/s overall ($N in ${SECS}s), bound $b;" \
+				"invalid $INVALID, handed out again $RETRIED, ledger duplicates $dups; rate back to 0.9 of the bound ${rec}s after the latency came back"
+			print_timeline
+			RESULT[jump]="$RATE $b - ≤10s ${rec}s/$verdict_rec(invalid $INVALID, duplicates $dups)"
+			;;
+		hang)
+			ledger_start
+			ledger_control '{"hang_status_for": 3600}'
+			hung0=$(ledger_stat hung)
+			q "$DB" "CALL lat_enqueue('hang_', 100, 1)" >/dev/null
+			for _i in $(seq 1 100); do
+				[ "$(ledger_stat hung)" -gt "$hung0" ] && break
+				sleep 0.1
+			done
+			sleep 1
+			# a worker with pending batches: its poll is held
+			pid=$(q "$DB" "SELECT w.pid FROM gridha.workers w
+			                 JOIN gridha.service_claims c ON c.claimant = w.instance_id
+			                 JOIN gridha.batches b ON b.service_id = c.service_id
+			                WHERE b.status = 'pending' AND starts_with(b.batch_id, 'hang_') LIMIT 1")
+			ms=n/a
+			if [ -n "$pid" ]; then
+				t0ns=$(date +%s%N)
+				kill -TERM "$pid"
+				while kill -0 "$pid" 2>/dev/null && [ $(($(date +%s%N) - t0ns)) -lt 30000000000 ]; do
+					sleep 0.01
+				done
+				ms=$((($(date +%s%N) - t0ns) / 1000000))
+			fi
+			v=MISS
+			[ "$ms" != n/a ] && [ "$ms" -le 1000 ] && v=PASS
+			gridha_log "hang: status polls held by the ledger ($(ledger_stat hung) held); SIGTERM to worker pid ${pid:-none}: exited after ${ms} ms"
+			RESULT[hang]="- - - ≤1000ms ${ms}ms/$v"
+			;;
+		*) die "unknown case $c" ;;
+	esac
 done
 
 echo
-echo "workers against latency: $LAT_SERVICES services x $LAT_DEPTH batches, $LAT_WORKERS workers, ledger latency" \
+echo "workers against ledgers: $LAT_WORKERS workers, gridha.worker_inflight $LAT_INFLIGHT (ceiling), ledger latency" \
 	"${LAT_LATENCY}s per POST and per status GET, commit delay ${LAT_COMMIT_DELAY}s, gridha.monitor_interval" \
 	"${LAT_MONITOR_MS}ms; synchronous_commit on, $(nproc) cores, PostgreSQL $(q postgres "SHOW server_version" | cut -d' ' -f1)"
-echo "batches/s: the workload's batches / (last commit - first hand-out), from the rows; median of $LAT_RUNS run(s)."
+echo "batches/s: the workload's batches / (last commit - first hand-out), from the rows."
 echo "bound: min(services / (commit delay + monitor interval + 2 x latency), workers x inflight / latency)."
 echo
-printf '  %-34s %9s  %9s  %6s  %s\n' case batches/s bound ratio target
-for inf in $LAT_INFLIGHT; do
-	r=$(median "${RATES[$inf]}")
-	read -r b _ _ <<<"$(bound "$inf")"
-	rr=$(ratio "$r" "$b")
-	if [ "$inf" = "$first_inflight" ]; then t="≥$TARGET $(verdict "$rr" $TARGET)"; else t="(comparison)"; fi
-	printf '  %-34s %9s  %9s  %6s  %s\n' "gridha.worker_inflight = $inf" "$r" "$b" "$rr" "$t"
-done
-echo
-for inf in $LAT_INFLIGHT; do
-	echo "  inflight $inf: runs (batches/s):${RATES[$inf]}; ${NOTES[$inf]}"
+printf '  %-12s %9s  %9s  %6s  %-8s %s\n' case batches/s bound ratio target result
+for c in $LAT_CASES; do
+	read -r rate b r target res <<<"${RESULT[$c]:-- - - - not run}"
+	printf '  %-12s %9s  %9s  %6s  %-8s %s\n' "$c" "$rate" "$b" "$r" "$target" "$res"
 done
 echo "  total bench time: $((SECONDS - t_start))s"

@@ -22,6 +22,16 @@ Words used here:
                  status code of fail_code. Windows are set by flags at start
                  and by POST /control.
   hold           how long a stalled request waits before being answered.
+  drop           a request arriving in a drop window gets no answer: its
+                 connection is reset (a ledger or proxy that sheds load).
+  hang           a status GET arriving in a hang_status window is held,
+                 unanswered, until the window ends (or the ledger stops),
+                 then its connection is closed: a ledger that accepts
+                 connections but never answers status polls.
+  HTTP/1.0       with --http10 the ledger answers in HTTP/1.0 and closes
+                 every connection after one answer (no keep-alive), as a
+                 plain http.server does; --backlog sets its accept queue
+                 (128 by default; Python's own default is 5).
   latency        a fixed wait before each POST to /batches and each status
                  GET is handled, whatever its answer; it is waited in the
                  request's own thread, so requests still overlap.
@@ -54,7 +64,8 @@ Endpoints (127.0.0.1 only):
       Both answer 400 without ids, 401, 414 or 431 when admission refuses
       them, and the code of a fault window.
   POST /control                            a JSON object, any of:
-      fail_503_for, fail_429_for, fail_code_for, malformed_for, stall_for
+      fail_503_for, fail_429_for, fail_code_for, malformed_for, stall_for,
+      drop_for, hang_status_for
                        window length in seconds from now (0 ends it)
       fail_code        the HTTP status code (300 to 599) of the code window;
                        needed before fail_code_for can open one. Changing it
@@ -97,14 +108,17 @@ Endpoints (127.0.0.1 only):
       503s, 429s, fail_codes (requests answered by a code window), stalls
       (requests held), status_queries, malformed, controls, auth_failures
       (401s of require_header) and of them missing_header and wrong_header,
-      414s, 431s, latency_waits (requests that waited the latency); and
+      414s, 431s, latency_waits (requests that waited the latency), dropped
+      (requests reset by a drop window), hung (status GETs held by a
+      hang_status window), connections (accepted); and
       pending, batches, commit_delay, windows (the open ones), fail_code,
       fail_code_applies, fail_code_counts ({"404": n, ...}), latency,
       max_url, max_header_bytes, require_header (the name, or null)
   /control and /stats are never subject to faults, latency or admission.
-  Admission comes first; then a 503 window wins over a 429 window, which
-  wins over a code window, which wins over a stall; malformed bodies are
-  only for status queries. Nothing is applied for a refused request.
+  Admission comes first; then a drop window wins over a 503 window, which
+  wins over a 429 window, which wins over a code window, which wins over a
+  stall; a hang_status window holds status GETs that pass all these;
+  malformed bodies are only for status queries. Nothing is applied for a refused request.
 
 The log (--log FILE, appended, "-" for stdout): one JSON object a line,
 flushed per line, each with "seq" (1, 2, ... continuing an existing file),
@@ -113,7 +127,7 @@ flushed per line, each with "seq" (1, 2, ... continuing an existing file),
                name, when set)
   post         service_id, batch_id, epoch, attempt, bytes, result
                (accepted, duplicate, 503, 429, a code window's code such as
-               "404", 401, 414, 431, rejected, stalled); accepted lines
+               "404", 401, 414, 431, rejected, stalled, dropped); accepted lines
                carry service_seq (1, 2, ... per service: the arrival order),
                duplicates carry first_seq (the accepted line's seq), held
                ones carry stalled (the hold in seconds), delayed ones
@@ -126,7 +140,7 @@ flushed per line, each with "seq" (1, 2, ... continuing an existing file),
   unanswered   a POST applied before a hold whose client had gone
   status_query dialect, ids (how many), result (ok, 503, 429, a code
                window's code, 401, 414, 431, malformed, stalled: the client
-               had gone), and latency, header and auth, target_bytes and
+               had gone, dropped, hung), and latency, header and auth, target_bytes and
                max_url, header_bytes and max_header_bytes as post lines
   control      set (the settings applied; of require_header only the name,
                or null when cleared), already_final; or error
@@ -165,6 +179,7 @@ import re
 import select
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -177,7 +192,8 @@ SPLINTER_WORDS = {
     "INVALID": "Invalid",
     "UNKNOWN": "Unknown",
 }
-WINDOWS = ("fail_503", "fail_429", "fail_code", "stall", "malformed")
+WINDOWS = ("fail_503", "fail_429", "fail_code", "stall", "malformed", "drop",
+           "hang_status")
 MALFORMED_KINDS = ("truncated", "garbage", "shape")
 CODE_APPLIES = ("post", "get", "both")
 REDIRECTS = (301, 302, 303, 307, 308)
@@ -186,7 +202,7 @@ STAT_NAMES = ("posts", "accepted", "duplicates", "committed", "invalid",
               "rejected", "503s", "429s", "fail_codes", "stalls",
               "status_queries", "malformed", "controls", "auth_failures",
               "missing_header", "wrong_header", "414s", "431s",
-              "latency_waits")
+              "latency_waits", "dropped", "hung", "connections")
 
 
 class BadRequest(Exception):
@@ -307,7 +323,9 @@ class Ledger:
                            ("fail_429", args.fail_429_for),
                            ("fail_code", args.fail_code_for),
                            ("stall", args.stall_for),
-                           ("malformed", args.malformed_for)):
+                           ("malformed", args.malformed_for),
+                           ("drop", args.drop_for),
+                           ("hang_status", args.hang_status_for)):
             if secs > 0:
                 self.until[name] = now + secs
 
@@ -395,6 +413,9 @@ class Ledger:
         status_body)."""
         now = time.monotonic()
         with self.cond:
+            if now < self.until["drop"]:
+                self.stats["dropped"] += 1
+                return "dropped"
             if now < self.until["fail_503"]:
                 self.stats["503s"] += 1
                 return "503"
@@ -427,7 +448,7 @@ class Ledger:
         if not isinstance(req, dict) or not req:
             raise BadRequest("control body must be a non-empty JSON object")
         known = {"fail_503_for", "fail_429_for", "fail_code_for", "stall_for",
-                 "malformed_for", "stall_seconds", "stall_apply", "malformed_kind",
+                 "malformed_for", "drop_for", "hang_status_for", "stall_seconds", "stall_apply", "malformed_kind",
                  "invalid", "commit_delay", "clear", "fail_code",
                  "fail_code_applies", "latency", "max_url", "max_header_bytes",
                  "require_header"}
@@ -435,7 +456,8 @@ class Ledger:
         if unknown:
             raise BadRequest("unknown control keys: %s" % ", ".join(unknown))
         for key in ("fail_503_for", "fail_429_for", "fail_code_for", "stall_for",
-                    "malformed_for", "stall_seconds", "commit_delay", "latency"):
+                    "malformed_for", "drop_for", "hang_status_for", "stall_seconds",
+                    "commit_delay", "latency"):
             if key in req:
                 val = req[key]
                 if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
@@ -742,6 +764,25 @@ class Handler(BaseHTTPRequestHandler):
         except (OSError, ValueError):
             return True
 
+    def drop(self):
+        """drop: reset the connection without an answer (SO_LINGER 0)."""
+        try:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        self.close_connection = True
+
+    def hang(self):
+        """hang: hold a status GET while the hang_status window is open (or
+        until the ledger stops), then close its connection unanswered."""
+        while not self.ledger.stopping.is_set():
+            left = self.ledger.until["hang_status"] - time.monotonic()
+            if left <= 0:
+                break
+            self.ledger.stopping.wait(min(left, 0.5))
+        self.close_connection = True
+
     def hold(self):
         """hold: wait out a stall; false when the ledger stopped meanwhile."""
         return not self.ledger.stopping.wait(self.ledger.stall_seconds)
@@ -806,6 +847,11 @@ class Handler(BaseHTTPRequestHandler):
             return
 
         verdict = self.ledger.gate("post")
+        if verdict == "dropped":
+            self.ledger.refuse(verdict, service_id, batch_id, epoch, attempt,
+                               nbytes, extra)
+            self.drop()
+            return
         if verdict not in (None, "stall"):
             self.ledger.refuse(verdict, service_id, batch_id, epoch, attempt,
                                nbytes, extra)
@@ -886,9 +932,19 @@ class Handler(BaseHTTPRequestHandler):
                              "hint": "give ?%s=a,b,c" % key})
             return
         verdict = self.ledger.gate("get")
+        if verdict == "dropped":
+            self.ledger.status_query(dialect, ids, verdict, **extra)
+            self.drop()
+            return
         if verdict not in (None, "stall"):
             self.ledger.status_query(dialect, ids, verdict, **extra)
             self.fault_reply(verdict)
+            return
+        if time.monotonic() < self.ledger.until["hang_status"]:
+            with self.ledger.cond:
+                self.ledger.stats["hung"] += 1
+            self.ledger.status_query(dialect, ids, "hung", **extra)
+            self.hang()
             return
         if verdict == "stall":
             if not self.hold():
@@ -917,9 +973,15 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, port, ledger):
+    def __init__(self, port, ledger, backlog=128):
         self.ledger = ledger
+        self.request_queue_size = backlog
         super().__init__(("127.0.0.1", port), Handler)
+
+    def process_request(self, request, client_address):
+        with self.ledger.cond:
+            self.ledger.stats["connections"] += 1
+        super().process_request(request, client_address)
 
 
 def parse_args(argv):
@@ -950,6 +1012,14 @@ def parse_args(argv):
     p.add_argument("--stall-apply", choices=("after", "before"), default="after",
                    help="apply a stalled POST after the hold if its client is still "
                         "there (after, default) or on arrival (before)")
+    p.add_argument("--drop-for", type=float, default=0, metavar="SECONDS",
+                   help="reset every request's connection unanswered for this long from start")
+    p.add_argument("--hang-status-for", type=float, default=0, metavar="SECONDS",
+                   help="hold status GETs unanswered for this long from start")
+    p.add_argument("--http10", action="store_true",
+                   help="answer in HTTP/1.0 and close every connection after one answer")
+    p.add_argument("--backlog", type=int, default=128,
+                   help="the listening socket's accept queue (default 128)")
     p.add_argument("--malformed-for", type=float, default=0, metavar="SECONDS",
                    help="status queries get malformed 200 bodies for this long from start")
     p.add_argument("--malformed-kind", choices=("cycle",) + MALFORMED_KINDS,
@@ -976,7 +1046,8 @@ def parse_args(argv):
     args.invalid = [i for arg in args.invalid for i in arg.split(",") if i]
     for name in ("commit_delay", "max_lifetime", "fail_503_for", "fail_429_for",
                  "fail_code_for", "stall_for", "stall_seconds", "malformed_for",
-                 "latency", "max_url", "max_header_bytes"):
+                 "latency", "max_url", "max_header_bytes", "drop_for",
+                 "hang_status_for"):
         if getattr(args, name) < 0:
             p.error("--%s must be >= 0" % name.replace("_", "-"))
     if args.fail_code is not None and not 300 <= args.fail_code <= 599:
@@ -1010,8 +1081,10 @@ def main(argv):
     args = parse_args(argv)
     log = EventLog(args.log)
     ledger = Ledger(args, log)
+    if args.http10:
+        Handler.protocol_version = "HTTP/1.0"
     try:
-        server = Server(args.port, ledger)
+        server = Server(args.port, ledger, max(1, args.backlog))
     except OSError as exc:
         print("ledger.py: cannot listen on 127.0.0.1:%d: %s" % (args.port, exc),
               file=sys.stderr)
@@ -1033,7 +1106,8 @@ def main(argv):
     if args.require_header is not None:   # the name only, never the value
         started["require_header"] = args.require_header[0]
     log.write("start", port=port, pid=os.getpid(), commit_delay=args.commit_delay,
-              max_lifetime=args.max_lifetime, **started)
+              max_lifetime=args.max_lifetime, http10=args.http10,
+              backlog=args.backlog, **started)
     committer = threading.Thread(target=ledger.commit_loop, name="commits", daemon=True)
     committer.start()
     serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},

@@ -157,6 +157,8 @@ INSERT INTO tap_grants VALUES
  ('submitter', 'function', 'gridha.expiry_settings()', 'EXECUTE'),
  ('submitter', 'function', 'gridha.worker_slots()', 'EXECUTE'),
  ('submitter', 'function', 'gridha.worker_register(uuid, text)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.worker_limit_slots()', 'EXECUTE'),
+ ('submitter', 'view',     'gridha.worker_limits', 'SELECT'),
  ('submitter', 'function', 'gridha.worker_orphans(uuid)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.try_lead(uuid, text)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.renew_lead(uuid, text, bigint)', 'EXECUTE'),
@@ -187,6 +189,8 @@ INSERT INTO tap_grants VALUES
  ('admin', 'function', 'gridha.create_id_sequence(text, bigint, integer)', 'EXECUTE'),
  ('admin', 'function', 'gridha.drop_id_sequence(text)', 'EXECUTE'),
  ('admin', 'function', 'gridha.move_service(text, text)', 'EXECUTE'),
+ ('admin', 'function', 'gridha.worker_limit_slots()', 'EXECUTE'),
+ ('admin', 'view',     'gridha.worker_limits', 'SELECT'),
  ('admin', 'function', 'gridha.set_instance_owner(uuid, regrole)', 'EXECUTE'),
  ('admin', 'view',     'gridha.claims', 'SELECT'),
  ('admin', 'view',     'gridha.instance_health', 'SELECT'),
@@ -392,8 +396,8 @@ SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)
              FROM tap_grants g JOIN tap_objects o ON o.obj = g.obj AND o.kind = 'function'
              JOIN pg_proc p ON p.oid = o.oid
             WHERE NOT p.prosecdef),
-          ARRAY['gridha.expiry_settings()', 'gridha.worker_slots()'],
-          'every granted function is SECURITY DEFINER but the two that read no table (expiry_settings, worker_slots)');
+          ARRAY['gridha.expiry_settings()', 'gridha.worker_limit_slots()', 'gridha.worker_slots()'],
+          'every granted function is SECURITY DEFINER but the three that read no table (expiry_settings, worker_limit_slots, worker_slots)');
 
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
              FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
