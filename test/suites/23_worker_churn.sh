@@ -99,7 +99,7 @@ while [ "$SECONDS" -lt "$end" ]; do
 		kills=$((kills + 1))
 	psql_db -c "SELECT gridha.start_worker('churn-' || $kills)
 	             WHERE (SELECT count(*) FROM gridha.workers) < 4" >/dev/null 2>&1
-	sleep "0.$((RANDOM % 5 + 1))"
+	sleep "0.$((RANDOM % 3 + 1))"
 done
 wait "$producer"
 
