@@ -263,7 +263,10 @@ in_ovl runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl stop -m fast -w 
 in_ovl rm -rf /tmp/debtest
 
 start=$SECONDS
-in_ovl sh -c "cd '$SRC' && sh debian/tests/installcheck" >"$WORK/autopkgtest.log" 2>&1
+# without the run's PG* settings: pg_virtualenv picks a port of its own, and
+# PGPORT (the run's cluster's, in use) would make its cluster fail to start
+in_ovl env -u PGPORT -u PGHOST -u PGUSER -u PGDATA -u PGDATABASE \
+	sh -c "cd '$SRC' && sh debian/tests/installcheck" >"$WORK/autopkgtest.log" 2>&1
 rc=$?
 took=$((SECONDS - start))
 summary=$(grep -E 'All [0-9]+ tests passed|^Files=|^Result:' "$WORK/autopkgtest.log" | sed 's/^ *//' | paste -sd ';')
