@@ -493,6 +493,30 @@ log_refusal(Client *c, const char *event, const char *during, const Batch *b,
  */
 
 /*
+ * client_declare_serves: tell the database again which kinds of target
+ * this client serves; it hands back the claims it cannot serve. A 1.0
+ * database has no such call (42883), which is fine.
+ */
+static int
+client_declare_serves(Client *c)
+{
+	const char *params[1] = {c->instance_id};
+	PGresult   *res;
+	char		sqlstate[6] = "";
+	char		msg[512] = "";
+
+	if (client_query_retry(c, "SELECT count(*) FROM gridha.acquire_claims($1, " CLIENT_SERVES ")",
+						   1, params, &res, sqlstate, msg, sizeof(msg)) == QUERY_OK)
+		PQclear(res);
+	else if (strcmp(sqlstate, "42883") != 0)
+	{
+		note("cannot declare what this instance serves: %s", msg);
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * client_register: our instance id: the one given, or a fresh one from
  * gridha.register_instance(label). Returns 0 when we have one.
  */
@@ -507,20 +531,8 @@ client_register(Client *c)
 
 	if (c->opt.instance_id)
 	{
-		const char *ip[1] = {c->opt.instance_id};
-
 		snprintf(c->instance_id, sizeof(c->instance_id), "%s", c->opt.instance_id);
-		/* declare what it serves; a gridha 1.0 database has no such call */
-		qr = client_query_retry(c, "SELECT count(*) FROM gridha.acquire_claims($1, " CLIENT_SERVES ")",
-								1, ip, &res, sqlstate, msg, sizeof(msg));
-		if (qr == QUERY_OK)
-			PQclear(res);
-		else if (strcmp(sqlstate, "42883") != 0)
-		{
-			note("cannot declare what this instance serves: %s", msg);
-			return -1;
-		}
-		return 0;
+		return client_declare_serves(c);
 	}
 	qr = client_query_retry(c, "SELECT gridha.register_instance($1, " CLIENT_SERVES ")", 1, params,
 							&res, sqlstate, msg, sizeof(msg));
@@ -881,6 +893,7 @@ client_handle_batch(Client *c, const Batch *b)
 	ClientTarget t;
 	int			fire_and_forget;
 	GridhaSubmitOutcome outcome;
+	int			not_served = 0;
 	LogLine		l;
 
 	if (c->opt.verify && client_verify(c, b) != 1)
@@ -898,6 +911,7 @@ client_handle_batch(Client *c, const Batch *b)
 		/* not a target this client serves (the hand-out hands such back) */
 		snprintf(detail, sizeof(detail), "target \"%s\" has no submit_url", t.name);
 		outcome = GRIDHA_SUBMIT_DELAYED;
+		not_served = 1;
 	}
 	else
 		outcome = gridha_http_submit(c->http, t.submit_url, &t.http, b->service_id,
@@ -917,6 +931,14 @@ client_handle_batch(Client *c, const Batch *b)
 	if (client_report_submission(c, b, gridha_http_outcome_name(outcome), detail) &&
 		outcome == GRIDHA_SUBMIT_ACCEPTED && fire_and_forget)
 		(void) client_report_status(c, b, "committed");
+
+	/*
+	 * Someone declared this instance able to serve a kind of target it
+	 * cannot (a function target): declare again what it serves, so the
+	 * database hands such services back to instances that can.
+	 */
+	if (not_served)
+		(void) client_declare_serves(c);
 }
 
 /* ----------------------------------------------------------------------

@@ -123,7 +123,7 @@ check $? "${TESTS[0]} ($DEBVER, $VERSION)"
 	echo "# add a debian/changelog entry for $VERSION-1 (the release's)" | diag
 
 need=()
-for p in debhelper dpkg-dev fakeroot postgresql-server-dev-all postgresql-server-dev-15 \
+for p in build-essential debhelper dpkg-dev fakeroot postgresql-server-dev-all postgresql-server-dev-15 \
 	libcurl4-openssl-dev libpq-dev make gcc; do
 	dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
