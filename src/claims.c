@@ -18,19 +18,21 @@
  *             submitting, or once it is hard-expired, whatever is going on
  *   held      how many claims an instance holds (instances.held), kept by
  *             every statement here that moves claims
- *   share     with gridha.balance_claims, services / live instances (each
- *             target's services over the live instances that can serve
- *             it, when they serve different kinds): an
- *             instance may hold up to the ceiling of it; one below the
- *             floor asks those above it to shed (instances.shed), and they
- *             hand back idle claims at their next hand-out, so a newcomer
- *             gets work within a hand-out or two, and the shares settle
- *             within one of each other
- *   relief    balance evens out work too: an instance that finds nothing to
- *             hand out and holds less than its share's ceiling takes a
- *             ready claim, nothing in flight, from a live instance that
- *             holds more and has at least two more services with work
- *             (claims_relieve), as a take: the epoch is bumped
+ *   live      an instance whose lease runs, whose session is not known to
+ *             have ended and that has not released its claims
+ *   work      a service with work: its head ready now or in flight
+ *   balance   with gridha.balance_claims, two shares. The work share
+ *             decides where services with work go (claims_balance_work):
+ *             each live instance serves the work over the live instances,
+ *             taken from the free services with work, then from the
+ *             busiest instance (ready heads only, and only while that
+ *             evens out the work); an idle instance always takes free
+ *             work. The count share places the idle claims, which cost
+ *             nothing per cycle: services / live instances (per target
+ *             when instances serve different kinds); an instance above its
+ *             ceiling hands back idle claims, one below its floor asks
+ *             those above it to (instances.shed). Idle claims never hold
+ *             back work, and work never moves to even out counts.
  *
  * What a cycle costs follows what changes, not what exists: the live
  * instances are read through the lease index (never the dead ones), the
@@ -120,6 +122,8 @@
 #define CLAIMS_PROBE_EVERY_MS	1000
 /* How often an instance below its share that has work acquires anyway */
 #define CLAIMS_BELOW_SHARE_EVERY_MS	200
+/* Services with work counted per instance, at most (claims_balance_work) */
+#define CLAIMS_WORK_CAP			10000
 
 /*
  * Services an instance may claim: those whose target it can serve ($2,
@@ -190,8 +194,31 @@ static GridhaStatement claims_free_stmt = {
 };
 
 /*
- * ... free claims with work (a head ready now): what an instance with
- * nothing to hand out takes whatever its share says
+ * ... free claims with no work now (no head ready: empty, in flight, or
+ * delayed): what the count share hands out (claims_free_stmt, for a
+ * target only this instance serves, or with balance off, takes both)
+ */
+static GridhaStatement claims_free_idle_stmt = {
+	"SELECT array_agg(service_id) FROM ("
+	"  SELECT c.service_id FROM gridha.service_claims c"
+	"   WHERE c.claimant IS NULL AND (c.ready_at IS NULL OR c.ready_at > now())"
+	CLAIMS_TARGET_FILTER("c")
+	"   LIMIT $3"
+	"   FOR NO KEY UPDATE SKIP LOCKED) c",
+	3, {UUIDOID, TEXTARRAYOID, INT8OID}
+};
+
+/* ... how many free claims have work (a head ready now), up to $3 */
+static GridhaStatement claims_free_work_count_stmt = {
+	"SELECT count(*) FROM (SELECT 1 FROM gridha.service_claims c"
+	"   WHERE c.claimant IS NULL AND c.ready_at <= now()" CLAIMS_TARGET_FILTER("c")
+	"   LIMIT $3) c",
+	3, {UUIDOID, TEXTARRAYOID, INT8OID}
+};
+
+/*
+ * ... free claims with work (a head ready now): what the work share hands
+ * out (claims_balance_work)
  */
 static GridhaStatement claims_free_work_stmt = {
 	"SELECT array_agg(service_id) FROM ("
@@ -277,7 +304,7 @@ static GridhaStatement claims_own_expiry_stmt = {
  * The take: $1 instance, $2 the locked candidates, $3 the lowest epoch it
  * may give (the timeline's base, see claims_epoch_base), $4 the instances
  * whose session has ended, $5 the live instances being relieved (NULL:
- * none; see claims_relieve). A candidate is taken when it is free, when its
+ * none; see claims_balance_work). A candidate is taken when it is free, when its
  * claim is hard-expired (or its holder has no lease at all), when it is
  * soft-expired or its holder's session is gone and its head is not
  * submitting, or when its holder is being relieved and its head is ready
@@ -472,8 +499,9 @@ typedef struct ClaimsAnything
 } ClaimsAnything;
 
 /*
- * Handing back idle claims (surplus, or asked to shed): idle services
- * first, then those that waited least, never those of the targets in $3
+ * Handing back idle claims (surplus, or asked to shed): only services with
+ * no work now (nothing in flight, no head ready: work moves by the work
+ * share alone, claims_balance_work), never those of the targets in $3
  * (services only this instance can serve); the count and the shed request
  * of the instance are written last (ClaimsPending).
  */
@@ -481,6 +509,7 @@ static GridhaStatement claims_shed_stmt = {
 	"WITH r AS ("
 	"  SELECT c.service_id FROM gridha.service_claims c"
 	"   WHERE c.claimant = $1 AND NOT c.in_flight"
+	"     AND (c.ready_at IS NULL OR c.ready_at > now())"
 	"     AND ($3::text[] IS NULL OR c.target <> ALL ($3::text[]))"
 	"   ORDER BY c.ready_at DESC NULLS FIRST"
 	"   LIMIT $2"
@@ -687,6 +716,7 @@ static struct
 	TimestampTz probed_at;		/* others' sessions last asked about */
 	uint64		targets_gen;	/* the targets its claims were checked */
 	int			serves;			/* against, and what it served then */
+	bool		work_short;		/* below its work share, with work elsewhere */
 }			claims_known;
 
 /*
@@ -1127,75 +1157,135 @@ claims_ask_shed(Datum instance_id, ClaimsLive *live, int64 floor, int64 missing)
 }
 
 /*
- * claims_relieve: this instance has nothing to hand out and holds less than
- * its share's ceiling. A live instance that holds more claims than it,
- * above the share's floor, and has at least two more services with work
- * (heads ready or in flight) hands it ready claims with nothing in flight,
- * until the two are within one of each other in work or the counts would
- * leave the share. Without it, when the services do not divide evenly, the
- * services of an instance holding one more than the others wait their turn
- * there (one client serves its instance's services one after the other)
- * while other instances sit idle. Each move lowers the difference in work,
- * so claims never go back and forth. The counts of the two are written
- * last, with the cycle's other instance-row writes, in id order (no
- * instance row is locked here). Returns how many it took.
+ * claims_shares_work: whether a live instance that serves the kinds in
+ * "serves" can serve every service this one can, so that the two share
+ * the same work (a worker, or an instance that declared nothing, serves
+ * every kind).
+ */
+static bool
+claims_shares_work(const GridhaInstance *inst, int serves)
+{
+	if (serves == GRIDHA_SERVES_ANY || serves == GRIDHA_SERVES_ALL)
+		return true;
+	return inst->serves != GRIDHA_SERVES_ANY && (serves & inst->serves) == inst->serves;
+}
+
+/*
+ * claims_balance_work: the balance of work, the one rule that decides where
+ * a service with work (a head ready now or in flight) goes while its holder
+ * lives. Idle claims cost nothing per cycle and are not what is balanced.
+ *
+ * The work W is every service with work among the live instances that
+ * share this one's targets (each counted up to CLAIMS_WORK_CAP) plus the
+ * free services with work, over n such instances: each should serve
+ * W / n, and W mod n of them one more. This instance takes that one more
+ * only while fewer than W mod n others already serve more than W / n, so
+ * the shares add up to W and settle at floor or ceiling. It takes what it
+ * misses first from the free services with work, then from the busiest
+ * live instance: ready heads with nothing in flight (a head in flight never
+ * moves while its holder lives), and only while the holder keeps at least
+ * two more than this one had (each move lowers the difference between the
+ * two, so a service never goes back and forth) and never below W / n.
+ * Every move is a take: the epoch is bumped.
+ *
+ * An instance that idles (idle_poll, and no service with work) takes at
+ * least one free service with work whatever the shares say: work is never
+ * left waiting while an instance idles. One that stays below W / n because
+ * what it could take was in flight tries again shortly
+ * (gridha_claims_below_share). Returns how many it took.
  */
 static int
-claims_relieve(Datum instance_id, const ClaimsLive *live, int64 held, int64 floor,
-			   int64 ceiling, Datum *pickargs, char *picknulls, Datum gone,
-			   ReturnSetInfo *rsinfo, List **takes)
+claims_balance_work(Datum instance_id, const GridhaInstance *inst, const ClaimsLive *live,
+					Datum *pickargs, char *picknulls, Datum gone, bool idle_poll,
+					ReturnSetInfo *rsinfo, List **takes)
 {
 	Datum	   *ids = palloc(sizeof(Datum) * (live->nabove + 1));
-	int		   *held_by = palloc(sizeof(int) * (live->nabove + 1));
+	bool	   *tried;
 	int64	   *busy;
 	int64		busy_self;
-	Datum		args[2];
-	int			n = 0;
+	int64		free_work;
+	int64		total = 0;
+	int64		wfloor;
+	int64		above = 0;
+	int64		want;
 	int			taken = 0;
+	int			self = -1;
+	int			n = 0;
 	int			i;
+	Datum		args[2];
 
 	for (i = 0; i < live->nabove; i++)
 	{
-		if (i == live->self_at || live->above_held[i] <= held ||
-			live->above_held[i] <= floor)
+		if (i == live->self_at)
+			self = n;
+		else if (!claims_shares_work(inst, live->above_serves[i]))
 			continue;
-		ids[n] = live->above[i];
-		held_by[n++] = live->above_held[i];
+		ids[n++] = live->above[i];
 	}
-	if (n == 0)
-		return 0;
+	if (self < 0)
+	{
+		self = n;
+		ids[n++] = instance_id;
+	}
 
-	/* this one's work, then theirs, counted as far as the decision needs */
-	args[0] = PointerGetDatum(construct_array(&instance_id, 1, UUIDOID, UUID_LEN, false,
-											  TYPALIGN_CHAR));
-	args[1] = Int64GetDatum(PG_INT32_MAX);
-	gridha_exec(&claims_busy_stmt, args, NULL, true);
-	busy_self = gridha_col_int64(0, 1);
 	args[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
-	args[1] = Int64GetDatum(busy_self + 2 * (ceiling - held) + 2);
+	args[1] = Int64GetDatum(CLAIMS_WORK_CAP);
 	gridha_exec(&claims_busy_stmt, args, NULL, true);
 	busy = palloc(sizeof(int64) * n);
+	tried = palloc0(sizeof(bool) * n);
 	for (i = 0; i < n; i++)
-		busy[i] = gridha_col_int64(i, 1);
+		total += busy[i] = gridha_col_int64(i, 1);
+	pickargs[2] = Int64GetDatum(CLAIMS_WORK_CAP);
+	picknulls[2] = ' ';
+	gridha_exec(&claims_free_work_count_stmt, pickargs, picknulls, true);
+	free_work = gridha_col_int64(0, 1);
+	total += free_work;
 
-	for (i = 0; i < n && held + taken < ceiling; i++)
+	busy_self = busy[self];
+	wfloor = total / n;
+	for (i = 0; i < n; i++)
+		if (i != self && busy[i] > wfloor)
+			above++;
+	want = wfloor + (above < total % n ? 1 : 0) - busy_self;
+	if (idle_poll && busy_self == 0 && free_work > 0)
+		want = Max(want, 1);
+
+	/* the free services with work first */
+	if (want > 0 && free_work > 0)
 	{
-		int64		want = (busy[i] - busy_self) / 2;
-		int			got;
+		int			got = claims_take(&claims_free_work_stmt, pickargs, picknulls, instance_id,
+									  gone, (Datum) 0, Min(want, free_work), rsinfo, takes);
 
-		want = Min(want, ceiling - held - taken);
-		want = Min(want, held_by[i] - floor);
-		if (want <= 0)
-			continue;
-
-		pickargs[3] = ids[i];
-		got = claims_take(&claims_relief_stmt, pickargs, picknulls, instance_id, gone,
-						  PointerGetDatum(construct_array(&ids[i], 1, UUIDOID, UUID_LEN,
-														  false, TYPALIGN_CHAR)),
-						  want, rsinfo, takes);
 		taken += got;
 		busy_self += got;
 	}
+
+	/* then from the busiest live instances, while that evens out the work */
+	while (taken < want)
+	{
+		int			best = -1;
+		int64		give;
+		int			got;
+
+		for (i = 0; i < n; i++)
+			if (i != self && !tried[i] && (best < 0 || busy[i] > busy[best]))
+				best = i;
+		if (best < 0)
+			break;
+		give = Min(want - taken, (busy[best] - busy_self) / 2);
+		give = Min(give, busy[best] - wfloor);
+		if (give <= 0)
+			break;
+		tried[best] = true;
+		pickargs[3] = ids[best];
+		got = claims_take(&claims_relief_stmt, pickargs, picknulls, instance_id, gone,
+						  PointerGetDatum(construct_array(&ids[best], 1, UUIDOID, UUID_LEN,
+														  false, TYPALIGN_CHAR)),
+						  give, rsinfo, takes);
+		taken += got;
+		busy_self += got;
+	}
+	claims_known.work_short = busy_self < wfloor;
 	return taken;
 }
 
@@ -1283,35 +1373,6 @@ claims_take_orphans(Datum instance_id, int64 held, Datum *pickargs, char *picknu
 							 (Datum) 0, CLAIMS_EXPIRED_BATCH - taken, rsinfo, takes);
 	}
 	return taken;
-}
-
-/*
- * claims_take_work: the work-conserving rule. An instance that found
- * nothing to hand out, took nothing, and has no service with work at all
- * (no head ready, none in flight: it idles) takes one free service with
- * work whatever its share says. The share comes from the service counts,
- * and a count gone wrong (counts.c) must not strand a service while an
- * instance idles; maintenance repairs the count (leader.c). An instance
- * busy with work of its own leaves free work to those below their share.
- * Returns how many it took (0 or 1).
- */
-static int
-claims_take_work(Datum instance_id, int64 held, Datum *pickargs, char *picknulls, Datum gone,
-				 ReturnSetInfo *rsinfo, List **takes)
-{
-	Datum		args[2];
-
-	if (held > 0)
-	{
-		args[0] = PointerGetDatum(construct_array(&instance_id, 1, UUIDOID, UUID_LEN, false,
-												  TYPALIGN_CHAR));
-		args[1] = Int64GetDatum(1);
-		gridha_exec(&claims_busy_stmt, args, NULL, true);
-		if (gridha_col_int64(0, 1) > 0)
-			return 0;
-	}
-	return claims_take(&claims_free_work_stmt, pickargs, picknulls, instance_id, gone,
-					   (Datum) 0, 1, rsinfo, takes);
 }
 
 /*
@@ -1664,7 +1725,7 @@ static bool
 claims_nothing_to_take(Datum instance_id, const GridhaInstance *inst, Datum servable)
 {
 	if (!claims_known.valid || !gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id) ||
-		(gridha_balance_claims && inst->held < claims_known.floor) ||
+		(gridha_balance_claims && (inst->held < claims_known.floor || claims_known.work_short)) ||
 		TimestampDifferenceExceeds(claims_known.probed_at, GetCurrentTimestamp(),
 								   CLAIMS_PROBE_EVERY_MS))
 		return false;
@@ -1673,17 +1734,18 @@ claims_nothing_to_take(Datum instance_id, const GridhaInstance *inst, Datum serv
 
 /*
  * gridha_claims_below_share: whether an instance that has just handed out
- * work should acquire now all the same: it holds less than its share (as
- * its last acquisition in this backend reckoned it) and has not acquired
- * for CLAIMS_BELOW_SHARE_EVERY_MS. Without it a newcomer that got some
- * work at once would serve that and ask for the rest of its share only at
- * its next renewal. Costs nothing at or above the share.
+ * work should acquire now all the same: it holds less than its share, or
+ * serves less than its share of the work (as its last acquisition in this
+ * backend reckoned them), and has not acquired for
+ * CLAIMS_BELOW_SHARE_EVERY_MS. Without it a newcomer that got some work at
+ * once would serve that and ask for the rest of its share only at its next
+ * renewal. Costs nothing at or above the shares.
  */
 bool
 gridha_claims_below_share(Datum instance_id, const GridhaInstance *inst)
 {
 	return gridha_balance_claims && inst->leased && claims_known.valid &&
-		inst->held < claims_known.floor &&
+		(inst->held < claims_known.floor || claims_known.work_short) &&
 		gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id) &&
 		TimestampDifferenceExceeds(claims_known.probed_at, GetCurrentTimestamp(),
 								   CLAIMS_BELOW_SHARE_EVERY_MS);
@@ -1786,6 +1848,7 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	claims_known.probed_at = GetCurrentTimestamp();
 	claims_known.valid = true;
 	claims_known.floor = 0;
+	claims_known.work_short = false;
 	gone = PointerGetDatum(construct_array(live.gone, live.ngone, UUIDOID, UUID_LEN, false,
 										   TYPALIGN_CHAR));
 	pickargs[0] = instance_id;
@@ -1809,23 +1872,24 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 			pickargs[1] = servable;
 			picknulls[1] = servable == (Datum) 0 ? 'n' : ' ';
 		}
+		/* above the count's ceiling: idle claims go back */
 		if (held + taken > ceiling)
-		{
 			held -= claims_shed(instance_id, inst, held + taken - ceiling, exclusive);
-			if (idle_poll && taken == 0)
-				taken += claims_take_orphans(instance_id, held, pickargs, picknulls, gone, &live,
-											 rsinfo, &takes);
-			if (idle_poll && taken == 0)
-				taken += claims_take_work(instance_id, held, pickargs, picknulls, gone, rsinfo,
-										  &takes);
-			claims_count_moves(instance_id, takes);
-			return taken;
-		}
-		limit = ceiling - held;
+		limit = Max(ceiling - held, taken);
+
+		/*
+		 * The work share: services with work, free or from the busiest.
+		 * What the count share leaves is for idle claims (never below 0:
+		 * a negative limit would mean none).
+		 */
+		taken += claims_balance_work(instance_id, inst, &live, pickargs, picknulls, gone,
+									 idle_poll, rsinfo, &takes);
+		limit = Max(limit, taken);
 	}
 
-	/* free claims first, then claims expired on their own */
-	taken += claims_take(&claims_free_stmt, pickargs, picknulls, instance_id, gone,
+	/* free claims (with balance, those with no work now), then claims expired on their own */
+	taken += claims_take(gridha_balance_claims ? &claims_free_idle_stmt : &claims_free_stmt,
+						 pickargs, picknulls, instance_id, gone,
 						 (Datum) 0, limit < 0 ? -1 : limit - taken, rsinfo, &takes);
 	taken += claims_take(&claims_own_expiry_stmt, pickargs, picknulls, instance_id, gone,
 						 (Datum) 0, limit < 0 ? -1 : limit - taken, rsinfo, &takes);
@@ -1873,17 +1937,10 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 							 (Datum) 0, limit < 0 ? -1 : limit - taken, rsinfo, &takes);
 	}
 
-	/* nothing to hand out, nothing taken, room below the ceiling */
-	if (idle_poll && gridha_balance_claims && taken == 0 && held < ceiling)
-		taken += claims_relieve(instance_id, &live, held, floor, ceiling, pickargs, picknulls,
-								gone, rsinfo, &takes);
-
 	/* work-conserving: idle, and work no live instance serves */
 	if (idle_poll && gridha_balance_claims && taken == 0)
 		taken += claims_take_orphans(instance_id, held, pickargs, picknulls, gone, &live,
 									 rsinfo, &takes);
-	if (idle_poll && gridha_balance_claims && taken == 0)
-		taken += claims_take_work(instance_id, held, pickargs, picknulls, gone, rsinfo, &takes);
 
 	claims_count_moves(instance_id, takes);
 

@@ -1,10 +1,14 @@
--- 11_fair_share.sql: a newcomer gets its fair share on its next calls, not
--- a renew interval later. One below its share that finds nothing free asks
--- those above it to shed (instances.shed); each hands back that many idle
--- claims on its next hand-out, never one with a batch in flight and never
--- below its own share; the newcomer takes them on its next call. Nobody's
--- claim cycle is due anywhere in this file (renew_interval 1h): the shares
--- move by shedding alone.
+-- 11_fair_share.sql: the two shares. Idle claims (no head ready, none in
+-- flight) follow the count share: a newcomer below it that finds nothing
+-- free asks those above it to shed (instances.shed); each hands back that
+-- many idle claims on its next hand-out, never below its own share, and
+-- never a service with work; the newcomer takes them on its next call.
+-- Services with work follow the work share (13_relief): a newcomer takes
+-- its share of the work at once, from the free services with work or the
+-- busiest instance's ready heads, whatever the counts; one left short
+-- because that work was in flight tries again 200 ms later while it
+-- serves. Nobody's claim cycle is due anywhere in this file (renew_interval
+-- 1h): the shares move by shedding and by the work share alone.
 --
 -- One transaction, rolled back.
 --
@@ -12,7 +16,7 @@
 -- serves every kind, and C, which serves URL targets only: services only W
 -- can serve are W's whatever its share, and W sheds the others instead.
 BEGIN;
-SELECT plan(24);
+SELECT plan(28);
 
 DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
@@ -23,8 +27,8 @@ SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
 SET LOCAL gridha.balance_claims = on;
 SET LOCAL gridha.renew_interval = '1h';
 SET LOCAL gridha.soft_expiry = '2h';
-SELECT gridha.enqueue(format('fs-%s', lpad(i::text, 2, '0')), 'b' || j, NULL)
-  FROM generate_series(1, 12) AS i, generate_series(1, 3) AS j;
+SELECT gridha.enqueue(format('fs-%s', lpad(i::text, 2, '0')), 'b1', NULL)
+  FROM generate_series(1, 12) AS i;
 \o
 
 CREATE TEMP TABLE ids AS
@@ -37,51 +41,75 @@ CREATE FUNCTION pg_temp.held(inst uuid) RETURNS bigint
 LANGUAGE sql AS $$ SELECT count(*) FROM gridha.service_claims WHERE claimant = inst $$;
 
 -- Q and R registered but have not called yet: P, alone in the lease index
--- with a live lease, takes every service it counts as its share.
+-- with a live lease, takes every service, hands out and finishes every
+-- batch: its 12 claims are idle.
 UPDATE gridha.instances SET soft_expiry = NULL, hard_expiry = NULL WHERE instance_id IN (pg_temp.q(), pg_temp.r());
-SELECT is((SELECT count(*) FROM gridha.next_batches(pg_temp.p(), 8)), 8::bigint,
-          'P hands out 8 batches');
-SELECT is(pg_temp.held(pg_temp.p()), 12::bigint, 'P, alone, holds all 12 services, 8 of them in flight');
+SELECT is((SELECT count(*) FROM gridha.next_batches(pg_temp.p(), 12)), 12::bigint,
+          'P, alone, takes all 12 services and hands out their 12 batches');
+SELECT gridha.report_status(pg_temp.p(), b.service_id, b.batch_id, b.epoch, 'committed')
+  FROM gridha.batches b \g /dev/null
+SELECT is((SELECT count(*) FROM gridha.service_claims
+            WHERE claimant = pg_temp.p() AND NOT in_flight AND ready_at IS NULL), 12::bigint,
+          'P holds 12 idle claims');
 
--- Q joins: nothing is free, so it asks P to shed.
+-- Q joins: nothing is free, nothing has work, so it asks P to shed.
 SELECT is_empty($$SELECT * FROM gridha.next_batch(pg_temp.q())$$,
                 'Q''s first call finds nothing free and hands out nothing');
 SELECT is((SELECT shed FROM gridha.instances WHERE instance_id = pg_temp.p()), 6,
           'Q asked P, 6 above the share of 6, to shed the 6 Q misses');
 
 -- P's next hand-out sheds (its cycle is not due).
-SELECT is((SELECT count(*) FROM gridha.next_batch(pg_temp.p())), 0::bigint,
-          'P''s next call hands out nothing new (its idle services were the ones it shed)');
-SELECT is(pg_temp.held(pg_temp.p()), 8::bigint, 'P handed back the 4 idle claims it had, not the 6 asked');
-SELECT is((SELECT count(*) FROM gridha.service_claims c
-            WHERE c.claimant = pg_temp.p() AND c.in_flight), 8::bigint,
-          'every claim P kept has its batch in flight: none in flight was shed');
+SELECT is_empty($$SELECT * FROM gridha.next_batch(pg_temp.p())$$,
+                'P''s next call hands out nothing (it has no work)');
+SELECT is(pg_temp.held(pg_temp.p()), 6::bigint, 'P handed back 6 idle claims: it keeps its share of 6');
+SELECT is((SELECT shed FROM gridha.instances WHERE instance_id = pg_temp.p()), 0,
+          '... and forgot the request');
 
 -- Q's next call takes them.
-SELECT is((SELECT count(*) FROM gridha.next_batches(pg_temp.q(), 10)), 4::bigint,
-          'Q''s next call takes the 4 and hands out their heads');
-SELECT is(pg_temp.held(pg_temp.q()), 4::bigint, 'Q holds 4');
+SELECT is_empty($$SELECT * FROM gridha.next_batch(pg_temp.q())$$,
+                'Q''s next call takes the 6, which have nothing to hand out');
+SELECT is(pg_temp.held(pg_temp.q()), 6::bigint, 'Q holds 6');
 
--- R joins: the share is now 4. P is 4 above it, but all in flight: the
--- request stands until P's batches finish and P has idle claims to give.
-SELECT is_empty($$SELECT * FROM gridha.next_batch(pg_temp.r())$$,
-                'R''s first call finds nothing free');
-SELECT gridha.report_status(pg_temp.p(), b.service_id, b.batch_id, b.epoch, 'committed')
-  FROM gridha.batches b JOIN gridha.service_claims c USING (service_id)
- WHERE c.claimant = pg_temp.p() AND b.status = 'submitting' \g /dev/null
-SELECT is((SELECT count(*) FROM gridha.next_batches(pg_temp.p(), 10)), 4::bigint,
-          'once its batches are done P sheds 4 and hands out the heads of the 4 it keeps');
+-- Work arrives on 3 of P's services, and R joins: the share is now 4. P
+-- holds 6 (3 with work), Q 6: R asks both to shed 2. P hands back idle
+-- claims only, so its 3 services with work stay P's until R's work share
+-- moves one of them.
+SELECT gridha.enqueue(c.service_id, 'b2', NULL)
+  FROM gridha.service_claims c WHERE c.claimant = pg_temp.p()
+ ORDER BY c.service_id LIMIT 3 \g /dev/null
+UPDATE gridha.instances SET soft_expiry = now() + interval '1 hour', hard_expiry = now() + interval '2 hours'
+ WHERE instance_id = pg_temp.r();
+SELECT is((SELECT count(*) FROM gridha.next_batch(pg_temp.r())), 1::bigint,
+          'R''s first call takes its work share, one of P''s 3 services with work, and hands out its head');
+SELECT is((SELECT sum(shed)::int FROM gridha.instances WHERE instance_id IN (pg_temp.p(), pg_temp.q())), 3,
+          '... and, still 3 below its share of 4, asks P and Q (6 each, 2 above) to shed 3');
+SELECT is((SELECT count(*) FROM gridha.next_batches(pg_temp.p(), 10)), 2::bigint,
+          'P sheds on its next call and hands out the heads of its 2 services with work');
+SELECT is((SELECT count(*) FROM gridha.service_claims c
+            WHERE c.claimant = pg_temp.p() AND c.in_flight), 2::bigint,
+          '... both still P''s: shedding never gives away a service with work');
+-- each calls twice in turn: a request made in the first round (to
+-- whichever was asked for what the other could not give) is met in the
+-- second
+SELECT count(*) FROM gridha.next_batch(pg_temp.q()) \g /dev/null
+SELECT count(*) FROM gridha.next_batch(pg_temp.r()) \g /dev/null
+SELECT count(*) FROM gridha.next_batch(pg_temp.p()) \g /dev/null
+SELECT count(*) FROM gridha.next_batch(pg_temp.q()) \g /dev/null
+SELECT count(*) FROM gridha.next_batch(pg_temp.r()) \g /dev/null
 SELECT results_eq(
-    $$SELECT pg_temp.held(pg_temp.p()), (SELECT count(*) FROM gridha.next_batches(pg_temp.r(), 10)),
-             pg_temp.held(pg_temp.r()), pg_temp.held(pg_temp.q())$$,
-    $$VALUES (4::bigint, 4::bigint, 4::bigint, 4::bigint)$$,
-    'R takes the 4 on its next call: 4, 4 and 4');
+    $$SELECT pg_temp.held(pg_temp.p()), pg_temp.held(pg_temp.q()), pg_temp.held(pg_temp.r()),
+             (SELECT count(*) FROM gridha.service_claims WHERE claimant IS NULL)$$,
+    $$VALUES (4::bigint, 4::bigint, 4::bigint, 0::bigint)$$,
+    'then 4, 4 and 4, none free');
+SELECT is((SELECT count(*) FROM gridha.service_claims c
+            WHERE c.claimant = pg_temp.p() AND c.in_flight), 2::bigint,
+          '... P still serves its 2 services with work');
 
 -- W serves every kind, C only URL targets. W, alone, holds all 6 URL
--- services; C joins and asks W to shed; then 2 services of a function
--- target arrive that only W can serve. W's share is now 3 URL + 2
--- function services: it takes the 2 beyond its ceiling and sheds 3 URL
--- services instead, so C's share is free for C and nothing is stranded.
+-- services, each with a batch ready; C joins and takes its work share, 3
+-- of them; then 2 services of a function target arrive that only W can
+-- serve. W's share is now 3 URL + 2 function services: it takes the 2,
+-- which are its whatever the shares, and nothing is stranded.
 TRUNCATE gridha.batches, gridha.service_claims;
 DELETE FROM gridha.instances;
 CREATE FUNCTION pg_temp.fn_submit(service_id text, batch_id text, payload bytea, epoch bigint)
@@ -97,8 +125,8 @@ CREATE FUNCTION pg_temp.w() RETURNS uuid LANGUAGE sql STABLE AS $$ SELECT w FROM
 CREATE FUNCTION pg_temp.c() RETURNS uuid LANGUAGE sql STABLE AS $$ SELECT c FROM wc $$;
 UPDATE gridha.instances SET soft_expiry = NULL, hard_expiry = NULL WHERE instance_id = pg_temp.c();
 SELECT is((SELECT count(*) FROM gridha.acquire_claims(pg_temp.w())), 6::bigint, 'W, alone, takes the 6 URL services');
-SELECT is((SELECT count(*) FROM gridha.acquire_claims(pg_temp.c())), 0::bigint,
-          'C joins, finds nothing free and asks W to shed');
+SELECT is((SELECT count(*) FROM gridha.acquire_claims(pg_temp.c())), 3::bigint,
+          'C joins and takes its share of the work: 3 of W''s 6 ready URL services');
 SELECT gridha.renew_claims(pg_temp.c()) \g /dev/null
 \o /dev/null
 SELECT gridha.enqueue(format('db-%s', i), 'b1', NULL, 'fs-db') FROM generate_series(1, 2) AS i;
@@ -109,19 +137,20 @@ SELECT results_eq(
     $$SELECT c.target, count(*) FROM gridha.service_claims c WHERE c.claimant = pg_temp.w()
        GROUP BY 1 ORDER BY 1$$,
     $$VALUES ('fs-db'::text, 2::bigint), ('fs-web', 3)$$,
-    'W keeps the 2 function services and sheds URL services down to its share of 3');
+    'W holds the 2 function services and its 3 URL services');
 SELECT is((SELECT count(*) FROM gridha.next_batches(pg_temp.c(), 10)), 3::bigint,
-          'C takes the 3 URL services W shed and hands out their heads');
+          'C hands out the heads of its 3 URL services');
 SELECT results_eq(
     $$SELECT pg_temp.held(pg_temp.w()), pg_temp.held(pg_temp.c()),
              (SELECT count(*) FROM gridha.service_claims WHERE claimant IS NULL)$$,
     $$VALUES (5::bigint, 3::bigint, 0::bigint)$$,
     'every service is held: W 5, C 3, none free');
 
--- A newcomer that got part of its share and has work asks for the rest
--- while it serves, not only when it runs dry: N holds 2 of its share of 6,
--- both with work. Its calls hand them out; the first one 200 ms or more
--- after its last acquisition asks P2 to shed the 4 it misses.
+-- A newcomer left short of its work share, because the work it could take
+-- was in flight, tries again while it serves, not only when it runs dry:
+-- N holds 2 services with work, P2 10, all in flight when N acquires.
+-- Once P2's heads are ready again, N's first call 200 ms or more after its
+-- last acquisition takes 4 of them: 6 and 6.
 TRUNCATE gridha.batches, gridha.service_claims;
 DELETE FROM gridha.instances;
 \o /dev/null
@@ -134,24 +163,30 @@ CREATE FUNCTION pg_temp.p2() RETURNS uuid LANGUAGE sql STABLE AS $$ SELECT p2 FR
 CREATE FUNCTION pg_temp.n() RETURNS uuid LANGUAGE sql STABLE AS $$ SELECT n FROM pn $$;
 UPDATE gridha.instances SET soft_expiry = NULL, hard_expiry = NULL WHERE instance_id = pg_temp.n();
 SELECT is((SELECT count(*) FROM gridha.acquire_claims(pg_temp.p2())), 12::bigint, 'P2, alone, takes all 12 services');
-SELECT is((SELECT count(*) FROM gridha.acquire_claims(pg_temp.n())), 0::bigint,
-          'N joins and finds nothing free (its share is 6)');
-SELECT gridha.renew_claims(pg_temp.n()) \g /dev/null
--- as if P2 had shed only 2 of the 6: N holds 2 services with work
-UPDATE gridha.instances SET shed = 0 WHERE instance_id = pg_temp.p2();
+-- as if N had taken 2 of them: N holds 2 services with work
 UPDATE gridha.service_claims SET claimant = pg_temp.n(), epoch = epoch + 1
  WHERE service_id IN ('ns-01', 'ns-02');
 UPDATE gridha.instances SET held = held - 2 WHERE instance_id = pg_temp.p2();
 UPDATE gridha.instances SET held = held + 2 WHERE instance_id = pg_temp.n();
+SELECT gridha.renew_claims(pg_temp.n()) \g /dev/null
+SELECT is((SELECT count(*) FROM gridha.next_batches(pg_temp.p2(), 10)), 10::bigint,
+          'P2 hands out the heads of its 10');
+SELECT is((SELECT count(*) FROM gridha.acquire_claims(pg_temp.n())), 0::bigint,
+          'N, 4 short of its work share of 6, takes nothing: P2''s work is all in flight');
+SELECT gridha.report_status(pg_temp.p2(), b.service_id, b.batch_id, b.epoch, 'committed')
+  FROM gridha.batches b WHERE b.status = 'submitting' \g /dev/null
 SELECT is((SELECT count(*) FROM gridha.next_batch(pg_temp.n())), 1::bigint,
-          'N hands out a batch of its 2 services');
-SELECT is((SELECT shed FROM gridha.instances WHERE instance_id = pg_temp.p2()), 0,
-          '... and asks nobody to shed within 200 ms of its last acquisition');
+          'P2''s heads are ready again; N hands out a batch of its 2 services');
+SELECT is(pg_temp.held(pg_temp.n()), 2::bigint,
+          '... and takes nothing within 200 ms of its last acquisition');
 SELECT pg_sleep(0.25) \g /dev/null
 SELECT is((SELECT count(*) FROM gridha.next_batch(pg_temp.n())), 1::bigint,
           'N hands out the other service''s batch 250 ms later');
-SELECT is((SELECT shed FROM gridha.instances WHERE instance_id = pg_temp.p2()), 4,
-          '... and, below its share, asks P2 to shed the 4 it misses though it had work');
+SELECT results_eq(
+    $$SELECT pg_temp.held(pg_temp.n()), pg_temp.held(pg_temp.p2()),
+             (SELECT count(*) FROM gridha.service_claims WHERE claimant = pg_temp.n() AND epoch = 2)$$,
+    $$VALUES (6::bigint, 6::bigint, 6::bigint)$$,
+    '... and takes 4 of P2''s ready services at the next epoch: 6 and 6');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,10 +1,12 @@
--- 13_relief.sql: balance evens out work as well as counts. An instance
--- that finds nothing to hand out and holds less than its share's ceiling
--- takes a ready claim, with nothing in flight, from a live instance that
--- holds more claims than it and has at least two more services with work
--- (heads ready or in flight), at the next epoch, and hands its head out in
--- the same call. The counts stay within the share; a claim in flight never
--- moves; a move that would not even out the work is not made.
+-- 13_relief.sql: the work share. Services with work (a head ready or in
+-- flight) are what is balanced: W of them over n live instances, each
+-- serving W / n and W mod n of them one more. An instance below its share
+-- takes free services with work first, then ready claims, with nothing in
+-- flight, from the busiest live instance while that one keeps at least two
+-- more than it (a move that would not even out the work is not made), at
+-- the next epoch, and hands a head out in the same call. Counts do not
+-- hold work back, a claim in flight never moves, and handing back idle
+-- claims never gives away work.
 --
 -- One transaction, rolled back. Each scenario has its own instances A and
 -- B (the ones before it hold nothing and have no lease: they are gone), and
@@ -12,7 +14,7 @@
 -- batches committed), in flight (its head submitting) or ready (its head
 -- queued, the lower numbers waiting longer).
 BEGIN;
-SELECT plan(13);
+SELECT plan(21);
 
 DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
@@ -77,11 +79,14 @@ SELECT pg_temp.scenario('{e1,f2}', '{f3,s4,e5}', '{e1,e5}', '{f2,f3}');
 SELECT is_empty($$SELECT * FROM gridha.next_batch(pg_temp.a())$$,
                 'A with 1 service with work, B with 2: A takes nothing');
 
--- 6. The counts come first: 4 services for 2 instances is 2 each; A holds
--- its 2, both done, B 2 with work. Taking one would leave 3 and 1.
+-- 6. Counts do not hold work back: 4 services for 2 instances is 2 each;
+-- A holds its 2, both done, B 2 with work. A takes one (3 claims to 1).
 SELECT pg_temp.scenario('{e1,e2}', '{s3,s4}', '{e1,e2}', '{}');
-SELECT is_empty($$SELECT * FROM gridha.next_batch(pg_temp.a())$$,
-                'A at the ceiling of its share takes nothing, however busy B is');
+SELECT results_eq($$SELECT service_id, epoch FROM gridha.next_batch(pg_temp.a())$$,
+                  $$VALUES ('s3', 2::bigint)$$,
+                  'A at the ceiling of its count share takes B''s oldest ready service all the same');
+SELECT results_eq($$SELECT * FROM pg_temp.held()$$, $$VALUES (3, 1)$$,
+                  '... A 3 claims, B 1: the work is even');
 
 -- 7. With balance off there are no shares to keep, and nothing is relieved.
 SET LOCAL gridha.balance_claims = off;
@@ -89,6 +94,41 @@ SELECT pg_temp.scenario('{e1}', '{s2,s3}', '{e1}', '{}');
 SELECT is_empty($$SELECT * FROM gridha.next_batch(pg_temp.a())$$,
                 'balance off: A takes nothing from a live B');
 SET LOCAL gridha.balance_claims = on;
+
+-- 8. Free services with work spread, whatever the counts: B holds 10 idle
+-- claims (e11..e20), A none, and 6 services with work (s3..s8) appear
+-- free. The count share (16 over 2) would let A take all 6; A's call takes
+-- its work share, 3, those that waited longest; B, once it has handed back
+-- what A asked of it, takes the other 3.
+SELECT pg_temp.scenario('{}', '{e11,e12,e13,e14,e15,e16,e17,e18,e19,e20,s3,s4,s5,s6,s7,s8}',
+                        '{e11,e12,e13,e14,e15,e16,e17,e18,e19,e20}', '{}');
+UPDATE gridha.service_claims SET claimant = NULL, epoch = 0 WHERE service_id LIKE 's%';
+UPDATE gridha.instances SET held = 10 WHERE instance_id = pg_temp.b();
+SELECT results_eq($$SELECT service_id, epoch FROM gridha.next_batch(pg_temp.a())$$,
+                  $$VALUES ('s3', 1::bigint)$$,
+                  'A, idle, takes its work share of the free services and hands out the oldest');
+SELECT results_eq($$SELECT service_id, holder FROM pg_temp.claims() WHERE service_id LIKE 's%'$$,
+                  $$VALUES ('s3', 'A'), ('s4', 'A'), ('s5', 'A'), ('s6', NULL), ('s7', NULL), ('s8', NULL)$$,
+                  '... 3 of the 6 (6 over 2 instances), those that waited longest, not all 6');
+SELECT is_empty($$SELECT * FROM gridha.next_batch(pg_temp.b())$$,
+                'B''s next call hands back the 2 idle claims A asked for (B held 10, its count share is 8)');
+SELECT results_eq($$SELECT service_id FROM gridha.next_batch(pg_temp.b())$$, $$VALUES ('s6')$$,
+                  'B''s call after that takes the other 3 and hands out the oldest');
+SELECT results_eq($$SELECT holder, count(*) FROM pg_temp.claims() WHERE service_id LIKE 's%' GROUP BY 1 ORDER BY 1$$,
+                  $$VALUES ('A', 3::bigint), ('B', 3::bigint)$$, '... 3 services with work each');
+
+-- 9. Handing back idle claims never gives away work: A holds 4 (s2, s3
+-- with work, e1, e4 done), B 1 (e5): the count share is 2 to 3 and A is
+-- asked to shed 3. It hands back e1 and e4, never s2 or s3.
+SELECT pg_temp.scenario('{e1,s2,s3,e4}', '{e5}', '{e1,e4,e5}', '{}');
+UPDATE gridha.instances SET shed = 3 WHERE instance_id = pg_temp.a();
+SELECT results_eq($$SELECT service_id FROM gridha.next_batch(pg_temp.a())$$, $$VALUES ('s2')$$,
+                  'A, asked to shed, still hands out s2');
+SELECT results_eq($$SELECT * FROM pg_temp.claims()$$,
+                  $$VALUES ('e1', NULL, 1::bigint, false), ('e4', NULL, 1::bigint, false),
+                           ('e5', 'B', 1::bigint, false), ('s2', 'A', 1::bigint, true),
+                           ('s3', 'A', 1::bigint, false)$$,
+                  '... it handed back its 2 idle claims, down to its floor of 2, and kept both with work');
 
 SELECT * FROM finish();
 ROLLBACK;
