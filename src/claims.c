@@ -31,8 +31,11 @@
  *             nothing per cycle: services / live instances (per target
  *             when instances serve different kinds); an instance above its
  *             ceiling hands back idle claims, one below its floor asks
- *             those above it to (instances.shed). Idle claims never hold
- *             back work, and work never moves to even out counts.
+ *             those above it to (instances.shed), each only beyond a slack
+ *             of a 64th of the share (CLAIMS_COUNT_SLACK), so that the few
+ *             claims the work share moves do not make idle ones move back.
+ *             Idle claims never hold back work, and work never moves to
+ *             even out counts.
  *
  * What a cycle costs follows what changes, not what exists: the live
  * instances are read through the lease index (never the dead ones), the
@@ -122,6 +125,12 @@
 #define CLAIMS_PROBE_EVERY_MS	1000
 /* How often an instance below its share that has work acquires anyway */
 #define CLAIMS_BELOW_SHARE_EVERY_MS	200
+/*
+ * How far idle claims may stray from the count share before they move: a
+ * 64th of it. Moves of the work share change counts by a few claims; idle
+ * claims cost nothing, so they are not moved back and forth for that.
+ */
+#define CLAIMS_COUNT_SLACK		64
 /* Services with work counted per instance, at most (claims_balance_work) */
 #define CLAIMS_WORK_CAP			10000
 
@@ -1719,15 +1728,20 @@ claims_anything(Datum servable)
  * claims_nothing_to_take: on an idle poll, whether this instance, at its
  * share as far as this backend knows, can skip the acquisition: no free
  * work, no expired lease or claim, and others' sessions were asked about
- * recently.
+ * recently (short of its work share: within CLAIMS_BELOW_SHARE_EVERY_MS).
  */
 static bool
 claims_nothing_to_take(Datum instance_id, const GridhaInstance *inst, Datum servable)
 {
+	TimestampTz now = GetCurrentTimestamp();
+
 	if (!claims_known.valid || !gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id) ||
-		(gridha_balance_claims && (inst->held < claims_known.floor || claims_known.work_short)) ||
-		TimestampDifferenceExceeds(claims_known.probed_at, GetCurrentTimestamp(),
-								   CLAIMS_PROBE_EVERY_MS))
+		(gridha_balance_claims && inst->held < claims_known.floor) ||
+		TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_PROBE_EVERY_MS))
+		return false;
+	/* short of its work share: look again, but not at every poll */
+	if (gridha_balance_claims && claims_known.work_short &&
+		TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_BELOW_SHARE_EVERY_MS))
 		return false;
 	return !claims_anything(servable);
 }
@@ -1823,6 +1837,7 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	int64		limit = -1;
 	int64		floor = 0;
 	int64		ceiling = 0;
+	int64		slack = 0;
 	int64		held = inst->held;
 	int			taken = 0;
 	Datum		servable = (Datum) 0;
@@ -1857,7 +1872,8 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	if (gridha_balance_claims)
 	{
 		claims_share(inst, servable, &live, &floor, &ceiling, &exclusive);
-		claims_known.floor = floor;
+		slack = ceiling / CLAIMS_COUNT_SLACK;
+		claims_known.floor = floor - slack;
 
 		/*
 		 * Free services that only this instance can serve are taken
@@ -1872,8 +1888,8 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 			pickargs[1] = servable;
 			picknulls[1] = servable == (Datum) 0 ? 'n' : ' ';
 		}
-		/* above the count's ceiling: idle claims go back */
-		if (held + taken > ceiling)
+		/* above the count's ceiling (and its slack): idle claims go back */
+		if (held + taken > ceiling + slack)
 			held -= claims_shed(instance_id, inst, held + taken - ceiling, exclusive);
 		limit = Max(ceiling - held, taken);
 
@@ -1945,7 +1961,7 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	claims_count_moves(instance_id, takes);
 
 	/* below the share with nothing to take: ask those above it */
-	if (gridha_balance_claims && held + taken < floor)
+	if (gridha_balance_claims && held + taken < floor - slack)
 		claims_ask_shed(instance_id, &live, floor, floor - held - taken);
 	return taken;
 }
