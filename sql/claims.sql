@@ -84,15 +84,17 @@ TRUNCATE gridha.batches, gridha.service_claims, gridha.instances;
 SELECT count(gridha.enqueue('bal-' || g, 'x', NULL)) FROM generate_series(1, 10) g;
 -- A alone takes everything
 SELECT count(*) AS a_takes FROM gridha.acquire_claims(:A);
--- B arrives and renews (it is live now), but nothing is free
+-- B arrives and renews (it is live now); nothing is free, but every service
+-- has work: B takes its work share, 5 of A's 10 ready services
 SELECT gridha.renew_claims(:A), gridha.renew_claims(:B);
 SELECT count(*) AS b_takes FROM gridha.acquire_claims(:B);
--- A's next acquisition sees 2 live instances: share 5, so it releases 5 idle claims
+-- A's next acquisition sees 2 live instances: share 5, A holds 5
 SELECT count(*) AS a_takes FROM gridha.acquire_claims(:A);
 SELECT claimant, count(*) FROM gridha.service_claims GROUP BY 1 ORDER BY 1;
 SELECT count(*) AS b_takes FROM gridha.acquire_claims(:B);
 SELECT claimant, count(*) FROM gridha.service_claims GROUP BY 1 ORDER BY 1;
--- C arrives: share is ceil(10/3) = 4
+-- C arrives: the work is 10 services over 3 (3, 3 and 4); A and B hand back
+-- no service with work, and C takes 2 of A's and 1 of B's
 SELECT gridha.renew_claims(:C);
 SELECT count(*) FROM gridha.acquire_claims(:A);
 SELECT count(*) FROM gridha.acquire_claims(:B);

@@ -124,10 +124,10 @@ SELECT * FROM pg_temp.counts();
 
 -- a count gone wrong (here by hand; issue 27 drifted one with DROP and
 -- CREATE EXTENSION in a savepoint) strands no service: with balance on, a
--- lone instance whose share the counts put at 0 still takes a free service
--- with work once it finds nothing to hand out (its first call renews; the
--- second, an idle poll, takes d1 and hands out its head), and maintenance
--- repairs the count
+-- lone instance whose count share the counts put at 0 still takes a free
+-- service with work, by the work share, which counts no services (its
+-- first call acquires, takes d1 and hands out its head; the second has
+-- nothing to hand out), and maintenance repairs the count
 TRUNCATE gridha.batches, gridha.service_claims, gridha.instances;
 SELECT gridha.enqueue('d1', 'b1', '\x01');
 UPDATE gridha.service_counts SET services = 0;

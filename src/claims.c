@@ -1167,16 +1167,17 @@ claims_ask_shed(Datum instance_id, ClaimsLive *live, int64 floor, int64 missing)
 
 /*
  * claims_shares_work: whether a live instance that serves the kinds in
- * "serves" can serve every service this one can, so that the two share
- * the same work (a worker, or an instance that declared nothing, serves
- * every kind).
+ * "serves" can serve some of the services this one can, so that the two
+ * share work (a worker, or an instance that declared nothing, serves every
+ * kind). The services of targets that only this instance can serve are
+ * its own whatever the shares (the exclusive targets of claims_share).
  */
 static bool
 claims_shares_work(const GridhaInstance *inst, int serves)
 {
-	if (serves == GRIDHA_SERVES_ANY || serves == GRIDHA_SERVES_ALL)
+	if (serves == GRIDHA_SERVES_ANY || inst->serves == GRIDHA_SERVES_ANY)
 		return true;
-	return inst->serves != GRIDHA_SERVES_ANY && (serves & inst->serves) == inst->serves;
+	return (serves & inst->serves) != 0;
 }
 
 /*
@@ -1197,9 +1198,10 @@ claims_shares_work(const GridhaInstance *inst, int serves)
  * two, so a service never goes back and forth) and never below W / n.
  * Every move is a take: the epoch is bumped.
  *
- * An instance that idles (idle_poll, and no service with work) takes at
- * least one free service with work whatever the shares say: work is never
- * left waiting while an instance idles. One that stays below W / n because
+ * An instance that idles (idle_poll, and no service with work: a worker
+ * whose heads are all in flight is busy, not idle) takes at least one free
+ * service with work whatever the shares say: work is never left waiting
+ * while an instance idles. One that stays below W / n because
  * what it could take was in flight tries again shortly
  * (gridha_claims_below_share). Returns how many it took.
  */
@@ -1239,14 +1241,15 @@ claims_balance_work(Datum instance_id, const GridhaInstance *inst, const ClaimsL
 
 	args[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 	args[1] = Int64GetDatum(CLAIMS_WORK_CAP);
-	gridha_exec(&claims_busy_stmt, args, NULL, true);
+	/* read with a new snapshot: the takes of this call so far count too */
+	gridha_exec(&claims_busy_stmt, args, NULL, false);
 	busy = palloc(sizeof(int64) * n);
 	tried = palloc0(sizeof(bool) * n);
 	for (i = 0; i < n; i++)
 		total += busy[i] = gridha_col_int64(i, 1);
 	pickargs[2] = Int64GetDatum(CLAIMS_WORK_CAP);
 	picknulls[2] = ' ';
-	gridha_exec(&claims_free_work_count_stmt, pickargs, picknulls, true);
+	gridha_exec(&claims_free_work_count_stmt, pickargs, picknulls, false);
 	free_work = gridha_col_int64(0, 1);
 	total += free_work;
 

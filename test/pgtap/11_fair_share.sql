@@ -16,7 +16,7 @@
 -- serves every kind, and C, which serves URL targets only: services only W
 -- can serve are W's whatever its share, and W sheds the others instead.
 BEGIN;
-SELECT plan(28);
+SELECT plan(30);
 
 DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
@@ -187,6 +187,28 @@ SELECT results_eq(
              (SELECT count(*) FROM gridha.service_claims WHERE claimant = pg_temp.n() AND epoch = 2)$$,
     $$VALUES (6::bigint, 6::bigint, 6::bigint)$$,
     '... and takes 4 of P2''s ready services at the next epoch: 6 and 6');
+
+-- Services that only one instance can serve are its own, and they do not
+-- crowd others out of its work share: W2 serves every kind, C2 URL targets
+-- only, both live; 6 function and 6 URL services appear, each with a batch
+-- ready. W2 takes the 6 function services, its share of the 12, and leaves
+-- the URL ones; C2 takes those.
+TRUNCATE gridha.batches, gridha.service_claims;
+DELETE FROM gridha.instances;
+CREATE TEMP TABLE wc2 AS
+    SELECT gridha.register_instance('W2', '{submit_url,submit_function,status_url,status_function}') AS w,
+           gridha.register_instance('C2', '{submit_url,status_url}') AS c;
+SELECT gridha.renew_claims(w), gridha.renew_claims(c) FROM wc2 \g /dev/null
+\o /dev/null
+SELECT gridha.enqueue(s, s || '-b1', NULL, CASE WHEN s LIKE 'cu%' THEN 'fs-web' ELSE 'fs-db' END)
+  FROM unnest(ARRAY['cu1','cu2','cu3','cu4','cu5','cu6','cf1','cf2','cf3','cf4','cf5','cf6']) s;
+\o
+SELECT results_eq($$SELECT string_agg(service_id, ',' ORDER BY service_id) FROM gridha.acquire_claims((SELECT w FROM wc2))$$,
+                  $$VALUES ('cf1,cf2,cf3,cf4,cf5,cf6')$$,
+                  'W2 takes the 6 function services only it can serve: that is its share of the work');
+SELECT results_eq($$SELECT string_agg(service_id, ',' ORDER BY service_id) FROM gridha.acquire_claims((SELECT c FROM wc2))$$,
+                  $$VALUES ('cu1,cu2,cu3,cu4,cu5,cu6')$$,
+                  'C2 takes the 6 URL services');
 
 SELECT * FROM finish();
 ROLLBACK;
