@@ -17,16 +17,25 @@
  *   3. the service's target              gridha.service_claims.target ->
  *                                        gridha.targets.submit_url
  *   4. POST the payload                  gridha_http_submit (src/dlt_http.c)
- *   5. gridha.report_submission(...)     accepted / delayed / rejected
+ *   5. gridha.report_submission(...)     accepted / delayed / rejected, as
+ *                                        a gridha.submission_outcome
  *
  * and, every --monitor-interval-ms, the DLT monitor:
  *
  *   gridha.pending_batches(instance) -> GET each target's status_url for
- *   its ids -> gridha.report_status(...) for every id the ledger mentions.
+ *   its ids -> one gridha.report_statuses(instance, gridha.status_report[])
+ *   for every id the ledger mentions.
+ *
+ * It speaks the 1.2 SQL API (typed outcomes and ledger statuses, batched
+ * reports of rows, next_batch's attempts). A database whose gridha SQL is
+ * older (the new library is installed, ALTER EXTENSION gridha UPDATE has
+ * not run yet) is told apart at each connect, and spoken to in the 1.1
+ * forms, which 1.2 keeps.
  *
  * Words used here:
  *   instance   this process's uuid, given or made by register_instance
- *   hand-out   a batch next_batch gave us: service, batch, epoch, attempt
+ *   hand-out   a batch next_batch gave us: service, batch, epoch, attempts
+ *              (logged as "attempt")
  *   refusal    a report the database turned down: RG001 (the claim has
  *              moved on: drop the batch, its new holder sends it again) or
  *              RG002 (the batch is no longer in the state the report needs)
@@ -94,6 +103,7 @@ typedef struct Client
 	double		started_ms;		/* monotonic */
 	double		next_monitor_ms;	/* monotonic */
 	int			recover;		/* look for hand-outs we do not have in hand */
+	int			api12;			/* the database has gridha's 1.2 SQL API */
 	const char *stop_reason;
 } Client;
 
@@ -105,7 +115,7 @@ typedef struct Batch
 	unsigned char *payload;
 	size_t		payload_len;
 	char		epoch[24];		/* kept as text: it goes back as a parameter */
-	int			attempt;
+	int			attempts;		/* hand-outs of this batch, this one included */
 } Batch;
 
 /* How a statement went. */
@@ -301,7 +311,7 @@ log_batch(LogLine *l, const Batch *b)
 	log_str(l, "service", b->service_id);
 	log_str(l, "batch", b->batch_id);
 	log_num(l, "epoch", b->epoch);
-	log_int(l, "attempt", b->attempt);
+	log_int(l, "attempt", b->attempts);
 }
 
 /* log_end: finish the line and append it to the event log in one write. */
@@ -349,6 +359,22 @@ client_disconnect(Client *c, const char *why)
 }
 
 /*
+ * client_has_api12: whether the database's gridha SQL has the 1.2 API
+ * (ALTER EXTENSION gridha UPDATE may not have run yet: the 1.2 library
+ * serves 1.0 and 1.1 SQL).
+ */
+static int
+client_has_api12(PGconn *conn)
+{
+	PGresult   *res = PQexec(conn, "SELECT to_regtype('gridha.status_report') IS NOT NULL");
+	int			yes = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+		strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+
+	PQclear(res);
+	return yes;
+}
+
+/*
  * client_connect: connect, retrying with backoff (100 ms doubling to 5 s).
  * Gives up when told to stop, unless bounded, in which case it tries
  * STOPPING_CONNECT_TRIES times whatever happens (used to send the last
@@ -374,6 +400,7 @@ client_connect(Client *c, int bounded)
 		{
 			c->conn = conn;
 			c->backoff_ms = 100;
+			c->api12 = client_has_api12(conn);
 			log_begin(c, &l, "connected");
 			log_end(c, &l);
 			break;
@@ -608,7 +635,10 @@ client_next_batch(Client *c, Batch *b)
 	QueryResult qr;
 	LogLine		l;
 
-	qr = client_query(c, "SELECT service_id, batch_id, payload, epoch, attempt"
+	qr = client_query(c, c->api12 ?
+					  "SELECT service_id, batch_id, payload, epoch, attempts"
+					  " FROM gridha.next_batch($1)" :
+					  "SELECT service_id, batch_id, payload, epoch, attempt"
 					  " FROM gridha.next_batch($1)", 1, params,
 					  &res, sqlstate, msg, sizeof(msg));
 	if (qr != QUERY_OK)
@@ -631,7 +661,7 @@ client_next_batch(Client *c, Batch *b)
 		b->payload = PQunescapeBytea((const unsigned char *) PQgetvalue(res, 0, 2),
 									 &b->payload_len);
 	snprintf(b->epoch, sizeof(b->epoch), "%s", PQgetvalue(res, 0, 3));
-	b->attempt = atoi(PQgetvalue(res, 0, 4));
+	b->attempts = atoi(PQgetvalue(res, 0, 4));
 	PQclear(res);
 	if (b->service_id == NULL || b->batch_id == NULL ||
 		(b->payload == NULL && b->payload_len != 0))
@@ -803,7 +833,10 @@ client_report_submission(Client *c, const Batch *b, const char *outcome, const c
 	QueryResult qr;
 	LogLine		l;
 
-	qr = client_query_retry(c, "SELECT gridha.report_submission($1, $2, $3, $4, $5, $6)",
+	qr = client_query_retry(c, c->api12 ?
+							"SELECT gridha.report_submission($1, $2, $3, $4,"
+							" $5::gridha.submission_outcome, $6)" :
+							"SELECT gridha.report_submission($1, $2, $3, $4, $5, $6)",
 							6, params, &res, sqlstate, msg, sizeof(msg));
 	if (qr == QUERY_REFUSED)
 	{
@@ -865,7 +898,11 @@ client_recover(Client *c)
 		LogLine		l;
 		QueryResult qr;
 
-		qr = client_query_retry(c, "SELECT gridha.report_submission($1, $2, $3, $4, 'delayed',"
+		qr = client_query_retry(c, c->api12 ?
+								"SELECT gridha.report_submission($1, $2, $3, $4,"
+								" 'delayed'::gridha.submission_outcome,"
+								" 'hand-out not in hand (lost with a connection)')" :
+								"SELECT gridha.report_submission($1, $2, $3, $4, 'delayed',"
 								" 'hand-out not in hand (lost with a connection)')", 4, rp,
 								&r2, sqlstate, msg, sizeof(msg));
 		if (qr != QUERY_OK)
@@ -915,7 +952,7 @@ client_handle_batch(Client *c, const Batch *b)
 	}
 	else
 		outcome = gridha_http_submit(c->http, t.submit_url, &t.http, b->service_id,
-									 b->batch_id, strtoll(b->epoch, NULL, 10), b->attempt,
+									 b->batch_id, strtoll(b->epoch, NULL, 10), b->attempts,
 									 b->payload, b->payload_len,
 									 c->opt.submit_timeout_ms, NULL,
 									 detail, sizeof(detail));
@@ -960,7 +997,9 @@ client_report_status(Client *c, const Batch *b, const char *word)
 	QueryResult qr;
 	LogLine		l;
 
-	qr = client_query(c, "SELECT gridha.report_status($1, $2, $3, $4, $5)", 5, params,
+	qr = client_query(c, c->api12 ?
+					  "SELECT gridha.report_status($1, $2, $3, $4, $5::gridha.ledger_status)" :
+					  "SELECT gridha.report_status($1, $2, $3, $4, $5)", 5, params,
 					  &res, sqlstate, msg, sizeof(msg));
 	if (qr == QUERY_LOST)
 		return -1;
@@ -1099,7 +1138,19 @@ client_send_statuses(Client *c, ClientReports *r, PGresult *pending, const int *
 	params[2] = r->batches.data;
 	params[3] = r->epochs.data;
 	params[4] = r->words.data;
-	qr = client_query_retry(c, "SELECT service_id, batch_id, status, sqlstate, message"
+	/*
+	 * 1.2: one gridha.status_report row per batch, made from the round's
+	 * arrays in their order (the ledger's words are the five labels of
+	 * gridha.ledger_status, dlt_json.c); 1.1: the arrays themselves.
+	 */
+	qr = client_query_retry(c, c->api12 ?
+							"SELECT service_id, batch_id, status, sqlstate, message"
+							"  FROM gridha.report_statuses($1, ARRAY("
+							"    SELECT (u.s, u.b, u.e, u.w::gridha.ledger_status, NULL)::gridha.status_report"
+							"      FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[])"
+							"           WITH ORDINALITY AS u(s, b, e, w, n)"
+							"     ORDER BY u.n))" :
+							"SELECT service_id, batch_id, status, sqlstate, message"
 							"  FROM gridha.report_statuses($1, $2, $3, $4, $5)",
 							5, params, &res, sqlstate, msg, sizeof(msg));
 	if (qr == QUERY_ERROR && strcmp(sqlstate, "42883") == 0)
@@ -1209,8 +1260,9 @@ client_monitor_target(Client *c, PGresult *pending, int from, int to,
 }
 
 /*
- * client_monitor: one round of the DLT monitor over every pending or valid
- * batch of our services, one target at a time, and one report for all the
+ * client_monitor: one round of the DLT monitor over the pending or valid
+ * batches of our services (the 1,000 oldest submissions: more than the
+ * default 100, so that one round covers a large fleet), one target at a time, and one report for all the
  * changes it learnt. A target with neither status_url nor status_function
  * has no ledger to ask: its pending batches are reported committed (fire
  * and forget, as the background worker does). A target with only a
@@ -1232,7 +1284,7 @@ client_monitor(Client *c)
 
 	if (client_query(c, "SELECT p.service_id, p.batch_id, p.status, p.epoch,"
 					 "       t.target, t.status_url"
-					 "  FROM gridha.pending_batches($1) p"
+					 "  FROM gridha.pending_batches($1, 1000) p"
 					 "  JOIN gridha.service_claims c ON c.service_id = p.service_id"
 					 "  JOIN gridha.targets t ON t.target = c.target"
 					 " WHERE t.status_url IS NOT NULL OR t.status_function IS NULL"

@@ -4,15 +4,19 @@
 # From a fresh Debian 12 machine, as root: installs what is missing, builds
 # and installs gridha, starts a throwaway cluster with gridha preloaded and
 # three background-worker instances, starts the test ledger
-# (test/dlt/ledger.py) and points the default target at it, enqueues
+# (test/dlt/ledger.py) and points the default target at it, starts one
+# external instance beside the workers (the reference client,
+# client/gridha-client, which speaks the 1.2 SQL API: typed outcomes and
+# ledger statuses, batched reports of gridha.status_report rows), enqueues
 # DEMO_SERVICES x DEMO_BATCHES batches and shows the progress about once a
 # second. Half-way it stops one worker with gridha.stop_worker; the others
-# take over its services. It ends with a summary, and exits 0 only when no
-# batch was lost and the ledger saw each service's batches in enqueue order,
-# one at a time.
+# take over its services. It ends with a summary (with each instance's
+# gridha.instance_health), and exits 0 only when no batch was lost and the
+# ledger saw each service's batches in enqueue order, one at a time.
 #
 # Words:
 #   victim     the worker stopped half-way ("worker 2")
+#   client     the external instance, labelled "client 1"
 #   takeover   from the stop to the first hand-out of one of the victim's
 #              services by another instance (gridha.batches.handed_out_at
 #              and instance_id)
@@ -68,6 +72,8 @@ SETTINGS=(
 )
 
 LEDGER_PID=
+CLIENT_PID=
+CLIENT_LABEL="client 1"
 
 say() {
 	printf '%s\n' "$*"
@@ -90,6 +96,11 @@ demo_psql() {
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
 	local rc=$?
+	if [ -n "$CLIENT_PID" ]; then
+		kill -TERM "$CLIENT_PID" 2>/dev/null || true
+		wait "$CLIENT_PID" 2>/dev/null || true
+		CLIENT_PID=
+	fi
 	if [ -n "$LEDGER_PID" ]; then
 		kill -TERM "$LEDGER_PID" 2>/dev/null || true
 		wait "$LEDGER_PID" 2>/dev/null || true
@@ -222,6 +233,25 @@ wait_workers() {
 	                     FROM gridha.workers ORDER BY label"
 }
 
+# start_client: the reference client as one more instance, on the PG*
+# environment of the cluster; it stops (releasing its claims) at the end.
+start_client() {
+	"$REPO/client/gridha-client" --dsn "dbname=$DB" --label "$CLIENT_LABEL" \
+		--idle-sleep-ms 100 --monitor-interval-ms 250 --submit-timeout-ms 5000 \
+		--max-runtime-s $((TIMEOUT + 60)) --log "$GRIDHA_TEST_DIR/client.log" \
+		2>"$GRIDHA_TEST_DIR/client.err" &
+	CLIENT_PID=$!
+	local n=0 _try
+	for _try in $(seq 1 50); do
+		n=$(demo_psql -c "SELECT count(*) FROM gridha.instances WHERE label = '$CLIENT_LABEL'")
+		[ "$n" -ge 1 ] && break
+		sleep 0.2
+	done
+	[ "$n" -ge 1 ] || die "the reference client did not register; see $GRIDHA_TEST_DIR/client.err"
+	demo_psql -F ' ' -c "SELECT '  ' || label, 'instance ' || instance_id, 'external (client/gridha-client, SQL API 1.2)'
+	                     FROM gridha.instances WHERE label = '$CLIENT_LABEL'"
+}
+
 # enqueue: every service's batches, round by round, in one transaction; the
 # expected order at the ledger is each service's seq order.
 enqueue() {
@@ -242,7 +272,7 @@ EOF
 # The run
 
 # progress: one line of state, '|'-separated: elapsed seconds, committed,
-# terminal, the claims per worker label.
+# terminal, the claims per instance label (the workers and the client).
 progress() {
 	demo_psql -F '|' <<'EOF'
 SELECT round(extract(epoch FROM clock_timestamp() - r.started_at)::numeric, 1),
@@ -251,11 +281,12 @@ SELECT round(extract(epoch FROM clock_timestamp() - r.started_at)::numeric, 1),
        (SELECT string_agg(format('%s=%s%s', i.label,
                                  (SELECT count(*) FROM gridha.service_claims c
                                    WHERE c.claimant = i.instance_id),
-                                 CASE WHEN w.instance_id IS NULL THEN ' (stopped)' ELSE '' END),
-                          ' ' ORDER BY i.label)
+                                 CASE WHEN i.kind = 'worker' AND w.instance_id IS NULL
+                                      THEN ' (stopped)' ELSE '' END),
+                          ' ' ORDER BY i.kind DESC, i.label)
           FROM gridha.instances i
           LEFT JOIN gridha.workers w USING (instance_id)
-         WHERE i.kind = 'worker')
+         WHERE i.kind IN ('worker', 'external'))
        || coalesce((SELECT ' free=' || count(*) FROM gridha.service_claims
                      WHERE claimant IS NULL HAVING count(*) > 0), '')
   FROM demo.run r;
@@ -490,16 +521,22 @@ EOF
 		printf '  stopped            %s at %ss, holding %s claims; it released them %ss later\n' \
 			"$VICTIM_LABEL" "$vat" "$vheld" "${released:-?}"
 		if [ -n "${tsec:-}" ]; then
-			printf '  takeover           %ss from the stop to the first hand-out of one of its services by another worker (%s by %s)\n' \
+			printf '  takeover           %ss from the stop to the first hand-out of one of its services by another instance (%s by %s)\n' \
 				"$tsec" "$tsvc" "$tlabel"
 		else
-			printf '  takeover           none: no other worker handed out any of its services\n'
+			printf '  takeover           none: no other instance handed out any of its services\n'
 		fi
 		printf '  re-claimed         %s of its %s services, the last %ss after the stop\n' \
 			"${rn:-?}" "${rof:-?}" "${rsec:-?}"
 	else
 		printf '  takeover           none: %s was not stopped\n' "$VICTIM_LABEL"
 	fi
+	local handed
+	handed=$(grep -c '"event":"handout"' "$GRIDHA_TEST_DIR/client.log" 2>/dev/null) || true
+	printf '  %-18s %s batches handed out to it and submitted (SQL API 1.2)\n' "$CLIENT_LABEL" "${handed:-0}"
+	say "  gridha.instance_health:"
+	demo_psql -F ' ' -c "SELECT '    ' || rpad(label, 10), rpad(kind, 9), health, 'claims ' || claims
+	                     FROM gridha.instance_health ORDER BY kind DESC, label"
 	say
 	if [ "$lost" -eq 0 ] && [ "$violations" = 0 ]; then
 		say "OK: nothing lost, every service in order at the ledger"
@@ -519,6 +556,7 @@ main() {
 	start_cluster
 	setup_database
 	wait_workers
+	start_client
 	enqueue
 	local ok=0
 	run || ok=1

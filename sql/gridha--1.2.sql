@@ -506,16 +506,16 @@ COMMENT ON FUNCTION gridha.claimed_batches(uuid, integer) IS
 'read-only: the head batch of each service this instance holds, submittable ones first, with the claim''s epoch';
 
 CREATE FUNCTION gridha.next_batch(instance_id uuid)
-RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempt integer)
+RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempt integer, attempts integer)
 AS 'MODULE_PATHNAME', 'gridha_next_batch'
 LANGUAGE C VOLATILE SECURITY DEFINER ROWS 1
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.next_batch(uuid) IS
-'the queuer cycle: renews and acquires claims when due, hands out the submittable head that has waited longest among this instance''s services and marks it submitting; 0 or 1 row';
+'the queuer cycle: renews and acquires claims when due, hands out the submittable head that has waited longest among this instance''s services and marks it submitting; 0 or 1 row; attempts counts its hand-outs (attempt, the same count, is its deprecated 1.1 name)';
 
-CREATE FUNCTION gridha.next_batches(instance_id uuid, max_batches integer)
-RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempt integer)
+CREATE FUNCTION gridha.next_batches(instance_id uuid, max_batches integer DEFAULT 100)
+RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempt integer, attempts integer)
 AS 'MODULE_PATHNAME', 'gridha_next_batches'
 LANGUAGE C VOLATILE SECURITY DEFINER ROWS 10
 SET search_path = pg_catalog, gridha, pg_temp;
@@ -542,7 +542,7 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha.report_submission(uuid, text, text, bigint, text, text) IS
 'records the result of submitting a batch: accepted -> pending, delayed -> delayed with backoff, rejected -> invalid; refused for a stale epoch';
 
-CREATE FUNCTION gridha.pending_batches(instance_id uuid, max_batches integer DEFAULT 1000)
+CREATE FUNCTION gridha.pending_batches(instance_id uuid, max_batches integer DEFAULT 100)
 RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, epoch bigint, submitted_at timestamptz)
 AS 'MODULE_PATHNAME', 'gridha_pending_batches'
 LANGUAGE C STABLE SECURITY DEFINER
@@ -568,7 +568,7 @@ LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[]) IS
-'many report_submission in one transaction, one element per batch in each array: one row per batch with its new status, or the SQLSTATE and message that refused it (a refused row does not undo the others)';
+'deprecated since 1.2 (use report_submissions(uuid, gridha.submission_report[])): many report_submission in one transaction, one element per batch in each array: one row per batch with its new status, or the SQLSTATE and message that refused it (a refused row does not undo the others)';
 
 CREATE FUNCTION gridha.report_statuses(instance_id uuid, service_ids text[], batch_ids text[],
                                        epochs bigint[], dlt_statuses text[])
@@ -578,7 +578,7 @@ LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.report_statuses(uuid, text[], text[], bigint[], text[]) IS
-'many report_status in one transaction: one row per batch with its new status, or the SQLSTATE and message that refused it';
+'deprecated since 1.2 (use report_statuses(uuid, gridha.status_report[])): many report_status in one transaction: one row per batch with its new status, or the SQLSTATE and message that refused it';
 
 CREATE FUNCTION gridha.release_claims(instance_id uuid)
 RETURNS integer
@@ -901,16 +901,16 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.try_lead(uuid, text) IS
-'leads the role (a new term when the leader changes) or renews this instance''s lease; returns the term, or NULL while another instance holds an unexpired lease';
+'deprecated since 1.2 (use lead): leads the duty named role (a new term when the leader changes) or renews this instance''s lease; returns the term, or NULL while another instance holds an unexpired lease';
 
-CREATE FUNCTION gridha.renew_lead(instance_id uuid, role text, term bigint)
+CREATE FUNCTION gridha.renew_lead(instance_id uuid, duty text, term bigint)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'gridha_renew_lead'
 LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.renew_lead(uuid, text, bigint) IS
-'renews the lease only if this instance still leads the role under this term; false once the term has moved on';
+'renews the lease only if this instance still leads the duty under this term; false once the term has moved on';
 
 CREATE FUNCTION gridha.resign(instance_id uuid, role text DEFAULT 'maintenance')
 RETURNS boolean
@@ -919,11 +919,11 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.resign(uuid, text) IS
-'gives up this instance''s lease on the role at once; true if it held it';
+'deprecated since 1.2 (use resign_lead): gives up this instance''s lease on the duty named role at once; true if it held it';
 
 CREATE FUNCTION gridha.run_maintenance(
     instance_id uuid,
-    role text DEFAULT 'maintenance',
+    duty text DEFAULT 'maintenance',
     OUT term bigint,
     OUT tick bigint,
     OUT outcome text,
@@ -936,7 +936,7 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.run_maintenance(uuid, text) IS
-'leads the role if it can and runs the current tick once: sweeps long-gone instances, prunes final batches past gridha.retention, tops up ID windows; outcome ran, not_leader, already_run, clock_behind or lost_lease';
+'leads the duty if it can and runs the current tick once: sweeps long-gone instances, prunes final batches past gridha.retention, tops up ID windows; outcome ran, not_leader, already_run, clock_behind or lost_lease';
 
 CREATE VIEW gridha.leaders AS
 SELECT l.role,
@@ -1401,6 +1401,124 @@ GRANT EXECUTE ON FUNCTION gridha.worker_register(uuid, text), gridha.worker_orph
 TO gridha_submitter;
 GRANT EXECUTE ON FUNCTION gridha.move_service(text, text), gridha.set_instance_owner(uuid, regrole)
 TO gridha_admin;
+
+-- ---------------------------------------------------------------------------
+-- 1.2: the SQL API (issue 30)
+-- ---------------------------------------------------------------------------
+--
+-- Typed words: a submission's outcome and a ledger's status are enums;
+-- the text forms of 1.1 stay (a bare literal such as 'accepted' resolves
+-- to the text overload, which reads any case and refuses an unknown word
+-- with RG004 or RG005). Batched reports take one array of rows, with a
+-- detail on each; the five parallel arrays of 1.1 stay, deprecated. The
+-- leader API says duty, not role: lead, renew_lead, resign_lead (try_lead
+-- and resign stay, deprecated). Every function that returns batches
+-- defaults to 100 of them.
+
+CREATE TYPE gridha.submission_outcome AS ENUM ('accepted', 'delayed', 'rejected');
+
+COMMENT ON TYPE gridha.submission_outcome IS
+'what submitting a batch came to: accepted (-> pending), delayed (-> delayed, handed out again after a backoff), rejected (-> invalid)';
+
+CREATE TYPE gridha.ledger_status AS ENUM ('pending', 'valid', 'committed', 'invalid', 'unknown');
+
+COMMENT ON TYPE gridha.ledger_status IS
+'what the ledger says of an in-flight batch: pending, valid, committed (final), invalid (final), unknown (-> handed out again)';
+
+CREATE TYPE gridha.submission_report AS (
+    service_id text,
+    batch_id   text,
+    epoch      bigint,
+    outcome    gridha.submission_outcome,
+    detail     text
+);
+
+COMMENT ON TYPE gridha.submission_report IS
+'one row of report_submissions(instance_id, gridha.submission_report[]): a handed-out batch, its epoch, the outcome of submitting it and an optional detail stored on the batch';
+
+CREATE TYPE gridha.status_report AS (
+    service_id text,
+    batch_id   text,
+    epoch      bigint,
+    status     gridha.ledger_status,
+    detail     text
+);
+
+COMMENT ON TYPE gridha.status_report IS
+'one row of report_statuses(instance_id, gridha.status_report[]): an in-flight batch, its epoch, what the ledger says of it and an optional detail stored on the batch';
+
+CREATE FUNCTION gridha.report_submission(instance_id uuid, service_id text, batch_id text, epoch bigint,
+                                         outcome gridha.submission_outcome, detail text DEFAULT NULL)
+RETURNS gridha.batch_status
+AS 'MODULE_PATHNAME', 'gridha_report_submission_enum'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text) IS
+'records the result of submitting a batch, the outcome typed: accepted -> pending, delayed -> delayed with backoff, rejected -> invalid; refused for a stale epoch';
+
+CREATE FUNCTION gridha.report_status(instance_id uuid, service_id text, batch_id text, epoch bigint,
+                                     dlt_status gridha.ledger_status)
+RETURNS gridha.batch_status
+AS 'MODULE_PATHNAME', 'gridha_report_status_enum'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, gridha.ledger_status) IS
+'records what the ledger says of an in-flight batch, the status typed: pending, valid, committed, invalid or unknown; refused for a stale epoch';
+
+CREATE FUNCTION gridha.report_submissions(instance_id uuid, reports gridha.submission_report[])
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
+AS 'MODULE_PATHNAME', 'gridha_report_submission_rows'
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.report_submissions(uuid, gridha.submission_report[]) IS
+'many report_submission in one transaction, one row per batch: one result row per batch, in the order given, with its new status, or the SQLSTATE and message that refused it (a refused row does not undo the others)';
+
+CREATE FUNCTION gridha.report_statuses(instance_id uuid, reports gridha.status_report[])
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
+AS 'MODULE_PATHNAME', 'gridha_report_status_rows'
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.report_statuses(uuid, gridha.status_report[]) IS
+'many report_status in one transaction, one row per batch with an optional detail: one result row per batch with its new status, or the SQLSTATE and message that refused it';
+
+CREATE FUNCTION gridha.lead(instance_id uuid, duty text DEFAULT 'maintenance')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_lead'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.lead(uuid, text) IS
+'leads the duty (a new term when the leader changes) or renews this instance''s lease on it; returns the term, or NULL while another instance holds an unexpired lease';
+
+CREATE FUNCTION gridha.resign_lead(instance_id uuid, duty text DEFAULT 'maintenance')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_resign_lead'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.resign_lead(uuid, text) IS
+'gives up this instance''s lease on the duty at once; true if it held it';
+
+REVOKE ALL ON FUNCTION
+    gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text),
+    gridha.report_status(uuid, text, text, bigint, gridha.ledger_status),
+    gridha.report_submissions(uuid, gridha.submission_report[]),
+    gridha.report_statuses(uuid, gridha.status_report[]),
+    gridha.lead(uuid, text),
+    gridha.resign_lead(uuid, text)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text),
+    gridha.report_status(uuid, text, text, bigint, gridha.ledger_status),
+    gridha.report_submissions(uuid, gridha.submission_report[]),
+    gridha.report_statuses(uuid, gridha.status_report[]),
+    gridha.lead(uuid, text),
+    gridha.resign_lead(uuid, text)
+TO gridha_submitter;
 
 SELECT pg_catalog.pg_extension_config_dump('gridha.targets', '');
 SELECT pg_catalog.pg_extension_config_dump('gridha.instances', '');

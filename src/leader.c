@@ -2,12 +2,15 @@
  *
  * leader.c
  *		Leader leases for singleton duties and the keyed maintenance tick:
- *		gridha.try_lead, renew_lead, resign, run_maintenance; and the
- *		settings of section 7 (gridha_coordination_define_gucs).
+ *		gridha.lead, renew_lead, resign_lead, run_maintenance (and the
+ *		deprecated 1.1 names try_lead and resign); and the settings of
+ *		section 7 (gridha_coordination_define_gucs).
  *
  * Words:
- *   role      the name of a singleton duty ('maintenance' by default); each
- *             role has one row in gridha.leases
+ *   role      a duty: the name of a singleton duty ('maintenance' by
+ *             default), called duty in the 1.2 API and role in the tables
+ *             (gridha.leases.role) and in 1.1; each has one row in
+ *             gridha.leases
  *   lease     who leads a role (leader), since when, and until when
  *             (expires_at); it lasts gridha.soft_expiry from its last
  *             renewal, like a claim
@@ -273,7 +276,7 @@ leader_lead(Datum instance_id, text *role, bool force)
 		/* a new role (run_maintenance creates one too): ids are index keys */
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("role is too long"),
+				 errmsg("duty is too long"),
 				 errdetail("It has %d bytes; an id has at most %d.",
 						   (int) VARSIZE_ANY_EXHDR(role), GRIDHA_MAX_ID_BYTES)));
 
@@ -284,29 +287,49 @@ leader_lead(Datum instance_id, text *role, bool force)
 	return gridha_col_int64(0, 1);
 }
 
-PG_FUNCTION_INFO_V1(gridha_try_lead);
-
 /*
- * gridha_try_lead: SQL gridha.try_lead(instance_id, role) -> bigint.
- *
- * The term when this instance leads the role (newly or renewed), NULL when
- * another instance holds an unexpired lease on it.
+ * leader_try: lead (1.2) and try_lead (1.1, deprecated): the term when this
+ * instance leads the duty (newly or renewed), NULL when another instance
+ * holds an unexpired lease on it. fname names the call in errors.
  */
-Datum
-gridha_try_lead(PG_FUNCTION_ARGS)
+static Datum
+leader_try(FunctionCallInfo fcinfo, const char *fname)
 {
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	text	   *role = gridha_arg_new_id(fcinfo, 1, "role");
+	text	   *duty = gridha_arg_new_id(fcinfo, 1, "duty");
 	int64		term;
 
-	gridha_require_writable("try_lead()");
+	gridha_require_writable(fname);
 	SPI_connect();
 	(void) gridha_instance_touch(instance_id);
-	term = leader_lead(instance_id, role, true);
+	term = leader_lead(instance_id, duty, true);
 	SPI_finish();
 	if (term < 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(term);
+}
+
+PG_FUNCTION_INFO_V1(gridha_lead);
+
+/*
+ * gridha_lead: SQL gridha.lead(instance_id, duty) -> bigint (1.2).
+ */
+Datum
+gridha_lead(PG_FUNCTION_ARGS)
+{
+	return leader_try(fcinfo, "lead()");
+}
+
+PG_FUNCTION_INFO_V1(gridha_try_lead);
+
+/*
+ * gridha_try_lead: SQL gridha.try_lead(instance_id, role) -> bigint, the
+ * 1.1 name of lead (deprecated).
+ */
+Datum
+gridha_try_lead(PG_FUNCTION_ARGS)
+{
+	return leader_try(fcinfo, "try_lead()");
 }
 
 PG_FUNCTION_INFO_V1(gridha_renew_lead);
@@ -322,7 +345,7 @@ Datum
 gridha_renew_lead(PG_FUNCTION_ARGS)
 {
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	text	   *role = gridha_arg_id(fcinfo, 1, "role");
+	text	   *role = gridha_arg_id(fcinfo, 1, "duty");
 	GridhaTiming t = gridha_timing();
 	Datum		args[4];
 	int64		term;
@@ -347,31 +370,52 @@ gridha_renew_lead(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(ok);
 }
 
-PG_FUNCTION_INFO_V1(gridha_resign);
-
 /*
- * gridha_resign: SQL gridha.resign(instance_id, role) -> boolean.
- *
- * Gives up the lease at once (true) if this instance holds it; the next
- * leader takes the role under a new term.
+ * leader_resign: resign_lead (1.2) and resign (1.1, deprecated): gives up
+ * the lease at once (true) if this instance holds it; the next leader
+ * takes the duty under a new term. fname names the call in errors.
  */
-Datum
-gridha_resign(PG_FUNCTION_ARGS)
+static Datum
+leader_resign(FunctionCallInfo fcinfo, const char *fname)
 {
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	text	   *role = gridha_arg_id(fcinfo, 1, "role");
+	text	   *duty = gridha_arg_id(fcinfo, 1, "duty");
 	Datum		args[2];
 	bool		ok;
 
-	gridha_require_writable("resign()");
+	gridha_require_writable(fname);
 	args[0] = instance_id;
-	args[1] = PointerGetDatum(role);
+	args[1] = PointerGetDatum(duty);
 	SPI_connect();
 	(void) gridha_instance_check(instance_id);
 	gridha_exec(&leader_resign_stmt, args, NULL, false);
 	ok = SPI_processed > 0;
 	SPI_finish();
 	PG_RETURN_BOOL(ok);
+}
+
+PG_FUNCTION_INFO_V1(gridha_resign_lead);
+
+/*
+ * gridha_resign_lead: SQL gridha.resign_lead(instance_id, duty) -> boolean
+ * (1.2).
+ */
+Datum
+gridha_resign_lead(PG_FUNCTION_ARGS)
+{
+	return leader_resign(fcinfo, "resign_lead()");
+}
+
+PG_FUNCTION_INFO_V1(gridha_resign);
+
+/*
+ * gridha_resign: SQL gridha.resign(instance_id, role) -> boolean, the 1.1
+ * name of resign_lead (deprecated).
+ */
+Datum
+gridha_resign(PG_FUNCTION_ARGS)
+{
+	return leader_resign(fcinfo, "resign()");
 }
 
 /* How often a leader's backend checks the service counts */
@@ -463,7 +507,7 @@ Datum
 gridha_run_maintenance(PG_FUNCTION_ARGS)
 {
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	text	   *role = gridha_arg_id(fcinfo, 1, "role");
+	text	   *role = gridha_arg_id(fcinfo, 1, "duty");
 	TupleDesc	tupdesc;
 	Datum		values[6];
 	bool		nulls[6] = {false, false, false, false, false, false};

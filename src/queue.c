@@ -169,8 +169,8 @@ static GridhaStatement queue_v10_verify_stmt = {
 typedef struct QueueOut
 {
 	bool		done;
-	Datum		values[5];
-	bool		nulls[5];
+	Datum		values[6];
+	bool		nulls[6];
 } QueueOut;
 
 /*
@@ -250,8 +250,8 @@ gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 		GridhaStatus status;
 		GridhaUpdateResult res = GRIDHA_ROW_DELETED;
 		int32		attempts = 0;
-		Datum		out[5];
-		bool		outnull[5] = {false, false, false, false, false};
+		Datum		out[6];
+		bool		outnull[6] = {false, false, false, false, false, false};
 		GridhaColumn batch[6];
 		GridhaColumn claim[2] = {
 			{CLAIM_READY_AT, (Datum) 0, true},
@@ -288,12 +288,15 @@ gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 		out[2] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_PAYLOAD, &outnull[2]);
 		out[3] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_EPOCH, &outnull[3]);
 		out[4] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_ATTEMPTS, &outnull[4]);
+		/* attempts (1.2), the same count under the column's name */
+		out[5] = out[4];
+		outnull[5] = outnull[4];
 		if (outs != NULL)
 		{
 			int			c;
 
 			/* kept, and returned in the order given once all are written */
-			for (c = 0; c < 5; c++)
+			for (c = 0; c < 6; c++)
 			{
 				outs[i].values[c] = outnull[c] ? (Datum) 0 :
 					datumCopy(out[c], c >= 3, c >= 3 ? sizeof(Datum) : -1);

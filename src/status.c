@@ -56,6 +56,7 @@
 #include "catalog/pg_enum.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "utils/array.h"
@@ -371,6 +372,15 @@ status_report(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 }
 
 /*
+ * status_enum_text: an enum value (its label's OID) as the text of its label.
+ */
+static Datum
+status_enum_text(Datum value)
+{
+	return CStringGetTextDatum(DatumGetCString(DirectFunctionCall1(enum_out, value)));
+}
+
+/*
  * status_of_outcome: the status a submission outcome moves a batch to:
  * accepted -> pending, delayed -> delayed, rejected -> invalid (any case);
  * another word is refused with RG004.
@@ -427,18 +437,31 @@ status_of_ledger_word(Datum value, bool isnull)
 	pg_unreachable();
 }
 
-PG_FUNCTION_INFO_V1(gridha_report_submission);
+/*
+ * status_word: a word argument as text: the text a caller passed (1.1, and
+ * a bare literal), or with is_enum the label of a value of one of the 1.2
+ * enums gridha.submission_outcome and gridha.ledger_status, read as the
+ * same word, so both overloads take one path.
+ */
+static Datum
+status_word(FunctionCallInfo fcinfo, int argno, bool is_enum)
+{
+	if (PG_ARGISNULL(argno) || !is_enum)
+		return PG_GETARG_DATUM(argno);
+	return status_enum_text(PG_GETARG_DATUM(argno));
+}
 
 /*
- * gridha_report_submission: SQL gridha.report_submission(instance_id,
- * service_id, batch_id, epoch, outcome, detail) -> batch_status.
+ * status_report_submission: SQL gridha.report_submission(instance_id,
+ * service_id, batch_id, epoch, outcome, detail) -> batch_status, the
+ * outcome as text (any case) or, since 1.2, a gridha.submission_outcome.
  *
  * The batch must be submitting under this epoch. accepted -> pending,
  * delayed -> delayed (handed out again after the backoff), rejected ->
  * invalid (final; the service moves on).
  */
-Datum
-gridha_report_submission(PG_FUNCTION_ARGS)
+static Datum
+status_report_submission(FunctionCallInfo fcinfo, bool is_enum)
 {
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
 	text	   *service_id = gridha_arg_id(fcinfo, 1, "service_id");
@@ -448,24 +471,23 @@ gridha_report_submission(PG_FUNCTION_ARGS)
 	GridhaStatus new_status;
 
 	gridha_require_writable("report_submission()");
-	new_status = status_of_outcome(PG_GETARG_DATUM(4), PG_ARGISNULL(4));
+	new_status = status_of_outcome(status_word(fcinfo, 4, is_enum), PG_ARGISNULL(4));
 	(void) gridha_instance_check(instance_id);
 	PG_RETURN_DATUM(status_report(instance_id, service_id, batch_id, epoch, new_status,
 								  detail, FROM_SUBMITTING));
 }
 
-PG_FUNCTION_INFO_V1(gridha_report_status);
-
 /*
- * gridha_report_status: SQL gridha.report_status(instance_id, service_id,
- * batch_id, epoch, dlt_status) -> batch_status.
+ * status_report_status: SQL gridha.report_status(instance_id, service_id,
+ * batch_id, epoch, dlt_status) -> batch_status, the status as text (any
+ * case) or, since 1.2, a gridha.ledger_status.
  *
  * The batch must be in flight: pending, valid, or submitting under this
  * epoch. committed and invalid are final; unknown sends it back for
  * resubmission at once.
  */
-Datum
-gridha_report_status(PG_FUNCTION_ARGS)
+static Datum
+status_report_status(FunctionCallInfo fcinfo, bool is_enum)
 {
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
 	text	   *service_id = gridha_arg_id(fcinfo, 1, "service_id");
@@ -474,10 +496,56 @@ gridha_report_status(PG_FUNCTION_ARGS)
 	GridhaStatus new_status;
 
 	gridha_require_writable("report_status()");
-	new_status = status_of_ledger_word(PG_GETARG_DATUM(4), PG_ARGISNULL(4));
+	new_status = status_of_ledger_word(status_word(fcinfo, 4, is_enum), PG_ARGISNULL(4));
 	(void) gridha_instance_check(instance_id);
 	PG_RETURN_DATUM(status_report(instance_id, service_id, batch_id, epoch, new_status,
 								  NULL, FROM_IN_FLIGHT));
+}
+
+PG_FUNCTION_INFO_V1(gridha_report_submission);
+
+/*
+ * gridha_report_submission: report_submission with the outcome as text.
+ */
+Datum
+gridha_report_submission(PG_FUNCTION_ARGS)
+{
+	return status_report_submission(fcinfo, false);
+}
+
+PG_FUNCTION_INFO_V1(gridha_report_submission_enum);
+
+/*
+ * gridha_report_submission_enum: report_submission with the outcome as a
+ * gridha.submission_outcome (1.2).
+ */
+Datum
+gridha_report_submission_enum(PG_FUNCTION_ARGS)
+{
+	return status_report_submission(fcinfo, true);
+}
+
+PG_FUNCTION_INFO_V1(gridha_report_status);
+
+/*
+ * gridha_report_status: report_status with the ledger's status as text.
+ */
+Datum
+gridha_report_status(PG_FUNCTION_ARGS)
+{
+	return status_report_status(fcinfo, false);
+}
+
+PG_FUNCTION_INFO_V1(gridha_report_status_enum);
+
+/*
+ * gridha_report_status_enum: report_status with the ledger's status as a
+ * gridha.ledger_status (1.2).
+ */
+Datum
+gridha_report_status_enum(PG_FUNCTION_ARGS)
+{
+	return status_report_status(fcinfo, true);
 }
 
 /* The arrays of a batched report, one element per batch */
@@ -620,38 +688,27 @@ status_lock_claims(const StatusMany *m, const int *order)
 }
 
 /*
- * status_report_many: report_submissions and report_statuses: each batch
+ * status_report_rows: the rows of a batched report, reported. Each batch
  * is reported as its single report would be, in a subtransaction of its
  * own; one that is refused (gridha's RG errors, a NULL or empty id, a
  * negative epoch, an unknown word) is rolled back alone and its row says
  * why, the others are kept. Any other error (a serialization failure, a
- * lock timeout, a cancel) aborts the whole call.
+ * lock timeout, a cancel) aborts the whole call. A row's detail, when
+ * given and not empty, is stored on its batch.
  *
  * The lock order (claims.c): with more than one row, the claim rows of
  * all its rows are locked first (status_lock_claims), then the rows are
  * reported in service_id order; the result rows keep the order given.
  */
 static void
-status_report_many(FunctionCallInfo fcinfo, bool submissions)
+status_report_rows(FunctionCallInfo fcinfo, Datum instance_id, StatusMany *mp, bool submissions)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	StatusMany	m;
-	StatusResult *results = NULL;
+	StatusMany	m = *mp;
+	StatusResult *volatile results = NULL;
 	int		   *order;
 	int			i;
 	int			k;
-
-	gridha_require_writable(submissions ? "report_submissions()" : "report_statuses()");
-	memset(&m, 0, sizeof(m));
-	m.n = -1;
-	status_array(fcinfo, 1, "service_ids", TEXTOID, &m.n, &m.service_ids, &m.service_ids_null);
-	status_array(fcinfo, 2, "batch_ids", TEXTOID, &m.n, &m.batch_ids, &m.batch_ids_null);
-	status_array(fcinfo, 3, "epochs", INT8OID, &m.n, &m.epochs, &m.epochs_null);
-	status_array(fcinfo, 4, submissions ? "outcomes" : "dlt_statuses", TEXTOID, &m.n,
-				 &m.words, &m.words_null);
-	if (submissions && PG_NARGS() > 5 && !PG_ARGISNULL(5))
-		status_array(fcinfo, 5, "details", TEXTOID, &m.n, &m.details, &m.details_null);
 
 	(void) gridha_instance_check(instance_id);
 	InitMaterializedSRF(fcinfo, 0);
@@ -687,14 +744,12 @@ status_report_many(FunctionCallInfo fcinfo, bool submissions)
 			GridhaStatus new_status;
 
 			if (submissions)
-			{
 				new_status = status_of_outcome(m.words[i], m.words_null[i]);
-				if (m.details != NULL && !m.details_null[i] &&
-					VARSIZE_ANY_EXHDR(DatumGetTextPP(m.details[i])) > 0)
-					detail = DatumGetTextPP(m.details[i]);
-			}
 			else
 				new_status = status_of_ledger_word(m.words[i], m.words_null[i]);
+			if (m.details != NULL && !m.details_null[i] &&
+				VARSIZE_ANY_EXHDR(DatumGetTextPP(m.details[i])) > 0)
+				detail = DatumGetTextPP(m.details[i]);
 			values[2] = status_report(instance_id, service_id, batch_id, epoch, new_status,
 									  detail, submissions ? FROM_SUBMITTING : FROM_IN_FLIGHT);
 			nulls[2] = false;
@@ -739,6 +794,112 @@ status_report_many(FunctionCallInfo fcinfo, bool submissions)
 		for (i = 0; i < m.n; i++)
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
 								 results[i].values, results[i].nulls);
+}
+
+/*
+ * status_report_many: report_submissions and report_statuses of 1.1: one
+ * array per field, one element per batch, that must line up.
+ */
+static void
+status_report_many(FunctionCallInfo fcinfo, bool submissions)
+{
+	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	StatusMany	m;
+
+	gridha_require_writable(submissions ? "report_submissions()" : "report_statuses()");
+	memset(&m, 0, sizeof(m));
+	m.n = -1;
+	status_array(fcinfo, 1, "service_ids", TEXTOID, &m.n, &m.service_ids, &m.service_ids_null);
+	status_array(fcinfo, 2, "batch_ids", TEXTOID, &m.n, &m.batch_ids, &m.batch_ids_null);
+	status_array(fcinfo, 3, "epochs", INT8OID, &m.n, &m.epochs, &m.epochs_null);
+	status_array(fcinfo, 4, submissions ? "outcomes" : "dlt_statuses", TEXTOID, &m.n,
+				 &m.words, &m.words_null);
+	if (submissions && PG_NARGS() > 5 && !PG_ARGISNULL(5))
+		status_array(fcinfo, 5, "details", TEXTOID, &m.n, &m.details, &m.details_null);
+	status_report_rows(fcinfo, instance_id, &m, submissions);
+}
+
+/*
+ * status_report_composite: report_submissions and report_statuses of 1.2:
+ * one array of gridha.submission_report or gridha.status_report rows
+ * (service_id, batch_id, epoch, outcome or status, detail), taken apart
+ * into the arrays of the 1.1 form. The word is a label of an enum; a NULL
+ * element is a row of NULLs, refused alone (22004).
+ */
+static void
+status_report_composite(FunctionCallInfo fcinfo, bool submissions)
+{
+	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	StatusMany	m;
+	Datum	   *elems;
+	bool	   *elems_null;
+	Oid			elemtype = InvalidOid;
+	int			i;
+
+	gridha_require_writable(submissions ? "report_submissions()" : "report_statuses()");
+	memset(&m, 0, sizeof(m));
+	m.n = -1;
+	if (!PG_ARGISNULL(1))
+		elemtype = ARR_ELEMTYPE(PG_GETARG_ARRAYTYPE_P(1));
+	status_array(fcinfo, 1, "reports", elemtype, &m.n, &elems, &elems_null);
+	m.service_ids = palloc0(sizeof(Datum) * Max(m.n, 1));
+	m.service_ids_null = palloc0(sizeof(bool) * Max(m.n, 1));
+	m.batch_ids = palloc0(sizeof(Datum) * Max(m.n, 1));
+	m.batch_ids_null = palloc0(sizeof(bool) * Max(m.n, 1));
+	m.epochs = palloc0(sizeof(Datum) * Max(m.n, 1));
+	m.epochs_null = palloc0(sizeof(bool) * Max(m.n, 1));
+	m.words = palloc0(sizeof(Datum) * Max(m.n, 1));
+	m.words_null = palloc0(sizeof(bool) * Max(m.n, 1));
+	m.details = palloc0(sizeof(Datum) * Max(m.n, 1));
+	m.details_null = palloc0(sizeof(bool) * Max(m.n, 1));
+	for (i = 0; i < m.n; i++)
+	{
+		HeapTupleHeader row;
+
+		if (elems_null[i])
+		{
+			m.service_ids_null[i] = m.batch_ids_null[i] = m.epochs_null[i] = true;
+			m.words_null[i] = m.details_null[i] = true;
+			continue;
+		}
+		row = DatumGetHeapTupleHeader(elems[i]);
+		m.service_ids[i] = GetAttributeByNum(row, 1, &m.service_ids_null[i]);
+		m.batch_ids[i] = GetAttributeByNum(row, 2, &m.batch_ids_null[i]);
+		m.epochs[i] = GetAttributeByNum(row, 3, &m.epochs_null[i]);
+		m.words[i] = GetAttributeByNum(row, 4, &m.words_null[i]);
+		if (!m.words_null[i])
+			m.words[i] = status_enum_text(m.words[i]);
+		m.details[i] = GetAttributeByNum(row, 5, &m.details_null[i]);
+	}
+	status_report_rows(fcinfo, instance_id, &m, submissions);
+}
+
+PG_FUNCTION_INFO_V1(gridha_report_submission_rows);
+
+/*
+ * gridha_report_submission_rows: SQL gridha.report_submissions(instance_id,
+ * reports gridha.submission_report[]) -> the rows of report_submissions:
+ * many report_submission in one call, one composite row per batch.
+ */
+Datum
+gridha_report_submission_rows(PG_FUNCTION_ARGS)
+{
+	status_report_composite(fcinfo, true);
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(gridha_report_status_rows);
+
+/*
+ * gridha_report_status_rows: SQL gridha.report_statuses(instance_id,
+ * reports gridha.status_report[]) -> the same rows: many report_status in
+ * one call, with a detail per batch.
+ */
+Datum
+gridha_report_status_rows(PG_FUNCTION_ARGS)
+{
+	status_report_composite(fcinfo, false);
+	return (Datum) 0;
 }
 
 PG_FUNCTION_INFO_V1(gridha_report_submissions);

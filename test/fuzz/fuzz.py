@@ -124,6 +124,13 @@ F = {
     "move_service": "gridha.move_service(text,text)",
     "set_owner": "gridha.set_instance_owner(uuid,regrole)",
     "limits": "gridha.worker_limit_slots()",
+    # the 1.2 API (issue 30)
+    "rsub12": "gridha.report_submission(uuid,text,text,bigint,gridha.submission_outcome,text)",
+    "rstat12": "gridha.report_status(uuid,text,text,bigint,gridha.ledger_status)",
+    "rsubs12": "gridha.report_submissions(uuid,gridha.submission_report[])",
+    "rstats12": "gridha.report_statuses(uuid,gridha.status_report[])",
+    "lead": "gridha.lead(uuid,text)",
+    "resign_lead": "gridha.resign_lead(uuid,text)",
 }
 VIEWS = ["claims", "instance_health", "queue_progress", "service_queues",
          "workers", "worker_limits", "leaders", "id_sequence_status", "target_rates"]
@@ -704,17 +711,27 @@ class Gen:
         self.call("verify", "verify", "SELECT gridha.verify_batch(%s)" % self.args([inst, sid, bid, ep]),
                   [inst, sid, bid, ep])
 
+    def typed(self, v, enum):
+        """a word cast to one of the 1.2 enums: a word it lacks is 22P02"""
+        return V("(%s)::gridha.%s" % (v.sql, enum), UNKNOWN, v.flags | {"badliteral"}, v.objs)
+
     def k_rsub(self):
         inst, sid, bid, ep = self.handed(self.src())
-        vals = [inst, sid, bid, ep, self.outcome()]
+        typed = self.chance(0.4)
+        o = self.outcome()
+        vals = [inst, sid, bid, ep, self.typed(o, "submission_outcome") if typed else o]
         if self.chance(0.4):
             vals.append(self.text_any([V(lit("fz detail"))]))
-        self.call("report_submission", "rsub", "SELECT gridha.report_submission(%s)" % self.args(vals), vals)
+        self.call("report_submission", "rsub12" if typed else "rsub",
+                  "SELECT gridha.report_submission(%s)" % self.args(vals), vals)
 
     def k_rstat(self):
         inst, sid, bid, ep = self.handed(self.pick(["p", "p", "h", "o"] + (["st"] if self.s.superuser else [])))
-        vals = [inst, sid, bid, ep, self.dlt()]
-        self.call("report_status", "rstat", "SELECT gridha.report_status(%s)" % self.args(vals), vals)
+        typed = self.chance(0.4)
+        d = self.dlt()
+        vals = [inst, sid, bid, ep, self.typed(d, "ledger_status") if typed else d]
+        self.call("report_status", "rstat12" if typed else "rstat",
+                  "SELECT gridha.report_status(%s)" % self.args(vals), vals)
 
     def batched(self, kind, fn, prefix):
         inst = V(":'%s_inst'::uuid" % prefix) if self.chance(0.8) else self.uuid_any("ri")
@@ -726,11 +743,27 @@ class Gen:
         vals = [inst, sids, bids, eps, words]
         if fn == "rsubs" and self.chance(0.4):
             vals.append(self.text_array())
+        name = "report_submissions" if fn == "rsubs" else "report_statuses"
+        if self.chance(0.5):
+            # 1.2: the same arrays as one array of rows; a word the enum
+            # lacks is 22P02, a NULL element a row of NULLs
+            enum, row = ("submission_outcome", "submission_report") if fn == "rsubs" else \
+                ("ledger_status", "status_report")
+            details = vals[5].sql if len(vals) > 5 else "NULL::text[]"
+            rows_arg = V("ARRAY(SELECT CASE WHEN u.n %% 7 = 6 THEN NULL ELSE"
+                         " (u.s, u.b, u.e, u.w::gridha.%s, u.d)::gridha.%s END"
+                         " FROM unnest(%s, %s, %s, %s, %s) WITH ORDINALITY AS u(s, b, e, w, d, n) ORDER BY u.n)"
+                         "::gridha.%s[]" % (enum, row, vals[1].sql, vals[2].sql, vals[3].sql, vals[4].sql,
+                                            details, row), UNKNOWN, {"badliteral"})
+            for v in vals[1:]:
+                rows_arg.flags |= v.flags
+                rows_arg.objs += v.objs
+            vals = [inst, rows_arg]
+            fn = fn + "12"
         st = self.call(kind, fn,
                        "SELECT count(*) || ':' || count(*) FILTER (WHERE (r.status IS NULL) <> (r.sqlstate IS NULL))"
                        " || ':' || coalesce(string_agg(DISTINCT r.sqlstate, ','), '') AS rr"
-                       " FROM gridha.%s(%s) AS r \\gset" % ("report_submissions" if fn == "rsubs" else
-                                                           "report_statuses", self.args(vals)),
+                       " FROM gridha.%s(%s) AS r \\gset" % (name, self.args(vals)),
                        vals, capture="rr")
         st.rows_capture = True
 
@@ -791,8 +824,16 @@ class Gen:
 
     def k_lead(self):
         u = self.uuid_any("ri")
-        k = self.r.randrange(4)
-        if k == 0:
+        k = self.r.randrange(6)
+        if k == 4:
+            vals = [u] + ([self.lead_role()] if self.chance(0.8) else [])
+            self.call("lead", "lead",
+                      "SELECT coalesce(gridha.lead(%s), :ld_term::bigint) AS ld_term \\gset" % self.args(vals),
+                      vals)
+        elif k == 5:
+            vals = [u] + ([self.lead_role()] if self.chance(0.8) else [])
+            self.call("resign_lead", "resign_lead", "SELECT gridha.resign_lead(%s)" % self.args(vals), vals)
+        elif k == 0:
             rl = self.lead_role()
             vals = [u] + ([rl] if self.chance(0.8) else [])
             self.call("try_lead", "try_lead",
@@ -1118,6 +1159,16 @@ class Gen:
         c("renew_lead", "renew_lead", "SELECT gridha.renew_lead(:'ri', 'fz-tour', :ld_term)", [ri])
         c("resign", "resign", "SELECT gridha.resign(:'ri', 'fz-tour')", [ri])
         c("run_maintenance", "maint", "SELECT * FROM gridha.run_maintenance(:'ri', 'fz-tour')", [ri])
+        c("lead", "lead", "SELECT coalesce(gridha.lead(:'ri', 'fz-tour'), 0) AS ld_term \\gset", [ri])
+        c("resign_lead", "resign_lead", "SELECT gridha.resign_lead(:'ri', 'fz-tour')", [ri])
+        c("report_submission", "rsub12", "SELECT gridha.report_submission(:'h_inst', :'h_sid', :'h_bid', :h_ep,"
+          " 'delayed'::gridha.submission_outcome, 'fz tour')", [])
+        c("report_status", "rstat12", "SELECT gridha.report_status(:'h_inst', :'h_sid', :'h_bid', :h_ep,"
+          " 'committed'::gridha.ledger_status)", [])
+        c("report_submissions", "rsubs12", "SELECT * FROM gridha.report_submissions(:'nb_inst',"
+          " ARRAY[(:'h_sid', :'h_bid', :h_ep, 'accepted', NULL)]::gridha.submission_report[])", [])
+        c("report_statuses", "rstats12", "SELECT * FROM gridha.report_statuses(:'nb_inst',"
+          " ARRAY[(:'h_sid', :'h_bid', :h_ep, 'committed', 'fz tour')]::gridha.status_report[])", [])
         c("create_id_sequence", "create_seq", "SELECT gridha.create_id_sequence('fz-tour-%s', 10, 1)" % tag, [])
         c("reserve_ids", "reserve", "SELECT gridha.reserve_ids('fz-tour-%s', 5)" % tag, [])
         c("next_id", "next_id", "SELECT gridha.next_id('fz-tour-%s')" % tag, [])

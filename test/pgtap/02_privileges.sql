@@ -32,7 +32,7 @@
 -- (README, Security); here it is only checked that a submitter cannot
 -- call it.
 BEGIN;
-SELECT plan(94);
+SELECT plan(100);
 
 -- The tables are emptied (inside this transaction only) so the hand-outs
 -- below do not depend on what the database held before.
@@ -164,6 +164,12 @@ INSERT INTO tap_grants VALUES
  ('submitter', 'function', 'gridha.renew_lead(uuid, text, bigint)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.resign(uuid, text)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.run_maintenance(uuid, text)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.report_status(uuid, text, text, bigint, gridha.ledger_status)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.report_submissions(uuid, gridha.submission_report[])', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.report_statuses(uuid, gridha.status_report[])', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.lead(uuid, text)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.resign_lead(uuid, text)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.reserve_ids(text, integer)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.next_id(text)', 'EXECUTE'),
  ('submitter', 'table',    'gridha.targets', 'SELECT'),
@@ -389,6 +395,11 @@ SELECT set_eq(
              ('gridha.reserve_ids(text, integer)'), ('gridha.next_id(text)'),
              ('gridha.worker_register(uuid, text)'), ('gridha.worker_orphans(uuid)'),
              ('gridha.move_service(text, text)'), ('gridha.set_instance_owner(uuid, regrole)'),
+             ('gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text)'),
+             ('gridha.report_status(uuid, text, text, bigint, gridha.ledger_status)'),
+             ('gridha.report_submissions(uuid, gridha.submission_report[])'),
+             ('gridha.report_statuses(uuid, gridha.status_report[])'),
+             ('gridha.lead(uuid, text)'), ('gridha.resign_lead(uuid, text)'),
              ('gridha.batches_before_insert()'), ('gridha.targets_rate_changed()')$$,
     'the SECURITY DEFINER functions are the API, the enqueue trigger and the rate-state trigger');
 
@@ -544,7 +555,13 @@ SELECT throws_ok(format('SELECT pg_temp.refused_as(%L, %L)', 'gridha_tap_sub_b',
     (14, 'try_lead',           $$SELECT gridha.try_lead(%L)$$),
     (15, 'renew_lead',         $$SELECT gridha.renew_lead(%L, 'maintenance', 1)$$),
     (16, 'resign',             $$SELECT gridha.resign(%L)$$),
-    (17, 'run_maintenance',    $$SELECT * FROM gridha.run_maintenance(%L)$$)
+    (17, 'run_maintenance',    $$SELECT * FROM gridha.run_maintenance(%L)$$),
+    (18, 'lead',               $$SELECT gridha.lead(%L)$$),
+    (19, 'resign_lead',        $$SELECT gridha.resign_lead(%L)$$),
+    (20, 'report_submission(outcome)', $$SELECT gridha.report_submission(%L, 'tap-a', 'a1', 1, 'rejected'::gridha.submission_outcome)$$),
+    (21, 'report_status(ledger_status)', $$SELECT gridha.report_status(%L, 'tap-a', 'a1', 1, 'invalid'::gridha.ledger_status)$$),
+    (22, 'report_submissions(rows)', $$SELECT * FROM gridha.report_submissions(%L, ARRAY[('tap-a', 'a1', 1, 'rejected', NULL)]::gridha.submission_report[])$$),
+    (23, 'report_statuses(rows)', $$SELECT * FROM gridha.report_statuses(%L, ARRAY[('tap-a', 'a1', 1, 'invalid', NULL)]::gridha.status_report[])$$)
   ) AS c(ord, call, q)
  ORDER BY c.ord;
 

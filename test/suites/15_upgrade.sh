@@ -588,6 +588,16 @@ if schema_dump "$H" "$WORK/upgraded-h.sql"; then
 else
 	not_ok "from 1.1: pg_dump --schema-only --binary-upgrade of the database upgraded from 1.1"
 fi
+# The 1.1 forms 1.2 keeps, deprecated, as a 1.1 client calls them after the
+# upgrade: next_batch's attempt, the array reports, try_lead and resign.
+old_calls=$(psql -X -q -A -t -d "$H" -c "SET gridha.balance_claims = off" \
+	-c "SELECT gridha.enqueue('h-live', 'h-live-b41', '\x02')" \
+	-c "SELECT attempt FROM gridha.next_batch('$L')" \
+	-c "SELECT status FROM gridha.report_submissions('$L', '{h-live}', '{h-live-b41}', '{1}', '{accepted}')" \
+	-c "SELECT status FROM gridha.report_statuses('$L', '{h-live}', '{h-live-b41}', '{1}', '{COMMITTED}')" \
+	-c "SELECT gridha.try_lead('$L', 'h-duty') IS NOT NULL AND gridha.resign('$L', 'h-duty')" 2>&1 | tr '\n' ' ')
+[ "$old_calls" = "41 1 pending committed t " ]
+check $? "from 1.1: after the upgrade the deprecated 1.1 calls still answer (attempt, array reports, try_lead, resign): $old_calls"
 psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $H WITH (FORCE)" >/dev/null 2>&1
 
 # ---------------------------------------------------------------------------
@@ -665,9 +675,9 @@ else
 	not_ok "CREATE EXTENSION pgtap in the upgraded database"
 fi
 
-# The plan, printed last as it depends on the inputs: 53 checks, one per
+# The plan, printed last as it depends on the inputs: 54 checks, one per
 # test of the Makefile's REGRESS, one per test/pgtap file.
 n_pgtap=$(compgen -G "$REPO/test/pgtap/*.sql" | wc -l)
-plan $((53 + ${#regress_tests[@]} + n_pgtap))
+plan $((54 + ${#regress_tests[@]} + n_pgtap))
 
 [ "$FAILED" -eq 0 ]

@@ -21,6 +21,10 @@
 #   6. a hand-out whose answer was lost: the client finds the batch it does
 #      not have in hand and submits it
 #   7. a target without a status source: accepted means committed
+#   8. the API it speaks: 1.2's typed report_submission and batched
+#      report_statuses of rows (pg_stat_user_functions), never their 1.1
+#      forms; and, against a database whose gridha SQL is still 1.1, the
+#      1.1 forms, with which it commits all the same
 #
 # Words: "victim" is the client a step signals; every wait is a bounded
 # poll, never a sleep standing in for an assertion.
@@ -39,7 +43,7 @@ PIDS=()
 
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
-plan 253
+plan 256
 
 psql_db() {
 	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB" "$@"
@@ -55,7 +59,7 @@ cleanup() {
 	for p in "${PIDS[@]}"; do
 		wait "$p" 2>/dev/null
 	done
-	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1
+	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB" -c "DROP DATABASE IF EXISTS ${DB}_11" >/dev/null 2>&1
 }
 trap cleanup EXIT
 
@@ -93,6 +97,7 @@ psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE 
 # Short claim timings, so balance and takeover happen within seconds.
 psql_db >/dev/null <<EOF || exit 1
 CREATE EXTENSION gridha;
+ALTER DATABASE $DB SET track_functions = 'all';
 ALTER DATABASE $DB SET gridha.renew_interval = '1s';
 ALTER DATABASE $DB SET gridha.soft_expiry = '6s';
 ALTER DATABASE $DB SET gridha.hard_expiry = '20s';
@@ -159,6 +164,22 @@ all_committed() {
 wait_until 45 all_committed
 check $? "3 clients: all 100 batches committed"
 psql_db -c "SELECT status, count(*) FROM gridha.batches GROUP BY 1" | diag
+
+# calls_of SIGNATURE: how often the clients called a function (their
+# sessions' counts reach the statistics at most a second or so late).
+calls_of() {
+	psql_db -c "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
+	             WHERE funcid = to_regprocedure('$1')"
+}
+speaks_12() {
+	[ "$(calls_of 'gridha.report_submission(uuid,text,text,bigint,gridha.submission_outcome,text)')" -ge 100 ] &&
+		[ "$(calls_of 'gridha.report_statuses(uuid,gridha.status_report[])')" -ge 1 ]
+}
+wait_until 10 speaks_12
+check $? "API 1.2: the clients reported every submission with a gridha.submission_outcome and the ledger's words as gridha.status_report rows"
+[ "$(calls_of 'gridha.report_submission(uuid,text,text,bigint,text,text)')" = 0 ] &&
+	[ "$(calls_of 'gridha.report_statuses(uuid,text[],text[],bigint[],text[])')" = 0 ]
+check $? "API 1.2: the clients never called the 1.1 text and array forms"
 
 ID3=$(instance_of "$WORK/c3.log")
 [ "$ID3" != "" ] && [ "$(psql_db -c "SELECT label FROM gridha.instances WHERE instance_id = '$ID3'")" = third ]
@@ -400,8 +421,35 @@ check $? "fire and forget: the ledger accepted each of them once"
 kill -TERM "$C4" 2>/dev/null
 wait "$C4" 2>/dev/null
 
+# 8. a database whose gridha SQL is 1.1 (the 1.2 library installed, ALTER
+#    EXTENSION gridha UPDATE not run yet): the client speaks the 1.1 forms
+DB11=${DB}_11
+psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB11" \
+	-c "CREATE DATABASE $DB11" >/dev/null
+psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB11" >/dev/null <<EOF
+CREATE EXTENSION gridha VERSION '1.1';
+ALTER DATABASE $DB11 SET gridha.renew_interval = '1s';
+UPDATE gridha.targets
+   SET submit_url = '$LEDGER/batches/{service_id}/{batch_id}',
+       status_url = '$LEDGER/batch_statuses?id={batch_ids}'
+ WHERE target = 'default';
+SELECT gridha.enqueue('old' || s, 'old' || s || '-b' || b, '\x07') FROM generate_series(1, 3) s, generate_series(1, 2) b;
+EOF
+"$CLIENT" "${COMMON[@]}" --dsn "dbname=$DB11 user=gridha_test_submitter" --max-runtime-s 40 \
+	--log "$WORK/c5.log" 2>"$WORK/c5.err" &
+C5=$!
+PIDS+=("$C5")
+old_done() {
+	[ "$(psql -X -q -A -t -d "$DB11" -c "SELECT count(*) FILTER (WHERE status = 'committed') FROM gridha.batches")" = 6 ]
+}
+wait_until 30 old_done
+check $? "API 1.1: against gridha 1.1 SQL the client commits its 6 batches (the 1.1 forms)"
+kill -TERM "$C5" 2>/dev/null
+wait "$C5" 2>/dev/null
+psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB11" >/dev/null 2>&1
+
 if [ "$FAILED" -gt 0 ]; then
-	for f in "$WORK"/c[1234].err; do
+	for f in "$WORK"/c[12345].err; do
 		echo "--- $f" | diag
 		tail -n 15 "$f" | diag
 	done
