@@ -1115,7 +1115,7 @@ claims_live(Datum instance_id, bool probe, ClaimsLive *live)
 			self = true;
 			live->self_at = live->nabove;
 		}
-		else if (probe && gridha_session_liveness && !key_null && held > 0 &&
+		else if (probe && gridha_session_liveness && !key_null &&
 				 gridha_instance_session_gone(DatumGetInt64(key)))
 		{
 			live->gone[live->ngone++] = datumCopy(id, false, UUID_LEN);
@@ -1754,18 +1754,25 @@ claims_nothing_to_take(Datum instance_id, const GridhaInstance *inst, Datum serv
  * work should acquire now all the same: it holds less than its share, or
  * serves less than its share of the work (as its last acquisition in this
  * backend reckoned them), and has not acquired for
- * CLAIMS_BELOW_SHARE_EVERY_MS. Without it a newcomer that got some work at
- * once would serve that and ask for the rest of its share only at its next
- * renewal. Costs nothing at or above the shares.
+ * CLAIMS_BELOW_SHARE_EVERY_MS; or it has not looked at the others for
+ * CLAIMS_PROBE_EVERY_MS (others take from a busy instance too: it learns
+ * that it fell below its work share, or that an instance died, within a
+ * second). Without it a newcomer that got some work at once would serve
+ * that and ask for the rest of its share only at its next renewal.
  */
 bool
 gridha_claims_below_share(Datum instance_id, const GridhaInstance *inst)
 {
-	return gridha_balance_claims && inst->leased && claims_known.valid &&
-		(inst->held < claims_known.floor || claims_known.work_short) &&
-		gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id) &&
-		TimestampDifferenceExceeds(claims_known.probed_at, GetCurrentTimestamp(),
-								   CLAIMS_BELOW_SHARE_EVERY_MS);
+	TimestampTz now;
+
+	if (!gridha_balance_claims || !inst->leased || !claims_known.valid ||
+		!gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id))
+		return false;
+	now = GetCurrentTimestamp();
+	if (TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_PROBE_EVERY_MS))
+		return true;
+	return (inst->held < claims_known.floor || claims_known.work_short) &&
+		TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_BELOW_SHARE_EVERY_MS);
 }
 
 /*
