@@ -80,7 +80,12 @@
 #             services are new ones):
 #               none  no idle service (the services of earlier rounds only)
 #               idle  SCALE_UNEVEN_IDLE (100,000) idle services, claimed by
-#                     the SCALE_CLIENTS instances in even shares
+#                     the SCALE_CLIENTS instances as the issue found them,
+#                     set again before each round (bench_issue_split): each
+#                     holds its count share of idle + busy services,
+#                     instance 1 that less the busy ones (12,413; the
+#                     others 12,513 or 12,512), so that by count all the
+#                     busy ones fit under instance 1's ceiling
 #               join  the same, all of them held by instance 1, which also
 #                     takes the new services (balance off) before the run:
 #                     one instance holding everything and 7 joining
@@ -697,6 +702,34 @@ BEGIN
 END
 $$;
 
+/*
+ * bench_issue_split(n, busy): the claims moved (claimant set, epoch + 1, as
+ * a take does) so that, with "busy" more services, instances 1..n hold
+ * their count shares of them all, instance 1 "busy" fewer; held
+ * recounted. Claims are dealt in service_id order.
+ */
+CREATE PROCEDURE bench_issue_split(n int, busy int)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    t bigint;
+BEGIN
+    SELECT count(*) + busy INTO t FROM gridha.service_claims;
+    WITH s AS (SELECT i, t / n + CASE WHEN i <= t % n THEN 1 ELSE 0 END
+                         - CASE WHEN i = 1 THEN busy ELSE 0 END AS k
+                 FROM generate_series(1, n) AS i),
+    tgt AS (SELECT i, sum(k) OVER (ORDER BY i) AS upto FROM s),
+    r AS (SELECT service_id, row_number() OVER (ORDER BY service_id) AS rn FROM gridha.service_claims),
+    w AS (SELECT r.service_id, bench_instance((SELECT min(i) FROM tgt WHERE tgt.upto >= r.rn)::int) AS inst FROM r)
+    UPDATE gridha.service_claims c SET claimant = w.inst, epoch = c.epoch + 1
+      FROM w WHERE c.service_id = w.service_id AND c.claimant IS DISTINCT FROM w.inst;
+    UPDATE gridha.instances i
+       SET held = (SELECT count(*) FROM gridha.service_claims c WHERE c.claimant = i.instance_id)
+     WHERE instance_id IN (SELECT bench_instance(x) FROM generate_series(1, n) AS x);
+    COMMIT;
+END
+$$;
+
 -- bench_all_to_one(): every claim to instance 1 (epoch + 1, as a take
 -- does), held recounted
 CREATE PROCEDURE bench_all_to_one(n int)
@@ -725,6 +758,7 @@ EOS
 uneven_run() {
 	local db=$1 kind=$2 round=$3 first=$4 prefix spid
 	prefix="u${round}${kind}_"
+	[ "$kind" != idle ] || q "$db" "CALL bench_issue_split($SCALE_CLIENTS, $SCALE_SERVICES)"
 	q "$db" "CALL bench_enqueue('$prefix', $first, $SCALE_SERVICES, $SCALE_DEPTH)"
 	if [ "$kind" = join ]; then
 		q "$db" "CALL bench_all_to_one($SCALE_CLIENTS)" -c "SET gridha.balance_claims = off" \
