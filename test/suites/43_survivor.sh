@@ -14,7 +14,9 @@
 # Case 2: c starts, the only instance working (a loop of next_batch ->
 #   report_status('committed'), SURVIVOR_WORK_MS per batch, SURVIVOR_IDLE_MS
 #   sleep after an empty poll). Checked: every service with work is held by
-#   c within 1 s of its first idle poll, a's and b's late reports
+#   c within 1 s of its first idle poll, and within 1 s of its first poll
+#   (a crashed, holding nothing once b took its claims, its lease still
+#   running, and b released: neither counts as live), a's and b's late reports
 #   (new sessions, their old epochs) are refused with RG001, hand-outs
 #   keep each service's order, c's hand-outs carry epochs above a's and
 #   b's, and every batch ends committed.
@@ -23,7 +25,8 @@
 #   time, nothing is moved by hand) hands out a batch on each service it
 #   took (next_batches) and is frozen (SIGSTOP of its psql) until its hard
 #   expiry has passed; d starts (default settings). Checked: d holds every
-#   service with work within 1 s of its first idle poll, d hands out again each batch c left submitting under a bumped
+#   service with work within 1 s of its first idle poll and of its first
+#   poll, d hands out again each batch c left submitting under a bumped
 #   epoch, c's late reports after SIGCONT (its own session) are refused
 #   with RG001, order, every batch committed.
 # Operator: e and f each hold 10 idle claims (their share of 20); one of
@@ -63,8 +66,8 @@ declare -A SFD SPID
 n_plan=0
 for c in $SURVIVOR_CASES; do
 	case $c in
-		2) n_plan=$((n_plan + 6)) ;;
-		3) n_plan=$((n_plan + 5)) ;;
+		2) n_plan=$((n_plan + 7)) ;;
+		3) n_plan=$((n_plan + 6)) ;;
 		op) n_plan=$((n_plan + 5)) ;;
 	esac
 done
@@ -189,10 +192,12 @@ loop_start() {
 	PIDS+=("$LOOP_PID")
 }
 
-# held_checks CASE NAME: the timing test of survivor NAME (its watch and
+# held_checks CASE NAME: the timing tests of survivor NAME (its watch and
 # loop must have ended): every service with work held within 1 s of its
-# first idle poll. Prints the seconds from its first poll and from its
-# first idle poll.
+# first idle poll, and within 1 s of its first poll: it is the only live
+# instance, so its work share is all the work (a crashed instance stops
+# counting at once, issue 26, "Live means able to work"). Prints the
+# seconds from its first poll and from its first idle poll.
 held_checks() {
 	local held row first idle s_first s_idle
 	held=$(cat "$WORK/watch.out")
@@ -217,6 +222,8 @@ held_checks() {
 	[ -z "${SURVIVOR_FIGURES:-}" ] || echo "case$1 $s_first $s_idle" >>"$SURVIVOR_FIGURES"
 	[ "$s_idle" != none ] && awk -v s="$s_idle" 'BEGIN { exit !(s <= 1.0) }'
 	check $? "case $1: $2 holds every service with work within 1 s of its first idle poll"
+	[ "$s_first" != none ] && awk -v s="$s_first" 'BEGIN { exit !(s <= 1.0) }'
+	check $? "case $1: $2, the only live instance, holds every service with work within 1 s of its first poll (a, crashed, does not count)"
 	if [ "$s_first" = none ]; then
 		psql_db -c "SELECT service_id || ' held by ' || coalesce(claimant::text, 'nobody') || ', epoch ' || epoch
 		              FROM gridha.service_claims ORDER BY 1" | diag
