@@ -72,6 +72,42 @@
 #             up at both totals with the same survivors; off, the first
 #             survivor to look takes all 50,000, in the same statements a
 #             balanced take runs.
+#   uneven    issue 26, case 1: the workload (SCALE_SERVICES x SCALE_DEPTH,
+#             SCALE_CLIENTS clients, two steps) on services created just
+#             before the run, free, AFTER the idle ones were claimed (no
+#             spreading beforehand), in three databases, one run of each per
+#             round (SCALE_UNEVEN_RUNS, the order rotating; each round's
+#             services are new ones):
+#               none  no idle service (the services of earlier rounds only)
+#               idle  SCALE_UNEVEN_IDLE (100,000) idle services, claimed by
+#                     the SCALE_CLIENTS instances as the issue found them,
+#                     set again before each round (bench_issue_split): each
+#                     holds its count share of idle + busy services,
+#                     instance 1 that less the busy ones (12,413; the
+#                     others 12,513 or 12,512), so that by count all the
+#                     busy ones fit under instance 1's ceiling
+#               join  the same, all of them held by instance 1, which also
+#                     takes the new services (balance off) before the run:
+#                     one instance holding everything and 7 joining
+#             Printed: the rates and the median of the rounds' ratios
+#             against none, and the spread of work: another session counts
+#             every SCALE_SAMPLE_MS (500) the services with work (head ready
+#             or in flight) each instance holds; "from 2 s" is the lowest
+#             and highest count over the samples taken 2 s or more after the
+#             run's first hand-out and before the first service finished
+#             (the tail, where instances run out of work, is left out), "at
+#             2 s" the first such sample. Idle services are written
+#             directly, as for SCALE_IDLE_LARGE below
+#   survivor  issue 26, cases 2 and 3 and an operator's expiry: runs
+#             test/suites/43_survivor.sh SCALE_SURVIVOR_RUNS (3) times
+#             against this cluster (its loops and watches bounded by
+#             SCALE_SURVIVOR_SECONDS, 45: longer than the 30 s soft expiry
+#             of the crashed instance, so that the code before balance by
+#             work gets a figure too) and prints the seconds from the
+#             survivor's first idle poll (and from its first poll) until
+#             every service with work is held by it (median of the runs;
+#             "not held" when a run did not see it), and from the
+#             operator's UPDATE until the idle instance holds the claim
 #
 # Idle services beyond SCALE_IDLE (for SCALE_IDLE_LARGE) are written
 # directly as a superuser, in the state the API leaves (claim: claimant,
@@ -83,19 +119,21 @@
 # epoch + 1 as a take does) and recount instances.held.
 #
 # Environment (defaults in brackets):
-#   SCALE_PARTS [rate latency many wal takeover]  what to run
+#   SCALE_PARTS [rate latency many wal takeover uneven survivor]  what to run
 #   SCALE_RUNS [3]           rounds of the rate and many comparisons
 #   SCALE_SERVICES [100]     SCALE_DEPTH [200]    SCALE_CLIENTS [8]
 #   SCALE_IDLE [100000]      SCALE_IDLE_LARGE [1000000]    SCALE_DEAD [50000]
 #   SCALE_MANY [32 96]       SCALE_MANY_SERVICES [100]     SCALE_MANY_DEPTH [200]
 #   SCALE_POLL_SECONDS [5]   SCALE_TAKEOVER [50000]        SCALE_TAKEOVER_INFLIGHT [100]
 #   SCALE_TAKEOVER_CASES [a b]
+#   SCALE_UNEVEN_IDLE [100000]  SCALE_UNEVEN_RUNS [3]    SCALE_SAMPLE_MS [500]
+#   SCALE_SURVIVOR_RUNS [3]     SCALE_SURVIVOR_SECONDS [45]
 #   BENCH_IDLE_MS [10]       SCALE_PORT [56400]   GRIDHA_KEEP_TMP [0]
 #   BENCH_PROFILE [0]        1: after each timed run, the statements that
 #                            took the most time (test/bench/common.sh)
 set -eu -o pipefail
 
-SCALE_PARTS=${SCALE_PARTS:-rate latency many wal takeover}
+SCALE_PARTS=${SCALE_PARTS:-rate latency many wal takeover uneven survivor}
 SCALE_RUNS=${SCALE_RUNS:-3}
 SCALE_SERVICES=${SCALE_SERVICES:-100}
 SCALE_DEPTH=${SCALE_DEPTH:-200}
@@ -110,6 +148,11 @@ SCALE_POLL_SECONDS=${SCALE_POLL_SECONDS:-5}
 SCALE_TAKEOVER=${SCALE_TAKEOVER:-50000}
 SCALE_TAKEOVER_INFLIGHT=${SCALE_TAKEOVER_INFLIGHT:-100}
 SCALE_TAKEOVER_CASES=${SCALE_TAKEOVER_CASES:-a b}
+SCALE_UNEVEN_IDLE=${SCALE_UNEVEN_IDLE:-100000}
+SCALE_UNEVEN_RUNS=${SCALE_UNEVEN_RUNS:-3}
+SCALE_SAMPLE_MS=${SCALE_SAMPLE_MS:-500}
+SCALE_SURVIVOR_RUNS=${SCALE_SURVIVOR_RUNS:-3}
+SCALE_SURVIVOR_SECONDS=${SCALE_SURVIVOR_SECONDS:-45}
 export GRIDHA_BASE_PORT=${SCALE_PORT:-56400}
 
 # Targets
@@ -118,6 +161,7 @@ TARGET_DEAD=0.95	# rate with dead instances / without
 TARGET_MANY=0.90	# gridha / keyed at 32 and 96 clients
 TARGET_POLL_MS=0.5	# empty next_batch, mean
 TARGET_WAL=1024		# bytes per renew
+TARGET_UNEVEN=0.90	# rate, busy services created after the idle ones were claimed / no idle
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -614,6 +658,224 @@ if part many; then
 fi
 
 # ---------------------------------------------------------------------------
+# uneven: busy services that appear after the idle ones were claimed
+# ---------------------------------------------------------------------------
+
+# uneven_helpers DB: the sampler of the spread of work, and the reset of
+# the "join" case.
+uneven_helpers() {
+	qf "$1" >/dev/null <<'EOS'
+CREATE TABLE bench_work_samples (at timestamptz, lo int, hi int, total int, counts int[]);
+
+/*
+ * bench_sample_work(n, every_ms, timeout): every every_ms, the services
+ * with work (head ready now, or in flight) each of instances 1..n holds:
+ * the smallest and largest count, their sum, and each instance's count
+ * (counts[i]); until the workload is
+ * done (once work was seen) or the timeout.
+ */
+CREATE PROCEDURE bench_sample_work(n int, every_ms int, timeout float8)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    t_end timestamptz := clock_timestamp() + timeout * interval '1 second';
+    seen boolean := false;
+    l int;
+    h int;
+    t int;
+    cs int[];
+BEGIN
+    WHILE clock_timestamp() < t_end LOOP
+        SELECT min(w), max(w), sum(w), array_agg(w ORDER BY i) INTO l, h, t, cs
+          FROM (SELECT i, (SELECT count(*) FROM gridha.service_claims c
+                            WHERE c.claimant = bench_instance(i)
+                              AND (c.ready_at <= clock_timestamp() OR c.in_flight)) AS w
+                  FROM generate_series(1, n) AS i) x;
+        IF t > 0 THEN
+            seen := true;
+            INSERT INTO bench_work_samples VALUES (clock_timestamp(), l, h, t, cs);
+        END IF;
+        COMMIT;
+        EXIT WHEN seen AND bench_left() = 0;
+        PERFORM pg_sleep(every_ms / 1000.0);
+    END LOOP;
+END
+$$;
+
+/*
+ * bench_issue_split(n, busy): the claims moved (claimant set, epoch + 1, as
+ * a take does) so that, with "busy" more services, instances 1..n hold
+ * their count shares of them all, instance 1 "busy" fewer; held
+ * recounted. Claims are dealt in service_id order.
+ */
+CREATE PROCEDURE bench_issue_split(n int, busy int)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    t bigint;
+BEGIN
+    SELECT count(*) + busy INTO t FROM gridha.service_claims;
+    WITH s AS (SELECT i, t / n + CASE WHEN i <= t % n THEN 1 ELSE 0 END
+                         - CASE WHEN i = 1 THEN busy ELSE 0 END AS k
+                 FROM generate_series(1, n) AS i),
+    tgt AS (SELECT i, sum(k) OVER (ORDER BY i) AS upto FROM s),
+    r AS (SELECT service_id, row_number() OVER (ORDER BY service_id) AS rn FROM gridha.service_claims),
+    w AS (SELECT r.service_id, bench_instance((SELECT min(i) FROM tgt WHERE tgt.upto >= r.rn)::int) AS inst FROM r)
+    UPDATE gridha.service_claims c SET claimant = w.inst, epoch = c.epoch + 1
+      FROM w WHERE c.service_id = w.service_id AND c.claimant IS DISTINCT FROM w.inst;
+    UPDATE gridha.instances i
+       SET held = (SELECT count(*) FROM gridha.service_claims c WHERE c.claimant = i.instance_id)
+     WHERE instance_id IN (SELECT bench_instance(x) FROM generate_series(1, n) AS x);
+    COMMIT;
+END
+$$;
+
+-- bench_all_to_one(): every claim to instance 1 (epoch + 1, as a take
+-- does), held recounted
+CREATE PROCEDURE bench_all_to_one(n int)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    UPDATE gridha.service_claims SET claimant = bench_instance(1), epoch = epoch + 1
+     WHERE claimant IS DISTINCT FROM bench_instance(1);
+    UPDATE gridha.instances i
+       SET held = (SELECT count(*) FROM gridha.service_claims c WHERE c.claimant = i.instance_id)
+     WHERE instance_id IN (SELECT bench_instance(x) FROM generate_series(1, n) AS x);
+    COMMIT;
+END
+$$;
+EOS
+}
+
+# uneven_run DB KIND ROUND FIRST: one timed run of case KIND (none, idle,
+# join) in DB: SCALE_SERVICES new services x SCALE_DEPTH batches, numbered
+# from FIRST, enqueued now (free); for join, they and every other claim are
+# then given to instance 1. The spread of work is sampled during the run.
+# Sets RUN_* (bench_timed) and SPREAD (the samples from 2 s after the
+# first hand-out on: min-max of the lowest and highest counts), SPREAD2
+# (the sample nearest 2 s after the first hand-out) and SPREAD_FIRST (the
+# first sample).
+uneven_run() {
+	local db=$1 kind=$2 round=$3 first=$4 prefix spid
+	prefix="u${round}${kind}_"
+	[ "$kind" != idle ] || q "$db" "CALL bench_issue_split($SCALE_CLIENTS, $SCALE_SERVICES)"
+	q "$db" "CALL bench_enqueue('$prefix', $first, $SCALE_SERVICES, $SCALE_DEPTH)"
+	if [ "$kind" = join ]; then
+		q "$db" "CALL bench_all_to_one($SCALE_CLIENTS)" -c "SET gridha.balance_claims = off" \
+			-c "SELECT gridha.renew_claims(bench_instance(1))" \
+			-c "SELECT count(*) FROM gridha.acquire_claims(bench_instance(1))" >/dev/null
+	fi
+	bench_prepare "$db" gridha.batches gridha.service_claims gridha.instances
+	q "$db" "TRUNCATE bench_work_samples" >/dev/null
+	# the sampler connects once pgbench's clients have (bench_timed waits
+	# for the database to have no session before it starts them)
+	(
+		for _i in $(seq 1 200); do
+			[ "$(q postgres "SELECT count(*) FROM pg_stat_activity
+			                  WHERE datname = '$db' AND application_name = 'pgbench'")" = 0 ] || break
+			sleep 0.05
+		done
+		exec "$PG_BINDIR/psql" -X -q -A -t -d "$db" \
+			-c "CALL bench_sample_work($SCALE_CLIENTS, $SCALE_SAMPLE_MS, $((BENCH_RUN_TIMEOUT + 20)))"
+	) >"$BENCH_SCRIPTS/sampler.out" 2>&1 &
+	spid=$!
+	BG_PIDS="$BG_PIDS $spid"
+	bench_timed g2 "$db" "$SCALE_CLIENTS" "$prefix"
+	# the sampler ends by itself once the workload is done
+	for _i in $(seq 1 50); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+	kill "$spid" 2>/dev/null || true
+	wait "$spid" 2>/dev/null || true
+	local t0 tail
+	t0=$(q "$db" "SELECT min(handed_out_at) FROM gridha.batches WHERE starts_with(batch_id, '$prefix')")
+	# the tail: from when the first service has no batch left
+	tail=$(q "$db" "SELECT min(f) FROM (SELECT max(finished_at) AS f FROM gridha.batches
+	                                    WHERE starts_with(batch_id, '$prefix') GROUP BY service_id) x")
+	SPREAD=$(q "$db" "SELECT min(lo) || '-' || max(hi) FROM bench_work_samples
+	                   WHERE at >= '$t0'::timestamptz + interval '2 seconds' AND at < '$tail'::timestamptz")
+	SPREAD2=$(q "$db" "SELECT lo || '-' || hi FROM bench_work_samples
+	                    WHERE at >= '$t0'::timestamptz + interval '2 seconds' ORDER BY at LIMIT 1")
+	COUNTS2=$(q "$db" "SELECT counts::text FROM bench_work_samples
+	                    WHERE at >= '$t0'::timestamptz + interval '2 seconds' ORDER BY at LIMIT 1")
+	SPREAD_FIRST=$(q "$db" "SELECT lo || '-' || hi || ' at ' || round(extract(epoch FROM at - '$t0'::timestamptz)::numeric, 2) || 's'
+	                         FROM bench_work_samples ORDER BY at LIMIT 1")
+	SAMPLES=$(q "$db" "SELECT string_agg(CASE WHEN at < '$tail'::timestamptz THEN '' ELSE '(tail)' END
+	                                     || lo || '-' || hi || '/' || total, ' ' ORDER BY at)
+	                     FROM bench_work_samples")
+}
+
+declare -A UNEVEN
+if part uneven; then
+	gridha_log "uneven: $SCALE_SERVICES x $SCALE_DEPTH batches on services created after $SCALE_UNEVEN_IDLE idle" \
+		"services were claimed by $SCALE_CLIENTS instances, $SCALE_CLIENTS clients, two steps"
+	t0=$SECONDS
+	for db in sc_un_none sc_un_idle sc_un_join; do
+		bench_gridha_db "$db"
+		scale_helpers "$db"
+		uneven_helpers "$db"
+		q "$db" "SELECT count(gridha.renew_claims(bench_instance(i))) FROM generate_series(1, $SCALE_CLIENTS) AS i" >/dev/null
+	done
+	q sc_un_idle "CALL bench_idle_direct(1, bench_counts($SCALE_CLIENTS, $SCALE_UNEVEN_IDLE))" >/dev/null
+	q sc_un_join "CALL bench_idle_direct(1, ARRAY[$SCALE_UNEVEN_IDLE])" >/dev/null
+	gridha_log "  $SCALE_UNEVEN_IDLE idle services written directly in $((SECONDS - t0))s; claims per instance:" \
+		"idle $(q sc_un_idle "SELECT bench_split($SCALE_CLIENTS)"), join $(q sc_un_join "SELECT bench_split($SCALE_CLIENTS)")"
+	next=$((SCALE_UNEVEN_IDLE + 1))
+	for round in $(seq 1 "$SCALE_UNEVEN_RUNS"); do
+		for kind in $(rotate $((round - 1)) none idle join); do
+			uneven_run "sc_un_$kind" "$kind" "$round" "$next"
+			RUN_INFO="busy per instance from 2 s: $SPREAD (at 2 s: $SPREAD2; first sample $SPREAD_FIRST);"
+			RUN_INFO="$RUN_INFO claims moved $(q "sc_un_$kind" "SELECT count(DISTINCT (service_id, epoch)) - count(DISTINCT service_id)
+			                                                 FROM gridha.batches WHERE starts_with(batch_id, 'u${round}${kind}_')")"
+			bench_log_run "uneven $kind #$round"
+			gridha_log "    samples (lowest-highest busy per instance/their sum, every ${SCALE_SAMPLE_MS} ms): $SAMPLES"
+			gridha_log "    busy per instance 1..$SCALE_CLIENTS at 2 s: $COUNTS2"
+			UNEVEN[rate_$kind]="${UNEVEN[rate_$kind]:-} $RUN_RATE"
+			UNEVEN[spread_$kind]="${UNEVEN[spread_$kind]:-} $SPREAD"
+			UNEVEN[spread2_$kind]="${UNEVEN[spread2_$kind]:-} $SPREAD2"
+			eval "U_${kind}_$round=$RUN_RATE"
+		done
+		next=$((next + SCALE_SERVICES))
+		UNEVEN[pairs_idle]="${UNEVEN[pairs_idle]:-} $(ratio "$(eval "echo \$U_idle_$round")" "$(eval "echo \$U_none_$round")")"
+		UNEVEN[pairs_join]="${UNEVEN[pairs_join]:-} $(ratio "$(eval "echo \$U_join_$round")" "$(eval "echo \$U_none_$round")")"
+		gridha_log "  round $round: idle/none $(eval "echo \$U_idle_$round") / $(eval "echo \$U_none_$round")," \
+			"join/none $(eval "echo \$U_join_$round") / $(eval "echo \$U_none_$round")"
+	done
+	for db in sc_un_none sc_un_idle sc_un_join; do q postgres "DROP DATABASE $db" >/dev/null; done
+fi
+
+# ---------------------------------------------------------------------------
+# survivor: issue 26's cases 2 and 3 (test/suites/43_survivor.sh)
+# ---------------------------------------------------------------------------
+
+declare -A SURV
+# surv_fig LIST: the median of a survivor figure's runs; "not held" when a
+# run did not see every service with work held
+surv_fig() {
+	case " $1 " in
+		*" none "*) echo "not held" ;;
+		*) median "$1" ;;
+	esac
+}
+surv_verdict() {
+	if [[ $1 =~ ^[0-9.]+$ ]]; then verdict "$1" 1 le; else echo MISS; fi
+}
+if part survivor; then
+	gridha_log "survivor: test/suites/43_survivor.sh, $SCALE_SURVIVOR_RUNS runs (its loops end after ${SCALE_SURVIVOR_SECONDS}s at most)"
+	for run in $(seq 1 "$SCALE_SURVIVOR_RUNS"); do
+		figs=$GRIDHA_TEST_DIR/survivor.$run
+		: >"$figs"
+		GRIDHA_REPO=$ROOT GRIDHA_LIB=$ROOT/test/lib.sh GRIDHA_SUITE_DIR=$GRIDHA_TEST_DIR/survivor-$run \
+			SURVIVOR_FIGURES=$figs SURVIVOR_SECONDS=$SCALE_SURVIVOR_SECONDS \
+			bash "$ROOT/test/suites/43_survivor.sh" >"$GRIDHA_TEST_DIR/survivor-$run.out" 2>&1 || true
+		gridha_log "  run $run: $(grep -c '^ok' "$GRIDHA_TEST_DIR/survivor-$run.out") ok," \
+			"$(grep -c '^not ok' "$GRIDHA_TEST_DIR/survivor-$run.out") not ok; $(tr '\n' ';' <"$figs")"
+		while read -r what a b; do
+			SURV[first_$what]="${SURV[first_$what]:-} $a"
+			SURV[idle_$what]="${SURV[idle_$what]:-} ${b:-}"
+		done <"$figs"
+	done
+fi
+
+# ---------------------------------------------------------------------------
 # wal: one renew per instance
 # ---------------------------------------------------------------------------
 
@@ -843,7 +1105,41 @@ if part takeover; then
 		done
 	done
 fi
+if part uneven; then
+	r_i=$(median "${UNEVEN[pairs_idle]}")
+	r_j=$(median "${UNEVEN[pairs_join]}")
+	line "$SCALE_CLIENTS clients, 2 steps, $SCALE_SERVICES x $SCALE_DEPTH new services, no idle" "$(median "${UNEVEN[rate_none]}") b/s" "" ""
+	line "... created after $SCALE_UNEVEN_IDLE idle services were claimed" "$(median "${UNEVEN[rate_idle]}") b/s" "$r_i" \
+		"≥$TARGET_UNEVEN $(verdict "$r_i" $TARGET_UNEVEN)"
+	line "   busy services per instance from 2 s, each run" "${UNEVEN[spread_idle]# }" "" "12-13"
+	line "... one instance holding everything, 7 joining" "$(median "${UNEVEN[rate_join]}") b/s" "$r_j" \
+		"≥$TARGET_UNEVEN $(verdict "$r_j" $TARGET_UNEVEN)"
+	line "   busy services per instance from 2 s, each run" "${UNEVEN[spread_join]# }" "" "12-13"
+	line "   (no idle) busy services per instance from 2 s" "${UNEVEN[spread_none]# }" "" ""
+fi
+if part survivor; then
+	for k in case2 case3; do
+		if [ $k = case2 ]; then what="case 2, crash + release"; else what="case 3, paused past hard expiry"; fi
+		f=$(surv_fig "${SURV[idle_$k]:-}")
+		line "$what: first idle poll -> all work held" "$f s" "" "≤1 s $(surv_verdict "$f")"
+		line "   from the survivor's first poll" "$(surv_fig "${SURV[first_$k]:-}") s" "" ""
+	done
+	f=$(surv_fig "${SURV[first_op]:-}")
+	line "operator's expiry of a live instance's claim -> held" "$f s" "" "≤1 s $(surv_verdict "$f")"
+fi
 echo
+if part uneven; then
+	for k in none idle join; do
+		echo "  uneven $k, runs (batches/s):${UNEVEN[rate_$k]}; busy per instance from 2 s:${UNEVEN[spread_$k]}; at 2 s:${UNEVEN[spread2_$k]}"
+	done
+	echo "  uneven rounds' ratios: idle/none:${UNEVEN[pairs_idle]} | join/none:${UNEVEN[pairs_join]}"
+fi
+if part survivor; then
+	for k in case2 case3; do
+		echo "  survivor $k, each run: from the first idle poll${SURV[idle_$k]:-}; from the first poll${SURV[first_$k]:-}"
+	done
+	echo "  survivor op, each run:${SURV[first_op]:-}"
+fi
 if part rate; then
 	echo "  rate runs (batches/s): ${FIG[idle_runs]}"
 	echo "  rounds' ratios: ${FIG[idle_pairs]}"
