@@ -1755,9 +1755,9 @@ claims_nothing_to_take(Datum instance_id, const GridhaInstance *inst, Datum serv
  * serves less than its share of the work (as its last acquisition in this
  * backend reckoned them), and has not acquired for
  * CLAIMS_BELOW_SHARE_EVERY_MS; or it has not looked at the others for
- * CLAIMS_PROBE_EVERY_MS (others take from a busy instance too: it learns
- * that it fell below its work share, or that an instance died, within a
- * second). Without it a newcomer that got some work at once would serve
+ * CLAIMS_PROBE_EVERY_MS, or not at all in this backend (others take from
+ * a busy instance too: it learns that it fell below its work share, or
+ * that an instance died, within a second). Without it a newcomer that got some work at once would serve
  * that and ask for the rest of its share only at its next renewal.
  */
 bool
@@ -1765,9 +1765,11 @@ gridha_claims_below_share(Datum instance_id, const GridhaInstance *inst)
 {
 	TimestampTz now;
 
-	if (!gridha_balance_claims || !inst->leased || !claims_known.valid ||
-		!gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id))
+	if (!gridha_balance_claims || !inst->leased)
 		return false;
+	/* this backend has not looked yet (a new session of a busy instance) */
+	if (!claims_known.valid || !gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id))
+		return true;
 	now = GetCurrentTimestamp();
 	if (TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_PROBE_EVERY_MS))
 		return true;
