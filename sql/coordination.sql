@@ -82,6 +82,8 @@ COMMIT;
 -- Duties: sweep long-gone instances, prune old final batches, top up windows
 -- ---------------------------------------------------------------------------
 TRUNCATE gridha.leases, gridha.maintenance_ticks, gridha.instances;
+-- the hand-outs below leave maintenance to run_maintenance (no poll duty)
+SET gridha.prune_interval = -1;
 INSERT INTO gridha.instances (instance_id, label, registered_at, last_seen_at) VALUES
     ('00000000-0000-0000-0000-000000000001', 'gone, holds nothing', now() - interval '3 days', now() - interval '2 days'),
     ('00000000-0000-0000-0000-000000000002', 'gone, holds a claim', now() - interval '3 days', now() - interval '2 days'),
@@ -107,6 +109,7 @@ SELECT window_start, window_end, next_id FROM gridha.id_windows WHERE name = 'du
 SELECT swept_instances, pruned_batches, opened_windows FROM gridha.maintenance_ticks;
 RESET gridha.retention;
 RESET gridha.sweep_instances_after;
+RESET gridha.prune_interval;
 
 -- ---------------------------------------------------------------------------
 -- ID windows

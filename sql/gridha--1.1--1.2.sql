@@ -395,3 +395,32 @@ GRANT EXECUTE ON FUNCTION gridha.move_service(text, text), gridha.set_instance_o
 TO gridha_admin;
 
 SELECT pg_catalog.pg_extension_config_dump('gridha.session_keys', '');
+
+-- ---------------------------------------------------------------------------
+-- 1.2: retention, counters and metrics (issue 28)
+-- ---------------------------------------------------------------------------
+
+-- The prune step finds the oldest final batches through this index: only a
+-- final status sets finished_at, so it holds only final batches, and the
+-- hand-out's and submission's rewrites of a batch (which leave finished_at
+-- NULL) stay HOT updates. See src/leader.c and docs/operations.md.
+-- Final batches always got their finished_at from the library; one that
+-- came without (a restore of hand-made rows) takes its creation time, so
+-- that retention finds it through the index.
+UPDATE gridha.batches SET finished_at = created_at
+ WHERE finished_at IS NULL AND status IN ('committed', 'invalid');
+
+CREATE INDEX batches_finished ON gridha.batches (finished_at)
+    WHERE finished_at IS NOT NULL;
+
+CREATE FUNCTION gridha.prune_batches(max_batches integer DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_prune_batches'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.prune_batches(integer) IS
+'one prune step by hand: deletes at most max_batches (NULL: gridha.prune_chunk) committed or invalid batches finished longer than gridha.retention ago, oldest first; returns how many (administrators)';
+
+REVOKE ALL ON FUNCTION gridha.prune_batches(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION gridha.prune_batches(integer) TO gridha_admin;

@@ -23,6 +23,7 @@
 #include "claims.h"
 #include "gridha.h"
 #include "instances.h"
+#include "leader.h"
 #include "queue.h"
 #include "ratelimit.h"
 #include "rows.h"
@@ -721,6 +722,8 @@ queue_next(FunctionCallInfo fcinfo, Datum instance_id, int32 max_batches)
 		(void) gridha_claims_acquire(instance_id, &inst, false, NULL);
 	/* the instance rows last (the lock order, claims.c) */
 	(void) gridha_claims_finish();
+	/* retention and sweeps, at most once per gridha.prune_interval (leader.c) */
+	gridha_leader_poll(instance_id);
 	SPI_finish();
 }
 

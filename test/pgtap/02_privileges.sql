@@ -192,6 +192,7 @@ INSERT INTO tap_grants VALUES
  ('admin', 'function', 'gridha.worker_limit_slots()', 'EXECUTE'),
  ('admin', 'view',     'gridha.worker_limits', 'SELECT'),
  ('admin', 'function', 'gridha.set_instance_owner(uuid, regrole)', 'EXECUTE'),
+ ('admin', 'function', 'gridha.prune_batches(integer)', 'EXECUTE'),
  ('admin', 'view',     'gridha.claims', 'SELECT'),
  ('admin', 'view',     'gridha.instance_health', 'SELECT'),
  ('admin', 'view',     'gridha.service_queues', 'SELECT'),
@@ -389,6 +390,7 @@ SELECT set_eq(
              ('gridha.reserve_ids(text, integer)'), ('gridha.next_id(text)'),
              ('gridha.worker_register(uuid, text)'), ('gridha.worker_orphans(uuid)'),
              ('gridha.move_service(text, text)'), ('gridha.set_instance_owner(uuid, regrole)'),
+             ('gridha.prune_batches(integer)'),
              ('gridha.batches_before_insert()'), ('gridha.targets_rate_changed()')$$,
     'the SECURITY DEFINER functions are the API, the enqueue trigger and the rate-state trigger');
 
