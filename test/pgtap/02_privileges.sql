@@ -175,6 +175,7 @@ INSERT INTO tap_grants VALUES
  ('submitter', 'view',     'gridha.queue_progress', 'SELECT'),
  ('submitter', 'view',     'gridha.workers', 'SELECT'),
  ('submitter', 'view',     'gridha.leaders', 'SELECT'),
+ ('submitter', 'view',     'gridha.metrics', 'SELECT'),
  ('submitter', 'view',     'gridha.id_sequence_status', 'SELECT'),
  ('submitter', 'view',     'gridha.target_rates', 'SELECT'),
  -- admin: the targets, the workers, the ID sequences; the views
@@ -199,6 +200,7 @@ INSERT INTO tap_grants VALUES
  ('admin', 'view',     'gridha.queue_progress', 'SELECT'),
  ('admin', 'view',     'gridha.workers', 'SELECT'),
  ('admin', 'view',     'gridha.leaders', 'SELECT'),
+ ('admin', 'view',     'gridha.metrics', 'SELECT'),
  ('admin', 'view',     'gridha.id_sequence_status', 'SELECT'),
  ('admin', 'view',     'gridha.target_rates', 'SELECT');
 
