@@ -187,6 +187,7 @@ static GridhaStatement leader_prune_stmt = {
 	"  SELECT b.ctid FROM gridha.batches b"
 	"   WHERE b.finished_at IS NOT NULL"
 	"     AND b.finished_at < now() - $1 * interval '1 second'"
+	"     AND b.finished_at >= $3"
 	"     AND b.status IN ('committed', 'invalid')"
 	"   ORDER BY b.finished_at"
 	"   LIMIT $2"
@@ -195,11 +196,21 @@ static GridhaStatement leader_prune_stmt = {
 	"  DELETE FROM gridha.batches b"
 	"   WHERE b.ctid = ANY (ARRAY(SELECT old.ctid FROM old))"
 	"     AND b.status IN ('committed', 'invalid')"
-	"  RETURNING 1"
+	"  RETURNING b.finished_at"
 	")"
-	" SELECT count(*) FROM d",
-	2, {INT8OID, INT8OID}
+	" SELECT count(*), max(d.finished_at) FROM d",
+	3, {INT8OID, INT8OID, TIMESTAMPTZOID}
 };
+
+/*
+ * Where this backend's next prune step starts in batches_finished: the
+ * newest finish time its last full step deleted, so that consecutive
+ * steps do not walk again over the index entries of the batches the
+ * previous ones deleted (dead until vacuum). -infinity after a step that
+ * was not full: then everything old is looked at again, batches skipped as
+ * locked and batches made final late with an older finish time included.
+ */
+static TimestampTz leader_prune_from = DT_NOBEGIN;
 
 /*
  * The service counts checked against the services there are, and a count
@@ -493,14 +504,37 @@ leader_check_counts(void)
 static int64
 leader_prune_step(int64 limit)
 {
-	Datum		args[2];
+	Datum		args[3];
+	int			nest;
+	int64		pruned;
+	bool		isnull;
+	Datum		newest;
 
 	if (gridha_retention_s < 0 || limit <= 0)
 		return 0;
 	args[0] = Int64GetDatum(gridha_retention_s);
 	args[1] = Int64GetDatum(limit);
+	args[2] = TimestampTzGetDatum(leader_prune_from);
+
+	/*
+	 * Walk batches_finished in order and stop at the limit, whatever the
+	 * statistics say: without them (a table just upgraded or restored) the
+	 * planner may read every old batch through a bitmap and sort them, at
+	 * each step.
+	 */
+	nest = NewGUCNestLevel();
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 	gridha_exec(&leader_prune_stmt, args, NULL, false);
-	return gridha_col_int64(0, 1);
+	pruned = gridha_col_int64(0, 1);
+	newest = gridha_col(0, 2, &isnull);
+	AtEOXact_GUC(true, nest);
+	leader_prune_from = (pruned >= limit && !isnull) ? DatumGetTimestampTz(newest) : DT_NOBEGIN;
+	return pruned;
 }
 
 /*
@@ -693,7 +727,8 @@ leader_poll_duty(Datum instance_id)
  * gridha_leader_poll: the poll duty of a hand-out (see the words above),
  * at most once per gridha.prune_interval in this backend; when its prune
  * step found a full chunk (retention is behind) the next may come after a
- * tenth of that. Cheap otherwise: one clock read. Call it inside SPI, once
+ * tenth of that. Cheap otherwise: one clock read. Only in a READ COMMITTED
+ * transaction (below). Call it inside SPI, once
  * the hand-out's own rows are written. It never raises an error: a
  * failure is undone with its subtransaction and logged.
  */
@@ -705,7 +740,13 @@ gridha_leader_poll(Datum instance_id)
 	ResourceOwner owner = CurrentResourceOwner;
 	volatile int64 pruned = 0;
 
-	if (gridha_prune_interval_ms < 0)
+	/*
+	 * Only under READ COMMITTED: in a REPEATABLE READ or SERIALIZABLE
+	 * hand-out, the duty's reads and deletes could make the caller's own
+	 * transaction fail to serialize. Such a caller's next plain call
+	 * carries it.
+	 */
+	if (gridha_prune_interval_ms < 0 || IsolationUsesXactSnapshot())
 		return;
 	now = GetCurrentTimestamp();
 	if (now < leader_poll_next)

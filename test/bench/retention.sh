@@ -217,7 +217,7 @@ if [ "$HAS_PRUNE" = 1 ]; then
 	     AND b.status IN ('committed', 'invalid')
 	   ORDER BY b.finished_at LIMIT 5000 FOR UPDATE OF b SKIP LOCKED" | tr -s ' \n' ' ')"
 	q "$DB" "SET gridha.retention = '1h'" -c "CALL bench_prune($RET_PRUNE_SECONDS)" >/dev/null
-	gridha_log "  prune steps (gridha.prune_chunk $(q "$DB" "SHOW gridha.prune_chunk")): $(q "$DB" "
+	gridha_log "  prune steps (gridha.prune_chunk $(q "$DB" "LOAD 'gridha'" -c "SHOW gridha.prune_chunk")): $(q "$DB" "
 	    SELECT format('%s batches in %s steps, %s batches/s; step median %s ms, longest %s ms',
 	                  sum(n), count(*), round(sum(n) / (sum(ms) / 1000)),
 	                  round((percentile_cont(0.5) WITHIN GROUP (ORDER BY ms))::numeric, 1),
