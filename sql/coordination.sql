@@ -97,7 +97,8 @@ UPDATE gridha.service_claims SET claimant = '00000000-0000-0000-0000-00000000000
 SELECT service_id, batch_id FROM gridha.next_batches(:A, 10) ORDER BY 1;
 SELECT gridha.report_submission(:A, s, 'b1', e, 'accepted'), gridha.report_status(:A, s, 'b1', e, 'committed')
   FROM (SELECT service_id, epoch FROM gridha.claims WHERE claimant = :A) c(s, e) ORDER BY s;
-UPDATE gridha.batches SET finished_at = now() - interval '2 hours' WHERE service_id = 'old' AND batch_id = 'b1';
+UPDATE gridha.batches SET created_at = now() - interval '3 hours', finished_at = now() - interval '2 hours'
+ WHERE service_id = 'old' AND batch_id = 'b1';
 SELECT gridha.create_id_sequence('duty', 10, 3);
 SELECT gridha.reserve_ids('duty', 10) AS fills_first_window;
 SET gridha.retention = '1h';

@@ -1418,12 +1418,12 @@ SELECT pg_catalog.pg_extension_config_dump('gridha.session_keys', '');
 -- 1.2: retention, counters and metrics (issue 28)
 -- ---------------------------------------------------------------------------
 
--- The prune step finds the oldest final batches through this index: only a
--- final status sets finished_at, so it holds only final batches, and the
--- hand-out's and submission's rewrites of a batch (which leave finished_at
--- NULL) stay HOT updates. See src/leader.c and docs/operations.md.
-CREATE INDEX batches_finished ON gridha.batches (finished_at)
-    WHERE finished_at IS NOT NULL;
+-- The prune step walks this index in creation order (a batch finished
+-- longer than the retention ago was created before that too) and keeps the
+-- final ones finished before the cutoff. No rewrite of a batch changes
+-- created_at, so the hand-out's, the submission's and the final report's
+-- rewrites all stay HOT updates. See src/leader.c and docs/operations.md.
+CREATE INDEX batches_created ON gridha.batches (created_at);
 
 CREATE FUNCTION gridha.prune_batches(max_batches integer DEFAULT NULL)
 RETURNS bigint

@@ -23,10 +23,15 @@
  *             every stored tick of its role is not run at all (the clock went
  *             back: wait). After a jump forward, only the current tick runs.
  *   prune step one bounded DELETE of final batches finished longer than
- *             gridha.retention ago, oldest first, found through the
- *             partial index batches_finished (finished_at of final batches
- *             only): at most gridha.prune_chunk rows, rows locked by
- *             someone else skipped, never a non-final batch
+ *             gridha.retention ago, oldest first, found by walking the index
+ *             batches_created in order from where the last full step
+ *             stopped, looking at 2 x gridha.prune_chunk entries at most and
+ *             deleting gridha.prune_chunk at most; rows locked by someone
+ *             else skipped, never a non-final batch. The index is on
+ *             created_at, which no rewrite of a batch changes, so every
+ *             rewrite (hand-out, submission, final status) stays a HOT
+ *             update; a batch finished after the retention was created
+ *             before it, so every batch to prune lies in the walked range
  *   poll duty what every instance's hand-out (next_batch, next_batches)
  *             does at most once per gridha.prune_interval in its backend:
  *             read the 'maintenance' lease, take it when it is free or
@@ -175,40 +180,52 @@ static GridhaStatement leader_sweep_stmt = {
 };
 
 /*
- * One prune step: the oldest final batches past the retention, through the
- * partial index batches_finished (finished_at IS NOT NULL: only a final
- * status sets it), locked and deleted by their row address. Rows another
- * transaction holds are skipped, not waited for. The status is checked
- * twice (the index has no status, the delete re-checks the row it
- * deletes); the batches_unfinished trigger would refuse the rest anyway.
+ * One prune step: scan looks at the next batches by creation time (at
+ * most $2 * 2, from $3 on, all created before the cutoff), old keeps the
+ * oldest $2 final ones among them finished before the cutoff, picked from
+ * scan's rows (so the table is read by row address only, whatever the
+ * planner thinks of sorting), locked (rows another transaction holds are
+ * skipped, not waited for), and d
+ * deletes them by their row address. The status is checked again on the
+ * row deleted; the batches_unfinished trigger would refuse the rest
+ * anyway. Returns the count deleted, the count looked at, the newest
+ * creation time looked at and the newest deleted.
  */
 static GridhaStatement leader_prune_stmt = {
-	"WITH old AS ("
+	"WITH scan AS MATERIALIZED ("
+	"  SELECT b.ctid, b.created_at, b.status, b.finished_at FROM gridha.batches b"
+	"   WHERE b.created_at >= $3"
+	"     AND b.created_at < now() - $1 * interval '1 second'"
+	"   ORDER BY b.created_at"
+	"   LIMIT $2 * 2"
+	"), old AS ("
 	"  SELECT b.ctid FROM gridha.batches b"
-	"   WHERE b.finished_at IS NOT NULL"
-	"     AND b.finished_at < now() - $1 * interval '1 second'"
-	"     AND b.finished_at >= $3"
+	"   WHERE b.ctid = ANY (ARRAY(SELECT s.ctid FROM scan s"
+	"                              WHERE s.status IN ('committed', 'invalid')"
+	"                                AND s.finished_at < now() - $1 * interval '1 second'"
+	"                              ORDER BY s.created_at"
+	"                              LIMIT $2))"
 	"     AND b.status IN ('committed', 'invalid')"
-	"   ORDER BY b.finished_at"
-	"   LIMIT $2"
 	"   FOR UPDATE OF b SKIP LOCKED"
 	"), d AS ("
 	"  DELETE FROM gridha.batches b"
 	"   WHERE b.ctid = ANY (ARRAY(SELECT old.ctid FROM old))"
 	"     AND b.status IN ('committed', 'invalid')"
-	"  RETURNING b.finished_at"
+	"  RETURNING b.created_at"
 	")"
-	" SELECT count(*), max(d.finished_at) FROM d",
+	" SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM scan),"
+	"        (SELECT max(s.created_at) FROM scan s), (SELECT max(d.created_at) FROM d)",
 	3, {INT8OID, INT8OID, TIMESTAMPTZOID}
 };
 
 /*
- * Where this backend's next prune step starts in batches_finished: the
- * newest finish time its last full step deleted, so that consecutive
- * steps do not walk again over the index entries of the batches the
- * previous ones deleted (dead until vacuum). -infinity after a step that
- * was not full: then everything old is looked at again, batches skipped as
- * locked and batches made final late with an older finish time included.
+ * Where this backend's next prune step starts in batches_created: after a
+ * step that deleted its full chunk, the newest creation time it deleted;
+ * after one that looked at all it may, the newest it looked at; so that
+ * consecutive steps walk on instead of over the index entries of what the
+ * previous ones deleted (dead until vacuum) or kept (batches not final).
+ * -infinity after a step that reached the cutoff: then everything old is
+ * looked at again, batches skipped as locked or not final yet included.
  */
 static TimestampTz leader_prune_from = DT_NOBEGIN;
 
@@ -507,8 +524,9 @@ leader_prune_step(int64 limit)
 	Datum		args[3];
 	int			nest;
 	int64		pruned;
+	int64		scanned;
 	bool		isnull;
-	Datum		newest;
+	Datum		newest = (Datum) 0;
 
 	if (gridha_retention_s < 0 || limit <= 0)
 		return 0;
@@ -517,7 +535,7 @@ leader_prune_step(int64 limit)
 	args[2] = TimestampTzGetDatum(leader_prune_from);
 
 	/*
-	 * Walk batches_finished in order and stop at the limit, whatever the
+	 * Walk batches_created in order and stop at the limit, whatever the
 	 * statistics say: without them (a table just upgraded or restored) the
 	 * planner may read every old batch through a bitmap and sort them, at
 	 * each step.
@@ -529,11 +547,20 @@ leader_prune_step(int64 limit)
 							 GUC_ACTION_SAVE, true, 0, false);
 	(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_SAVE, true, 0, false);
+	/* the settings above make the plan look costly: never JIT-compile it */
+	(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 	gridha_exec(&leader_prune_stmt, args, NULL, false);
 	pruned = gridha_col_int64(0, 1);
-	newest = gridha_col(0, 2, &isnull);
+	scanned = gridha_col_int64(0, 2);
+	if (pruned >= limit)
+		newest = gridha_col(0, 4, &isnull);
+	else if (scanned >= limit * 2)
+		newest = gridha_col(0, 3, &isnull);
+	else
+		isnull = true;
+	leader_prune_from = isnull ? DT_NOBEGIN : DatumGetTimestampTz(newest);
 	AtEOXact_GUC(true, nest);
-	leader_prune_from = (pruned >= limit && !isnull) ? DatumGetTimestampTz(newest) : DT_NOBEGIN;
 	return pruned;
 }
 
@@ -696,7 +723,7 @@ leader_poll_ready(void)
 {
 	Oid			nsp = get_namespace_oid("gridha", true);
 
-	return OidIsValid(nsp) && OidIsValid(get_relname_relid("batches_finished", nsp));
+	return OidIsValid(nsp) && OidIsValid(get_relname_relid("batches_created", nsp));
 }
 
 /*

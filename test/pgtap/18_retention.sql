@@ -34,14 +34,14 @@ DELETE FROM gridha.maintenance_ticks;
 DELETE FROM gridha.instances;
 
 /*
- * final(service, batch, status, age): a batch of its own service, made
- * final (status) age ago.
+ * final(service, batch, status, age): a batch of its own service, created
+ * and made final (status) age ago.
  */
 CREATE FUNCTION pg_temp.final(s text, b text, st gridha.batch_status, age interval)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM gridha.enqueue(s, b, NULL);
-    UPDATE gridha.batches SET status = st, epoch = 1, attempts = 1,
+    UPDATE gridha.batches SET status = st, epoch = 1, attempts = 1, created_at = now() - age,
            handed_out_at = now() - age, finished_at = now() - age
      WHERE service_id = s AND batch_id = b;
     UPDATE gridha.service_claims SET head_seq = NULL, ready_at = NULL WHERE service_id = s;

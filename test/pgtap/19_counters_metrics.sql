@@ -81,7 +81,8 @@ SELECT is((SELECT committed_total + invalid_total FROM gridha.service_claims WHE
           'another service''s totals do not move');
 
 -- 2. pruning lowers no total (2)
-UPDATE gridha.batches SET finished_at = now() - interval '2 hours' WHERE batch_id IN ('a1', 'a2');
+UPDATE gridha.batches SET created_at = now() - interval '3 hours', finished_at = now() - interval '2 hours'
+ WHERE batch_id IN ('a1', 'a2');
 SELECT is(gridha.prune_batches(), 2::bigint, 'a1 and a2 are pruned');
 SELECT results_eq($$SELECT committed, invalid FROM gridha.service_queues WHERE service_id = 'a'$$,
                   $$VALUES (2::bigint, 1::bigint)$$,
