@@ -132,6 +132,7 @@ bench:
 	bash test/bench/ordered.sh
 	bash test/bench/latency.sh
 	bash test/bench/scale.sh
+	bash test/bench/retention.sh
 
 # A minute of gridha at work: three workers, a test ledger, a takeover.
 demo:

@@ -82,6 +82,8 @@ COMMIT;
 -- Duties: sweep long-gone instances, prune old final batches, top up windows
 -- ---------------------------------------------------------------------------
 TRUNCATE gridha.leases, gridha.maintenance_ticks, gridha.instances;
+-- the hand-outs below leave maintenance to run_maintenance (no poll duty)
+SET gridha.prune_interval = -1;
 INSERT INTO gridha.instances (instance_id, label, registered_at, last_seen_at) VALUES
     ('00000000-0000-0000-0000-000000000001', 'gone, holds nothing', now() - interval '3 days', now() - interval '2 days'),
     ('00000000-0000-0000-0000-000000000002', 'gone, holds a claim', now() - interval '3 days', now() - interval '2 days'),
@@ -95,7 +97,8 @@ UPDATE gridha.service_claims SET claimant = '00000000-0000-0000-0000-00000000000
 SELECT service_id, batch_id FROM gridha.next_batches(:A, 10) ORDER BY 1;
 SELECT gridha.report_submission(:A, s, 'b1', e, 'accepted'), gridha.report_status(:A, s, 'b1', e, 'committed')
   FROM (SELECT service_id, epoch FROM gridha.claims WHERE claimant = :A) c(s, e) ORDER BY s;
-UPDATE gridha.batches SET finished_at = now() - interval '2 hours' WHERE service_id = 'old' AND batch_id = 'b1';
+UPDATE gridha.batches SET created_at = now() - interval '3 hours', finished_at = now() - interval '2 hours'
+ WHERE service_id = 'old' AND batch_id = 'b1';
 SELECT gridha.create_id_sequence('duty', 10, 3);
 SELECT gridha.reserve_ids('duty', 10) AS fills_first_window;
 SET gridha.retention = '1h';
@@ -107,6 +110,7 @@ SELECT window_start, window_end, next_id FROM gridha.id_windows WHERE name = 'du
 SELECT swept_instances, pruned_batches, opened_windows FROM gridha.maintenance_ticks;
 RESET gridha.retention;
 RESET gridha.sweep_instances_after;
+RESET gridha.prune_interval;
 
 -- ---------------------------------------------------------------------------
 -- ID windows

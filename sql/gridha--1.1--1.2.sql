@@ -601,3 +601,177 @@ COMMENT ON FUNCTION gridha.resign(uuid, text) IS
 'deprecated since 1.2 (use resign_lead): gives up this instance''s lease on the duty named role at once; true if it held it';
 
 SELECT pg_catalog.pg_extension_config_dump('gridha.session_keys', '');
+
+-- ---------------------------------------------------------------------------
+-- 1.2: retention, counters and metrics (issue 28)
+-- ---------------------------------------------------------------------------
+
+-- Final batches always got their finished_at from the library; one that
+-- came without (a restore of hand-made rows) takes its creation time, so
+-- that retention, which judges by it, finds it.
+UPDATE gridha.batches SET finished_at = created_at
+ WHERE finished_at IS NULL AND status IN ('committed', 'invalid');
+
+-- The prune step walks this index in creation order (a batch finished
+-- longer than the retention ago was created before that too) and keeps the
+-- final ones finished before the cutoff. No rewrite of a batch changes
+-- created_at, so the hand-out's, the submission's and the final report's
+-- rewrites all stay HOT updates. See src/leader.c and docs/operations.md.
+CREATE INDEX batches_created ON gridha.batches (created_at);
+
+CREATE FUNCTION gridha.prune_batches(max_batches integer DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_prune_batches'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.prune_batches(integer) IS
+'one prune step by hand: deletes at most max_batches (NULL: gridha.prune_chunk) committed or invalid batches finished longer than gridha.retention ago, oldest first; returns how many (administrators)';
+
+REVOKE ALL ON FUNCTION gridha.prune_batches(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION gridha.prune_batches(integer) TO gridha_admin;
+
+-- Running totals per service, kept by the reports (a final status adds one
+-- to committed_total or invalid_total) and the hand-out (a batch handed out
+-- again adds one to resubmitted_total) on the claim row they rewrite
+-- anyway: no extra row, no extra lock. Never lowered by retention: pruned
+-- batches stay counted. enqueued is tail_seq.
+ALTER TABLE gridha.service_claims
+    ADD COLUMN committed_total bigint NOT NULL DEFAULT 0,
+    ADD COLUMN invalid_total bigint NOT NULL DEFAULT 0,
+    ADD COLUMN resubmitted_total bigint NOT NULL DEFAULT 0;
+
+COMMENT ON COLUMN gridha.service_claims.committed_total IS
+'batches of this service committed so far (a running total: pruned batches stay counted)';
+COMMENT ON COLUMN gridha.service_claims.invalid_total IS
+'batches of this service found invalid so far (a running total)';
+COMMENT ON COLUMN gridha.service_claims.resubmitted_total IS
+'hand-outs of a batch that had been handed out before (after delayed, unknown or a takeover), so far';
+
+-- The totals of an upgraded database start from the batches it kept.
+UPDATE gridha.service_claims c
+   SET committed_total = x.committed, invalid_total = x.invalid, resubmitted_total = x.resubmitted
+  FROM (SELECT b.service_id,
+               count(*) FILTER (WHERE b.status = 'committed') AS committed,
+               count(*) FILTER (WHERE b.status = 'invalid') AS invalid,
+               coalesce(sum(greatest(b.attempts - 1, 0)), 0) AS resubmitted
+          FROM gridha.batches b
+         GROUP BY b.service_id) x
+ WHERE x.service_id = c.service_id;
+
+/*
+ * The queue views read each service's row and its head (and, when the head
+ * is not queued, the batch after it): every batch between the head and the
+ * tail is queued, only the head can be in flight or retrying. What they
+ * cost follows the services, never the history.
+ */
+CREATE OR REPLACE VIEW gridha.queue_progress AS
+SELECT c.service_id,
+       c.target,
+       h.batch_id AS head_batch_id,
+       h.status AS head_status,
+       q.waiting - q.in_flight - q.retrying AS queued,
+       q.in_flight,
+       q.retrying,
+       c.committed_total AS committed,
+       c.invalid_total AS invalid,
+       CASE WHEN h.status = 'queued' THEN h.created_at ELSE n.created_at END AS oldest_queued_at
+FROM gridha.service_claims c
+LEFT JOIN gridha.batches h ON h.service_id = c.service_id AND h.seq = c.head_seq
+LEFT JOIN gridha.batches n ON n.service_id = c.service_id AND n.seq = c.head_seq + 1
+                          AND c.head_seq < c.tail_seq
+CROSS JOIN LATERAL (
+    SELECT coalesce(c.tail_seq - c.head_seq + 1, 0)::bigint AS waiting,
+           (h.status IN ('submitting', 'pending', 'valid'))::int::bigint AS in_flight,
+           (h.status IN ('delayed', 'unknown'))::int::bigint AS retrying) q0
+CROSS JOIN LATERAL (
+    SELECT q0.waiting, coalesce(q0.in_flight, 0) AS in_flight, coalesce(q0.retrying, 0) AS retrying) q;
+
+COMMENT ON VIEW gridha.queue_progress IS
+'each service''s queue as producers may see it: its head batch, how many batches wait in each state, and how many were committed and found invalid so far (running totals; no claimant, no epoch, no payload)';
+
+CREATE OR REPLACE VIEW gridha.service_queues AS
+SELECT c.service_id,
+       c.target,
+       c.claimant,
+       c.epoch,
+       h.batch_id AS head_batch_id,
+       h.status AS head_status,
+       q.waiting - q.in_flight - q.retrying AS queued,
+       q.in_flight,
+       q.retrying,
+       c.committed_total AS committed,
+       c.invalid_total AS invalid,
+       CASE WHEN h.status = 'queued' THEN h.created_at ELSE n.created_at END AS oldest_queued_at
+FROM gridha.service_claims c
+LEFT JOIN gridha.batches h ON h.service_id = c.service_id AND h.seq = c.head_seq
+LEFT JOIN gridha.batches n ON n.service_id = c.service_id AND n.seq = c.head_seq + 1
+                          AND c.head_seq < c.tail_seq
+CROSS JOIN LATERAL (
+    SELECT coalesce(c.tail_seq - c.head_seq + 1, 0)::bigint AS waiting,
+           (h.status IN ('submitting', 'pending', 'valid'))::int::bigint AS in_flight,
+           (h.status IN ('delayed', 'unknown'))::int::bigint AS retrying) q0
+CROSS JOIN LATERAL (
+    SELECT q0.waiting, coalesce(q0.in_flight, 0) AS in_flight, coalesce(q0.retrying, 0) AS retrying) q;
+
+COMMENT ON VIEW gridha.service_queues IS
+'each service''s queue: its head batch, how many batches wait in each state, and how many were committed and found invalid so far (running totals, pruned batches included)';
+
+/*
+ * metrics: what a Prometheus scrape reads (docs/operations.md,
+ * "Monitoring"). One row per target (scope 'target': gauges backlog,
+ * oldest_ready_age_seconds, in_flight; counters *_total, summed over the
+ * target's services) and one per instance that has a lease (scope
+ * 'instance': gauges in_flight, claims_held, lease_remaining_seconds).
+ * Columns that do not apply to a scope are NULL. It reads the services'
+ * and instances' rows, never gridha.batches.
+ */
+CREATE VIEW gridha.metrics AS
+SELECT 'target'::text AS scope,
+       t.target,
+       NULL::uuid AS instance_id,
+       NULL::text AS label,
+       coalesce(s.backlog, 0)::bigint AS backlog,
+       coalesce(greatest(extract(epoch FROM now() - s.oldest_ready_at), 0), 0)::float8 AS oldest_ready_age_seconds,
+       coalesce(s.in_flight, 0)::bigint AS in_flight,
+       NULL::bigint AS claims_held,
+       NULL::float8 AS lease_remaining_seconds,
+       coalesce(s.enqueued, 0)::bigint AS enqueued_total,
+       coalesce(s.committed, 0)::bigint AS committed_total,
+       coalesce(s.invalid, 0)::bigint AS invalid_total,
+       coalesce(s.resubmitted, 0)::bigint AS resubmitted_total
+FROM gridha.targets t
+LEFT JOIN (
+    SELECT c.target,
+           sum(coalesce(c.tail_seq - c.head_seq + 1, 0)) AS backlog,
+           min(c.ready_at) FILTER (WHERE NOT c.in_flight) AS oldest_ready_at,
+           count(*) FILTER (WHERE c.in_flight) AS in_flight,
+           sum(c.tail_seq) AS enqueued,
+           sum(c.committed_total) AS committed,
+           sum(c.invalid_total) AS invalid,
+           sum(c.resubmitted_total) AS resubmitted
+      FROM gridha.service_claims c
+     GROUP BY c.target) s ON s.target = t.target
+UNION ALL
+SELECT 'instance'::text,
+       NULL::text,
+       i.instance_id,
+       i.label,
+       NULL::bigint,
+       NULL::float8,
+       (SELECT count(*) FROM gridha.service_claims c
+         WHERE c.claimant = i.instance_id AND c.in_flight)::bigint,
+       i.held::bigint,
+       greatest(extract(epoch FROM i.soft_expiry - now()), 0)::float8,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint
+FROM gridha.instances i
+WHERE i.soft_expiry IS NOT NULL;
+
+COMMENT ON VIEW gridha.metrics IS
+'Prometheus-style metrics: one row per target (gauges backlog, oldest_ready_age_seconds, in_flight; running totals enqueued_total, committed_total, invalid_total, resubmitted_total) and one per instance with a lease (gauges in_flight, claims_held, lease_remaining_seconds); reads no batch';
+
+REVOKE ALL ON gridha.metrics FROM PUBLIC;
+GRANT SELECT ON gridha.metrics TO gridha_submitter, gridha_admin;

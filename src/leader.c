@@ -25,9 +25,28 @@
  *             tick hits the key and backs off, and a tick that is not past
  *             every stored tick of its role is not run at all (the clock went
  *             back: wait). After a jump forward, only the current tick runs.
+ *   prune step one bounded DELETE of final batches finished longer than
+ *             gridha.retention ago, oldest first, found by walking the index
+ *             batches_created in order from where the last full step
+ *             stopped, looking at 2 x gridha.prune_chunk entries at most and
+ *             deleting gridha.prune_chunk at most; rows locked by someone
+ *             else skipped, never a non-final batch. The index is on
+ *             created_at, which no rewrite of a batch changes, so every
+ *             rewrite (hand-out, submission, final status) stays a HOT
+ *             update; a batch finished after the retention was created
+ *             before it, so every batch to prune lies in the walked range
+ *   poll duty what every instance's hand-out (next_batch, next_batches)
+ *             does at most once per gridha.prune_interval in its backend:
+ *             read the 'maintenance' lease, take it when it is free or
+ *             expired, and as its leader run the tick when one is due and
+ *             one prune step; so retention and the sweep of long-gone
+ *             instances need no background worker and no caller of
+ *             run_maintenance
  *
  * A run's duties happen in the same transaction as its tick row: a run that
- * fails leaves no tick behind and is retried at the next call.
+ * fails leaves no tick behind and is retried at the next call. The poll
+ * duty runs in a subtransaction of the hand-out's: a failure of its own
+ * (a lock timeout, say) is logged and undone, never the hand-out's.
  *
  *-------------------------------------------------------------------------
  */
@@ -41,21 +60,26 @@
 #include "spi_util.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
+/* The default retention: 7 days, in seconds */
+#define LEADER_RETENTION_DEFAULT_S (7 * 24 * 60 * 60)
+
 int			gridha_maintenance_interval_ms = 60 * 1000;
-int			gridha_retention_s = -1;
+int			gridha_retention_s = LEADER_RETENTION_DEFAULT_S;
 int			gridha_sweep_instances_after_s = 24 * 60 * 60;
 int			gridha_id_block_size = 100;
-
-/* Terminal batches pruned by one tick at most, so a tick stays short. */
-#define LEADER_PRUNE_LIMIT 10000
+int			gridha_prune_interval_ms = 1000;
+int			gridha_prune_chunk = 5000;
 
 static GridhaStatement leader_read_stmt = {
 	"SELECT coalesce(l.leader = $1, false), l.term,"
@@ -97,6 +121,21 @@ static GridhaStatement leader_resign_stmt = {
 	"   SET leader = NULL, expires_at = NULL, renewed_at = now()"
 	" WHERE role = $2 AND leader = $1",
 	2, {UUIDOID, TEXTOID}
+};
+
+/*
+ * Before the poll duty writes a lease (takes or renews it), it makes sure
+ * it will not wait for anyone: no other backend is taking the role in an
+ * open transaction (the advisory lock, held to the end of the hand-out's
+ * transaction), and the lease row, when there is one, is not locked.
+ */
+static GridhaStatement leader_trylock_stmt = {
+	"SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('gridha.leases'),"
+	"                                            pg_catalog.hashtext($1))"
+	"   AND (NOT EXISTS (SELECT 1 FROM gridha.leases l WHERE l.role = $1)"
+	"        OR EXISTS (SELECT 1 FROM gridha.leases l WHERE l.role = $1"
+	"                      FOR UPDATE SKIP LOCKED))",
+	1, {TEXTOID}
 };
 
 /* The current tick: the start of now()'s slot, in ms since 1970. */
@@ -143,21 +182,55 @@ static GridhaStatement leader_sweep_stmt = {
 	1, {INT8OID}
 };
 
+/*
+ * One prune step: scan looks at the next batches by creation time (at
+ * most $2 * 2, from $3 on, all created before the cutoff), old keeps the
+ * oldest $2 final ones among them finished before the cutoff, picked from
+ * scan's rows (so the table is read by row address only, whatever the
+ * planner thinks of sorting), locked (rows another transaction holds are
+ * skipped, not waited for), and d
+ * deletes them by their row address. The status is checked again on the
+ * row deleted; the batches_unfinished trigger would refuse the rest
+ * anyway. Returns the count deleted, the count looked at, the newest
+ * creation time looked at and the newest deleted.
+ */
 static GridhaStatement leader_prune_stmt = {
-	"WITH old AS ("
-	"  SELECT b.service_id, b.batch_id FROM gridha.batches b"
-	"   WHERE b.status IN ('committed', 'invalid')"
-	"     AND coalesce(b.finished_at, b.created_at) < now() - $1 * interval '1 second'"
-	"   LIMIT $2"
-	"), d AS ("
-	"  DELETE FROM gridha.batches b USING old"
-	"   WHERE b.service_id = old.service_id AND b.batch_id = old.batch_id"
+	"WITH scan AS MATERIALIZED ("
+	"  SELECT b.ctid, b.created_at, b.status, b.finished_at FROM gridha.batches b"
+	"   WHERE b.created_at >= $3"
+	"     AND b.created_at < now() - $1 * interval '1 second'"
+	"   ORDER BY b.created_at"
+	"   LIMIT $2 * 2"
+	"), old AS ("
+	"  SELECT b.ctid FROM gridha.batches b"
+	"   WHERE b.ctid = ANY (ARRAY(SELECT s.ctid FROM scan s"
+	"                              WHERE s.status IN ('committed', 'invalid')"
+	"                                AND s.finished_at < now() - $1 * interval '1 second'"
+	"                              ORDER BY s.created_at"
+	"                              LIMIT $2))"
 	"     AND b.status IN ('committed', 'invalid')"
-	"  RETURNING 1"
+	"   FOR UPDATE OF b SKIP LOCKED"
+	"), d AS ("
+	"  DELETE FROM gridha.batches b"
+	"   WHERE b.ctid = ANY (ARRAY(SELECT old.ctid FROM old))"
+	"     AND b.status IN ('committed', 'invalid')"
+	"  RETURNING b.created_at"
 	")"
-	" SELECT count(*) FROM d",
-	2, {INT8OID, INT8OID}
+	" SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM scan),"
+	"        (SELECT max(s.created_at) FROM scan s), (SELECT max(d.created_at) FROM d)",
+	3, {INT8OID, INT8OID, TIMESTAMPTZOID}
 };
+
+/*
+ * Where this backend's next prune step starts in batches_created: after a
+ * step that deleted its full chunk, the newest creation time it deleted;
+ * after one that looked at all it may, the newest it looked at; so that
+ * consecutive steps walk on instead of over the index entries of what the
+ * previous ones deleted (dead until vacuum) or kept (batches not final).
+ * -infinity after a step that reached the cutoff: then everything old is
+ * looked at again, batches skipped as locked or not final yet included.
+ */
+static TimestampTz leader_prune_from = DT_NOBEGIN;
 
 /*
  * The service counts checked against the services there are, and a count
@@ -217,9 +290,9 @@ gridha_coordination_define_gucs(void)
 
 	DefineCustomIntVariable("gridha.retention",
 							"Age past which maintenance deletes committed and invalid batches.",
-							"-1 (the default) keeps them forever.",
+							"Counted from the batch's final status; -1 keeps them forever. The default is 7 days.",
 							&gridha_retention_s,
-							-1, -1, INT_MAX,
+							LEADER_RETENTION_DEFAULT_S, -1, INT_MAX,
 							PGC_SUSET, GUC_UNIT_S,
 							NULL, NULL, NULL);
 
@@ -229,6 +302,22 @@ gridha_coordination_define_gucs(void)
 							&gridha_sweep_instances_after_s,
 							24 * 60 * 60, -1, INT_MAX,
 							PGC_SUSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.prune_interval",
+							"How often each backend's hand-out may run the maintenance duty.",
+							"At most once per interval, next_batch and next_batches read the maintenance lease, take it when free, and as leader run a due tick and one prune step; -1 leaves this to run_maintenance and the workers.",
+							&gridha_prune_interval_ms,
+							1000, -1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.prune_chunk",
+							"Final batches one prune step deletes at most.",
+							"Each step is its own short transaction's work (a hand-out's, a tick's or a prune_batches call's).",
+							&gridha_prune_chunk,
+							5000, 1, 1000000,
+							PGC_SUSET, 0,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("gridha.id_block_size",
@@ -246,11 +335,13 @@ gridha_coordination_define_gucs(void)
  *
  * With force, a held lease is always renewed (try_lead); without it, only
  * once gridha.renew_interval has passed since its last renewal, so a leader
- * that runs maintenance often does not write its lease every time.
+ * that runs maintenance often does not write its lease every time. With
+ * nowait, a lease that would have to wait for another transaction to be
+ * written is treated as another's (-1).
  * Must be called inside SPI.
  */
 static int64
-leader_lead(Datum instance_id, text *role, bool force)
+leader_lead(Datum instance_id, text *role, bool force, bool nowait)
 {
 	GridhaTiming t = gridha_timing();
 	Datum		args[3];
@@ -280,6 +371,16 @@ leader_lead(Datum instance_id, text *role, bool force)
 				 errdetail("It has %d bytes; an id has at most %d.",
 						   (int) VARSIZE_ANY_EXHDR(role), GRIDHA_MAX_ID_BYTES)));
 
+	if (nowait)
+	{
+		Datum		role_arg[1];
+		bool		isnull;
+
+		role_arg[0] = PointerGetDatum(role);
+		gridha_exec(&leader_trylock_stmt, role_arg, NULL, false);
+		if (!DatumGetBool(gridha_col(0, 1, &isnull)) || isnull)
+			return -1;
+	}
 	args[2] = Int64GetDatum(t.soft_ms);
 	gridha_exec(&leader_take_stmt, args, NULL, false);
 	if (SPI_processed == 0)
@@ -302,7 +403,7 @@ leader_try(FunctionCallInfo fcinfo, const char *fname)
 	gridha_require_writable(fname);
 	SPI_connect();
 	(void) gridha_instance_touch(instance_id);
-	term = leader_lead(instance_id, duty, true);
+	term = leader_lead(instance_id, duty, true, false);
 	SPI_finish();
 	if (term < 0)
 		PG_RETURN_NULL();
@@ -457,11 +558,66 @@ leader_check_counts(void)
 }
 
 /*
+ * leader_prune_step: one prune step of at most limit batches (none while
+ * gridha.retention is -1); returns how many it deleted. Must be called
+ * inside SPI.
+ */
+static int64
+leader_prune_step(int64 limit)
+{
+	Datum		args[3];
+	int			nest;
+	int64		pruned;
+	int64		scanned;
+	bool		isnull;
+	Datum		newest = (Datum) 0;
+
+	if (gridha_retention_s < 0 || limit <= 0)
+		return 0;
+	args[0] = Int64GetDatum(gridha_retention_s);
+	args[1] = Int64GetDatum(limit);
+	args[2] = TimestampTzGetDatum(leader_prune_from);
+
+	/*
+	 * Walk batches_created in order and stop at the limit, whatever the
+	 * statistics say: without them (a table just upgraded or restored) the
+	 * planner may read every old batch through a bitmap and sort them, at
+	 * each step.
+	 */
+	nest = NewGUCNestLevel();
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	/* the settings above make the plan look costly: never JIT-compile it */
+	(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	gridha_exec(&leader_prune_stmt, args, NULL, false);
+	pruned = gridha_col_int64(0, 1);
+	scanned = gridha_col_int64(0, 2);
+	if (pruned >= limit)
+		newest = gridha_col(0, 4, &isnull);
+	else if (scanned >= limit * 2)
+		newest = gridha_col(0, 3, &isnull);
+	else
+		isnull = true;
+	leader_prune_from = isnull ? DT_NOBEGIN : DatumGetTimestampTz(newest);
+	AtEOXact_GUC(true, nest);
+	return pruned;
+}
+
+/*
  * leader_duties: the work of one tick; returns the counts through its
- * arguments. Every duty is idempotent and bounded.
+ * arguments. Every duty is idempotent and bounded. The check of the
+ * service counts is left out when the tick runs inside someone else's
+ * transaction (a hand-out's poll duty): counts.c writes a transaction's
+ * counts at its commit, so one that created services before would be
+ * counted twice.
  */
 static void
-leader_duties(text *role, int64 tick, int32 *swept, int64 *pruned, int32 *opened)
+leader_duties(text *role, int64 tick, bool check_counts, int32 *swept, int64 *pruned, int32 *opened)
 {
 	Datum		args[2];
 
@@ -473,20 +629,44 @@ leader_duties(text *role, int64 tick, int32 *swept, int64 *pruned, int32 *opened
 		gridha_exec(&leader_sweep_stmt, args, NULL, false);
 		*swept = (int32) gridha_col_int64(0, 1);
 	}
-	if (gridha_retention_s >= 0)
-	{
-		args[0] = Int64GetDatum(gridha_retention_s);
-		args[1] = Int64GetDatum(LEADER_PRUNE_LIMIT);
-		gridha_exec(&leader_prune_stmt, args, NULL, false);
-		*pruned = gridha_col_int64(0, 1);
-	}
+	*pruned = leader_prune_step(gridha_prune_chunk);
 	*opened = gridha_idseq_top_up();
 	gridha_ratelimit_prune_log();
-	leader_check_counts();
+	if (check_counts)
+		leader_check_counts();
 
 	args[0] = PointerGetDatum(role);
 	args[1] = Int64GetDatum(tick);
 	gridha_exec(&leader_prune_ticks_stmt, args, NULL, false);
+}
+
+/*
+ * leader_run_tick: runs the current tick's duties under this term if no
+ * tick at or past it has run (true), recording the tick's counts; the
+ * counts come back through the arguments. Must be called inside SPI.
+ */
+static bool
+leader_run_tick(Datum instance_id, text *role, int64 term, bool check_counts,
+				int64 *tick, int32 *swept, int64 *pruned, int32 *opened)
+{
+	Datum		args[5];
+
+	args[0] = PointerGetDatum(role);
+	args[1] = instance_id;
+	args[2] = Int64GetDatum(term);
+	args[3] = Int64GetDatum(gridha_maintenance_interval_ms);
+	gridha_exec(&leader_tick_stmt, args, NULL, false);
+	if (SPI_processed == 0)
+		return false;
+	*tick = gridha_col_int64(0, 1);
+	leader_duties(role, *tick, check_counts, swept, pruned, opened);
+	args[0] = PointerGetDatum(role);
+	args[1] = Int64GetDatum(*tick);
+	args[2] = Int32GetDatum(*swept);
+	args[3] = Int64GetDatum(*pruned);
+	args[4] = Int32GetDatum(*opened);
+	gridha_exec(&leader_record_stmt, args, NULL, false);
+	return true;
 }
 
 PG_FUNCTION_INFO_V1(gridha_run_maintenance);
@@ -526,7 +706,7 @@ gridha_run_maintenance(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	(void) gridha_instance_touch(instance_id);
-	term = leader_lead(instance_id, role, false);
+	term = leader_lead(instance_id, role, false, false);
 	if (term < 0)
 	{
 		outcome = "not_leader";
@@ -534,29 +714,18 @@ gridha_run_maintenance(PG_FUNCTION_ARGS)
 	}
 	else
 	{
-		args[0] = PointerGetDatum(role);
-		args[1] = instance_id;
-		args[2] = Int64GetDatum(term);
-		args[3] = Int64GetDatum(gridha_maintenance_interval_ms);
-		gridha_exec(&leader_tick_stmt, args, NULL, false);
-		if (SPI_processed > 0)
-		{
-			tick = gridha_col_int64(0, 1);
-			leader_duties(role, tick, &swept, &pruned, &opened);
-			args[0] = PointerGetDatum(role);
-			args[1] = Int64GetDatum(tick);
-			args[2] = Int32GetDatum(swept);
-			args[3] = Int64GetDatum(pruned);
-			args[4] = Int32GetDatum(opened);
-			gridha_exec(&leader_record_stmt, args, NULL, false);
+		if (leader_run_tick(instance_id, role, term, true, &tick, &swept, &pruned, &opened))
 			outcome = "ran";
-		}
 		else
 		{
 			bool		isnull;
 			int64		latest;
 			bool		lease_ok;
 
+			args[0] = PointerGetDatum(role);
+			args[1] = instance_id;
+			args[2] = Int64GetDatum(term);
+			args[3] = Int64GetDatum(gridha_maintenance_interval_ms);
 			gridha_exec(&leader_why_stmt, args, NULL, false);
 			tick = gridha_col_int64(0, 1);
 			latest = DatumGetInt64(gridha_col(0, 2, &isnull));
@@ -580,4 +749,141 @@ gridha_run_maintenance(PG_FUNCTION_ARGS)
 	values[4] = Int64GetDatum(pruned);
 	values[5] = Int32GetDatum(opened);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/* The poll duty's bound on any lock wait (a setting's text) */
+#define LEADER_POLL_LOCK_TIMEOUT "50ms"
+
+/* When this backend's hand-out may next run the poll duty (0: at once) */
+static TimestampTz leader_poll_next = 0;
+
+/*
+ * leader_poll_ready: whether the database's SQL is 1.2 or later (it has
+ * the index the prune step needs); the library also serves older SQL
+ * until ALTER EXTENSION gridha UPDATE, where the poll duty stays off.
+ */
+static bool
+leader_poll_ready(void)
+{
+	Oid			nsp = get_namespace_oid("gridha", true);
+
+	return OidIsValid(nsp) && OidIsValid(get_relname_relid("batches_created", nsp));
+}
+
+/*
+ * leader_poll_duty: the poll duty's work, inside SPI: leads the
+ * maintenance role when it is this instance's or free, then runs the tick
+ * when one is due (its duties include a prune step) or else one prune
+ * step. Returns the batches pruned.
+ */
+static int64
+leader_poll_duty(Datum instance_id)
+{
+	text	   *role = cstring_to_text("maintenance");
+	int64		term;
+	int64		tick;
+	int32		swept = 0;
+	int64		pruned = 0;
+	int32		opened = 0;
+
+	term = leader_lead(instance_id, role, false, true);
+	if (term < 0)
+		return 0;
+	if (leader_run_tick(instance_id, role, term, false, &tick, &swept, &pruned, &opened))
+		return pruned;
+	return leader_prune_step(gridha_prune_chunk);
+}
+
+/*
+ * gridha_leader_poll: the poll duty of a hand-out (see the words above),
+ * at most once per gridha.prune_interval in this backend; when its prune
+ * step found a full chunk (retention is behind) the next may come after a
+ * tenth of that. Cheap otherwise: one clock read. Only in a READ COMMITTED
+ * transaction (below). Call it inside SPI, once
+ * the hand-out's own rows are written. It never raises an error: a
+ * failure is undone with its subtransaction and logged.
+ */
+void
+gridha_leader_poll(Datum instance_id)
+{
+	TimestampTz now;
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile int64 pruned = 0;
+
+	/*
+	 * Only under READ COMMITTED: in a REPEATABLE READ or SERIALIZABLE
+	 * hand-out, the duty's reads and deletes could make the caller's own
+	 * transaction fail to serialize. Such a caller's next plain call
+	 * carries it.
+	 */
+	if (gridha_prune_interval_ms < 0 || IsolationUsesXactSnapshot())
+		return;
+	now = GetCurrentTimestamp();
+	if (now < leader_poll_next)
+		return;
+	leader_poll_next = TimestampTzPlusMilliseconds(now, gridha_prune_interval_ms);
+	if (!leader_poll_ready())
+		return;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		/* never keep the hand-out waiting long: lock waits end soon */
+		int			nest = NewGUCNestLevel();
+
+		(void) set_config_option("lock_timeout", LEADER_POLL_LOCK_TIMEOUT,
+								 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+								 true, 0, false);
+		pruned = leader_poll_duty(instance_id);
+		AtEOXact_GUC(true, nest);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		ereport(LOG,
+				(errmsg("gridha: the maintenance duty of a hand-out failed: %s", edata->message),
+				 errdetail("It is tried again at the next hand-out after gridha.prune_interval.")));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	if (pruned >= gridha_prune_chunk)
+		leader_poll_next = TimestampTzPlusMilliseconds(now, gridha_prune_interval_ms / 10);
+}
+
+PG_FUNCTION_INFO_V1(gridha_prune_batches);
+
+/*
+ * gridha_prune_batches: SQL gridha.prune_batches(max_batches) -> bigint.
+ *
+ * One prune step by hand (an administrator catching up, a benchmark):
+ * deletes at most max_batches (NULL: gridha.prune_chunk) final batches
+ * finished longer than gridha.retention ago, oldest first; 0 while the
+ * retention is -1. It leads nothing: pruning is idempotent, and two
+ * steps at once skip each other's rows.
+ */
+Datum
+gridha_prune_batches(PG_FUNCTION_ARGS)
+{
+	int64		limit = gridha_prune_chunk;
+	int64		pruned;
+
+	if (!PG_ARGISNULL(0))
+		limit = gridha_arg_count(fcinfo, 0, "max_batches");
+	gridha_require_writable("prune_batches()");
+	SPI_connect();
+	pruned = leader_prune_step(limit);
+	SPI_finish();
+	PG_RETURN_INT64(pruned);
 }

@@ -23,6 +23,7 @@
 #include "claims.h"
 #include "gridha.h"
 #include "instances.h"
+#include "leader.h"
 #include "queue.h"
 #include "ratelimit.h"
 #include "rows.h"
@@ -253,10 +254,11 @@ gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 		Datum		out[6];
 		bool		outnull[6] = {false, false, false, false, false, false};
 		GridhaColumn batch[6];
-		GridhaColumn claim[2] = {
+		GridhaColumn claim[3] = {
 			{CLAIM_READY_AT, (Datum) 0, true},
 			{CLAIM_IN_FLIGHT, BoolGetDatum(true), false}
 		};
+		int			nclaim = 2;
 
 		if (batch_ids != NULL)
 			batch_ids[i] = (Datum) 0;
@@ -310,8 +312,22 @@ gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 			batch_ids[i] = datumCopy(out[1], false, -1);
 
 		/* the pick locked the claim: it is as this snapshot sees it */
-		if (!gridha_rows_fetch(&rows, GRIDHA_KEY_CLAIM, &service_ids[i]) ||
-			gridha_rows_update(&rows, GRIDHA_CLAIMS, claim, lengthof(claim)) != GRIDHA_ROW_UPDATED)
+		if (!gridha_rows_fetch(&rows, GRIDHA_KEY_CLAIM, &service_ids[i]))
+			elog(ERROR, "gridha: the claim on service \"%s\" changed during its hand-out",
+				 TextDatumGetCString(service_ids[i]));
+		if (attempts > 1)
+		{
+			/* a batch handed out again: the service's running total (1.2) */
+			AttrNumber	total = gridha_rows_attno(&rows, CLAIM_RESUBMITTED_TOTAL);
+
+			if (total != 0)
+			{
+				Datum		d = gridha_rows_get(&rows, GRIDHA_CLAIMS, total, &isnull);
+
+				claim[nclaim++] = (GridhaColumn) {total, Int64GetDatum((isnull ? 0 : DatumGetInt64(d)) + 1), false};
+			}
+		}
+		if (gridha_rows_update(&rows, GRIDHA_CLAIMS, claim, nclaim) != GRIDHA_ROW_UPDATED)
 			elog(ERROR, "gridha: the claim on service \"%s\" changed during its hand-out",
 				 TextDatumGetCString(service_ids[i]));
 		done++;
@@ -724,6 +740,8 @@ queue_next(FunctionCallInfo fcinfo, Datum instance_id, int32 max_batches)
 		(void) gridha_claims_acquire(instance_id, &inst, false, NULL);
 	/* the instance rows last (the lock order, claims.c) */
 	(void) gridha_claims_finish();
+	/* retention and sweeps, at most once per gridha.prune_interval (leader.c) */
+	gridha_leader_poll(instance_id);
 	SPI_finish();
 }
 

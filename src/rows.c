@@ -91,6 +91,9 @@ static const struct
 	[INSTANCE_HARD_EXPIRY] = {GRIDHA_INSTANCES, "hard_expiry"},
 	[INSTANCE_HELD] = {GRIDHA_INSTANCES, "held"},
 	[INSTANCE_SHED] = {GRIDHA_INSTANCES, "shed"},
+	[CLAIM_COMMITTED_TOTAL] = {GRIDHA_CLAIMS, "committed_total"},
+	[CLAIM_INVALID_TOTAL] = {GRIDHA_CLAIMS, "invalid_total"},
+	[CLAIM_RESUBMITTED_TOTAL] = {GRIDHA_CLAIMS, "resubmitted_total"},
 };
 
 /*

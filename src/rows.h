@@ -73,7 +73,8 @@ typedef enum GridhaKey
 
 /*
  * Columns added after gridha 1.0, found by name when a table is opened
- * (gridha_rows_attno): 0 while the database's SQL is still 1.0.
+ * (gridha_rows_attno): 0 while the database's SQL is older than the
+ * column (1.0 for the instances', 1.1 for the claims' counters).
  */
 typedef enum GridhaOptionalColumn
 {
@@ -83,6 +84,9 @@ typedef enum GridhaOptionalColumn
 	INSTANCE_HARD_EXPIRY,		/* instances.hard_expiry */
 	INSTANCE_HELD,				/* instances.held: claims it holds */
 	INSTANCE_SHED,				/* instances.shed: claims asked back */
+	CLAIM_COMMITTED_TOTAL,		/* service_claims.committed_total (1.2) */
+	CLAIM_INVALID_TOTAL,		/* service_claims.invalid_total (1.2) */
+	CLAIM_RESUBMITTED_TOTAL,	/* service_claims.resubmitted_total (1.2) */
 	GRIDHA_NOPTIONAL
 } GridhaOptionalColumn;
 

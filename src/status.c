@@ -201,13 +201,14 @@ status_judge_batch(GridhaRows *rows, int64 epoch, ReportFrom from, int64 *seq, i
 
 /*
  * status_judge_claim: whether the current claim row is this instance's at
- * this epoch with the batch (seq) as its head; fills claim (3 columns)
- * with what the report makes of it: in flight, ready again (now, or after
- * the backoff), or moved on to the next batch.
+ * this epoch with the batch (seq) as its head; fills claim (3 columns, 4
+ * for a final status: its running total, SQL 1.2 on; *nclaim says) with
+ * what the report makes of it: in flight, ready again (now, or after the
+ * backoff), or moved on to the next batch.
  */
 static bool
 status_judge_claim(GridhaRows *rows, Datum instance_id, int64 epoch, int64 seq,
-				   int32 attempts, GridhaStatus new_status, GridhaColumn *claim)
+				   int32 attempts, GridhaStatus new_status, GridhaColumn *claim, int *nclaim)
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	bool		final = GRIDHA_STATUS_IS_FINAL(new_status);
@@ -233,6 +234,19 @@ status_judge_claim(GridhaRows *rows, Datum instance_id, int64 epoch, int64 seq,
 		claim[2].value = TimestampTzGetDatum(gridha_backoff_until(now, attempts));
 	else if (final ? !more : new_status != GRIDHA_UNKNOWN)
 		claim[2].isnull = true;
+	*nclaim = 3;
+	if (final)
+	{
+		AttrNumber	total = gridha_rows_attno(rows, new_status == GRIDHA_COMMITTED ?
+											  CLAIM_COMMITTED_TOTAL : CLAIM_INVALID_TOTAL);
+
+		if (total != 0)
+		{
+			d = gridha_rows_get(rows, GRIDHA_CLAIMS, total, &isnull);
+			claim[3] = (GridhaColumn) {total, Int64GetDatum((isnull ? 0 : DatumGetInt64(d)) + 1), false};
+			*nclaim = 4;
+		}
+	}
 	return true;
 }
 
@@ -273,7 +287,8 @@ status_try(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 	int64		now_seq;
 	int32		attempts;
 	GridhaColumn batch[4];
-	GridhaColumn claim[3];
+	GridhaColumn claim[4];
+	int			nclaim;
 	int			nbatch;
 
 	key[0] = PointerGetDatum(service_id);
@@ -309,9 +324,9 @@ status_try(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 		goto nothing;
 	do
 	{
-		if (!status_judge_claim(&rows, instance_id, epoch, seq, attempts, new_status, claim))
+		if (!status_judge_claim(&rows, instance_id, epoch, seq, attempts, new_status, claim, &nclaim))
 			goto nothing;
-		res = gridha_rows_update(&rows, GRIDHA_CLAIMS, claim, lengthof(claim));
+		res = gridha_rows_update(&rows, GRIDHA_CLAIMS, claim, nclaim);
 	} while (res == GRIDHA_ROW_CHANGED);
 	if (res != GRIDHA_ROW_UPDATED)
 		goto nothing;

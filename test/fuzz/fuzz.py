@@ -131,9 +131,10 @@ F = {
     "rstats12": "gridha.report_statuses(uuid,gridha.status_report[])",
     "lead": "gridha.lead(uuid,text)",
     "resign_lead": "gridha.resign_lead(uuid,text)",
+    "prune": "gridha.prune_batches(integer)",
 }
 VIEWS = ["claims", "instance_health", "queue_progress", "service_queues",
-         "workers", "worker_limits", "leaders", "id_sequence_status", "target_rates"]
+         "workers", "worker_limits", "leaders", "id_sequence_status", "target_rates", "metrics"]
 
 # Codes that only count in a situation (see sqlstates.txt), by the flag a
 # statement carries when it is in that situation.
@@ -1179,6 +1180,7 @@ class Gen:
         c("worker_register", "worker_register", "SELECT gridha.worker_register(gen_random_uuid(), 'fz tour')", [])
         c("worker_orphans", "worker_orphans", "SELECT * FROM gridha.worker_orphans(:'ri')", [ri])
         c("worker_limit_slots", "limits", "SELECT * FROM gridha.worker_limit_slots()", [])
+        c("prune_batches", "prune", "SELECT gridha.prune_batches(10)", [])
         c("move_service", "move_service", "SELECT gridha.move_service('fz-tour', 'default')", [])
         c("set_instance_owner", "set_owner", "SELECT gridha.set_instance_owner(:'ri', current_user::regrole)", [ri])
         for v in VIEWS:

@@ -181,6 +181,7 @@ INSERT INTO tap_grants VALUES
  ('submitter', 'view',     'gridha.queue_progress', 'SELECT'),
  ('submitter', 'view',     'gridha.workers', 'SELECT'),
  ('submitter', 'view',     'gridha.leaders', 'SELECT'),
+ ('submitter', 'view',     'gridha.metrics', 'SELECT'),
  ('submitter', 'view',     'gridha.id_sequence_status', 'SELECT'),
  ('submitter', 'view',     'gridha.target_rates', 'SELECT'),
  -- admin: the targets, the workers, the ID sequences; the views
@@ -198,12 +199,14 @@ INSERT INTO tap_grants VALUES
  ('admin', 'function', 'gridha.worker_limit_slots()', 'EXECUTE'),
  ('admin', 'view',     'gridha.worker_limits', 'SELECT'),
  ('admin', 'function', 'gridha.set_instance_owner(uuid, regrole)', 'EXECUTE'),
+ ('admin', 'function', 'gridha.prune_batches(integer)', 'EXECUTE'),
  ('admin', 'view',     'gridha.claims', 'SELECT'),
  ('admin', 'view',     'gridha.instance_health', 'SELECT'),
  ('admin', 'view',     'gridha.service_queues', 'SELECT'),
  ('admin', 'view',     'gridha.queue_progress', 'SELECT'),
  ('admin', 'view',     'gridha.workers', 'SELECT'),
  ('admin', 'view',     'gridha.leaders', 'SELECT'),
+ ('admin', 'view',     'gridha.metrics', 'SELECT'),
  ('admin', 'view',     'gridha.id_sequence_status', 'SELECT'),
  ('admin', 'view',     'gridha.target_rates', 'SELECT');
 
@@ -400,6 +403,7 @@ SELECT set_eq(
              ('gridha.report_submissions(uuid, gridha.submission_report[])'),
              ('gridha.report_statuses(uuid, gridha.status_report[])'),
              ('gridha.lead(uuid, text)'), ('gridha.resign_lead(uuid, text)'),
+             ('gridha.prune_batches(integer)'),
              ('gridha.batches_before_insert()'), ('gridha.targets_rate_changed()')$$,
     'the SECURITY DEFINER functions are the API, the enqueue trigger and the rate-state trigger');
 

@@ -65,7 +65,7 @@ SELECT ok(has_table_privilege('gridha_client', format('gridha.%s', v), 'SELECT')
 -- Settings (5)
 -- ---------------------------------------------------------------------------
 SELECT is(current_setting('gridha.maintenance_interval'), '1min', 'gridha.maintenance_interval defaults to 1min');
-SELECT is(current_setting('gridha.retention'), '-1', 'gridha.retention defaults to -1 (keep final batches)');
+SELECT is(current_setting('gridha.retention'), '7d', 'gridha.retention defaults to 7d (final batches kept a week)');
 SELECT is(current_setting('gridha.sweep_instances_after'), '1d', 'gridha.sweep_instances_after defaults to 1d');
 SELECT is(current_setting('gridha.id_block_size'), '100', 'gridha.id_block_size defaults to 100');
 SELECT is((SELECT context FROM pg_settings WHERE name = 'gridha.retention'), 'superuser',

@@ -1,0 +1,125 @@
+-- 19_counters_metrics.sql: the queue views and gridha.metrics are read from
+-- running totals kept on the service rows, never from the batches' history
+-- (docs/operations.md, "Monitoring"):
+--
+--   1. a report of a final status adds one to its service's committed_total
+--      or invalid_total; a batch handed out again adds one to
+--      resubmitted_total
+--   2. pruning a final batch lowers no total: service_queues and
+--      queue_progress count committed and invalid batches so far
+--   3. queued, in_flight, retrying and oldest_queued_at come from the head
+--      and the tail
+--   4. gridha.metrics: a row per target with the gauges and the sums of the
+--      totals, a row per instance with its gauges
+--   5. the views' plans read gridha.batches by key only (no scan of it)
+--
+-- One transaction, rolled back.
+BEGIN;
+SELECT plan(14);
+
+\o /dev/null
+SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
+\o
+SET LOCAL gridha.renew_interval = '1h';
+SET LOCAL gridha.soft_expiry = '2h';
+SET LOCAL gridha.hard_expiry = '3h';
+SET LOCAL gridha.prune_interval = -1;   -- no poll duty: this file prunes by hand
+SET LOCAL gridha.retention = '1h';
+
+TRUNCATE gridha.batches, gridha.service_claims;
+DELETE FROM gridha.leases;
+DELETE FROM gridha.instances;
+
+CREATE TEMP TABLE ids AS SELECT gridha.register_instance('M') AS m;
+CREATE FUNCTION pg_temp.m() RETURNS uuid LANGUAGE sql STABLE AS $$ SELECT m FROM ids $$;
+
+-- a: 4 batches; b1 committed, b2 invalid, b3 delayed then handed out again
+SELECT gridha.enqueue('a', 'a' || i, NULL) FROM generate_series(1, 4) AS i \g /dev/null
+SELECT gridha.enqueue('z', 'z1', NULL) \g /dev/null
+CREATE FUNCTION pg_temp.take(want text) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    SELECT * INTO r FROM gridha.next_batches(pg_temp.m(), 10) n WHERE n.service_id = 'a';
+    IF r.batch_id IS DISTINCT FROM want THEN
+        RAISE EXCEPTION 'handed out %, not %', r.batch_id, want;
+    END IF;
+    RETURN r.epoch;
+END
+$$;
+SELECT gridha.report_status(pg_temp.m(), 'a', 'a1', pg_temp.take('a1'), 'committed') \g /dev/null
+SELECT gridha.report_submission(pg_temp.m(), 'a', 'a2', pg_temp.take('a2'), 'rejected') \g /dev/null
+SELECT gridha.report_submission(pg_temp.m(), 'a', 'a3', pg_temp.take('a3'), 'delayed') \g /dev/null
+UPDATE gridha.batches SET not_before = now() - interval '1 second' WHERE batch_id = 'a3';
+UPDATE gridha.service_claims SET ready_at = now() - interval '1 second' WHERE service_id = 'a';
+
+-- 3. from the head and the tail (3)
+SELECT results_eq($$SELECT head_batch_id, head_status::text, queued, in_flight, retrying, committed, invalid
+                      FROM gridha.service_queues WHERE service_id = 'a'$$,
+                  $$VALUES ('a3', 'delayed', 1::bigint, 0::bigint, 1::bigint, 1::bigint, 1::bigint)$$,
+                  'service_queues: a3 retrying, a4 queued, one committed, one invalid');
+SELECT is((SELECT oldest_queued_at FROM gridha.queue_progress WHERE service_id = 'a'),
+          (SELECT created_at FROM gridha.batches WHERE batch_id = 'a4'),
+          'the oldest queued batch behind a retrying head is the next one');
+
+SELECT gridha.report_submission(pg_temp.m(), 'a', 'a3', pg_temp.take('a3'), 'accepted') \g /dev/null
+SELECT results_eq($$SELECT head_batch_id, head_status::text, queued, in_flight, retrying
+                      FROM gridha.queue_progress WHERE service_id = 'a'$$,
+                  $$VALUES ('a3', 'pending', 1::bigint, 1::bigint, 0::bigint)$$,
+                  'queue_progress: a3 handed out again and pending, a4 queued');
+
+-- 1. the totals (3)
+SELECT results_eq($$SELECT committed_total, invalid_total, resubmitted_total, tail_seq
+                      FROM gridha.service_claims WHERE service_id = 'a'$$,
+                  $$VALUES (1::bigint, 1::bigint, 1::bigint, 4::bigint)$$,
+                  'a''s totals: 1 committed, 1 invalid, 1 handed out again; 4 enqueued');
+SELECT gridha.report_status(pg_temp.m(), 'a', 'a3', e, 'committed')
+  FROM (SELECT epoch FROM gridha.service_claims WHERE service_id = 'a') c(e) \g /dev/null
+SELECT is((SELECT committed_total FROM gridha.service_claims WHERE service_id = 'a'), 2::bigint,
+          'a committed report adds one to committed_total');
+SELECT is((SELECT committed_total + invalid_total FROM gridha.service_claims WHERE service_id = 'z'), 0::bigint,
+          'another service''s totals do not move');
+
+-- 2. pruning lowers no total (2)
+UPDATE gridha.batches SET created_at = now() - interval '3 hours', finished_at = now() - interval '2 hours'
+ WHERE batch_id IN ('a1', 'a2');
+SELECT is(gridha.prune_batches(), 2::bigint, 'a1 and a2 are pruned');
+SELECT results_eq($$SELECT committed, invalid FROM gridha.service_queues WHERE service_id = 'a'$$,
+                  $$VALUES (2::bigint, 1::bigint)$$,
+                  'service_queues still counts them: committed and invalid so far');
+
+-- 4. gridha.metrics (4)
+SELECT results_eq($$SELECT backlog, in_flight, enqueued_total, committed_total, invalid_total, resubmitted_total
+                      FROM gridha.metrics WHERE scope = 'target' AND target = 'default'$$,
+                  $$VALUES (2::bigint, 1::bigint, 5::bigint, 2::bigint, 1::bigint, 1::bigint)$$,
+                  'the target''s row: 2 not final (a4 queued, z1 in flight), 5 enqueued, 2 committed, 1 invalid, 1 resubmitted');
+SELECT ok((SELECT oldest_ready_age_seconds FROM gridha.metrics WHERE scope = 'target' AND target = 'default')
+          >= 0, 'the target''s oldest ready age is a number of seconds');
+SELECT results_eq($$SELECT instance_id, label, claims_held, lease_remaining_seconds > 3600
+                      FROM gridha.metrics WHERE scope = 'instance'$$,
+                  $$VALUES (pg_temp.m(), 'M', 2::bigint, true)$$,
+                  'the instance''s row: its claims and the rest of its lease');
+SELECT is((SELECT count(*) FROM gridha.metrics WHERE scope = 'target'),
+          (SELECT count(*) FROM gridha.targets), 'one row per target');
+
+-- 5. no scan of gridha.batches (2)
+CREATE FUNCTION pg_temp.plan_of(q text) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    line text;
+    all_lines text := '';
+BEGIN
+    SET LOCAL enable_seqscan = off;     -- a tiny table: plan as for a large one
+    FOR line IN EXECUTE 'EXPLAIN (COSTS OFF) ' || q LOOP
+        all_lines := all_lines || line || E'\n';
+    END LOOP;
+    RESET enable_seqscan;
+    RETURN all_lines;
+END
+$$;
+SELECT unalike(pg_temp.plan_of('SELECT * FROM gridha.service_queues'), '%Seq Scan on batches%',
+               'service_queues reads no batch but by key');
+SELECT unalike(pg_temp.plan_of('SELECT * FROM gridha.metrics'), '%on batches%',
+               'gridha.metrics reads no batch at all');
+
+SELECT * FROM finish();
+ROLLBACK;
