@@ -316,12 +316,18 @@ case3() {
 	loop_start d
 	wait_pid "$WATCH_PID" $((SURVIVOR_SECONDS + 5))
 	kill -CONT "${SPID[c]}"
-	v=$(psql_db -c "SELECT count(*) FROM survivor_log l
-	                 WHERE l.who = 'c'
-	                   AND NOT EXISTS (SELECT 1 FROM survivor_log x
-	                                    WHERE x.who = 'd' AND x.service_id = l.service_id
-	                                      AND x.batch_id = l.batch_id AND x.epoch > l.epoch
-	                                      AND x.attempt > l.attempt)")
+	# d holds the work at once, but its loop hands the batches out one
+	# after the other (its loop sleeps between them): wait for them
+	not_resent() {
+		v=$(psql_db -c "SELECT count(*) FROM survivor_log l
+		                 WHERE l.who = 'c'
+		                   AND NOT EXISTS (SELECT 1 FROM survivor_log x
+		                                    WHERE x.who = 'd' AND x.service_id = l.service_id
+		                                      AND x.batch_id = l.batch_id AND x.epoch > l.epoch
+		                                      AND x.attempt > l.attempt)")
+		[ "$v" = 0 ]
+	}
+	wait_until 10 not_resent
 	[ "$v" = 0 ] && [ "$c_handed" -gt 0 ]
 	check $? "case 3: d handed out again, under a bumped epoch, each of the $c_handed batches c left submitting ($v not)"
 	late_check 3 c c
