@@ -663,33 +663,9 @@ UPDATE gridha.service_claims c
  * The queue views read each service's row and its head (and, when the head
  * is not queued, the batch after it): every batch between the head and the
  * tail is queued, only the head can be in flight or retrying. What they
- * cost follows the services, never the history.
+ * cost follows the services, never the history. committed and invalid are
+ * the service's running totals (pruned batches stay counted).
  */
-CREATE OR REPLACE VIEW gridha.queue_progress AS
-SELECT c.service_id,
-       c.target,
-       h.batch_id AS head_batch_id,
-       h.status AS head_status,
-       q.waiting - q.in_flight - q.retrying AS queued,
-       q.in_flight,
-       q.retrying,
-       c.committed_total AS committed,
-       c.invalid_total AS invalid,
-       CASE WHEN h.status = 'queued' THEN h.created_at ELSE n.created_at END AS oldest_queued_at
-FROM gridha.service_claims c
-LEFT JOIN gridha.batches h ON h.service_id = c.service_id AND h.seq = c.head_seq
-LEFT JOIN gridha.batches n ON n.service_id = c.service_id AND n.seq = c.head_seq + 1
-                          AND c.head_seq < c.tail_seq
-CROSS JOIN LATERAL (
-    SELECT coalesce(c.tail_seq - c.head_seq + 1, 0)::bigint AS waiting,
-           (h.status IN ('submitting', 'pending', 'valid'))::int::bigint AS in_flight,
-           (h.status IN ('delayed', 'unknown'))::int::bigint AS retrying) q0
-CROSS JOIN LATERAL (
-    SELECT q0.waiting, coalesce(q0.in_flight, 0) AS in_flight, coalesce(q0.retrying, 0) AS retrying) q;
-
-COMMENT ON VIEW gridha.queue_progress IS
-'each service''s queue as producers may see it: its head batch, how many batches wait in each state, and how many were committed and found invalid so far (running totals; no claimant, no epoch, no payload)';
-
 CREATE OR REPLACE VIEW gridha.service_queues AS
 SELECT c.service_id,
        c.target,
@@ -697,7 +673,7 @@ SELECT c.service_id,
        c.epoch,
        h.batch_id AS head_batch_id,
        h.status AS head_status,
-       q.waiting - q.in_flight - q.retrying AS queued,
+       coalesce(c.tail_seq - c.head_seq + 1, 0) - q.in_flight - q.retrying AS queued,
        q.in_flight,
        q.retrying,
        c.committed_total AS committed,
@@ -708,14 +684,21 @@ LEFT JOIN gridha.batches h ON h.service_id = c.service_id AND h.seq = c.head_seq
 LEFT JOIN gridha.batches n ON n.service_id = c.service_id AND n.seq = c.head_seq + 1
                           AND c.head_seq < c.tail_seq
 CROSS JOIN LATERAL (
-    SELECT coalesce(c.tail_seq - c.head_seq + 1, 0)::bigint AS waiting,
-           (h.status IN ('submitting', 'pending', 'valid'))::int::bigint AS in_flight,
-           (h.status IN ('delayed', 'unknown'))::int::bigint AS retrying) q0
-CROSS JOIN LATERAL (
-    SELECT q0.waiting, coalesce(q0.in_flight, 0) AS in_flight, coalesce(q0.retrying, 0) AS retrying) q;
+    SELECT coalesce((h.status IN ('submitting', 'pending', 'valid'))::int, 0)::bigint AS in_flight,
+           coalesce((h.status IN ('delayed', 'unknown'))::int, 0)::bigint AS retrying) q;
 
 COMMENT ON VIEW gridha.service_queues IS
 'each service''s queue: its head batch, how many batches wait in each state, and how many were committed and found invalid so far (running totals, pruned batches included)';
+
+-- What a producer may see of the queues: their progress, without who holds
+-- them (claimant ids, epochs) and without payloads.
+CREATE OR REPLACE VIEW gridha.queue_progress AS
+SELECT service_id, target, head_batch_id, head_status, queued, in_flight, retrying,
+       committed, invalid, oldest_queued_at
+FROM gridha.service_queues;
+
+COMMENT ON VIEW gridha.queue_progress IS
+'each service''s queue as producers may see it: its head batch, how many batches wait in each state, and how many were committed and found invalid so far (running totals; no claimant, no epoch, no payload)';
 
 /*
  * metrics: what a Prometheus scrape reads (docs/operations.md,

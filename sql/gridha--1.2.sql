@@ -177,7 +177,11 @@ CREATE TABLE gridha.service_claims (
     head_seq    bigint,
     tail_seq    bigint NOT NULL DEFAULT 0,
     ready_at    timestamptz,
-    in_flight   boolean NOT NULL DEFAULT false
+    in_flight   boolean NOT NULL DEFAULT false,
+    -- running totals (see their comments below)
+    committed_total bigint NOT NULL DEFAULT 0,
+    invalid_total bigint NOT NULL DEFAULT 0,
+    resubmitted_total bigint NOT NULL DEFAULT 0
 )
 -- Every hand-out and report rewrites the row: room on its page keeps the
 -- new version there (fewer pages touched, and HOT when no key changes).
@@ -653,29 +657,15 @@ LEFT JOIN LATERAL (
 COMMENT ON VIEW gridha.instance_health IS
 'each instance''s health by the decision tree, from its lease: registered and never seen new; within its lease healthy; past its soft expiry and mid-submission slow (assumed healthy); past it and idle, or past its hard expiry, failed; released its claims since its last cycle: stopped';
 
+
+
 /*
- * What a producer may see of the queues: their progress, without who holds
- * them (claimant ids, epochs) and without payloads.
+ * The queue views read each service's row and its head (and, when the head
+ * is not queued, the batch after it): every batch between the head and the
+ * tail is queued, only the head can be in flight or retrying. What they
+ * cost follows the services, never the history. committed and invalid are
+ * the service's running totals (pruned batches stay counted).
  */
-CREATE VIEW gridha.queue_progress AS
-SELECT c.service_id,
-       c.target,
-       h.batch_id AS head_batch_id,
-       h.status AS head_status,
-       count(b.batch_id) FILTER (WHERE b.status = 'queued') AS queued,
-       count(b.batch_id) FILTER (WHERE b.status IN ('submitting', 'pending', 'valid')) AS in_flight,
-       count(b.batch_id) FILTER (WHERE b.status IN ('delayed', 'unknown')) AS retrying,
-       count(b.batch_id) FILTER (WHERE b.status = 'committed') AS committed,
-       count(b.batch_id) FILTER (WHERE b.status = 'invalid') AS invalid,
-       min(b.created_at) FILTER (WHERE b.status = 'queued') AS oldest_queued_at
-FROM gridha.service_claims c
-LEFT JOIN gridha.batches h ON h.service_id = c.service_id AND h.seq = c.head_seq
-LEFT JOIN gridha.batches b ON b.service_id = c.service_id
-GROUP BY c.service_id, h.batch_id, h.status;
-
-COMMENT ON VIEW gridha.queue_progress IS
-'each service''s queue as producers may see it: its head batch and how many batches are in each state (no claimant, no epoch, no payload)';
-
 CREATE VIEW gridha.service_queues AS
 SELECT c.service_id,
        c.target,
@@ -683,19 +673,32 @@ SELECT c.service_id,
        c.epoch,
        h.batch_id AS head_batch_id,
        h.status AS head_status,
-       count(b.batch_id) FILTER (WHERE b.status = 'queued') AS queued,
-       count(b.batch_id) FILTER (WHERE b.status IN ('submitting', 'pending', 'valid')) AS in_flight,
-       count(b.batch_id) FILTER (WHERE b.status IN ('delayed', 'unknown')) AS retrying,
-       count(b.batch_id) FILTER (WHERE b.status = 'committed') AS committed,
-       count(b.batch_id) FILTER (WHERE b.status = 'invalid') AS invalid,
-       min(b.created_at) FILTER (WHERE b.status = 'queued') AS oldest_queued_at
+       coalesce(c.tail_seq - c.head_seq + 1, 0) - q.in_flight - q.retrying AS queued,
+       q.in_flight,
+       q.retrying,
+       c.committed_total AS committed,
+       c.invalid_total AS invalid,
+       CASE WHEN h.status = 'queued' THEN h.created_at ELSE n.created_at END AS oldest_queued_at
 FROM gridha.service_claims c
 LEFT JOIN gridha.batches h ON h.service_id = c.service_id AND h.seq = c.head_seq
-LEFT JOIN gridha.batches b ON b.service_id = c.service_id
-GROUP BY c.service_id, h.batch_id, h.status;
+LEFT JOIN gridha.batches n ON n.service_id = c.service_id AND n.seq = c.head_seq + 1
+                          AND c.head_seq < c.tail_seq
+CROSS JOIN LATERAL (
+    SELECT coalesce((h.status IN ('submitting', 'pending', 'valid'))::int, 0)::bigint AS in_flight,
+           coalesce((h.status IN ('delayed', 'unknown'))::int, 0)::bigint AS retrying) q;
 
 COMMENT ON VIEW gridha.service_queues IS
-'each service''s queue: its head batch and how many batches are in each state';
+'each service''s queue: its head batch, how many batches wait in each state, and how many were committed and found invalid so far (running totals, pruned batches included)';
+
+-- What a producer may see of the queues: their progress, without who holds
+-- them (claimant ids, epochs) and without payloads.
+CREATE VIEW gridha.queue_progress AS
+SELECT service_id, target, head_batch_id, head_status, queued, in_flight, retrying,
+       committed, invalid, oldest_queued_at
+FROM gridha.service_queues;
+
+COMMENT ON VIEW gridha.queue_progress IS
+'each service''s queue as producers may see it: its head batch, how many batches wait in each state, and how many were committed and found invalid so far (running totals; no claimant, no epoch, no payload)';
 
 -- ---------------------------------------------------------------------------
 -- Background-worker instances (need shared_preload_libraries = 'gridha')
@@ -1560,11 +1563,6 @@ GRANT EXECUTE ON FUNCTION gridha.prune_batches(integer) TO gridha_admin;
 -- again adds one to resubmitted_total) on the claim row they rewrite
 -- anyway: no extra row, no extra lock. Never lowered by retention: pruned
 -- batches stay counted. enqueued is tail_seq.
-ALTER TABLE gridha.service_claims
-    ADD COLUMN committed_total bigint NOT NULL DEFAULT 0,
-    ADD COLUMN invalid_total bigint NOT NULL DEFAULT 0,
-    ADD COLUMN resubmitted_total bigint NOT NULL DEFAULT 0;
-
 COMMENT ON COLUMN gridha.service_claims.committed_total IS
 'batches of this service committed so far (a running total: pruned batches stay counted)';
 COMMENT ON COLUMN gridha.service_claims.invalid_total IS
@@ -1572,63 +1570,6 @@ COMMENT ON COLUMN gridha.service_claims.invalid_total IS
 COMMENT ON COLUMN gridha.service_claims.resubmitted_total IS
 'hand-outs of a batch that had been handed out before (after delayed, unknown or a takeover), so far';
 
-/*
- * The queue views read each service's row and its head (and, when the head
- * is not queued, the batch after it): every batch between the head and the
- * tail is queued, only the head can be in flight or retrying. What they
- * cost follows the services, never the history.
- */
-CREATE OR REPLACE VIEW gridha.queue_progress AS
-SELECT c.service_id,
-       c.target,
-       h.batch_id AS head_batch_id,
-       h.status AS head_status,
-       q.waiting - q.in_flight - q.retrying AS queued,
-       q.in_flight,
-       q.retrying,
-       c.committed_total AS committed,
-       c.invalid_total AS invalid,
-       CASE WHEN h.status = 'queued' THEN h.created_at ELSE n.created_at END AS oldest_queued_at
-FROM gridha.service_claims c
-LEFT JOIN gridha.batches h ON h.service_id = c.service_id AND h.seq = c.head_seq
-LEFT JOIN gridha.batches n ON n.service_id = c.service_id AND n.seq = c.head_seq + 1
-                          AND c.head_seq < c.tail_seq
-CROSS JOIN LATERAL (
-    SELECT coalesce(c.tail_seq - c.head_seq + 1, 0)::bigint AS waiting,
-           (h.status IN ('submitting', 'pending', 'valid'))::int::bigint AS in_flight,
-           (h.status IN ('delayed', 'unknown'))::int::bigint AS retrying) q0
-CROSS JOIN LATERAL (
-    SELECT q0.waiting, coalesce(q0.in_flight, 0) AS in_flight, coalesce(q0.retrying, 0) AS retrying) q;
-
-COMMENT ON VIEW gridha.queue_progress IS
-'each service''s queue as producers may see it: its head batch, how many batches wait in each state, and how many were committed and found invalid so far (running totals; no claimant, no epoch, no payload)';
-
-CREATE OR REPLACE VIEW gridha.service_queues AS
-SELECT c.service_id,
-       c.target,
-       c.claimant,
-       c.epoch,
-       h.batch_id AS head_batch_id,
-       h.status AS head_status,
-       q.waiting - q.in_flight - q.retrying AS queued,
-       q.in_flight,
-       q.retrying,
-       c.committed_total AS committed,
-       c.invalid_total AS invalid,
-       CASE WHEN h.status = 'queued' THEN h.created_at ELSE n.created_at END AS oldest_queued_at
-FROM gridha.service_claims c
-LEFT JOIN gridha.batches h ON h.service_id = c.service_id AND h.seq = c.head_seq
-LEFT JOIN gridha.batches n ON n.service_id = c.service_id AND n.seq = c.head_seq + 1
-                          AND c.head_seq < c.tail_seq
-CROSS JOIN LATERAL (
-    SELECT coalesce(c.tail_seq - c.head_seq + 1, 0)::bigint AS waiting,
-           (h.status IN ('submitting', 'pending', 'valid'))::int::bigint AS in_flight,
-           (h.status IN ('delayed', 'unknown'))::int::bigint AS retrying) q0
-CROSS JOIN LATERAL (
-    SELECT q0.waiting, coalesce(q0.in_flight, 0) AS in_flight, coalesce(q0.retrying, 0) AS retrying) q;
-
-COMMENT ON VIEW gridha.service_queues IS
-'each service''s queue: its head batch, how many batches wait in each state, and how many were committed and found invalid so far (running totals, pruned batches included)';
 
 /*
  * metrics: what a Prometheus scrape reads (docs/operations.md,
