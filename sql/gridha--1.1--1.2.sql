@@ -758,3 +758,30 @@ COMMENT ON VIEW gridha.metrics IS
 
 REVOKE ALL ON gridha.metrics FROM PUBLIC;
 GRANT SELECT ON gridha.metrics TO gridha_submitter, gridha_admin;
+
+-- ---------------------------------------------------------------------------
+-- 1.2: ID windows without a foreign key to their sequence
+-- ---------------------------------------------------------------------------
+
+-- Each window written takes its sequence row's lock first anyway; the
+-- key-share lock the key's check added is what PostgreSQL 17 turned into
+-- "new multixact has more than one updating member" under concurrent
+-- reservations. The trigger id_sequences_changed removes the windows of
+-- rows deleted by hand, as the key's ON DELETE CASCADE did.
+DO $fk$
+DECLARE
+    c name;
+BEGIN
+    FOR c IN
+        SELECT k.conname FROM pg_catalog.pg_constraint k
+         WHERE k.conrelid = 'gridha.id_windows'::pg_catalog.regclass
+           AND k.confrelid = 'gridha.id_sequences'::pg_catalog.regclass
+           AND k.contype = 'f'
+    LOOP
+        EXECUTE pg_catalog.format('ALTER TABLE gridha.id_windows DROP CONSTRAINT %I', c);
+    END LOOP;
+END
+$fk$;
+
+COMMENT ON FUNCTION gridha.id_sequences_changed() IS
+'trigger: rows of gridha.id_sequences deleted by hand take their windows with them and make every backend look its next_id names up again';

@@ -984,8 +984,13 @@ ALTER SEQUENCE gridha.id_sequence_serial OWNED BY gridha.id_sequences.serial;
 COMMENT ON TABLE gridha.id_sequences IS
 'ID sequences (distributed hi-lo): high_water is the last id given to any window and never goes down; a dropped sequence keeps its row so that one created again under its name continues above it; serial names the incarnation';
 
+-- No foreign key to id_sequences: each window written takes its sequence
+-- row's lock first anyway, and the key-share lock a key's check would add
+-- is what PostgreSQL 17 turned into "new multixact has more than one
+-- updating member" under concurrent reservations. The trigger
+-- id_sequences_changed removes the windows of rows deleted by hand.
 CREATE TABLE gridha.id_windows (
-    name         text NOT NULL REFERENCES gridha.id_sequences ON DELETE CASCADE,
+    name         text NOT NULL,
     window_start bigint NOT NULL,
     window_end   bigint NOT NULL,
     next_id      bigint NOT NULL,
@@ -1004,7 +1009,7 @@ LANGUAGE C
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.id_sequences_changed() IS
-'trigger: rows of gridha.id_sequences deleted by hand make every backend look its next_id names up again';
+'trigger: rows of gridha.id_sequences deleted by hand take their windows with them and make every backend look its next_id names up again';
 
 CREATE TRIGGER id_sequences_changed
     AFTER DELETE OR TRUNCATE ON gridha.id_sequences

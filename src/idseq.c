@@ -144,6 +144,23 @@ static GridhaStatement idseq_retire_stmt = {
 	1, {INT8OID}
 };
 
+/*
+ * The windows of sequences whose row is gone (deleted or truncated by
+ * hand). gridha.id_windows has no foreign key to gridha.id_sequences on
+ * purpose: the key-share lock each new window's check would take on its
+ * sequence row mixes with the updates of high_water that opening windows
+ * makes, under concurrent reservations that roll back, into multixacts
+ * that PostgreSQL 17 refused with "new multixact has more than one
+ * updating member" (40_idseq_soak with small windows). Every writer of a
+ * window updates or locks its sequence row first, so a window never
+ * appears for a row being deleted.
+ */
+static GridhaStatement idseq_orphans_stmt = {
+	"DELETE FROM gridha.id_windows w"
+	" WHERE NOT EXISTS (SELECT 1 FROM gridha.id_sequences q WHERE q.name = w.name)",
+	0, {InvalidOid}
+};
+
 static GridhaStatement idseq_create_stmt = {
 	"INSERT INTO gridha.id_sequences AS q (name, window_size, min_open_windows)"
 	" VALUES ($1, $2, $3)"
@@ -609,8 +626,9 @@ PG_FUNCTION_INFO_V1(gridha_id_sequences_changed);
 
 /*
  * gridha_id_sequences_changed: trigger on gridha.id_sequences for DELETE
- * and TRUNCATE: rows removed by hand also make every backend check its
- * names again.
+ * and TRUNCATE: rows removed by hand take their windows with them
+ * (id_windows has no foreign key: see idseq_orphans_stmt) and make every
+ * backend check its names again.
  */
 Datum
 gridha_id_sequences_changed(PG_FUNCTION_ARGS)
@@ -619,6 +637,9 @@ gridha_id_sequences_changed(PG_FUNCTION_ARGS)
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		elog(ERROR, "gridha: id_sequences_changed must be called as a trigger");
+	SPI_connect();
+	gridha_exec(&idseq_orphans_stmt, NULL, NULL, false);
+	SPI_finish();
 	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
 	return PointerGetDatum(NULL);
 }

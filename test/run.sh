@@ -65,6 +65,9 @@ PASSED=0
 FAILED=0
 SKIPPED=0
 SUMMARY=()
+# the failed tests' lines, with their diagnostics, repeated before the
+# summary so that the end of a long log (all CI shows) says what failed
+FAILURES=()
 # PART=COUNT of every part that ran (passed + failed + skipped), in order
 PART_COUNTS=()
 
@@ -88,11 +91,43 @@ skip() {
 	record "$1" 0 0 1 "skipped: $2"
 }
 
-# finish: the summary, the totals line, the exit status.
+# note_failures NAME LOG: keep LOG's "not ok" lines and the "#" lines
+# that follow each (at most 6), prefixed with NAME, for finish.
+note_failures() {
+	local line
+	while IFS= read -r line; do
+		FAILURES+=("$1: $line")
+	done < <(awk '
+		/^not ok/ { print; d = 6; next }
+		d > 0 && /^#/ { print; d--; next }
+		{ d = 0 }
+	' "$2" | cut -c1-300 | head -n 60)
+}
+
+# note_diffs NAME RUNLOG DIFFS: keep a pg_regress run's failed test lines
+# and the first changed lines of its diffs, for finish.
+note_diffs() {
+	local line
+	while IFS= read -r line; do
+		FAILURES+=("$1: $line")
+	done < <({
+		grep -E '^not ok|\.\.\. +FAILED|failed \(' "$2" | grep -v 'ignored'
+		grep -E '^[-+][^-+]' "$3" | head -n 24
+	} | cut -c1-300 | head -n 60)
+}
+
+# finish: the failures, the summary, the totals line, the exit status.
 finish() {
+	local line
+	if [ "${#FAILURES[@]}" -gt 0 ]; then
+		echo
+		echo "== failures =="
+		for line in "${FAILURES[@]}"; do
+			echo "$line"
+		done
+	fi
 	echo
 	echo "== summary =="
-	local line
 	for line in "${SUMMARY[@]}"; do
 		echo "$line"
 	done
@@ -293,6 +328,7 @@ run_regress() {
 	if [ "$f" -gt 0 ] && [ -s "$out/regression.diffs" ]; then
 		echo "--- regression.diffs (first 200 lines) ---"
 		head -n 200 "$out/regression.diffs"
+		note_diffs regress "$log" "$out/regression.diffs"
 	fi
 	record regress "$p" "$f"
 }
@@ -367,6 +403,7 @@ run_isolation() {
 	if [ "$f" -gt 0 ] && [ -s "$out/regression.diffs" ]; then
 		echo "--- isolation regression.diffs (first 200 lines) ---"
 		head -n 200 "$out/regression.diffs"
+		note_diffs isolation "$out/run.log" "$out/regression.diffs"
 	fi
 	record isolation "$p" $((f + unmatched)) 0 \
 		"$([ "$unmatched" -gt 0 ] && echo "$unmatched without expected output")"
@@ -416,6 +453,7 @@ run_pgtap() {
 			printf 'FAILED  %s: %d passed, %d failed, %d skipped%s\n' "$f" "$p" "$n" "$s" \
 				"${PLAN_NOTE:+ ($PLAN_NOTE)}"
 			grep -v -E '^ok ' "$log" | head -n 100 | sed 's/^/    /'
+			note_failures "pgtap $(basename "$f" .sql)" "$log"
 		fi
 	done
 	record pgtap "$tp" "$tf" "$ts" "${#files[@]} files$([ "$bad" -gt 0 ] && echo ", $bad failed")"
@@ -442,6 +480,7 @@ run_tap_suite() {
 	[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
 	[ "$rc" -ne 0 ] && note="${note:+$note, }exit $rc"
 	[ -n "$PLAN_NOTE" ] && echo "FAILED  $name: $PLAN_NOTE"
+	[ "$f" -gt 0 ] && note_failures "$name" "$dir/output.log"
 	record "$name" "$p" "$f" "$s" "$note"
 	ensure_phase2 "$name"
 }

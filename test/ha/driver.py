@@ -462,12 +462,18 @@ class Driver:
             # stopped inside one could hold locks everyone waits for
             def is_mid(pid=pid):
                 return any(w[1] == pid and w[2] == "submitting" for w in self.workers())
+            t_try = now()
             if self.pause(pid, is_mid):
                 break
             # never caught submitting: do not keep a backend stopped that
             # may hold locks; try the next one
             self.resume(pid)
             self.say("stop-worker: worker %d never caught submitting" % pid)
+            # the tries stopped it up to 300 times, each for as long as a
+            # look at gridha.workers takes: a POST it had in flight can time
+            # out meanwhile and be sent again (check.py counts this apart
+            # from the injected faults, as a cause of duplicates only)
+            self.fault("stop-tries", t_try, victim=iid, pid=pid)
         else:
             return False
         t0 = now()

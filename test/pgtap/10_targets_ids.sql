@@ -10,10 +10,14 @@
 --   serves      the kinds an instance declares are known words (22023);
 --               it claims only services whose target it can serve, and
 --               hands back those it no longer can
+--   windows     an id sequence's windows go with its row when it is
+--               deleted or truncated by hand; id_windows has no foreign
+--               key (its key-share locks broke concurrent reservations on
+--               PostgreSQL 17)
 --
 -- One transaction, rolled back.
 BEGIN;
-SELECT plan(34);
+SELECT plan(38);
 
 DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
@@ -190,6 +194,27 @@ SELECT results_eq(
     $$SELECT service_id FROM gridha.acquire_claims((SELECT id FROM inst2)) ORDER BY 1$$,
     $$VALUES ('d1'::text), ('w2')$$,
     'an instance that declared nothing serves every kind and takes d1 and w2');
+
+-- Windows go with their sequence's row, deleted or truncated by hand.
+\o /dev/null
+SELECT gridha.create_id_sequence('win_a', 100, 2);
+SELECT gridha.create_id_sequence('win_b', 100, 2);
+\o
+SELECT is_empty(
+    $$SELECT 1 FROM pg_catalog.pg_constraint
+       WHERE conrelid = 'gridha.id_windows'::regclass AND contype = 'f'$$,
+    'id_windows has no foreign key');
+DELETE FROM gridha.id_sequences WHERE name = 'win_a';
+SELECT is(
+    (SELECT count(*)::int FROM gridha.id_windows WHERE name = 'win_a'), 0,
+    'deleting a sequence row by hand removes its windows');
+SELECT is(
+    (SELECT count(*)::int FROM gridha.id_windows WHERE name = 'win_b'), 2,
+    'and leaves the windows of the other sequence');
+TRUNCATE gridha.id_sequences;
+SELECT is(
+    (SELECT count(*)::int FROM gridha.id_windows), 0,
+    'truncating id_sequences removes every window');
 
 SELECT * FROM finish();
 ROLLBACK;
