@@ -11,7 +11,8 @@
 # min_open_windows windows with room for a block, and none without.
 #
 # Output: TAP lines. Run alone it makes its own throwaway cluster (the
-# extension must be installed). Knobs: IDSOAK_SECONDS (10), IDSOAK_CLIENTS (8).
+# extension must be installed). Knobs: IDSOAK_SECONDS (10), IDSOAK_CLIENTS (8),
+# IDSOAK_WINDOW (1000; windows of 40 open one every few reservations).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -20,7 +21,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 SECONDS_RUN=${IDSOAK_SECONDS:-10}
 CLIENTS=${IDSOAK_CLIENTS:-8}
-WINDOW=1000
+WINDOW=${IDSOAK_WINDOW:-1000}
 DB=gridha_idseq_soak
 
 FAILED=0
