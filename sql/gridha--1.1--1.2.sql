@@ -709,6 +709,26 @@ COMMENT ON VIEW gridha.queue_progress IS
  * Columns that do not apply to a scope are NULL. It reads the services'
  * and instances' rows, never gridha.batches.
  */
+/*
+ * Running totals no service's row carries, per target: claims taken over
+ * from another instance and writes refused as stale (RG001). Each backend
+ * adds to its own row (slot: its process number), so no writer ever waits
+ * for another; a target's total is the sum of its rows (src/totals.c).
+ */
+CREATE TABLE gridha.target_totals (
+    target               text NOT NULL,
+    slot                 integer NOT NULL,
+    claims_taken_over    bigint NOT NULL DEFAULT 0,
+    stale_writes_refused bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (target, slot)
+);
+
+COMMENT ON TABLE gridha.target_totals IS
+'running totals per target spread over one row per backend slot (their sum is the total): claims taken over from another instance, writes refused as stale; read through gridha.metrics';
+
+REVOKE ALL ON gridha.target_totals FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('gridha.target_totals', '');
+
 CREATE VIEW gridha.metrics AS
 SELECT 'target'::text AS scope,
        t.target,
@@ -722,7 +742,9 @@ SELECT 'target'::text AS scope,
        coalesce(s.enqueued, 0)::bigint AS enqueued_total,
        coalesce(s.committed, 0)::bigint AS committed_total,
        coalesce(s.invalid, 0)::bigint AS invalid_total,
-       coalesce(s.resubmitted, 0)::bigint AS resubmitted_total
+       coalesce(s.resubmitted, 0)::bigint AS resubmitted_total,
+       coalesce(x.taken_over, 0)::bigint AS claims_taken_over_total,
+       coalesce(x.stale, 0)::bigint AS stale_writes_refused_total
 FROM gridha.targets t
 LEFT JOIN (
     SELECT c.target,
@@ -735,6 +757,10 @@ LEFT JOIN (
            sum(c.resubmitted_total) AS resubmitted
       FROM gridha.service_claims c
      GROUP BY c.target) s ON s.target = t.target
+LEFT JOIN LATERAL (
+    SELECT sum(o.claims_taken_over) AS taken_over, sum(o.stale_writes_refused) AS stale
+      FROM gridha.target_totals o
+     WHERE o.target = t.target) x ON true
 UNION ALL
 SELECT 'instance'::text,
        NULL::text,
@@ -749,12 +775,14 @@ SELECT 'instance'::text,
        NULL::bigint,
        NULL::bigint,
        NULL::bigint,
+       NULL::bigint,
+       NULL::bigint,
        NULL::bigint
 FROM gridha.instances i
 WHERE i.soft_expiry IS NOT NULL;
 
 COMMENT ON VIEW gridha.metrics IS
-'Prometheus-style metrics: one row per target (gauges backlog, oldest_ready_age_seconds, in_flight; running totals enqueued_total, committed_total, invalid_total, resubmitted_total) and one per instance with a lease (gauges in_flight, claims_held, lease_remaining_seconds); reads no batch';
+'Prometheus-style metrics: one row per target (gauges backlog, oldest_ready_age_seconds, in_flight; running totals enqueued_total, committed_total, invalid_total, resubmitted_total, claims_taken_over_total, stale_writes_refused_total) and one per instance with a lease (gauges in_flight, claims_held, lease_remaining_seconds); reads no batch';
 
 REVOKE ALL ON gridha.metrics FROM PUBLIC;
 GRANT SELECT ON gridha.metrics TO gridha_submitter, gridha_admin;

@@ -234,6 +234,23 @@ COMMENT ON TABLE gridha.service_counts IS
 'how many services each target has, spread over a few rows (their sum is the count); kept by the triggers on gridha.service_claims, rebuilt from it on restore';
 
 /*
+ * Running totals no service's row carries, per target: claims taken over
+ * from another instance and writes refused as stale (RG001). Each backend
+ * adds to its own row (slot: its process number), so no writer ever waits
+ * for another; a target's total is the sum of its rows (src/totals.c).
+ */
+CREATE TABLE gridha.target_totals (
+    target               text NOT NULL,
+    slot                 integer NOT NULL,
+    claims_taken_over    bigint NOT NULL DEFAULT 0,
+    stale_writes_refused bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (target, slot)
+);
+
+COMMENT ON TABLE gridha.target_totals IS
+'running totals per target spread over one row per backend slot (their sum is the total): claims taken over from another instance, writes refused as stale; read through gridha.metrics';
+
+/*
  * The band of epochs of this cluster: each timeline T gives epochs from
  * (band + T - 1) * 2^40 on. A row per cluster (system identifier), written
  * by the first takeover there; band is the highest band of the epochs found
@@ -1244,7 +1261,7 @@ CREATE TRIGGER targets_restore_default
 
 REVOKE ALL ON FUNCTION gridha.targets_before_insert(), gridha.service_claims_count(),
     gridha.instances_changed() FROM PUBLIC;
-REVOKE ALL ON gridha.service_counts, gridha.queue_progress FROM PUBLIC;
+REVOKE ALL ON gridha.service_counts, gridha.target_totals, gridha.queue_progress FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
 -- 1.2: what crosses a boundary only through an administrator
@@ -1539,6 +1556,7 @@ SELECT pg_catalog.pg_extension_config_dump('gridha.id_windows', '');
 SELECT pg_catalog.pg_extension_config_dump('gridha.target_rate_state', '');
 SELECT pg_catalog.pg_extension_config_dump('gridha.id_sequence_serial', '');
 SELECT pg_catalog.pg_extension_config_dump('gridha.session_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('gridha.target_totals', '');
 
 -- ---------------------------------------------------------------------------
 -- 1.2: retention, counters and metrics (issue 28)
@@ -1598,7 +1616,9 @@ SELECT 'target'::text AS scope,
        coalesce(s.enqueued, 0)::bigint AS enqueued_total,
        coalesce(s.committed, 0)::bigint AS committed_total,
        coalesce(s.invalid, 0)::bigint AS invalid_total,
-       coalesce(s.resubmitted, 0)::bigint AS resubmitted_total
+       coalesce(s.resubmitted, 0)::bigint AS resubmitted_total,
+       coalesce(x.taken_over, 0)::bigint AS claims_taken_over_total,
+       coalesce(x.stale, 0)::bigint AS stale_writes_refused_total
 FROM gridha.targets t
 LEFT JOIN (
     SELECT c.target,
@@ -1611,6 +1631,10 @@ LEFT JOIN (
            sum(c.resubmitted_total) AS resubmitted
       FROM gridha.service_claims c
      GROUP BY c.target) s ON s.target = t.target
+LEFT JOIN LATERAL (
+    SELECT sum(o.claims_taken_over) AS taken_over, sum(o.stale_writes_refused) AS stale
+      FROM gridha.target_totals o
+     WHERE o.target = t.target) x ON true
 UNION ALL
 SELECT 'instance'::text,
        NULL::text,
@@ -1625,12 +1649,14 @@ SELECT 'instance'::text,
        NULL::bigint,
        NULL::bigint,
        NULL::bigint,
+       NULL::bigint,
+       NULL::bigint,
        NULL::bigint
 FROM gridha.instances i
 WHERE i.soft_expiry IS NOT NULL;
 
 COMMENT ON VIEW gridha.metrics IS
-'Prometheus-style metrics: one row per target (gauges backlog, oldest_ready_age_seconds, in_flight; running totals enqueued_total, committed_total, invalid_total, resubmitted_total) and one per instance with a lease (gauges in_flight, claims_held, lease_remaining_seconds); reads no batch';
+'Prometheus-style metrics: one row per target (gauges backlog, oldest_ready_age_seconds, in_flight; running totals enqueued_total, committed_total, invalid_total, resubmitted_total, claims_taken_over_total, stale_writes_refused_total) and one per instance with a lease (gauges in_flight, claims_held, lease_remaining_seconds); reads no batch';
 
 REVOKE ALL ON gridha.metrics FROM PUBLIC;
 GRANT SELECT ON gridha.metrics TO gridha_submitter, gridha_admin;

@@ -118,6 +118,7 @@
 #include "rows.h"
 #include "spi_util.h"
 #include "targets.h"
+#include "totals.h"
 
 /* Expired instances whose claims one acquisition looks at, at most */
 #define CLAIMS_EXPIRED_BATCH	64
@@ -347,7 +348,7 @@ static GridhaStatement claims_take_stmt = {
 	"        ready_at = CASE WHEN r.service_id IS NULL THEN c.ready_at ELSE now() END"
 	"   FROM t LEFT JOIN r ON r.service_id = t.service_id"
 	"  WHERE c.service_id = t.service_id"
-	" RETURNING c.service_id, c.epoch, t.old",
+	" RETURNING c.service_id, c.epoch, t.old, c.target",
 	5, {UUIDOID, TEXTARRAYOID, INT8OID, UUIDARRAYOID, UUIDARRAYOID}
 };
 
@@ -842,6 +843,12 @@ gridha_claims_finish(void)
 	int			k;
 	uint64		i;
 
+	/*
+	 * The totals the cycle noted (claims taken over) and refusals noted
+	 * before: rows of this backend's own, which nobody else waits for
+	 * (totals.c), so where they come in the lock order does not matter.
+	 */
+	gridha_totals_flush();
 	if (!p->active)
 		return -1;
 	p->active = false;
@@ -1030,8 +1037,12 @@ claims_count_moves(Datum instance_id, List *takes)
 			bool		isnull;
 			Datum		old = SPI_getbinval(taken->vals[i], taken->tupdesc, 3, &isnull);
 
-			if (!isnull)
-				claims_pending_add(old, -1, false);
+			if (isnull)
+				continue;
+			claims_pending_add(old, -1, false);
+			if (!gridha_uuid_equal(old, instance_id))
+				gridha_totals_note(SPI_getvalue(taken->vals[i], taken->tupdesc, 4),
+								   GRIDHA_TOTAL_TAKEN_OVER);
 		}
 	}
 }

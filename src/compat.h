@@ -210,4 +210,11 @@ table_tuple_update_compat(Relation rel, ItemPointer otid, TupleTableSlot *slot,
 
 #endif							/* FRONTEND */
 
+/* This backend's slot among the server's processes: unique among those alive */
+#if PG_VERSION_NUM >= 170000
+#define GRIDHA_MY_SLOT ((int32) MyProcNumber)
+#else
+#define GRIDHA_MY_SLOT ((int32) MyBackendId)
+#endif
+
 #endif							/* GRIDHA_COMPAT_H */

@@ -50,6 +50,7 @@
 #include "rows.h"
 #include "spi_util.h"
 #include "status.h"
+#include "totals.h"
 
 #include "access/htup_details.h"
 #include "access/xact.h"
@@ -76,7 +77,7 @@ typedef enum ReportFrom
 
 /* Why a report changed nothing: the claim and the batch as they are now */
 static GridhaStatement status_diagnose_stmt = {
-	"SELECT c.claimant, c.epoch, c.head_seq, b.seq, b.status::text, b.epoch"
+	"SELECT c.claimant, c.epoch, c.head_seq, b.seq, b.status::text, b.epoch, c.target"
 	"  FROM gridha.service_claims c"
 	"  LEFT JOIN gridha.batches b"
 	"         ON b.service_id = c.service_id AND b.batch_id = $2"
@@ -145,6 +146,10 @@ status_diagnose(Datum instance_id, text *service_id, text *batch_id,
 	seq = DatumGetInt64(d);
 
 	if (claimant_null || !gridha_uuid_equal(claimant, instance_id) || claim_epoch != epoch)
+	{
+		/* counted across the abort this raises (totals.c) */
+		gridha_totals_note(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 7),
+						   GRIDHA_TOTAL_STALE_REFUSED);
 		ereport(ERROR,
 				(errcode(ERRCODE_GRIDHA_STALE_CLAIM),
 				 errmsg("stale claim on service \"%s\"", text_to_cstring(service_id)),
@@ -157,6 +162,7 @@ status_diagnose(Datum instance_id, text *service_id, text *batch_id,
 						   claim_epoch, epoch,
 						   DatumGetCString(DirectFunctionCall1(uuid_out, instance_id))),
 				 errhint("Drop this batch: the claim has moved on and its current holder hands the batch out again.")));
+	}
 
 	d = gridha_col(0, 3, &isnull);
 	is_head = !isnull && DatumGetInt64(d) == seq;
@@ -376,7 +382,15 @@ status_report(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 	for (attempt = 0; attempt < 2; attempt++)
 	{
 		if (status_try(instance_id, service_id, batch_id, epoch, new_status, detail, from))
+		{
+			if (gridha_totals_noted())
+			{
+				SPI_connect();
+				gridha_totals_flush();
+				SPI_finish();
+			}
 			return gridha_status_datum(new_status);
+		}
 		SPI_connect();
 		status_diagnose(instance_id, service_id, batch_id, epoch, from);
 		SPI_finish();

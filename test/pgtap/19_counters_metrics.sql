@@ -12,10 +12,13 @@
 --   4. gridha.metrics: a row per target with the gauges and the sums of the
 --      totals, a row per instance with its gauges
 --   5. the views' plans read gridha.batches by key only (no scan of it)
+--   6. claims_taken_over_total counts claims taken from another instance
+--      (not free ones); stale_writes_refused_total counts writes refused
+--      with RG001, written by the refused instance's next call
 --
 -- One transaction, rolled back.
 BEGIN;
-SELECT plan(14);
+SELECT plan(21);
 
 \o /dev/null
 SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
@@ -26,7 +29,7 @@ SET LOCAL gridha.hard_expiry = '3h';
 SET LOCAL gridha.prune_interval = -1;   -- no poll duty: this file prunes by hand
 SET LOCAL gridha.retention = '1h';
 
-TRUNCATE gridha.batches, gridha.service_claims;
+TRUNCATE gridha.batches, gridha.service_claims, gridha.target_totals;
 DELETE FROM gridha.leases;
 DELETE FROM gridha.instances;
 
@@ -101,6 +104,44 @@ SELECT results_eq($$SELECT instance_id, label, claims_held, lease_remaining_seco
                   'the instance''s row: its claims and the rest of its lease');
 SELECT is((SELECT count(*) FROM gridha.metrics WHERE scope = 'target'),
           (SELECT count(*) FROM gridha.targets), 'one row per target');
+
+-- 6. claims taken over, stale writes refused (7)
+SELECT results_eq($$SELECT claims_taken_over_total, stale_writes_refused_total
+                      FROM gridha.metrics WHERE scope = 'target' AND target = 'default'$$,
+                  $$VALUES (0::bigint, 0::bigint)$$,
+                  'claims taken while free are not taken over; nothing refused yet');
+CREATE TEMP TABLE before_take AS
+    SELECT service_id, epoch FROM gridha.service_claims WHERE claimant = pg_temp.m();
+-- an operator expires M's claims; N takes them over
+UPDATE gridha.service_claims SET hard_expiry = now() - interval '1 second'
+ WHERE claimant = pg_temp.m();
+CREATE TEMP TABLE ids_n AS SELECT gridha.register_instance('N') AS n;
+CREATE TEMP TABLE taken AS SELECT service_id FROM gridha.acquire_claims((SELECT n FROM ids_n));
+SELECT ok((SELECT count(*) FROM taken t JOIN before_take b USING (service_id)) >= 1,
+          'N takes over M''s expired claims (its share of them)');
+SELECT results_eq($$SELECT claims_taken_over_total FROM gridha.metrics
+                     WHERE scope = 'target' AND target = 'default'$$,
+                  $$SELECT count(*) FROM taken$$,
+                  'claims_taken_over_total counts each claim N took from M');
+SELECT throws_ok(format($$SELECT gridha.report_submission(%L, %L, %L, %s, 'accepted')$$,
+                        pg_temp.m(), b.service_id,
+                        (SELECT max(batch_id) FROM gridha.batches WHERE service_id = b.service_id),
+                        b.epoch),
+                 'RG001', NULL, 'M''s report at its old epoch on a service N took is refused as stale')
+  FROM before_take b JOIN taken USING (service_id) ORDER BY b.service_id LIMIT 1;
+SELECT results_eq($$SELECT stale_writes_refused_total FROM gridha.metrics
+                     WHERE scope = 'target' AND target = 'default'$$,
+                  $$VALUES (0::bigint)$$,
+                  'the refusal is not written by the refused call (its error rolls it back)');
+SELECT gridha.next_batch(pg_temp.m()) \g /dev/null
+SELECT results_eq($$SELECT stale_writes_refused_total FROM gridha.metrics
+                     WHERE scope = 'target' AND target = 'default'$$,
+                  $$VALUES (1::bigint)$$,
+                  'M''s next call writes it: stale_writes_refused_total is 1');
+SELECT results_eq($$SELECT count(*), sum(claims_taken_over), sum(stale_writes_refused)
+                     FROM gridha.target_totals WHERE target = 'default'$$,
+                  $$SELECT 1::bigint, count(*)::numeric, 1::numeric FROM taken$$,
+                  'one backend wrote both, into its one slot row');
 
 -- 5. no scan of gridha.batches (2)
 CREATE FUNCTION pg_temp.plan_of(q text) RETURNS text LANGUAGE plpgsql AS $$

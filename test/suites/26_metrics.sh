@@ -8,7 +8,8 @@
 #               against the suite's database, on 127.0.0.1: its /metrics
 #               has gridha_target_* and gridha_instance_* series, and
 #               gridha_target_committed_total lies between what the database
-#               said just before and just after the scrape; the workers'
+#               said just before and just after the scrape, and so do
+#               the claims taken over and the stale writes refused; the workers'
 #               instances are there with their claims and leases
 #   prometheus  prometheus scraping the exporter every second, on
 #               127.0.0.1, with its data in the suite's directory: its HTTP
@@ -28,7 +29,7 @@ LIB=${GRIDHA_LIB:-$REPO/test/lib.sh}
 DB=gridha_metrics_test
 FAILED=0
 PIDS=()
-N_TESTS=8
+N_TESTS=9
 
 # shellcheck source-path=SCRIPTDIR source=../lib.sh
 . "$LIB"
@@ -144,9 +145,16 @@ value() {
 	awk -v n="$1" -v m="$2" '$1 ~ "^" n "[{ ]" || $1 == n { if (index($0, m)) { print $NF; exit } }' "$WORK/metrics.txt"
 }
 
+# the two totals of gridha.target_totals, as "taken stale", from gridha.metrics
+target_totals() {
+	psql_db -c "SELECT claims_taken_over_total || ' ' || stale_writes_refused_total FROM gridha.metrics WHERE scope = 'target' AND target = 'default'"
+}
+
 before=$(committed)
+totals_before=$(target_totals)
 scrape
 after=$(committed)
+totals_after=$(target_totals)
 got=$(value gridha_target_committed_total 'target="default"')
 awk -v b="$before" -v g="$got" -v a="$after" 'BEGIN { exit !(g != "" && g + 0 >= b && g + 0 <= a) }'
 check $? "exporter: gridha_target_committed_total{target=\"default\"} ($got) lies between the database's counts before ($before) and after ($after) the scrape"
@@ -155,6 +163,14 @@ got=$(value gridha_target_enqueued_total 'target="default"')
 want=$(psql_db -c "SELECT sum(tail_seq) FROM gridha.service_claims WHERE target = 'default'")
 awk -v g="$got" -v w="$want" 'BEGIN { exit !(g != "" && g + 0 <= w && g + 0 > 0) }'
 check $? "exporter: gridha_target_enqueued_total ($got) is at most what was enqueued by now ($want), and not 0"
+
+taken=$(value gridha_target_claims_taken_over_total 'target="default"')
+stale=$(value gridha_target_stale_writes_refused_total 'target="default"')
+awk -v t="$taken" -v s="$stale" -v b="$totals_before" -v a="$totals_after" 'BEGIN {
+	split(b, lo, " "); split(a, hi, " ")
+	exit !(t != "" && s != "" && t + 0 >= lo[1] && t + 0 <= hi[1] && s + 0 >= lo[2] && s + 0 <= hi[2])
+}'
+check $? "exporter: gridha_target_claims_taken_over_total ($taken) and gridha_target_stale_writes_refused_total ($stale) lie between the database's before ($totals_before) and after ($totals_after) the scrape"
 
 backlog=$(value gridha_target_backlog 'target="default"')
 [ -n "$backlog" ] && grep -q '^gridha_target_oldest_ready_age_seconds{' "$WORK/metrics.txt" &&
