@@ -813,3 +813,12 @@ $fk$;
 
 COMMENT ON FUNCTION gridha.id_sequences_changed() IS
 'trigger: rows of gridha.id_sequences deleted by hand take their windows with them and make every backend look its next_id names up again';
+
+-- ---------------------------------------------------------------------------
+-- 1.2: idle claims stay where they are
+-- ---------------------------------------------------------------------------
+
+-- The count share no longer moves idle claims: an instance above it keeps
+-- them, and nobody asks another to hand some back. The requests' column
+-- goes (src/claims.c, "balance").
+ALTER TABLE gridha.instances DROP COLUMN shed;

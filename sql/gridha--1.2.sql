@@ -122,8 +122,9 @@ CREATE TABLE gridha.instances (
     owner         name,
     soft_expiry   timestamptz,
     hard_expiry   timestamptz,
-    held          integer NOT NULL DEFAULT 0,
-    shed          integer NOT NULL DEFAULT 0
+    held          integer NOT NULL DEFAULT 0
+    -- 1.2: shed (requests to hand back idle claims) is gone: idle claims
+    -- stay where they are
 );
 
 COMMENT ON TABLE gridha.instances IS
@@ -140,9 +141,6 @@ COMMENT ON COLUMN gridha.instances.soft_expiry IS
 
 COMMENT ON COLUMN gridha.instances.held IS
 'how many claims the instance holds, kept by every statement that moves a claim';
-
-COMMENT ON COLUMN gridha.instances.shed IS
-'claims another instance below its share asked this one to hand back; read at its next hand-out';
 
 -- Live leases and the expired ones still holding claims, in lease order;
 -- an instance that holds nothing any more has no lease and is not here.

@@ -27,13 +27,12 @@
  *             taken from the free services with work, then from the
  *             busiest instance (ready heads only, and only while that
  *             evens out the work); an idle instance always takes free
- *             work. The count share places the idle claims, which cost
- *             nothing per cycle: services / live instances (per target
- *             when instances serve different kinds); an instance above its
- *             ceiling hands back idle claims, one below its floor asks
- *             those above it to (instances.shed), each only beyond a slack
- *             of a 64th of the share (CLAIMS_COUNT_SLACK), so that the few
- *             claims the work share moves do not make idle ones move back.
+ *             work. The count share only bounds how many free idle
+ *             claims an instance takes: services / live instances (per
+ *             target when instances serve different kinds). Idle claims
+ *             cost nothing per cycle and stay where they are: nobody hands
+ *             them back to even out counts (an instance joining a fleet
+ *             takes the free ones and the work, not others' idle claims).
  *             Idle claims never hold back work, and work never moves to
  *             even out counts.
  *
@@ -71,7 +70,7 @@
  * in the order; a lock taken with SKIP LOCKED counts as held, so after it
  * a transaction never waits on a row of the same or an earlier kind.
  * What follows from it:
- *   - picks of claims (takes, hand-outs, shedding) use SKIP LOCKED and
+ *   - picks of claims (takes, hand-outs) use SKIP LOCKED and
  *     never wait; a wait for claim rows (release_claims, a batched report)
  *     locks them in service_id order before anything later;
  *   - a takeover locks the heads it revokes in service_id order
@@ -79,11 +78,10 @@
  *     (queue.c), and a batched report locks the claim rows of all its
  *     rows first, then reports in service_id order (status.c);
  *   - the instance-row writes of a call (counts of claims moved, renewal,
- *     a request to shed forgotten, claims handed back) are gathered as the
- *     cycle goes (ClaimsPending) and made last, by gridha_claims_finish:
- *     the rows it must write locked in id order, waiting; then, never
- *     waiting, expired leases forgotten and requests to shed made, each
- *     row skipped when another transaction holds it.
+ *     claims handed back) are gathered as the cycle goes (ClaimsPending)
+ *     and made last, by gridha_claims_finish: the rows it must write
+ *     locked in id order, waiting; then, never waiting, expired leases
+ *     forgotten, each row skipped when another transaction holds it.
  * A batch row is written only under its claim row's lock, but by a lone
  * accepted submission (report_submission, or a batched report of one
  * row; status.c), which holds no claim row and waits for nothing after
@@ -126,12 +124,6 @@
 #define CLAIMS_PROBE_EVERY_MS	1000
 /* How often an instance below its share that has work acquires anyway */
 #define CLAIMS_BELOW_SHARE_EVERY_MS	200
-/*
- * How far idle claims may stray from the count share before they move: a
- * 64th of it. Moves of the work share change counts by a few claims; idle
- * claims cost nothing, so they are not moved back and forth for that.
- */
-#define CLAIMS_COUNT_SLACK		64
 /* Services with work counted per instance, at most (claims_balance_work) */
 #define CLAIMS_WORK_CAP			10000
 
@@ -358,8 +350,8 @@ static GridhaStatement claims_take_stmt = {
  * $1 ids, $2 how many claims each gained (or lost), $3 which one took
  * claims (its lease reaches now + expiry: it holds claims now), $4/$5 soft
  * and hard expiry in ms, $6 which one renews (its lease and last_seen_at
- * are set), $7 which one forgets its request to shed. An expired instance
- * left holding nothing loses its lease: it leaves the lease index.
+ * are set). An expired instance left holding nothing loses its lease: it
+ * leaves the lease index.
  */
 static GridhaStatement claims_lock_instances_stmt = {
 	"SELECT 1 FROM gridha.instances WHERE instance_id = ANY ($1)"
@@ -370,7 +362,6 @@ static GridhaStatement claims_lock_instances_stmt = {
 static GridhaStatement claims_count_stmt = {
 	"UPDATE gridha.instances i"
 	"   SET held = greatest(i.held + d.delta, 0),"
-	"       shed = CASE WHEN d.reset THEN 0 ELSE i.shed END,"
 	"       last_seen_at = CASE WHEN d.renew THEN now() ELSE i.last_seen_at END,"
 	"       soft_expiry = CASE"
 	"           WHEN d.renew THEN now() + $4 * interval '1 millisecond'"
@@ -382,11 +373,11 @@ static GridhaStatement claims_count_stmt = {
 	"           WHEN d.taker THEN greatest(i.hard_expiry, now() + $5 * interval '1 millisecond')"
 	"           WHEN i.held + d.delta <= 0 AND i.soft_expiry <= now() THEN NULL"
 	"           ELSE i.hard_expiry END"
-	"  FROM unnest($1::uuid[], $2::int4[], $3::bool[], $6::bool[], $7::bool[])"
-	"       AS d(id, delta, taker, renew, reset)"
+	"  FROM unnest($1::uuid[], $2::int4[], $3::bool[], $6::bool[])"
+	"       AS d(id, delta, taker, renew)"
 	" WHERE i.instance_id = d.id"
 	" RETURNING i.instance_id, i.held",
-	7, {UUIDARRAYOID, INT4ARRAYOID, BOOLARRAYOID, INT8OID, INT8OID, BOOLARRAYOID, BOOLARRAYOID}
+	6, {UUIDARRAYOID, INT4ARRAYOID, BOOLARRAYOID, INT8OID, INT8OID, BOOLARRAYOID}
 };
 
 /* The renewal: one row, whatever the instance holds */
@@ -509,43 +500,6 @@ typedef struct ClaimsAnything
 } ClaimsAnything;
 
 /*
- * Handing back idle claims (surplus, or asked to shed): only services with
- * no work now (nothing in flight, no head ready: work moves by the work
- * share alone, claims_balance_work), never those of the targets in $3
- * (services only this instance can serve); the count and the shed request
- * of the instance are written last (ClaimsPending).
- */
-static GridhaStatement claims_shed_stmt = {
-	"WITH r AS ("
-	"  SELECT c.service_id FROM gridha.service_claims c"
-	"   WHERE c.claimant = $1 AND NOT c.in_flight"
-	"     AND (c.ready_at IS NULL OR c.ready_at > now())"
-	"     AND ($3::text[] IS NULL OR c.target <> ALL ($3::text[]))"
-	"   ORDER BY c.ready_at DESC NULLS FIRST"
-	"   LIMIT $2"
-	"   FOR NO KEY UPDATE SKIP LOCKED"
-	"), u AS ("
-	"  UPDATE gridha.service_claims c"
-	"     SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL"
-	"    FROM r WHERE c.service_id = r.service_id"
-	"  RETURNING 1"
-	")"
-	" SELECT count(*)::int4 FROM u",
-	3, {UUIDOID, INT8OID, TEXTARRAYOID}
-};
-
-/* A request to shed, to instances above their share (never waited for) */
-static GridhaStatement claims_ask_shed_stmt = {
-	"UPDATE gridha.instances i SET shed = greatest(i.shed, d.n)"
-	"  FROM unnest($1::uuid[], $2::int4[]) AS d(id, n)"
-	" WHERE i.instance_id = d.id"
-	"   AND i.instance_id IN (SELECT x.instance_id FROM gridha.instances x"
-	"                          WHERE x.instance_id = ANY ($1)"
-	"                          FOR UPDATE SKIP LOCKED)",
-	2, {UUIDARRAYOID, INT4ARRAYOID}
-};
-
-/*
  * Handing back the claims whose target the instance cannot serve (any more):
  * lock them, then, with a snapshot that sees every hand-out made under
  * those locks, hand back those with nothing submitting ($2: the targets it
@@ -594,7 +548,7 @@ static GridhaStatement claims_release_all_stmt = {
 	"), n AS (SELECT count(*)::int4 AS n FROM r"
 	"), i AS ("
 	"  UPDATE gridha.instances i"
-	"     SET held = greatest(i.held - n.n, 0), shed = 0, stopped_at = now(),"
+	"     SET held = greatest(i.held - n.n, 0), stopped_at = now(),"
 	"         soft_expiry = CASE WHEN i.held - n.n <= 0 THEN NULL ELSE least(i.soft_expiry, now()) END,"
 	"         hard_expiry = CASE WHEN i.held - n.n <= 0 THEN NULL ELSE i.hard_expiry END"
 	"    FROM n WHERE i.instance_id = $1"
@@ -722,7 +676,6 @@ static struct
 {
 	pg_uuid_t	id;
 	bool		valid;
-	int64		floor;			/* its share, rounded down */
 	TimestampTz probed_at;		/* others' sessions last asked about */
 	uint64		targets_gen;	/* the targets its claims were checked */
 	int			serves;			/* against, and what it served then */
@@ -731,7 +684,7 @@ static struct
 
 /*
  * The instance-row writes of the call under way (the renewal, the counts
- * of claims moved, a request to shed forgotten or made, leases forgotten),
+ * of claims moved, leases forgotten),
  * gathered as the cycle goes and made last, in gridha_claims_finish: see
  * the lock order in the file header. Begun by every SQL function that
  * runs a cycle (gridha_claims_begin); in the memory context it was begun
@@ -746,11 +699,7 @@ typedef struct ClaimsPending
 	int32	   *deltas;			/* ... how many claims each gained or lost */
 	bool	   *takers;			/* ... which took claims */
 	bool		renew;			/* this instance renews its lease */
-	bool		reset_shed;		/* ... forgets the request to shed */
 	bool		forget;			/* forget expired leases holding nothing */
-	int			nask;			/* requests to shed: how many... */
-	Datum	   *ask_ids;		/* ... to which instances... */
-	Datum	   *ask_counts;		/* ... asking how many */
 } ClaimsPending;
 
 static ClaimsPending claims_pending;
@@ -823,8 +772,7 @@ gridha_claims_count_later(Datum instance_id, int32 delta)
  * gridha_claims_begin, the last writes of the cycle: first the rows it
  * must write, waiting for them, locked in id order (one statement when
  * there is only this instance's row); then, never waiting, the leases to
- * forget and the requests to shed, each row skipped when another
- * transaction holds it. Returns this instance's held count when its row
+ * forget, each row skipped when another transaction holds it. Returns this instance's held count when its row
  * was written, -1 otherwise.
  */
 int
@@ -836,7 +784,6 @@ gridha_claims_finish(void)
 	Datum	   *deltas;
 	Datum	   *takers;
 	Datum	   *renews;
-	Datum	   *resets;
 	Datum		args[7];
 	int			held = -1;
 	int			n = 0;
@@ -856,23 +803,21 @@ gridha_claims_finish(void)
 	deltas = palloc(sizeof(Datum) * p->n);
 	takers = palloc(sizeof(Datum) * p->n);
 	renews = palloc(sizeof(Datum) * p->n);
-	resets = palloc(sizeof(Datum) * p->n);
 	for (k = 0; k < p->n; k++)
 	{
 		bool		self = k == 0;
 
-		if (p->deltas[k] == 0 && !p->takers[k] && !(self && (p->renew || p->reset_shed)))
+		if (p->deltas[k] == 0 && !p->takers[k] && !(self && p->renew))
 			continue;
 		ids[n] = p->ids[k];
 		deltas[n] = Int32GetDatum(p->deltas[k]);
 		takers[n] = BoolGetDatum(p->takers[k]);
 		renews[n] = BoolGetDatum(self && p->renew);
-		resets[n] = BoolGetDatum(self && p->reset_shed);
 		n++;
 	}
 
 	if (n == 1 && p->renew && gridha_uuid_equal(ids[0], p->ids[0]) &&
-		p->deltas[0] == 0 && !p->takers[0] && !p->reset_shed)
+		p->deltas[0] == 0 && !p->takers[0])
 	{
 		/* the common case: a renewal alone */
 		args[0] = p->ids[0];
@@ -892,7 +837,6 @@ gridha_claims_finish(void)
 		args[3] = Int64GetDatum(t.soft_ms);
 		args[4] = Int64GetDatum(t.hard_ms);
 		args[5] = PointerGetDatum(construct_array(renews, n, BOOLOID, 1, true, TYPALIGN_CHAR));
-		args[6] = PointerGetDatum(construct_array(resets, n, BOOLOID, 1, true, TYPALIGN_CHAR));
 		gridha_exec(&claims_count_stmt, args, NULL, false);
 		for (i = 0; i < SPI_processed; i++)
 		{
@@ -906,14 +850,6 @@ gridha_claims_finish(void)
 	/* never waited for: rows another transaction holds are skipped */
 	if (p->forget)
 		gridha_exec(&claims_forget_leases_stmt, NULL, NULL, false);
-	if (p->nask > 0)
-	{
-		args[0] = PointerGetDatum(construct_array(p->ask_ids, p->nask, UUIDOID, UUID_LEN,
-												  false, TYPALIGN_CHAR));
-		args[1] = PointerGetDatum(construct_array(p->ask_counts, p->nask, INT4OID, 4, true,
-												  TYPALIGN_INT));
-		gridha_exec(&claims_ask_shed_stmt, args, NULL, false);
-	}
 	return held;
 }
 
@@ -1142,41 +1078,6 @@ claims_live(Datum instance_id, bool probe, ClaimsLive *live)
 }
 
 /*
- * claims_ask_shed: this instance is below its share and found nothing
- * free: ask the live instances above the share's floor to hand back what
- * they hold above it, up to what this one misses. The request is written
- * last, after every instance row the cycle waits for, and skips the rows
- * another transaction holds (gridha_claims_finish).
- */
-static void
-claims_ask_shed(Datum instance_id, ClaimsLive *live, int64 floor, int64 missing)
-{
-	Datum	   *ids = palloc(sizeof(Datum) * Max(live->nabove, 1));
-	Datum	   *counts = palloc(sizeof(Datum) * Max(live->nabove, 1));
-	int			n = 0;
-	int			i;
-
-	for (i = 0; i < live->nabove && missing > 0; i++)
-	{
-		int64		surplus = live->above_held[i] - floor;
-
-		if (surplus <= 0 || gridha_uuid_equal(live->above[i], instance_id))
-			continue;
-		surplus = Min(surplus, missing);
-		ids[n] = live->above[i];
-		counts[n] = Int32GetDatum((int32) surplus);
-		missing -= surplus;
-		n++;
-	}
-	if (n == 0)
-		return;
-	/* made last, never waited for (gridha_claims_finish) */
-	claims_pending.nask = n;
-	claims_pending.ask_ids = ids;
-	claims_pending.ask_counts = counts;
-}
-
-/*
  * claims_shares_work: whether a live instance that serves the kinds in
  * "serves" can serve some of the services this one can, so that the two
  * share work (a worker, or an instance that declared nothing, serves every
@@ -1399,35 +1300,6 @@ claims_take_orphans(Datum instance_id, int64 held, Datum *pickargs, char *picknu
 }
 
 /*
- * claims_shed: hands back up to n idle claims of this instance (no batch
- * in flight), none of the targets in exclusive (a text[], 0: none; SQL 1.1
- * and later), and forgets any request to shed (its row written last,
- * gridha_claims_finish). Returns how many.
- */
-static int
-claims_shed(Datum instance_id, const GridhaInstance *inst, int64 n, Datum exclusive)
-{
-	Datum		args[3];
-	char		nulls[4] = "   ";
-
-	args[0] = instance_id;
-	args[1] = Int64GetDatum(n);
-	args[2] = exclusive;
-	if (exclusive == (Datum) 0)
-		nulls[2] = 'n';
-	if (!inst->leased)
-	{
-		gridha_exec(&claims_v10_surplus_stmt, args, NULL, false);
-		return (int) SPI_processed;
-	}
-	gridha_exec(&claims_shed_stmt, args, nulls, false);
-	n = gridha_col_int64(0, 1);
-	claims_pending_add(instance_id, (int32) -n, false);
-	claims_pending.reset_shed = true;
-	return (int) n;
-}
-
-/*
  * claims_servable: the names of the targets the instance can serve, as a
  * text[] (0: any target).
  */
@@ -1451,8 +1323,7 @@ claims_servable(const GridhaInstance *inst)
  *
  * *exclusive is set to the names (text[]) of the targets whose services
  * no other live instance can serve, or to 0 when there are none: those
- * services are this instance's whatever its share, and it never sheds
- * them.
+ * services are this instance's whatever its share.
  */
 static void
 claims_share(const GridhaInstance *inst, Datum servable, const ClaimsLive *live,
@@ -1513,30 +1384,6 @@ claims_share(const GridhaInstance *inst, Datum servable, const ClaimsLive *live,
 		*exclusive = gridha_text_array(names, nnames);
 	*floor = (int64) (share + 1e-6);
 	*ceiling = *floor + (share - *floor > 1e-6 ? 1 : 0);
-}
-
-/*
- * gridha_claims_shed_asked: the instance was asked to shed claims (by one
- * below its share): it hands back that many idle claims, but never below
- * its own share's floor as it stands now (the request may be stale: the
- * asker may have left since). Returns how many it handed back.
- */
-int
-gridha_claims_shed_asked(Datum instance_id, const GridhaInstance *inst)
-{
-	ClaimsLive	live;
-	int64		floor;
-	int64		ceiling;
-	int64		n = inst->shed;
-	Datum		exclusive = (Datum) 0;
-
-	if (gridha_balance_claims)
-	{
-		claims_live(instance_id, false, &live);
-		claims_share(inst, claims_servable(inst), &live, &floor, &ceiling, &exclusive);
-		n = Min(n, inst->held - floor);
-	}
-	return claims_shed(instance_id, inst, Max(n, 0), exclusive);
 }
 
 /*
@@ -1750,7 +1597,6 @@ claims_nothing_to_take(Datum instance_id, const GridhaInstance *inst, Datum serv
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (!claims_known.valid || !gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id) ||
-		(gridha_balance_claims && inst->held < claims_known.floor) ||
 		TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_PROBE_EVERY_MS))
 		return false;
 	/* short of its work share: look again, but not at every poll */
@@ -1784,7 +1630,7 @@ gridha_claims_below_share(Datum instance_id, const GridhaInstance *inst)
 	now = GetCurrentTimestamp();
 	if (TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_PROBE_EVERY_MS))
 		return true;
-	return (inst->held < claims_known.floor || claims_known.work_short) &&
+	return claims_known.work_short &&
 		TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_BELOW_SHARE_EVERY_MS);
 }
 
@@ -1842,10 +1688,10 @@ claims_release_unservable(Datum instance_id, const GridhaInstance *inst, Datum s
  * gridha_claims_acquire: takes free claims, claims expired on their own,
  * those of instances whose lease has expired, and those of instances whose
  * session has ended (gridha.session_liveness), up to this instance's share
- * (no limit with balance off); with balance on, an instance above its
- * share hands back idle claims instead, and one below it that finds
- * nothing free asks those above it to shed. Only services whose target the
- * instance can serve are taken.
+ * (no limit with balance off; with balance on, services with work by the
+ * work share, idle ones up to the count share, and an instance above that
+ * keeps what it holds). Only services whose target the instance can serve
+ * are taken.
  *
  * idle_poll: called because a hand-out found nothing; then an instance at
  * its share with nothing to take looks no further (claims_nothing_to_take).
@@ -1860,7 +1706,6 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	int64		limit = -1;
 	int64		floor = 0;
 	int64		ceiling = 0;
-	int64		slack = 0;
 	int64		held = inst->held;
 	int			taken = 0;
 	Datum		servable = (Datum) 0;
@@ -1885,7 +1730,6 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	claims_known.id = *DatumGetUUIDP(instance_id);
 	claims_known.probed_at = GetCurrentTimestamp();
 	claims_known.valid = true;
-	claims_known.floor = 0;
 	claims_known.work_short = false;
 	gone = PointerGetDatum(construct_array(live.gone, live.ngone, UUIDOID, UUID_LEN, false,
 										   TYPALIGN_CHAR));
@@ -1895,12 +1739,10 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	if (gridha_balance_claims)
 	{
 		claims_share(inst, servable, &live, &floor, &ceiling, &exclusive);
-		slack = ceiling / CLAIMS_COUNT_SLACK;
-		claims_known.floor = floor - slack;
 
 		/*
 		 * Free services that only this instance can serve are taken
-		 * whatever its share; surplus is then shed from the others.
+		 * whatever its share.
 		 */
 		if (exclusive != (Datum) 0)
 		{
@@ -1911,9 +1753,7 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 			pickargs[1] = servable;
 			picknulls[1] = servable == (Datum) 0 ? 'n' : ' ';
 		}
-		/* above the count's ceiling (and its slack): idle claims go back */
-		if (held + taken > ceiling + slack)
-			held -= claims_shed(instance_id, inst, held + taken - ceiling, exclusive);
+		/* idle claims above the count's ceiling stay where they are */
 		limit = Max(ceiling - held, taken);
 
 		/*
@@ -1982,10 +1822,6 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 									 rsinfo, &takes);
 
 	claims_count_moves(instance_id, takes);
-
-	/* below the share with nothing to take: ask those above it */
-	if (gridha_balance_claims && held + taken < floor - slack)
-		claims_ask_shed(instance_id, &live, floor, floor - held - taken);
 	return taken;
 }
 

@@ -19,7 +19,6 @@ extern int	gridha_claims_finish(void);
 extern int	gridha_claims_renew(Datum instance_id, const GridhaInstance *inst);
 extern int	gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst,
 								  bool idle_poll, ReturnSetInfo *rsinfo);
-extern int	gridha_claims_shed_asked(Datum instance_id, const GridhaInstance *inst);
 extern bool gridha_claims_below_share(Datum instance_id, const GridhaInstance *inst);
 
 #endif							/* GRIDHA_CLAIMS_H */

@@ -87,8 +87,8 @@ static GridhaStatement counts_truncated_stmt = {
 };
 
 static GridhaStatement counts_truncated_held_stmt = {
-	"UPDATE gridha.instances SET held = 0, shed = 0"
-	" WHERE held OPERATOR(pg_catalog.<>) 0 OR shed OPERATOR(pg_catalog.<>) 0",
+	"UPDATE gridha.instances SET held = 0"
+	" WHERE held OPERATOR(pg_catalog.<>) 0",
 	0, {InvalidOid}
 };
 
@@ -395,7 +395,7 @@ PG_FUNCTION_INFO_V1(gridha_service_claims_count);
  * gridha_service_claims_count: trigger on gridha.service_claims, after each
  * row inserted or deleted or whose target changed, and after a truncate.
  * A row adds to its target's delta; a truncate empties the counts and
- * every instance's held and shed, and the deltas made before it are not
+ * every instance's held count, and the deltas made before it are not
  * written (unless the truncate's subtransaction rolls back).
  */
 Datum

@@ -21,9 +21,6 @@
  *             adopts it.
  *   lease     the instance's soft and hard expiry (gridha 1.1): its claims
  *             expire with it (claims.c)
- *   shed      a number of claims another instance, below its fair share,
- *             asked this one to hand back; read here, acted on by the
- *             hand-out (queue.c)
  *
  * Session liveness (gridha.session_liveness, on by default): the session an
  * instance calls from holds a session-level lock keyed by the instance's
@@ -525,9 +522,6 @@ gridha_instance_touch(Datum instance_id)
 			d = gridha_rows_get(&rows, GRIDHA_INSTANCES,
 								gridha_rows_attno(&rows, INSTANCE_HELD), &isnull);
 			inst.held = isnull ? 0 : DatumGetInt32(d);
-			d = gridha_rows_get(&rows, GRIDHA_INSTANCES,
-								gridha_rows_attno(&rows, INSTANCE_SHED), &isnull);
-			inst.shed = isnull ? 0 : DatumGetInt32(d);
 		}
 	}
 	gridha_rows_end(&rows);

@@ -23,7 +23,6 @@ typedef struct GridhaInstance
 								 * 1.0 each claim has its own expiry */
 	bool		lease_live;		/* its lease is within its soft expiry */
 	int			held;			/* claims it holds (1.1) */
-	int			shed;			/* claims it was asked to hand back (1.1) */
 } GridhaInstance;
 
 extern GridhaInstance gridha_instance_touch(Datum instance_id);

@@ -693,12 +693,11 @@ gridha_queue_handout(Datum instance_id, int32 max_batches, const GridhaInstance 
  * queue_next: the queuer cycle shared by next_batch and next_batches.
  *
  * Acquires and renews when the renew interval has passed; the instance
- * rows (renewal, counts, requests to shed) are written last, when the
+ * rows (renewal, counts) are written last, when the
  * call ends (gridha_claims_finish: the lock order, see claims.c); otherwise claim work is done only when there is nothing
  * to hand out (then acquire only, and cheaply when there is nothing to
  * take), or when the instance holds less than its share (a newcomer,
- * every CLAIMS_BELOW_SHARE_EVERY_MS at most). An instance asked to shed
- * claims hands back idle ones first.
+ * every CLAIMS_BELOW_SHARE_EVERY_MS at most).
  */
 static void
 queue_next(FunctionCallInfo fcinfo, Datum instance_id, int32 max_batches)
@@ -715,11 +714,6 @@ queue_next(FunctionCallInfo fcinfo, Datum instance_id, int32 max_batches)
 	SPI_connect();
 	inst = gridha_instance_touch(instance_id);
 	gridha_claims_begin(instance_id);
-	if (inst.leased && inst.shed > 0)
-	{
-		inst.held -= gridha_claims_shed_asked(instance_id, &inst);
-		acquired = true;		/* nothing more to take in this call */
-	}
 	if (inst.cycle_due || (inst.leased && !inst.lease_live))
 	{
 		if (!acquired)

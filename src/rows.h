@@ -83,7 +83,6 @@ typedef enum GridhaOptionalColumn
 	INSTANCE_SOFT_EXPIRY,		/* instances.soft_expiry: the lease */
 	INSTANCE_HARD_EXPIRY,		/* instances.hard_expiry */
 	INSTANCE_HELD,				/* instances.held: claims it holds */
-	INSTANCE_SHED,				/* instances.shed: claims asked back */
 	CLAIM_COMMITTED_TOTAL,		/* service_claims.committed_total (1.2) */
 	CLAIM_INVALID_TOTAL,		/* service_claims.invalid_total (1.2) */
 	CLAIM_RESUBMITTED_TOTAL,	/* service_claims.resubmitted_total (1.2) */

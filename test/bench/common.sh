@@ -232,9 +232,9 @@ END
 
 /*
  * bench_spread(n): instances 1..n take the free services as the product
- * does (renew, then acquire with balance on; the ones asked to shed hand
- * back at their next hand-out, which finds nothing ready), until every
- * service is claimed and the shares differ by at most one. One session:
+ * does (renew, then acquire with balance on: each takes free claims up to
+ * its count share), until every service is claimed and the shares differ
+ * by at most one; shares already further apart are handed back first. One session:
  * every instance stays bound to it, none looks gone to another. Returns
  * the split, "min-max".
  */
@@ -247,6 +247,12 @@ DECLARE
     hi int;
     free bigint;
 BEGIN
+    -- shares already apart (a run's work share moved services): start over,
+    -- as the held claims would otherwise stay where they are
+    IF (SELECT max(held) - min(held) FROM gridha.instances
+         WHERE instance_id IN (SELECT bench_instance(i) FROM generate_series(1, n) AS i)) > 1 THEN
+        PERFORM gridha.release_claims(bench_instance(i)) FROM generate_series(1, n) AS i;
+    END IF;
     PERFORM gridha.renew_claims(bench_instance(i)) FROM generate_series(1, n) AS i;
     FOR pass IN 1..6 LOOP
         -- the instances that hold least first
@@ -254,11 +260,6 @@ BEGIN
                      WHERE instance_id IN (SELECT bench_instance(i) FROM generate_series(1, n) AS i)
                      ORDER BY held, instance_id LOOP
             PERFORM count(*) FROM gridha.acquire_claims(inst);
-        END LOOP;
-        FOR i IN 1..n LOOP
-            IF (SELECT shed FROM gridha.instances WHERE instance_id = bench_instance(i)) > 0 THEN
-                PERFORM count(*) FROM gridha.next_batch(bench_instance(i));
-            END IF;
         END LOOP;
         SELECT min(held), max(held) INTO lo, hi FROM gridha.instances
          WHERE instance_id IN (SELECT bench_instance(i) FROM generate_series(1, n) AS i);

@@ -18,8 +18,10 @@
 #              maintenance tick run)
 #
 # What it runs, in order:
-#   (1) g2 with no history, RET_RUNS rounds (best reported)
-#   (2) the history written; g2 again: the ratio (2)/(1)
+#   (1) g2 with no history, in a second database with the same services,
+#   (2) and g2 with the history written here: RET_RUNS rounds of each,
+#       alternated; the ratio (2)/(1) per pair of neighbouring rounds
+#       (median) and of the best rounds, and the same for server CPU
 #   (3) the views service_queues and queue_progress read whole, and
 #       gridha.metrics when there is one: best and median of 5, ms
 #   (4) 1.1's prune statement (no index: its 10,000 oldest-or-any final
@@ -146,13 +148,14 @@ END
 $$;
 EOF
 
-# g2_round PREFIX: one timed g2 run of the workload; sets RUN_* (common.sh)
+# g2_round PREFIX [DB]: one timed g2 run of the workload (on DB, $DB by
+# default); sets RUN_* (common.sh)
 g2_round() {
-	local prefix=$1 split
-	split=$(q "$DB" "SELECT bench_spread($RET_CLIENTS)")
-	q "$DB" "CALL bench_enqueue('$prefix', 1, $RET_SERVICES, $RET_DEPTH)"
-	bench_prepare "$DB" gridha.batches gridha.service_claims gridha.instances
-	bench_timed g2 "$DB" "$RET_CLIENTS" "$prefix"
+	local prefix=$1 db=${2:-$DB} split
+	split=$(q "$db" "SELECT bench_spread($RET_CLIENTS)")
+	q "$db" "CALL bench_enqueue('$prefix', 1, $RET_SERVICES, $RET_DEPTH)"
+	bench_prepare "$db" gridha.batches gridha.service_claims gridha.instances
+	bench_timed g2 "$db" "$RET_CLIENTS" "$prefix"
 	# shellcheck disable=SC2034 # read by bench_log_run
 	RUN_INFO="claims per instance $split"
 }
@@ -176,18 +179,34 @@ sizes() {
 	           FROM pg_stat_user_tables WHERE relid = 'gridha.batches'::regclass"
 }
 
-# (1) no history
-g2_best "g2, no history" h0r
-RATE0=$BEST
-
-# (2) history
+# (1) and (2): the same rounds, alternated, on a database without history
+# (ret0, the same services) and on this one with it; a ratio per pair of
+# neighbouring rounds, so that what the machine does meanwhile weighs on
+# both sides alike
+bench_gridha_db ret0
+q ret0 "SET gridha.balance_claims = off" -c "CALL bench_new_services(1, $RET_SERVICES)" >/dev/null
 t0=$SECONDS
 q "$DB" "CALL bench_history($RET_HISTORY, interval '1 day')" >/dev/null
 q "$DB" "VACUUM ANALYZE gridha.batches" >/dev/null
 gridha_log "history: $RET_HISTORY final batches written in $((SECONDS - t0)) s; $(sizes)"
-g2_best "g2, $RET_HISTORY history" h1r
-RATE1=$BEST
-gridha_log "cycle with history / without: $(ratio "$RATE1" "$RATE0") ($RATE1 / $RATE0 batches/s)"
+RATE0=0
+RATE1=0
+PAIRS=
+CPU_PAIRS=
+for r in $(seq 1 "$RET_RUNS"); do
+	g2_round "h0r${r}_" ret0
+	bench_log_run "g2, no history #$r"
+	r0=$RUN_RATE
+	c0=$RUN_CPU
+	[ "$r0" -le "$RATE0" ] || RATE0=$r0
+	g2_round "h1r${r}_"
+	bench_log_run "g2, $RET_HISTORY history #$r"
+	[ "$RUN_RATE" -le "$RATE1" ] || RATE1=$RUN_RATE
+	PAIRS="$PAIRS $(ratio "$RUN_RATE" "$r0")"
+	CPU_PAIRS="$CPU_PAIRS $(ratio "$c0" "$RUN_CPU")"
+done
+gridha_log "cycle with history / without: median of pairs $(median "$PAIRS") (pairs:$PAIRS), best $(ratio "$RATE1" "$RATE0") ($RATE1 / $RATE0 batches/s); server CPU per batch without / with, median $(median "$CPU_PAIRS") (pairs:$CPU_PAIRS)"
+q postgres "DROP DATABASE ret0" >/dev/null
 
 # (3) the views
 for v in service_queues queue_progress $([ "$HAS_METRICS" = 0 ] || echo metrics); do

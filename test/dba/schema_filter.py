@@ -25,6 +25,14 @@ OIDs, transaction ids or storage details; this filter drops them:
                                      data, not schema (15_upgrade compares it
                                      with the other data)
   \\restrict, \\unrestrict           the dump's random psql guard key
+  dropped columns                    a column dropped by an upgrade stays in
+                                     the table as "........pg.dropped.N........"
+                                     (a placeholder in CREATE TABLE, then a
+                                     "-- For binary upgrade, recreate dropped
+                                     column." block that drops it again):
+                                     storage, not schema; the placeholder
+                                     and the block go (and the comma they
+                                     leave at the end of a column list)
   the "-- set missing value." and "-- For binary upgrade, set heap's
   relfrozenxid and relminmxid" comments of those lines
 
@@ -105,13 +113,39 @@ def order_same_names(lines):
     return out
 
 
+# A dropped column's placeholder in CREATE TABLE, and the block after the
+# table that drops it again (its first line, then up to its DROP COLUMN).
+DROPPED_COLUMN = re.compile(r'^\s+"\.{8}pg\.dropped\.\d+\.{8}" ')
+DROPPED_BLOCK = "-- For binary upgrade, recreate dropped column."
+DROPPED_BLOCK_END = re.compile(r'^ALTER TABLE ONLY .* DROP COLUMN "\.{8}pg\.dropped\.\d+\.{8}";$')
+
+
+def without_dropped_columns(lines):
+    """lines less the dropped columns' placeholders and blocks."""
+    out = []
+    in_block = False
+    for line in lines:
+        if in_block:
+            in_block = not DROPPED_BLOCK_END.match(line)
+            continue
+        if line == DROPPED_BLOCK:
+            in_block = True
+            continue
+        if DROPPED_COLUMN.match(line):
+            if not line.endswith(",") and out and out[-1].endswith(","):
+                out[-1] = out[-1][:-1]      # it was the last column
+            continue
+        out.append(line)
+    return out
+
+
 def main(argv):
     src = open(argv[0], encoding="utf-8") if argv else sys.stdin
     kept = []
     blank = False
     with src:
-        for line in src:
-            line = line.rstrip("\n")
+        lines = without_dropped_columns([line.rstrip("\n") for line in src])
+        for line in lines:
             if DROP.search(line):
                 continue
             if not line.strip():

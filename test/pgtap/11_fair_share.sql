@@ -1,20 +1,19 @@
--- 11_fair_share.sql: the two shares. Idle claims (no head ready, none in
--- flight) follow the count share: a newcomer below it that finds nothing
--- free asks those above it to shed (instances.shed); each hands back that
--- many idle claims on its next hand-out, never below its own share, and
--- never a service with work; the newcomer takes them on its next call.
--- Services with work follow the work share (13_relief): a newcomer takes
--- its share of the work at once, from the free services with work or the
--- busiest instance's ready heads, whatever the counts; one left short
--- because that work was in flight tries again 200 ms later while it
--- serves. Nobody's claim cycle is due anywhere in this file (renew_interval
--- 1h): the shares move by shedding and by the work share alone.
+-- 11_fair_share.sql: the two shares. Services with work follow the work
+-- share (13_relief): a newcomer takes its share of the work, from the free
+-- services with work or the busiest instance's ready heads, whatever the
+-- counts, at once or at its first poll a second after it last looked; one
+-- left short because that work was in flight tries again 200 ms later
+-- while it serves. Idle claims (no head ready, none in flight) cost nothing
+-- and stay where they are: an instance above its count share keeps them,
+-- and nobody asks for them. The count share only bounds how many free idle
+-- claims an instance takes. Nobody's claim cycle is due anywhere in this
+-- file (renew_interval 1h).
 --
 -- One transaction, rolled back.
 --
--- Instances: P holds everything at first, Q and R join. Then W, which
--- serves every kind, and C, which serves URL targets only: services only W
--- can serve are W's whatever its share, and W sheds the others instead.
+-- Instances: P holds everything at first, Q and R join, P stops. Then W,
+-- which serves every kind, and C, which serves URL targets only: services
+-- only W can serve are W's whatever its share.
 BEGIN;
 SELECT plan(30);
 
@@ -52,28 +51,23 @@ SELECT is((SELECT count(*) FROM gridha.service_claims
             WHERE claimant = pg_temp.p() AND NOT in_flight AND ready_at IS NULL), 12::bigint,
           'P holds 12 idle claims');
 
--- Q joins: nothing is free, nothing has work, so it asks P to shed.
+-- Q joins: nothing is free, nothing has work. Idle claims stay where they
+-- are: Q takes none of P's, and nobody asks P for them.
 SELECT is_empty($$SELECT * FROM gridha.next_batch(pg_temp.q())$$,
                 'Q''s first call finds nothing free and hands out nothing');
-SELECT is((SELECT shed FROM gridha.instances WHERE instance_id = pg_temp.p()), 6,
-          'Q asked P, 6 above the share of 6, to shed the 6 Q misses');
-
--- P's next hand-out sheds (its cycle is not due).
+SELECT results_eq($$SELECT pg_temp.held(pg_temp.p()), pg_temp.held(pg_temp.q())$$,
+                  $$VALUES (12::bigint, 0::bigint)$$,
+                  'P keeps its 12 idle claims, above its count share of 6; Q takes none of them');
+SELECT hasnt_column('gridha', 'instances', 'shed',
+                    'no request to hand back idle claims is kept (instances.shed is gone)');
 SELECT is_empty($$SELECT * FROM gridha.next_batch(pg_temp.p())$$,
                 'P''s next call hands out nothing (it has no work)');
-SELECT is(pg_temp.held(pg_temp.p()), 6::bigint, 'P handed back 6 idle claims: it keeps its share of 6');
-SELECT is((SELECT shed FROM gridha.instances WHERE instance_id = pg_temp.p()), 0,
-          '... and forgot the request');
+SELECT is(pg_temp.held(pg_temp.p()), 12::bigint, '... and P still holds its 12 idle claims');
 
--- Q's next call takes them.
-SELECT is_empty($$SELECT * FROM gridha.next_batch(pg_temp.q())$$,
-                'Q''s next call takes the 6, which have nothing to hand out');
-SELECT is(pg_temp.held(pg_temp.q()), 6::bigint, 'Q holds 6');
-
--- Work arrives on 3 of P's services, and R joins: the share is now 4. P
--- holds 6 (3 with work), Q 6: R asks both to shed 2. P hands back idle
--- claims only, so its 3 services with work stay P's until R's work share
--- moves one of them.
+-- Work arrives on 3 of P's services, and R joins: the work share is 1
+-- each. R takes one of P's at once; Q, which looked at the others less
+-- than a second ago, takes its share at its first poll after that second;
+-- P keeps its idle claims throughout.
 SELECT gridha.enqueue(c.service_id, 'b2', NULL)
   FROM gridha.service_claims c WHERE c.claimant = pg_temp.p()
  ORDER BY c.service_id LIMIT 3 \g /dev/null
@@ -81,29 +75,36 @@ UPDATE gridha.instances SET soft_expiry = now() + interval '1 hour', hard_expiry
  WHERE instance_id = pg_temp.r();
 SELECT is((SELECT count(*) FROM gridha.next_batch(pg_temp.r())), 1::bigint,
           'R''s first call takes its work share, one of P''s 3 services with work, and hands out its head');
-SELECT is((SELECT sum(shed)::int FROM gridha.instances WHERE instance_id IN (pg_temp.p(), pg_temp.q())), 3,
-          '... and, still 3 below its share of 4, asks P and Q (6 each, 2 above) to shed 3');
-SELECT is((SELECT count(*) FROM gridha.next_batches(pg_temp.p(), 10)), 2::bigint,
-          'P sheds on its next call and hands out the heads of its 2 services with work');
-SELECT is((SELECT count(*) FROM gridha.service_claims c
-            WHERE c.claimant = pg_temp.p() AND c.in_flight), 2::bigint,
-          '... both still P''s: shedding never gives away a service with work');
--- each calls twice in turn: a request made in the first round (to
--- whichever was asked for what the other could not give) is met in the
--- second
-SELECT count(*) FROM gridha.next_batch(pg_temp.q()) \g /dev/null
-SELECT count(*) FROM gridha.next_batch(pg_temp.r()) \g /dev/null
-SELECT count(*) FROM gridha.next_batch(pg_temp.p()) \g /dev/null
-SELECT count(*) FROM gridha.next_batch(pg_temp.q()) \g /dev/null
-SELECT count(*) FROM gridha.next_batch(pg_temp.r()) \g /dev/null
+SELECT pg_sleep(1.05) \g /dev/null
+SELECT is((SELECT count(*) FROM gridha.next_batch(pg_temp.q())), 1::bigint,
+          'Q''s first poll a second later takes its work share from P and hands out its head');
+SELECT is((SELECT count(*) FROM gridha.next_batches(pg_temp.p(), 10)), 1::bigint,
+          'P hands out the head of the one service with work it kept');
 SELECT results_eq(
     $$SELECT pg_temp.held(pg_temp.p()), pg_temp.held(pg_temp.q()), pg_temp.held(pg_temp.r()),
              (SELECT count(*) FROM gridha.service_claims WHERE claimant IS NULL)$$,
-    $$VALUES (4::bigint, 4::bigint, 4::bigint, 0::bigint)$$,
-    'then 4, 4 and 4, none free');
-SELECT is((SELECT count(*) FROM gridha.service_claims c
-            WHERE c.claimant = pg_temp.p() AND c.in_flight), 2::bigint,
-          '... P still serves its 2 services with work');
+    $$VALUES (10::bigint, 1::bigint, 1::bigint, 0::bigint)$$,
+    'then P 10 (9 idle), Q 1, R 1, none free: only work moved');
+SELECT results_eq(
+    $$SELECT count(*) FILTER (WHERE claimant = pg_temp.p()), count(*) FILTER (WHERE claimant = pg_temp.q()),
+             count(*) FILTER (WHERE claimant = pg_temp.r())
+        FROM gridha.service_claims WHERE in_flight$$,
+    $$VALUES (1::bigint, 1::bigint, 1::bigint)$$,
+    '... each serves one service with work');
+
+-- P stops cleanly: its 9 idle claims go free (the one in flight stays its
+-- own until it is taken over). Free idle claims follow the count share:
+-- 12 services over the 2 live instances, 6 each.
+SELECT gridha.release_claims(pg_temp.p()) \g /dev/null
+SELECT is((SELECT count(*) FROM gridha.acquire_claims(pg_temp.q())), 5::bigint,
+          'Q takes free idle claims up to its count share of 6 (it held 1): 5');
+SELECT is((SELECT count(*) FROM gridha.acquire_claims(pg_temp.r())), 4::bigint,
+          'R takes the 4 left');
+SELECT results_eq(
+    $$SELECT pg_temp.held(pg_temp.p()), pg_temp.held(pg_temp.q()), pg_temp.held(pg_temp.r()),
+             (SELECT count(*) FROM gridha.service_claims WHERE claimant IS NULL)$$,
+    $$VALUES (1::bigint, 6::bigint, 5::bigint, 0::bigint)$$,
+    'P keeps its head in flight, Q 6, R 5, none free');
 
 -- W serves every kind, C only URL targets. W, alone, holds all 6 URL
 -- services, each with a batch ready; C joins and takes its work share, 3

@@ -5,8 +5,8 @@
 -- flight, from the busiest live instance while that one keeps at least two
 -- more than it (a move that would not even out the work is not made), at
 -- the next epoch, and hands a head out in the same call. Counts do not
--- hold work back, a claim in flight never moves, and handing back idle
--- claims never gives away work.
+-- hold work back, a claim in flight never moves, and idle claims stay
+-- where they are.
 --
 -- One transaction, rolled back. Each scenario has its own instances A and
 -- B (the ones before it hold nothing and have no lease: they are gone), and
@@ -98,8 +98,8 @@ SET LOCAL gridha.balance_claims = on;
 -- 8. Free services with work spread, whatever the counts: B holds 10 idle
 -- claims (e11..e20), A none, and 6 services with work (s3..s8) appear
 -- free. The count share (16 over 2) would let A take all 6; A's call takes
--- its work share, 3, those that waited longest; B, once it has handed back
--- what A asked of it, takes the other 3.
+-- its work share, 3, those that waited longest; B, above its count share
+-- of 8, takes the other 3 all the same: counts never hold work back.
 SELECT pg_temp.scenario('{}', '{e11,e12,e13,e14,e15,e16,e17,e18,e19,e20,s3,s4,s5,s6,s7,s8}',
                         '{e11,e12,e13,e14,e15,e16,e17,e18,e19,e20}', '{}');
 UPDATE gridha.service_claims SET claimant = NULL, epoch = 0 WHERE service_id LIKE 's%';
@@ -110,25 +110,24 @@ SELECT results_eq($$SELECT service_id, epoch FROM gridha.next_batch(pg_temp.a())
 SELECT results_eq($$SELECT service_id, holder FROM pg_temp.claims() WHERE service_id LIKE 's%'$$,
                   $$VALUES ('s3', 'A'), ('s4', 'A'), ('s5', 'A'), ('s6', NULL), ('s7', NULL), ('s8', NULL)$$,
                   '... 3 of the 6 (6 over 2 instances), those that waited longest, not all 6');
-SELECT is_empty($$SELECT * FROM gridha.next_batch(pg_temp.b())$$,
-                'B''s next call hands back the 2 idle claims A asked for (B held 10, its count share is 8)');
 SELECT results_eq($$SELECT service_id FROM gridha.next_batch(pg_temp.b())$$, $$VALUES ('s6')$$,
-                  'B''s call after that takes the other 3 and hands out the oldest');
+                  'B, above its count share with 10 idle claims, takes the other 3 and hands out the oldest');
 SELECT results_eq($$SELECT holder, count(*) FROM pg_temp.claims() WHERE service_id LIKE 's%' GROUP BY 1 ORDER BY 1$$,
                   $$VALUES ('A', 3::bigint), ('B', 3::bigint)$$, '... 3 services with work each');
+SELECT is((SELECT count(*) FROM pg_temp.claims() WHERE service_id LIKE 'e%' AND holder = 'B'), 10::bigint,
+          '... and B keeps its 10 idle claims: idle claims stay where they are');
 
--- 9. Handing back idle claims never gives away work: A holds 4 (s2, s3
--- with work, e1, e4 done), B 1 (e5): the count share is 2 to 3 and A is
--- asked to shed 3. It hands back e1 and e4, never s2 or s3.
+-- 9. An instance above its count share keeps its idle claims and its work:
+-- A holds 4 (s2, s3 with work, e1, e4 done), B 1 (e5); the count share is
+-- 2 to 3. A hands out s2 and hands nothing back.
 SELECT pg_temp.scenario('{e1,s2,s3,e4}', '{e5}', '{e1,e4,e5}', '{}');
-UPDATE gridha.instances SET shed = 3 WHERE instance_id = pg_temp.a();
 SELECT results_eq($$SELECT service_id FROM gridha.next_batch(pg_temp.a())$$, $$VALUES ('s2')$$,
-                  'A, asked to shed, still hands out s2');
+                  'A, above its count share, hands out s2');
 SELECT results_eq($$SELECT * FROM pg_temp.claims()$$,
-                  $$VALUES ('e1', NULL, 1::bigint, false), ('e4', NULL, 1::bigint, false),
+                  $$VALUES ('e1', 'A', 1::bigint, false), ('e4', 'A', 1::bigint, false),
                            ('e5', 'B', 1::bigint, false), ('s2', 'A', 1::bigint, true),
                            ('s3', 'A', 1::bigint, false)$$,
-                  '... it handed back its 2 idle claims, down to its floor of 2, and kept both with work');
+                  '... and keeps its 2 idle claims and both with work');
 
 SELECT * FROM finish();
 ROLLBACK;

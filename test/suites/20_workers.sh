@@ -338,9 +338,17 @@ check $? "dynamic: start_worker('dyn') returns a uuid ($DYN)"
 wait_until 15 sql_is dyn "SELECT label FROM gridha.workers WHERE instance_id = '$DYN'"
 check $? "dynamic: it appears in gridha.workers with label dyn"
 
-# With balance on, three live instances share the 20 services.
-wait_until 20 sql_is t "SELECT count(*) > 0 FROM gridha.service_claims WHERE claimant = '$DYN'"
-check $? "dynamic: the new worker takes its share of claims"
+# With balance on, three live instances share the work: the idle claims
+# stay with the two workers that hold them, and the new worker takes its
+# share of the services that get work (6 new ones, free, 20 batches each).
+wait_until 20 sql_is t "SELECT soft_expiry > now() FROM gridha.instances WHERE instance_id = '$DYN'"
+psql_db -c "SELECT gridha.enqueue(format('dy%s', s), format('dy%s-b%s', s, lpad(b::text, 2, '0')), '\x5a')
+            FROM generate_series(1, 20) b, generate_series(1, 6) s ORDER BY b, s" >/dev/null
+wait_until 30 sql_is 120 "SELECT count(*) FROM gridha.batches WHERE service_id ~ '^dy' AND status = 'committed'"
+sql_is t "SELECT count(DISTINCT instance_id) FILTER (WHERE instance_id = '$DYN') = 1
+             AND count(DISTINCT instance_id) FILTER (WHERE instance_id <> '$DYN') >= 1
+          FROM gridha.batches WHERE service_id ~ '^dy'"
+check $? "dynamic: the new worker takes its share of the new work, beside the others ($(psql_db -c "SELECT string_agg(n::text, '+') FROM (SELECT count(*) AS n FROM gridha.batches WHERE service_id ~ '^dy' GROUP BY instance_id ORDER BY 1) x") batches of 120 by instance)"
 
 sql_is t "SELECT gridha.stop_worker('$DYN')"
 check $? "dynamic: stop_worker of its id returns true"
@@ -547,19 +555,14 @@ CID=$(psql_db -c "SELECT gen_random_uuid()")
 CLIENT_PID=$!
 PIDS+=("$CLIENT_PID")
 
-# The workers release their surplus to the newcomer within a renew interval.
-client_holds_http() {
-	sql_is t "SELECT count(*) >= 2 FROM gridha.service_claims
-	          WHERE claimant = '$CID' AND target IN ('default', 'splinter')"
+# The client joins two workers that hold every idle service: it takes none
+# of their idle claims (they stay where they are), but its share of the
+# work: 8 new services, free, 10 batches each, shared by the three.
+client_live() {
+	sql_is t "SELECT soft_expiry > now() FROM gridha.instances WHERE instance_id = '$CID'"
 }
-if wait_until 30 client_holds_http; then
-	# Four services held by the client and four held by workers.
-	psql_db -c "SELECT service_id FROM (
-	                SELECT service_id, claimant = '$CID' AS mine,
-	                       row_number() OVER (PARTITION BY claimant = '$CID' ORDER BY service_id) AS n
-	                FROM gridha.service_claims
-	                WHERE target IN ('default', 'splinter') AND claimant IS NOT NULL) s
-	            WHERE n <= 4" >"$WORK/shared.txt"
+if wait_until 30 client_live; then
+	printf 'sh%s\n' 01 02 03 04 05 06 07 08 >"$WORK/shared.txt"
 	SHARED=$(sed "s/.*/'&'/" "$WORK/shared.txt" | paste -sd,)
 	psql_db >/dev/null <<EOF
 SELECT gridha.enqueue(s, format('sh-%s-b%s', s, lpad(b::text, 2, '0')), '\x5a')
@@ -598,7 +601,7 @@ EOF
 		done
 	fi
 else
-	not_ok "client: the client took claims from the workers"
+	not_ok "client: the client registered and took a lease"
 	tail -n 20 "$WORK/client.err" | diag
 fi
 kill -TERM "$CLIENT_PID" 2>/dev/null

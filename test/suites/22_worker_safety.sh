@@ -984,7 +984,7 @@ else
 	                   c.head_seq, c.ready_at IS NOT NULL AS ready, c.in_flight
 	            FROM gridha.service_claims c LEFT JOIN gridha.instances i ON i.instance_id = c.claimant
 	            WHERE c.service_id ~ '^c[uf]' ORDER BY 1" | diag
-	psql_db -c "SELECT kind, held, shed, serves, (SELECT count(*) FROM gridha.service_claims c
+	psql_db -c "SELECT kind, held, serves, (SELECT count(*) FROM gridha.service_claims c
 	                                              WHERE c.claimant = i.instance_id) AS claims
 	            FROM gridha.instances i WHERE soft_expiry > now()" | diag
 	psql_db -c "SELECT count(*) AS services FROM gridha.service_claims" | diag

@@ -15,8 +15,7 @@
 # submit them to the test ledger.
 #
 #   setup      the idle services exist; the workers register and hold every
-#              service, their shares within the count share's slack (a
-#              64th) of each other
+#              service
 #   renew      sampled every second: no worker's lease was renewed longer
 #              ago than twice gridha.renew_interval (its lease would run out
 #              at soft expiry, five intervals)
@@ -138,17 +137,16 @@ psql_db -c "INSERT INTO gridha.batches (service_id, batch_id, payload)
             SELECT 'act-' || lpad(i::text, 3, '0'), 'act-' || lpad(i::text, 3, '0') || '-000000'
               FROM generate_series(1, $ACTIVE) AS i ORDER BY i" >/dev/null
 TOTAL=$((IDLE + ACTIVE))
-# the count share leaves idle claims where they are within a 64th of the
-# share (claims.c, CLAIMS_COUNT_SLACK): two workers may be that far on
-# either side of it
-SLACK=$(( (TOTAL + 2) / 3 / 64 ))
+# idle claims stay where the workers first took them (the count share bounds
+# only what each takes while they are free): how evenly depends on the
+# order in which the workers came up, and is printed, not checked
 all_held() {
-	sql_is "3|$TOTAL|t" "SELECT count(*), sum(held), max(held) - min(held) <= 2 * $SLACK + 1 FROM gridha.instances
-	                     WHERE kind = 'worker' AND soft_expiry > now()"
+	sql_is "3|$TOTAL" "SELECT count(*), sum(held) FROM gridha.instances
+	                   WHERE kind = 'worker' AND soft_expiry > now()"
 }
 t0=$(date +%s)
 wait_until 120 all_held
-check $? "setup: the 3 workers hold all $TOTAL services, within 2 x $SLACK + 1 of each other ($(($(date +%s) - t0)) s)"
+check $? "setup: the 3 workers hold all $TOTAL services ($(($(date +%s) - t0)) s)"
 psql_db -c "SELECT label, held FROM gridha.instances WHERE kind = 'worker' ORDER BY label" | diag
 psql_db -c "INSERT INTO soak_epochs SELECT service_id, epoch FROM gridha.service_claims
             WHERE service_id LIKE 'idle-%'"
