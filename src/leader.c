@@ -329,6 +329,8 @@ gridha_coordination_define_gucs(void)
 							NULL, NULL, NULL);
 }
 
+static bool leader_trylock(text *role);
+
 /*
  * leader_lead: the term under which this instance leads the role now, or
  * -1 when another instance leads it.
@@ -361,7 +363,17 @@ leader_lead(Datum instance_id, text *role, bool force, bool nowait)
 		if (live && !mine)
 			return -1;
 		if (live && mine && !force && !due)
+		{
+			/*
+			 * Another session of this instance may be running the duty
+			 * right now (two submitter threads of one instance): without
+			 * the lock, both would write the same tick row, and the second
+			 * would wait for the first's transaction.
+			 */
+			if (nowait && !leader_trylock(role))
+				return -1;
 			return term;
+		}
 	}
 	else if (VARSIZE_ANY_EXHDR(role) > GRIDHA_MAX_ID_BYTES)
 		/* a new role (run_maintenance creates one too): ids are index keys */
@@ -371,21 +383,28 @@ leader_lead(Datum instance_id, text *role, bool force, bool nowait)
 				 errdetail("It has %d bytes; an id has at most %d.",
 						   (int) VARSIZE_ANY_EXHDR(role), GRIDHA_MAX_ID_BYTES)));
 
-	if (nowait)
-	{
-		Datum		role_arg[1];
-		bool		isnull;
-
-		role_arg[0] = PointerGetDatum(role);
-		gridha_exec(&leader_trylock_stmt, role_arg, NULL, false);
-		if (!DatumGetBool(gridha_col(0, 1, &isnull)) || isnull)
-			return -1;
-	}
+	if (nowait && !leader_trylock(role))
+		return -1;
 	args[2] = Int64GetDatum(t.soft_ms);
 	gridha_exec(&leader_take_stmt, args, NULL, false);
 	if (SPI_processed == 0)
 		return -1;
 	return gridha_col_int64(0, 1);
+}
+
+/*
+ * leader_trylock: the role's transaction-level lock (leader_trylock_stmt),
+ * taken without waiting; false when another transaction holds it.
+ */
+static bool
+leader_trylock(text *role)
+{
+	Datum		role_arg[1];
+	bool		isnull;
+
+	role_arg[0] = PointerGetDatum(role);
+	gridha_exec(&leader_trylock_stmt, role_arg, NULL, false);
+	return DatumGetBool(gridha_col(0, 1, &isnull)) && !isnull;
 }
 
 /*
