@@ -684,8 +684,8 @@ static struct
 
 /*
  * The instance-row writes of the call under way (the renewal, the counts
- * of claims moved, leases forgotten),
- * gathered as the cycle goes and made last, in gridha_claims_finish: see
+ * of claims moved, leases forgotten), gathered as the cycle goes and made
+ * last, in gridha_claims_finish: see
  * the lock order in the file header. Begun by every SQL function that
  * runs a cycle (gridha_claims_begin); in the memory context it was begun
  * in, which lasts until the finish.
@@ -772,8 +772,8 @@ gridha_claims_count_later(Datum instance_id, int32 delta)
  * gridha_claims_begin, the last writes of the cycle: first the rows it
  * must write, waiting for them, locked in id order (one statement when
  * there is only this instance's row); then, never waiting, the leases to
- * forget, each row skipped when another transaction holds it. Returns this instance's held count when its row
- * was written, -1 otherwise.
+ * forget, each row skipped when another transaction holds it. Returns
+ * this instance's held count when its row was written, -1 otherwise.
  */
 int
 gridha_claims_finish(void)
