@@ -811,6 +811,10 @@ BEGIN
 END
 $fk$;
 
+-- It runs as the extension's owner, as the key's cascade did: a role an
+-- administrator let delete sequence rows needs no right on id_windows.
+ALTER FUNCTION gridha.id_sequences_changed() SECURITY DEFINER;
+
 COMMENT ON FUNCTION gridha.id_sequences_changed() IS
 'trigger: rows of gridha.id_sequences deleted by hand take their windows with them and make every backend look its next_id names up again';
 

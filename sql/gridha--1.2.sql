@@ -1017,10 +1017,12 @@ CREATE TABLE gridha.id_windows (
 COMMENT ON TABLE gridha.id_windows IS
 'windows of ID sequences: ids [window_start, window_end), of which [next_id, window_end) are not reserved yet (open while next_id < window_end)';
 
+-- Runs as the extension's owner, as the foreign key's cascade did: a role
+-- an administrator let delete sequence rows needs no right on id_windows.
 CREATE FUNCTION gridha.id_sequences_changed()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'gridha_id_sequences_changed'
-LANGUAGE C
+LANGUAGE C SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.id_sequences_changed() IS

@@ -404,8 +404,9 @@ SELECT set_eq(
              ('gridha.report_statuses(uuid, gridha.status_report[])'),
              ('gridha.lead(uuid, text)'), ('gridha.resign_lead(uuid, text)'),
              ('gridha.prune_batches(integer)'),
-             ('gridha.batches_before_insert()'), ('gridha.targets_rate_changed()')$$,
-    'the SECURITY DEFINER functions are the API, the enqueue trigger and the rate-state trigger');
+             ('gridha.batches_before_insert()'), ('gridha.targets_rate_changed()'),
+             ('gridha.id_sequences_changed()')$$,
+    'the SECURITY DEFINER functions are the API, the enqueue trigger, the rate-state trigger and the trigger that removes the windows of deleted ID sequences');
 
 SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)
              FROM tap_grants g JOIN tap_objects o ON o.obj = g.obj AND o.kind = 'function'

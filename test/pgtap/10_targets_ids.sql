@@ -17,7 +17,7 @@
 --
 -- One transaction, rolled back.
 BEGIN;
-SELECT plan(38);
+SELECT plan(39);
 
 DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
@@ -204,10 +204,18 @@ SELECT is_empty(
     $$SELECT 1 FROM pg_catalog.pg_constraint
        WHERE conrelid = 'gridha.id_windows'::regclass AND contype = 'f'$$,
     'id_windows has no foreign key');
+-- by a role an administrator let delete sequence rows, and nothing more
+CREATE ROLE gridha_tap_seq_operator NOLOGIN;
+GRANT USAGE ON SCHEMA gridha TO gridha_tap_seq_operator;
+GRANT SELECT, DELETE ON gridha.id_sequences TO gridha_tap_seq_operator;
+SELECT ok(NOT has_table_privilege('gridha_tap_seq_operator', 'gridha.id_windows', 'SELECT, DELETE'),
+          'the operator role has no right on id_windows');
+SET LOCAL ROLE gridha_tap_seq_operator;
 DELETE FROM gridha.id_sequences WHERE name = 'win_a';
+RESET ROLE;
 SELECT is(
     (SELECT count(*)::int FROM gridha.id_windows WHERE name = 'win_a'), 0,
-    'deleting a sequence row by hand removes its windows');
+    'deleting a sequence row by hand removes its windows (the trigger runs as the owner)');
 SELECT is(
     (SELECT count(*)::int FROM gridha.id_windows WHERE name = 'win_b'), 2,
     'and leaves the windows of the other sequence');
