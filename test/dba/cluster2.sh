@@ -48,7 +48,7 @@ c2_init() {
 
 # --- second cluster of a gridha test (test/dba/cluster2.sh) ---
 port = $C2_PORT
-listen_addresses = '127.0.0.1'
+listen_addresses = ''
 unix_socket_directories = '$C2_DIR'
 fsync = off
 synchronous_commit = off
