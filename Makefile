@@ -133,6 +133,7 @@ bench:
 	bash test/bench/latency.sh
 	bash test/bench/scale.sh
 	bash test/bench/retention.sh
+	bash test/bench/metrics.sh
 
 # A minute of gridha at work: three workers, a test ledger, a takeover.
 demo:

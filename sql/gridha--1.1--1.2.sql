@@ -639,7 +639,11 @@ GRANT EXECUTE ON FUNCTION gridha.prune_batches(integer) TO gridha_admin;
 ALTER TABLE gridha.service_claims
     ADD COLUMN committed_total bigint NOT NULL DEFAULT 0,
     ADD COLUMN invalid_total bigint NOT NULL DEFAULT 0,
-    ADD COLUMN resubmitted_total bigint NOT NULL DEFAULT 0;
+    ADD COLUMN resubmitted_total bigint NOT NULL DEFAULT 0,
+    ADD COLUMN settled_seq bigint NOT NULL DEFAULT 0,
+    ADD COLUMN settled_committed bigint NOT NULL DEFAULT 0,
+    ADD COLUMN settled_invalid bigint NOT NULL DEFAULT 0,
+    ADD COLUMN settled_resubmitted bigint NOT NULL DEFAULT 0;
 
 COMMENT ON COLUMN gridha.service_claims.committed_total IS
 'batches of this service committed so far (a running total: pruned batches stay counted)';
@@ -647,6 +651,14 @@ COMMENT ON COLUMN gridha.service_claims.invalid_total IS
 'batches of this service found invalid so far (a running total)';
 COMMENT ON COLUMN gridha.service_claims.resubmitted_total IS
 'hand-outs of a batch that had been handed out before (after delayed, unknown or a takeover), so far';
+COMMENT ON COLUMN gridha.service_claims.settled_seq IS
+'tail_seq when the queue last ran dry: the batches enqueued up to it are counted in gridha.target_totals';
+COMMENT ON COLUMN gridha.service_claims.settled_committed IS
+'committed_total when the queue last ran dry (counted in gridha.target_totals)';
+COMMENT ON COLUMN gridha.service_claims.settled_invalid IS
+'invalid_total when the queue last ran dry (counted in gridha.target_totals)';
+COMMENT ON COLUMN gridha.service_claims.settled_resubmitted IS
+'resubmitted_total when the queue last ran dry (counted in gridha.target_totals)';
 
 -- The totals of an upgraded database start from the batches it kept.
 UPDATE gridha.service_claims c
@@ -701,35 +713,110 @@ COMMENT ON VIEW gridha.queue_progress IS
 'each service''s queue as producers may see it: its head batch, how many batches wait in each state, and how many were committed and found invalid so far (running totals; no claimant, no epoch, no payload)';
 
 /*
- * metrics: what a Prometheus scrape reads (docs/operations.md,
- * "Monitoring"). One row per target (scope 'target': gauges backlog,
- * oldest_ready_age_seconds, in_flight; counters *_total, summed over the
- * target's services) and one per instance that has a lease (scope
- * 'instance': gauges in_flight, claims_held, lease_remaining_seconds).
- * Columns that do not apply to a scope are NULL. It reads the services'
- * and instances' rows, never gridha.batches.
- */
-/*
  * Running totals no service's row carries, per target: claims taken over
  * from another instance and writes refused as stale (RG001). Each backend
  * adds to its own row (slot: its process number), so no writer ever waits
  * for another; a target's total is the sum of its rows (src/totals.c).
+ *
+ * The settled_* columns hold the services' own counters (enqueued,
+ * committed, invalid, resubmitted) up to the report that last emptied each
+ * one's queue: that report moves what its service counted since it last
+ * ran dry here, and marks it settled on the service's row (settled_seq and
+ * the others). A target's counter is then its settled sum plus, for the
+ * services with work only, their part not settled yet: gridha.metrics
+ * never reads an idle service.
  */
 CREATE TABLE gridha.target_totals (
     target               text NOT NULL,
     slot                 integer NOT NULL,
     claims_taken_over    bigint NOT NULL DEFAULT 0,
     stale_writes_refused bigint NOT NULL DEFAULT 0,
+    -- what the target's services counted until they last ran dry
+    settled_enqueued     bigint NOT NULL DEFAULT 0,
+    settled_committed    bigint NOT NULL DEFAULT 0,
+    settled_invalid      bigint NOT NULL DEFAULT 0,
+    settled_resubmitted  bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (target, slot)
 );
 
 COMMENT ON TABLE gridha.target_totals IS
-'running totals per target spread over one row per backend slot (their sum is the total): claims taken over from another instance, writes refused as stale; read through gridha.metrics';
+'running totals per target spread over one row per backend slot (their sum is the total): claims taken over from another instance, writes refused as stale, and the settled_* part of the services'' counters (what each counted until its queue last ran dry); read through gridha.metrics';
 
 REVOKE ALL ON gridha.target_totals FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('gridha.target_totals', '');
 
+-- The idle services of an upgraded database are settled now: their
+-- counters go into the targets' totals (slot 0) and are marked so on their
+-- rows; the services with work settle when their queue next runs dry.
+UPDATE gridha.service_claims
+   SET settled_seq = tail_seq, settled_committed = committed_total,
+       settled_invalid = invalid_total, settled_resubmitted = resubmitted_total
+ WHERE head_seq IS NULL;
+
+INSERT INTO gridha.target_totals
+       (target, slot, settled_enqueued, settled_committed, settled_invalid, settled_resubmitted)
+SELECT c.target, 0, sum(c.settled_seq), sum(c.settled_committed),
+       sum(c.settled_invalid), sum(c.settled_resubmitted)
+  FROM gridha.service_claims c
+ WHERE c.head_seq IS NULL
+ GROUP BY c.target;
+
+/*
+ * metrics: what a Prometheus scrape reads (docs/operations.md,
+ * "Monitoring"). One row per target (scope 'target': gauges backlog,
+ * oldest_ready_age_seconds, in_flight; counters *_total) and one per
+ * instance that has a lease (scope 'instance': gauges in_flight,
+ * claims_held, lease_remaining_seconds). Columns that do not apply to a
+ * scope are NULL.
+ *
+ * It reads no batch and no idle claim: what it costs follows the targets,
+ * the instances and the services with work, whatever the number of idle
+ * services. The services with work are found as the hand-out finds them:
+ * per claimant (the distinct claimants by a loose scan of the hand-out
+ * index, one descent each, and the free services) those with a head
+ * ready or waiting, through the hand-out index, and those with a head in
+ * flight, through the in-flight index. A counter is what the target's
+ * idle services had when they last ran dry (settled into
+ * gridha.target_totals by the report that emptied their queue) plus, for
+ * each service with work, what it counted since it last ran dry.
+ */
 CREATE VIEW gridha.metrics AS
+WITH RECURSIVE claimants(id) AS (
+    (SELECT c.claimant FROM gridha.service_claims c
+      WHERE c.claimant IS NOT NULL
+      ORDER BY c.claimant
+      LIMIT 1)
+    UNION ALL
+    SELECT (SELECT c.claimant FROM gridha.service_claims c
+             WHERE c.claimant > k.id
+             ORDER BY c.claimant
+             LIMIT 1)
+      FROM claimants k
+     WHERE k.id IS NOT NULL
+),
+busy AS (
+    SELECT w.* FROM claimants k
+    CROSS JOIN LATERAL (
+        SELECT c.target, c.head_seq, c.tail_seq, c.ready_at, c.in_flight,
+               c.tail_seq - c.settled_seq AS enqueued,
+               c.committed_total - c.settled_committed AS committed,
+               c.invalid_total - c.settled_invalid AS invalid,
+               c.resubmitted_total - c.settled_resubmitted AS resubmitted
+          FROM gridha.service_claims c
+         WHERE c.claimant = k.id AND c.ready_at IS NOT NULL) w
+    UNION ALL
+    SELECT c.target, c.head_seq, c.tail_seq, c.ready_at, c.in_flight,
+           c.tail_seq - c.settled_seq, c.committed_total - c.settled_committed,
+           c.invalid_total - c.settled_invalid, c.resubmitted_total - c.settled_resubmitted
+      FROM gridha.service_claims c
+     WHERE c.claimant IS NULL AND c.ready_at IS NOT NULL
+    UNION ALL
+    SELECT c.target, c.head_seq, c.tail_seq, c.ready_at, c.in_flight,
+           c.tail_seq - c.settled_seq, c.committed_total - c.settled_committed,
+           c.invalid_total - c.settled_invalid, c.resubmitted_total - c.settled_resubmitted
+      FROM gridha.service_claims c
+     WHERE c.in_flight AND c.ready_at IS NULL
+)
 SELECT 'target'::text AS scope,
        t.target,
        NULL::uuid AS instance_id,
@@ -739,26 +826,28 @@ SELECT 'target'::text AS scope,
        coalesce(s.in_flight, 0)::bigint AS in_flight,
        NULL::bigint AS claims_held,
        NULL::float8 AS lease_remaining_seconds,
-       coalesce(s.enqueued, 0)::bigint AS enqueued_total,
-       coalesce(s.committed, 0)::bigint AS committed_total,
-       coalesce(s.invalid, 0)::bigint AS invalid_total,
-       coalesce(s.resubmitted, 0)::bigint AS resubmitted_total,
+       (coalesce(x.enqueued, 0) + coalesce(s.enqueued, 0))::bigint AS enqueued_total,
+       (coalesce(x.committed, 0) + coalesce(s.committed, 0))::bigint AS committed_total,
+       (coalesce(x.invalid, 0) + coalesce(s.invalid, 0))::bigint AS invalid_total,
+       (coalesce(x.resubmitted, 0) + coalesce(s.resubmitted, 0))::bigint AS resubmitted_total,
        coalesce(x.taken_over, 0)::bigint AS claims_taken_over_total,
        coalesce(x.stale, 0)::bigint AS stale_writes_refused_total
 FROM gridha.targets t
 LEFT JOIN (
-    SELECT c.target,
-           sum(coalesce(c.tail_seq - c.head_seq + 1, 0)) AS backlog,
-           min(c.ready_at) FILTER (WHERE NOT c.in_flight) AS oldest_ready_at,
-           count(*) FILTER (WHERE c.in_flight) AS in_flight,
-           sum(c.tail_seq) AS enqueued,
-           sum(c.committed_total) AS committed,
-           sum(c.invalid_total) AS invalid,
-           sum(c.resubmitted_total) AS resubmitted
-      FROM gridha.service_claims c
-     GROUP BY c.target) s ON s.target = t.target
+    SELECT b.target,
+           sum(coalesce(b.tail_seq - b.head_seq + 1, 0)) AS backlog,
+           min(b.ready_at) FILTER (WHERE NOT b.in_flight) AS oldest_ready_at,
+           count(*) FILTER (WHERE b.in_flight) AS in_flight,
+           sum(b.enqueued) AS enqueued,
+           sum(b.committed) AS committed,
+           sum(b.invalid) AS invalid,
+           sum(b.resubmitted) AS resubmitted
+      FROM busy b
+     GROUP BY b.target) s ON s.target = t.target
 LEFT JOIN LATERAL (
-    SELECT sum(o.claims_taken_over) AS taken_over, sum(o.stale_writes_refused) AS stale
+    SELECT sum(o.claims_taken_over) AS taken_over, sum(o.stale_writes_refused) AS stale,
+           sum(o.settled_enqueued) AS enqueued, sum(o.settled_committed) AS committed,
+           sum(o.settled_invalid) AS invalid, sum(o.settled_resubmitted) AS resubmitted
       FROM gridha.target_totals o
      WHERE o.target = t.target) x ON true
 UNION ALL

@@ -93,6 +93,10 @@ static const struct
 	[CLAIM_COMMITTED_TOTAL] = {GRIDHA_CLAIMS, "committed_total"},
 	[CLAIM_INVALID_TOTAL] = {GRIDHA_CLAIMS, "invalid_total"},
 	[CLAIM_RESUBMITTED_TOTAL] = {GRIDHA_CLAIMS, "resubmitted_total"},
+	[CLAIM_SETTLED_SEQ] = {GRIDHA_CLAIMS, "settled_seq"},
+	[CLAIM_SETTLED_COMMITTED] = {GRIDHA_CLAIMS, "settled_committed"},
+	[CLAIM_SETTLED_INVALID] = {GRIDHA_CLAIMS, "settled_invalid"},
+	[CLAIM_SETTLED_RESUBMITTED] = {GRIDHA_CLAIMS, "settled_resubmitted"},
 };
 
 /*

@@ -86,6 +86,10 @@ typedef enum GridhaOptionalColumn
 	CLAIM_COMMITTED_TOTAL,		/* service_claims.committed_total (1.2) */
 	CLAIM_INVALID_TOTAL,		/* service_claims.invalid_total (1.2) */
 	CLAIM_RESUBMITTED_TOTAL,	/* service_claims.resubmitted_total (1.2) */
+	CLAIM_SETTLED_SEQ,			/* service_claims.settled_seq (1.2) */
+	CLAIM_SETTLED_COMMITTED,	/* service_claims.settled_committed (1.2) */
+	CLAIM_SETTLED_INVALID,		/* service_claims.settled_invalid (1.2) */
+	CLAIM_SETTLED_RESUBMITTED,	/* service_claims.settled_resubmitted (1.2) */
 	GRIDHA_NOPTIONAL
 } GridhaOptionalColumn;
 

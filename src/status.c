@@ -206,15 +206,74 @@ status_judge_batch(GridhaRows *rows, int64 epoch, ReportFrom from, int64 *seq, i
 }
 
 /*
+ * What a report that empties its service's queue settles into
+ * gridha.target_totals (see src/totals.c): the service's counters since it
+ * last ran dry, in GridhaTotal's order from GRIDHA_TOTAL_SETTLED_ENQUEUED
+ */
+#define STATUS_NSETTLED 4
+
+StaticAssertDecl(GRIDHA_TOTAL_SETTLED_RESUBMITTED == GRIDHA_TOTAL_SETTLED_ENQUEUED + STATUS_NSETTLED - 1,
+				 "the settled totals follow each other in GridhaTotal");
+
+typedef struct StatusSettle
+{
+	bool		due;			/* the report empties the queue (SQL 1.2 on) */
+	char	   *target;
+	int64		delta[STATUS_NSETTLED];
+} StatusSettle;
+
+/*
+ * status_judge_settle: when the report empties the queue, the service's
+ * counters as it leaves them (its enqueued one is tail_seq) marked settled
+ * on its row, and what they grew by since it last ran dry. Appends to claim.
+ */
+static void
+status_judge_settle(GridhaRows *rows, GridhaStatus new_status, GridhaColumn *claim,
+					int *nclaim, StatusSettle *settle)
+{
+	/* the first, enqueued, is tail_seq, a column of every version */
+	static const GridhaOptionalColumn totals[STATUS_NSETTLED] = {
+		GRIDHA_NOPTIONAL, CLAIM_COMMITTED_TOTAL, CLAIM_INVALID_TOTAL, CLAIM_RESUBMITTED_TOTAL
+	};
+	static const GridhaOptionalColumn settled[STATUS_NSETTLED] = {
+		CLAIM_SETTLED_SEQ, CLAIM_SETTLED_COMMITTED, CLAIM_SETTLED_INVALID,
+		CLAIM_SETTLED_RESUBMITTED
+	};
+	bool		isnull;
+	int			k;
+
+	if (gridha_rows_attno(rows, CLAIM_SETTLED_SEQ) == 0)
+		return;					/* SQL older than 1.2 */
+	for (k = 0; k < STATUS_NSETTLED; k++)
+	{
+		AttrNumber	from = k == 0 ? CLAIM_TAIL_SEQ : gridha_rows_attno(rows, totals[k]);
+		AttrNumber	to = gridha_rows_attno(rows, settled[k]);
+		Datum		d = gridha_rows_get(rows, GRIDHA_CLAIMS, from, &isnull);
+		int64		value = isnull ? 0 : DatumGetInt64(d);
+
+		if ((k == 1 && new_status == GRIDHA_COMMITTED) ||
+			(k == 2 && new_status == GRIDHA_INVALID))
+			value++;			/* this report's own */
+		d = gridha_rows_get(rows, GRIDHA_CLAIMS, to, &isnull);
+		settle->delta[k] = value - (isnull ? 0 : DatumGetInt64(d));
+		claim[(*nclaim)++] = (GridhaColumn) {to, Int64GetDatum(value), false};
+	}
+	settle->target = TextDatumGetCString(gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_TARGET, &isnull));
+	settle->due = true;
+}
+
+/*
  * status_judge_claim: whether the current claim row is this instance's at
  * this epoch with the batch (seq) as its head; fills claim (3 columns, 4
- * for a final status: its running total, SQL 1.2 on; *nclaim says) with
+ * for a final status: its running total, SQL 1.2 on, and 4 more when the
+ * report empties the queue, see status_judge_settle; *nclaim says) with
  * what the report makes of it: in flight, ready again (now, or after the
  * backoff), or moved on to the next batch.
  */
 static bool
 status_judge_claim(GridhaRows *rows, Datum instance_id, int64 epoch, int64 seq,
-				   int32 attempts, GridhaStatus new_status, GridhaColumn *claim, int *nclaim)
+				   int32 attempts, GridhaStatus new_status, GridhaColumn *claim, int *nclaim,
+				   StatusSettle *settle)
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	bool		final = GRIDHA_STATUS_IS_FINAL(new_status);
@@ -253,6 +312,9 @@ status_judge_claim(GridhaRows *rows, Datum instance_id, int64 epoch, int64 seq,
 			*nclaim = 4;
 		}
 	}
+	settle->due = false;
+	if (final && !more)
+		status_judge_settle(rows, new_status, claim, nclaim, settle);
 	return true;
 }
 
@@ -293,7 +355,8 @@ status_try(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 	int64		now_seq;
 	int32		attempts;
 	GridhaColumn batch[4];
-	GridhaColumn claim[4];
+	GridhaColumn claim[4 + STATUS_NSETTLED];
+	StatusSettle settle;
 	int			nclaim;
 	int			nbatch;
 
@@ -330,12 +393,22 @@ status_try(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 		goto nothing;
 	do
 	{
-		if (!status_judge_claim(&rows, instance_id, epoch, seq, attempts, new_status, claim, &nclaim))
+		if (!status_judge_claim(&rows, instance_id, epoch, seq, attempts, new_status, claim, &nclaim,
+								&settle))
 			goto nothing;
 		res = gridha_rows_update(&rows, GRIDHA_CLAIMS, claim, nclaim);
 	} while (res == GRIDHA_ROW_CHANGED);
 	if (res != GRIDHA_ROW_UPDATED)
 		goto nothing;
+	if (settle.due)
+	{
+		int			k;
+
+		/* written by status_report's flush, in this transaction */
+		for (k = 0; k < STATUS_NSETTLED; k++)
+			if (settle.delta[k] != 0)
+				gridha_totals_add(settle.target, GRIDHA_TOTAL_SETTLED_ENQUEUED + k, settle.delta[k]);
+	}
 
 	/* the claim is written: the batch must follow, or the report raises */
 	do

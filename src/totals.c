@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * totals.c
- *		Running totals that no claim or batch row carries: the claims an
- *		instance took over from another one, and the writes refused as
- *		stale (RG001), per target, in gridha.target_totals (1.2).
+ *		Running totals per target, in gridha.target_totals (1.2): those
+ *		that no claim or batch row carries (the claims an instance took
+ *		over from another one, the writes refused as stale, RG001), and the
+ *		services' own counters settled there when their queues run dry.
  *
  * Words:
  *   slot row   a row (target, slot) of gridha.target_totals: slot is the
@@ -13,10 +14,18 @@
  *              total is the sum of its rows (gridha.metrics)
  *   noted      counted in backend memory, not written yet
  *
- * A take over is noted when the take is made and written at the end of the
- * same call (gridha_totals_flush), in its transaction: if that rolls back,
- * so does the count, and a count noted by a call that failed before its
- * flush is forgotten at the (sub)transaction's abort. A stale write is
+ *   settled    a service's counters (enqueued, committed, invalid,
+ *              resubmitted) up to the report that last emptied its queue:
+ *              that report adds what the service counted since it last ran
+ *              dry to the settled_* columns here and marks it on the
+ *              service's row (src/status.c), so that gridha.metrics sums
+ *              these rows and the services with work, never the idle ones
+ *
+ * A take over is noted when the take is made, and a settlement when the
+ * report that empties a queue writes the service's row; both are written
+ * at the end of the same call (gridha_totals_flush), in its transaction:
+ * if that rolls back, so do they, and what a call noted that failed before
+ * its flush is forgotten at the (sub)transaction's abort. A stale write is
  * refused by raising RG001, which rolls its own transaction back: its
  * count is kept across that abort and written by this backend's next call
  * that flushes (an instance refused keeps calling: it polls again, or
@@ -57,18 +66,52 @@ static List *totals_entries = NIL;	/* of TotalsEntry *, in TopMemoryContext */
 static bool totals_callback_registered = false;
 static bool totals_any_noted = false;	/* some entry has a noted count */
 
-/* $1 targets, $2 slot, $3 taken over, $4 stale refused */
+/*
+ * $1 targets, $2 slot, then the amounts in GridhaTotal's order: $3 taken
+ * over, $4 stale refused, $5 to $8 settled enqueued, committed, invalid,
+ * resubmitted
+ */
 static GridhaStatement totals_write_stmt = {
 	"INSERT INTO gridha.target_totals AS t"
-	"       (target, slot, claims_taken_over, stale_writes_refused)"
-	" SELECT u.target, $2, u.taken, u.stale"
-	"   FROM unnest($1::text[], $3::int8[], $4::int8[]) AS u(target, taken, stale)"
+	"       (target, slot, claims_taken_over, stale_writes_refused, settled_enqueued,"
+	"        settled_committed, settled_invalid, settled_resubmitted)"
+	" SELECT u.target, $2, u.taken, u.stale, u.enq, u.com, u.inv, u.res"
+	"   FROM unnest($1::text[], $3::int8[], $4::int8[], $5::int8[], $6::int8[],"
+	"               $7::int8[], $8::int8[]) AS u(target, taken, stale, enq, com, inv, res)"
 	"  ORDER BY u.target COLLATE \"C\""
 	" ON CONFLICT (target, slot) DO UPDATE"
 	"   SET claims_taken_over = t.claims_taken_over + excluded.claims_taken_over,"
-	"       stale_writes_refused = t.stale_writes_refused + excluded.stale_writes_refused",
-	4, {TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8ARRAYOID}
+	"       stale_writes_refused = t.stale_writes_refused + excluded.stale_writes_refused,"
+	"       settled_enqueued = t.settled_enqueued + excluded.settled_enqueued,"
+	"       settled_committed = t.settled_committed + excluded.settled_committed,"
+	"       settled_invalid = t.settled_invalid + excluded.settled_invalid,"
+	"       settled_resubmitted = t.settled_resubmitted + excluded.settled_resubmitted",
+	8, {TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID,
+	INT8ARRAYOID, INT8ARRAYOID}
 };
+
+/* totals_clear_unwritten: forget what only a call's own flush may write */
+static void
+totals_clear_unwritten(TotalsEntry *e)
+{
+	int			k;
+
+	for (k = 0; k < GRIDHA_NTOTALS; k++)
+		if (k != GRIDHA_TOTAL_STALE_REFUSED)
+			e->noted[k] = 0;
+}
+
+/* totals_any: whether the entry has something noted */
+static bool
+totals_any(const TotalsEntry *e)
+{
+	int			k;
+
+	for (k = 0; k < GRIDHA_NTOTALS; k++)
+		if (e->noted[k] != 0)
+			return true;
+	return false;
+}
 
 /*
  * totals_xact_callback: at the end of the top transaction, the stale
@@ -91,7 +134,7 @@ totals_xact_callback(XactEvent event, void *arg)
 		if (abort)
 		{
 			e->noted[GRIDHA_TOTAL_STALE_REFUSED] += e->written_stale;
-			e->noted[GRIDHA_TOTAL_TAKEN_OVER] = 0;
+			totals_clear_unwritten(e);
 			if (e->noted[GRIDHA_TOTAL_STALE_REFUSED] > 0)
 				totals_any_noted = true;
 		}
@@ -108,7 +151,7 @@ totals_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	if (event != SUBXACT_EVENT_ABORT_SUB)
 		return;
 	foreach(lc, totals_entries)
-		((TotalsEntry *) lfirst(lc))->noted[GRIDHA_TOTAL_TAKEN_OVER] = 0;
+		totals_clear_unwritten((TotalsEntry *) lfirst(lc));
 }
 
 /*
@@ -117,6 +160,13 @@ totals_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  */
 void
 gridha_totals_note(const char *target, GridhaTotal which)
+{
+	gridha_totals_add(target, which, 1);
+}
+
+/* gridha_totals_add: n more of "which" for the target (see above) */
+void
+gridha_totals_add(const char *target, GridhaTotal which, int64 n)
 {
 	ListCell   *lc;
 	TotalsEntry *e = NULL;
@@ -144,7 +194,7 @@ gridha_totals_note(const char *target, GridhaTotal which)
 		totals_entries = lappend(totals_entries, e);
 		MemoryContextSwitchTo(old);
 	}
-	e->noted[which]++;
+	e->noted[which] += n;
 	totals_any_noted = true;
 }
 
@@ -165,19 +215,17 @@ gridha_totals_flush(void)
 {
 	ListCell   *lc;
 	Datum	   *targets;
-	Datum	   *taken;
-	Datum	   *stale;
-	Datum		args[4];
+	Datum	   *amounts[GRIDHA_NTOTALS];
+	Datum		args[2 + GRIDHA_NTOTALS];
 	int			n = 0;
+	int			k;
 	Oid			nsp;
 
 	if (!totals_any_noted)
 		return;
 	foreach(lc, totals_entries)
 	{
-		TotalsEntry *e = (TotalsEntry *) lfirst(lc);
-
-		if (e->noted[GRIDHA_TOTAL_TAKEN_OVER] > 0 || e->noted[GRIDHA_TOTAL_STALE_REFUSED] > 0)
+		if (totals_any((TotalsEntry *) lfirst(lc)))
 			n++;
 	}
 	totals_any_noted = false;
@@ -194,24 +242,25 @@ gridha_totals_flush(void)
 	}
 
 	targets = palloc(sizeof(Datum) * n);
-	taken = palloc(sizeof(Datum) * n);
-	stale = palloc(sizeof(Datum) * n);
+	for (k = 0; k < GRIDHA_NTOTALS; k++)
+		amounts[k] = palloc(sizeof(Datum) * n);
 	n = 0;
 	foreach(lc, totals_entries)
 	{
 		TotalsEntry *e = (TotalsEntry *) lfirst(lc);
 
-		if (e->noted[GRIDHA_TOTAL_TAKEN_OVER] == 0 && e->noted[GRIDHA_TOTAL_STALE_REFUSED] == 0)
+		if (!totals_any(e))
 			continue;
 		targets[n] = CStringGetTextDatum(e->target);
-		taken[n] = Int64GetDatum(e->noted[GRIDHA_TOTAL_TAKEN_OVER]);
-		stale[n] = Int64GetDatum(e->noted[GRIDHA_TOTAL_STALE_REFUSED]);
+		for (k = 0; k < GRIDHA_NTOTALS; k++)
+			amounts[k][n] = Int64GetDatum(e->noted[k]);
 		n++;
 	}
 	args[0] = PointerGetDatum(construct_array(targets, n, TEXTOID, -1, false, TYPALIGN_INT));
 	args[1] = Int32GetDatum(GRIDHA_MY_SLOT);
-	args[2] = PointerGetDatum(construct_array(taken, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	args[3] = PointerGetDatum(construct_array(stale, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	for (k = 0; k < GRIDHA_NTOTALS; k++)
+		args[2 + k] = PointerGetDatum(construct_array(amounts[k], n, INT8OID, 8, FLOAT8PASSBYVAL,
+													  TYPALIGN_DOUBLE));
 	gridha_exec(&totals_write_stmt, args, NULL, false);
 
 	foreach(lc, totals_entries)

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * totals.h
- *		Running totals no claim or batch row carries (claims taken over,
- *		stale writes refused), per target, in gridha.target_totals.
+ *		Running totals per target in gridha.target_totals: those no claim
+ *		or batch row carries (claims taken over, stale writes refused) and
+ *		the services' counters settled when their queues run dry.
  *
  *-------------------------------------------------------------------------
  */
@@ -15,10 +16,16 @@ typedef enum GridhaTotal
 {
 	GRIDHA_TOTAL_TAKEN_OVER,	/* a claim taken from another instance */
 	GRIDHA_TOTAL_STALE_REFUSED, /* a write refused as stale (RG001) */
+	/* a service's counters since it last ran dry, settled as it does again */
+	GRIDHA_TOTAL_SETTLED_ENQUEUED,
+	GRIDHA_TOTAL_SETTLED_COMMITTED,
+	GRIDHA_TOTAL_SETTLED_INVALID,
+	GRIDHA_TOTAL_SETTLED_RESUBMITTED,
 	GRIDHA_NTOTALS
 } GridhaTotal;
 
 extern void gridha_totals_note(const char *target, GridhaTotal which);
+extern void gridha_totals_add(const char *target, GridhaTotal which, int64 n);
 extern bool gridha_totals_noted(void);
 extern void gridha_totals_flush(void);
 

@@ -11,7 +11,10 @@
 # Both sides run as a PL/pgSQL procedure that commits after every step, as
 # make bench's clients do:
 #   gridha  next_batch -> report_submission('accepted') ->
-#           report_status('committed'), one instance, 64 services
+#           report_status('committed'), one instance, 64 services of
+#           1000 batches each (INSTR_DEPTH=1: 64,000 services of one batch,
+#           so that every report empties its queue and settles the
+#           service's counters, see src/status.c)
 #   bare    take (UPDATE ... FOR UPDATE SKIP LOCKED), mark accepted, mark
 #           done, on the same table as make bench's baseline
 # Each side runs twice from the same copy of the data directory, N1 and N2
@@ -32,13 +35,15 @@
 #
 # Environment (defaults in brackets): INSTR_N1 [100], INSTR_N2 [600],
 # INSTR_PORT [56360] (first port probed for the set-up cluster),
-# INSTR_BEFORE [none] (a commit to compare with).
+# INSTR_BEFORE [none] (a commit to compare with), INSTR_DEPTH [1000]
+# (batches per service; the services are 64,000 / INSTR_DEPTH).
 set -eu -o pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 N1=${INSTR_N1:-100}
 N2=${INSTR_N2:-600}
+DEPTH=${INSTR_DEPTH:-1000}
 export GRIDHA_BASE_PORT=${INSTR_PORT:-56360}
 DB=gridha_instr
 INSTANCE=00000000-0000-4000-8000-000000000001
@@ -118,7 +123,7 @@ gridha_psql -d "$DB" -o /dev/null <<SQL
 CREATE EXTENSION gridha;
 INSERT INTO gridha.batches (service_id, batch_id, payload)
 SELECT 's' || lpad(s::text, 5, '0'), 'b' || lpad(g::text, 9, '0'), decode(repeat('ab', 100), 'hex')
-  FROM generate_series(1, 64) s, generate_series(1, 1000) g
+  FROM generate_series(1, 64000 / $DEPTH) s, generate_series(1, $DEPTH) g
  ORDER BY 1, 2;
 
 \i $HERE/bare_schema.sql
@@ -194,7 +199,7 @@ per_cycle() {
 		'BEGIN { printf "%d %.0f\n", (t2 - t1) / n, 100 * (s2 - s1) / (t2 - t1) }'
 }
 
-gridha_log "instructions per batch (callgrind, one backend, $N1 and $N2 cycles), gridha $EXTVERSION of $PG_BINDIR"
+gridha_log "instructions per batch (callgrind, one backend, $N1 and $N2 cycles, $((64000 / DEPTH)) services of $DEPTH batches), gridha $EXTVERSION of $PG_BINDIR"
 read -r g gs < <(per_cycle gridha_cycles)
 read -r b bs < <(per_cycle bare_cycles)
 if [ -n "${INSTR_NESTED:-}" ]; then

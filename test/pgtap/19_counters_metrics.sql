@@ -15,10 +15,17 @@
 --   6. claims_taken_over_total counts claims taken from another instance
 --      (not free ones); stale_writes_refused_total counts writes refused
 --      with RG001, written by the refused instance's next call
+--   7. the report that empties a queue settles the service's counters into
+--      gridha.target_totals and marks them settled on its row; whatever the
+--      services did (run dry, get work again, run dry again), each counter
+--      of gridha.metrics equals the sum over the target's service rows
+--   8. a scrape reads no idle service: with 400 idle services, it fetches
+--      no more rows of service_claims than there are services with work
+--      and claimants, and scans it nowhere
 --
 -- One transaction, rolled back.
 BEGIN;
-SELECT plan(21);
+SELECT plan(32);
 
 \o /dev/null
 SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
@@ -142,6 +149,95 @@ SELECT results_eq($$SELECT count(*), sum(claims_taken_over), sum(stale_writes_re
                      FROM gridha.target_totals WHERE target = 'default'$$,
                   $$SELECT 1::bigint, count(*)::numeric, 1::numeric FROM taken$$,
                   'one backend wrote both, into its one slot row');
+
+-- 7. settled counters (8)
+CREATE FUNCTION pg_temp.sums(t text) RETURNS TABLE (enq numeric, com numeric, inv numeric, res numeric)
+LANGUAGE sql AS $$
+    SELECT sum(tail_seq), sum(committed_total), sum(invalid_total), sum(resubmitted_total)
+      FROM gridha.service_claims WHERE target = t
+$$;
+CREATE FUNCTION pg_temp.scraped(t text) RETURNS TABLE (enq numeric, com numeric, inv numeric, res numeric)
+LANGUAGE sql AS $$
+    SELECT enqueued_total::numeric, committed_total::numeric, invalid_total::numeric,
+           resubmitted_total::numeric
+      FROM gridha.metrics WHERE scope = 'target' AND target = t
+$$;
+-- N works service 's' (its own now): two batches, both final, the queue runs dry
+CREATE FUNCTION pg_temp.drain(svc text, outcome text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    LOOP
+        SELECT * INTO r FROM gridha.next_batches((SELECT n FROM ids_n), 100) x WHERE x.service_id = svc;
+        EXIT WHEN r.batch_id IS NULL;
+        IF outcome = 'rejected' THEN
+            PERFORM gridha.report_submission((SELECT n FROM ids_n), svc, r.batch_id, r.epoch, 'rejected');
+        ELSE
+            PERFORM gridha.report_status((SELECT n FROM ids_n), svc, r.batch_id, r.epoch, 'committed');
+        END IF;
+    END LOOP;
+END
+$$;
+SELECT gridha.enqueue('s', 's' || i, NULL) FROM generate_series(1, 2) AS i \g /dev/null
+SELECT results_eq($$SELECT * FROM pg_temp.scraped('default')$$, $$SELECT * FROM pg_temp.sums('default')$$,
+                  'before any queue ran dry, each counter is the sum over the service rows');
+SELECT pg_temp.drain('s', 'committed');
+SELECT results_eq($$SELECT head_seq, settled_seq, settled_committed, settled_invalid, settled_resubmitted
+                      FROM gridha.service_claims WHERE service_id = 's'$$,
+                  $$VALUES (NULL::bigint, 2::bigint, 2::bigint, 0::bigint, 0::bigint)$$,
+                  's ran dry: its row is marked settled at 2 enqueued, 2 committed');
+SELECT results_eq($$SELECT sum(settled_enqueued), sum(settled_committed), sum(settled_invalid)
+                      FROM gridha.target_totals WHERE target = 'default'$$,
+                  $$VALUES (2::numeric, 2::numeric, 0::numeric)$$,
+                  'the target''s totals hold what s counted until it ran dry');
+SELECT results_eq($$SELECT * FROM pg_temp.scraped('default')$$, $$SELECT * FROM pg_temp.sums('default')$$,
+                  'after s ran dry, each counter is still the sum over the service rows');
+-- s gets work again (one rejected), runs dry again
+SELECT gridha.enqueue('s', 's3', NULL) \g /dev/null
+SELECT results_eq($$SELECT * FROM pg_temp.scraped('default')$$, $$SELECT * FROM pg_temp.sums('default')$$,
+                  's with work again: its new batch counts, its settled past once');
+SELECT pg_temp.drain('s', 'rejected');
+SELECT results_eq($$SELECT settled_seq, settled_committed, settled_invalid FROM gridha.service_claims
+                     WHERE service_id = 's'$$,
+                  $$VALUES (3::bigint, 2::bigint, 1::bigint)$$,
+                  's ran dry again: settled at 3 enqueued, 2 committed, 1 invalid');
+SELECT results_eq($$SELECT * FROM pg_temp.scraped('default')$$, $$SELECT * FROM pg_temp.sums('default')$$,
+                  'after s ran dry twice, each counter is still the sum over the service rows');
+-- a target of its own: its counters are its services' only
+INSERT INTO gridha.targets (target, submit_url) VALUES ('other', 'http://127.0.0.1:9/{batch_id}');
+SELECT gridha.enqueue('o', 'o1', NULL, 'other') \g /dev/null
+SELECT pg_temp.drain('o', 'committed');
+SELECT results_eq($$SELECT * FROM pg_temp.scraped('other')$$, $$VALUES (1::numeric, 1::numeric, 0::numeric, 0::numeric)$$,
+                  'another target counts only its own services (1 enqueued, 1 committed)');
+
+-- 8. a scrape reads no idle service (3)
+SET LOCAL session_replication_role = replica;   -- rows as gridha leaves them, no triggers
+INSERT INTO gridha.service_claims (service_id, claimant, epoch, tail_seq, committed_total,
+                                   settled_seq, settled_committed)
+SELECT 'idle' || i, pg_temp.m(), 1, 3, 3, 3, 3 FROM generate_series(1, 400) AS i;
+RESET session_replication_role;
+-- what the reports that emptied their queues settled (another backend's slot)
+INSERT INTO gridha.target_totals (target, slot, settled_enqueued, settled_committed)
+VALUES ('default', 100000, 1200, 1200);
+ANALYZE gridha.service_claims;
+CREATE TEMP TABLE reads (fetched bigint, returned bigint, seqscans bigint);
+CREATE FUNCTION pg_temp.note_reads() RETURNS void LANGUAGE sql AS $$
+    INSERT INTO reads
+    SELECT pg_stat_get_xact_tuples_fetched('gridha.service_claims'::regclass),
+           pg_stat_get_xact_tuples_returned('gridha.service_claims'::regclass),
+           pg_stat_get_xact_numscans('gridha.service_claims'::regclass)
+$$;
+SELECT pg_temp.note_reads();
+SELECT * FROM gridha.metrics \g /dev/null
+SELECT pg_temp.note_reads();
+SELECT cmp_ok((SELECT max(fetched) - min(fetched) + max(returned) - min(returned) FROM reads),
+              '<=', (SELECT count(*) FROM gridha.service_claims WHERE head_seq IS NOT NULL)
+                    + 2 * (SELECT count(DISTINCT claimant) FROM gridha.service_claims) + 4,
+              'a scrape with 400 idle services reads only the rows of the services with work (and a few index descents)');
+SELECT is((SELECT max(seqscans) - min(seqscans) FROM reads), 0::bigint,
+          'a scrape scans service_claims nowhere');
+SELECT results_eq($$SELECT * FROM pg_temp.scraped('default')$$, $$SELECT * FROM pg_temp.sums('default')$$,
+                  'with the idle services (settled as gridha leaves them), each counter is the sum over the service rows');
 
 -- 5. no scan of gridha.batches (2)
 CREATE FUNCTION pg_temp.plan_of(q text) RETURNS text LANGUAGE plpgsql AS $$

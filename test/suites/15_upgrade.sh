@@ -30,7 +30,10 @@
 #               (the snapshot taken just before, in-flight batches
 #               included); every instance's held = its claims; every
 #               instance holding claims has a lease; gridha.claims shows
-#               every claim in the state it was in; the workers, now on
+#               every claim in the state it was in; the idle services'
+#               counters are settled into gridha.target_totals and each
+#               target's counters in gridha.metrics equal the sums over its
+#               services; the workers, now on
 #               1.1, commit the second wave in order and keep the counts.
 #               Then the cluster restarts without workers.
 #   e. schema   the extension's objects equal those of a fresh 1.1 install
@@ -44,7 +47,8 @@
 #   h. from 1.1 a database on 1.1, filled the same way, upgraded while a
 #               client cycles through it (next_batch, report accepted,
 #               report committed): its 40 batches committed in order,
-#               nothing else changed, the schema equal a fresh install's
+#               nothing else changed, gridha.metrics' counters equal the
+#               sums over the services, the schema equal a fresh install's
 #   g. locks    in a third 1.0 database: a transaction that reads
 #               gridha.instances, waits until the upgrade waits for a lock
 #               and then reads gridha.targets (which the upgrade changes
@@ -341,6 +345,20 @@ check_is "0|4" "upgrade: every instance holding claims has a lease (soft and har
 	        || '|' || count(*) FILTER (WHERE held > 0 AND kind = 'external')
 	   FROM gridha.instances"
 
+# METRICS_SQL: whether some idle service was settled, and how many targets'
+# counters in gridha.metrics differ from the sums over their service rows
+# (what they were before the settled totals): "true|0"
+METRICS_SQL="SELECT (SELECT coalesce(sum(settled_committed), 0) > 0 FROM gridha.target_totals) || '|' || count(*)
+   FROM gridha.metrics m
+   JOIN (SELECT target, sum(tail_seq) AS e, sum(committed_total) AS c, sum(invalid_total) AS i,
+                sum(resubmitted_total) AS r
+           FROM gridha.service_claims GROUP BY target) s USING (target)
+  WHERE m.scope = 'target'
+    AND (m.enqueued_total, m.committed_total, m.invalid_total, m.resubmitted_total)
+        IS DISTINCT FROM (s.e, s.c, s.i, s.r)"
+check_is "true|0" "upgrade: the idle services' counters are settled into target_totals, and each target's counters in gridha.metrics equal the sums over its services" \
+	"$METRICS_SQL"
+
 wait_until 60 sql_is 32 "SELECT count(*) FROM gridha.batches WHERE service_id LIKE 'w-%' AND status = 'committed'"
 check $? "$DEFAULT_VERSION after the upgrade: the workers commit the second wave (32 batches of the ledger's target committed)"
 order_kept wave2
@@ -573,6 +591,8 @@ check $? "from 1.1: extversion is $DEFAULT_VERSION"
 sql_is_in "$H" "0" "SELECT count(*) FROM (SELECT seq, row_number() OVER (ORDER BY finished_at, seq) AS r
                      FROM gridha.batches WHERE service_id = 'h-live') x WHERE seq <> r"
 check $? "from 1.1: ... in enqueue order"
+sql_is_in "$H" "true|0" "$METRICS_SQL"
+check $? "from 1.1: the idle services' counters are settled, and gridha.metrics' counters equal the sums over the services (the live one's queue ran dry on 1.2)"
 SKIP_H="^(h-live|$L\$)"
 changed=$(psql_h -c "SELECT change, kind, key, was_val, now_val FROM upgrade_scratch.changed('pre11', NULL, '$SKIP_H')
                      WHERE kind <> 'count' LIMIT 40" 2>&1)
@@ -678,6 +698,6 @@ fi
 # The plan, printed last as it depends on the inputs: 54 checks, one per
 # test of the Makefile's REGRESS, one per test/pgtap file.
 n_pgtap=$(compgen -G "$REPO/test/pgtap/*.sql" | wc -l)
-plan $((54 + ${#regress_tests[@]} + n_pgtap))
+plan $((56 + ${#regress_tests[@]} + n_pgtap))
 
 [ "$FAILED" -eq 0 ]
