@@ -45,7 +45,9 @@ RESULTS=$OUT/results.tsv
 deadline=0
 [ "$MINUTES" -gt 0 ] && deadline=$((SECONDS + MINUTES * 60))
 
-echo "# test/repeat.sh: $* , $TIMES times each${MINUTES:+ (at most $MINUTES min)}; logs in $OUT"
+limit=
+[ "$MINUTES" -gt 0 ] && limit=" (at most $MINUTES min)"
+echo "# test/repeat.sh: $*: $TIMES times each$limit; logs in $OUT"
 for ((run = 1; run <= TIMES; run++)); do
 	if [ "$deadline" -gt 0 ] && [ "$SECONDS" -ge "$deadline" ]; then
 		echo "# the time limit ended the repeats before round $run"

@@ -158,6 +158,11 @@ SETTINGS=(shared_preload_libraries=gridha max_worker_processes=24
 	gridha.submit_timeout=2000 gridha.monitor_interval=250
 	gridha.soft_expiry="$SOFT" gridha.hard_expiry="$HARD" gridha.renew_interval=1s
 	log_min_messages=warning)
+# The single topology's restarts start the server again on its port, which
+# some program's outgoing connection may hold by then: it listens on its
+# socket only, through which every connection goes (the replica topology
+# does the same, test/ha/topology.py; Patroni's nodes need TCP).
+[ "$TOPOLOGY" = single ] && SETTINGS+=(listen_addresses=)
 
 topo_opt=()
 if [ "$TOPOLOGY" = single ]; then

@@ -74,8 +74,13 @@ import urllib.request
 # gridha.* settings and the rest run.sh passes): what streaming replication
 # and pg_rewind need. fsync stays off as in test/lib.sh: the faults kill
 # processes, never the machine, so the page cache keeps what was written.
+#
+# The nodes listen on their sockets only: every connection here goes through
+# them, and a node restarted minutes after its port was chosen could find
+# that port taken on 127.0.0.1 by some program's outgoing connection (an
+# ephemeral port) and not start.
 REPLICA_BASE = [
-    ("listen_addresses", "127.0.0.1"),
+    ("listen_addresses", ""),
     ("log_line_prefix", "%m [%p] %q%a "),
     ("fsync", "off"),
     ("full_page_writes", "on"),          # pg_rewind needs it
