@@ -61,7 +61,7 @@
 #include "utils/syscache.h"
 
 static const char *const rows_tables[GRIDHA_NTABLES] = {
-	"service_claims", "batches", "instances"
+	"service_claims", "batches", "instances", "target_totals"
 };
 
 /* The column names the attribute numbers of rows.h stand for */
@@ -77,6 +77,10 @@ static const char *const rows_batch_columns[] = {
 static const char *const rows_instance_columns[] = {
 	NULL, "instance_id", "label", "kind", "registered_at", "last_seen_at",
 	"stopped_at", "session_key"
+};
+static const char *const rows_totals_columns[] = {
+	NULL, "target", "slot", "claims_taken_over", "stale_writes_refused",
+	"settled_enqueued", "settled_committed", "settled_invalid", "settled_resubmitted"
 };
 
 /* The optional columns of rows.h: their table and name */
@@ -126,7 +130,8 @@ static const RowsKeyDef rows_keys[GRIDHA_NKEYS] = {
 	{GRIDHA_CLAIMS, 1, {CLAIM_SERVICE_ID}},
 	{GRIDHA_BATCHES, 2, {BATCH_SERVICE_ID, BATCH_BATCH_ID}},
 	{GRIDHA_BATCHES, 2, {BATCH_SERVICE_ID, BATCH_SEQ}},
-	{GRIDHA_INSTANCES, 1, {INSTANCE_ID}}
+	{GRIDHA_INSTANCES, 1, {INSTANCE_ID}},
+	{GRIDHA_TOTALS, 2, {TOTALS_TARGET, TOTALS_SLOT}}
 };
 
 /* gridha.batch_status's labels and, once looked up, their OIDs */
@@ -159,9 +164,13 @@ rows_check_columns(Relation rel, GridhaTable table)
 			names = rows_batch_columns;
 			n = lengthof(rows_batch_columns);
 			break;
-		default:
+		case GRIDHA_INSTANCES:
 			names = rows_instance_columns;
 			n = lengthof(rows_instance_columns);
+			break;
+		default:
+			names = rows_totals_columns;
+			n = lengthof(rows_totals_columns);
 			break;
 	}
 	for (i = 1; i < n; i++)

@@ -23,6 +23,7 @@ typedef enum GridhaTable
 	GRIDHA_CLAIMS,				/* gridha.service_claims */
 	GRIDHA_BATCHES,				/* gridha.batches */
 	GRIDHA_INSTANCES,			/* gridha.instances */
+	GRIDHA_TOTALS,				/* gridha.target_totals (1.2) */
 	GRIDHA_NTABLES
 } GridhaTable;
 
@@ -33,6 +34,7 @@ typedef enum GridhaKey
 	GRIDHA_KEY_BATCH_ID,		/* batches (service_id, batch_id) */
 	GRIDHA_KEY_BATCH_SEQ,		/* batches (service_id, seq) */
 	GRIDHA_KEY_INSTANCE,		/* instances (instance_id) */
+	GRIDHA_KEY_TOTALS,			/* target_totals (target, slot) */
 	GRIDHA_NKEYS
 } GridhaKey;
 
@@ -70,6 +72,10 @@ typedef enum GridhaKey
 #define INSTANCE_KIND		3
 #define INSTANCE_LAST_SEEN_AT	5
 #define INSTANCE_SESSION_KEY	7
+
+#define TOTALS_TARGET		1
+#define TOTALS_SLOT			2
+#define TOTALS_SETTLED_ENQUEUED	5	/* then committed, invalid, resubmitted */
 
 /*
  * Columns added after gridha 1.0, found by name when a table is opened

@@ -45,6 +45,7 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
 #include "gridha.h"
 #include "instances.h"
 #include "rows.h"
@@ -319,6 +320,44 @@ status_judge_claim(GridhaRows *rows, Datum instance_id, int64 epoch, int64 seq,
 }
 
 /*
+ * status_write_settle: adds what the report settles to this backend's row
+ * of the service's target in gridha.target_totals, in the report's own
+ * command (see src/totals.c); a row not there yet is made by
+ * status_report's flush, in this transaction too.
+ */
+static void
+status_write_settle(GridhaRows *rows, const StatusSettle *settle)
+{
+	Datum		key[2];
+	GridhaColumn cols[STATUS_NSETTLED];
+	GridhaUpdateResult res = GRIDHA_ROW_DELETED;
+	bool		isnull;
+	int			k;
+
+	key[0] = CStringGetTextDatum(settle->target);
+	key[1] = Int32GetDatum(GRIDHA_MY_SLOT);
+	if (gridha_rows_fetch(rows, GRIDHA_KEY_TOTALS, key))
+	{
+		do
+		{
+			for (k = 0; k < STATUS_NSETTLED; k++)
+			{
+				Datum		d = gridha_rows_get(rows, GRIDHA_TOTALS, TOTALS_SETTLED_ENQUEUED + k, &isnull);
+
+				cols[k] = (GridhaColumn) {TOTALS_SETTLED_ENQUEUED + k,
+					Int64GetDatum((isnull ? 0 : DatumGetInt64(d)) + settle->delta[k]), false};
+			}
+			res = gridha_rows_update(rows, GRIDHA_TOTALS, cols, STATUS_NSETTLED);
+		} while (res == GRIDHA_ROW_CHANGED);
+	}
+	if (res == GRIDHA_ROW_UPDATED)
+		return;
+	for (k = 0; k < STATUS_NSETTLED; k++)
+		if (settle->delta[k] != 0)
+			gridha_totals_add(settle->target, GRIDHA_TOTAL_SETTLED_ENQUEUED + k, settle->delta[k]);
+}
+
+/*
  * status_judge_handout: whether the current batch row is submitting under
  * this instance's hand-out at this epoch (not revoked since).
  */
@@ -356,7 +395,7 @@ status_try(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 	int32		attempts;
 	GridhaColumn batch[4];
 	GridhaColumn claim[4 + STATUS_NSETTLED];
-	StatusSettle settle;
+	StatusSettle settle = {0};
 	int			nclaim;
 	int			nbatch;
 
@@ -400,15 +439,6 @@ status_try(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 	} while (res == GRIDHA_ROW_CHANGED);
 	if (res != GRIDHA_ROW_UPDATED)
 		goto nothing;
-	if (settle.due)
-	{
-		int			k;
-
-		/* written by status_report's flush, in this transaction */
-		for (k = 0; k < STATUS_NSETTLED; k++)
-			if (settle.delta[k] != 0)
-				gridha_totals_add(settle.target, GRIDHA_TOTAL_SETTLED_ENQUEUED + k, settle.delta[k]);
-	}
 
 	/* the claim is written: the batch must follow, or the report raises */
 	do
@@ -433,6 +463,8 @@ status_try(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 	if (res != GRIDHA_ROW_UPDATED)
 		elog(ERROR, "gridha: batch \"%s\" of service \"%s\" was deleted while in flight",
 			 text_to_cstring(batch_id), text_to_cstring(service_id));
+	if (settle.due)
+		status_write_settle(&rows, &settle);
 	gridha_rows_end(&rows);
 	return true;
 
