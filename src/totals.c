@@ -21,11 +21,13 @@
  *              service's row (src/status.c), so that gridha.metrics sums
  *              these rows and the services with work, never the idle ones
  *
- * A take over is noted when the take is made, and a settlement when the
- * report that empties a queue writes the service's row; both are written
- * at the end of the same call (gridha_totals_flush), in its transaction:
- * if that rolls back, so do they, and what a call noted that failed before
- * its flush is forgotten at the (sub)transaction's abort. A stale write is
+ * A settlement is written by the report itself, into the backend's row of
+ * the target, in the same command as the service's row (src/status.c);
+ * only when that row is not there yet is it noted here. A take over, and
+ * a settlement noted, are written at the end of the same call
+ * (gridha_totals_flush), in its transaction: if that rolls back, so do
+ * they, and what a call noted that failed before its flush is forgotten
+ * at the (sub)transaction's abort. A stale write is
  * refused by raising RG001, which rolls its own transaction back: its
  * count is kept across that abort and written by this backend's next call
  * that flushes (an instance refused keeps calling: it polls again, or
