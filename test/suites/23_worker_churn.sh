@@ -15,8 +15,10 @@
 #
 # Words: "churn" is the terminating and topping up of workers (a dynamic
 # worker is started whenever fewer than 4 run; 3 static ones come back by
-# themselves); "producer" is one psql statement every 0.2 s enqueueing 100
-# batches over 200 services, in an order that is not the services'.
+# themselves), for CHURN_SECONDS and until CHURN_SECONDS * 2 terminations;
+# "producer" is one psql statement every 0.2 s enqueueing 100 batches over
+# 200 services, in an order that is not the services', while the churn
+# lasts.
 #
 # Works in a database of its own (gridha_churn_test) with the test ledger
 # (5 ms latency, commits 0.1 s after accepting); restarts the cluster with
@@ -76,11 +78,12 @@ check $? "churn: three workers serve $DB"
 
 mark=$(wc -l <"$GRIDHA_PGLOG")
 
-# the producer: batch ids are unique (the ledger takes them to be)
+# the producer, until the churn ends: batch ids are unique (the ledger
+# takes them to be)
 (
-	end=$((SECONDS + CHURN_SECONDS))
+	cap=$((SECONDS + CHURN_SECONDS * 4 + 30))
 	n=0
-	while [ "$SECONDS" -lt "$end" ]; do
+	while [ ! -e "$WORK/churn.done" ] && [ "$SECONDS" -lt "$cap" ]; do
 		n=$((n + 1))
 		psql_db -c "SELECT count(gridha.enqueue('churn-' || (i * 7 % 200), 'b' || $n || '.' || i, '\\x00'))
 		            FROM generate_series(1, 100) AS i" >/dev/null 2>&1
@@ -90,10 +93,17 @@ mark=$(wc -l <"$GRIDHA_PGLOG")
 producer=$!
 PIDS+=("$producer")
 
-# the churn
+# the churn: for CHURN_SECONDS and until workers were terminated twice a
+# second's worth (CHURN_SECONDS * 2 times), at most 4 times as long. The
+# number of terminations, not the time they take, is what the suite
+# promises: on a loaded machine each psql call of the loop takes longer
+# (run 8 of 9 under a load of 8 on 2 cores terminated only 51 in 30 s).
+start=$SECONDS
 end=$((SECONDS + CHURN_SECONDS))
+cap=$((SECONDS + CHURN_SECONDS * 4))
+want=$((CHURN_SECONDS * 2))
 kills=0
-while [ "$SECONDS" -lt "$end" ]; do
+while [ "$SECONDS" -lt "$end" ] || { [ "$kills" -lt "$want" ] && [ "$SECONDS" -lt "$cap" ]; }; do
 	psql_db -c "SELECT pg_terminate_backend(pid) FROM gridha.workers
 	            WHERE pid IS NOT NULL ORDER BY random() LIMIT 1" 2>/dev/null | grep -q t &&
 		kills=$((kills + 1))
@@ -101,10 +111,11 @@ while [ "$SECONDS" -lt "$end" ]; do
 	             WHERE (SELECT count(*) FROM gridha.workers) < 4" >/dev/null 2>&1
 	sleep "0.$((RANDOM % 3 + 1))"
 done
+touch "$WORK/churn.done"
 wait "$producer"
 
-[ "$kills" -ge $((CHURN_SECONDS * 2)) ]
-check $? "churn: workers terminated $kills times in ${CHURN_SECONDS}s (2 a second or more)"
+[ "$kills" -ge "$want" ]
+check $? "churn: workers terminated $kills times in $((SECONDS - start)) s (at least $want, over at least ${CHURN_SECONDS} s)"
 
 n_crash=$(tail -n +"$((mark + 1))" "$GRIDHA_PGLOG" | grep -c 'terminated by signal')
 [ "$n_crash" -eq 0 ]
