@@ -1160,6 +1160,40 @@ CREATE TRIGGER targets_rate_changed
     EXECUTE FUNCTION gridha.targets_rate_changed();
 
 /*
+ * targets_renaming: a statement that renames targets (UPDATE OF target; the
+ * new name cascades to the services' rows and the rate state) first waits
+ * for every transaction writing gridha.service_claims to end, and holds
+ * new ones off until it commits. Without it, the cascade locked the
+ * services' rows in its own order while a hand-out held some of them and
+ * waited for the target's rate-state row the cascade had taken: one of the
+ * two ended with 40P01 (found by the fuzz suite). Every hand-out and
+ * report writes service_claims before any other row of a target, so a
+ * rename that holds it first closes that cycle. Renames are rare; while one
+ * runs, hand-outs, reports and enqueues of every target wait for it.
+ */
+CREATE FUNCTION gridha.targets_renaming()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    LOCK TABLE gridha.service_claims IN SHARE ROW EXCLUSIVE MODE;
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.targets_renaming() IS
+'trigger: a statement that may rename targets first takes gridha.service_claims in SHARE ROW EXCLUSIVE mode, so that its cascade to the services never deadlocks with a hand-out';
+
+REVOKE ALL ON FUNCTION gridha.targets_renaming() FROM PUBLIC;
+
+CREATE TRIGGER targets_renaming
+    BEFORE UPDATE OF target ON gridha.targets
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION gridha.targets_renaming();
+
+/*
  * targets_rate_inval: a hand-out takes the rate-limited path only while
  * some target is limited, which each backend remembers; every change of
  * gridha.targets makes it ask again once the change commits.
