@@ -383,7 +383,7 @@ status_judge_handout(GridhaRows *rows, Datum instance_id, int64 epoch)
  */
 static bool
 status_try(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
-		   GridhaStatus new_status, text *detail, ReportFrom from)
+		   GridhaStatus new_status, text *detail, ReportFrom from, StatusSettle *defer)
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	bool		final = GRIDHA_STATUS_IS_FINAL(new_status);
@@ -463,7 +463,9 @@ status_try(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 	if (res != GRIDHA_ROW_UPDATED)
 		elog(ERROR, "gridha: batch \"%s\" of service \"%s\" was deleted while in flight",
 			 text_to_cstring(batch_id), text_to_cstring(service_id));
-	if (settle.due)
+	if (settle.due && defer != NULL)
+		*defer = settle;
+	else if (settle.due)
 		status_write_settle(&rows, &settle);
 	gridha_rows_end(&rows);
 	return true;
@@ -474,19 +476,75 @@ nothing:
 }
 
 /*
+ * status_settle_add: adds a settlement to those of a call, one entry per
+ * target (in the caller's memory context).
+ */
+static List *
+status_settle_add(List *settled, const StatusSettle *settle)
+{
+	ListCell   *lc;
+	StatusSettle *e;
+	int			k;
+
+	foreach(lc, settled)
+	{
+		e = (StatusSettle *) lfirst(lc);
+		if (strcmp(e->target, settle->target) == 0)
+		{
+			for (k = 0; k < STATUS_NSETTLED; k++)
+				e->delta[k] += settle->delta[k];
+			return settled;
+		}
+	}
+	e = palloc(sizeof(StatusSettle));
+	*e = *settle;
+	e->target = pstrdup(settle->target);
+	return lappend(settled, e);
+}
+
+/*
+ * status_settle_write: writes the settlements of a call of many reports,
+ * one row per target, once all of them ran: each report's own write would
+ * rewrite the same row once per queue run dry, and a transaction that
+ * rewrites a row n times makes each rewrite read the n versions before it.
+ */
+static void
+status_settle_write(List *settled)
+{
+	ListCell   *lc;
+	int			k;
+
+	if (settled == NIL)
+		return;
+	foreach(lc, settled)
+	{
+		StatusSettle *e = (StatusSettle *) lfirst(lc);
+
+		for (k = 0; k < STATUS_NSETTLED; k++)
+			if (e->delta[k] != 0)
+				gridha_totals_add(e->target, GRIDHA_TOTAL_SETTLED_ENQUEUED + k, e->delta[k]);
+	}
+	SPI_connect();
+	gridha_totals_flush();
+	SPI_finish();
+}
+
+/*
  * status_report: moves the batch to new_status if this instance holds the
  * service at this epoch and the batch is its head in one of the "from"
  * statuses; raises RG001/RG002/RG003 otherwise. Returns the new status.
+ * With defer, a settlement (the report empties the queue) is handed back
+ * instead of written (see status_report_rows).
  */
 static Datum
 status_report(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
-			  GridhaStatus new_status, text *detail, ReportFrom from)
+			  GridhaStatus new_status, text *detail, ReportFrom from, StatusSettle *defer)
 {
 	int			attempt;
 
 	for (attempt = 0; attempt < 2; attempt++)
 	{
-		if (status_try(instance_id, service_id, batch_id, epoch, new_status, detail, from))
+		if (status_try(instance_id, service_id, batch_id, epoch, new_status, detail, from, defer))
 		{
 			if (gridha_totals_noted())
 			{
@@ -608,7 +666,7 @@ status_report_submission(FunctionCallInfo fcinfo, bool is_enum)
 	new_status = status_of_outcome(status_word(fcinfo, 4, is_enum), PG_ARGISNULL(4));
 	(void) gridha_instance_check(instance_id);
 	PG_RETURN_DATUM(status_report(instance_id, service_id, batch_id, epoch, new_status,
-								  detail, FROM_SUBMITTING));
+								  detail, FROM_SUBMITTING, NULL));
 }
 
 /*
@@ -633,7 +691,7 @@ status_report_status(FunctionCallInfo fcinfo, bool is_enum)
 	new_status = status_of_ledger_word(status_word(fcinfo, 4, is_enum), PG_ARGISNULL(4));
 	(void) gridha_instance_check(instance_id);
 	PG_RETURN_DATUM(status_report(instance_id, service_id, batch_id, epoch, new_status,
-								  NULL, FROM_IN_FLIGHT));
+								  NULL, FROM_IN_FLIGHT, NULL));
 }
 
 PG_FUNCTION_INFO_V1(gridha_report_submission);
@@ -840,8 +898,9 @@ status_report_rows(FunctionCallInfo fcinfo, Datum instance_id, StatusMany *mp, b
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	StatusMany	m = *mp;
 	StatusResult *volatile results = NULL;
+	List	   *volatile settled = NIL;
 	int		   *order;
-	int			i;
+	volatile int i;				/* read after the catch */
 	int			k;
 
 	(void) gridha_instance_check(instance_id);
@@ -876,6 +935,7 @@ status_report_rows(FunctionCallInfo fcinfo, Datum instance_id, StatusMany *mp, b
 			int64		epoch = gridha_check_epoch(m.epochs[i], m.epochs_null[i]);
 			text	   *detail = NULL;
 			GridhaStatus new_status;
+			StatusSettle settle;
 
 			if (submissions)
 				new_status = status_of_outcome(m.words[i], m.words_null[i]);
@@ -884,12 +944,16 @@ status_report_rows(FunctionCallInfo fcinfo, Datum instance_id, StatusMany *mp, b
 			if (m.details != NULL && !m.details_null[i] &&
 				VARSIZE_ANY_EXHDR(DatumGetTextPP(m.details[i])) > 0)
 				detail = DatumGetTextPP(m.details[i]);
+			settle.due = false;
 			values[2] = status_report(instance_id, service_id, batch_id, epoch, new_status,
-									  detail, submissions ? FROM_SUBMITTING : FROM_IN_FLIGHT);
+									  detail, submissions ? FROM_SUBMITTING : FROM_IN_FLIGHT,
+									  &settle);
 			nulls[2] = false;
 			ReleaseCurrentSubTransaction();
 			MemoryContextSwitchTo(cxt);
 			CurrentResourceOwner = owner;
+			if (settle.due)
+				settled = status_settle_add(settled, &settle);
 		}
 		PG_CATCH();
 		{
@@ -928,6 +992,7 @@ status_report_rows(FunctionCallInfo fcinfo, Datum instance_id, StatusMany *mp, b
 		for (i = 0; i < m.n; i++)
 			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
 								 results[i].values, results[i].nulls);
+	status_settle_write(settled);
 }
 
 /*

@@ -16,16 +16,17 @@
 --      (not free ones); stale_writes_refused_total counts writes refused
 --      with RG001, written by the refused instance's next call
 --   7. the report that empties a queue settles the service's counters into
---      gridha.target_totals and marks them settled on its row; whatever the
---      services did (run dry, get work again, run dry again), each counter
---      of gridha.metrics equals the sum over the target's service rows
+--      gridha.target_totals and marks them settled on its row (a call of
+--      many reports, once at its end); whatever the services did (run dry,
+--      get work again, run dry again), each counter of gridha.metrics
+--      equals the sum over the target's service rows
 --   8. a scrape reads no idle service: with 400 idle services, it fetches
 --      no more rows of service_claims than there are services with work
 --      and claimants, and scans it nowhere
 --
 -- One transaction, rolled back.
 BEGIN;
-SELECT plan(32);
+SELECT plan(34);
 
 \o /dev/null
 SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
@@ -209,6 +210,19 @@ SELECT gridha.enqueue('o', 'o1', NULL, 'other') \g /dev/null
 SELECT pg_temp.drain('o', 'committed');
 SELECT results_eq($$SELECT * FROM pg_temp.scraped('other')$$, $$VALUES (1::numeric, 1::numeric, 0::numeric, 0::numeric)$$,
                   'another target counts only its own services (1 enqueued, 1 committed)');
+
+-- many reports in one call: the queues run dry, settled once, at the end
+SELECT gridha.enqueue('m' || i, 'm' || i || '-1', NULL) FROM generate_series(1, 3) AS i \g /dev/null
+CREATE TEMP TABLE mh AS
+    SELECT * FROM gridha.next_batches((SELECT n FROM ids_n), 100) x WHERE x.service_id LIKE 'm_';
+SELECT results_eq($$SELECT count(*) FILTER (WHERE r.status = 'committed') FROM gridha.report_statuses(
+                        (SELECT n FROM ids_n),
+                        ARRAY(SELECT ROW(service_id, batch_id, epoch, 'committed', NULL)::gridha.status_report
+                                FROM mh)) r$$,
+                  $$SELECT count(*) FROM mh WHERE (SELECT count(*) FROM mh) >= 2$$,
+                  'report_statuses commits in one call every head N was handed out (2 or more of the 3)');
+SELECT results_eq($$SELECT * FROM pg_temp.scraped('default')$$, $$SELECT * FROM pg_temp.sums('default')$$,
+                  'queues run dry in one call of report_statuses: each counter is still the sum over the service rows');
 
 -- 8. a scrape reads no idle service (3)
 SET LOCAL session_replication_role = replica;   -- rows as gridha leaves them, no triggers
