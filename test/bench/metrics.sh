@@ -3,12 +3,12 @@
 # services pile up (`make bench`; docs/benchmarks.md, "Metrics").
 #
 # Measures and prints; it never fails on a figure. One throwaway cluster
-# (common.sh), one database, 8 instances holding METRICS_BUSY services with
+# (common.sh), one database, METRICS_INSTANCES instances holding METRICS_BUSY services with
 # work (5 batches each: some heads in flight, some ready, some delayed, a
 # quarter of the queues run dry once and filled again), then idle services added
 # in steps up to METRICS_IDLE (0, a tenth of it, all of it), written as
 # gridha leaves a service whose queue ran dry (head_seq NULL, its counters
-# settled into gridha.target_totals), claimed by the 8 instances.
+# settled into gridha.target_totals), claimed by the instances.
 #
 # At each step, side by side in the same database:
 #   metrics    SELECT * FROM gridha.metrics (reads the services with work,
@@ -20,6 +20,7 @@
 # give the same counters: a difference is printed as such.
 #
 # Environment (defaults in brackets): METRICS_IDLE [1000000],
+# METRICS_INSTANCES [8],
 # METRICS_BUSY [100], METRICS_SCRAPES [20], METRICS_PORT [56500];
 # BENCH_PAYLOAD as in common.sh.
 set -eu -o pipefail
@@ -27,6 +28,7 @@ set -eu -o pipefail
 METRICS_IDLE=${METRICS_IDLE:-1000000}
 METRICS_BUSY=${METRICS_BUSY:-100}
 METRICS_SCRAPES=${METRICS_SCRAPES:-20}
+METRICS_INSTANCES=${METRICS_INSTANCES:-8}
 export GRIDHA_BASE_PORT=${METRICS_PORT:-56500}
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -41,13 +43,13 @@ trap gridha_cluster_cleanup EXIT
 trap 'exit 130' INT TERM
 
 DB=metrics
-gridha_log "metrics: $METRICS_BUSY services with work, up to $METRICS_IDLE idle, $METRICS_SCRAPES scrapes per figure, $(nproc) cores"
+gridha_log "metrics: $METRICS_INSTANCES instances, $METRICS_BUSY services with work, up to $METRICS_IDLE idle, $METRICS_SCRAPES scrapes per figure, $(nproc) cores"
 bench_start_cluster
 bench_gridha_db "$DB"
 
 qf "$DB" >/dev/null <<EOF
 SET client_min_messages = warning;
-SELECT gridha.register_instance('bench ' || i) FROM generate_series(1, 8) AS i \\g /dev/null
+SELECT gridha.register_instance('bench ' || lpad(i::text, 3, '0')) FROM generate_series(1, $METRICS_INSTANCES) AS i \\g /dev/null
 
 -- the services with work, through the API: 5 batches each; every instance
 -- takes its share and works it: a quarter of the services run dry and get
@@ -111,7 +113,7 @@ BEGIN
         PERFORM set_config('session_replication_role', 'replica', true);
         INSERT INTO gridha.service_claims (service_id, claimant, epoch, tail_seq, committed_total,
                                            settled_seq, settled_committed)
-        SELECT 'idle' || s, ids[1 + s % 8], 1, 3, 3, 3, 3
+        SELECT 'idle' || s, ids[1 + s % $METRICS_INSTANCES], 1, 3, 3, 3, 3
           FROM generate_series(first, first + chunk - 1) AS s;
         PERFORM set_config('session_replication_role', 'origin', true);
         INSERT INTO gridha.target_totals AS t (target, slot, settled_enqueued, settled_committed)

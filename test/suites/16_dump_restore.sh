@@ -118,7 +118,7 @@ DURABLE_OPTS="synchronous_commit=on"
 . "$LIB"
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
-plan 44
+plan 45
 # shellcheck source-path=SCRIPTDIR source=../dba/cluster2.sh
 . "$DBA/cluster2.sh"
 
@@ -526,6 +526,15 @@ c2_check_is "t" "restore: the service counts are rebuilt from the restored claim
 c2_check_is "0" "restore: every instance's held equals its restored claims" \
 	"SELECT count(*) FROM gridha.instances i
 	  WHERE held <> (SELECT count(*) FROM gridha.service_claims c WHERE c.claimant = i.instance_id)"
+c2_check_is "true|0" "restore: gridha.metrics' counters are the sums over the restored services (settled totals and services restored together)" \
+	"SELECT (SELECT sum(committed_total) > 0 FROM gridha.metrics WHERE scope = 'target') || '|' || count(*)
+	   FROM gridha.metrics m
+	   JOIN (SELECT target, sum(tail_seq) AS e, sum(committed_total) AS c, sum(invalid_total) AS i,
+	                sum(resubmitted_total) AS r
+	           FROM gridha.service_claims GROUP BY target) s USING (target)
+	  WHERE m.scope = 'target'
+	    AND (m.enqueued_total, m.committed_total, m.invalid_total, m.resubmitted_total)
+	        IS DISTINCT FROM (s.e, s.c, s.i, s.r)"
 same_files "restore: the plain-format restore holds the same batches, claims, targets, instances and ids as the custom one" \
 	"$WORK/restored.tsv" "$WORK/restored-plain.tsv"
 
