@@ -1160,18 +1160,21 @@ CREATE TRIGGER targets_rate_changed
     EXECUTE FUNCTION gridha.targets_rate_changed();
 
 /*
- * targets_renaming: a statement that renames targets (UPDATE OF target; the
- * new name cascades to the services' rows and the rate state) first waits
- * for every transaction writing gridha.service_claims to end, and holds
- * new ones off until it commits. Without it, the cascade locked the
- * services' rows in its own order while a hand-out held some of them and
- * waited for the target's rate-state row the cascade had taken: one of the
- * two ended with 40P01 (found by the fuzz suite). Every hand-out and
- * report writes service_claims before any other row of a target, so a
- * rename that holds it first closes that cycle. Renames are rare; while one
- * runs, hand-outs, reports and enqueues of every target wait for it.
+ * targets_name_change: a statement that renames targets (UPDATE OF target;
+ * the new name cascades to the services' rows, the rate state and the
+ * running totals) or deletes them (the rate state and the totals go with
+ * them) first waits for every transaction writing gridha.service_claims to
+ * end, and holds new ones off until it commits. Without it, a rename's
+ * cascade locked the services' rows in its own order while a hand-out held
+ * some of them and waited for the target's rate-state row the cascade had
+ * taken: one of the two ended with 40P01 (found by the fuzz suite). Every
+ * hand-out and report writes service_claims before any other row of a
+ * target, and a call that writes a backend's totals row holds
+ * service_claims first (src/totals.c), so a statement that holds it first
+ * closes those cycles. Renames and deletes are rare; while one runs,
+ * hand-outs, reports and enqueues of every target wait for it.
  */
-CREATE FUNCTION gridha.targets_renaming()
+CREATE FUNCTION gridha.targets_name_change()
 RETURNS trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -1183,15 +1186,73 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION gridha.targets_renaming() IS
-'trigger: a statement that may rename targets first takes gridha.service_claims in SHARE ROW EXCLUSIVE mode, so that its cascade to the services never deadlocks with a hand-out';
+COMMENT ON FUNCTION gridha.targets_name_change() IS
+'trigger: a statement that may rename or delete targets first takes gridha.service_claims in SHARE ROW EXCLUSIVE mode, so that its cascades never deadlock with a hand-out, a report or a backend''s totals row';
 
-REVOKE ALL ON FUNCTION gridha.targets_renaming() FROM PUBLIC;
+REVOKE ALL ON FUNCTION gridha.targets_name_change() FROM PUBLIC;
 
-CREATE TRIGGER targets_renaming
-    BEFORE UPDATE OF target ON gridha.targets
+CREATE TRIGGER targets_name_change
+    BEFORE UPDATE OF target OR DELETE ON gridha.targets
     FOR EACH STATEMENT
-    EXECUTE FUNCTION gridha.targets_renaming();
+    EXECUTE FUNCTION gridha.targets_name_change();
+
+/*
+ * targets_totals_follow: a target's running totals (gridha.target_totals,
+ * keyed by its name, with no foreign key: a backend's note of a target
+ * that is gone must never fail its call) follow a rename to the new name,
+ * and go with a deleted target, so that a counter of gridha.metrics keeps
+ * its value across a rename and a new target of an old name starts at 0.
+ * Rows already under the new name (left by a call in a REPEATABLE READ
+ * transaction that began before the rename) are added to. The default
+ * row that an INSERT of 'default' replaces (a restore) keeps its rows.
+ */
+CREATE FUNCTION gridha.targets_totals_follow()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF NEW.target = OLD.target THEN
+            RETURN NULL;
+        END IF;
+        INSERT INTO gridha.target_totals AS t
+               (target, slot, claims_taken_over, stale_writes_refused, settled_enqueued,
+                settled_committed, settled_invalid, settled_resubmitted)
+        SELECT NEW.target, o.slot, o.claims_taken_over, o.stale_writes_refused,
+               o.settled_enqueued, o.settled_committed, o.settled_invalid,
+               o.settled_resubmitted
+          FROM gridha.target_totals o
+         WHERE o.target = OLD.target
+         ORDER BY o.slot
+        ON CONFLICT (target, slot) DO UPDATE
+           SET claims_taken_over = t.claims_taken_over + excluded.claims_taken_over,
+               stale_writes_refused = t.stale_writes_refused + excluded.stale_writes_refused,
+               settled_enqueued = t.settled_enqueued + excluded.settled_enqueued,
+               settled_committed = t.settled_committed + excluded.settled_committed,
+               settled_invalid = t.settled_invalid + excluded.settled_invalid,
+               settled_resubmitted = t.settled_resubmitted + excluded.settled_resubmitted;
+    ELSIF OLD.target = 'default' AND pg_trigger_depth() > 1 THEN
+        -- the untouched default row, replaced by an INSERT of 'default'
+        -- (targets_restore_default: a restore, whose totals may come
+        -- first): the totals stay with the name
+        RETURN NULL;
+    END IF;
+    DELETE FROM gridha.target_totals WHERE target = OLD.target;
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.targets_totals_follow() IS
+'trigger: a renamed target''s rows of gridha.target_totals move to its new name; a deleted target''s rows go with it';
+
+REVOKE ALL ON FUNCTION gridha.targets_totals_follow() FROM PUBLIC;
+
+CREATE TRIGGER targets_totals_follow
+    AFTER UPDATE OF target OR DELETE ON gridha.targets
+    FOR EACH ROW
+    EXECUTE FUNCTION gridha.targets_totals_follow();
 
 /*
  * targets_rate_inval: a hand-out takes the rate-limited path only while

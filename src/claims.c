@@ -792,8 +792,9 @@ gridha_claims_finish(void)
 
 	/*
 	 * The totals the cycle noted (claims taken over) and refusals noted
-	 * before: rows of this backend's own, which nobody else waits for
-	 * (totals.c), so where they come in the lock order does not matter.
+	 * before: rows of this backend's own, which no other call waits for;
+	 * the flush holds gridha.service_claims first, as a rename of targets
+	 * that moves these rows does (totals.c), so it may come first here.
 	 */
 	gridha_totals_flush();
 	if (!p->active)

@@ -35,6 +35,11 @@
  * back is noted again. A backend that exits with a refusal noted and no
  * call since loses that one count.
  *
+ * A target's rows follow it when it is renamed and go when it is deleted
+ * (trigger targets_totals_follow); a count noted for a target renamed or
+ * deleted since is dropped at the flush, which writes only the targets
+ * that exist.
+ *
  * While the database's SQL is older than 1.2 (no gridha.target_totals) the
  * noted counts are dropped.
  *
@@ -50,6 +55,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -80,6 +86,7 @@ static GridhaStatement totals_write_stmt = {
 	" SELECT u.target, $2, u.taken, u.stale, u.enq, u.com, u.inv, u.res"
 	"   FROM unnest($1::text[], $3::int8[], $4::int8[], $5::int8[], $6::int8[],"
 	"               $7::int8[], $8::int8[]) AS u(target, taken, stale, enq, com, inv, res)"
+	"   JOIN gridha.targets g ON g.target = u.target"
 	"  ORDER BY u.target COLLATE \"C\""
 	" ON CONFLICT (target, slot) DO UPDATE"
 	"   SET claims_taken_over = t.claims_taken_over + excluded.claims_taken_over,"
@@ -222,6 +229,7 @@ gridha_totals_flush(void)
 	int			n = 0;
 	int			k;
 	Oid			nsp;
+	Oid			claims_rel;
 
 	if (!totals_any_noted)
 		return;
@@ -242,6 +250,19 @@ gridha_totals_flush(void)
 			memset(((TotalsEntry *) lfirst(lc))->noted, 0, sizeof(int64) * GRIDHA_NTOTALS);
 		return;
 	}
+
+	/*
+	 * Hold gridha.service_claims as its writers do before the slot rows: a
+	 * rename or delete of targets takes it first (trigger
+	 * targets_name_change), then moves their slot rows, so it waits for
+	 * this transaction to end instead of waiting for a slot row this
+	 * transaction holds while this one waits for it. Every call that
+	 * flushes today has opened it for writing already (rows.c); this keeps
+	 * that true for any later one.
+	 */
+	claims_rel = get_relname_relid("service_claims", nsp);
+	if (OidIsValid(claims_rel))
+		LockRelationOid(claims_rel, RowExclusiveLock);
 
 	targets = palloc(sizeof(Datum) * n);
 	for (k = 0; k < GRIDHA_NTOTALS; k++)

@@ -405,8 +405,9 @@ SELECT set_eq(
              ('gridha.lead(uuid, text)'), ('gridha.resign_lead(uuid, text)'),
              ('gridha.prune_batches(integer)'),
              ('gridha.batches_before_insert()'), ('gridha.targets_rate_changed()'),
-             ('gridha.id_sequences_changed()'), ('gridha.targets_renaming()')$$,
-    'the SECURITY DEFINER functions are the API, the enqueue trigger, the rate-state trigger, the trigger that removes the windows of deleted ID sequences and the one that locks the services before a target rename');
+             ('gridha.id_sequences_changed()'), ('gridha.targets_name_change()'),
+             ('gridha.targets_totals_follow()')$$,
+    'the SECURITY DEFINER functions are the API, the enqueue trigger, the rate-state trigger, the trigger that removes the windows of deleted ID sequences, the one that locks the services before a target rename or delete and the one that moves a target''s totals with it');
 
 SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)
              FROM tap_grants g JOIN tap_objects o ON o.obj = g.obj AND o.kind = 'function'

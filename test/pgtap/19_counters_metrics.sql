@@ -2,6 +2,8 @@
 -- running totals kept on the service rows, never from the batches' history
 -- (docs/operations.md, "Monitoring"):
 --
+--   0. an INSERT that replaces the untouched default row (a restore)
+--      keeps the totals rows of 'default'
 --   1. a report of a final status adds one to its service's committed_total
 --      or invalid_total; a batch handed out again adds one to
 --      resubmitted_total
@@ -23,10 +25,14 @@
 --   8. a scrape reads no idle service: with 400 idle services, it fetches
 --      no more rows of service_claims than there are services with work
 --      and claimants, and scans it nowhere
+--   9. a renamed target keeps every count under its new name; a count
+--      noted under the old name is dropped, not written to a row no target
+--      owns; a deleted target's rows go, and a new one of its name starts
+--      at 0
 --
 -- One transaction, rolled back.
 BEGIN;
-SELECT plan(34);
+SELECT plan(42);
 
 \o /dev/null
 SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
@@ -40,6 +46,20 @@ SET LOCAL gridha.retention = '1h';
 TRUNCATE gridha.batches, gridha.service_claims, gridha.target_totals;
 DELETE FROM gridha.leases;
 DELETE FROM gridha.instances;
+
+-- 0. a restore's INSERT of 'default' replaces the untouched default row: the
+-- totals rows restored under that name stay (1)
+INSERT INTO gridha.target_totals (target, slot, settled_committed) VALUES ('default', 100001, 3);
+SAVEPOINT restore_default;
+INSERT INTO gridha.targets (target, rate_burst) SELECT 'default', 2
+ WHERE (SELECT submit_url IS NULL AND rate_burst = 1 FROM gridha.targets WHERE target = 'default');
+SELECT is((SELECT rate_burst::bigint * 1000 + sum(o.settled_committed)::bigint
+             FROM gridha.targets t JOIN gridha.target_totals o USING (target)
+            WHERE t.target = 'default' GROUP BY t.rate_burst),
+          2003::bigint,
+          'an INSERT that replaces the untouched default row (what a restore does) keeps default''s totals rows');
+ROLLBACK TO SAVEPOINT restore_default;
+DELETE FROM gridha.target_totals;
 
 CREATE TEMP TABLE ids AS SELECT gridha.register_instance('M') AS m;
 CREATE FUNCTION pg_temp.m() RETURNS uuid LANGUAGE sql STABLE AS $$ SELECT m FROM ids $$;
@@ -223,6 +243,32 @@ SELECT results_eq($$SELECT count(*) FILTER (WHERE r.status = 'committed') FROM g
                   'report_statuses commits in one call every head N was handed out (2 or more of the 3)');
 SELECT results_eq($$SELECT * FROM pg_temp.scraped('default')$$, $$SELECT * FROM pg_temp.sums('default')$$,
                   'queues run dry in one call of report_statuses: each counter is still the sum over the service rows');
+
+-- 9. a rename keeps a target's counts, a delete takes them (7)
+SELECT throws_ok(format($$SELECT gridha.report_status(%L, 'o', 'o1', 7, 'committed')$$, pg_temp.m()),
+                 'RG001', NULL, 'M''s report on o (N''s service) is refused as stale: M counts it for "other"');
+CREATE TEMP TABLE other_before AS SELECT * FROM pg_temp.scraped('other');
+UPDATE gridha.targets SET target = 'other2' WHERE target = 'other';
+SELECT results_eq($$SELECT * FROM pg_temp.scraped('other2')$$, $$SELECT * FROM other_before$$,
+                  'a renamed target keeps its counters (settled ones included) under its new name');
+SELECT is((SELECT count(*) FROM gridha.target_totals WHERE target = 'other'), 0::bigint,
+          'no totals row is left under the old name');
+SELECT gridha.next_batch(pg_temp.m()) \g /dev/null
+SELECT is((SELECT count(*) FROM gridha.target_totals WHERE target = 'other'), 0::bigint,
+          'M''s next call drops the refusal it counted under the old name: no row of a name no target has');
+SELECT results_eq($$SELECT * FROM pg_temp.scraped('other2')$$, $$SELECT * FROM pg_temp.sums('other2')$$,
+                  'after the rename, each counter is still the sum over the service rows');
+INSERT INTO gridha.targets (target, submit_url) VALUES ('gone', 'http://127.0.0.1:9/{batch_id}');
+INSERT INTO gridha.target_totals (target, slot, stale_writes_refused, settled_enqueued, settled_committed)
+VALUES ('gone', 100000, 1, 4, 4);
+DELETE FROM gridha.targets WHERE target = 'gone';
+SELECT is((SELECT count(*) FROM gridha.target_totals WHERE target = 'gone'), 0::bigint,
+          'a deleted target''s totals rows go with it');
+INSERT INTO gridha.targets (target, submit_url) VALUES ('gone', 'http://127.0.0.1:9/{batch_id}');
+SELECT results_eq($$SELECT enqueued_total, committed_total, stale_writes_refused_total
+                      FROM gridha.metrics WHERE scope = 'target' AND target = 'gone'$$,
+                  $$VALUES (0::bigint, 0::bigint, 0::bigint)$$,
+                  'a new target of a deleted one''s name starts at 0');
 
 -- 8. a scrape reads no idle service (3)
 SET LOCAL session_replication_role = replica;   -- rows as gridha leaves them, no triggers
