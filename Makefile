@@ -134,6 +134,7 @@ bench:
 	bash test/bench/scale.sh
 	bash test/bench/retention.sh
 	bash test/bench/metrics.sh
+	bash test/bench/settle.sh
 
 # A minute of gridha at work: three workers, a test ledger, a takeover.
 demo:

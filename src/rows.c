@@ -53,6 +53,7 @@
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "parser/parsetree.h"
+#include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -316,6 +317,24 @@ gridha_status_of(Datum value)
 			return (GridhaStatus) i;
 	elog(ERROR, "gridha: %u is not a gridha.batch_status label", oid);
 	pg_unreachable();
+}
+
+/*
+ * gridha_rows_hold_for_write: takes the table's lock a writing command
+ * takes (RowExclusiveLock), ahead of the command; held to the end of the
+ * transaction, as every table lock is. A caller that then judges what a
+ * statement holding the table against writers may change (a hand-out, the
+ * targets it serves: a rename takes gridha.service_claims first, trigger
+ * targets_name_change) judges it after any such statement committed.
+ */
+void
+gridha_rows_hold_for_write(GridhaTable table)
+{
+	Oid			relid = get_relname_relid(rows_tables[table], get_namespace_oid("gridha", false));
+
+	if (!OidIsValid(relid))
+		elog(ERROR, "gridha: table gridha.%s does not exist", rows_tables[table]);
+	LockRelationOid(relid, RowExclusiveLock);
 }
 
 /*
@@ -778,6 +797,37 @@ gridha_rows_fetch(GridhaRows *rows, GridhaKey key, Datum *values)
 	const RowsKeyDef *def = &rows_keys[key];
 
 	return rows_find(rows, rows_open(rows, def->table), def, values);
+}
+
+/*
+ * gridha_rows_fetch_tid: makes the row version at tid the table's current
+ * row if the snapshot sees it; false if it does not. For a row this
+ * transaction wrote (gridha_rows_stored_tid): by MVCC the snapshot sees at
+ * most one version of a row, so a version seen is the newest, and a row
+ * rewritten many times in one transaction is found without walking the
+ * versions before it, as an index fetch does. The caller checks the key:
+ * the version may be another row's.
+ */
+bool
+gridha_rows_fetch_tid(GridhaRows *rows, GridhaTable table, ItemPointer tid)
+{
+	GridhaRowsRel *r = rows_open(rows, table);
+
+	/* a TRUNCATE or rewrite since may have left fewer blocks */
+	if (!ItemPointerIsValid(tid) ||
+		ItemPointerGetBlockNumber(tid) >= RelationGetNumberOfBlocks(r->rel))
+		return false;
+	return table_tuple_fetch_row_version(r->rel, tid, rows->snapshot, r->row);
+}
+
+/*
+ * gridha_rows_stored_tid: where the last successful gridha_rows_update of
+ * the table wrote its new version. Valid as gridha_rows_get_stored is.
+ */
+ItemPointerData
+gridha_rows_stored_tid(GridhaRows *rows, GridhaTable table)
+{
+	return rows->rels[table].next->tts_tid;
 }
 
 /*

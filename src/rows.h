@@ -166,7 +166,10 @@ extern void gridha_rows_scan_index(GridhaRows *rows, GridhaPartialIndex which,
 								   bool (*visit) (GridhaRows *rows, void *arg), void *arg);
 extern GridhaLockResult gridha_rows_lock(GridhaRows *rows, GridhaTable table,
 										 bool for_update, bool skip_locked);
+extern void gridha_rows_hold_for_write(GridhaTable table);
 extern bool gridha_rows_fetch(GridhaRows *rows, GridhaKey key, Datum *values);
+extern bool gridha_rows_fetch_tid(GridhaRows *rows, GridhaTable table, ItemPointer tid);
+extern ItemPointerData gridha_rows_stored_tid(GridhaRows *rows, GridhaTable table);
 extern Datum gridha_rows_get(GridhaRows *rows, GridhaTable table, int attno,
 							 bool *isnull);
 extern GridhaUpdateResult gridha_rows_update(GridhaRows *rows, GridhaTable table,

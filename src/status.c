@@ -64,6 +64,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -320,6 +321,92 @@ status_judge_claim(GridhaRows *rows, Datum instance_id, int64 epoch, int64 seq,
 }
 
 /*
+ * Where this transaction last wrote this backend's totals row of a target
+ * (status_write_settle). Lone reports that empty queues, many in one
+ * transaction, rewrite that row each time, and an index fetch walks every
+ * version the transaction wrote before the one its snapshot sees: that
+ * made such a transaction quadratic in its reports. The version is
+ * fetched where it was written instead, and checked: the snapshot must
+ * see it and its key must be the row's (a rename moves the row). Forgotten
+ * when the transaction ends and when a subtransaction aborts.
+ */
+static struct
+{
+	bool		known;
+	char	   *target;			/* in TopMemoryContext */
+	ItemPointerData tid;
+}			status_totals_at;
+static bool status_totals_callbacks = false;
+
+static void
+status_totals_forget(void)
+{
+	status_totals_at.known = false;
+}
+
+static void
+status_totals_xact_callback(XactEvent event, void *arg)
+{
+	status_totals_forget();
+}
+
+static void
+status_totals_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+							   SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		status_totals_forget();
+}
+
+/*
+ * status_fetch_totals: makes this backend's totals row of the target the
+ * current row: where this transaction last wrote it if the snapshot sees
+ * it there, else through the key's index. False if there is none.
+ */
+static bool
+status_fetch_totals(GridhaRows *rows, const char *target, Datum *key)
+{
+	bool		isnull;
+
+	if (status_totals_at.known && strcmp(status_totals_at.target, target) == 0 &&
+		gridha_rows_fetch_tid(rows, GRIDHA_TOTALS, &status_totals_at.tid))
+	{
+		Datum		t = gridha_rows_get(rows, GRIDHA_TOTALS, TOTALS_TARGET, &isnull);
+		Datum		slot = gridha_rows_get(rows, GRIDHA_TOTALS, TOTALS_SLOT, &isnull);
+		char	   *name = TextDatumGetCString(t);
+		bool		same = strcmp(name, target) == 0 && DatumGetInt32(slot) == GRIDHA_MY_SLOT;
+
+		pfree(name);
+		if (same)
+			return true;
+	}
+	return gridha_rows_fetch(rows, GRIDHA_KEY_TOTALS, key);
+}
+
+/*
+ * status_totals_remember: the totals row of the target was just written
+ * by this transaction, there.
+ */
+static void
+status_totals_remember(GridhaRows *rows, const char *target)
+{
+	if (!status_totals_callbacks)
+	{
+		RegisterXactCallback(status_totals_xact_callback, NULL);
+		RegisterSubXactCallback(status_totals_subxact_callback, NULL);
+		status_totals_callbacks = true;
+	}
+	if (status_totals_at.target == NULL || strcmp(status_totals_at.target, target) != 0)
+	{
+		if (status_totals_at.target != NULL)
+			pfree(status_totals_at.target);
+		status_totals_at.target = MemoryContextStrdup(TopMemoryContext, target);
+	}
+	status_totals_at.tid = gridha_rows_stored_tid(rows, GRIDHA_TOTALS);
+	status_totals_at.known = true;
+}
+
+/*
  * status_write_settle: adds what the report settles to this backend's row
  * of the service's target in gridha.target_totals, in the report's own
  * command (see src/totals.c); a row not there yet is made by
@@ -336,7 +423,7 @@ status_write_settle(GridhaRows *rows, const StatusSettle *settle)
 
 	key[0] = CStringGetTextDatum(settle->target);
 	key[1] = Int32GetDatum(GRIDHA_MY_SLOT);
-	if (gridha_rows_fetch(rows, GRIDHA_KEY_TOTALS, key))
+	if (status_fetch_totals(rows, settle->target, key))
 	{
 		do
 		{
@@ -351,7 +438,10 @@ status_write_settle(GridhaRows *rows, const StatusSettle *settle)
 		} while (res == GRIDHA_ROW_CHANGED);
 	}
 	if (res == GRIDHA_ROW_UPDATED)
+	{
+		status_totals_remember(rows, settle->target);
 		return;
+	}
 	for (k = 0; k < STATUS_NSETTLED; k++)
 		if (settle->delta[k] != 0)
 			gridha_totals_add(settle->target, GRIDHA_TOTAL_SETTLED_ENQUEUED + k, settle->delta[k]);

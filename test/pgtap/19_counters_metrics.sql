@@ -32,7 +32,7 @@
 --
 -- One transaction, rolled back.
 BEGIN;
-SELECT plan(42);
+SELECT plan(44);
 
 \o /dev/null
 SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
@@ -231,6 +231,19 @@ SELECT pg_temp.drain('o', 'committed');
 SELECT results_eq($$SELECT * FROM pg_temp.scraped('other')$$, $$VALUES (1::numeric, 1::numeric, 0::numeric, 0::numeric)$$,
                   'another target counts only its own services (1 enqueued, 1 committed)');
 
+-- a settlement rolled back with its savepoint: the totals row is as the
+-- reports before it left it, and the next settlement adds to that
+SELECT gridha.enqueue('s', 's4', NULL) \g /dev/null
+SELECT pg_temp.drain('s', 'committed');
+SAVEPOINT settle_s5;
+SELECT gridha.enqueue('s', 's5', NULL) \g /dev/null
+SELECT pg_temp.drain('s', 'committed');
+ROLLBACK TO SAVEPOINT settle_s5;
+SELECT gridha.enqueue('s', 's6', NULL) \g /dev/null
+SELECT pg_temp.drain('s', 'committed');
+SELECT results_eq($$SELECT * FROM pg_temp.scraped('default')$$, $$SELECT * FROM pg_temp.sums('default')$$,
+                  'settlements in one transaction, one of them rolled back to its savepoint: each counter is still the sum over the service rows');
+
 -- many reports in one call: the queues run dry, settled once, at the end
 SELECT gridha.enqueue('m' || i, 'm' || i || '-1', NULL) FROM generate_series(1, 3) AS i \g /dev/null
 CREATE TEMP TABLE mh AS
@@ -244,7 +257,7 @@ SELECT results_eq($$SELECT count(*) FILTER (WHERE r.status = 'committed') FROM g
 SELECT results_eq($$SELECT * FROM pg_temp.scraped('default')$$, $$SELECT * FROM pg_temp.sums('default')$$,
                   'queues run dry in one call of report_statuses: each counter is still the sum over the service rows');
 
--- 9. a rename keeps a target's counts, a delete takes them (7)
+-- 9. a rename keeps a target's counts, a delete takes them (8)
 SELECT throws_ok(format($$SELECT gridha.report_status(%L, 'o', 'o1', 7, 'committed')$$, pg_temp.m()),
                  'RG001', NULL, 'M''s report on o (N''s service) is refused as stale: M counts it for "other"');
 CREATE TEMP TABLE other_before AS SELECT * FROM pg_temp.scraped('other');
@@ -258,6 +271,10 @@ SELECT is((SELECT count(*) FROM gridha.target_totals WHERE target = 'other'), 0:
           'M''s next call drops the refusal it counted under the old name: no row of a name no target has');
 SELECT results_eq($$SELECT * FROM pg_temp.scraped('other2')$$, $$SELECT * FROM pg_temp.sums('other2')$$,
                   'after the rename, each counter is still the sum over the service rows');
+SELECT gridha.enqueue('o', 'o2', NULL, 'other2') \g /dev/null
+SELECT pg_temp.drain('o', 'committed');
+SELECT results_eq($$SELECT * FROM pg_temp.scraped('other2')$$, $$SELECT * FROM pg_temp.sums('other2')$$,
+                  'a queue of the renamed target running dry settles under the new name: each counter is still the sum');
 INSERT INTO gridha.targets (target, submit_url) VALUES ('gone', 'http://127.0.0.1:9/{batch_id}');
 INSERT INTO gridha.target_totals (target, slot, stale_writes_refused, settled_enqueued, settled_committed)
 VALUES ('gone', 100000, 1, 4, 4);
