@@ -613,6 +613,14 @@ gridha_queue_handout(Datum instance_id, int32 max_batches, const GridhaInstance 
 	int			done;
 	int			i;
 
+	/*
+	 * The claims first, as the pick takes them: a rename of targets holds
+	 * them against writers until it commits, so the targets judged next
+	 * name the services as the pick will find them. Judged before, a head
+	 * of a renamed limited target was an unknown target's and went out
+	 * without a slot.
+	 */
+	gridha_rows_hold_for_write(GRIDHA_CLAIMS);
 	gridha_targets_refresh();
 	limited = gridha_targets_any_limited();
 

@@ -101,7 +101,7 @@ BEGIN
         INSERT INTO gridha.batches (service_id, batch_id, payload)
         SELECT 'm' || i, 'm' || i || '-' || r, '\x00'
           FROM generate_series(1, 20) AS i
-         ORDER BY 'm' || i COLLATE "C";
+         ORDER BY ('m' || i) COLLATE "C";
         COMMIT;
         PERFORM pg_sleep(0.02);
     END LOOP;
