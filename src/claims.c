@@ -82,6 +82,13 @@
  *     and made last, by gridha_claims_finish: the rows it must write
  *     locked in id order, waiting; then, never waiting, expired leases
  *     forgotten, each row skipped when another transaction holds it.
+ *   - a statement that renames or deletes targets takes service_claims
+ *     in SHARE ROW EXCLUSIVE mode before any row (trigger
+ *     targets_name_change); every call holds service_claims in ROW
+ *     EXCLUSIVE mode before its first write (the hand-out before it
+ *     judges the targets, queue.c; a flush of the backend's totals rows
+ *     before them, totals.c), so such a statement and a call never hold
+ *     rows the other waits for.
  * A batch row is written only under its claim row's lock, but by a lone
  * accepted submission (report_submission, or a batched report of one
  * row; status.c), which holds no claim row and waits for nothing after
