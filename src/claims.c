@@ -85,10 +85,11 @@
  *   - a statement that renames or deletes targets takes service_claims
  *     in SHARE ROW EXCLUSIVE mode before any row (trigger
  *     targets_name_change); every call holds service_claims in ROW
- *     EXCLUSIVE mode before its first write (the hand-out before it
- *     judges the targets, queue.c; a flush of the backend's totals rows
- *     before them, totals.c), so such a statement and a call never hold
- *     rows the other waits for.
+ *     EXCLUSIVE mode before it locks a row such a statement locks (a
+ *     cycle from gridha_claims_begin, release_claims, an enqueue naming
+ *     a target, the hand-out before it judges the targets: queue.c; a
+ *     flush of the backend's totals rows: totals.c), so such a statement
+ *     and a call never hold rows the other waits for.
  * A batch row is written only under its claim row's lock, but by a lone
  * accepted submission (report_submission, or a batched report of one
  * row; status.c), which holds no claim row and waits for nothing after
@@ -720,6 +721,14 @@ gridha_claims_begin(Datum instance_id)
 {
 	ClaimsPending *p = &claims_pending;
 
+	/*
+	 * service_claims before any of its rows: a statement that renames or
+	 * deletes targets takes it first, and a cycle that locked claims before
+	 * holding it (a take, a hand-back: the rows locked by one statement,
+	 * written by the next) could wait for that statement while it waits
+	 * for those rows.
+	 */
+	gridha_rows_hold_for_write(GRIDHA_CLAIMS);
 	memset(p, 0, sizeof(*p));
 	p->size = 8;
 	p->ids = palloc(sizeof(Datum) * p->size);
@@ -1915,6 +1924,8 @@ gridha_release_claims(PG_FUNCTION_ARGS)
 	args[0] = instance_id;
 	SPI_connect();
 	leased = gridha_instance_check(instance_id);
+	/* the table before its rows, as a cycle (gridha_claims_begin) */
+	gridha_rows_hold_for_write(GRIDHA_CLAIMS);
 	gridha_exec(&claims_lock_held_stmt, args, NULL, false);
 	gridha_exec(leased ? &claims_release_all_stmt : &claims_v10_release_all_stmt,
 				args, NULL, false);

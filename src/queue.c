@@ -803,6 +803,14 @@ gridha_enqueue(PG_FUNCTION_ARGS)
 		text	   *target = gridha_arg_id(fcinfo, 3, "target");
 		int			tries;
 
+		/*
+		 * service_claims before the target's row (FOR KEY SHARE below): a
+		 * rename of the target takes the table first, then the row, and
+		 * would wait for this call's key share while this call waited for
+		 * the table to create the service.
+		 */
+		gridha_rows_hold_for_write(GRIDHA_CLAIMS);
+
 		/* twice at most: a concurrent enqueue may create the service */
 		for (tries = 0; tries < 2; tries++)
 		{
