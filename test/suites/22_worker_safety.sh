@@ -1122,18 +1122,25 @@ PREPARE TRANSACTION 'w_gate';
 EOF
 D3=$(psql_db -c "SELECT gridha.start_worker('locker')")
 psql_db -c "SELECT gridha.enqueue('y1', 'y1-b1', '\\x01', 'locky')" >/dev/null
-# in_hand ID BATCH WAIT_EVENT_TYPE: the worker that is instance ID has BATCH
-# handed out (submitting under it) and waits for that kind of event: it is
-# inside the batch's target function
+# in_hand ID BATCH WAIT_EVENT_TYPE [WAIT_EVENT]: the worker that is instance
+# ID has BATCH handed out (submitting under it) and waits for that kind of
+# event (and that event): it is inside the batch's target function. The
+# sleeper's is PgSleep itself: other events of type Timeout (SpinDelay, under
+# load) can come before the function is called.
 in_hand() {
 	sql_is 1 "SELECT count(*) FROM gridha.workers w JOIN pg_stat_activity a USING (pid)
 	          JOIN gridha.batches b ON b.instance_id = w.instance_id
 	          WHERE w.instance_id = '$1' AND b.batch_id = '$2' AND b.status = 'submitting'
-	            AND a.wait_event_type = '$3'"
+	            AND a.wait_event_type = '$3' AND a.wait_event = coalesce(nullif('${4:-}', ''), a.wait_event)"
 }
-if wait_until 20 in_hand "$D2" z1-b1 Timeout && wait_until 20 in_hand "$D3" y1-b1 Lock; then
+shutdown_state=
+if wait_until 20 in_hand "$D2" z1-b1 Timeout PgSleep && wait_until 20 in_hand "$D3" y1-b1 Lock; then
 	h0=$(hist_mark)
 	mark=$(log_mark)
+	shutdown_state=$(psql_db -c "SELECT w.label, a.wait_event_type, a.wait_event, b.batch_id, b.status
+	                               FROM gridha.workers w JOIN pg_stat_activity a USING (pid)
+	                               LEFT JOIN gridha.batches b ON b.instance_id = w.instance_id
+	                                AND b.status = 'submitting' ORDER BY 1")
 	gridha_as_pg "$PG_BINDIR/pg_ctl" stop -w -t 30 -m fast -D "$PGDATA" >/dev/null 2>&1
 	check $? "sigterm: a fast shutdown completes within 30 s with workers in pg_sleep(600) and in a lock wait"
 else
@@ -1157,8 +1164,14 @@ psql_db -c "ROLLBACK PREPARED 'w_gate'" >/dev/null
 
 sql_is 2 "SELECT count(*) FROM w_history WHERE id > $h0 AND batch_id IN ('z1-b1', 'y1-b1') AND status = 'delayed'
           AND detail = 'submit function failed or returned \"null\"'"
-check $? "sigterm: both batches in hand at the fast shutdown (z1-b1, y1-b1) were reported delayed"
+rc=$?
+check $rc "sigterm: both batches in hand at the fast shutdown (z1-b1, y1-b1) were reported delayed"
 psql_db -c "SELECT id, batch_id, status, detail, at FROM w_history WHERE id > $h0 ORDER BY id" | diag
+if [ "$rc" -ne 0 ]; then
+	# what the workers were doing just before the shutdown, and what they logged
+	echo "workers before the shutdown: $shutdown_state" | diag
+	log_since "$mark" | grep -E 'gridha|z1-b1|y1-b1|cancel' | head -n 30 | diag
+fi
 
 # A public."=" on gridha.batch_status too (it needs the extension's type,
 # so it is planted now): gridha compares statuses in its own SQL.
