@@ -474,6 +474,15 @@ gridha_instance_touch(Datum instance_id)
 	Datum		d;
 
 	gridha_require_safe_schema();
+
+	/*
+	 * service_claims before the instance's row: a rename or delete of
+	 * targets takes it whole first (trigger targets_name_change), and a
+	 * call that wrote its instance row here (binding its session) and then
+	 * waited for the table behind such a statement could close a cycle
+	 * with a call that holds the table and waits for that row.
+	 */
+	gridha_rows_hold_for_write(GRIDHA_CLAIMS);
 	memset(&inst, 0, sizeof(inst));
 	inst.cycle_due = true;
 	inst.serves = GRIDHA_SERVES_ANY;

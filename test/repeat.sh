@@ -11,7 +11,9 @@
 # PG_CONFIG and the other settings of test/run.sh pass through.
 #
 # Each run's whole log goes to DIR/PART.RUN.log (default DIR: a new
-# /tmp/gridha-repeat.XXXXXX); DIR/results.tsv has a line per run:
+# /tmp/gridha-repeat.XXXXXX), and a failed run's directory (its server
+# logs, the suite's files) to DIR/PART.RUN.dir; DIR/results.tsv has a line
+# per run:
 #   part  run  exit  passed  failed  skipped  seconds
 # The end prints per part the runs, the runs that failed, the slowest run,
 # and for each failed run its log and the "not ok" lines, and exits non-zero
@@ -56,15 +58,24 @@ for ((run = 1; run <= TIMES; run++)); do
 	for part in "$@"; do
 		log=$OUT/$part.$run.log
 		start=$SECONDS
-		GRIDHA_ONLY=$part "$REPO/test/run.sh" >"$log" 2>&1
+		GRIDHA_ONLY=$part GRIDHA_KEEP_TMP=1 "$REPO/test/run.sh" >"$log" 2>&1
 		rc=$?
-		# the runner's last line: "N passed, N failed, N skipped"
-		read -r p f s < <(tail -n 1 "$log" |
-			sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\1 \2 \3/p')
+		# the run's directory (server logs, a suite's files): kept in DIR
+		# when the run failed, removed when it passed
+		kept=$(sed -n 's/^\[[0-9:]*\] kept \(.*\) (GRIDHA_KEEP_TMP=1)$/\1/p' "$log" | tail -n 1)
+		if [ -n "$kept" ] && [ -d "$kept" ]; then
+			if [ "$rc" -ne 0 ]; then
+				mv "$kept" "$OUT/$part.$run.dir" 2>/dev/null || cp -a "$kept" "$OUT/$part.$run.dir"
+			fi
+			rm -rf "$kept"
+		fi
+		# the runner's summary line: "N passed, N failed, N skipped"
+		read -r p f s < <(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\1 \2 \3/p' "$log" |
+			tail -n 1)
 		printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$part" "$run" "$rc" \
 			"${p:--}" "${f:--}" "${s:--}" "$((SECONDS - start))" >>"$RESULTS"
 		if [ "$rc" -ne 0 ]; then
-			echo "# $part run $run FAILED (exit $rc, $((SECONDS - start)) s): $log"
+			echo "# $part run $run FAILED (exit $rc, $((SECONDS - start)) s): $log${kept:+ (its directory: $OUT/$part.$run.dir)}"
 		else
 			echo "# $part run $run: ${p:-?} passed, ${f:-?} failed, ${s:-?} skipped ($((SECONDS - start)) s)"
 		fi
