@@ -929,11 +929,10 @@ ALTER TABLE gridha.instances DROP COLUMN shed;
  * cascade locked the services' rows in its own order while a hand-out held
  * some of them and waited for the target's rate-state row the cascade had
  * taken: one of the two ended with 40P01 (found by the fuzz suite). Every
- * hand-out and report writes service_claims before any other row of a
- * target, and a call that writes a backend's totals row holds
- * service_claims first (src/totals.c), so a statement that holds it first
- * closes those cycles. Renames and deletes are rare; while one runs,
- * hand-outs, reports and enqueues of every target wait for it.
+ * call holds service_claims before any row such a statement locks (the
+ * lock order, src/claims.c), so a statement that holds it first closes
+ * those cycles. Renames and deletes are rare; while one waits or runs,
+ * the calls of every target wait for it (docs/concurrency.md).
  */
 CREATE FUNCTION gridha.targets_name_change()
 RETURNS trigger

@@ -85,11 +85,12 @@
  *   - a statement that renames or deletes targets takes service_claims
  *     in SHARE ROW EXCLUSIVE mode before any row (trigger
  *     targets_name_change); every call holds service_claims in ROW
- *     EXCLUSIVE mode before it locks a row such a statement locks (a
- *     cycle from gridha_claims_begin, release_claims, an enqueue naming
- *     a target, the hand-out before it judges the targets: queue.c; a
- *     flush of the backend's totals rows: totals.c), so such a statement
- *     and a call never hold rows the other waits for.
+ *     EXCLUSIVE mode before it locks a row such a statement locks, or
+ *     one it may hold while it waits for the table (a call that touches
+ *     its instance, from the start: instances.c; release_claims; an
+ *     enqueue naming a target and the hand-out before it judges the
+ *     targets: queue.c; a flush of the backend's totals rows: totals.c),
+ *     so such a statement and a call never hold rows the other waits for.
  * A batch row is written only under its claim row's lock, but by a lone
  * accepted submission (report_submission, or a batched report of one
  * row; status.c), which holds no claim row and waits for nothing after
@@ -722,13 +723,11 @@ gridha_claims_begin(Datum instance_id)
 	ClaimsPending *p = &claims_pending;
 
 	/*
-	 * service_claims before any of its rows: a statement that renames or
-	 * deletes targets takes it first, and a cycle that locked claims before
-	 * holding it (a take, a hand-back: the rows locked by one statement,
-	 * written by the next) could wait for that statement while it waits
-	 * for those rows.
+	 * Every cycle's call has taken service_claims already, when it touched
+	 * its instance (instances.c): a take or a hand-back locks claims in one
+	 * statement and writes them in the next, and must not wait for the
+	 * table in between (see the lock order in the file header).
 	 */
-	gridha_rows_hold_for_write(GRIDHA_CLAIMS);
 	memset(p, 0, sizeof(*p));
 	p->size = 8;
 	p->ids = palloc(sizeof(Datum) * p->size);
@@ -1924,7 +1923,7 @@ gridha_release_claims(PG_FUNCTION_ARGS)
 	args[0] = instance_id;
 	SPI_connect();
 	leased = gridha_instance_check(instance_id);
-	/* the table before its rows, as a cycle (gridha_claims_begin) */
+	/* the table before its rows, as every call (see the file header) */
 	gridha_rows_hold_for_write(GRIDHA_CLAIMS);
 	gridha_exec(&claims_lock_held_stmt, args, NULL, false);
 	gridha_exec(leased ? &claims_release_all_stmt : &claims_v10_release_all_stmt,

@@ -48,6 +48,7 @@
 #include "postgres.h"
 
 #include "compat.h"
+#include "rows.h"
 #include "spi_util.h"
 #include "totals.h"
 
@@ -55,7 +56,6 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
-#include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -229,7 +229,6 @@ gridha_totals_flush(void)
 	int			n = 0;
 	int			k;
 	Oid			nsp;
-	Oid			claims_rel;
 
 	if (!totals_any_noted)
 		return;
@@ -260,9 +259,7 @@ gridha_totals_flush(void)
 	 * flushes today has opened it for writing already (rows.c); this keeps
 	 * that true for any later one.
 	 */
-	claims_rel = get_relname_relid("service_claims", nsp);
-	if (OidIsValid(claims_rel))
-		LockRelationOid(claims_rel, RowExclusiveLock);
+	gridha_rows_hold_for_write(GRIDHA_CLAIMS);
 
 	targets = palloc(sizeof(Datum) * n);
 	for (k = 0; k < GRIDHA_NTOTALS; k++)
