@@ -87,9 +87,9 @@
  *     targets_name_change); every call holds service_claims in ROW
  *     EXCLUSIVE mode before it locks a row such a statement locks, or
  *     one it may hold while it waits for the table (a call that touches
- *     its instance, from the start: instances.c; release_claims; an
- *     enqueue naming a target and the hand-out before it judges the
- *     targets: queue.c; a flush of the backend's totals rows: totals.c),
+ *     its instance, from the start, so before a hand-out judges the
+ *     targets: instances.c; release_claims; an enqueue naming a target:
+ *     queue.c; a flush of the backend's totals rows: totals.c),
  *     so such a statement and a call never hold rows the other waits for.
  * A batch row is written only under its claim row's lock, but by a lone
  * accepted submission (report_submission, or a batched report of one

@@ -614,13 +614,12 @@ gridha_queue_handout(Datum instance_id, int32 max_batches, const GridhaInstance 
 	int			i;
 
 	/*
-	 * The claims first, as the pick takes them: a rename of targets holds
-	 * them against writers until it commits, so the targets judged next
-	 * name the services as the pick will find them. Judged before, a head
-	 * of a renamed limited target was an unknown target's and went out
-	 * without a slot.
+	 * The call holds service_claims already (its instance touch took it
+	 * first, instances.c): a rename of targets holds it against writers
+	 * until it commits, so the targets judged here name the services as
+	 * the pick will find them. Judged before that lock, a head of a renamed
+	 * limited target was an unknown target's and went out without a slot.
 	 */
-	gridha_rows_hold_for_write(GRIDHA_CLAIMS);
 	gridha_targets_refresh();
 	limited = gridha_targets_any_limited();
 
