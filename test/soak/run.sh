@@ -60,10 +60,18 @@ setup() {
 		-c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB"
 	sql "$DB" -c "CREATE EXTENSION gridha"
 	# Taken by every new session in the database, pgbench's included.
+	# Session liveness off: each pgbench burst connects its clients anew,
+	# and an instance whose calls come from more than one session is one
+	# docs/concepts.md asks to run with it off. With it on, another
+	# instance may judge a client gone between its old session's end and
+	# its new one's first call, and take its claims over while it works
+	# (safe: its next write is refused, RG001; but the batch is handed out
+	# twice, which check.sql refuses).
 	sql postgres \
 		-c "ALTER DATABASE $DB SET gridha.renew_interval = '1s'" \
 		-c "ALTER DATABASE $DB SET gridha.soft_expiry = '5s'" \
-		-c "ALTER DATABASE $DB SET gridha.hard_expiry = '20s'"
+		-c "ALTER DATABASE $DB SET gridha.hard_expiry = '20s'" \
+		-c "ALTER DATABASE $DB SET gridha.session_liveness = off"
 	local n
 	n=$(sql "$DB" -v services="$SERVICES" -v batches="$BATCHES" -f "$SOAK_DIR/setup.sql" | tail -n 1)
 	gridha_log "soak: enqueued $n batches ($SERVICES services x $BATCHES)"
