@@ -49,7 +49,9 @@
  * both take one claim, and a takeover can never slip between a claimant's
  * lock and its write. A takeover also revokes the hand-out of a head still
  * submitting, which is what fences the old claimant's acceptance (see
- * status.c).
+ * status.c). An instance found with its session gone is asked again once
+ * the pick holds the claims (claims_gone_now): a client that reconnected
+ * in between, and handed out under its claims, keeps them.
  *
  * The lock order (this file owns it; docs/concurrency.md lists the
  * isolation specs that show it). Row kinds, in this order:
@@ -869,12 +871,23 @@ gridha_claims_finish(void)
 	return held;
 }
 
+/*
+ * Instances whose session was found ended, with the liveness keys they were
+ * judged by: a take asks again once its pick holds the claims
+ * (claims_gone_now).
+ */
+typedef struct ClaimsGone
+{
+	int			n;
+	Datum	   *ids;
+	int64	   *keys;
+} ClaimsGone;
+
 /* The live instances as an acquisition sees them */
 typedef struct ClaimsLive
 {
 	int			n;				/* live, this one included */
-	int			ngone;			/* leased, but their session has ended */
-	Datum	   *gone;			/* their ids */
+	ClaimsGone	gone;			/* leased, but their session has ended */
 	int			nabove;			/* live ones holding more than... */
 	Datum	   *above;			/* ... (ids) */
 	int		   *above_held;		/* ... (what they hold) */
@@ -1000,6 +1013,31 @@ claims_count_moves(Datum instance_id, List *takes)
 }
 
 /*
+ * claims_gone_now: the ids (uuid[]) of the instances in "gone" whose
+ * session is still gone, asked again now. A take asks once its pick holds
+ * the claims' row locks: an instance found gone earlier in the cycle may
+ * have come back since (a client that reconnected: its new session takes
+ * the liveness lock, then hands out under the claims it still holds), and
+ * a take on the earlier answer would revoke that hand-out. A hand-out holds
+ * its claim's row lock and comes after the liveness lock: so an instance
+ * whose session is gone once the pick holds the claims cannot hand out
+ * under them before the take commits, and one that came back keeps them
+ * (judged by its expiry like any live holder).
+ */
+static Datum
+claims_gone_now(const ClaimsGone *gone)
+{
+	Datum	   *still = palloc(sizeof(Datum) * Max(gone->n, 1));
+	int			n = 0;
+	int			i;
+
+	for (i = 0; i < gone->n; i++)
+		if (gridha_instance_session_gone(gone->keys[i]))
+			still[n++] = gone->ids[i];
+	return PointerGetDatum(construct_array(still, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+}
+
+/*
  * claims_take: locks up to "limit" candidates (-1: no limit) with the pick
  * statement (its arguments in pickargs: instance, targets, limit, and the
  * pick's own), takes those still takeable (claims_take_stmt; relieved: the
@@ -1009,7 +1047,8 @@ claims_count_moves(Datum instance_id, List *takes)
  */
 static int
 claims_take(GridhaStatement *pick, Datum *pickargs, char *picknulls, Datum instance_id,
-			Datum gone, Datum relieved, int64 limit, ReturnSetInfo *rsinfo, List **takes)
+			const ClaimsGone *gone, Datum relieved, int64 limit, ReturnSetInfo *rsinfo,
+			List **takes)
 {
 	Datum		args[5];
 	char		nulls[6] = "     ";
@@ -1030,7 +1069,7 @@ claims_take(GridhaStatement *pick, Datum *pickargs, char *picknulls, Datum insta
 	args[0] = instance_id;
 	args[1] = ids;
 	args[2] = Int64GetDatum(claims_epoch_base());
-	args[3] = gone;
+	args[3] = claims_gone_now(gone);
 	args[4] = relieved;
 	if (relieved == (Datum) 0)
 		nulls[4] = 'n';
@@ -1061,7 +1100,8 @@ claims_live(Datum instance_id, bool probe, ClaimsLive *live)
 	n = SPI_processed;
 	memset(live, 0, sizeof(*live));
 	live->self_at = -1;
-	live->gone = palloc(sizeof(Datum) * (n + 1));
+	live->gone.ids = palloc(sizeof(Datum) * (n + 1));
+	live->gone.keys = palloc(sizeof(int64) * (n + 1));
 	live->above = palloc(sizeof(Datum) * (n + 1));
 	live->above_held = palloc(sizeof(int) * (n + 1));
 	live->above_serves = palloc(sizeof(int) * (n + 1));
@@ -1081,7 +1121,8 @@ claims_live(Datum instance_id, bool probe, ClaimsLive *live)
 		else if (probe && gridha_session_liveness && !key_null &&
 				 gridha_instance_session_gone(DatumGetInt64(key)))
 		{
-			live->gone[live->ngone++] = datumCopy(id, false, UUID_LEN);
+			live->gone.ids[live->gone.n] = datumCopy(id, false, UUID_LEN);
+			live->gone.keys[live->gone.n++] = DatumGetInt64(key);
 			continue;
 		}
 		live->above[live->nabove] = datumCopy(id, false, UUID_LEN);
@@ -1135,7 +1176,7 @@ claims_shares_work(const GridhaInstance *inst, int serves)
  */
 static int
 claims_balance_work(Datum instance_id, const GridhaInstance *inst, const ClaimsLive *live,
-					Datum *pickargs, char *picknulls, Datum gone, bool idle_poll,
+					Datum *pickargs, char *picknulls, const ClaimsGone *gone, bool idle_poll,
 					ReturnSetInfo *rsinfo, List **takes)
 {
 	Datum	   *ids = palloc(sizeof(Datum) * (live->nabove + 1));
@@ -1233,18 +1274,21 @@ claims_balance_work(Datum instance_id, const GridhaInstance *inst, const ClaimsL
  * claims_expired_gone: whether the session of row i of claims_expired_stmt's
  * result (an instance whose lease has expired) has ended: then nothing of
  * it can still report, and everything it holds is taken, a head submitting
- * too (session liveness on, and a key stored).
+ * too (session liveness on, and a key stored; *key is set to it).
  */
 static bool
-claims_expired_gone(SPITupleTable *expired, uint64 i)
+claims_expired_gone(SPITupleTable *expired, uint64 i, int64 *key)
 {
 	bool		isnull;
-	Datum		key;
+	Datum		k;
 
 	if (!gridha_session_liveness)
 		return false;
-	key = SPI_getbinval(expired->vals[i], expired->tupdesc, 4, &isnull);
-	return !isnull && gridha_instance_session_gone(DatumGetInt64(key));
+	k = SPI_getbinval(expired->vals[i], expired->tupdesc, 4, &isnull);
+	if (isnull || !gridha_instance_session_gone(DatumGetInt64(k)))
+		return false;
+	*key = DatumGetInt64(k);
+	return true;
 }
 
 /*
@@ -1279,7 +1323,8 @@ claims_idle(Datum instance_id, int64 held)
  */
 static int
 claims_take_orphans(Datum instance_id, int64 held, Datum *pickargs, char *picknulls,
-					Datum gone, const ClaimsLive *live, ReturnSetInfo *rsinfo, List **takes)
+					const ClaimsGone *gone, const ClaimsLive *live, ReturnSetInfo *rsinfo,
+					List **takes)
 {
 	int			taken = 0;
 	uint64		nexpired;
@@ -1296,19 +1341,20 @@ claims_take_orphans(Datum instance_id, int64 held, Datum *pickargs, char *picknu
 	for (i = 0; i < nexpired && taken < CLAIMS_EXPIRED_BATCH; i++)
 	{
 		bool		isnull;
-		Datum		its_gone = gone;
+		Datum		id;
+		int64		key;
+		ClaimsGone	one = {1, &id, &key};
 
-		pickargs[3] = datumCopy(SPI_getbinval(expired->vals[i], expired->tupdesc, 1, &isnull),
-								false, UUID_LEN);
-		if (claims_expired_gone(expired, i))
-			its_gone = PointerGetDatum(construct_array(&pickargs[3], 1, UUIDOID, UUID_LEN, false,
-													   TYPALIGN_CHAR));
-		taken += claims_take(&claims_work_of_stmt, pickargs, picknulls, instance_id, its_gone,
+		id = datumCopy(SPI_getbinval(expired->vals[i], expired->tupdesc, 1, &isnull),
+					   false, UUID_LEN);
+		pickargs[3] = id;
+		taken += claims_take(&claims_work_of_stmt, pickargs, picknulls, instance_id,
+							 claims_expired_gone(expired, i, &key) ? &one : gone,
 							 (Datum) 0, CLAIMS_EXPIRED_BATCH - taken, rsinfo, takes);
 	}
-	for (i = 0; i < (uint64) live->ngone && taken < CLAIMS_EXPIRED_BATCH; i++)
+	for (i = 0; i < (uint64) live->gone.n && taken < CLAIMS_EXPIRED_BATCH; i++)
 	{
-		pickargs[3] = live->gone[i];
+		pickargs[3] = live->gone.ids[i];
 		taken += claims_take(&claims_work_of_stmt, pickargs, picknulls, instance_id, gone,
 							 (Datum) 0, CLAIMS_EXPIRED_BATCH - taken, rsinfo, takes);
 	}
@@ -1728,7 +1774,7 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	Datum		pickargs[5];
 	char		picknulls[6] = "     ";
 	ClaimsLive	live;
-	Datum		gone;
+	const ClaimsGone *gone = &live.gone;
 	Datum		exclusive = (Datum) 0;
 	uint64		i;
 	uint64		nexpired;
@@ -1747,8 +1793,6 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	claims_known.probed_at = GetCurrentTimestamp();
 	claims_known.valid = true;
 	claims_known.work_short = false;
-	gone = PointerGetDatum(construct_array(live.gone, live.ngone, UUIDOID, UUID_LEN, false,
-										   TYPALIGN_CHAR));
 	pickargs[0] = instance_id;
 	pickargs[1] = servable;
 	picknulls[1] = servable == (Datum) 0 ? 'n' : ' ';
@@ -1797,20 +1841,22 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	for (i = 0; i < nexpired && (limit < 0 || taken < limit); i++)
 	{
 		bool		isnull;
+		Datum		id;
+		int64		key;
+		ClaimsGone	one = {1, &id, &key};
+		const ClaimsGone *its_gone = gone;
 
-		Datum		its_gone = gone;
-
-		pickargs[3] = datumCopy(SPI_getbinval(expired->vals[i], expired->tupdesc, 1, &isnull),
-								false, UUID_LEN);
+		id = datumCopy(SPI_getbinval(expired->vals[i], expired->tupdesc, 1, &isnull),
+					   false, UUID_LEN);
+		pickargs[3] = id;
 		pickargs[4] = SPI_getbinval(expired->vals[i], expired->tupdesc, 2, &isnull);
 		if (isnull)
 			pickargs[4] = BoolGetDatum(false);
-		if (claims_expired_gone(expired, i))
+		if (claims_expired_gone(expired, i, &key))
 		{
 			/* its session has ended: everything it holds, submitting or not */
 			pickargs[4] = BoolGetDatum(true);
-			its_gone = PointerGetDatum(construct_array(&pickargs[3], 1, UUIDOID, UUID_LEN, false,
-													   TYPALIGN_CHAR));
+			its_gone = &one;
 		}
 		else if (!DatumGetBool(SPI_getbinval(expired->vals[i], expired->tupdesc, 3, &isnull)) &&
 				 !isnull)
@@ -1824,9 +1870,9 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	 * too: nobody is left to report it (a late report of a session that
 	 * comes back is refused, its hand-out revoked)
 	 */
-	for (i = 0; i < (uint64) live.ngone && (limit < 0 || taken < limit); i++)
+	for (i = 0; i < (uint64) live.gone.n && (limit < 0 || taken < limit); i++)
 	{
-		pickargs[3] = live.gone[i];
+		pickargs[3] = live.gone.ids[i];
 		pickargs[4] = BoolGetDatum(true);
 		taken += claims_take(&claims_of_stmt, pickargs, picknulls, instance_id, gone,
 							 (Datum) 0, limit < 0 ? -1 : limit - taken, rsinfo, &takes);
