@@ -813,14 +813,22 @@ enqueue_long() {
 	            ORDER BY s" >/dev/null
 }
 
-# all_committed PREFIX: the 24 batches of those services are committed;
-# never_delayed PREFIX: none of them was ever delayed or invalid
+# all_committed PREFIX: the 24 batches of those services are committed
 all_committed() {
 	sql_is 24 "SELECT count(*) FROM gridha.batches WHERE service_id ~ '^$1' AND status = 'committed'"
 }
 
+# never_delayed PREFIX: none of them was delayed or made invalid once it was
+# pending, which is what a status poll could do wrong. Before that only its
+# POST can delay a batch (a POST that got no answer, on a loaded machine),
+# which this step does not test: those rows are printed, not counted.
 never_delayed() {
-	sql_is 0 "SELECT count(*) FROM w_history WHERE service_id ~ '^$1' AND status IN ('delayed', 'invalid')"
+	psql_db -c "SELECT h.batch_id, h.status, h.detail FROM w_history h
+	            WHERE h.service_id ~ '^$1' AND h.status IN ('delayed', 'invalid') ORDER BY h.id" | diag
+	sql_is 0 "SELECT count(*) FROM w_history h
+	          WHERE h.service_id ~ '^$1' AND h.status IN ('delayed', 'invalid')
+	            AND EXISTS (SELECT 1 FROM w_history p WHERE p.batch_id = h.batch_id
+	                         AND p.status = 'pending' AND p.id < h.id)"
 }
 
 # The status URL is "$LEDGER/batch_statuses?id=" and the ids, comma-separated:
@@ -859,7 +867,7 @@ status_gets "$lm" >"$WORK/gets-ua.txt"
 n414=$(grep -c '^414 ' "$WORK/gets-ua.txt")
 max_ids=$(awk '$1 == "ok" && $2 > m { m = $2 } END { print m + 0 }' "$WORK/gets-ua.txt")
 [ "$n414" -eq 0 ] && [ "$max_ids" -eq "$CAP_GRIDHA" ] && never_delayed ua
-check $? "urls: no status GET was over the limit (414s: $n414); the fullest carried $CAP_GRIDHA ids, as many as fit (got $max_ids); none delayed"
+check $? "urls: no status GET was over the limit (414s: $n414); the fullest carried $CAP_GRIDHA ids, as many as fit (got $max_ids); none delayed or invalid once pending"
 diag <"$WORK/gets-ua.txt" | head -n 6
 
 # 2. no limit of gridha's own (1 MB), the ledger's 512 bytes: a GET of more
@@ -899,13 +907,12 @@ max_ok=$(awk '$1 == "ok" && $2 > m { m = $2 } END { print m + 0 }' "$WORK/gets-u
 min_414=$(awk '$1 == "414" && (m == "" || $2 < m) { m = $2 } END { print m + 0 }' "$WORK/gets-ub.txt")
 [ -n "$halves" ] && [ "$halves_rc" -eq 0 ] && [ "$min_414" -gt "$CAP_LEDGER" ] &&
 	[ "$max_ok" -le "$CAP_LEDGER" ] && never_delayed ub
-check $? "urls: every GET of more than $CAP_LEDGER ids got 414 and was asked again in halves (ids: $halves; fullest answered: $max_ok); none delayed"
+check $? "urls: every GET of more than $CAP_LEDGER ids got 414 and was asked again in halves (ids: $halves; fullest answered: $max_ok); none delayed or invalid once pending"
 diag <"$WORK/gets-ub.txt" | head -n 12
 
 # 3. every status GET answered 431: a poll of 8 pending batches halves down
 # to single ids, depth first
 ledger_control '{"max_url": 0, "fail_code": 431, "fail_code_applies": "get", "fail_code_for": 60}'
-h0=$(hist_mark)
 psql_db -c "SELECT gridha.enqueue('uc' || g, 'uc' || g || '-' || repeat('u', 36), '\\x0e', 'ledger')
             FROM generate_series(1, 8) g" >/dev/null
 wait_until 30 pending_n uc 8
@@ -925,8 +932,8 @@ got=$(tree_431)
 [ "$got" = "8 4 2 1 1 2 1 1 4 2 1 1 2 1 1" ]
 check $? "urls: a poll answered 431 is asked again in halves down to single ids (ids per GET: $got)"
 wait_until 30 sql_is 8 "SELECT count(*) FROM gridha.batches WHERE service_id ~ '^uc' AND status = 'committed'" &&
-	sql_is 0 "SELECT count(*) FROM w_history WHERE id > $h0 AND service_id ~ '^uc' AND status IN ('delayed', 'invalid')"
-check $? "urls: once the 431s end, the 8 are committed, none delayed or invalid"
+	never_delayed uc
+check $? "urls: once the 431s end, the 8 are committed, none delayed or invalid once pending"
 
 reload_worker || not_ok "urls: the worker settings reloaded without gridha.status_url_max_length"
 
