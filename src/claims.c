@@ -804,6 +804,8 @@ gridha_claims_finish(void)
 	Datum		args[7];
 	int			held = -1;
 	int			n = 0;
+	int			nlock;
+	bool		own_key;
 	int			k;
 	uint64		i;
 
@@ -817,7 +819,7 @@ gridha_claims_finish(void)
 	if (!p->active)
 		return -1;
 	p->active = false;
-	ids = palloc(sizeof(Datum) * p->n);
+	ids = palloc(sizeof(Datum) * (p->n + 1));
 	deltas = palloc(sizeof(Datum) * p->n);
 	takers = palloc(sizeof(Datum) * p->n);
 	renews = palloc(sizeof(Datum) * p->n);
@@ -834,6 +836,22 @@ gridha_claims_finish(void)
 		n++;
 	}
 
+	/*
+	 * The key write its touch left (instances.c) is this instance's too:
+	 * one that waits for the row locks it in id order with the others; it
+	 * is written last.
+	 */
+	own_key = gridha_instance_key_waits(p->ids[0]);
+	nlock = n;
+	if (own_key)
+	{
+		for (k = 0; k < n; k++)
+			if (gridha_uuid_equal(ids[k], p->ids[0]))
+				break;
+		if (k == n)
+			ids[nlock++] = p->ids[0];
+	}
+
 	if (n == 1 && p->renew && gridha_uuid_equal(ids[0], p->ids[0]) &&
 		p->deltas[0] == 0 && !p->takers[0])
 	{
@@ -847,9 +865,13 @@ gridha_claims_finish(void)
 	}
 	else if (n > 0)
 	{
-		args[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
-		if (n > 1)
+		if (nlock > 1)
+		{
+			args[0] = PointerGetDatum(construct_array(ids, nlock, UUIDOID, UUID_LEN, false,
+													  TYPALIGN_CHAR));
 			gridha_exec(&claims_lock_instances_stmt, args, NULL, false);
+		}
+		args[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 		args[1] = PointerGetDatum(construct_array(deltas, n, INT4OID, 4, true, TYPALIGN_INT));
 		args[2] = PointerGetDatum(construct_array(takers, n, BOOLOID, 1, true, TYPALIGN_CHAR));
 		args[3] = Int64GetDatum(t.soft_ms);
@@ -864,6 +886,8 @@ gridha_claims_finish(void)
 				held = (int) gridha_col_int64(i, 2);
 		}
 	}
+
+	gridha_instance_write_key(p->ids[0]);
 
 	/* never waited for: rows another transaction holds are skipped */
 	if (p->forget)
@@ -1910,6 +1934,7 @@ gridha_renew_claims(PG_FUNCTION_ARGS)
 		n = gridha_claims_finish();
 		n = Max(n, 0);
 	}
+	gridha_instance_write_key(instance_id);
 	SPI_finish();
 	PG_RETURN_INT32(n);
 }

@@ -104,15 +104,20 @@ static GridhaStatement instances_insert_owned = {
 	2, {UUIDOID, NAMEOID}
 };
 
+/*
+ * The key writes a touch may find due, made last in the call with its
+ * other instance-row writes (gridha_instance_write_key): a key stored or
+ * cleared ($2 NULL)...
+ */
 static GridhaStatement instances_set_key = {
 	"UPDATE gridha.instances SET session_key = $2 WHERE instance_id = $1",
 	2, {UUIDOID, INT8OID}
 };
 
 /*
- * A key of its own for an instance that has none (SQL 1.2), written only
- * if no other session is writing one at the same moment: a second session
- * of the instance never waits here (it does not bind anyway).
+ * ... or a key of its own for an instance that has none (SQL 1.2), written
+ * only if no other session is writing one at the same moment: a second
+ * session of the instance never waits here (it does not bind then).
  */
 static GridhaStatement instances_new_key = {
 	"UPDATE gridha.instances"
@@ -124,6 +129,29 @@ static GridhaStatement instances_new_key = {
 	" RETURNING session_key",
 	1, {UUIDOID}
 };
+
+/*
+ * The key write of the last touch, due at the end of its call: never at
+ * the touch itself, which comes before the claim and batch rows of the
+ * call, while the instance rows come last (the lock order, claims.c). A
+ * taker that counts this instance's claims waits for its row; a write
+ * made at the start would hold that row while the call waits for the
+ * claims the taker holds.
+ */
+typedef enum InstancesKeyWrite
+{
+	KEY_NONE,
+	KEY_CLEAR,					/* clear the stored key (liveness off) */
+	KEY_HASH,					/* store the hash key this session holds */
+	KEY_NEW						/* a new key (SQL 1.2), then hold it */
+} InstancesKeyWrite;
+
+static struct
+{
+	InstancesKeyWrite what;
+	pg_uuid_t	id;
+	int64		key;			/* KEY_HASH's */
+}			instances_key_write;
 
 static GridhaStatement instances_register = {
 	"INSERT INTO gridha.instances (instance_id, label, kind)"
@@ -217,30 +245,86 @@ gridha_instance_session_gone(int64 key)
 }
 
 /*
+ * instances_key_later: the key write of this touch, made at the end of its
+ * call (see instances_key_write).
+ */
+static void
+instances_key_later(pg_uuid_t *id, InstancesKeyWrite what, int64 key)
+{
+	instances_key_write.what = what;
+	instances_key_write.id = *id;
+	instances_key_write.key = key;
+}
+
+static bool
+instances_key_due(Datum instance_id)
+{
+	return instances_key_write.what != KEY_NONE &&
+		memcmp(instances_key_write.id.data, DatumGetUUIDP(instance_id)->data, UUID_LEN) == 0;
+}
+
+/*
+ * gridha_instance_key_waits: whether the last touch, of this instance, left
+ * a key write for the end of its call that waits for the row (a new key
+ * never does: it skips a row another session is writing).
+ */
+bool
+gridha_instance_key_waits(Datum instance_id)
+{
+	return instances_key_due(instance_id) && instances_key_write.what != KEY_NEW;
+}
+
+/*
+ * gridha_instance_write_key: makes the key write the last touch of this
+ * instance left, if any: the last write of its call to its instance row
+ * (gridha_claims_finish, or the caller's end when it runs no claim cycle).
+ */
+void
+gridha_instance_write_key(Datum instance_id)
+{
+	Datum		args[2];
+	char		nulls[3] = "  ";
+	InstancesKeyWrite what = instances_key_write.what;
+
+	if (!instances_key_due(instance_id))
+		return;
+	instances_key_write.what = KEY_NONE;
+	args[0] = instance_id;
+	if (what == KEY_NEW)
+	{
+		gridha_exec(&instances_new_key, args, NULL, false);
+		if (SPI_processed > 0)
+			(void) instances_bind(DatumGetUUIDP(instance_id), gridha_col_int64(0, 1));
+		return;
+	}
+	args[1] = Int64GetDatum(instances_key_write.key);
+	if (what == KEY_CLEAR)
+		nulls[1] = 'n';
+	gridha_exec(&instances_set_key, args, nulls, false);
+}
+
+/*
  * instances_liveness: this session holds the instance's liveness lock when
  * it can (another session of the same instance may hold it: then this one
  * does not bind). An instance without a key is given one first: the next
- * of gridha.session_keys (SQL 1.2; never waiting for another session that
- * is doing the same), or a 64-bit hash of its id, written by the session
- * that got its lock. With the setting off here, the stored key is cleared:
- * the instance is judged by its expiry alone.
+ * of gridha.session_keys (SQL 1.2; written at the end of the call, never
+ * waiting for another session that is doing the same, and then held), or
+ * a 64-bit hash of its id, held at once and written at the end of the
+ * call. With the setting off here, the stored key is cleared at the end of
+ * the call: the instance is judged by its expiry alone. Until the end of
+ * the call the row keeps what it had (no key: never judged gone).
  */
 static void
 instances_liveness(Datum instance_id, bool stored_null, int64 stored)
 {
-	Datum		args[2];
-	char		nulls[3] = "  ";
 	pg_uuid_t  *id = DatumGetUUIDP(instance_id);
 	int64		key;
 
-	args[0] = instance_id;
 	if (!gridha_session_liveness)
 	{
 		if (stored_null)
 			return;
-		nulls[1] = 'n';
-		args[1] = (Datum) 0;
-		gridha_exec(&instances_set_key, args, nulls, false);
+		instances_key_later(id, KEY_CLEAR, 0);
 		return;
 	}
 	if (!stored_null)
@@ -250,16 +334,12 @@ instances_liveness(Datum instance_id, bool stored_null, int64 stored)
 	}
 	if (instances_has_sequence())
 	{
-		gridha_exec(&instances_new_key, args, NULL, false);
-		if (SPI_processed > 0)
-			(void) instances_bind(id, gridha_col_int64(0, 1));
+		instances_key_later(id, KEY_NEW, 0);
 		return;
 	}
 	key = (int64) hash_bytes_extended(id->data, UUID_LEN, 0);
-	if (!instances_bind(id, key))
-		return;
-	args[1] = Int64GetDatum(key);
-	gridha_exec(&instances_set_key, args, nulls, false);
+	if (instances_bind(id, key))
+		instances_key_later(id, KEY_HASH, key);
 }
 
 static void
@@ -474,6 +554,7 @@ gridha_instance_touch(Datum instance_id)
 	Datum		d;
 
 	gridha_require_safe_schema();
+	instances_key_write.what = KEY_NONE;
 
 	/*
 	 * service_claims before the instance's row: a rename or delete of

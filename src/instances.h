@@ -27,6 +27,8 @@ typedef struct GridhaInstance
 
 extern GridhaInstance gridha_instance_touch(Datum instance_id);
 extern bool gridha_instance_check(Datum instance_id);
+extern bool gridha_instance_key_waits(Datum instance_id);
+extern void gridha_instance_write_key(Datum instance_id);
 extern void gridha_instance_declare(Datum instance_id, int serves);
 extern bool gridha_instance_session_gone(int64 key);
 

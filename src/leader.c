@@ -423,6 +423,7 @@ leader_try(FunctionCallInfo fcinfo, const char *fname)
 	SPI_connect();
 	(void) gridha_instance_touch(instance_id);
 	term = leader_lead(instance_id, duty, true, false);
+	gridha_instance_write_key(instance_id);
 	SPI_finish();
 	if (term < 0)
 		PG_RETURN_NULL();
@@ -759,6 +760,7 @@ gridha_run_maintenance(PG_FUNCTION_ARGS)
 				outcome = "already_run";
 		}
 	}
+	gridha_instance_write_key(instance_id);
 	SPI_finish();
 
 	values[0] = Int64GetDatum(term);

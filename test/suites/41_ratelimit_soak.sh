@@ -22,7 +22,8 @@
 # count never exceeds rate_burst + W / rate_interval; nothing of lim is
 # handed out while paused; right after C starts, more than A's rate allowed
 # goes out in a second (the new rate applies at once); the unlimited target
-# never stalls meanwhile and gets far more hand-outs; the dead instance's
+# never stalls meanwhile and, in the slow phases, gets more hand-outs than
+# lim's limit allows; the dead instance's
 # slot stays used (slots_taken = hand-outs logged) and its batch is handed
 # out again.
 #
@@ -210,9 +211,15 @@ check_sql "$DB" "the faster rate applies at once: in C's first second more than 
 check_sql "$DB" "the slower rate applies at once: D's first 2 s stay within its bound (9)" \
 	"SELECT count(*) <= 9 FROM gridha.rate_handouts h JOIN marks m ON m.name = 'slower_after'
 	  WHERE h.target = 'lim' AND h.slot_at BETWEEN m.at AND m.at + interval '2 s'"
-check_sql "$DB" "the unlimited target got far more hand-outs than lim (over 10x)" \
-	"SELECT (SELECT count(*) FROM gridha.batches WHERE service_id LIKE 'f%' AND handed_out_at IS NOT NULL)
-	        > 10 * (SELECT count(*) FROM gridha.rate_handouts)"
+# Not a ratio of the two: lim's count is set by the clock, the unlimited
+# target's by the machine's speed (on a loaded machine it got 8x, not 10x).
+# What shows that lim's limit does not hold it back: in the two slow
+# phases it got more than lim's limit lets through in the whole phase.
+check_sql "$DB" "the unlimited target got more hand-outs in phases A and D than lim's limit allows in them" \
+	"SELECT bool_and((SELECT count(*) FROM gridha.batches b
+	                   WHERE b.service_id LIKE 'f%' AND b.handed_out_at BETWEEN p.t_from AND p.t_to)
+	                 > p.burst + extract(epoch FROM p.t_to - p.t_from) * 1000000 / p.interval_us)
+	   FROM phases p WHERE p.name IN ('A', 'D')"
 check_sql "$DB" "the unlimited target never stalled (no gap of 1 s between its hand-outs, paused phase included)" \
 	"SELECT coalesce(max(gap), interval '0') < interval '1 s'
 	   FROM (SELECT handed_out_at - lag(handed_out_at) OVER (ORDER BY handed_out_at) AS gap
