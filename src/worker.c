@@ -158,13 +158,20 @@ worker_sigterm(SIGNAL_ARGS)
 {
 	int			save_errno = errno;
 
-	worker_got_sigterm = true;
-	gridha_submit_stopping = true;
-	if (gridha_submit_in_step)
+	/*
+	 * Only the first SIGTERM cancels: the steps of the stop itself (the
+	 * reports of what was in hand, the release) end on their own (bounded
+	 * lock waits, the statement timeout). A fast shutdown can signal a
+	 * worker twice; a second cancel ended the report of a batch the first
+	 * one had cancelled, and that batch waited, submitting, for a takeover.
+	 */
+	if (gridha_submit_in_step && !gridha_submit_stopping)
 	{
 		QueryCancelPending = true;
 		InterruptPending = true;
 	}
+	worker_got_sigterm = true;
+	gridha_submit_stopping = true;
 	SetLatch(MyLatch);
 	errno = save_errno;
 }
