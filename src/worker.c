@@ -161,9 +161,10 @@ worker_sigterm(SIGNAL_ARGS)
 	/*
 	 * Only the first SIGTERM cancels: the steps of the stop itself (the
 	 * reports of what was in hand, the release) end on their own (bounded
-	 * lock waits, the statement timeout). A fast shutdown can signal a
-	 * worker twice; a second cancel ended the report of a batch the first
-	 * one had cancelled, and that batch waited, submitting, for a takeover.
+	 * lock waits, the statement timeout). A second SIGTERM (a repeated
+	 * stop_worker; one came during a fast shutdown in 22_worker_safety)
+	 * cancelled the report of a batch whose target function the first one
+	 * had cancelled, and that batch waited, submitting, for a takeover.
 	 */
 	if (gridha_submit_in_step && !gridha_submit_stopping)
 	{
