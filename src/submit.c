@@ -75,6 +75,7 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/ipc.h"
 #include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -669,6 +670,20 @@ submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
 		PopActiveSnapshot();
 		disable_timeout(STATEMENT_TIMEOUT, false);
 		CommitTransactionCommand();
+
+		/*
+		 * A commit that waits for a synchronous standby gives up when the
+		 * postmaster dies, committed here only (SyncRepWaitForLSN sets
+		 * ProcDiePending): this server may be gone for good, and what the
+		 * step handed out with it. Nothing of it may go out: the worker
+		 * ends here, before any POST.
+		 */
+		if (ProcDiePending)
+		{
+			ereport(LOG,
+					(errmsg("gridha worker: %s committed without its synchronous standby's confirmation: ending", what)));
+			proc_exit(1);
+		}
 	}
 	PG_CATCH();
 	{

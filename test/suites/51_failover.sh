@@ -139,10 +139,16 @@ elif kind == "standby-worker":
         for x in lines:
             fh.write(json.dumps(x) + "\n")
 elif kind == "acked":
+    # the first client that handed something out (under load a client may
+    # have handed out nothing, the workers taking every service)
     import glob
-    path = sorted(glob.glob(d + "/clients/*.log"))[0]
-    lines = [json.loads(l) for l in open(path, encoding="utf-8") if l.strip()]
-    h = next(x for x in lines if x.get("event") == "handout")
+    for path in sorted(glob.glob(d + "/clients/*.log")):
+        lines = [json.loads(l) for l in open(path, encoding="utf-8") if l.strip()]
+        h = next((x for x in lines if x.get("event") == "handout"), None)
+        if h is not None:
+            break
+    else:
+        raise SystemExit("no client handed anything out")
     lines.append(dict(h, attempt=h["attempt"] + 1000))
     with open(path, "w", encoding="utf-8") as fh:
         for x in lines:
