@@ -1046,18 +1046,24 @@ claims_count_moves(Datum instance_id, List *takes)
  * its claim's row lock and comes after the liveness lock: so an instance
  * whose session is gone once the pick holds the claims cannot hand out
  * under them before the take commits, and one that came back keeps them
- * (judged by its expiry like any live holder).
+ * (judged by its expiry like any live holder). Returns 0 (the argument is
+ * then null) when none is still gone.
  */
 static Datum
 claims_gone_now(const ClaimsGone *gone)
 {
-	Datum	   *still = palloc(sizeof(Datum) * Max(gone->n, 1));
+	Datum	   *still;
 	int			n = 0;
 	int			i;
 
+	if (gone->n == 0)
+		return (Datum) 0;
+	still = palloc(sizeof(Datum) * gone->n);
 	for (i = 0; i < gone->n; i++)
 		if (gridha_instance_session_gone(gone->keys[i]))
 			still[n++] = gone->ids[i];
+	if (n == 0)
+		return (Datum) 0;
 	return PointerGetDatum(construct_array(still, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 }
 
@@ -1094,6 +1100,8 @@ claims_take(GridhaStatement *pick, Datum *pickargs, char *picknulls, Datum insta
 	args[1] = ids;
 	args[2] = Int64GetDatum(claims_epoch_base());
 	args[3] = claims_gone_now(gone);
+	if (args[3] == (Datum) 0)
+		nulls[3] = 'n';
 	args[4] = relieved;
 	if (relieved == (Datum) 0)
 		nulls[4] = 'n';

@@ -650,6 +650,7 @@ submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool ok = true;
+	volatile bool unconfirmed = false;
 
 	if (sqlstate)
 		*sqlstate = 0;
@@ -670,20 +671,7 @@ submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
 		PopActiveSnapshot();
 		disable_timeout(STATEMENT_TIMEOUT, false);
 		CommitTransactionCommand();
-
-		/*
-		 * A commit that waits for a synchronous standby gives up when the
-		 * postmaster dies, committed here only (SyncRepWaitForLSN sets
-		 * ProcDiePending): this server may be gone for good, and what the
-		 * step handed out with it. Nothing of it may go out: the worker
-		 * ends here, before any POST.
-		 */
-		if (ProcDiePending)
-		{
-			ereport(LOG,
-					(errmsg("gridha worker: %s committed without its synchronous standby's confirmation: ending", what)));
-			proc_exit(1);
-		}
+		unconfirmed = ProcDiePending;
 	}
 	PG_CATCH();
 	{
@@ -716,6 +704,20 @@ submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
 		ok = false;
 	}
 	PG_END_TRY();
+
+	/*
+	 * A commit that waits for a synchronous standby gives up when the
+	 * postmaster dies, committed here only (SyncRepWaitForLSN sets
+	 * ProcDiePending): this server may be gone for good, and what the step
+	 * handed out with it. Nothing of it may go out: the worker ends here,
+	 * before any POST.
+	 */
+	if (unconfirmed)
+	{
+		ereport(LOG,
+				(errmsg("gridha worker: %s committed without its synchronous standby's confirmation: ending", what)));
+		proc_exit(1);
+	}
 	gridha_submit_in_step = false;
 	QueryCancelPending = false;
 	MemoryContextSwitchTo(cxt);
