@@ -343,6 +343,9 @@ gridha_missing_packages() {
 	fi
 	command -v make >/dev/null || echo make
 	command -v gcc >/dev/null || echo gcc
+	# gcc without its recommends (a minimal Debian) has no C library headers;
+	# postgresql-server-dev-NN brings them, a tree built from source does not.
+	[ -f /usr/include/stdio.h ] || echo libc6-dev
 	# test/lib.sh, the test ledger (test/dlt) and the fault harness are Python 3.
 	command -v python3 >/dev/null || echo python3
 	# Any libcurl development package will do (they conflict with each other).
