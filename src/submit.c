@@ -123,8 +123,20 @@
  */
 #define SUBMIT_STOP_LOCK_TIMEOUT_MS 200
 
+/*
+ * How long a commit of a stopping worker waits for a synchronous standby.
+ * A backend that is terminated gives that wait up at once, its commit made
+ * on this server only; a stopping worker gives the standby this long, then
+ * does the same (submit_stop_sync_expired), so a standby that is gone
+ * cannot hold a fast shutdown up.
+ */
+#define SUBMIT_STOP_SYNC_WAIT_MS 1000
+
 volatile sig_atomic_t gridha_submit_in_step = false;
 volatile sig_atomic_t gridha_submit_stopping = false;
+volatile sig_atomic_t gridha_submit_committing = false;
+
+static TimeoutId submit_stop_sync_timeout = MAX_TIMEOUTS;
 
 static GridhaStatement submit_handout_stmt = {
 	"SELECT service_id, batch_id, payload, epoch, attempt FROM gridha.next_batches($1, $2)",
@@ -317,6 +329,49 @@ static bool submit_superuser = true;	/* the worker's role is a superuser, as
 										 * a transaction) */
 static long submit_slot_ms = -1;	/* ms until a rate-limited target of a
 									 * ready head has a slot; -1: none */
+
+/*
+ * submit_stop_sync_expired: a stopping worker's commit waited
+ * SUBMIT_STOP_SYNC_WAIT_MS for its synchronous standby; the wait checks for
+ * a cancel request and gives up (a timeout handler: flags and the latch
+ * only).
+ */
+static void
+submit_stop_sync_expired(void)
+{
+	QueryCancelPending = true;
+	InterruptPending = true;
+	SetLatch(MyLatch);
+}
+
+/*
+ * gridha_submit_commit: commits the worker's transaction. A wait for a
+ * synchronous standby is bounded: SIGTERM cancels it (worker.c), and once
+ * the worker is stopping a commit waits SUBMIT_STOP_SYNC_WAIT_MS at most.
+ * Either way the commit stands on this server, as a terminated backend's
+ * does.
+ */
+void
+gridha_submit_commit(void)
+{
+	if (submit_stop_sync_timeout == MAX_TIMEOUTS)
+		submit_stop_sync_timeout = RegisterTimeout(USER_TIMEOUT, submit_stop_sync_expired);
+	if (gridha_submit_stopping)
+		enable_timeout_after(submit_stop_sync_timeout, SUBMIT_STOP_SYNC_WAIT_MS);
+	gridha_submit_committing = true;
+	PG_TRY();
+	{
+		CommitTransactionCommand();
+	}
+	PG_FINALLY();
+	{
+		gridha_submit_committing = false;
+		disable_timeout(submit_stop_sync_timeout, false);
+	}
+	PG_END_TRY();
+	/* committed: a cancel that came too late to end the wait has nothing to end */
+	QueryCancelPending = false;
+}
 
 /*
  * gridha_submit_init: the worker's HTTP handles and memory.
@@ -670,7 +725,7 @@ submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
 		SPI_finish();
 		PopActiveSnapshot();
 		disable_timeout(STATEMENT_TIMEOUT, false);
-		CommitTransactionCommand();
+		gridha_submit_commit();
 		unconfirmed = ProcDiePending;
 	}
 	PG_CATCH();

@@ -22,6 +22,9 @@ extern int	gridha_worker_connect_rate;
 extern volatile sig_atomic_t gridha_submit_in_step;
 /* Set by SIGTERM: from then on no lock wait of the worker is unbounded */
 extern volatile sig_atomic_t gridha_submit_stopping;
+/* Set while the worker commits (gridha_submit_commit): SIGTERM cancels a
+ * wait for a synchronous standby */
+extern volatile sig_atomic_t gridha_submit_committing;
 
 extern void gridha_submit_init(const pg_uuid_t *instance_id, const char *user_search_path);
 extern bool gridha_submit_cycle(void);
@@ -34,6 +37,7 @@ extern void gridha_submit_forget(void);
 extern void gridha_submit_shutdown(void);
 extern void gridha_submit_bound_lock_wait(void);
 extern void gridha_submit_pin_settings(void);
+extern void gridha_submit_commit(void);
 
 /* The search_path every statement of a worker runs with */
 #define GRIDHA_WORKER_SEARCH_PATH "pg_catalog, gridha, pg_temp"

@@ -165,8 +165,11 @@ worker_sigterm(SIGNAL_ARGS)
 	 * stop_worker; one came during a fast shutdown in 22_worker_safety)
 	 * cancelled the report of a batch whose target function the first one
 	 * had cancelled, and that batch waited, submitting, for a takeover.
+	 * The cancel also ends a commit's wait for a synchronous standby, in a
+	 * step or not (gridha_submit_commit); commits made while stopping
+	 * bound that wait themselves.
 	 */
-	if (gridha_submit_in_step && !gridha_submit_stopping)
+	if ((gridha_submit_in_step || gridha_submit_committing) && !gridha_submit_stopping)
 	{
 		QueryCancelPending = true;
 		InterruptPending = true;
@@ -321,7 +324,7 @@ worker_register_instance(pg_uuid_t *id, const char *label, bool fresh)
 		}
 		SPI_finish();
 		PopActiveSnapshot();
-		CommitTransactionCommand();
+		gridha_submit_commit();
 		if (!done)
 			worker_random_uuid(id);
 	}
@@ -353,7 +356,7 @@ worker_release(pg_uuid_t *id)
 		(void) SPI_execute_with_args(sql, 1, types, args, NULL, false, 0);
 		SPI_finish();
 		PopActiveSnapshot();
-		CommitTransactionCommand();
+		gridha_submit_commit();
 	}
 	PG_CATCH();
 	{

@@ -71,6 +71,10 @@
 #               carried the header; the secret is not in the server log
 #   dropdb      DROP DATABASE ... WITH (FORCE) while the worker sleeps in a
 #               target function: it succeeds, the worker stops
+#   syncrep     in a database of its own (gridha_safety_sync), the worker
+#               holds a claim when synchronous_commit = on starts waiting
+#               for a standby that never connects: a fast shutdown still
+#               completes within 30 s, the worker releasing its claims
 #
 # Words: W1 is the static worker; "history" is w_history, where a trigger
 # on gridha.batches records every change of a batch's status or detail, so a
@@ -112,7 +116,7 @@ WORKER_OPTS="gridha.workers=1 gridha.database=$DB gridha.balance_claims=off
 . "$LIB"
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
-plan 90
+plan 92
 
 psql_db() {
 	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB" "$@"
@@ -199,7 +203,8 @@ cleanup() {
 			psql -X -q -d "$DB" -c "ROLLBACK PREPARED '$gid'" >/dev/null 2>&1
 		done
 	suite_restore_cluster
-	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null 2>&1
+	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" \
+		-c "DROP DATABASE IF EXISTS gridha_safety_sync WITH (FORCE)" >/dev/null 2>&1
 	psql -X -q -d postgres -c "DROP ROLE IF EXISTS $WROLE" -c "DROP ROLE IF EXISTS $PROLE" \
 		-c "DROP ROLE IF EXISTS $EVIL" -c "DROP ROLE IF EXISTS $OWNER" >/dev/null 2>&1
 }
@@ -1382,5 +1387,54 @@ if [ -n "$WRPID" ] && wait_until 20 in_wait "$WR" PgSleep; then
 else
 	not_ok "dropdb: the worker sleeps in the target function of z9"
 fi
+
+# ---------------------------------------------------------------------------
+# syncrep: a fast shutdown while the worker's commits wait for a synchronous
+# standby that is not there
+
+step syncrep
+
+SDB=gridha_safety_sync
+# sync_waiting: the worker waits for the synchronous standby
+sync_waiting() {
+	[ "$(psql -X -q -A -t -d postgres -c "SELECT count(*) FROM pg_stat_activity
+	       WHERE backend_type = 'gridha worker' AND wait_event = 'SyncRep'" 2>/dev/null)" = 1 ]
+}
+# sync_claimed: the worker holds the claim of sr1
+sync_claimed() {
+	[ "$(psql -X -q -A -t -d "$SDB" -c "SELECT count(*) FROM gridha.service_claims
+	       WHERE service_id = 'sr1' AND claimant IS NOT NULL" 2>/dev/null)" = 1 ]
+}
+# shellcheck disable=SC2086 # the options are words
+if gridha_cluster_restart $SUITE_CLUSTER_OPTS $WORKER_OPTS gridha.database=$SDB &&
+	psql -X -q -d postgres -c "CREATE DATABASE $SDB" >/dev/null &&
+	psql -X -q -d "$SDB" -v ON_ERROR_STOP=1 -c "CREATE EXTENSION gridha" \
+		-c "INSERT INTO gridha.targets (target, submit_url) VALUES ('nowhere', 'http://127.0.0.1:9/{batch_id}')" \
+		-c "SELECT gridha.enqueue('sr1', 'sr1-b1', '\\x01', 'nowhere')" >/dev/null &&
+	wait_until 20 sync_claimed; then
+	# From now on every commit that wrote waits for a standby named
+	# gridha_absent, which never connects (this step writes nothing more).
+	# shellcheck disable=SC2086
+	gridha_write_extra_conf $SUITE_CLUSTER_OPTS $WORKER_OPTS gridha.database=$SDB \
+		synchronous_commit=on synchronous_standby_names=gridha_absent
+	psql -X -q -d postgres -c "SELECT pg_reload_conf()" >/dev/null
+	if wait_until 20 sync_waiting; then
+		mark=$(log_mark)
+		gridha_as_pg "$PG_BINDIR/pg_ctl" stop -w -t 30 -m fast -D "$PGDATA" >/dev/null 2>&1
+		check $? "syncrep: a fast shutdown completes within 30 s while the worker, holding a claim, waits for a synchronous standby that never comes"
+		log_has "$mark" "gridha worker \"worker 1\" \\(instance [0-9a-f-]*\\) stopped and released its claims"
+		check $? "syncrep: the worker logged that it stopped and released its claims"
+		log_since "$mark" | grep -E 'gridha|synchronous' | head -n 20 | diag
+	else
+		not_ok "syncrep: the worker waits for the synchronous standby (wait event SyncRep)"
+		not_ok "syncrep: the worker logged that it stopped and released its claims"
+	fi
+else
+	not_ok "syncrep: a worker serving $SDB claims its one service"
+	psql -X -q -d "$SDB" -c "SELECT * FROM gridha.service_claims" 2>&1 | diag
+	tail -n 20 "$GRIDHA_PGLOG" | diag
+	not_ok "syncrep: the worker logged that it stopped and released its claims"
+fi
+gridha_cluster_stop immediate >/dev/null 2>&1
 
 [ "$FAILED" -eq 0 ]
