@@ -20,8 +20,10 @@
 #             of its own, holds five services whose heads it leaves
 #             submitting, pending, valid, unknown and delayed (the test
 #             ledger never answers VALID, and the others are fleeting in a
-#             live run); the test POSTs X's submitting head for it, as if
-#             X's report were lost.
+#             live run), on a fourth target, 'xheld', which has neither URL
+#             nor function: no worker can serve it, so none takes them; the
+#             test POSTs X's submitting head for it, as if X's report were
+#             lost.
 #   dump      mid-run, with the workers, the client and X live and POSTs
 #             under way (the ledger now holds its answers for 6 s, and a
 #             new service's head has just arrived there): its session locks
@@ -45,7 +47,7 @@
 #             dump into gridha_dump, psql -f of the plain dump into
 #             gridha_dump_plain. Both equal the record, row for row, and
 #             each other.
-#   drain     the 'gated' target gets the ledger's URLs in the restored
+#   drain     'gated' and 'xheld' get the ledger's URLs in the restored
 #             database; the second cluster restarts with two workers
 #             serving it, against the same ledger, until every batch is
 #             final. Then: per-service order at the ledger intact across
@@ -215,6 +217,7 @@ VALUES ('splinter', '$LEDGER/batches/{service_id}/{batch_id}',
 INSERT INTO gridha.targets (target, submit_url, status_url, request_headers)
 VALUES ('gated', 'http://127.0.0.1:9/batches/{service_id}/{batch_id}',
         'http://127.0.0.1:9/batch_statuses?id={batch_ids}', '{"X-Test-Token": "dump-default"}');
+INSERT INTO gridha.targets (target, request_headers) VALUES ('xheld', '{"X-Test-Token": "dump-default"}');
 
 SELECT gridha.create_id_sequence('orders', 1000, 2);
 SELECT gridha.try_lead('00000000-0000-0000-0000-00000000d017');
@@ -239,11 +242,12 @@ wait_until 30 sql_is 2 "SELECT count(*) FROM gridha.workers WHERE instance_id IS
 check $? "live: two background workers serve $DB"
 
 # X: its services are created, claimed and their heads handed out in one
-# transaction, so nobody else can take them first, and none is idle when
-# the workers, below their fair share, ask X to hand some back (a request
-# X, handing out nothing more, never acts on). Its lease is 60 s and its
-# session stays open, so the live cluster leaves them alone until the
-# dump.
+# transaction, so nobody else can take them first. They are on 'xheld',
+# which no worker can serve: workers below their fair share take the idle
+# heads of an instance above it (unknown and delayed are idle: ready to be
+# handed out again), and under load they took x-unk and x-del before the
+# check below saw them. Its lease is 60 s and its session stays open, so
+# the live cluster leaves them alone until the dump.
 cat >"$WORK/x.sql" <<'EOF'
 \set ON_ERROR_STOP 1
 SET gridha.soft_expiry = '60s';
@@ -251,7 +255,7 @@ SET gridha.hard_expiry = '60s';
 SET gridha.balance_claims = off;
 SELECT gridha.register_instance('x') AS x \gset
 BEGIN;
-SELECT count(gridha.enqueue(s, s || '-b' || b, convert_to(s || ' batch ' || b, 'UTF8')))
+SELECT count(gridha.enqueue(s, s || '-b' || b, convert_to(s || ' batch ' || b, 'UTF8'), 'xheld'))
   FROM unnest(ARRAY['x-sub', 'x-pend', 'x-valid', 'x-unk', 'x-del']) s, generate_series(1, 2) b;
 SELECT count(*) FROM gridha.acquire_claims(:'x');
 CREATE TEMP TABLE h AS SELECT * FROM gridha.next_batches(:'x', 10);
@@ -541,12 +545,14 @@ same_files "restore: the plain-format restore holds the same batches, claims, ta
 # ---------------------------------------------------------------------------
 # drain: workers serve the restored database against the same ledger
 
-# The operator points the 'gated' target at the ledger, in the restored
-# database (its services drain with the others, with the token restored).
-c2_db -c "UPDATE gridha.targets SET submit_url = '$LEDGER/batches/{service_id}/{batch_id}',
-                                    status_url = '$LEDGER/batch_statuses?id={batch_ids}'
-          WHERE target = 'gated'" >/dev/null
-check $? "drain: the 'gated' target pointed at the ledger in the restored database"
+# The operator points the 'gated' and 'xheld' targets at the ledger, in the
+# restored database (their services drain with the others, with the token
+# restored).
+[ "$(c2_db -c "WITH u AS (UPDATE gridha.targets SET submit_url = '$LEDGER/batches/{service_id}/{batch_id}',
+                                                  status_url = '$LEDGER/batch_statuses?id={batch_ids}'
+                        WHERE target IN ('gated', 'xheld') RETURNING 1)
+               SELECT count(*) FROM u")" = 2 ]
+check $? "drain: the 'gated' and 'xheld' targets pointed at the ledger in the restored database"
 # X's lease is moved to 30 s from now (however long the restore took), so
 # that its idle heads can show they are taken before it runs out, and its
 # submitting head is taken when it does.
