@@ -1921,6 +1921,17 @@ gridha_submit_cycle(void)
 	now = GetCurrentTimestamp();
 	if (TimestampDifferenceExceeds(submit_last_monitor, now, gridha_monitor_interval_ms))
 	{
+		/*
+		 * The answers of the last status runs go in first. A batch whose
+		 * answer was still queued would read as pending and be asked about
+		 * again; by the time that second answer came, the first could have
+		 * had it handed out anew, and a status report may move a batch
+		 * submitting under the same epoch: a batch the ledger did not know
+		 * was POSTed twice at once. Applied first, the pending batches read
+		 * are those no question is out for.
+		 */
+		if (submit_flush() > 0)
+			busy = true;
 		submit_last_monitor = now;
 		submit_monitor();
 	}

@@ -26,6 +26,10 @@
 #               and blocks nobody else
 #   orphan      a report that fails with an error: the worker finds the
 #               batch it no longer has in hand and submits it again
+#   unknown     heads left pending by an instance that never POSTed them:
+#               the workers hear UNKNOWN and POST each again, never asking
+#               about a batch again before the answer is applied (its
+#               hand-out never moves from submitting to unknown)
 #   client      client/gridha-client and the workers share services
 #   wake-up     with gridha.naptime and gridha.monitor_interval at 60 s, an
 #               enqueue is still handed out at once (the latch)
@@ -65,7 +69,7 @@ WORKER_OPTS="gridha.workers=2 gridha.database=$DB gridha.naptime=200ms
 
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
-plan 57
+plan 60
 
 psql_db() {
 	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB" "$@"
@@ -551,6 +555,66 @@ sql_is t "SELECT attempts >= 2 FROM gridha.batches WHERE batch_id = 'o1-b1'" &&
 	[ "$(posts accepted '^o1$' | grep -c -x 'o1-b1')" = 1 ]
 check $? "orphan: o1-b1 was reported delayed as an orphan exactly once, handed out again (attempts >= 2) and accepted by the ledger once"
 psql_db -c "DROP TRIGGER w_fail_report ON gridha.batches" >/dev/null
+
+# ---------------------------------------------------------------------------
+# unknown: heads pending at a ledger that never got them (an external
+# instance reported them accepted without POSTing them, then released its
+# claims). The workers that take them over ask the ledger, hear UNKNOWN and
+# POST each batch again: the answer applied, the batch is not asked about
+# again while that answer waits to be applied. A second question, asked
+# before the first answer was applied, reaches the ledger before the new
+# POST and is answered UNKNOWN as well; applied after the batch was handed
+# out anew, it would move that hand-out to unknown and have the batch
+# POSTed twice at once. The workers look at their pending batches every
+# 10 ms for this step (gridha.monitor_interval), so that an answer often
+# comes back in a cycle whose monitor round is due. A trigger records every
+# status change of these batches: a worker moves a batch to unknown only
+# from pending, never from submitting.
+
+psql_db >/dev/null <<'EOF'
+CREATE TABLE w_moves (batch_id text, old_status text, new_status text, at timestamptz DEFAULT clock_timestamp());
+CREATE FUNCTION w_record_move() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = public AS $$
+BEGIN
+    IF NEW.batch_id LIKE 'uk%' AND NEW.status::text IS DISTINCT FROM OLD.status::text THEN
+        INSERT INTO public.w_moves (batch_id, old_status, new_status) VALUES (NEW.batch_id, OLD.status, NEW.status);
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER w_record_move AFTER UPDATE ON gridha.batches
+    FOR EACH ROW EXECUTE FUNCTION w_record_move();
+EOF
+psql_db -c "ALTER SYSTEM SET gridha.monitor_interval = '10ms'" -c "SELECT pg_reload_conf()" >/dev/null
+psql_db >"$WORK/unknown-e.out" 2>&1 <<'EOF'
+SET gridha.balance_claims = off;
+SELECT gridha.register_instance('uk-e') AS e \gset
+BEGIN;
+SELECT count(gridha.enqueue(s, s || '-b1', '\x0c'))
+  FROM (SELECT 'uk' || lpad(i::text, 2, '0') AS s FROM generate_series(1, 10) i) x;
+SELECT count(*) FROM gridha.acquire_claims(:'e');
+CREATE TEMP TABLE h AS SELECT * FROM gridha.next_batches(:'e', 100);
+COMMIT;
+SELECT count(gridha.report_submission(:'e', service_id, batch_id, epoch, 'accepted')) FROM h;
+SELECT gridha.release_claims(:'e');
+SELECT string_agg(batch_id, ',' ORDER BY batch_id) FROM h;
+EOF
+[ "$(tail -n 1 "$WORK/unknown-e.out")" = "uk01-b1,uk02-b1,uk03-b1,uk04-b1,uk05-b1,uk06-b1,uk07-b1,uk08-b1,uk09-b1,uk10-b1" ]
+check $? "unknown: an external instance left the heads of 10 new services pending without POSTing them, and released their claims"
+diag <"$WORK/unknown-e.out"
+wait_until 30 sql_is 10 "SELECT count(*) FROM gridha.batches WHERE batch_id LIKE 'uk%' AND status = 'committed'"
+check $? "unknown: the workers took the services over and every batch is committed"
+psql_db -c "ALTER SYSTEM RESET gridha.monitor_interval" -c "SELECT pg_reload_conf()" >/dev/null
+sql_is "10|0" "SELECT count(*) FILTER (WHERE old_status = 'pending') || '|' || count(*) FILTER (WHERE old_status <> 'pending')
+               FROM w_moves WHERE new_status = 'unknown'" &&
+	[ "$(posts accepted '^uk[0-9]+$' | sort -u | wc -l)" = 10 ]
+rc=$?
+check $rc "unknown: each batch went to unknown once, from pending, never from submitting (a hand-out the ledger had not answered for), and the ledger accepted all 10"
+if [ "$rc" -ne 0 ]; then
+	psql_db -c "SELECT batch_id, old_status, new_status, at FROM w_moves ORDER BY at" | diag
+	grep -F '"uk' "$WORK/ledger.log" | grep -F '"post"' | diag
+fi
+psql_db -c "DROP TRIGGER w_record_move ON gridha.batches" >/dev/null
 
 # ---------------------------------------------------------------------------
 # an external client and the workers share services
