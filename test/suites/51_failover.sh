@@ -139,16 +139,29 @@ elif kind == "standby-worker":
         for x in lines:
             fh.write(json.dumps(x) + "\n")
 elif kind == "acked":
-    # the first client that handed something out (under load a client may
-    # have handed out nothing, the workers taking every service)
+    # a hand-out the database acknowledged to a client, at an attempt the
+    # history never had: made from the first client's first hand-out, or,
+    # when no client handed anything out (under load the workers may take
+    # every service), from the history's first hand-out, into the first
+    # client's log
     import glob
-    for path in sorted(glob.glob(d + "/clients/*.log")):
+    logs = sorted(glob.glob(d + "/clients/*.log"))
+    if not logs:
+        raise SystemExit("no client log")
+    for path in logs:
         lines = [json.loads(l) for l in open(path, encoding="utf-8") if l.strip()]
         h = next((x for x in lines if x.get("event") == "handout"), None)
         if h is not None:
             break
     else:
-        raise SystemExit("no client handed anything out")
+        path = logs[0]
+        lines = [json.loads(l) for l in open(path, encoding="utf-8") if l.strip()]
+        e = next(r for r in csv.DictReader(open(d + "/db_batch_events.csv", encoding="utf-8", newline=""))
+                 if r["status"] == "submitting")
+        h = {"t": float(e["t"]), "event": "handout",
+             "instance": next((x["instance"] for x in lines if x.get("instance")), None),
+             "service": e["service_id"], "batch": e["batch_id"],
+             "epoch": int(e["epoch"]), "attempt": int(e["attempts"])}
     lines.append(dict(h, attempt=h["attempt"] + 1000))
     with open(path, "w", encoding="utf-8") as fh:
         for x in lines:
