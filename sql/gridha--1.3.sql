@@ -1,0 +1,1834 @@
+/*
+ * gridha 1.3: highly available, strictly ordered batch submission.
+ *
+ * Words used here:
+ *   instance  one submitter (an external client or a background worker),
+ *             known by a uuid for its whole life
+ *   service   a service_id; every batch belongs to one, and a service's
+ *             batches leave strictly in enqueue order, one at a time
+ *   claim     the row of gridha.service_claims for a service: who holds it
+ *             and its epoch (the fencing token)
+ *   lease     an instance's two expiries (gridha.instances.soft_expiry,
+ *             hard_expiry): every claim an instance holds expires with its
+ *             lease, so a renewal writes one row however many claims it
+ *             holds. A claim's own soft_expiry/hard_expiry, NULL normally,
+ *             can only make that claim expire earlier
+ *   head      the service's oldest batch that is not final yet; only the
+ *             head can be handed out or be in flight
+ *
+ * The per-service bookkeeping columns of service_claims (head_seq, tail_seq,
+ * ready_at, in_flight) are what keep every hand-out an index lookup,
+ * whatever the number of services or queued batches. Whether the head is
+ * submitting is read from the head batch itself: an accepted submission
+ * writes the batch row only.
+ */
+
+\echo Use "CREATE EXTENSION gridha" to load this file. \quit
+
+-- ---------------------------------------------------------------------------
+-- The schema must be the installing role's own
+-- ---------------------------------------------------------------------------
+--
+-- gridha.control names schema gridha, and CREATE EXTENSION installs into a
+-- schema of that name when one exists already. Its owner (or a role it
+-- granted CREATE) could then plant an operator, function or type there that
+-- gridha's SECURITY DEFINER functions would resolve and run with the
+-- extension owner's rights. So the install refuses a schema it did not just
+-- create: one owned by another role, or one that grants CREATE to anyone.
+-- Every name below is qualified, so nothing planted can answer for it.
+
+DO $schema$
+DECLARE
+    owner_name name;
+    acl        aclitem[];
+BEGIN
+    SELECT r.rolname, n.nspacl INTO owner_name, acl
+      FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'gridha';
+    IF owner_name OPERATOR(pg_catalog.<>) CURRENT_USER THEN
+        RAISE EXCEPTION 'schema gridha belongs to role "%", not to "%"', owner_name, CURRENT_USER
+            USING ERRCODE = '42501',
+                  DETAIL = 'gridha installs only into a schema of its own: objects another role placed there would run with the extension''s rights.',
+                  HINT = 'Drop the schema gridha (after checking what it holds), or make the installing role its owner and revoke CREATE on it from everyone else.';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.aclexplode(acl) a
+                WHERE a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+                  AND a.grantee OPERATOR(pg_catalog.<>) (SELECT r.oid FROM pg_catalog.pg_roles r
+                                                          WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER)) THEN
+        RAISE EXCEPTION 'schema gridha grants CREATE to roles other than its owner'
+            USING ERRCODE = '42501',
+                  DETAIL = 'Objects another role placed there would run with the extension''s rights.',
+                  HINT = 'REVOKE CREATE ON SCHEMA gridha FROM PUBLIC and from every role but its owner, then try again.';
+    END IF;
+END
+$schema$;
+
+-- The two final statuses come last: the guard triggers on gridha.batches
+-- test "status >= 'committed'". A new status goes before 'committed'.
+CREATE TYPE gridha.batch_status AS ENUM (
+    'queued',
+    'submitting',
+    'pending',
+    'valid',
+    'delayed',
+    'unknown',
+    'committed',
+    'invalid'
+);
+
+COMMENT ON TYPE gridha.batch_status IS
+'lifecycle of a batch: queued -> submitting -> pending -> (valid ->) committed | invalid; delayed and unknown send it back for resubmission';
+
+CREATE TABLE gridha.targets (
+    target          text PRIMARY KEY CHECK (target <> ''),
+    submit_url      text,
+    status_url      text,
+    submit_function regprocedure,
+    status_function regprocedure,
+    rate_interval   interval CHECK (rate_interval > interval '0'),
+    rate_burst      integer NOT NULL DEFAULT 1 CHECK (rate_burst >= 0),
+    -- the span a burst covers must stay in timestamp range (hand-out math)
+    CONSTRAINT targets_rate_span CHECK (
+        CASE WHEN rate_interval > interval '1000 years' OR rate_burst > 1000000 THEN false
+             ELSE rate_interval * rate_burst <= interval '1000 years' END),
+    -- 1.1: the HTTP answers that end a batch, and the target's own headers
+    reject_codes    integer[] NOT NULL DEFAULT '{400,422}',
+    request_headers jsonb
+);
+
+COMMENT ON TABLE gridha.targets IS
+'where a service''s batches go: an HTTP endpoint or a SQL function, with an optional rate limit';
+
+COMMENT ON COLUMN gridha.targets.reject_codes IS
+'HTTP codes with which the ledger refuses a batch for good (it ends invalid); every other non-2xx answer delays it';
+
+COMMENT ON COLUMN gridha.targets.request_headers IS
+'headers sent with every POST and GET to the target, as a JSON object of strings (credentials: never logged, never readable by producers)';
+
+INSERT INTO gridha.targets (target) VALUES ('default');
+
+CREATE TABLE gridha.instances (
+    instance_id   uuid PRIMARY KEY,
+    label         text,
+    kind          text NOT NULL DEFAULT 'external'
+                  CHECK (kind IN ('external', 'worker')),
+    registered_at timestamptz NOT NULL DEFAULT now(),
+    last_seen_at  timestamptz,
+    stopped_at    timestamptz,
+    session_key   bigint,
+    -- 1.1
+    serves        text[],
+    owner         name,
+    soft_expiry   timestamptz,
+    hard_expiry   timestamptz,
+    held          integer NOT NULL DEFAULT 0
+    -- 1.2: shed (requests to hand back idle claims) is gone: idle claims
+    -- stay where they are
+);
+
+COMMENT ON TABLE gridha.instances IS
+'every instance ever seen; last_seen_at is its last claim cycle (renewal), stopped_at its last release of all claims, session_key the key of the liveness lock its session holds (gridha.session_liveness; given once per instance from gridha.session_keys)';
+
+COMMENT ON COLUMN gridha.instances.serves IS
+'the kinds of target the instance can serve (submit_url, submit_function, status_url, status_function); NULL: it declared nothing and serves every service';
+
+COMMENT ON COLUMN gridha.instances.owner IS
+'the role that registered or first used the instance: only its members (and superusers) may act as it';
+
+COMMENT ON COLUMN gridha.instances.soft_expiry IS
+'the lease: every claim the instance holds soft-expires with it (NULL: the instance holds nothing and has stopped or been emptied)';
+
+COMMENT ON COLUMN gridha.instances.held IS
+'how many claims the instance holds, kept by every statement that moves a claim';
+
+-- Live leases and the expired ones still holding claims, in lease order;
+-- an instance that holds nothing any more has no lease and is not here.
+CREATE INDEX instances_lease ON gridha.instances (soft_expiry) WHERE soft_expiry IS NOT NULL;
+
+/*
+ * instances_changed: who may act as an instance is remembered by each
+ * backend; a change of owner, a delete or a truncate makes every backend
+ * ask again.
+ */
+CREATE FUNCTION gridha.instances_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'gridha_instances_changed'
+LANGUAGE C
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.instances_changed() IS
+'trigger: a change of owner, a delete or a truncate of gridha.instances makes every backend check ownership again';
+
+CREATE TRIGGER instances_changed
+    AFTER UPDATE OF owner OR DELETE OR TRUNCATE ON gridha.instances
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha.instances_changed();
+
+CREATE TABLE gridha.service_claims (
+    service_id  text PRIMARY KEY,
+    target      text NOT NULL DEFAULT 'default'
+                REFERENCES gridha.targets ON UPDATE CASCADE,
+    claimant    uuid,
+    epoch       bigint NOT NULL DEFAULT 0,
+    soft_expiry timestamptz,
+    hard_expiry timestamptz,
+    head_seq    bigint,
+    tail_seq    bigint NOT NULL DEFAULT 0,
+    ready_at    timestamptz,
+    in_flight   boolean NOT NULL DEFAULT false,
+    -- running totals (see their comments below)
+    committed_total bigint NOT NULL DEFAULT 0,
+    invalid_total bigint NOT NULL DEFAULT 0,
+    resubmitted_total bigint NOT NULL DEFAULT 0,
+    -- the part of them already in gridha.target_totals (settled_*)
+    settled_seq         bigint NOT NULL DEFAULT 0,
+    settled_committed   bigint NOT NULL DEFAULT 0,
+    settled_invalid     bigint NOT NULL DEFAULT 0,
+    settled_resubmitted bigint NOT NULL DEFAULT 0
+)
+-- Every hand-out and report rewrites the row: room on its page keeps the
+-- new version there (fewer pages touched, and HOT when no key changes).
+--
+-- No CHECK constraints: PostgreSQL reads each CHECK back from its stored
+-- text for every UPDATE statement on the table, which cost about a tenth of
+-- a hand-out/report cycle here. Rows are only written by gridha: a service
+-- is created by an enqueue (gridha.enqueue or the batches_before_insert
+-- trigger), and both refuse empty ids.
+WITH (fillfactor = 50);
+
+COMMENT ON TABLE gridha.service_claims IS
+'one row per service: its claim (claimant, epoch; it expires with the claimant''s lease, or earlier at its own soft_expiry/hard_expiry when set) and its queue state (head_seq = oldest unfinished batch, tail_seq = last enqueued, ready_at = when the head became submittable, NULL while it is in flight or the queue is empty, in_flight = the head is handed out: submitting, pending or valid)';
+
+COMMENT ON COLUMN gridha.service_claims.soft_expiry IS
+'NULL: the claim expires with its claimant''s lease (gridha.instances); set, it expires at the earlier of the two (an UPDATE that moves it into the past makes the claim soft-expired); a renewal clears it';
+
+-- Hand-out: a claimant's services ordered by how long their head has waited.
+-- Renewal, release and counting use the claimant prefix, and the free
+-- services are found under claimant IS NULL.
+--
+-- Takeovers find the claims of an expired or gone instance through the
+-- claimant prefix too: they cost what moves, never a scan of every claim.
+CREATE INDEX service_claims_claimant_ready ON gridha.service_claims (claimant, ready_at);
+
+-- The few claims whose own expiry was set (normally none): found without
+-- reading the others.
+CREATE INDEX service_claims_own_expiry ON gridha.service_claims (soft_expiry)
+    WHERE soft_expiry IS NOT NULL OR hard_expiry IS NOT NULL;
+
+-- The monitor's claims with a head in flight (pending_batches): found
+-- without reading the instance's idle claims.
+CREATE INDEX service_claims_in_flight ON gridha.service_claims (claimant)
+    WHERE in_flight;
+
+/*
+ * Services per target, kept by triggers on service_claims so that a fair
+ * share is computed without counting claims. A service is counted in one
+ * of several rows of its target (shard), so that producers creating
+ * services at once do not wait on one row; the count is their sum.
+ */
+CREATE TABLE gridha.service_counts (
+    target   text NOT NULL,
+    shard    integer NOT NULL,
+    services bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (target, shard)
+);
+
+COMMENT ON TABLE gridha.service_counts IS
+'how many services each target has, spread over a few rows (their sum is the count); kept by the triggers on gridha.service_claims, rebuilt from it on restore';
+
+/*
+ * Running totals no service's row carries, per target: claims taken over
+ * from another instance and writes refused as stale (RG001). Each backend
+ * adds to its own row (slot: its process number), so no writer ever waits
+ * for another; a target's total is the sum of its rows (src/totals.c).
+ *
+ * The settled_* columns hold the services' own counters (enqueued,
+ * committed, invalid, resubmitted) up to the report that last emptied each
+ * one's queue: that report moves what its service counted since it last
+ * ran dry here, and marks it settled on the service's row (settled_seq and
+ * the others). A target's counter is then its settled sum plus, for the
+ * services with work only, their part not settled yet: gridha.metrics
+ * never reads an idle service.
+ */
+CREATE TABLE gridha.target_totals (
+    target               text NOT NULL,
+    slot                 integer NOT NULL,
+    claims_taken_over    bigint NOT NULL DEFAULT 0,
+    stale_writes_refused bigint NOT NULL DEFAULT 0,
+    -- what the target's services counted until they last ran dry
+    settled_enqueued     bigint NOT NULL DEFAULT 0,
+    settled_committed    bigint NOT NULL DEFAULT 0,
+    settled_invalid      bigint NOT NULL DEFAULT 0,
+    settled_resubmitted  bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (target, slot)
+);
+
+COMMENT ON TABLE gridha.target_totals IS
+'running totals per target spread over one row per backend slot (their sum is the total): claims taken over from another instance, writes refused as stale, and the settled_* part of the services'' counters (what each counted until its queue last ran dry); read through gridha.metrics';
+
+/*
+ * The band of epochs of this cluster: each timeline T gives epochs from
+ * (band + T - 1) * 2^40 on. A row per cluster (system identifier), written
+ * by the first takeover there; band is the highest band of the epochs found
+ * then, so a database that arrived with epochs of later timelines (a
+ * restored pg_dump, pg_upgrade: timeline 1 again) starts above them. Never
+ * dumped: a restore is a new cluster's business.
+ */
+CREATE TABLE gridha.epoch_bands (
+    system_identifier bigint PRIMARY KEY,
+    band              bigint NOT NULL CHECK (band >= 0)
+);
+
+COMMENT ON TABLE gridha.epoch_bands IS
+'the band of epochs of each cluster this database ran on (by system identifier): timeline T gives epochs from (band + T - 1) * 2^40 on; written by the first takeover on a cluster, never dumped';
+
+REVOKE ALL ON gridha.epoch_bands FROM PUBLIC;
+
+CREATE FUNCTION gridha.service_claims_count()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'gridha_service_claims_count'
+LANGUAGE C
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.service_claims_count() IS
+'trigger: keeps gridha.service_counts as services are created, moved to another target and removed, written once per target at commit';
+
+CREATE TRIGGER service_claims_counted
+    AFTER INSERT OR DELETE ON gridha.service_claims
+    FOR EACH ROW EXECUTE FUNCTION gridha.service_claims_count();
+
+-- No WHEN clause: the hand-out's and the reports' row writes never change
+-- the target, so the column list alone keeps this trigger off their path.
+CREATE TRIGGER service_claims_target_counted
+    AFTER UPDATE OF target ON gridha.service_claims
+    FOR EACH ROW EXECUTE FUNCTION gridha.service_claims_count();
+
+CREATE TRIGGER service_claims_truncated
+    AFTER TRUNCATE ON gridha.service_claims
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha.service_claims_count();
+
+CREATE TABLE gridha.batches (
+    service_id    text NOT NULL,
+    batch_id      text NOT NULL,
+    seq           bigint NOT NULL,
+    payload       bytea,
+    status        gridha.batch_status NOT NULL DEFAULT 'queued',
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    epoch         bigint,
+    attempts      integer NOT NULL DEFAULT 0,
+    not_before    timestamptz,
+    instance_id   uuid,
+    handed_out_at timestamptz,
+    submitted_at  timestamptz,
+    finished_at   timestamptz,
+    detail        text,
+    PRIMARY KEY (service_id, batch_id),
+    UNIQUE (service_id, seq)
+)
+-- A batch is rewritten three times (hand-out, submission, final status) and
+-- none of those changes a key: free room on its page makes them HOT updates.
+WITH (fillfactor = 80);
+
+COMMENT ON TABLE gridha.batches IS
+'every batch; seq is its position in its service''s enqueue order, epoch and instance_id belong to its latest hand-out (instance_id NULL: a takeover revoked that hand-out while it was submitting)';
+
+/*
+ * batches_before_insert: gives a new batch its place in its service's queue
+ * (a restored batch keeps the place it had).
+ *
+ * The service row is locked before the batch's seq is taken from it, so
+ * per service the seq order is the commit order of the enqueues: a batch
+ * can never become visible behind a head that has already moved past it.
+ */
+CREATE FUNCTION gridha.batches_before_insert()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF NEW.service_id IS NULL OR NEW.batch_id IS NULL THEN
+        RAISE EXCEPTION 'service_id and batch_id must not be null'
+            USING ERRCODE = '22004';
+    END IF;
+    IF NEW.service_id = '' OR NEW.batch_id = '' THEN
+        RAISE EXCEPTION 'service_id and batch_id must not be empty'
+            USING ERRCODE = '22023';
+    END IF;
+
+    -- A row that comes with its seq is being restored (pg_restore, or psql
+    -- with a plain dump): it keeps its place, status and history, and its
+    -- service's claim row is restored beside it. Producers can insert only
+    -- service_id, batch_id and payload, so only the extension's owner or a
+    -- superuser can do this.
+    IF NEW.seq IS NOT NULL THEN
+        RETURN NEW;
+    END IF;
+
+    -- Ids are put into the ledger's URLs one path segment each: "." and
+    -- ".." would name another path there.
+    IF NEW.service_id IN ('.', '..') OR NEW.batch_id IN ('.', '..') THEN
+        RAISE EXCEPTION 'service_id and batch_id must not be "." or ".."'
+            USING ERRCODE = '22023',
+                  DETAIL = 'Ids are path segments of the ledger''s URLs, where these two name other paths.';
+    END IF;
+
+    -- A new batch's ids are index keys: keep them well inside a btree entry.
+    IF octet_length(NEW.service_id) > 512 OR octet_length(NEW.batch_id) > 512 THEN
+        RAISE EXCEPTION 'service_id or batch_id is too long'
+            USING ERRCODE = '22023',
+                  DETAIL = 'An id has at most 512 bytes.';
+    END IF;
+
+    INSERT INTO gridha.service_claims AS c (service_id, head_seq, tail_seq, ready_at)
+    VALUES (NEW.service_id, 1, 1, now())
+    ON CONFLICT (service_id) DO UPDATE
+        SET tail_seq = c.tail_seq + 1,
+            head_seq = coalesce(c.head_seq, c.tail_seq + 1),
+            ready_at = CASE WHEN c.head_seq IS NULL THEN now() ELSE c.ready_at END
+    RETURNING c.tail_seq INTO NEW.seq;
+
+    NEW.status := 'queued';
+    NEW.created_at := now();
+    NEW.epoch := NULL;
+    NEW.attempts := 0;
+    NEW.not_before := NULL;
+    NEW.instance_id := NULL;
+    NEW.handed_out_at := NULL;
+    NEW.submitted_at := NULL;
+    NEW.finished_at := NULL;
+    RETURN NEW;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.batches_before_insert() IS
+'trigger: places a new batch at the tail of its service''s queue, creating the service when it is new';
+
+CREATE TRIGGER batches_enqueue
+    BEFORE INSERT ON gridha.batches
+    FOR EACH ROW EXECUTE FUNCTION gridha.batches_before_insert();
+
+/*
+ * batches_guard_final: committed and invalid are final, whoever writes.
+ *
+ * Both guards are AFTER row triggers: the error still undoes the statement.
+ * A BEFORE UPDATE or DELETE row trigger would lock every row before the
+ * write, one more WAL record per hand-out and report.
+ *
+ * The UPDATE guard runs on every hand-out and report, so it is in C and has
+ * no WHEN clause (PostgreSQL reads a WHEN back from its stored text for
+ * every UPDATE statement on the table) and no SET search_path (applying a
+ * setting costs each call more than the test itself). It runs no SQL and
+ * resolves no name, so no search_path can change what it does; it is the
+ * one function of the schema without the pinned path, and pgTAP checks both
+ * facts. The DELETE guard is off the hot path and keeps its WHEN.
+ */
+CREATE FUNCTION gridha.batches_guard_final()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'gridha_batches_guard_final'
+LANGUAGE C;
+
+COMMENT ON FUNCTION gridha.batches_guard_final() IS
+'trigger: refuses any change to a batch whose status is final';
+
+CREATE TRIGGER batches_final
+    AFTER UPDATE OF status, service_id, batch_id, seq ON gridha.batches
+    FOR EACH ROW
+    EXECUTE FUNCTION gridha.batches_guard_final();
+
+/*
+ * batches_guard_delete: only a finished batch may be deleted. A queued or
+ * in-flight batch is part of its service's gap-free sequence: the next head
+ * after a final batch is always seq + 1.
+ */
+CREATE FUNCTION gridha.batches_guard_delete()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'batch "%" of service "%" is % and cannot be deleted', OLD.batch_id, OLD.service_id, OLD.status
+        USING ERRCODE = 'RG002',
+              DETAIL = 'Only committed and invalid batches may be deleted.';
+END
+$$;
+
+COMMENT ON FUNCTION gridha.batches_guard_delete() IS
+'trigger: refuses to delete a batch that is not final';
+
+CREATE TRIGGER batches_unfinished
+    AFTER DELETE ON gridha.batches
+    FOR EACH ROW
+    WHEN (OLD.status < 'committed')
+    EXECUTE FUNCTION gridha.batches_guard_delete();
+
+-- Settings as the server sees them now, as intervals; used by the views.
+CREATE FUNCTION gridha.expiry_settings(
+    OUT soft_expiry interval,
+    OUT hard_expiry interval,
+    OUT renew_interval interval)
+RETURNS record
+AS 'MODULE_PATHNAME', 'gridha_expiry_settings'
+LANGUAGE C STABLE PARALLEL SAFE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.expiry_settings() IS
+'the effective claim timings (gridha.soft_expiry, gridha.hard_expiry, gridha.renew_interval) as intervals';
+
+-- ---------------------------------------------------------------------------
+-- API
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION gridha.register_instance(label text DEFAULT NULL)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'gridha_register_instance'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.register_instance(text) IS
+'registers a new external instance, owned by the calling role, and returns its id';
+
+CREATE FUNCTION gridha.register_instance(label text, serves text[])
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'gridha_register_instance'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.register_instance(text, text[]) IS
+'registers a new external instance, owned by the calling role, that serves the kinds of target given (submit_url, submit_function, status_url, status_function), and returns its id';
+
+CREATE FUNCTION gridha.enqueue(service_id text, batch_id text, payload bytea, target text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_enqueue'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.enqueue(text, text, bytea, text) IS
+'adds a batch at the tail of its service''s queue (creating the service, on the given target, when new) and returns its seq';
+
+CREATE FUNCTION gridha.renew_claims(instance_id uuid)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'gridha_renew_claims'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.renew_claims(uuid) IS
+'extends the instance''s lease (one row: every claim it holds expires with it) and returns how many claims it holds';
+
+CREATE FUNCTION gridha.acquire_claims(instance_id uuid)
+RETURNS TABLE (service_id text, epoch bigint)
+AS 'MODULE_PATHNAME', 'gridha_acquire_claims'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.acquire_claims(uuid) IS
+'takes free, soft-expired (nothing submitting) and hard-expired claims whose target the instance can serve, up to the fair share when gridha.balance_claims is on (releasing surplus idle claims above it); returns the claims newly taken';
+
+CREATE FUNCTION gridha.acquire_claims(instance_id uuid, serves text[])
+RETURNS TABLE (service_id text, epoch bigint)
+AS 'MODULE_PATHNAME', 'gridha_acquire_claims'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.acquire_claims(uuid, text[]) IS
+'acquire_claims, declaring first which kinds of target the instance can serve (submit_url, submit_function, status_url, status_function): it claims only services whose target it can serve, and hands back those it can no longer serve';
+
+CREATE FUNCTION gridha.claimed_batches(instance_id uuid, max_batches integer DEFAULT 100)
+RETURNS TABLE (service_id text, batch_id text, seq bigint, status gridha.batch_status, epoch bigint)
+AS 'MODULE_PATHNAME', 'gridha_claimed_batches'
+LANGUAGE C STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.claimed_batches(uuid, integer) IS
+'read-only: the head batch of each service this instance holds, submittable ones first, with the claim''s epoch';
+
+CREATE FUNCTION gridha.next_batch(instance_id uuid)
+RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempt integer, attempts integer)
+AS 'MODULE_PATHNAME', 'gridha_next_batch'
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.next_batch(uuid) IS
+'the queuer cycle: renews and acquires claims when due, hands out the submittable head that has waited longest among this instance''s services and marks it submitting; 0 or 1 row; attempts counts its hand-outs (attempt, the same count, is its deprecated 1.1 name)';
+
+CREATE FUNCTION gridha.next_batches(instance_id uuid, max_batches integer DEFAULT 100)
+RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempt integer, attempts integer)
+AS 'MODULE_PATHNAME', 'gridha_next_batches'
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 10
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.next_batches(uuid, integer) IS
+'like next_batch, up to max_batches batches of distinct services';
+
+CREATE FUNCTION gridha.verify_batch(instance_id uuid, service_id text, batch_id text, epoch bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_verify_batch'
+LANGUAGE C STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.verify_batch(uuid, text, text, bigint) IS
+'true while the batch is still this instance''s to submit: it holds the claim at this epoch and the batch is submitting under it';
+
+CREATE FUNCTION gridha.report_submission(instance_id uuid, service_id text, batch_id text, epoch bigint,
+                                         outcome text, detail text DEFAULT NULL)
+RETURNS gridha.batch_status
+AS 'MODULE_PATHNAME', 'gridha_report_submission'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.report_submission(uuid, text, text, bigint, text, text) IS
+'records the result of submitting a batch: accepted -> pending, delayed -> delayed with backoff, rejected -> invalid; refused for a stale epoch';
+
+CREATE FUNCTION gridha.pending_batches(instance_id uuid, max_batches integer DEFAULT 100)
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, epoch bigint, submitted_at timestamptz)
+AS 'MODULE_PATHNAME', 'gridha_pending_batches'
+LANGUAGE C STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.pending_batches(uuid, integer) IS
+'what this instance''s DLT monitor must poll: the pending and valid batches of the services it holds, oldest submission first';
+
+CREATE FUNCTION gridha.report_status(instance_id uuid, service_id text, batch_id text, epoch bigint, dlt_status text)
+RETURNS gridha.batch_status
+AS 'MODULE_PATHNAME', 'gridha_report_status'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, text) IS
+'records what the ledger says of an in-flight batch: pending, valid, committed, invalid or unknown (any case); refused for a stale epoch';
+
+CREATE FUNCTION gridha.report_submissions(instance_id uuid, service_ids text[], batch_ids text[],
+                                          epochs bigint[], outcomes text[], details text[] DEFAULT NULL)
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
+AS 'MODULE_PATHNAME', 'gridha_report_submissions'
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[]) IS
+'deprecated since 1.2 (use report_submissions(uuid, gridha.submission_report[])): many report_submission in one transaction, one element per batch in each array: one row per batch with its new status, or the SQLSTATE and message that refused it (a refused row does not undo the others)';
+
+CREATE FUNCTION gridha.report_statuses(instance_id uuid, service_ids text[], batch_ids text[],
+                                       epochs bigint[], dlt_statuses text[])
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
+AS 'MODULE_PATHNAME', 'gridha_report_statuses'
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.report_statuses(uuid, text[], text[], bigint[], text[]) IS
+'deprecated since 1.2 (use report_statuses(uuid, gridha.status_report[])): many report_status in one transaction: one row per batch with its new status, or the SQLSTATE and message that refused it';
+
+CREATE FUNCTION gridha.release_claims(instance_id uuid)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'gridha_release_claims'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.release_claims(uuid) IS
+'hands back every claim of this instance that has nothing submitting; returns how many';
+
+-- ---------------------------------------------------------------------------
+-- Views for operators
+-- ---------------------------------------------------------------------------
+
+CREATE VIEW gridha.claims AS
+SELECT c.service_id,
+       c.target,
+       c.claimant,
+       c.epoch,
+       e.soft_expiry,
+       e.hard_expiry,
+       CASE
+           WHEN c.claimant IS NULL THEN 'free'
+           WHEN e.soft_expiry > now() THEN 'held'
+           WHEN e.hard_expiry IS NULL OR e.hard_expiry <= now() THEN 'hard_expired'
+           WHEN h.submitting THEN 'slow'
+           ELSE 'soft_expired'
+       END AS state,
+       c.head_seq,
+       c.tail_seq,
+       c.in_flight,
+       h.submitting,
+       c.ready_at
+FROM gridha.service_claims c
+LEFT JOIN gridha.instances i ON i.instance_id = c.claimant
+CROSS JOIN LATERAL (
+    SELECT least(c.soft_expiry, i.soft_expiry) AS soft_expiry,
+           least(c.hard_expiry, i.hard_expiry) AS hard_expiry) e
+CROSS JOIN LATERAL (
+    SELECT c.in_flight AND EXISTS (
+               SELECT 1 FROM gridha.batches b
+                WHERE b.service_id = c.service_id AND b.seq = c.head_seq
+                  AND b.status = 'submitting') AS submitting) h;
+
+COMMENT ON VIEW gridha.claims IS
+'each claim with its effective expiries (its claimant''s lease, or the claim''s own when earlier) and its state: free, held, slow (soft-expired but submitting: not taken), soft_expired (takeover possible), hard_expired (takeover regardless)';
+
+CREATE VIEW gridha.instance_health AS
+SELECT i.instance_id,
+       i.label,
+       i.kind,
+       i.last_seen_at,
+       i.held::bigint AS claims,
+       coalesce(x.submitting, false) AS submitting,
+       CASE
+           WHEN i.stopped_at IS NOT NULL AND (i.last_seen_at IS NULL OR i.stopped_at >= i.last_seen_at)
+                AND (i.soft_expiry IS NULL OR i.soft_expiry <= i.stopped_at) THEN 'stopped'
+           WHEN i.last_seen_at IS NULL THEN 'new'
+           WHEN i.soft_expiry IS NULL OR i.hard_expiry <= now() THEN 'failed'
+           WHEN i.soft_expiry > now() THEN 'healthy'
+           WHEN coalesce(x.submitting, false) THEN 'slow'
+           ELSE 'failed'
+       END AS health,
+       i.soft_expiry,
+       i.hard_expiry
+FROM gridha.instances i
+LEFT JOIN LATERAL (
+    SELECT bool_or(c.submitting) AS submitting
+      FROM gridha.claims c
+     WHERE c.claimant = i.instance_id AND c.in_flight) x ON true;
+
+COMMENT ON VIEW gridha.instance_health IS
+'each instance''s health by the decision tree, from its lease: registered and never seen new; within its lease healthy; past its soft expiry and mid-submission slow (assumed healthy); past it and idle, or past its hard expiry, failed; released its claims since its last cycle: stopped';
+
+
+
+/*
+ * The queue views read each service's row and its head (and, when the head
+ * is not queued, the batch after it): every batch between the head and the
+ * tail is queued, only the head can be in flight or retrying. What they
+ * cost follows the services, never the history. committed and invalid are
+ * the service's running totals (pruned batches stay counted).
+ */
+CREATE VIEW gridha.service_queues AS
+SELECT c.service_id,
+       c.target,
+       c.claimant,
+       c.epoch,
+       h.batch_id AS head_batch_id,
+       h.status AS head_status,
+       coalesce(c.tail_seq - c.head_seq + 1, 0) - q.in_flight - q.retrying AS queued,
+       q.in_flight,
+       q.retrying,
+       c.committed_total AS committed,
+       c.invalid_total AS invalid,
+       CASE WHEN h.status = 'queued' THEN h.created_at ELSE n.created_at END AS oldest_queued_at
+FROM gridha.service_claims c
+LEFT JOIN gridha.batches h ON h.service_id = c.service_id AND h.seq = c.head_seq
+LEFT JOIN gridha.batches n ON n.service_id = c.service_id AND n.seq = c.head_seq + 1
+                          AND c.head_seq < c.tail_seq
+CROSS JOIN LATERAL (
+    SELECT coalesce((h.status IN ('submitting', 'pending', 'valid'))::int, 0)::bigint AS in_flight,
+           coalesce((h.status IN ('delayed', 'unknown'))::int, 0)::bigint AS retrying) q;
+
+COMMENT ON VIEW gridha.service_queues IS
+'each service''s queue: its head batch, how many batches wait in each state, and how many were committed and found invalid so far (running totals, pruned batches included)';
+
+-- What a producer may see of the queues: their progress, without who holds
+-- them (claimant ids, epochs) and without payloads.
+CREATE VIEW gridha.queue_progress AS
+SELECT service_id, target, head_batch_id, head_status, queued, in_flight, retrying,
+       committed, invalid, oldest_queued_at
+FROM gridha.service_queues;
+
+COMMENT ON VIEW gridha.queue_progress IS
+'each service''s queue as producers may see it: its head batch, how many batches wait in each state, and how many were committed and found invalid so far (running totals; no claimant, no epoch, no payload)';
+
+-- ---------------------------------------------------------------------------
+-- Background-worker instances (need shared_preload_libraries = 'gridha')
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION gridha.start_worker(label text DEFAULT NULL)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'gridha_start_worker'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.start_worker(text) IS
+'starts a background-worker instance now and returns its instance id';
+
+CREATE FUNCTION gridha.stop_worker(instance_id uuid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_stop_worker'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.stop_worker(uuid) IS
+'asks a running worker instance to stop: it reports the batch in hand, releases its claims and exits; false when no running worker has this id';
+
+CREATE FUNCTION gridha.worker_slots(
+    OUT instance_id uuid,
+    OUT label text,
+    OUT pid integer,
+    OUT state text,
+    OUT state_since timestamptz,
+    OUT service_id text,
+    OUT batch_id text,
+    OUT started_at timestamptz,
+    OUT in_flight integer)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'gridha_worker_slots'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.worker_slots() IS
+'the running worker instances as their shared-memory slots show them (empty without preload)';
+
+CREATE VIEW gridha.workers AS
+SELECT w.instance_id, w.label, w.pid, w.state, w.state_since,
+       w.service_id, w.batch_id, w.started_at, w.in_flight
+FROM gridha.worker_slots() w;
+
+COMMENT ON VIEW gridha.workers IS
+'one row per running background-worker instance: its instance id, pid (as in pg_stat_activity), state, a batch it is busy with, and how many POSTs it has in flight';
+
+-- A commit that enqueued batches wakes the workers (no-op without preload).
+CREATE FUNCTION gridha.batches_wake()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'gridha_batches_wake'
+LANGUAGE C
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.batches_wake() IS
+'trigger: wakes the background workers when the enqueuing transaction commits';
+
+CREATE TRIGGER batches_wake
+    AFTER INSERT ON gridha.batches
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha.batches_wake();
+
+-- A target a worker could not use is refused when it is written (RG007).
+CREATE FUNCTION gridha.targets_check()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'gridha_targets_check'
+LANGUAGE C
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.targets_check() IS
+'trigger: refuses malformed URLs, two sources of one kind, and functions of the wrong signature in gridha.targets';
+
+CREATE TRIGGER targets_check
+    BEFORE INSERT OR UPDATE ON gridha.targets
+    FOR EACH ROW EXECUTE FUNCTION gridha.targets_check();
+
+-- ---------------------------------------------------------------------------
+-- Privileges: nothing for PUBLIC. Four roles (created when missing):
+--   gridha_producer   enqueues, sees the queues' progress
+--   gridha_submitter  the instance API; reads what it needs to submit
+--   gridha_admin      changes gridha.targets, ID sequences, workers
+--   gridha_client     producer and submitter, for convenience
+-- The API functions are SECURITY DEFINER: no role needs table rights to
+-- call them, and each checks that the calling role owns the instance it
+-- names (RG008).
+-- ---------------------------------------------------------------------------
+
+REVOKE ALL ON ALL TABLES IN SCHEMA gridha FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA gridha FROM PUBLIC;
+
+DO $$
+DECLARE
+    r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['gridha_producer', 'gridha_submitter', 'gridha_admin', 'gridha_client'] LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+        END IF;
+    END LOOP;
+END
+$$;
+
+GRANT gridha_producer, gridha_submitter TO gridha_client;
+
+GRANT USAGE ON SCHEMA gridha TO gridha_producer, gridha_submitter, gridha_admin;
+
+-- Producers: enqueue, and nothing of the claims
+GRANT EXECUTE ON FUNCTION
+    gridha.enqueue(text, text, bytea, text),
+    gridha.expiry_settings()
+TO gridha_producer;
+GRANT INSERT (service_id, batch_id, payload) ON gridha.batches TO gridha_producer;
+GRANT SELECT ON gridha.queue_progress TO gridha_producer;
+
+-- Submitters: the instance API
+GRANT EXECUTE ON FUNCTION
+    gridha.register_instance(text),
+    gridha.register_instance(text, text[]),
+    gridha.renew_claims(uuid),
+    gridha.acquire_claims(uuid),
+    gridha.acquire_claims(uuid, text[]),
+    gridha.claimed_batches(uuid, integer),
+    gridha.next_batch(uuid),
+    gridha.next_batches(uuid, integer),
+    gridha.verify_batch(uuid, text, text, bigint),
+    gridha.report_submission(uuid, text, text, bigint, text, text),
+    gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[]),
+    gridha.pending_batches(uuid, integer),
+    gridha.report_status(uuid, text, text, bigint, text),
+    gridha.report_statuses(uuid, text[], text[], bigint[], text[]),
+    gridha.release_claims(uuid),
+    gridha.expiry_settings(),
+    gridha.worker_slots()
+TO gridha_submitter;
+GRANT SELECT ON gridha.claims, gridha.instance_health, gridha.service_queues,
+    gridha.queue_progress, gridha.workers
+TO gridha_submitter;
+-- A submitter needs each service's target to submit to it, credentials
+-- included.
+GRANT SELECT ON gridha.targets TO gridha_submitter;
+GRANT SELECT (service_id, target) ON gridha.service_claims TO gridha_submitter;
+
+-- Admins: the targets, the ID sequences, the workers
+GRANT SELECT, INSERT, UPDATE, DELETE ON gridha.targets TO gridha_admin;
+GRANT EXECUTE ON FUNCTION
+    gridha.start_worker(text),
+    gridha.stop_worker(uuid),
+    gridha.worker_slots()
+TO gridha_admin;
+GRANT SELECT ON gridha.claims, gridha.instance_health, gridha.service_queues,
+    gridha.queue_progress, gridha.workers
+TO gridha_admin;
+
+-- Section 7: leader lease, ID windows, rate limits
+--
+-- Words used here (see src/leader.c, src/idseq.c, src/ratelimit.c):
+--   role     a singleton duty; one lease per role in gridha.leases
+--   term     bumped each time a role's leader changes; a lease is renewed
+--            only under its term
+--   tick     one run of a role's duties, keyed (role, tick) so that it runs
+--            once: the start of its slot of the server clock, in ms since 1970
+--   window   ids [window_start, window_end) of an id sequence, reserved in
+--            blocks from next_id on; the high water is the last id ever
+--            given to a window of the sequence
+--   slot     the right to hand out one batch of a rate-limited target; tat
+--            is the target's theoretical arrival time (generic cell rate
+--            algorithm)
+
+CREATE TABLE gridha.leases (
+    role        text PRIMARY KEY CHECK (role <> ''),
+    leader      uuid,
+    term        bigint NOT NULL DEFAULT 0,
+    acquired_at timestamptz,
+    renewed_at  timestamptz,
+    expires_at  timestamptz,
+    CHECK (leader IS NULL OR expires_at IS NOT NULL)
+);
+
+COMMENT ON TABLE gridha.leases IS
+'one row per singleton role: its leader (NULL after a resignation), the term it leads under, and when the lease expires (gridha.soft_expiry after its last renewal)';
+
+CREATE TABLE gridha.maintenance_ticks (
+    role            text NOT NULL,
+    tick            bigint NOT NULL,
+    term            bigint NOT NULL,
+    leader          uuid NOT NULL,
+    started_at      timestamptz NOT NULL,
+    finished_at     timestamptz,
+    swept_instances integer,
+    pruned_batches  bigint,
+    opened_windows  integer,
+    PRIMARY KEY (role, tick)
+);
+
+COMMENT ON TABLE gridha.maintenance_ticks IS
+'every run of a role''s duties, keyed by (role, tick): a second leader trying the same tick hits the key and backs off; a tick runs only past every stored tick of its role';
+
+CREATE FUNCTION gridha.try_lead(instance_id uuid, role text DEFAULT 'maintenance')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_try_lead'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.try_lead(uuid, text) IS
+'deprecated since 1.2 (use lead): leads the duty named role (a new term when the leader changes) or renews this instance''s lease; returns the term, or NULL while another instance holds an unexpired lease';
+
+CREATE FUNCTION gridha.renew_lead(instance_id uuid, duty text, term bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_renew_lead'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.renew_lead(uuid, text, bigint) IS
+'renews the lease only if this instance still leads the duty under this term; false once the term has moved on';
+
+CREATE FUNCTION gridha.resign(instance_id uuid, role text DEFAULT 'maintenance')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_resign'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.resign(uuid, text) IS
+'deprecated since 1.2 (use resign_lead): gives up this instance''s lease on the duty named role at once; true if it held it';
+
+CREATE FUNCTION gridha.run_maintenance(
+    instance_id uuid,
+    duty text DEFAULT 'maintenance',
+    OUT term bigint,
+    OUT tick bigint,
+    OUT outcome text,
+    OUT swept_instances integer,
+    OUT pruned_batches bigint,
+    OUT opened_windows integer)
+RETURNS record
+AS 'MODULE_PATHNAME', 'gridha_run_maintenance'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.run_maintenance(uuid, text) IS
+'leads the duty if it can and runs the current tick once: sweeps long-gone instances, prunes final batches past gridha.retention, tops up ID windows; outcome ran, not_leader, already_run, clock_behind or lost_lease';
+
+CREATE VIEW gridha.leaders AS
+SELECT l.role,
+       l.leader,
+       l.term,
+       l.acquired_at,
+       l.renewed_at,
+       l.expires_at,
+       CASE
+           WHEN l.leader IS NULL THEN 'vacant'
+           WHEN l.expires_at > now() THEN 'held'
+           ELSE 'expired'
+       END AS state,
+       t.tick AS last_tick,
+       t.started_at AS last_run_at
+FROM gridha.leases l
+LEFT JOIN LATERAL (
+    SELECT m.tick, m.started_at
+    FROM gridha.maintenance_ticks m
+    WHERE m.role = l.role
+    ORDER BY m.tick DESC
+    LIMIT 1
+) t ON true;
+
+COMMENT ON VIEW gridha.leaders IS
+'each role''s leader, term, lease expiry and state (held, expired, vacant), with its latest tick';
+
+CREATE SEQUENCE gridha.id_sequence_serial;
+
+CREATE TABLE gridha.id_sequences (
+    name             text PRIMARY KEY CHECK (name <> ''),
+    serial           bigint NOT NULL UNIQUE DEFAULT nextval('gridha.id_sequence_serial'),
+    window_size      bigint NOT NULL CHECK (window_size > 0),
+    min_open_windows integer NOT NULL CHECK (min_open_windows >= 0),
+    high_water       bigint NOT NULL DEFAULT 0,
+    dropped          boolean NOT NULL DEFAULT false,
+    created_at       timestamptz NOT NULL DEFAULT now()
+);
+
+ALTER SEQUENCE gridha.id_sequence_serial OWNED BY gridha.id_sequences.serial;
+
+COMMENT ON TABLE gridha.id_sequences IS
+'ID sequences (distributed hi-lo): high_water is the last id given to any window and never goes down; a dropped sequence keeps its row so that one created again under its name continues above it; serial names the incarnation';
+
+-- No foreign key to id_sequences: each window written takes its sequence
+-- row's lock first anyway, and the key-share lock a key's check would add
+-- is what PostgreSQL 17 turned into "new multixact has more than one
+-- updating member" under concurrent reservations. The trigger
+-- id_sequences_changed removes the windows of rows deleted by hand.
+CREATE TABLE gridha.id_windows (
+    name         text NOT NULL,
+    window_start bigint NOT NULL,
+    window_end   bigint NOT NULL,
+    next_id      bigint NOT NULL,
+    opened_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (name, window_start),
+    CHECK (window_start < window_end AND next_id BETWEEN window_start AND window_end)
+);
+
+COMMENT ON TABLE gridha.id_windows IS
+'windows of ID sequences: ids [window_start, window_end), of which [next_id, window_end) are not reserved yet (open while next_id < window_end)';
+
+-- Runs as the extension's owner, as the foreign key's cascade did: a role
+-- an administrator let delete sequence rows needs no right on id_windows.
+CREATE FUNCTION gridha.id_sequences_changed()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'gridha_id_sequences_changed'
+LANGUAGE C SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.id_sequences_changed() IS
+'trigger: rows of gridha.id_sequences deleted by hand take their windows with them and make every backend look its next_id names up again';
+
+CREATE TRIGGER id_sequences_changed
+    AFTER DELETE OR TRUNCATE ON gridha.id_sequences
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha.id_sequences_changed();
+
+CREATE FUNCTION gridha.create_id_sequence(name text, window_size bigint DEFAULT 1000000,
+                                          min_open_windows integer DEFAULT 4)
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_create_id_sequence'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.create_id_sequence(text, bigint, integer) IS
+'creates an ID sequence and opens its first min_open_windows windows; a name dropped before continues above its old ids';
+
+CREATE FUNCTION gridha.drop_id_sequence(name text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_drop_id_sequence'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.drop_id_sequence(text) IS
+'drops an ID sequence and its windows (its high water is kept); false if there was none';
+
+CREATE FUNCTION gridha.reserve_ids(name text, count integer)
+RETURNS int8range
+AS 'MODULE_PATHNAME', 'gridha_reserve_ids'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.reserve_ids(text, integer) IS
+'reserves count contiguous ids inside one open window (opening one when none has room); concurrent callers never wait on each other';
+
+CREATE FUNCTION gridha.next_id(name text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_next_id'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.next_id(text) IS
+'the next id of the sequence from this backend''s block, reserving a block of gridha.id_block_size ids when it is spent';
+
+CREATE VIEW gridha.id_sequence_status AS
+SELECT q.name,
+       q.window_size,
+       q.min_open_windows,
+       q.high_water,
+       count(w.window_start) FILTER (WHERE w.next_id < w.window_end) AS open_windows,
+       coalesce(sum(w.window_end - w.next_id), 0) AS free_ids
+FROM gridha.id_sequences q
+LEFT JOIN gridha.id_windows w ON w.name = q.name
+WHERE NOT q.dropped
+GROUP BY q.name;
+
+COMMENT ON VIEW gridha.id_sequence_status IS
+'each ID sequence with its high water, its open windows and how many ids they still hold';
+
+CREATE TABLE gridha.target_rate_state (
+    target      text PRIMARY KEY REFERENCES gridha.targets ON DELETE CASCADE ON UPDATE CASCADE,
+    tat         timestamptz NOT NULL DEFAULT '-infinity',
+    slots_taken bigint NOT NULL DEFAULT 0
+);
+
+COMMENT ON TABLE gridha.target_rate_state IS
+'shared state of each rate-limited target: its theoretical arrival time (tat) and how many slots were taken; a hand-out at t conforms when t >= tat - (rate_burst - 1) * rate_interval';
+
+CREATE TABLE gridha.rate_handouts (
+    target      text NOT NULL,
+    slot_at     timestamptz NOT NULL,
+    service_id  text NOT NULL,
+    batch_id    text NOT NULL,
+    instance_id uuid NOT NULL,
+    epoch       bigint NOT NULL
+);
+
+CREATE INDEX rate_handouts_target_slot ON gridha.rate_handouts (target, slot_at);
+
+COMMENT ON TABLE gridha.rate_handouts IS
+'every hand-out of a rate-limited target, at the time of its slot; maintenance forgets rows after a day';
+
+/*
+ * targets_rate_changed: a new rate applies at once. The time a target still
+ * owes under the old interval is scaled to the new one; without a limit
+ * nothing is owed.
+ */
+CREATE FUNCTION gridha.targets_rate_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    UPDATE gridha.target_rate_state r
+       SET tat = CASE
+               WHEN OLD.rate_interval IS NOT NULL AND NEW.rate_interval IS NOT NULL
+                    AND r.tat > clock_timestamp()
+               THEN clock_timestamp() + (r.tat - clock_timestamp())
+                    * (extract(epoch FROM NEW.rate_interval) / extract(epoch FROM OLD.rate_interval))::float8
+               ELSE least(r.tat, clock_timestamp())
+           END
+     WHERE r.target = NEW.target;
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.targets_rate_changed() IS
+'trigger: rescales a target''s rate state when its rate_interval changes, so the new rate applies at once';
+
+CREATE TRIGGER targets_rate_changed
+    AFTER UPDATE OF rate_interval ON gridha.targets
+    FOR EACH ROW
+    WHEN (OLD.rate_interval IS DISTINCT FROM NEW.rate_interval)
+    EXECUTE FUNCTION gridha.targets_rate_changed();
+
+/*
+ * targets_name_change: a statement that renames targets (UPDATE OF target;
+ * the new name cascades to the services' rows, the rate state and the
+ * running totals) or deletes them (the rate state and the totals go with
+ * them) first waits for every transaction writing gridha.service_claims to
+ * end, and holds new ones off until it commits. Without it, a rename's
+ * cascade locked the services' rows in its own order while a hand-out held
+ * some of them and waited for the target's rate-state row the cascade had
+ * taken: one of the two ended with 40P01 (found by the fuzz suite). Every
+ * call holds service_claims before any row such a statement locks (the
+ * lock order, src/claims.c), so a statement that holds it first closes
+ * those cycles. Renames and deletes are rare; while one waits or runs,
+ * the calls of every target wait for it (docs/concurrency.md).
+ */
+CREATE FUNCTION gridha.targets_name_change()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    LOCK TABLE gridha.service_claims IN SHARE ROW EXCLUSIVE MODE;
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.targets_name_change() IS
+'trigger: a statement that may rename or delete targets first takes gridha.service_claims in SHARE ROW EXCLUSIVE mode, so that its cascades never deadlock with a hand-out, a report or a backend''s totals row';
+
+REVOKE ALL ON FUNCTION gridha.targets_name_change() FROM PUBLIC;
+
+CREATE TRIGGER targets_name_change
+    BEFORE UPDATE OF target OR DELETE ON gridha.targets
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION gridha.targets_name_change();
+
+/*
+ * targets_totals_follow: a target's running totals (gridha.target_totals,
+ * keyed by its name, with no foreign key: a backend's note of a target
+ * that is gone must never fail its call) follow a rename to the new name,
+ * and go with a deleted target, so that a counter of gridha.metrics keeps
+ * its value across a rename and a new target of an old name starts at 0.
+ * Rows already under the new name (left by a call in a REPEATABLE READ
+ * transaction that began before the rename) are added to. The default
+ * row that an INSERT of 'default' replaces (a restore) keeps its rows.
+ */
+CREATE FUNCTION gridha.targets_totals_follow()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF NEW.target = OLD.target THEN
+            RETURN NULL;
+        END IF;
+        INSERT INTO gridha.target_totals AS t
+               (target, slot, claims_taken_over, stale_writes_refused, settled_enqueued,
+                settled_committed, settled_invalid, settled_resubmitted)
+        SELECT NEW.target, o.slot, o.claims_taken_over, o.stale_writes_refused,
+               o.settled_enqueued, o.settled_committed, o.settled_invalid,
+               o.settled_resubmitted
+          FROM gridha.target_totals o
+         WHERE o.target = OLD.target
+         ORDER BY o.slot
+        ON CONFLICT (target, slot) DO UPDATE
+           SET claims_taken_over = t.claims_taken_over + excluded.claims_taken_over,
+               stale_writes_refused = t.stale_writes_refused + excluded.stale_writes_refused,
+               settled_enqueued = t.settled_enqueued + excluded.settled_enqueued,
+               settled_committed = t.settled_committed + excluded.settled_committed,
+               settled_invalid = t.settled_invalid + excluded.settled_invalid,
+               settled_resubmitted = t.settled_resubmitted + excluded.settled_resubmitted;
+    ELSIF OLD.target = 'default' AND pg_trigger_depth() > 1 THEN
+        -- the untouched default row, replaced by an INSERT of 'default'
+        -- (targets_restore_default: a restore, whose totals may come
+        -- first): the totals stay with the name
+        RETURN NULL;
+    END IF;
+    DELETE FROM gridha.target_totals WHERE target = OLD.target;
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.targets_totals_follow() IS
+'trigger: a renamed target''s rows of gridha.target_totals move to its new name; a deleted target''s rows go with it';
+
+REVOKE ALL ON FUNCTION gridha.targets_totals_follow() FROM PUBLIC;
+
+CREATE TRIGGER targets_totals_follow
+    AFTER UPDATE OF target OR DELETE ON gridha.targets
+    FOR EACH ROW
+    EXECUTE FUNCTION gridha.targets_totals_follow();
+
+/*
+ * targets_rate_inval: a hand-out takes the rate-limited path only while
+ * some target is limited, which each backend remembers; every change of
+ * gridha.targets makes it ask again once the change commits.
+ */
+CREATE FUNCTION gridha.targets_rate_inval()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'gridha_targets_rate_inval'
+LANGUAGE C
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.targets_rate_inval() IS
+'trigger: a change of gridha.targets makes every backend check again, at its commit, whether any target is rate-limited';
+
+CREATE TRIGGER targets_rate_inval
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON gridha.targets
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha.targets_rate_inval();
+
+CREATE VIEW gridha.target_rates AS
+SELECT t.target,
+       t.rate_interval,
+       t.rate_burst,
+       coalesce(s.slots_taken, 0) AS slots_taken,
+       CASE
+           WHEN t.rate_interval IS NULL THEN NULL
+           WHEN t.rate_burst = 0 THEN 'infinity'::timestamptz
+           ELSE greatest(now(), coalesce(s.tat, '-infinity') - (t.rate_burst - 1) * t.rate_interval)
+       END AS next_slot_at
+FROM gridha.targets t
+LEFT JOIN gridha.target_rate_state s ON s.target = t.target;
+
+COMMENT ON VIEW gridha.target_rates IS
+'each target''s rate limit and when its next hand-out slot opens (NULL: not limited; infinity: rate_burst 0 pauses it)';
+
+REVOKE ALL ON gridha.leases, gridha.maintenance_ticks, gridha.id_sequences, gridha.id_windows,
+    gridha.target_rate_state, gridha.rate_handouts, gridha.leaders, gridha.id_sequence_status,
+    gridha.target_rates FROM PUBLIC;
+REVOKE ALL ON SEQUENCE gridha.id_sequence_serial FROM PUBLIC;
+REVOKE ALL ON FUNCTION
+    gridha.try_lead(uuid, text),
+    gridha.renew_lead(uuid, text, bigint),
+    gridha.resign(uuid, text),
+    gridha.run_maintenance(uuid, text),
+    gridha.create_id_sequence(text, bigint, integer),
+    gridha.drop_id_sequence(text),
+    gridha.reserve_ids(text, integer),
+    gridha.next_id(text),
+    gridha.id_sequences_changed(),
+    gridha.targets_rate_changed(),
+    gridha.targets_rate_inval()
+FROM PUBLIC;
+
+-- Submitters lead and run maintenance (as instances they own); producers
+-- and submitters take ids; admins create and drop ID sequences.
+GRANT EXECUTE ON FUNCTION
+    gridha.try_lead(uuid, text),
+    gridha.renew_lead(uuid, text, bigint),
+    gridha.resign(uuid, text),
+    gridha.run_maintenance(uuid, text)
+TO gridha_submitter;
+GRANT EXECUTE ON FUNCTION
+    gridha.reserve_ids(text, integer),
+    gridha.next_id(text)
+TO gridha_producer, gridha_submitter;
+GRANT EXECUTE ON FUNCTION
+    gridha.create_id_sequence(text, bigint, integer),
+    gridha.drop_id_sequence(text)
+TO gridha_admin;
+GRANT SELECT ON gridha.leaders, gridha.id_sequence_status, gridha.target_rates
+TO gridha_submitter, gridha_admin;
+GRANT SELECT ON gridha.id_sequence_status TO gridha_producer;
+
+-- ---------------------------------------------------------------------------
+-- What a logical backup keeps (pg_dump, pg_restore)
+-- ---------------------------------------------------------------------------
+--
+-- Every table with state that matters is dumped with its rows: batches in
+-- every status, the services' claims and queue state, targets, instances
+-- (with their leases, which a restore finds expired or soon expiring),
+-- leader leases and maintenance ticks (terms and ticks never go back), ID
+-- sequences and their windows (no id is handed out twice), rate state. The
+-- restore keeps them as they were: a batch restored with its seq keeps its
+-- place (batches_before_insert), and the service counts are rebuilt by the
+-- triggers of service_claims as its rows come back. Not dumped: the
+-- counts themselves and the day's log of rate-limited hand-outs.
+
+/*
+ * targets_before_insert: the row 'default' is created with the extension,
+ * so a restore, which inserts the row the dump holds, would collide with
+ * it. While that row is untouched (as CREATE EXTENSION made it) and no
+ * service uses it, an INSERT of a row named 'default' replaces it.
+ */
+CREATE FUNCTION gridha.targets_before_insert()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF NEW.target = 'default' THEN
+        DELETE FROM gridha.targets t
+         WHERE t.target = 'default'
+           AND t.submit_url IS NULL AND t.status_url IS NULL
+           AND t.submit_function IS NULL AND t.status_function IS NULL
+           AND t.rate_interval IS NULL AND t.rate_burst = 1
+           AND t.reject_codes = '{400,422}' AND t.request_headers IS NULL
+           AND NOT EXISTS (SELECT 1 FROM gridha.service_claims c WHERE c.target = 'default');
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.targets_before_insert() IS
+'trigger: an INSERT of a row named default replaces the untouched default row CREATE EXTENSION made (what a restore does)';
+
+CREATE TRIGGER targets_restore_default
+    BEFORE INSERT ON gridha.targets
+    FOR EACH ROW EXECUTE FUNCTION gridha.targets_before_insert();
+
+REVOKE ALL ON FUNCTION gridha.targets_before_insert(), gridha.service_claims_count(),
+    gridha.instances_changed() FROM PUBLIC;
+REVOKE ALL ON gridha.service_counts, gridha.target_totals, gridha.queue_progress FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- 1.2: what crosses a boundary only through an administrator
+-- ---------------------------------------------------------------------------
+
+-- The keys of the session-liveness locks: one per instance, never two alike
+-- (a hash of the id could be made to collide on purpose).
+CREATE SEQUENCE gridha.session_keys;
+
+COMMENT ON SEQUENCE gridha.session_keys IS
+'the key of each instance''s session-liveness lock (gridha.instances.session_key), given once per instance';
+
+REVOKE ALL ON SEQUENCE gridha.session_keys FROM PUBLIC;
+
+/*
+ * worker_limit_slots: each running worker's concurrency limit per target
+ * (docs/workers.md), from its shared-memory slot.
+ */
+CREATE FUNCTION gridha.worker_limit_slots(
+    OUT instance_id uuid,
+    OUT target text,
+    OUT in_flight integer,
+    OUT inflight_limit integer,
+    OUT failures bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'gridha_worker_limits'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.worker_limit_slots() IS
+'each running worker''s requests in flight and concurrency limit per target it talked to lately, with the overload signals it saw (empty without preload)';
+
+CREATE VIEW gridha.worker_limits AS
+SELECT l.instance_id, l.target, l.in_flight, l.inflight_limit, l.failures
+FROM gridha.worker_limit_slots() l;
+
+COMMENT ON VIEW gridha.worker_limits IS
+'one row per running worker and target: requests in flight, the worker''s current concurrency limit (at most gridha.worker_inflight) and the overload signals since it started';
+
+REVOKE ALL ON FUNCTION gridha.worker_limit_slots() FROM PUBLIC;
+REVOKE ALL ON gridha.worker_limits FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION gridha.worker_limit_slots() TO gridha_submitter, gridha_admin;
+GRANT SELECT ON gridha.worker_limits TO gridha_submitter, gridha_admin;
+
+/*
+ * worker_register: a background worker's instance row, with the worker's
+ * role as its owner. Only a gridha background worker process may call it
+ * (the function checks the process, not the role), so no SQL client can
+ * make an instance of kind worker.
+ */
+CREATE FUNCTION gridha.worker_register(instance_id uuid, label text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_worker_register'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.worker_register(uuid, text) IS
+'registers the calling background worker''s instance (kind worker, owned by the worker''s role); refused outside a gridha worker; false when the id has a row already';
+
+/*
+ * worker_orphans: the heads a background worker handed out and still has
+ * submitting under its claim, for the worker to find those whose report
+ * failed (it reports them delayed). Read by the worker as its own role.
+ */
+CREATE FUNCTION gridha.worker_orphans(instance_id uuid)
+RETURNS TABLE (service_id text, batch_id text, epoch bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT b.service_id, b.batch_id, b.epoch
+  FROM gridha.service_claims c
+  JOIN gridha.batches b ON b.service_id = c.service_id AND b.seq = c.head_seq
+ WHERE c.claimant = $1 AND c.in_flight
+   AND b.status = 'submitting' AND b.epoch = c.epoch AND b.instance_id = $1
+$$;
+
+COMMENT ON FUNCTION gridha.worker_orphans(uuid) IS
+'the heads an instance handed out that are still submitting under its claim and epoch (a worker reports those it does not have in hand delayed)';
+
+/*
+ * move_service: a service's target is set when the service is created;
+ * moving it to another ledger is an administrator's decision. A service
+ * with a batch in flight stays where it is until that batch is final: its
+ * status is known only to the ledger that has it.
+ */
+CREATE FUNCTION gridha.move_service(service_id text, target text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    from_target text;
+    busy        boolean;
+BEGIN
+    IF move_service.service_id IS NULL OR move_service.target IS NULL THEN
+        RAISE EXCEPTION 'service_id and target must not be null' USING ERRCODE = '22004';
+    END IF;
+    -- the target row first, then the claim: the lock order of enqueue
+    PERFORM 1 FROM gridha.targets t WHERE t.target = move_service.target FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown target "%"', move_service.target
+            USING ERRCODE = 'RG006',
+                  HINT = 'Add it first: INSERT INTO gridha.targets (target, ...) VALUES (...).';
+    END IF;
+    SELECT c.target, c.in_flight INTO from_target, busy
+      FROM gridha.service_claims c
+     WHERE c.service_id = move_service.service_id
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown service "%"', move_service.service_id
+            USING ERRCODE = 'RG003',
+                  DETAIL = 'No batch was ever enqueued for this service.';
+    END IF;
+    IF from_target = move_service.target THEN
+        RETURN false;
+    END IF;
+    IF busy THEN
+        RAISE EXCEPTION 'service "%" has a batch in flight at target "%"', move_service.service_id, from_target
+            USING ERRCODE = '55006',
+                  DETAIL = 'Only the ledger that has it can say what became of it.',
+                  HINT = 'Try again once the batch is final.';
+    END IF;
+    UPDATE gridha.service_claims c SET target = move_service.target
+     WHERE c.service_id = move_service.service_id;
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.move_service(text, text) IS
+'moves a service (its queued batches and those to come) to another target; refused while a batch of it is in flight; false when it is on that target already (administrators)';
+
+/*
+ * set_instance_owner: an instance without an owner (one from 1.0) is no
+ * longer adopted by whoever calls first: an administrator gives it one.
+ */
+CREATE FUNCTION gridha.set_instance_owner(instance_id uuid, owner regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF set_instance_owner.instance_id IS NULL OR set_instance_owner.owner IS NULL THEN
+        RAISE EXCEPTION 'instance_id and owner must not be null' USING ERRCODE = '22004';
+    END IF;
+    UPDATE gridha.instances i SET owner = (SELECT r.rolname FROM pg_catalog.pg_roles r
+                                            WHERE r.oid = set_instance_owner.owner::oid)
+     WHERE i.instance_id = set_instance_owner.instance_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown instance %', set_instance_owner.instance_id
+            USING ERRCODE = 'RG003';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.set_instance_owner(uuid, regrole) IS
+'gives an instance an owner (administrators): only members of that role may act as it; an instance without an owner is refused to everyone but superusers';
+
+REVOKE ALL ON FUNCTION gridha.worker_register(uuid, text), gridha.worker_orphans(uuid),
+    gridha.move_service(text, text),
+    gridha.set_instance_owner(uuid, regrole) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION gridha.worker_register(uuid, text), gridha.worker_orphans(uuid)
+TO gridha_submitter;
+GRANT EXECUTE ON FUNCTION gridha.move_service(text, text), gridha.set_instance_owner(uuid, regrole)
+TO gridha_admin;
+
+-- ---------------------------------------------------------------------------
+-- 1.2: the SQL API (issue 30)
+-- ---------------------------------------------------------------------------
+--
+-- Typed words: a submission's outcome and a ledger's status are enums;
+-- the text forms of 1.1 stay (a bare literal such as 'accepted' resolves
+-- to the text overload, which reads any case and refuses an unknown word
+-- with RG004 or RG005). Batched reports take one array of rows, with a
+-- detail on each; the five parallel arrays of 1.1 stay, deprecated. The
+-- leader API says duty, not role: lead, renew_lead, resign_lead (try_lead
+-- and resign stay, deprecated). Every function that returns batches
+-- defaults to 100 of them.
+
+CREATE TYPE gridha.submission_outcome AS ENUM ('accepted', 'delayed', 'rejected');
+
+COMMENT ON TYPE gridha.submission_outcome IS
+'what submitting a batch came to: accepted (-> pending), delayed (-> delayed, handed out again after a backoff), rejected (-> invalid)';
+
+CREATE TYPE gridha.ledger_status AS ENUM ('pending', 'valid', 'committed', 'invalid', 'unknown');
+
+COMMENT ON TYPE gridha.ledger_status IS
+'what the ledger says of an in-flight batch: pending, valid, committed (final), invalid (final), unknown (-> handed out again)';
+
+CREATE TYPE gridha.submission_report AS (
+    service_id text,
+    batch_id   text,
+    epoch      bigint,
+    outcome    gridha.submission_outcome,
+    detail     text
+);
+
+COMMENT ON TYPE gridha.submission_report IS
+'one row of report_submissions(instance_id, gridha.submission_report[]): a handed-out batch, its epoch, the outcome of submitting it and an optional detail stored on the batch';
+
+CREATE TYPE gridha.status_report AS (
+    service_id text,
+    batch_id   text,
+    epoch      bigint,
+    status     gridha.ledger_status,
+    detail     text
+);
+
+COMMENT ON TYPE gridha.status_report IS
+'one row of report_statuses(instance_id, gridha.status_report[]): an in-flight batch, its epoch, what the ledger says of it and an optional detail stored on the batch';
+
+CREATE FUNCTION gridha.report_submission(instance_id uuid, service_id text, batch_id text, epoch bigint,
+                                         outcome gridha.submission_outcome, detail text DEFAULT NULL)
+RETURNS gridha.batch_status
+AS 'MODULE_PATHNAME', 'gridha_report_submission_enum'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text) IS
+'records the result of submitting a batch, the outcome typed: accepted -> pending, delayed -> delayed with backoff, rejected -> invalid; refused for a stale epoch';
+
+CREATE FUNCTION gridha.report_status(instance_id uuid, service_id text, batch_id text, epoch bigint,
+                                     dlt_status gridha.ledger_status)
+RETURNS gridha.batch_status
+AS 'MODULE_PATHNAME', 'gridha_report_status_enum'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, gridha.ledger_status) IS
+'records what the ledger says of an in-flight batch, the status typed: pending, valid, committed, invalid or unknown; refused for a stale epoch';
+
+CREATE FUNCTION gridha.report_submissions(instance_id uuid, reports gridha.submission_report[])
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
+AS 'MODULE_PATHNAME', 'gridha_report_submission_rows'
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.report_submissions(uuid, gridha.submission_report[]) IS
+'many report_submission in one transaction, one row per batch: one result row per batch, in the order given, with its new status, or the SQLSTATE and message that refused it (a refused row does not undo the others)';
+
+CREATE FUNCTION gridha.report_statuses(instance_id uuid, reports gridha.status_report[])
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
+AS 'MODULE_PATHNAME', 'gridha_report_status_rows'
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.report_statuses(uuid, gridha.status_report[]) IS
+'many report_status in one transaction, one row per batch with an optional detail: one result row per batch with its new status, or the SQLSTATE and message that refused it';
+
+CREATE FUNCTION gridha.lead(instance_id uuid, duty text DEFAULT 'maintenance')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_lead'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.lead(uuid, text) IS
+'leads the duty (a new term when the leader changes) or renews this instance''s lease on it; returns the term, or NULL while another instance holds an unexpired lease';
+
+CREATE FUNCTION gridha.resign_lead(instance_id uuid, duty text DEFAULT 'maintenance')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_resign_lead'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.resign_lead(uuid, text) IS
+'gives up this instance''s lease on the duty at once; true if it held it';
+
+REVOKE ALL ON FUNCTION
+    gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text),
+    gridha.report_status(uuid, text, text, bigint, gridha.ledger_status),
+    gridha.report_submissions(uuid, gridha.submission_report[]),
+    gridha.report_statuses(uuid, gridha.status_report[]),
+    gridha.lead(uuid, text),
+    gridha.resign_lead(uuid, text)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text),
+    gridha.report_status(uuid, text, text, bigint, gridha.ledger_status),
+    gridha.report_submissions(uuid, gridha.submission_report[]),
+    gridha.report_statuses(uuid, gridha.status_report[]),
+    gridha.lead(uuid, text),
+    gridha.resign_lead(uuid, text)
+TO gridha_submitter;
+
+SELECT pg_catalog.pg_extension_config_dump('gridha.targets', '');
+SELECT pg_catalog.pg_extension_config_dump('gridha.instances', '');
+SELECT pg_catalog.pg_extension_config_dump('gridha.service_claims', '');
+SELECT pg_catalog.pg_extension_config_dump('gridha.batches', '');
+SELECT pg_catalog.pg_extension_config_dump('gridha.leases', '');
+SELECT pg_catalog.pg_extension_config_dump('gridha.maintenance_ticks', '');
+SELECT pg_catalog.pg_extension_config_dump('gridha.id_sequences', '');
+SELECT pg_catalog.pg_extension_config_dump('gridha.id_windows', '');
+SELECT pg_catalog.pg_extension_config_dump('gridha.target_rate_state', '');
+SELECT pg_catalog.pg_extension_config_dump('gridha.id_sequence_serial', '');
+SELECT pg_catalog.pg_extension_config_dump('gridha.session_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('gridha.target_totals', '');
+
+-- ---------------------------------------------------------------------------
+-- 1.2: retention, counters and metrics (issue 28)
+-- ---------------------------------------------------------------------------
+
+-- The prune step walks this index in creation order (a batch finished
+-- longer than the retention ago was created before that too) and keeps the
+-- final ones finished before the cutoff. No rewrite of a batch changes
+-- created_at, so the hand-out's, the submission's and the final report's
+-- rewrites all stay HOT updates. See src/leader.c and docs/operations.md.
+CREATE INDEX batches_created ON gridha.batches (created_at);
+
+CREATE FUNCTION gridha.prune_batches(max_batches integer DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_prune_batches'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.prune_batches(integer) IS
+'one prune step by hand: deletes at most max_batches (NULL: gridha.prune_chunk) committed or invalid batches finished longer than gridha.retention ago, oldest first; returns how many (administrators)';
+
+REVOKE ALL ON FUNCTION gridha.prune_batches(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION gridha.prune_batches(integer) TO gridha_admin;
+
+-- Running totals per service, kept by the reports (a final status adds one
+-- to committed_total or invalid_total) and the hand-out (a batch handed out
+-- again adds one to resubmitted_total) on the claim row they rewrite
+-- anyway: no extra row, no extra lock. Never lowered by retention: pruned
+-- batches stay counted. enqueued is tail_seq.
+COMMENT ON COLUMN gridha.service_claims.committed_total IS
+'batches of this service committed so far (a running total: pruned batches stay counted)';
+COMMENT ON COLUMN gridha.service_claims.invalid_total IS
+'batches of this service found invalid so far (a running total)';
+COMMENT ON COLUMN gridha.service_claims.resubmitted_total IS
+'hand-outs of a batch that had been handed out before (after delayed, unknown or a takeover), so far';
+COMMENT ON COLUMN gridha.service_claims.settled_seq IS
+'tail_seq when the queue last ran dry: the batches enqueued up to it are counted in gridha.target_totals';
+COMMENT ON COLUMN gridha.service_claims.settled_committed IS
+'committed_total when the queue last ran dry (counted in gridha.target_totals)';
+COMMENT ON COLUMN gridha.service_claims.settled_invalid IS
+'invalid_total when the queue last ran dry (counted in gridha.target_totals)';
+COMMENT ON COLUMN gridha.service_claims.settled_resubmitted IS
+'resubmitted_total when the queue last ran dry (counted in gridha.target_totals)';
+
+
+/*
+ * metrics: what a Prometheus scrape reads (docs/operations.md,
+ * "Monitoring"). One row per target (scope 'target': gauges backlog,
+ * oldest_ready_age_seconds, in_flight; counters *_total) and one per
+ * instance that has a lease (scope 'instance': gauges in_flight,
+ * claims_held, lease_remaining_seconds). Columns that do not apply to a
+ * scope are NULL.
+ *
+ * It reads no batch and no idle claim: what it costs follows the targets,
+ * the instances and the services with work, whatever the number of idle
+ * services. The services with work are found as the hand-out finds them:
+ * per claimant (the distinct claimants by a loose scan of the hand-out
+ * index, one descent each, and the free services) those with a head
+ * ready or waiting, through the hand-out index, and those with a head in
+ * flight, through the in-flight index. A counter is what the target's
+ * idle services had when they last ran dry (settled into
+ * gridha.target_totals by the report that emptied their queue) plus, for
+ * each service with work, what it counted since it last ran dry.
+ */
+CREATE VIEW gridha.metrics AS
+WITH RECURSIVE claimants(id) AS (
+    (SELECT c.claimant FROM gridha.service_claims c
+      WHERE c.claimant IS NOT NULL
+      ORDER BY c.claimant
+      LIMIT 1)
+    UNION ALL
+    SELECT (SELECT c.claimant FROM gridha.service_claims c
+             WHERE c.claimant > k.id
+             ORDER BY c.claimant
+             LIMIT 1)
+      FROM claimants k
+     WHERE k.id IS NOT NULL
+),
+busy AS (
+    SELECT w.* FROM claimants k
+    CROSS JOIN LATERAL (
+        SELECT c.target, c.head_seq, c.tail_seq, c.ready_at, c.in_flight,
+               c.tail_seq - c.settled_seq AS enqueued,
+               c.committed_total - c.settled_committed AS committed,
+               c.invalid_total - c.settled_invalid AS invalid,
+               c.resubmitted_total - c.settled_resubmitted AS resubmitted
+          FROM gridha.service_claims c
+         WHERE c.claimant = k.id AND c.ready_at IS NOT NULL) w
+    UNION ALL
+    SELECT c.target, c.head_seq, c.tail_seq, c.ready_at, c.in_flight,
+           c.tail_seq - c.settled_seq, c.committed_total - c.settled_committed,
+           c.invalid_total - c.settled_invalid, c.resubmitted_total - c.settled_resubmitted
+      FROM gridha.service_claims c
+     WHERE c.claimant IS NULL AND c.ready_at IS NOT NULL
+    UNION ALL
+    SELECT c.target, c.head_seq, c.tail_seq, c.ready_at, c.in_flight,
+           c.tail_seq - c.settled_seq, c.committed_total - c.settled_committed,
+           c.invalid_total - c.settled_invalid, c.resubmitted_total - c.settled_resubmitted
+      FROM gridha.service_claims c
+     WHERE c.in_flight AND c.ready_at IS NULL
+)
+SELECT 'target'::text AS scope,
+       t.target,
+       NULL::uuid AS instance_id,
+       NULL::text AS label,
+       coalesce(s.backlog, 0)::bigint AS backlog,
+       coalesce(greatest(extract(epoch FROM now() - s.oldest_ready_at), 0), 0)::float8 AS oldest_ready_age_seconds,
+       coalesce(s.in_flight, 0)::bigint AS in_flight,
+       NULL::bigint AS claims_held,
+       NULL::float8 AS lease_remaining_seconds,
+       (coalesce(x.enqueued, 0) + coalesce(s.enqueued, 0))::bigint AS enqueued_total,
+       (coalesce(x.committed, 0) + coalesce(s.committed, 0))::bigint AS committed_total,
+       (coalesce(x.invalid, 0) + coalesce(s.invalid, 0))::bigint AS invalid_total,
+       (coalesce(x.resubmitted, 0) + coalesce(s.resubmitted, 0))::bigint AS resubmitted_total,
+       coalesce(x.taken_over, 0)::bigint AS claims_taken_over_total,
+       coalesce(x.stale, 0)::bigint AS stale_writes_refused_total
+FROM gridha.targets t
+LEFT JOIN (
+    SELECT b.target,
+           sum(coalesce(b.tail_seq - b.head_seq + 1, 0)) AS backlog,
+           min(b.ready_at) FILTER (WHERE NOT b.in_flight) AS oldest_ready_at,
+           count(*) FILTER (WHERE b.in_flight) AS in_flight,
+           sum(b.enqueued) AS enqueued,
+           sum(b.committed) AS committed,
+           sum(b.invalid) AS invalid,
+           sum(b.resubmitted) AS resubmitted
+      FROM busy b
+     GROUP BY b.target) s ON s.target = t.target
+LEFT JOIN LATERAL (
+    SELECT sum(o.claims_taken_over) AS taken_over, sum(o.stale_writes_refused) AS stale,
+           sum(o.settled_enqueued) AS enqueued, sum(o.settled_committed) AS committed,
+           sum(o.settled_invalid) AS invalid, sum(o.settled_resubmitted) AS resubmitted
+      FROM gridha.target_totals o
+     WHERE o.target = t.target) x ON true
+UNION ALL
+SELECT 'instance'::text,
+       NULL::text,
+       i.instance_id,
+       i.label,
+       NULL::bigint,
+       NULL::float8,
+       (SELECT count(*) FROM gridha.service_claims c
+         WHERE c.claimant = i.instance_id AND c.in_flight)::bigint,
+       i.held::bigint,
+       greatest(extract(epoch FROM i.soft_expiry - now()), 0)::float8,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint
+FROM gridha.instances i
+WHERE i.soft_expiry IS NOT NULL;
+
+COMMENT ON VIEW gridha.metrics IS
+'Prometheus-style metrics: one row per target (gauges backlog, oldest_ready_age_seconds, in_flight; running totals enqueued_total, committed_total, invalid_total, resubmitted_total, claims_taken_over_total, stale_writes_refused_total) and one per instance with a lease (gauges in_flight, claims_held, lease_remaining_seconds); reads no batch';
+
+REVOKE ALL ON gridha.metrics FROM PUBLIC;
+GRANT SELECT ON gridha.metrics TO gridha_submitter, gridha_admin;
+
+-- ---------------------------------------------------------------------------
+-- 1.3 (each change is made the same way in gridha--1.2--1.3.sql)
+-- ---------------------------------------------------------------------------
