@@ -20,7 +20,7 @@ DISTVERSION = $(shell echo '$(EXTVERSION)' | awk -F. '{ printf "%s.%s.%s", $$1, 
 DATA = $(sort $(wildcard sql/gridha--*.sql))
 DOCS = README.md
 
-REGRESS = api claims lifecycle errors coordination plans counts
+REGRESS = api claims lifecycle errors coordination plans counts invariants
 REGRESS_OPTS = --load-extension=gridha
 
 # `make installcheck` runs, against the server PGHOST/PGPORT/PGUSER name

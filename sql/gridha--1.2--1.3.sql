@@ -7,3 +7,248 @@
  */
 
 \echo Use "ALTER EXTENSION gridha UPDATE TO '1.3'" to load this file. \quit
+
+-- ---------------------------------------------------------------------------
+-- issue 38: a seq is reserved only by a row that is really inserted; a head
+-- with no unfinished batch row is repaired at the hand-out and counted
+-- ---------------------------------------------------------------------------
+--
+-- batches_before_insert locks the service's row first and reserves no seq
+-- for a batch id that exists (INSERT ... ON CONFLICT DO NOTHING of an
+-- existing batch left a hole that wedged the service). The hand-out moves a
+-- head that has no unfinished batch row on to the next batch, and counts it
+-- in gridha.target_totals.heads_repaired (gridha.metrics'
+-- heads_repaired_total).
+
+CREATE OR REPLACE FUNCTION gridha.batches_before_insert()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF NEW.service_id IS NULL OR NEW.batch_id IS NULL THEN
+        RAISE EXCEPTION 'service_id and batch_id must not be null'
+            USING ERRCODE = '22004';
+    END IF;
+    IF NEW.service_id = '' OR NEW.batch_id = '' THEN
+        RAISE EXCEPTION 'service_id and batch_id must not be empty'
+            USING ERRCODE = '22023';
+    END IF;
+
+    -- A row that comes with its seq is being restored (pg_restore, or psql
+    -- with a plain dump): it keeps its place, status and history, and its
+    -- service's claim row is restored beside it. Producers can insert only
+    -- service_id, batch_id and payload, so only the extension's owner or a
+    -- superuser can do this.
+    IF NEW.seq IS NOT NULL THEN
+        RETURN NEW;
+    END IF;
+
+    -- Ids are put into the ledger's URLs one path segment each: "." and
+    -- ".." would name another path there.
+    IF NEW.service_id IN ('.', '..') OR NEW.batch_id IN ('.', '..') THEN
+        RAISE EXCEPTION 'service_id and batch_id must not be "." or ".."'
+            USING ERRCODE = '22023',
+                  DETAIL = 'Ids are path segments of the ledger''s URLs, where these two name other paths.';
+    END IF;
+
+    -- A new batch's ids are index keys: keep them well inside a btree entry.
+    IF octet_length(NEW.service_id) > 512 OR octet_length(NEW.batch_id) > 512 THEN
+        RAISE EXCEPTION 'service_id or batch_id is too long'
+            USING ERRCODE = '22023',
+                  DETAIL = 'An id has at most 512 bytes.';
+    END IF;
+
+    -- A seq is reserved only for a row that is really inserted. The
+    -- service's row is locked first (created when the service is new), so
+    -- that an insert of the same batch id by another transaction has
+    -- committed or rolled back; then, when the batch exists, this row
+    -- takes the existing batch's seq and the service's tail stays where it
+    -- was: the insert conflicts with that batch (an ON CONFLICT clause
+    -- skips or updates it, a plain INSERT fails with 23505). The existing
+    -- batch is locked FOR KEY SHARE, so that retention cannot delete it
+    -- before the insert meets it. (Whatever else skips the row, a user's
+    -- BEFORE trigger that fires after this one and returns NULL, leaves a
+    -- hole, which the hand-out repairs and counts: src/queue.c.)
+    LOOP
+        PERFORM FROM gridha.service_claims c
+         WHERE c.service_id = NEW.service_id
+           FOR NO KEY UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO gridha.service_claims AS c (service_id, head_seq, tail_seq, ready_at)
+        VALUES (NEW.service_id, 1, 1, now())
+        ON CONFLICT (service_id) DO NOTHING
+        RETURNING c.tail_seq INTO NEW.seq;
+        IF FOUND THEN
+            -- a new service: no batch of it can exist
+            EXIT;
+        END IF;
+        -- another transaction created it meanwhile: lock it, as above
+    END LOOP;
+
+    IF NEW.seq IS NULL THEN
+        SELECT b.seq INTO NEW.seq FROM gridha.batches b
+         WHERE b.service_id = NEW.service_id AND b.batch_id = NEW.batch_id
+           FOR KEY SHARE;
+        IF FOUND THEN
+            RETURN NEW;
+        END IF;
+        UPDATE gridha.service_claims AS c
+           SET tail_seq = c.tail_seq + 1,
+               head_seq = coalesce(c.head_seq, c.tail_seq + 1),
+               ready_at = CASE WHEN c.head_seq IS NULL THEN now() ELSE c.ready_at END
+         WHERE c.service_id = NEW.service_id
+        RETURNING c.tail_seq INTO NEW.seq;
+    END IF;
+
+    NEW.status := 'queued';
+    NEW.created_at := now();
+    NEW.epoch := NULL;
+    NEW.attempts := 0;
+    NEW.not_before := NULL;
+    NEW.instance_id := NULL;
+    NEW.handed_out_at := NULL;
+    NEW.submitted_at := NULL;
+    NEW.finished_at := NULL;
+    RETURN NEW;
+END
+$$;
+
+ALTER TABLE gridha.target_totals
+    ADD COLUMN heads_repaired bigint NOT NULL DEFAULT 0;
+
+CREATE OR REPLACE FUNCTION gridha.targets_totals_follow()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF NEW.target = OLD.target THEN
+            RETURN NULL;
+        END IF;
+        INSERT INTO gridha.target_totals AS t
+               (target, slot, claims_taken_over, stale_writes_refused, settled_enqueued,
+                settled_committed, settled_invalid, settled_resubmitted, heads_repaired)
+        SELECT NEW.target, o.slot, o.claims_taken_over, o.stale_writes_refused,
+               o.settled_enqueued, o.settled_committed, o.settled_invalid,
+               o.settled_resubmitted, o.heads_repaired
+          FROM gridha.target_totals o
+         WHERE o.target = OLD.target
+         ORDER BY o.slot
+        ON CONFLICT (target, slot) DO UPDATE
+           SET claims_taken_over = t.claims_taken_over + excluded.claims_taken_over,
+               stale_writes_refused = t.stale_writes_refused + excluded.stale_writes_refused,
+               settled_enqueued = t.settled_enqueued + excluded.settled_enqueued,
+               settled_committed = t.settled_committed + excluded.settled_committed,
+               settled_invalid = t.settled_invalid + excluded.settled_invalid,
+               settled_resubmitted = t.settled_resubmitted + excluded.settled_resubmitted,
+               heads_repaired = t.heads_repaired + excluded.heads_repaired;
+    ELSIF OLD.target = 'default' AND pg_trigger_depth() > 1 THEN
+        -- the untouched default row, replaced by an INSERT of 'default'
+        -- (targets_restore_default: a restore, whose totals may come
+        -- first): the totals stay with the name
+        RETURN NULL;
+    END IF;
+    DELETE FROM gridha.target_totals WHERE target = OLD.target;
+    RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE VIEW gridha.metrics AS
+WITH RECURSIVE claimants(id) AS (
+    (SELECT c.claimant FROM gridha.service_claims c
+      WHERE c.claimant IS NOT NULL
+      ORDER BY c.claimant
+      LIMIT 1)
+    UNION ALL
+    SELECT (SELECT c.claimant FROM gridha.service_claims c
+             WHERE c.claimant > k.id
+             ORDER BY c.claimant
+             LIMIT 1)
+      FROM claimants k
+     WHERE k.id IS NOT NULL
+),
+busy AS (
+    SELECT w.* FROM claimants k
+    CROSS JOIN LATERAL (
+        SELECT c.target, c.head_seq, c.tail_seq, c.ready_at, c.in_flight,
+               c.tail_seq - c.settled_seq AS enqueued,
+               c.committed_total - c.settled_committed AS committed,
+               c.invalid_total - c.settled_invalid AS invalid,
+               c.resubmitted_total - c.settled_resubmitted AS resubmitted
+          FROM gridha.service_claims c
+         WHERE c.claimant = k.id AND c.ready_at IS NOT NULL) w
+    UNION ALL
+    SELECT c.target, c.head_seq, c.tail_seq, c.ready_at, c.in_flight,
+           c.tail_seq - c.settled_seq, c.committed_total - c.settled_committed,
+           c.invalid_total - c.settled_invalid, c.resubmitted_total - c.settled_resubmitted
+      FROM gridha.service_claims c
+     WHERE c.claimant IS NULL AND c.ready_at IS NOT NULL
+    UNION ALL
+    SELECT c.target, c.head_seq, c.tail_seq, c.ready_at, c.in_flight,
+           c.tail_seq - c.settled_seq, c.committed_total - c.settled_committed,
+           c.invalid_total - c.settled_invalid, c.resubmitted_total - c.settled_resubmitted
+      FROM gridha.service_claims c
+     WHERE c.in_flight AND c.ready_at IS NULL
+)
+SELECT 'target'::text AS scope,
+       t.target,
+       NULL::uuid AS instance_id,
+       NULL::text AS label,
+       coalesce(s.backlog, 0)::bigint AS backlog,
+       coalesce(greatest(extract(epoch FROM now() - s.oldest_ready_at), 0), 0)::float8 AS oldest_ready_age_seconds,
+       coalesce(s.in_flight, 0)::bigint AS in_flight,
+       NULL::bigint AS claims_held,
+       NULL::float8 AS lease_remaining_seconds,
+       (coalesce(x.enqueued, 0) + coalesce(s.enqueued, 0))::bigint AS enqueued_total,
+       (coalesce(x.committed, 0) + coalesce(s.committed, 0))::bigint AS committed_total,
+       (coalesce(x.invalid, 0) + coalesce(s.invalid, 0))::bigint AS invalid_total,
+       (coalesce(x.resubmitted, 0) + coalesce(s.resubmitted, 0))::bigint AS resubmitted_total,
+       coalesce(x.taken_over, 0)::bigint AS claims_taken_over_total,
+       coalesce(x.stale, 0)::bigint AS stale_writes_refused_total,
+       coalesce(x.repaired, 0)::bigint AS heads_repaired_total
+FROM gridha.targets t
+LEFT JOIN (
+    SELECT b.target,
+           sum(coalesce(b.tail_seq - b.head_seq + 1, 0)) AS backlog,
+           min(b.ready_at) FILTER (WHERE NOT b.in_flight) AS oldest_ready_at,
+           count(*) FILTER (WHERE b.in_flight) AS in_flight,
+           sum(b.enqueued) AS enqueued,
+           sum(b.committed) AS committed,
+           sum(b.invalid) AS invalid,
+           sum(b.resubmitted) AS resubmitted
+      FROM busy b
+     GROUP BY b.target) s ON s.target = t.target
+LEFT JOIN LATERAL (
+    SELECT sum(o.claims_taken_over) AS taken_over, sum(o.stale_writes_refused) AS stale,
+           sum(o.settled_enqueued) AS enqueued, sum(o.settled_committed) AS committed,
+           sum(o.settled_invalid) AS invalid, sum(o.settled_resubmitted) AS resubmitted,
+           sum(o.heads_repaired) AS repaired
+      FROM gridha.target_totals o
+     WHERE o.target = t.target) x ON true
+UNION ALL
+SELECT 'instance'::text,
+       NULL::text,
+       i.instance_id,
+       i.label,
+       NULL::bigint,
+       NULL::float8,
+       (SELECT count(*) FROM gridha.service_claims c
+         WHERE c.claimant = i.instance_id AND c.in_flight)::bigint,
+       i.held::bigint,
+       greatest(extract(epoch FROM i.soft_expiry - now()), 0)::float8,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint
+FROM gridha.instances i
+WHERE i.soft_expiry IS NOT NULL;
+
+COMMENT ON VIEW gridha.metrics IS
+'Prometheus-style metrics: one row per target (gauges backlog, oldest_ready_age_seconds, in_flight; running totals enqueued_total, committed_total, invalid_total, resubmitted_total, claims_taken_over_total, stale_writes_refused_total, heads_repaired_total) and one per instance with a lease (gauges in_flight, claims_held, lease_remaining_seconds); reads no batch';

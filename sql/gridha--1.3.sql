@@ -260,7 +260,9 @@ CREATE TABLE gridha.target_totals (
     settled_committed    bigint NOT NULL DEFAULT 0,
     settled_invalid      bigint NOT NULL DEFAULT 0,
     settled_resubmitted  bigint NOT NULL DEFAULT 0,
-    PRIMARY KEY (target, slot)
+    PRIMARY KEY (target, slot),
+    -- 1.3: heads that had no unfinished batch row, moved on at a hand-out
+    heads_repaired       bigint NOT NULL DEFAULT 0
 );
 
 COMMENT ON TABLE gridha.target_totals IS
@@ -380,13 +382,47 @@ BEGIN
                   DETAIL = 'An id has at most 512 bytes.';
     END IF;
 
-    INSERT INTO gridha.service_claims AS c (service_id, head_seq, tail_seq, ready_at)
-    VALUES (NEW.service_id, 1, 1, now())
-    ON CONFLICT (service_id) DO UPDATE
-        SET tail_seq = c.tail_seq + 1,
-            head_seq = coalesce(c.head_seq, c.tail_seq + 1),
-            ready_at = CASE WHEN c.head_seq IS NULL THEN now() ELSE c.ready_at END
-    RETURNING c.tail_seq INTO NEW.seq;
+    -- A seq is reserved only for a row that is really inserted. The
+    -- service's row is locked first (created when the service is new), so
+    -- that an insert of the same batch id by another transaction has
+    -- committed or rolled back; then, when the batch exists, this row
+    -- takes the existing batch's seq and the service's tail stays where it
+    -- was: the insert conflicts with that batch (an ON CONFLICT clause
+    -- skips or updates it, a plain INSERT fails with 23505). The existing
+    -- batch is locked FOR KEY SHARE, so that retention cannot delete it
+    -- before the insert meets it. (Whatever else skips the row, a user's
+    -- BEFORE trigger that fires after this one and returns NULL, leaves a
+    -- hole, which the hand-out repairs and counts: src/queue.c.)
+    LOOP
+        PERFORM FROM gridha.service_claims c
+         WHERE c.service_id = NEW.service_id
+           FOR NO KEY UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO gridha.service_claims AS c (service_id, head_seq, tail_seq, ready_at)
+        VALUES (NEW.service_id, 1, 1, now())
+        ON CONFLICT (service_id) DO NOTHING
+        RETURNING c.tail_seq INTO NEW.seq;
+        IF FOUND THEN
+            -- a new service: no batch of it can exist
+            EXIT;
+        END IF;
+        -- another transaction created it meanwhile: lock it, as above
+    END LOOP;
+
+    IF NEW.seq IS NULL THEN
+        SELECT b.seq INTO NEW.seq FROM gridha.batches b
+         WHERE b.service_id = NEW.service_id AND b.batch_id = NEW.batch_id
+           FOR KEY SHARE;
+        IF FOUND THEN
+            RETURN NEW;
+        END IF;
+        UPDATE gridha.service_claims AS c
+           SET tail_seq = c.tail_seq + 1,
+               head_seq = coalesce(c.head_seq, c.tail_seq + 1),
+               ready_at = CASE WHEN c.head_seq IS NULL THEN now() ELSE c.ready_at END
+         WHERE c.service_id = NEW.service_id
+        RETURNING c.tail_seq INTO NEW.seq;
+    END IF;
 
     NEW.status := 'queued';
     NEW.created_at := now();
@@ -1218,10 +1254,10 @@ BEGIN
         END IF;
         INSERT INTO gridha.target_totals AS t
                (target, slot, claims_taken_over, stale_writes_refused, settled_enqueued,
-                settled_committed, settled_invalid, settled_resubmitted)
+                settled_committed, settled_invalid, settled_resubmitted, heads_repaired)
         SELECT NEW.target, o.slot, o.claims_taken_over, o.stale_writes_refused,
                o.settled_enqueued, o.settled_committed, o.settled_invalid,
-               o.settled_resubmitted
+               o.settled_resubmitted, o.heads_repaired
           FROM gridha.target_totals o
          WHERE o.target = OLD.target
          ORDER BY o.slot
@@ -1231,7 +1267,8 @@ BEGIN
                settled_enqueued = t.settled_enqueued + excluded.settled_enqueued,
                settled_committed = t.settled_committed + excluded.settled_committed,
                settled_invalid = t.settled_invalid + excluded.settled_invalid,
-               settled_resubmitted = t.settled_resubmitted + excluded.settled_resubmitted;
+               settled_resubmitted = t.settled_resubmitted + excluded.settled_resubmitted,
+               heads_repaired = t.heads_repaired + excluded.heads_repaired;
     ELSIF OLD.target = 'default' AND pg_trigger_depth() > 1 THEN
         -- the untouched default row, replaced by an INSERT of 'default'
         -- (targets_restore_default: a restore, whose totals may come
@@ -1784,7 +1821,8 @@ SELECT 'target'::text AS scope,
        (coalesce(x.invalid, 0) + coalesce(s.invalid, 0))::bigint AS invalid_total,
        (coalesce(x.resubmitted, 0) + coalesce(s.resubmitted, 0))::bigint AS resubmitted_total,
        coalesce(x.taken_over, 0)::bigint AS claims_taken_over_total,
-       coalesce(x.stale, 0)::bigint AS stale_writes_refused_total
+       coalesce(x.stale, 0)::bigint AS stale_writes_refused_total,
+       coalesce(x.repaired, 0)::bigint AS heads_repaired_total
 FROM gridha.targets t
 LEFT JOIN (
     SELECT b.target,
@@ -1800,7 +1838,8 @@ LEFT JOIN (
 LEFT JOIN LATERAL (
     SELECT sum(o.claims_taken_over) AS taken_over, sum(o.stale_writes_refused) AS stale,
            sum(o.settled_enqueued) AS enqueued, sum(o.settled_committed) AS committed,
-           sum(o.settled_invalid) AS invalid, sum(o.settled_resubmitted) AS resubmitted
+           sum(o.settled_invalid) AS invalid, sum(o.settled_resubmitted) AS resubmitted,
+           sum(o.heads_repaired) AS repaired
       FROM gridha.target_totals o
      WHERE o.target = t.target) x ON true
 UNION ALL
@@ -1819,12 +1858,13 @@ SELECT 'instance'::text,
        NULL::bigint,
        NULL::bigint,
        NULL::bigint,
+       NULL::bigint,
        NULL::bigint
 FROM gridha.instances i
 WHERE i.soft_expiry IS NOT NULL;
 
 COMMENT ON VIEW gridha.metrics IS
-'Prometheus-style metrics: one row per target (gauges backlog, oldest_ready_age_seconds, in_flight; running totals enqueued_total, committed_total, invalid_total, resubmitted_total, claims_taken_over_total, stale_writes_refused_total) and one per instance with a lease (gauges in_flight, claims_held, lease_remaining_seconds); reads no batch';
+'Prometheus-style metrics: one row per target (gauges backlog, oldest_ready_age_seconds, in_flight; running totals enqueued_total, committed_total, invalid_total, resubmitted_total, claims_taken_over_total, stale_writes_refused_total, heads_repaired_total) and one per instance with a lease (gauges in_flight, claims_held, lease_remaining_seconds); reads no batch';
 
 REVOKE ALL ON gridha.metrics FROM PUBLIC;
 GRANT SELECT ON gridha.metrics TO gridha_submitter, gridha_admin;

@@ -40,6 +40,8 @@
 #define ERRCODE_GRIDHA_ID_SEQUENCE_EXISTS	MAKE_SQLSTATE('R','G','0','1','2')
 /* an index the hot path scans is missing or not the one gridha created */
 #define ERRCODE_GRIDHA_INDEX_ALTERED		MAKE_SQLSTATE('R','G','0','1','4')
+/* 1.3: a service's head had no batch row (or a final one): repaired */
+#define ERRCODE_GRIDHA_HEAD_REPAIRED		MAKE_SQLSTATE('R','G','0','2','0')
 
 /* GUC storage (gridha.c) */
 extern int	gridha_soft_expiry_ms;

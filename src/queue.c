@@ -29,6 +29,7 @@
 #include "rows.h"
 #include "spi_util.h"
 #include "targets.h"
+#include "totals.h"
 
 #include "catalog/pg_type.h"
 #include "funcapi.h"
@@ -212,6 +213,113 @@ queue_service_order(Datum *service_ids, int n)
 }
 
 /*
+ * queue_row_final: whether the current batch row is committed or invalid.
+ */
+static bool
+queue_row_final(GridhaRows *rows)
+{
+	bool		isnull;
+	GridhaStatus status = gridha_status_of(gridha_rows_get(rows, GRIDHA_BATCHES, BATCH_STATUS, &isnull));
+
+	return status == GRIDHA_COMMITTED || status == GRIDHA_INVALID;
+}
+
+/* Heads whose queue queue_repair_head found empty, in this hand-out */
+static int	queue_heads_emptied = 0;
+
+/* What queue_next_batch found: the first unfinished batch after a seq */
+typedef struct QueueNext
+{
+	bool		found;
+	int64		seq;
+} QueueNext;
+
+static bool
+queue_next_batch(GridhaRows *rows, void *arg)
+{
+	QueueNext  *next = (QueueNext *) arg;
+	bool		isnull;
+
+	if (queue_row_final(rows))
+		return true;
+	next->found = true;
+	next->seq = DatumGetInt64(gridha_rows_get(rows, GRIDHA_BATCHES, BATCH_SEQ, &isnull));
+	return false;
+}
+
+/*
+ * queue_repair_head: the claim row of service_id, locked by this
+ * transaction, names as its head a seq that has no batch row, or a final
+ * one. That happens only when something skipped an insert after its seq
+ * was reserved (a user's BEFORE trigger that fires after batches_enqueue
+ * and returns NULL), or a superuser wrote the rows by hand: gridha's own
+ * paths never leave it. Handing out nothing for such a head would wedge
+ * the service, and, while it is the instance's longest waiting, every
+ * hand-out of the instance. So the head moves to the service's next
+ * unfinished batch: *seq is set to it and true returned, with that batch
+ * the current row; or, when there is none, the service's queue is empty,
+ * its claim row is written so, and false is returned. Either way a
+ * WARNING (RG020) names the service and the target's heads_repaired
+ * counter grows by one (gridha.metrics). The caller holds the claim row's
+ * lock, so the snapshot of this command sees every batch committed under
+ * it (a batch inserted by a transaction still open holds it too).
+ */
+static bool
+queue_repair_head(GridhaRows *rows, Datum service_id, Datum *seq)
+{
+	static const AttrNumber attnos[2] = {BATCH_SERVICE_ID, BATCH_SEQ};
+	static const StrategyNumber strategies[2] = {BTEqualStrategyNumber, BTGreaterStrategyNumber};
+	Datum		values[2];
+	QueueNext	next = {false, 0};
+	int64		was = DatumGetInt64(*seq);
+	char	   *target;
+	bool		isnull;
+	Datum		d;
+
+	values[0] = service_id;
+	values[1] = *seq;
+	gridha_rows_scan(rows, GRIDHA_BATCHES, attnos, strategies, values, 2, queue_next_batch, &next);
+
+	/* the claim row: its target, and an empty queue written here */
+	if (!gridha_rows_fetch(rows, GRIDHA_KEY_CLAIM, &service_id))
+		elog(ERROR, "gridha: the claim on service \"%s\" changed during its hand-out",
+			 TextDatumGetCString(service_id));
+	d = gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_TARGET, &isnull);
+	target = isnull ? pstrdup("default") : TextDatumGetCString(d);
+	if (!next.found)
+	{
+		GridhaColumn claim[3] = {
+			{CLAIM_HEAD_SEQ, (Datum) 0, true},
+			{CLAIM_READY_AT, (Datum) 0, true},
+			{CLAIM_IN_FLIGHT, BoolGetDatum(false), false}
+		};
+
+		if (gridha_rows_update(rows, GRIDHA_CLAIMS, claim, lengthof(claim)) != GRIDHA_ROW_UPDATED)
+			elog(ERROR, "gridha: the claim on service \"%s\" changed during its hand-out",
+				 TextDatumGetCString(service_id));
+		queue_heads_emptied++;
+	}
+	ereport(WARNING,
+			(errcode(ERRCODE_GRIDHA_HEAD_REPAIRED),
+			 errmsg("the head of service \"%s\" had no unfinished batch at seq " INT64_FORMAT,
+					TextDatumGetCString(service_id), was),
+			 next.found ?
+			 errdetail("Its head moved to its next batch, seq " INT64_FORMAT ".", next.seq) :
+			 errdetail("It has no unfinished batch after it: its queue is empty now."),
+			 errhint("An insert into gridha.batches was skipped after its place was reserved (a BEFORE trigger that returns NULL?), or the rows were changed by hand.")));
+	gridha_totals_note(target, GRIDHA_TOTAL_HEADS_REPAIRED);
+	pfree(target);
+	if (!next.found)
+		return false;
+	*seq = Int64GetDatum(next.seq);
+	values[1] = *seq;
+	if (!gridha_rows_fetch(rows, GRIDHA_KEY_BATCH_SEQ, values))
+		elog(ERROR, "gridha: batch " INT64_FORMAT " of service \"%s\" vanished during its hand-out",
+			 next.seq, TextDatumGetCString(service_id));
+	return true;
+}
+
+/*
  * gridha_queue_write: hands out the heads of n claims this transaction has
  * locked: service_ids (text), head_seqs and epochs (bigint), as the pick
  * returned them. Each head still waiting (queued, delayed, unknown, or
@@ -254,7 +362,7 @@ gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 		Datum		out[6];
 		bool		outnull[6] = {false, false, false, false, false, false};
 		GridhaColumn batch[6];
-		GridhaColumn claim[3] = {
+		GridhaColumn claim[4] = {
 			{CLAIM_READY_AT, (Datum) 0, true},
 			{CLAIM_IN_FLIGHT, BoolGetDatum(true), false}
 		};
@@ -264,8 +372,14 @@ gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 			batch_ids[i] = (Datum) 0;
 		key[0] = service_ids[i];
 		key[1] = head_seqs[i];
-		if (!gridha_rows_fetch(&rows, GRIDHA_KEY_BATCH_SEQ, key))
-			continue;
+		if (!gridha_rows_fetch(&rows, GRIDHA_KEY_BATCH_SEQ, key) ||
+			queue_row_final(&rows))
+		{
+			/* never skipped in silence: the head moves to the next batch */
+			if (!queue_repair_head(&rows, service_ids[i], &key[1]))
+				continue;
+			claim[nclaim++] = (GridhaColumn) {CLAIM_HEAD_SEQ, key[1], false};
+		}
 		do
 		{
 			status = gridha_status_of(gridha_rows_get(&rows, GRIDHA_BATCHES, BATCH_STATUS, &isnull));
@@ -595,9 +709,9 @@ queue_set_aside(QueuePick *pick)
  * it can serve (it hands the others back). A head of a rate-limited
  * target goes out only with a slot. Returns the number handed out.
  */
-int
-gridha_queue_handout(Datum instance_id, int32 max_batches, const GridhaInstance *inst,
-					 ReturnSetInfo *rsinfo)
+static int
+queue_handout_once(Datum instance_id, int32 max_batches, const GridhaInstance *inst,
+				   ReturnSetInfo *rsinfo)
 {
 	static const AttrNumber attnos[2] = {CLAIM_CLAIMANT, CLAIM_READY_AT};
 	static const StrategyNumber strategies[2] = {BTEqualStrategyNumber, BTLessEqualStrategyNumber};
@@ -692,6 +806,28 @@ gridha_queue_handout(Datum instance_id, int32 max_batches, const GridhaInstance 
 			k++;
 		}
 		gridha_ratelimit_log(instance_id, targets, sids, batch_ids, epochs, nlog);
+	}
+	return done;
+}
+
+/*
+ * gridha_queue_handout: queue_handout_once, and once more when it handed
+ * out fewer than asked because a repaired head's queue turned out empty
+ * (queue_repair_head): a service whose head had no batch row never costs
+ * the instance's other services a hand-out.
+ */
+int
+gridha_queue_handout(Datum instance_id, int32 max_batches, const GridhaInstance *inst,
+					 ReturnSetInfo *rsinfo)
+{
+	int			done;
+
+	queue_heads_emptied = 0;
+	done = queue_handout_once(instance_id, max_batches, inst, rsinfo);
+	if (done < max_batches && queue_heads_emptied > 0)
+	{
+		queue_heads_emptied = 0;
+		done += queue_handout_once(instance_id, max_batches - done, inst, rsinfo);
 	}
 	return done;
 }

@@ -99,6 +99,26 @@ static GridhaStatement totals_write_stmt = {
 	INT8ARRAYOID, INT8ARRAYOID}
 };
 
+/* The totals the statement above writes: all but the 1.3 ones below */
+#define TOTALS_NWRITTEN (GRIDHA_TOTAL_SETTLED_RESUBMITTED + 1)
+
+/*
+ * 1.3: heads repaired (gridha.target_totals.heads_repaired), rare enough
+ * to be written by a statement of their own, when there are any: $1
+ * targets, $2 slot, $3 the counts.
+ */
+static GridhaStatement totals_repaired_stmt = {
+	"INSERT INTO gridha.target_totals AS t (target, slot, heads_repaired)"
+	" SELECT u.target, $2, u.n"
+	"   FROM unnest($1::text[], $3::int8[]) AS u(target, n)"
+	"   JOIN gridha.targets g ON g.target = u.target"
+	"  WHERE u.n <> 0"
+	"  ORDER BY u.target COLLATE \"C\""
+	" ON CONFLICT (target, slot) DO UPDATE"
+	"   SET heads_repaired = t.heads_repaired + excluded.heads_repaired",
+	3, {TEXTARRAYOID, INT4OID, INT8ARRAYOID}
+};
+
 /* totals_clear_unwritten: forget what only a call's own flush may write */
 static void
 totals_clear_unwritten(TotalsEntry *e)
@@ -229,6 +249,7 @@ gridha_totals_flush(void)
 	int			n = 0;
 	int			k;
 	Oid			nsp;
+	bool		repaired = false;
 
 	if (!totals_any_noted)
 		return;
@@ -274,6 +295,8 @@ gridha_totals_flush(void)
 		targets[n] = CStringGetTextDatum(e->target);
 		for (k = 0; k < GRIDHA_NTOTALS; k++)
 			amounts[k][n] = Int64GetDatum(e->noted[k]);
+		if (e->noted[GRIDHA_TOTAL_HEADS_REPAIRED] != 0)
+			repaired = true;
 		n++;
 	}
 	args[0] = PointerGetDatum(construct_array(targets, n, TEXTOID, -1, false, TYPALIGN_INT));
@@ -282,6 +305,15 @@ gridha_totals_flush(void)
 		args[2 + k] = PointerGetDatum(construct_array(amounts[k], n, INT8OID, 8, FLOAT8PASSBYVAL,
 													  TYPALIGN_DOUBLE));
 	gridha_exec(&totals_write_stmt, args, NULL, false);
+	if (repaired)
+	{
+		/* SQL older than 1.3 has no such column: the counts are dropped */
+		if (get_attnum(get_relname_relid("target_totals", nsp), "heads_repaired") != InvalidAttrNumber)
+		{
+			args[2] = args[2 + GRIDHA_TOTAL_HEADS_REPAIRED];
+			gridha_exec(&totals_repaired_stmt, args, NULL, false);
+		}
+	}
 
 	foreach(lc, totals_entries)
 	{

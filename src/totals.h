@@ -21,6 +21,8 @@ typedef enum GridhaTotal
 	GRIDHA_TOTAL_SETTLED_COMMITTED,
 	GRIDHA_TOTAL_SETTLED_INVALID,
 	GRIDHA_TOTAL_SETTLED_RESUBMITTED,
+	/* 1.3: a head with no unfinished batch row, moved on (queue.c) */
+	GRIDHA_TOTAL_HEADS_REPAIRED,
 	GRIDHA_NTOTALS
 } GridhaTotal;
 
