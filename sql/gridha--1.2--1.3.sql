@@ -252,3 +252,65 @@ WHERE i.soft_expiry IS NOT NULL;
 
 COMMENT ON VIEW gridha.metrics IS
 'Prometheus-style metrics: one row per target (gauges backlog, oldest_ready_age_seconds, in_flight; running totals enqueued_total, committed_total, invalid_total, resubmitted_total, claims_taken_over_total, stale_writes_refused_total, heads_repaired_total) and one per instance with a lease (gauges in_flight, claims_held, lease_remaining_seconds); reads no batch';
+
+-- ---------------------------------------------------------------------------
+-- issue 38: claims are held only by instances whose row exists
+-- ---------------------------------------------------------------------------
+--
+-- 1.2 let the sweep of long-unseen instances, or an administrator's DELETE,
+-- remove the row of an instance that held claims (or was taking them):
+-- those claims were never taken over. Such claims are freed here (a take
+-- gives them a new epoch, and a head left submitting is handed out again),
+-- and from now on an instance that holds claims cannot be deleted.
+
+UPDATE gridha.service_claims c
+   SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL
+ WHERE c.claimant IS NOT NULL
+   AND NOT EXISTS (SELECT 1 FROM gridha.instances i WHERE i.instance_id = c.claimant);
+
+/*
+ * instances_guard_claims: a claim is held only by an instance whose row
+ * exists. Its lease is what the claim expires with, and the takeovers of
+ * expired claims start from expired leases: a claim whose holder's row was
+ * deleted would never be taken again. So an instance that holds claims
+ * cannot be deleted, and gridha.instances cannot be truncated while any
+ * claim is held (the sweep of long-unseen instances deletes only instances
+ * that hold nothing; a call whose instance row is deleted while it takes
+ * claims fails, its takes undone: src/claims.c).
+ */
+CREATE FUNCTION gridha.instances_guard_claims()
+RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        IF EXISTS (SELECT 1 FROM gridha.service_claims c WHERE c.claimant = OLD.instance_id) THEN
+            RAISE EXCEPTION 'instance % holds claims and cannot be deleted', OLD.instance_id
+                USING ERRCODE = 'RG021',
+                      DETAIL = 'A claim expires with its holder''s lease: the claims of a deleted instance would never be taken over.',
+                      HINT = 'Release them first (gridha.release_claims), or move them: UPDATE gridha.service_claims SET claimant = NULL WHERE claimant = ''' || OLD.instance_id || '''.';
+        END IF;
+    ELSIF EXISTS (SELECT 1 FROM gridha.service_claims c WHERE c.claimant IS NOT NULL) THEN
+        RAISE EXCEPTION 'gridha.instances cannot be truncated while claims are held'
+            USING ERRCODE = 'RG021',
+                  DETAIL = 'A claim expires with its holder''s lease: the claims of a deleted instance would never be taken over.',
+                  HINT = 'Truncate gridha.service_claims in the same statement, or free the claims first.';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.instances_guard_claims() IS
+'trigger: refuses to delete an instance that holds claims, or to truncate gridha.instances while any claim is held';
+
+REVOKE ALL ON FUNCTION gridha.instances_guard_claims() FROM PUBLIC;
+
+CREATE TRIGGER instances_guard_claims
+    AFTER DELETE ON gridha.instances
+    FOR EACH ROW EXECUTE FUNCTION gridha.instances_guard_claims();
+
+CREATE TRIGGER instances_guard_truncate
+    AFTER TRUNCATE ON gridha.instances
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha.instances_guard_claims();

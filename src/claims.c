@@ -373,7 +373,7 @@ static GridhaStatement claims_lock_instances_stmt = {
 static GridhaStatement claims_count_stmt = {
 	"UPDATE gridha.instances i"
 	"   SET held = greatest(i.held + d.delta, 0),"
-	"       last_seen_at = CASE WHEN d.renew THEN now() ELSE i.last_seen_at END,"
+	"       last_seen_at = CASE WHEN d.renew OR d.taker THEN now() ELSE i.last_seen_at END,"
 	"       soft_expiry = CASE"
 	"           WHEN d.renew THEN now() + $4 * interval '1 millisecond'"
 	"           WHEN d.taker THEN greatest(i.soft_expiry, now() + $4 * interval '1 millisecond')"
@@ -885,6 +885,23 @@ gridha_claims_finish(void)
 			if (gridha_uuid_equal(gridha_col(i, 1, &isnull), p->ids[0]))
 				held = (int) gridha_col_int64(i, 2);
 		}
+
+		/*
+		 * Claims are held only by an instance whose row exists: its lease
+		 * is what they expire with, and what a takeover starts from. A row
+		 * deleted while this call took claims (the sweep of long-unseen
+		 * instances, or an administrator, committed a delete of it after
+		 * the call's touch) is not re-created with a count that would
+		 * miss them: the call fails as a serialization failure, its takes
+		 * undone, and its next call registers the instance anew.
+		 */
+		if (held < 0 && (p->takers[0] || p->deltas[0] > 0))
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("instance %s was deleted while it took claims",
+							DatumGetCString(DirectFunctionCall1(uuid_out, p->ids[0]))),
+					 errdetail("Its row was deleted by another transaction (the sweep of long-unseen instances, or an administrator) after this call began."),
+					 errhint("Call again: the instance is registered anew.")));
 	}
 
 	gridha_instance_write_key(p->ids[0]);

@@ -168,14 +168,18 @@ static GridhaStatement leader_why_stmt = {
 };
 
 static GridhaStatement leader_sweep_stmt = {
-	"WITH d AS ("
-	"  DELETE FROM gridha.instances i"
+	"WITH gone AS ("
+	"  SELECT i.instance_id FROM gridha.instances i"
 	"   WHERE greatest(i.registered_at, i.last_seen_at, i.stopped_at)"
 	"         < now() - $1 * interval '1 second'"
 	"     AND NOT EXISTS (SELECT 1 FROM gridha.service_claims c"
 	"                      WHERE c.claimant = i.instance_id)"
 	"     AND NOT EXISTS (SELECT 1 FROM gridha.leases l"
 	"                      WHERE l.leader = i.instance_id)"
+	"   FOR UPDATE OF i SKIP LOCKED"
+	"), d AS ("
+	"  DELETE FROM gridha.instances i USING gone"
+	"   WHERE i.instance_id = gone.instance_id"
 	"  RETURNING 1"
 	")"
 	" SELECT count(*)::int4 FROM d",

@@ -93,7 +93,8 @@ rc=$?
 t1=$(date +%s.%N)
 gridha_log "upgrade with history: ALTER EXTENSION gridha UPDATE took $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
 [ "$rc" -eq 0 ] || diag <"$WORK/update.log"
-check_is "1.2" "upgrade with history: the database is on 1.2" \
+CURRENT=$(sed -n "s/^default_version *= *'\\([^']*\\)'.*/\\1/p" "$REPO/gridha.control")
+check_is "$CURRENT" "upgrade with history: the database is on the current version ($CURRENT)" \
 	"SELECT extversion FROM pg_extension WHERE extname = 'gridha'"
 
 check_is "0" "upgrade with history: no batch lost or changed (counts per status, seqs)" \
