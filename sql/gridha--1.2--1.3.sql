@@ -281,7 +281,6 @@ UPDATE gridha.service_claims c
 CREATE FUNCTION gridha.instances_guard_claims()
 RETURNS trigger
 LANGUAGE plpgsql
-SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 BEGIN

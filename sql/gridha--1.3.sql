@@ -1888,7 +1888,6 @@ GRANT SELECT ON gridha.metrics TO gridha_submitter, gridha_admin;
 CREATE FUNCTION gridha.instances_guard_claims()
 RETURNS trigger
 LANGUAGE plpgsql
-SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 BEGIN

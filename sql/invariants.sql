@@ -100,4 +100,28 @@ SELECT service_id, batch_id FROM gridha.next_batch(:A);
 SELECT * FROM pg_temp.queue('t');
 SELECT target, heads_repaired_total FROM gridha.metrics WHERE scope = 'target' ORDER BY target;
 
+-- A late ledger answer never moves a newer hand-out (issue 38, item 3).
+-- Attempt 1 is accepted (pending); the ledger says unknown, so the batch
+-- is handed out again, attempt 2, under the same epoch. A second answer
+-- about attempt 1 (unknown again, or committed), applied now, is refused:
+-- the batch is submitting, and an earlier attempt of it was accepted.
+INSERT INTO gridha.batches (service_id, batch_id, payload) VALUES ('m', 'm1', '\x01');
+SELECT batch_id, attempt FROM gridha.next_batch(:A);
+SELECT gridha.report_submission(:A, 'm', 'm1', 1, 'accepted');
+SELECT gridha.report_status(:A, 'm', 'm1', 1, 'unknown');
+SELECT batch_id, attempt FROM gridha.next_batch(:A);
+SELECT gridha.report_status(:A, 'm', 'm1', 1, 'unknown');
+SELECT gridha.report_status(:A, 'm', 'm1', 1, 'committed'::gridha.ledger_status);
+SELECT service_id, batch_id, status, sqlstate FROM gridha.report_statuses(:A,
+    ARRAY[('m', 'm1', 1, 'unknown', NULL)]::gridha.status_report[]);
+SELECT status, attempts FROM gridha.batches WHERE batch_id = 'm1';
+-- attempt 2's own acceptance, then its status, move it as before
+SELECT gridha.report_submission(:A, 'm', 'm1', 1, 'accepted');
+SELECT gridha.report_status(:A, 'm', 'm1', 1, 'committed');
+-- a batch never accepted may still go from submitting to a final status
+-- (a synchronous ledger's answer to the POST)
+INSERT INTO gridha.batches (service_id, batch_id, payload) VALUES ('m', 'm2', '\x02');
+SELECT batch_id, attempt FROM gridha.next_batch(:A);
+SELECT gridha.report_status(:A, 'm', 'm2', 1, 'committed');
+
 TRUNCATE gridha.batches, gridha.service_claims, gridha.instances, gridha.target_totals;

@@ -373,7 +373,7 @@ static GridhaStatement claims_lock_instances_stmt = {
 static GridhaStatement claims_count_stmt = {
 	"UPDATE gridha.instances i"
 	"   SET held = greatest(i.held + d.delta, 0),"
-	"       last_seen_at = CASE WHEN d.renew OR d.taker THEN now() ELSE i.last_seen_at END,"
+	"       last_seen_at = CASE WHEN d.renew THEN now() ELSE i.last_seen_at END,"
 	"       soft_expiry = CASE"
 	"           WHEN d.renew THEN now() + $4 * interval '1 millisecond'"
 	"           WHEN d.taker THEN greatest(i.soft_expiry, now() + $4 * interval '1 millisecond')"

@@ -167,6 +167,15 @@ static GridhaStatement leader_why_stmt = {
 	4, {TEXTOID, UUIDOID, INT8OID, INT8OID}
 };
 
+/*
+ * The sweep of long-unseen instances: deletes those that hold nothing (no
+ * claim, no lease of a duty), each locked first and skipped when another
+ * transaction holds it. An instance taking claims as the sweep runs writes
+ * its row (held, lease) before it commits: the sweep then either skips it
+ * (locked), or judges its new version, which it leaves alone (held > 0 and
+ * a lease); a delete that commits first makes that take fail instead
+ * (claims.c). The instances_guard_claims trigger (1.3) refuses the rest.
+ */
 static GridhaStatement leader_sweep_stmt = {
 	"WITH gone AS ("
 	"  SELECT i.instance_id FROM gridha.instances i"
@@ -176,6 +185,7 @@ static GridhaStatement leader_sweep_stmt = {
 	"                      WHERE c.claimant = i.instance_id)"
 	"     AND NOT EXISTS (SELECT 1 FROM gridha.leases l"
 	"                      WHERE l.leader = i.instance_id)"
+	"     AND (i.held = 0 OR i.soft_expiry IS NULL)"
 	"   FOR UPDATE OF i SKIP LOCKED"
 	"), d AS ("
 	"  DELETE FROM gridha.instances i USING gone"

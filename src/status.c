@@ -79,7 +79,8 @@ typedef enum ReportFrom
 
 /* Why a report changed nothing: the claim and the batch as they are now */
 static GridhaStatement status_diagnose_stmt = {
-	"SELECT c.claimant, c.epoch, c.head_seq, b.seq, b.status::text, b.epoch, c.target"
+	"SELECT c.claimant, c.epoch, c.head_seq, b.seq, b.status::text, b.epoch, c.target,"
+	"       b.submitted_at IS NOT NULL"
 	"  FROM gridha.service_claims c"
 	"  LEFT JOIN gridha.batches b"
 	"         ON b.service_id = c.service_id AND b.batch_id = $2"
@@ -115,6 +116,7 @@ static void
 status_diagnose(Datum instance_id, text *service_id, text *batch_id,
 				int64 epoch, ReportFrom from)
 {
+	bool		accepted_before;
 	Datum		args[2];
 	bool		isnull;
 	bool		claimant_null;
@@ -172,11 +174,23 @@ status_diagnose(Datum instance_id, text *service_id, text *batch_id,
 	d = gridha_col(0, 6, &isnull);
 	epoch_matches = !isnull && DatumGetInt64(d) == epoch;
 
+	d = gridha_col(0, 8, &isnull);
+	accepted_before = !isnull && DatumGetBool(d);
+
 	if (is_head &&
-		((strcmp(status, "submitting") == 0 && epoch_matches) ||
+		((strcmp(status, "submitting") == 0 && epoch_matches &&
+		  (from == FROM_SUBMITTING || !accepted_before)) ||
 		 (from == FROM_IN_FLIGHT &&
 		  (strcmp(status, "pending") == 0 || strcmp(status, "valid") == 0))))
 		return;
+
+	if (is_head && from == FROM_IN_FLIGHT && strcmp(status, "submitting") == 0 && epoch_matches)
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_NOT_IN_FLIGHT),
+				 errmsg("batch \"%s\" of service \"%s\" was handed out again since the ledger accepted it",
+						text_to_cstring(batch_id), text_to_cstring(service_id)),
+				 errdetail("Its status is submitting, and an earlier attempt was accepted: a ledger status now may be about that attempt, and never changes a later one."),
+				 errhint("Report this attempt's submission first (report_submission); drop a status answer about an earlier attempt.")));
 
 	ereport(ERROR,
 			(errcode(ERRCODE_GRIDHA_NOT_IN_FLIGHT),
@@ -202,6 +216,20 @@ status_judge_batch(GridhaRows *rows, int64 epoch, ReportFrom from, int64 *seq, i
 	if (!((status == GRIDHA_SUBMITTING && !isnull && DatumGetInt64(d) == epoch) ||
 		  (from == FROM_IN_FLIGHT && (status == GRIDHA_PENDING || status == GRIDHA_VALID))))
 		return false;
+
+	/*
+	 * A ledger status moves a batch still submitting only when no earlier
+	 * attempt of it was accepted (submitted_at is set by an acceptance and
+	 * kept by a new hand-out): otherwise the answer may be about that
+	 * attempt, applied after the batch was handed out again under the same
+	 * epoch, and must not move the attempt now in flight (1.3).
+	 */
+	if (from == FROM_IN_FLIGHT && status == GRIDHA_SUBMITTING)
+	{
+		(void) gridha_rows_get(rows, GRIDHA_BATCHES, BATCH_SUBMITTED_AT, &isnull);
+		if (!isnull)
+			return false;
+	}
 	*seq = DatumGetInt64(gridha_rows_get(rows, GRIDHA_BATCHES, BATCH_SEQ, &isnull));
 	*attempts = DatumGetInt32(gridha_rows_get(rows, GRIDHA_BATCHES, BATCH_ATTEMPTS, &isnull));
 	return true;
@@ -765,8 +793,9 @@ status_report_submission(FunctionCallInfo fcinfo, bool is_enum)
  * case) or, since 1.2, a gridha.ledger_status.
  *
  * The batch must be in flight: pending, valid, or submitting under this
- * epoch. committed and invalid are final; unknown sends it back for
- * resubmission at once.
+ * epoch with no earlier attempt accepted (a status then may be about that
+ * attempt, and never moves a later one). committed and invalid are final;
+ * unknown sends it back for resubmission at once.
  */
 static Datum
 status_report_status(FunctionCallInfo fcinfo, bool is_enum)

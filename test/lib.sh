@@ -94,7 +94,7 @@ gridha_free_port() {
 # gridha_cluster_init: create and initdb a cluster in a new /tmp directory.
 # Exports the variables listed at the top; does not start it.
 gridha_cluster_init() {
-	GRIDHA_TEST_DIR=$(mktemp -d /tmp/gridha-test.XXXXXX)
+	GRIDHA_TEST_DIR=$(mktemp -d "${TMPDIR:-/tmp}/gridha-test.XXXXXX")
 	# Readable by all so any tool can reach the socket; the data directory
 	# itself stays 0700 as the server demands.
 	chmod 755 "$GRIDHA_TEST_DIR"
