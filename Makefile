@@ -37,6 +37,12 @@ PGTAP_DB = contrib_regression_pgtap
 
 PG_CONFIG ?= $(shell test -x /usr/lib/postgresql/15/bin/pg_config && echo /usr/lib/postgresql/15/bin/pg_config || echo pg_config)
 PG_CPPFLAGS = -Isrc
+# The test build (make test builds with GRIDHA_TEST_HOOKS=1): hooks that let
+# isolation specs hold a step at a chosen point (src/instances.c); a release
+# build has none of them.
+ifeq ($(GRIDHA_TEST_HOOKS),1)
+PG_CPPFLAGS += -DGRIDHA_TEST_HOOKS
+endif
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 SHLIB_LINK =
 SHLIB_LINK += -lcurl
@@ -52,7 +58,7 @@ $(OBJS): $(wildcard src/*.h)
 # What is compiled against one PostgreSQL does not load into another: when
 # PG_CONFIG names another installation or version than the last build did
 # (.pg_build keeps it), everything is rebuilt.
-PG_BUILD := $(PG_CONFIG) $(VERSION)
+PG_BUILD := $(PG_CONFIG) $(VERSION) hooks=$(GRIDHA_TEST_HOOKS)
 ifneq ($(PG_BUILD),$(shell cat .pg_build 2>/dev/null))
 $(shell echo '$(PG_BUILD)' >.pg_build)
 endif

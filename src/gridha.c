@@ -44,6 +44,9 @@ int			gridha_worker_connect_rate = 200;
 int			gridha_worker_lock_timeout_ms = 5000;
 int			gridha_worker_statement_timeout_ms = 60000;
 int			gridha_status_url_max_length = 2048;
+#ifdef GRIDHA_TEST_HOOKS
+int			gridha_test_probe_pause = 0;
+#endif
 
 void		_PG_init(void);
 static void gridha_define_worker_gucs(void);
@@ -98,6 +101,17 @@ _PG_init(void)
 							 NULL, NULL, NULL);
 
 	gridha_define_worker_gucs();
+
+#ifdef GRIDHA_TEST_HOOKS
+	/* test builds only (make test): see instances.c */
+	DefineCustomIntVariable("gridha.test_probe_pause",
+							"Test builds only: a liveness probe holds the lock it probes until it can take this advisory lock (shared).",
+							NULL,
+							&gridha_test_probe_pause,
+							0, 0, INT_MAX,
+							PGC_USERSET, GUC_NOT_IN_SAMPLE,
+							NULL, NULL, NULL);
+#endif
 
 	gridha_coordination_define_gucs();
 	MarkGUCPrefixReserved("gridha");

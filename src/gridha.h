@@ -49,6 +49,10 @@ extern int	gridha_hard_expiry_ms;
 extern int	gridha_renew_interval_ms;
 extern bool gridha_balance_claims;
 extern bool gridha_session_liveness;
+#ifdef GRIDHA_TEST_HOOKS
+/* test builds only: a liveness probe waits on this advisory lock (0: off) */
+extern int	gridha_test_probe_pause;
+#endif
 
 /* ... of the background workers */
 extern int	gridha_workers;
@@ -75,6 +79,8 @@ extern int	gridha_status_url_max_length;
  */
 #define GRIDHA_LOCK_CLASS			1735551073	/* "grha" */
 #define GRIDHA_LIVENESS_TAG			26472	/* "gh" */
+/* the probe lock of a key (instances.c): its liveness probes hold it */
+#define GRIDHA_PROBE_TAG			26480	/* "gp" */
 #define GRIDHA_SESSION_GONE(i) \
 	"(" i ".session_key IS NOT NULL AND NOT EXISTS (" \
 	" SELECT 1 FROM pg_catalog.pg_locks l" \

@@ -53,7 +53,9 @@
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "miscadmin.h"
+#include "access/xact.h"
 #include "storage/lock.h"
+#include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
@@ -199,14 +201,84 @@ instances_has_sequence(void)
 }
 
 /*
+ * The probe lock of a key: held (shared) by every liveness probe around its
+ * try of the liveness lock, so that a session that finds the liveness lock
+ * taken can tell a probe's instant from another session's hold.
+ */
+static void
+instances_probe_tag(LOCKTAG *tag, int64 key)
+{
+	instances_lock_tag(tag, key);
+	tag->locktag_field4 = GRIDHA_PROBE_TAG;
+}
+
+/* How long a bind waits for the probes of its key to end, at most */
+#define INSTANCES_BIND_WAIT_MS	1000
+
+/*
+ * instances_lock_within: takes the tag's lock for the session in mode,
+ * waiting at most ms for it; false when it is still held by then. The wait
+ * runs in a subtransaction with its own lock timeout, so that running out
+ * of time undoes nothing but the wait; any other error (a cancel) is
+ * raised as it is.
+ */
+static bool
+instances_lock_within(const LOCKTAG *tag, LOCKMODE mode, int ms)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	int			saved = LockTimeout;
+	volatile bool got = true;
+
+	BeginInternalSubTransaction(NULL);
+	PG_TRY();
+	{
+		LockTimeout = ms;
+		(void) LockAcquire(tag, mode, true, false);
+		LockTimeout = saved;
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		LockTimeout = saved;
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			PG_RE_THROW();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		FreeErrorData(edata);
+		got = false;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return got;
+}
+
+/*
  * instances_bind: makes this session hold the instance's liveness lock of
  * this key, if it can; true when it holds it (now or from before).
+ *
+ * Another instance's probe (gridha_instance_session_gone) takes the same
+ * lock for an instant. A bind that gave up on finding it taken would leave
+ * a live session unbound, judged gone by every later probe: its claims,
+ * with a head it handed out meanwhile, would be taken over (1.2 did that,
+ * rarely, to the first call of a client's new session). So a bind that
+ * finds the liveness lock taken holds the probe lock of the key, which no
+ * probe then holds (waiting, briefly, for those under way), and tries
+ * again: taken still, it is another session of the same instance, and the
+ * session does not bind (it never waits for that session).
  */
 static bool
 instances_bind(pg_uuid_t *id, int64 key)
 {
 	LOCKTAG		tag;
+	LOCKTAG		probe;
 	int			i;
+	bool		got;
 
 	for (i = 0; i < instances_nbound; i++)
 		if (memcmp(instances_bound[i].id.data, id->data, UUID_LEN) == 0 &&
@@ -216,7 +288,19 @@ instances_bind(pg_uuid_t *id, int64 key)
 		return false;
 
 	instances_lock_tag(&tag, key);
-	if (LockAcquire(&tag, ExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+	got = LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL;
+	if (!got)
+	{
+		instances_probe_tag(&probe, key);
+		if (LockAcquire(&probe, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL ||
+			instances_lock_within(&probe, ExclusiveLock, INSTANCES_BIND_WAIT_MS))
+		{
+			/* no probe under way: whoever holds the lock is a session */
+			got = LockAcquire(&tag, ExclusiveLock, true, true) != LOCKACQUIRE_NOT_AVAIL;
+			LockRelease(&probe, ExclusiveLock, true);
+		}
+	}
+	if (!got)
 		return false;
 	instances_bound[instances_nbound].id = *id;
 	instances_bound[instances_nbound++].key = key;
@@ -233,13 +317,40 @@ bool
 gridha_instance_session_gone(int64 key)
 {
 	LOCKTAG		tag;
+	LOCKTAG		probe;
 	LockAcquireResult res;
 
+	/* the probe lock first: a session binding now finds this probe there */
+	instances_probe_tag(&probe, key);
+	if (LockAcquire(&probe, ShareLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+		return false;			/* a session is binding: alive */
 	instances_lock_tag(&tag, key);
 	res = LockAcquire(&tag, ExclusiveLock, true, true);
 	if (res == LOCKACQUIRE_NOT_AVAIL)
+	{
+		LockRelease(&probe, ShareLock, true);
 		return false;
+	}
+#ifdef GRIDHA_TEST_HOOKS
+	/* a test holds the probe here: gridha_test_probe_pause */
+	if (gridha_test_probe_pause != 0 && res == LOCKACQUIRE_OK)
+	{
+		PG_TRY();
+		{
+			DirectFunctionCall1(pg_advisory_lock_shared_int8, Int64GetDatum(gridha_test_probe_pause));
+			DirectFunctionCall1(pg_advisory_unlock_shared_int8, Int64GetDatum(gridha_test_probe_pause));
+		}
+		PG_CATCH();
+		{
+			LockRelease(&tag, ExclusiveLock, true);
+			LockRelease(&probe, ShareLock, true);
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
+	}
+#endif
 	LockRelease(&tag, ExclusiveLock, true);
+	LockRelease(&probe, ShareLock, true);
 	/* held already: by this very session, which is alive */
 	return res == LOCKACQUIRE_OK;
 }

@@ -170,11 +170,12 @@ static GridhaStatement leader_why_stmt = {
 /*
  * The sweep of long-unseen instances: deletes those that hold nothing (no
  * claim, no lease of a duty), each locked first and skipped when another
- * transaction holds it. An instance taking claims as the sweep runs writes
- * its row (held, lease) before it commits: the sweep then either skips it
- * (locked), or judges its new version, which it leaves alone (held > 0 and
- * a lease); a delete that commits first makes that take fail instead
- * (claims.c). The instances_guard_claims trigger (1.3) refuses the rest.
+ * transaction holds it: an instance taking claims as the sweep runs writes
+ * its row before it commits. A delete that commits first makes that take
+ * fail instead (claims.c). A take that committed after this statement's
+ * snapshot is not seen by its NOT EXISTS: the instances_guard_claims
+ * trigger (SQL 1.3) then refuses the delete, and this maintenance step is
+ * undone and runs again at the next tick, which sees the claims.
  */
 static GridhaStatement leader_sweep_stmt = {
 	"WITH gone AS ("
@@ -185,7 +186,6 @@ static GridhaStatement leader_sweep_stmt = {
 	"                      WHERE c.claimant = i.instance_id)"
 	"     AND NOT EXISTS (SELECT 1 FROM gridha.leases l"
 	"                      WHERE l.leader = i.instance_id)"
-	"     AND (i.held = 0 OR i.soft_expiry IS NULL)"
 	"   FOR UPDATE OF i SKIP LOCKED"
 	"), d AS ("
 	"  DELETE FROM gridha.instances i USING gone"
