@@ -88,8 +88,9 @@ static bool totals_any_noted = false;	/* some entry has a noted count */
 
 /*
  * The distance between a backend's slots: above every process number
- * (PostgreSQL allows fewer than 2^18 backends, and as many prepared
- * transactions at most).
+ * (backends, auxiliary processes and prepared transactions: PostgreSQL
+ * allows fewer than 2^18 of the first and of the last). Its 2047th slot
+ * still fits an int4.
  */
 #define TOTALS_SLOT_STRIDE	(1 << 20)
 /* how many of its slots a backend tries before it waits for the first */
