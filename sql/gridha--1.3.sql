@@ -1164,7 +1164,13 @@ COMMENT ON TABLE gridha.rate_handouts IS
 /*
  * targets_rate_changed: a new rate applies at once. The time a target still
  * owes under the old interval is scaled to the new one; without a limit
- * nothing is owed.
+ * nothing is owed. The rate-state rows of every target the statement
+ * updates are locked first, in name order, as a hand-out locks them
+ * (ratelimit.c); rewritten in the order the UPDATE met the targets, a
+ * change of several targets deadlocked with a hand-out of them (1.3;
+ * isolation spec lock-rate-change). The statement's targets are its
+ * transition table, which a trigger that names columns cannot have: the
+ * trigger is on every UPDATE, and its WHEN picks the rate changes.
  */
 CREATE FUNCTION gridha.targets_rate_changed()
 RETURNS trigger
@@ -1173,6 +1179,10 @@ SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 BEGIN
+    PERFORM 1 FROM gridha.target_rate_state r
+     WHERE r.target IN (SELECT n.target FROM targets_rate_new n)
+     ORDER BY r.target COLLATE "C"
+       FOR NO KEY UPDATE;
     UPDATE gridha.target_rate_state r
        SET tat = CASE
                WHEN OLD.rate_interval IS NOT NULL AND NEW.rate_interval IS NOT NULL
@@ -1190,7 +1200,8 @@ COMMENT ON FUNCTION gridha.targets_rate_changed() IS
 'trigger: rescales a target''s rate state when its rate_interval changes, so the new rate applies at once';
 
 CREATE TRIGGER targets_rate_changed
-    AFTER UPDATE OF rate_interval ON gridha.targets
+    AFTER UPDATE ON gridha.targets
+    REFERENCING NEW TABLE AS targets_rate_new
     FOR EACH ROW
     WHEN (OLD.rate_interval IS DISTINCT FROM NEW.rate_interval)
     EXECUTE FUNCTION gridha.targets_rate_changed();
@@ -1508,7 +1519,11 @@ BEGIN
     IF move_service.service_id IS NULL OR move_service.target IS NULL THEN
         RAISE EXCEPTION 'service_id and target must not be null' USING ERRCODE = '22004';
     END IF;
-    -- the target row first, then the claim: the lock order of enqueue
+    -- gridha.service_claims before any row a rename or delete of targets
+    -- locks (it takes the table first: trigger targets_name_change), then
+    -- the target row, then the claim: the lock order of enqueue
+    -- (docs/concurrency.md)
+    LOCK TABLE gridha.service_claims IN ROW EXCLUSIVE MODE;
     PERFORM 1 FROM gridha.targets t WHERE t.target = move_service.target FOR KEY SHARE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'unknown target "%"', move_service.target
@@ -1518,7 +1533,7 @@ BEGIN
     SELECT c.target, c.in_flight INTO from_target, busy
       FROM gridha.service_claims c
      WHERE c.service_id = move_service.service_id
-       FOR UPDATE;
+       FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'unknown service "%"', move_service.service_id
             USING ERRCODE = 'RG003',

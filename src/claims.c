@@ -57,12 +57,16 @@
  * isolation specs that show it). Row kinds, in this order:
  *
  *   1. target rows (gridha.targets), FOR KEY SHARE: an enqueue naming a
- *      target, and the foreign key checks of new claim rows
+ *      new service's target, move_service's destination, and the foreign
+ *      key checks of new claim rows
  *   2. claim rows (gridha.service_claims), by service_id (COLLATE "C"),
  *      always FOR NO KEY UPDATE (no statement here writes a key column):
  *      the FOR KEY SHARE of a foreign key check (a target's DELETE
  *      looking for its services, a batch's insert) never waits for them
- *   3. rate-state rows (ratelimit.c): the hand-out's slots
+ *   3. rate-state rows (ratelimit.c), by target (COLLATE "C"): the
+ *      hand-out's slots (a second hand-out in the same transaction waits
+ *      only for rows past those it holds), a change of targets' rates
+ *      (trigger targets_rate_changed)
  *   4. batch rows (gridha.batches), by service_id (COLLATE "C")
  *   5. instance rows (gridha.instances), by instance_id
  *   6. count rows (gridha.service_counts), written at commit in target
@@ -91,7 +95,8 @@
  *     one it may hold while it waits for the table (a call that touches
  *     its instance, from the start, so before a hand-out judges the
  *     targets: instances.c; release_claims; an enqueue naming a target:
- *     queue.c; a flush of the backend's totals rows: totals.c),
+ *     queue.c; move_service; a flush of the transaction's totals rows:
+ *     totals.c),
  *     so such a statement and a call never hold rows the other waits for.
  * A batch row is written only under its claim row's lock, but by a lone
  * accepted submission (report_submission, or a batched report of one

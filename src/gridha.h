@@ -81,6 +81,29 @@ extern int	gridha_status_url_max_length;
 #define GRIDHA_LIVENESS_TAG			26472	/* "gh" */
 /* the probe lock of a key (instances.c): its liveness probes hold it */
 #define GRIDHA_PROBE_TAG			26480	/* "gp" */
+
+/*
+ * Two more userlocks, each taken for a transaction and never waited for,
+ * so that no role without gridha rights can hold them either (an advisory
+ * lock anyone can take): a duty's lock, while a hand-out's poll duty takes
+ * its lease (leader.c; field3 a hash of the duty's name), and a totals
+ * slot's, while a transaction writes that slot's rows of
+ * gridha.target_totals (totals.c; field3 the slot). Both have
+ * GRIDHA_LOCK_CLASS in field2.
+ */
+#define GRIDHA_LEADER_TAG			26476	/* "gl" */
+#define GRIDHA_TOTALS_TAG			26484	/* "gt" */
+
+/*
+ * GRIDHA_USERLOCK_TAG: the tag of such a lock in this database.
+ */
+#define GRIDHA_USERLOCK_TAG(tag, key, kind) \
+	((tag).locktag_field1 = MyDatabaseId, \
+	 (tag).locktag_field2 = GRIDHA_LOCK_CLASS, \
+	 (tag).locktag_field3 = (uint32) (key), \
+	 (tag).locktag_field4 = (kind), \
+	 (tag).locktag_type = LOCKTAG_USERLOCK, \
+	 (tag).locktag_lockmethodid = USER_LOCKMETHOD)
 #define GRIDHA_SESSION_GONE(i) \
 	"(" i ".session_key IS NOT NULL AND NOT EXISTS (" \
 	" SELECT 1 FROM pg_catalog.pg_locks l" \

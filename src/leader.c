@@ -63,7 +63,10 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -126,15 +129,14 @@ static GridhaStatement leader_resign_stmt = {
 /*
  * Before the poll duty writes a lease (takes or renews it), it makes sure
  * it will not wait for anyone: no other backend is taking the role in an
- * open transaction (the advisory lock, held to the end of the hand-out's
- * transaction), and the lease row, when there is one, is not locked.
+ * open transaction (the role's lock, leader_trylock, held to the end of
+ * the hand-out's transaction), and the lease row, when there is one, is
+ * not locked.
  */
-static GridhaStatement leader_trylock_stmt = {
-	"SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtext('gridha.leases'),"
-	"                                            pg_catalog.hashtext($1))"
-	"   AND (NOT EXISTS (SELECT 1 FROM gridha.leases l WHERE l.role = $1)"
-	"        OR EXISTS (SELECT 1 FROM gridha.leases l WHERE l.role = $1"
-	"                      FOR UPDATE SKIP LOCKED))",
+static GridhaStatement leader_row_free_stmt = {
+	"SELECT NOT EXISTS (SELECT 1 FROM gridha.leases l WHERE l.role = $1)"
+	"       OR EXISTS (SELECT 1 FROM gridha.leases l WHERE l.role = $1"
+	"                     FOR UPDATE SKIP LOCKED)",
 	1, {TEXTOID}
 };
 
@@ -407,17 +409,28 @@ leader_lead(Datum instance_id, text *role, bool force, bool nowait)
 }
 
 /*
- * leader_trylock: the role's transaction-level lock (leader_trylock_stmt),
- * taken without waiting; false when another transaction holds it.
+ * leader_trylock: the role's lock, taken for this transaction without
+ * waiting, and its lease row free; false when another transaction holds
+ * either. The lock is a userlock (gridha.h) keyed by a hash of the role's
+ * name: no SQL function can take it, so no role without gridha rights can
+ * hold it and keep every hand-out's duty from the lease (1.2 took an
+ * advisory lock, which any role may hold with pg_advisory_lock). Two roles
+ * whose names hash alike only make a hand-out skip its duty once.
  */
 static bool
 leader_trylock(text *role)
 {
+	LOCKTAG		tag;
 	Datum		role_arg[1];
 	bool		isnull;
+	uint32		h = DatumGetUInt32(hash_any((const unsigned char *) VARDATA_ANY(role),
+											VARSIZE_ANY_EXHDR(role)));
 
+	GRIDHA_USERLOCK_TAG(tag, h, GRIDHA_LEADER_TAG);
+	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+		return false;
 	role_arg[0] = PointerGetDatum(role);
-	gridha_exec(&leader_trylock_stmt, role_arg, NULL, false);
+	gridha_exec(&leader_row_free_stmt, role_arg, NULL, false);
 	return DatumGetBool(gridha_col(0, 1, &isnull)) && !isnull;
 }
 

@@ -94,9 +94,17 @@ typedef struct QueuePick
  * target must exist, and is locked as the foreign key's check locks it, so
  * that a rename or delete committing meanwhile makes this RG006 rather
  * than a foreign key violation of the write that follows.
+ *
+ * The service's target is read under its claim's lock (the insert's
+ * trigger locks that row next anyway): a move_service under way is waited
+ * for, and the check judges the target it leaves. Read without the lock,
+ * an enqueue naming the old target passed while the move was open, then
+ * waited for it in the insert and put its batch on the new target
+ * (isolation spec enqueue-move).
  */
 static GridhaStatement queue_target_of_stmt = {
-	"SELECT target FROM gridha.service_claims WHERE service_id OPERATOR(pg_catalog.=) $1",
+	"SELECT target FROM gridha.service_claims WHERE service_id OPERATOR(pg_catalog.=) $1"
+	"   FOR NO KEY UPDATE",
 	1, {TEXTOID}
 };
 

@@ -35,10 +35,21 @@
  *   2. gridha_ratelimit_take, for each limited target among the heads the
  *      pick locked, targets in name order (so two instances never
  *      deadlock): the slots it gets, one at a time under the row lock of
- *      its target_rate_state row, which it waits for;
+ *      its target_rate_state row, which it waits for, unless the
+ *      transaction holds the row of a later target already (below);
  *   3. gridha_ratelimit_log: the heads handed out with a slot, in
  *      gridha.rate_handouts. A head whose target had no slot after all (an
  *      instance ahead of it took the last one) stays queued for later.
+ *
+ * One transaction may run two hand-outs: next_batches hands out again
+ * after the acquisition that follows a hand-out of nothing, and the first
+ * may have locked rate-state rows it took no slot under. The second then
+ * waits only for rows of targets past the last one the transaction locked
+ * waiting (ratelimit_held_max); a row before it, it locks only if it is
+ * free (SKIP LOCKED), and its heads stay queued otherwise. Waiting for it
+ * closed a cycle with another hand-out that held it and waited, in name
+ * order, for a row the first hand-out held (40P01; isolation spec
+ * lock-handout-twice).
  *
  *-------------------------------------------------------------------------
  */
@@ -49,8 +60,10 @@
 #include "spi_util.h"
 #include "targets.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 
 static GridhaStatement ratelimit_prune_stmt = {
 	"DELETE FROM gridha.rate_handouts WHERE slot_at < now() - interval '1 day'",
@@ -76,6 +89,12 @@ static GridhaStatement ratelimit_closed_stmt = {
  */
 static GridhaStatement ratelimit_lock_stmt = {
 	"SELECT 1 FROM gridha.target_rate_state WHERE target = $1 FOR UPDATE",
+	1, {TEXTOID}
+};
+
+/* ... for a target before one whose row the transaction holds: no wait */
+static GridhaStatement ratelimit_lock_free_stmt = {
+	"SELECT 1 FROM gridha.target_rate_state WHERE target = $1 FOR UPDATE SKIP LOCKED",
 	1, {TEXTOID}
 };
 
@@ -131,6 +150,29 @@ static GridhaStatement ratelimit_wait_stmt = {
 };
 
 /*
+ * The last target (in name order) whose rate-state row this transaction
+ * locked waiting, in TopMemoryContext; NULL when none. Forgotten at the
+ * end of the transaction. A subtransaction that rolls back lets go of its
+ * row locks but not of this: a later hand-out then skips rows it could
+ * have waited for, which is only ever safe.
+ */
+static char *ratelimit_held_max = NULL;
+static bool ratelimit_callback_registered = false;
+
+static void
+ratelimit_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_PREPARE)
+	{
+		if (ratelimit_held_max != NULL)
+			pfree(ratelimit_held_max);
+		ratelimit_held_max = NULL;
+	}
+}
+
+/*
  * gridha_ratelimit_prune_log: maintenance forgets hand-out log rows older
  * than a day. Inside SPI.
  */
@@ -160,20 +202,40 @@ gridha_ratelimit_closed(void)
  * gridha_ratelimit_take: takes up to want slots of a target, one at a time
  * under its row lock, and returns how many it got (all of them when the
  * target is no longer limited). Callers take the slots of several targets
- * in name order. Inside SPI.
+ * in name order. The row is waited for only when it comes at or after
+ * every rate-state row this transaction locked waiting (see the header);
+ * otherwise it is taken only if free, and a target whose row is held by
+ * another transaction (or has none yet) gets no slot. Inside SPI.
  */
 int
 gridha_ratelimit_take(const char *target, int want)
 {
 	Datum		args[1];
 	int			got = 0;
+	bool		wait = ratelimit_held_max == NULL || strcmp(target, ratelimit_held_max) >= 0;
 
 	args[0] = CStringGetTextDatum(target);
-	gridha_exec(&ratelimit_lock_stmt, args, NULL, false);
-	if (SPI_processed == 0)
+	if (!wait)
+		gridha_exec(&ratelimit_lock_free_stmt, args, NULL, false);
+	else
 	{
-		gridha_exec(&ratelimit_create_stmt, args, NULL, false);
 		gridha_exec(&ratelimit_lock_stmt, args, NULL, false);
+		if (SPI_processed == 0)
+		{
+			gridha_exec(&ratelimit_create_stmt, args, NULL, false);
+			gridha_exec(&ratelimit_lock_stmt, args, NULL, false);
+		}
+		if (SPI_processed > 0)
+		{
+			if (!ratelimit_callback_registered)
+			{
+				RegisterXactCallback(ratelimit_xact_callback, NULL);
+				ratelimit_callback_registered = true;
+			}
+			if (ratelimit_held_max != NULL)
+				pfree(ratelimit_held_max);
+			ratelimit_held_max = MemoryContextStrdup(TopMemoryContext, target);
+		}
 	}
 	if (SPI_processed > 0)
 	{

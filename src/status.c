@@ -109,8 +109,10 @@ static GridhaStatement status_pending_stmt = {
 
 /*
  * status_diagnose: explains why a report changed nothing, by raising RG003
- * (unknown service or batch), RG001 (stale claim) or RG002 (batch not in
- * the state the report needs). Returns only when the report is valid now.
+ * (unknown service), RG001 (stale claim: the instance does not hold the
+ * service at this epoch, whatever the batch), RG003 (unknown batch) or
+ * RG002 (batch not in the state the report needs), in that order. Returns
+ * only when the report is valid now.
  */
 static void
 status_diagnose(Datum instance_id, text *service_id, text *batch_id,
@@ -141,14 +143,12 @@ status_diagnose(Datum instance_id, text *service_id, text *batch_id,
 	claimant = gridha_col(0, 1, &claimant_null);
 	claim_epoch = gridha_col_int64(0, 2);
 
-	d = gridha_col(0, 4, &isnull);
-	if (isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_GRIDHA_UNKNOWN_BATCH),
-				 errmsg("unknown batch \"%s\" of service \"%s\"",
-						text_to_cstring(batch_id), text_to_cstring(service_id))));
-	seq = DatumGetInt64(d);
-
+	/*
+	 * The fence before the batch: a report of an instance that no longer
+	 * holds the service at this epoch is stale whether or not its batch is
+	 * still there (retention may have pruned it, once final under the
+	 * claim's next holder), and is counted as such.
+	 */
 	if (claimant_null || !gridha_uuid_equal(claimant, instance_id) || claim_epoch != epoch)
 	{
 		/* counted across the abort this raises (totals.c) */
@@ -167,6 +167,14 @@ status_diagnose(Datum instance_id, text *service_id, text *batch_id,
 						   DatumGetCString(DirectFunctionCall1(uuid_out, instance_id))),
 				 errhint("Drop this batch: the claim has moved on and its current holder hands the batch out again.")));
 	}
+
+	d = gridha_col(0, 4, &isnull);
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_UNKNOWN_BATCH),
+				 errmsg("unknown batch \"%s\" of service \"%s\"",
+						text_to_cstring(batch_id), text_to_cstring(service_id))));
+	seq = DatumGetInt64(d);
 
 	d = gridha_col(0, 3, &isnull);
 	is_head = !isnull && DatumGetInt64(d) == seq;
@@ -402,7 +410,7 @@ status_fetch_totals(GridhaRows *rows, const char *target, Datum *key)
 		Datum		t = gridha_rows_get(rows, GRIDHA_TOTALS, TOTALS_TARGET, &isnull);
 		Datum		slot = gridha_rows_get(rows, GRIDHA_TOTALS, TOTALS_SLOT, &isnull);
 		char	   *name = TextDatumGetCString(t);
-		bool		same = strcmp(name, target) == 0 && DatumGetInt32(slot) == GRIDHA_MY_SLOT;
+		bool		same = strcmp(name, target) == 0 && DatumGetInt32(slot) == DatumGetInt32(key[1]);
 
 		pfree(name);
 		if (same)
@@ -435,10 +443,11 @@ status_totals_remember(GridhaRows *rows, const char *target)
 }
 
 /*
- * status_write_settle: adds what the report settles to this backend's row
- * of the service's target in gridha.target_totals, in the report's own
- * command (see src/totals.c); a row not there yet is made by
- * status_report's flush, in this transaction too.
+ * status_write_settle: adds what the report settles to this transaction's
+ * slot row of the service's target in gridha.target_totals
+ * (gridha_totals_slot), in the report's own command (see src/totals.c); a
+ * row not there yet is made by status_report's flush, in this transaction
+ * too.
  */
 static void
 status_write_settle(GridhaRows *rows, const StatusSettle *settle)
@@ -450,7 +459,7 @@ status_write_settle(GridhaRows *rows, const StatusSettle *settle)
 	int			k;
 
 	key[0] = CStringGetTextDatum(settle->target);
-	key[1] = Int32GetDatum(GRIDHA_MY_SLOT);
+	key[1] = Int32GetDatum(gridha_totals_slot());
 	if (status_fetch_totals(rows, settle->target, key))
 	{
 		do

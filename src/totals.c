@@ -7,11 +7,20 @@
  *		services' own counters settled there when their queues run dry.
  *
  * Words:
- *   slot row   a row (target, slot) of gridha.target_totals: slot is the
- *              backend's process number, so a row is only ever written by
- *              the one backend that has that slot at the time, and no
- *              transaction waits for another's totals row. A target's
- *              total is the sum of its rows (gridha.metrics)
+ *   slot row   a row (target, slot) of gridha.target_totals, written only
+ *              by the transaction that holds the slot's lock (a userlock,
+ *              gridha.h, taken without waiting for the rest of the
+ *              transaction: gridha_totals_slot), so no transaction waits
+ *              for another's totals row. A backend's slots are its process
+ *              number p, and p + k * TOTALS_SLOT_STRIDE for k = 1, 2, ...:
+ *              no other live backend has them. It takes the first whose
+ *              lock is free, which is p unless a prepared transaction of a
+ *              backend that had p holds it (a prepared transaction keeps its
+ *              locks, row locks and the slot's lock alike, after its
+ *              backend moved on: in 1.2, which had the process number as
+ *              the only slot, that backend's next settlement waited for it;
+ *              isolation spec settle-prepared). A target's total is the sum
+ *              of its rows (gridha.metrics)
  *   noted      counted in backend memory, not written yet
  *
  *   settled    a service's counters (enqueued, committed, invalid,
@@ -48,6 +57,7 @@
 #include "postgres.h"
 
 #include "compat.h"
+#include "gridha.h"
 #include "rows.h"
 #include "spi_util.h"
 #include "totals.h"
@@ -56,11 +66,13 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "storage/lock.h"
 #include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 
 typedef struct TotalsEntry
 {
@@ -73,6 +85,19 @@ typedef struct TotalsEntry
 static List *totals_entries = NIL;	/* of TotalsEntry *, in TopMemoryContext */
 static bool totals_callback_registered = false;
 static bool totals_any_noted = false;	/* some entry has a noted count */
+
+/*
+ * The distance between a backend's slots: above every process number
+ * (backends, auxiliary processes and prepared transactions: PostgreSQL
+ * allows fewer than 2^18 of the first and of the last). Its 2047th slot
+ * still fits an int4.
+ */
+#define TOTALS_SLOT_STRIDE	(1 << 20)
+/* how many of its slots a backend tries before it waits for the first */
+#define TOTALS_SLOT_TRIES	2047
+
+/* The slot this transaction holds, -1 before it takes one */
+static int32 totals_slot = -1;
 
 /*
  * $1 targets, $2 slot, then the amounts in GridhaTotal's order: $3 taken
@@ -156,6 +181,8 @@ totals_xact_callback(XactEvent event, void *arg)
 	if (!abort && event != XACT_EVENT_COMMIT && event != XACT_EVENT_PARALLEL_COMMIT &&
 		event != XACT_EVENT_PREPARE)
 		return;
+	/* its lock went with the transaction (or with the prepared one) */
+	totals_slot = -1;
 	foreach(lc, totals_entries)
 	{
 		TotalsEntry *e = (TotalsEntry *) lfirst(lc);
@@ -183,6 +210,58 @@ totals_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		totals_clear_unwritten((TotalsEntry *) lfirst(lc));
 }
 
+/* totals_callbacks: registers this file's callbacks, once */
+static void
+totals_callbacks(void)
+{
+	if (!totals_callback_registered)
+	{
+		RegisterXactCallback(totals_xact_callback, NULL);
+		RegisterSubXactCallback(totals_subxact_callback, NULL);
+		totals_callback_registered = true;
+	}
+}
+
+/*
+ * gridha_totals_slot: the slot whose rows of gridha.target_totals this
+ * transaction writes (see the words above): its lock is taken, without
+ * waiting, by the first call in the transaction and held to its end (by
+ * the top transaction, so that a subtransaction's abort keeps it). Only
+ * when every slot of the backend is held by a prepared transaction does
+ * it wait, for the first.
+ */
+int32
+gridha_totals_slot(void)
+{
+	ResourceOwner owner = CurrentResourceOwner;
+	LOCKTAG		tag;
+	int			k;
+
+	if (totals_slot >= 0)
+		return totals_slot;
+	totals_callbacks();
+	CurrentResourceOwner = TopTransactionResourceOwner;
+	for (k = 0; k < TOTALS_SLOT_TRIES; k++)
+	{
+		int32		slot = GRIDHA_MY_SLOT + k * TOTALS_SLOT_STRIDE;
+
+		GRIDHA_USERLOCK_TAG(tag, slot, GRIDHA_TOTALS_TAG);
+		if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		{
+			totals_slot = slot;
+			break;
+		}
+	}
+	if (totals_slot < 0)
+	{
+		GRIDHA_USERLOCK_TAG(tag, GRIDHA_MY_SLOT, GRIDHA_TOTALS_TAG);
+		(void) LockAcquire(&tag, ExclusiveLock, false, false);
+		totals_slot = GRIDHA_MY_SLOT;
+	}
+	CurrentResourceOwner = owner;
+	return totals_slot;
+}
+
 /*
  * gridha_totals_note: one more of "which" for the target, written by the
  * next gridha_totals_flush.
@@ -200,12 +279,7 @@ gridha_totals_add(const char *target, GridhaTotal which, int64 n)
 	ListCell   *lc;
 	TotalsEntry *e = NULL;
 
-	if (!totals_callback_registered)
-	{
-		RegisterXactCallback(totals_xact_callback, NULL);
-		RegisterSubXactCallback(totals_subxact_callback, NULL);
-		totals_callback_registered = true;
-	}
+	totals_callbacks();
 	foreach(lc, totals_entries)
 	{
 		if (strcmp(((TotalsEntry *) lfirst(lc))->target, target) == 0)
@@ -235,9 +309,9 @@ gridha_totals_noted(void)
 }
 
 /*
- * gridha_totals_flush: writes the noted totals to this backend's slot rows,
- * one statement, rows in target order. Inside SPI, in a writable
- * transaction; the last write of a call.
+ * gridha_totals_flush: writes the noted totals to this transaction's slot
+ * rows (gridha_totals_slot), one statement, rows in target order. Inside
+ * SPI, in a writable transaction; the last write of a call.
  */
 void
 gridha_totals_flush(void)
@@ -300,7 +374,7 @@ gridha_totals_flush(void)
 		n++;
 	}
 	args[0] = PointerGetDatum(construct_array(targets, n, TEXTOID, -1, false, TYPALIGN_INT));
-	args[1] = Int32GetDatum(GRIDHA_MY_SLOT);
+	args[1] = Int32GetDatum(gridha_totals_slot());
 	for (k = 0; k < GRIDHA_NTOTALS; k++)
 		args[2 + k] = PointerGetDatum(construct_array(amounts[k], n, INT8OID, 8, FLOAT8PASSBYVAL,
 													  TYPALIGN_DOUBLE));

@@ -30,5 +30,6 @@ extern void gridha_totals_note(const char *target, GridhaTotal which);
 extern void gridha_totals_add(const char *target, GridhaTotal which, int64 n);
 extern bool gridha_totals_noted(void);
 extern void gridha_totals_flush(void);
+extern int32 gridha_totals_slot(void);
 
 #endif							/* GRIDHA_TOTALS_H */
