@@ -1979,8 +1979,18 @@ class Run:
                        "leased instance, after every round", rc.violations["claims"])
         ok &= self.tap(not rc.violations["counts"], "invariant counts: instances.held and gridha.metrics equal what "
                        "the rows say, after every round", rc.violations["counts"])
-        ok &= self.tap(not rc.violations["work"], "invariant work: no service with work waits while an instance "
-                       "idles (the pollers, settled), after every round", rc.violations["work"])
+        try:
+            flagged, note = rc.self_check(psql, self.a.ledger, unhex)
+        except Exception as e:
+            flagged, note = False, "the self-check could not run: %s" % str(e)[:300]
+        print("# invariant work, self-check (a planted service that waits, its claim locked): %s"
+              % ("flagged" if flagged else "not judged" if flagged is None else "NOT flagged"), flush=True)
+        for line in note.splitlines():
+            print("#   " + line, flush=True)
+        ok &= self.tap(not rc.violations["work"] and flagged is not False,
+                       "invariant work: no service with work waits while an instance idles (the pollers, settled),"
+                       " after every round", rc.violations["work"])
+        self.deadlock_partners()
         by_actor = ", ".join("%s %d" % (k, len(v)) for k, v in sorted(self.lone_deadlocks.items())) or "none"
         details = [d for v in self.lone_deadlocks.values() for d in v] + self.worker_deadlocks()
         ok &= self.tap(not details, "invariant deadlocks: no lone call ended in 40P01 (by actor: %s; workers: %d)"
@@ -1989,6 +1999,33 @@ class Run:
             print("# prepared transactions a script left, rolled back: %s" % ", ".join(self.leftover_prepared),
                   flush=True)
         return ok
+
+    def deadlock_partners(self):
+        """from the server log: of the deadlocks a lone call lost, how many
+        had an explicit transaction of several calls among the others
+        (docs/errors.md: "or in a deadlock with one") and how many lone
+        calls only (docs/concurrency.md: never)"""
+        if not self.a.pglog:
+            return
+        with open(self.a.pglog, "rb") as f:
+            lines = [line.decode("utf-8", errors="replace") for line in f.read().split(b"\n")[self.a.log_mark:]]
+        multi = lone = 0
+        for at, l in enumerate(lines):
+            m = re.search(r"\[(\d+)\].*\b(ERROR|LOG):\s+40P01:", l)
+            if not m:
+                continue
+            entry = "\n".join(self.log_entry(lines, at))
+            procs = re.findall(r"Process (\d+): (.*)", entry)
+            mine = [q for pid, q in procs if pid == m.group(1)]
+            if any(TXN_MARK.strip() in q for q in mine):
+                continue         # the loser was in a transaction of several calls
+            if any(TXN_MARK.strip() in q for pid, q in procs if pid != m.group(1)):
+                multi += 1
+            else:
+                lone += 1
+        if multi or lone:
+            print("# 40P01 of lone calls in the server log: %d with an explicit transaction of several calls among"
+                  " the others, %d among lone calls only" % (multi, lone), flush=True)
 
     def worker_deadlocks(self):
         """the worker steps (lone calls) that failed with 40P01, from the
@@ -2280,8 +2317,8 @@ SELECT i.instance_id, i.kind, coalesce(array_to_string(i.serves, ','), 'any'), i
         lost = []
         for key, (m, seq, where) in self.acks.items():
             got = have.get(key)
-            if got is None and key in pruned and (seq is None or seq in pruned[key]):
-                continue         # final, then deleted by retention
+            if got != (seq, m or "-") and key in pruned and (seq is None or seq in pruned[key]):
+                continue         # final, then deleted by retention (and maybe enqueued again)
             if got is None:
                 lost.append("%s: %s/%s acknowledged, missing" % (where, show(key[0]), show(key[1])))
             elif (m or "-") != got[1] or (seq is not None and seq != got[0]):

@@ -240,47 +240,84 @@ class RoundChecker:
         return out
 
     def check(self, label, unhex):
-        """settle, two snapshots, the violations of this round; returns how
-        many new ones"""
+        """settle, two snapshots, the violations of this round (each
+        reported once); returns how many new ones"""
         self.rounds += 1
         try:
-            time.sleep(SETTLE)
-            a = self.snapshot()
-            time.sleep(SETTLE)
-            b = self.snapshot()
+            a, b = self.two_snapshots()
         except Exception as e:  # a check that could not run fails the line too
             self.errors.append("%s: %s" % (label, str(e)[:400]))
             return 1
         new = 0
-        # seq, claims, counts: as the second snapshot shows them, when the
-        # first showed them too (a violation that stays)
+        for name, key, text in self.judge(a, b, label, unhex):
+            if key in self.seen[name]:
+                continue
+            self.seen[name].add(key)
+            self.violations[name].append(text)
+            new += 1
+        return new
+
+    def two_snapshots(self):
+        time.sleep(SETTLE)
+        a = self.snapshot()
+        time.sleep(SETTLE)
+        return a, self.snapshot()
+
+    @staticmethod
+    def idle_pollers(a, b):
+        return [iid for iid, (kind, live, idles, _) in b["pollers"].items()
+                if live and idles and iid in a["pollers"] and a["pollers"][iid][1] and a["pollers"][iid][2]]
+
+    def judge(self, a, b, label, unhex):
+        """(name, key, text) of each violation: as the second snapshot shows
+        it, when the first showed it too (a violation that stays)"""
+        out = []
         for name in ("seq", "claims", "counts"):
             for key, text in b[name].items():
-                if key not in a[name]:
-                    continue
-                what = key if name == "counts" else "service %r" % unhex(key)
-                if (name, key) in self.seen[name]:
-                    continue
-                self.seen[name].add((name, key))
-                self.violations[name].append("%s: %s: %s" % (label, what, text))
-                new += 1
+                if key in a[name]:
+                    what = key if name == "counts" else "service %r" % unhex(key)
+                    out.append((name, key, "%s: %s: %s" % (label, what, text)))
         # work: an idle poller in both snapshots, a service that waited in
         # both with its claim unchanged, on a target the poller can serve
-        idle = [iid for iid, (kind, live, idles, _) in b["pollers"].items()
-                if live and idles and iid in a["pollers"] and a["pollers"][iid][1] and a["pollers"][iid][2]]
+        idle = self.idle_pollers(a, b)
         for sid, w in b["waits"].items():
             if sid not in a["waits"] or a["waits"][sid][:3] != w[:3]:
                 continue
             who = [iid for iid in idle if w[3] == "url" or b["pollers"][iid][0] == "worker"]
             if not who:
                 continue
-            key = ("work", sid, w[0], w[1])
-            if key in self.seen["work"]:
-                continue
-            self.seen["work"].add(key)
-            self.violations["work"].append(
-                "%s: service %r waits (%s) while %d poller(s) idle:\n  %s\n  %s" % (
-                    label, unhex(sid), w[4], len(who), "\n  ".join(b["pollers"][i][3] for i in who[:3]),
-                    "(idle in both snapshots, %.0f s apart; the claim unchanged)" % SETTLE))
-            new += 1
-        return new
+            out.append(("work", (sid, w[0], w[1]),
+                        "%s: service %r waits (%s) while %d poller(s) idle:\n  %s\n  %s" % (
+                            label, unhex(sid), w[4], len(who),
+                            "\n  ".join(b["pollers"][i][3] for i in who[:3]),
+                            "(idle in both snapshots, %.0f s apart; the claim unchanged)" % SETTLE)))
+        return out
+
+    def self_check(self, psql, led, unhex):
+        """the work invariant's own check: a service with a ready head on a
+        URL target every poller serves, whose free claim a transaction
+        holds locked (so no poller can take it: their picks skip locked
+        rows) while the checker looks. Returns (True, note) when the
+        checker flagged it, (False, note) when it did not although a poller
+        idled, (None, note) when no poller idled (nothing to judge)."""
+        import subprocess
+        psql(self.db, "INSERT INTO gridha.targets (target) VALUES ('fzplant') ON CONFLICT (target) DO NOTHING;"
+                      " SELECT gridha.enqueue('fz-plant', 'plant-' || gen_random_uuid(), decode('01', 'hex'), 'fzplant');")
+        holder = subprocess.Popen(["psql", "-X", "-q", "-U", "postgres", "-d", self.db, "-c",
+                                   "BEGIN; SELECT 1 FROM gridha.service_claims WHERE service_id = 'fz-plant'"
+                                   " FOR NO KEY UPDATE; SELECT pg_sleep(3 * %s + 2); COMMIT;" % SETTLE],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(1)
+            psql(self.db, "UPDATE gridha.targets SET submit_url = '%s/batches/{service_id}/{batch_id}',"
+                          " status_url = '%s/batch_statuses?id={batch_ids}' WHERE target = 'fzplant'" % (led, led))
+            a, b = self.two_snapshots()
+        finally:
+            holder.wait()
+        found = [t for n, k, t in self.judge(a, b, "self-check", unhex) if n == "work" and unhex(k[0]) == "fz-plant"]
+        if found:
+            return True, found[0]
+        if not [i for i in self.idle_pollers(a, b)]:
+            return None, "no poller idled in both snapshots: nothing to judge"
+        return False, "a poller idled, and the planted service was not flagged: %s" % (
+            b["waits"].get("fz-plant".encode().hex(), "it is not among the services that wait"))
