@@ -13,6 +13,19 @@ be), and drops and replaces the target functions. The background workers
 and the reference client serve the same database all along (the suite
 test/suites/60_fuzz.sh starts them).
 
+Issue 38's actors run beside them, each a session of its own: the producer
+also inserts directly (one row or several, with and without ON CONFLICT,
+of new batch ids and of existing ones); "inst" runs the submitter loop of
+three instances (hand-out, acceptance, final status; it releases their
+claims at the end of each script); "admin" calls move_service and
+set_instance_owner, renames (fzmv <-> fzmv2), deletes and creates (fzdel)
+targets, changes the rates of several targets at once, expires claims and
+deletes fuzz instances by hand; "maint" sets its own retention, tick,
+poll duty and sweep (SET gridha.retention = 0 ...), runs run_maintenance,
+prune_batches and hand-outs, and prepares transactions of calls that it
+commits or rolls back at once (COMMIT PREPARED). Target functions also
+misbehave: temporary tables and functions, a division by zero, 1.5 s runs.
+
 Words:
   session    one psql process running a generated script, as one role
   round      every session runs one script of --calls statements; rounds
@@ -43,6 +56,13 @@ Checks, each printed as TAP lines:
              expired, the workers bring every batch to a final status
   coverage   every function of schema gridha but the triggers, and every
              view, was called
+  rounds     after each round and after the drain (test/fuzz/invariants.py):
+             no seq hole and no head without its batch row; every claim
+             free or held by an existing, leased instance; held and
+             gridha.metrics equal to the rows; no service with work waiting
+             while a polling instance idles (with a planted self-check); and
+             no lone call ended in 40P01 (per actor, the workers' from the
+             server log)
 
 With --audit (FUZZ_AUDIT=1), a violation of an invariant is followed by the
 last changes of its instance or service, and the statements that made them
