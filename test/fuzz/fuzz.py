@@ -1438,11 +1438,13 @@ CLIENT_WEIGHTS = {
 }
 PRODUCER_WEIGHTS = dict(CLIENT_WEIGHTS, enqueue=30, insert=8, insert_oc=8, insert_multi=5)
 CHAOS_WEIGHTS = dict(CLIENT_WEIGHTS, target_update=6, target_malformed=5, function=5, expire=3, steal=6,
-                     workers=2, setrole=4, enqueue=8)
+                     workers=2, setrole=4, enqueue=8, move=3)
 # issue 38's actors: a submitter loop of several instances; administrators;
 # maintenance with retention and the sweep, and prepared transactions
 INSTANCES_WEIGHTS = {"loop": 30, "enqueue": 12, "insert_oc": 2, "nexts": 3, "pending": 3, "rstats": 2,
                      "claim_cycle": 2, "view": 1}
+# (the superuser's session moves services too, so that a move meets the
+# administrator's renames and deletes of targets from another session)
 ADMIN_WEIGHTS = {"move": 10, "owner": 4, "admin_target": 8, "expire_claim": 6, "delete_instance": 3,
                  "function": 3, "enqueue": 10, "next": 3, "view": 3, "peek": 2}
 MAINT_WEIGHTS = {"maint_set": 4, "maint": 14, "prepared": 6, "enqueue": 10, "insert": 2, "next": 4, "rsub": 3,
