@@ -1229,7 +1229,7 @@ class Gen:
         """(administrator) renames and deletes of targets that services use,
         rate changes of several targets at once"""
         led = self.w["ledger"]
-        k = self.cycle("admin target", ["rename", "delete", "create", "rates", "rates1"])
+        k = self.cycle("admin target", ["rename", "delete", "create", "rates", "rates", "rename", "rates1"])
         if self.skip_known() and k in ("rename", "delete", "rates"):
             k = "rates1"
         if k == "rename":
@@ -1441,11 +1441,11 @@ CHAOS_WEIGHTS = dict(CLIENT_WEIGHTS, target_update=6, target_malformed=5, functi
                      workers=2, setrole=4, enqueue=8, move=3)
 # issue 38's actors: a submitter loop of several instances; administrators;
 # maintenance with retention and the sweep, and prepared transactions
-INSTANCES_WEIGHTS = {"loop": 30, "enqueue": 12, "insert_oc": 2, "nexts": 3, "pending": 3, "rstats": 2,
+INSTANCES_WEIGHTS = {"loop": 30, "enqueue": 12, "insert_oc": 2, "nexts": 8, "pending": 3, "rstats": 2,
                      "claim_cycle": 2, "view": 1}
 # (the superuser's session moves services too, so that a move meets the
 # administrator's renames and deletes of targets from another session)
-ADMIN_WEIGHTS = {"move": 10, "owner": 4, "admin_target": 8, "expire_claim": 6, "delete_instance": 3,
+ADMIN_WEIGHTS = {"move": 10, "owner": 4, "admin_target": 12, "expire_claim": 6, "delete_instance": 3,
                  "function": 3, "enqueue": 10, "next": 3, "view": 3, "peek": 2}
 MAINT_WEIGHTS = {"maint_set": 4, "maint": 14, "prepared": 6, "enqueue": 10, "insert": 2, "next": 4, "rsub": 3,
                  "rstat": 3, "view": 2}
