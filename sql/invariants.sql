@@ -125,3 +125,31 @@ SELECT batch_id, attempt FROM gridha.next_batch(:A);
 SELECT gridha.report_status(:A, 'm', 'm2', 1, 'committed');
 
 TRUNCATE gridha.batches, gridha.service_claims, gridha.instances, gridha.target_totals;
+
+-- A free claim whose head is in flight is work (found by the fuzz's
+-- invariant checker): a claim handed back with its head pending has nobody
+-- asking the ledger about it until it is taken, and an idle instance takes
+-- it whatever its count share (before 1.3 it counted as an idle claim).
+SET gridha.balance_claims = on;
+\set B '''bbbbbbbb-0000-0000-0000-0000000000b1'''
+\set C '''cccccccc-0000-0000-0000-0000000000c1'''
+\set D '''dddddddd-0000-0000-0000-0000000000d1'''
+INSERT INTO gridha.batches (service_id, batch_id, payload) VALUES ('i6', 'x', '\x01'), ('i7', 'x', '\x01'), ('i8', 'x', '\x01');
+SELECT count(*) AS handed_out FROM gridha.next_batches(:B, 10);
+SELECT count(*) AS rejected FROM gridha.report_submissions(:B,
+    ARRAY[('i6', 'x', 1, 'rejected', NULL), ('i7', 'x', 1, 'rejected', NULL),
+          ('i8', 'x', 1, 'rejected', NULL)]::gridha.submission_report[]) WHERE status = 'invalid';
+SELECT gridha.renew_claims(:C);
+INSERT INTO gridha.batches (service_id, batch_id, payload) VALUES ('s5', 'f1', '\x01');
+SELECT service_id, batch_id FROM gridha.next_batch(:D);
+SELECT gridha.report_submission(:D, 's5', 'f1', 1, 'accepted');
+SELECT gridha.release_claims(:D);
+SELECT claimant IS NULL AS free, in_flight FROM gridha.service_claims WHERE service_id = 's5';
+-- B holds three idle claims, more than its share of four services: it has
+-- nothing to hand out, and takes s5
+SELECT count(*) AS nothing FROM gridha.next_batch(:B);
+SELECT c.service_id, i.instance_id = :B AS taken_by_b FROM gridha.service_claims c
+  JOIN gridha.instances i ON i.instance_id = c.claimant WHERE c.service_id = 's5';
+SELECT service_id, batch_id, status FROM gridha.pending_batches(:B);
+
+TRUNCATE gridha.batches, gridha.service_claims, gridha.instances, gridha.target_totals;

@@ -212,36 +212,41 @@ static GridhaStatement claims_free_stmt = {
 };
 
 /*
- * ... free claims with no work now (no head ready: empty, in flight, or
- * delayed): what the count share hands out (claims_free_stmt, for a
- * target only this instance serves, or with balance off, takes both)
+ * ... free claims with no work now (no head ready and none in flight:
+ * empty, or delayed): what the count share hands out (claims_free_stmt,
+ * for a target only this instance serves, or with balance off, takes both)
  */
 static GridhaStatement claims_free_idle_stmt = {
 	"SELECT array_agg(service_id) FROM ("
 	"  SELECT c.service_id FROM gridha.service_claims c"
 	"   WHERE c.claimant IS NULL AND (c.ready_at IS NULL OR c.ready_at > now())"
+	"     AND NOT c.in_flight"
 	CLAIMS_TARGET_FILTER("c")
 	"   LIMIT $3"
 	"   FOR NO KEY UPDATE SKIP LOCKED) c",
 	3, {UUIDOID, TEXTARRAYOID, INT8OID}
 };
 
-/* ... how many free claims have work (a head ready now), up to $3 */
+/*
+ * ... how many free claims have work (a head ready now, or in flight: a
+ * claim handed back with its head pending, whose ledger answer nobody asks
+ * for until it is taken), up to $3
+ */
 static GridhaStatement claims_free_work_count_stmt = {
 	"SELECT count(*) FROM (SELECT 1 FROM gridha.service_claims c"
-	"   WHERE c.claimant IS NULL AND c.ready_at <= now()" CLAIMS_TARGET_FILTER("c")
+	"   WHERE c.claimant IS NULL AND (c.ready_at <= now() OR c.in_flight)" CLAIMS_TARGET_FILTER("c")
 	"   LIMIT $3) c",
 	3, {UUIDOID, TEXTARRAYOID, INT8OID}
 };
 
 /*
- * ... free claims with work (a head ready now): what the work share hands
- * out (claims_balance_work)
+ * ... free claims with work (a head ready now, or in flight): what the
+ * work share hands out (claims_balance_work)
  */
 static GridhaStatement claims_free_work_stmt = {
 	"SELECT array_agg(service_id) FROM ("
 	"  SELECT c.service_id FROM gridha.service_claims c"
-	"   WHERE c.claimant IS NULL AND c.ready_at <= now()" CLAIMS_TARGET_FILTER("c")
+	"   WHERE c.claimant IS NULL AND (c.ready_at <= now() OR c.in_flight)" CLAIMS_TARGET_FILTER("c")
 	"   ORDER BY c.ready_at"
 	"   LIMIT $3"
 	"   FOR NO KEY UPDATE SKIP LOCKED) c",
