@@ -44,6 +44,7 @@ int			gridha_worker_connect_rate = 200;
 int			gridha_worker_lock_timeout_ms = 5000;
 int			gridha_worker_statement_timeout_ms = 60000;
 int			gridha_status_url_max_length = 2048;
+int			gridha_status_omitted_limit = 5;
 
 void		_PG_init(void);
 static void gridha_define_worker_gucs(void);
@@ -181,6 +182,14 @@ gridha_define_worker_gucs(void)
 							&gridha_status_url_max_length,
 							2048, 64, 1024 * 1024,
 							PGC_SIGHUP, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.status_omitted_limit",
+							"Status answers in a row that may leave a pending batch out before it is taken as unknown to the ledger (0: never).",
+							"Such a batch is then reported unknown and submitted again; until then it is asked about with a growing pause.",
+							&gridha_status_omitted_limit,
+							5, 0, 1000,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 
 	/*
