@@ -796,6 +796,7 @@ test_statuses_split(GridhaHttp *h, const char *base)
 	static const char *const with_long[] = {
 		"b1", "a-very-long-batch-id-that-fits-in-no-url", "b3"
 	};
+	static const char *const with_comma[] = {"b1", "x,y", "b3", "b4", "b5"};
 	static const char *const all[] = {
 		"committed", "committed", "committed", "committed", "committed", "committed"
 	};
@@ -817,6 +818,9 @@ test_statuses_split(GridhaHttp *h, const char *base)
 				  "an id longer than max_url_len goes alone");
 	statuses_case(h, base, tmpl, ids, 5, 0, 0, "", all,
 				  "{\"count\": 1, \"ids\": [5]}", "max_url_len 0: one GET for all");
+	statuses_case(h, base, tmpl, with_comma, 5, 0, 0, "", all,
+				  "{\"count\": 3, \"ids\": [1, 1, 3]}",
+				  "an id holding a comma goes alone, and splits the ids around it");
 
 	snprintf(tmpl, sizeof(tmpl), "%s/limit?k=2&ids={batch_ids}", base);
 	statuses_case(h, base, tmpl, ids, 5, 0, 0, "", all,

@@ -262,11 +262,13 @@ CREATE TABLE gridha.target_totals (
     settled_resubmitted  bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (target, slot),
     -- 1.3: heads that had no unfinished batch row, moved on at a hand-out
-    heads_repaired       bigint NOT NULL DEFAULT 0
+    heads_repaired       bigint NOT NULL DEFAULT 0,
+    -- status answers of the ledger that left out a batch asked about (1.3)
+    status_omitted       bigint NOT NULL DEFAULT 0
 );
 
 COMMENT ON TABLE gridha.target_totals IS
-'running totals per target spread over one row per backend slot (their sum is the total): claims taken over from another instance, writes refused as stale, and the settled_* part of the services'' counters (what each counted until its queue last ran dry); read through gridha.metrics';
+'running totals per target spread over one row per backend slot (their sum is the total): claims taken over from another instance, writes refused as stale, the settled_* part of the services'' counters (what each counted until its queue last ran dry), and status answers that left out a batch asked about; read through gridha.metrics';
 
 /*
  * The band of epochs of this cluster: each timeline T gives epochs from
@@ -1265,10 +1267,11 @@ BEGIN
         END IF;
         INSERT INTO gridha.target_totals AS t
                (target, slot, claims_taken_over, stale_writes_refused, settled_enqueued,
-                settled_committed, settled_invalid, settled_resubmitted, heads_repaired)
+                settled_committed, settled_invalid, settled_resubmitted, heads_repaired,
+                status_omitted)
         SELECT NEW.target, o.slot, o.claims_taken_over, o.stale_writes_refused,
                o.settled_enqueued, o.settled_committed, o.settled_invalid,
-               o.settled_resubmitted, o.heads_repaired
+               o.settled_resubmitted, o.heads_repaired, o.status_omitted
           FROM gridha.target_totals o
          WHERE o.target = OLD.target
          ORDER BY o.slot
@@ -1279,7 +1282,8 @@ BEGIN
                settled_committed = t.settled_committed + excluded.settled_committed,
                settled_invalid = t.settled_invalid + excluded.settled_invalid,
                settled_resubmitted = t.settled_resubmitted + excluded.settled_resubmitted,
-               heads_repaired = t.heads_repaired + excluded.heads_repaired;
+               heads_repaired = t.heads_repaired + excluded.heads_repaired,
+               status_omitted = t.status_omitted + excluded.status_omitted;
     ELSIF OLD.target = 'default' AND pg_trigger_depth() > 1 THEN
         -- the untouched default row, replaced by an INSERT of 'default'
         -- (targets_restore_default: a restore, whose totals may come
@@ -1837,7 +1841,8 @@ SELECT 'target'::text AS scope,
        (coalesce(x.resubmitted, 0) + coalesce(s.resubmitted, 0))::bigint AS resubmitted_total,
        coalesce(x.taken_over, 0)::bigint AS claims_taken_over_total,
        coalesce(x.stale, 0)::bigint AS stale_writes_refused_total,
-       coalesce(x.repaired, 0)::bigint AS heads_repaired_total
+       coalesce(x.repaired, 0)::bigint AS heads_repaired_total,
+       coalesce(x.omitted, 0)::bigint AS status_omitted_total
 FROM gridha.targets t
 LEFT JOIN (
     SELECT b.target,
@@ -1854,7 +1859,7 @@ LEFT JOIN LATERAL (
     SELECT sum(o.claims_taken_over) AS taken_over, sum(o.stale_writes_refused) AS stale,
            sum(o.settled_enqueued) AS enqueued, sum(o.settled_committed) AS committed,
            sum(o.settled_invalid) AS invalid, sum(o.settled_resubmitted) AS resubmitted,
-           sum(o.heads_repaired) AS repaired
+           sum(o.heads_repaired) AS repaired, sum(o.status_omitted) AS omitted
       FROM gridha.target_totals o
      WHERE o.target = t.target) x ON true
 UNION ALL
@@ -1874,12 +1879,13 @@ SELECT 'instance'::text,
        NULL::bigint,
        NULL::bigint,
        NULL::bigint,
+       NULL::bigint,
        NULL::bigint
 FROM gridha.instances i
 WHERE i.soft_expiry IS NOT NULL;
 
 COMMENT ON VIEW gridha.metrics IS
-'Prometheus-style metrics: one row per target (gauges backlog, oldest_ready_age_seconds, in_flight; running totals enqueued_total, committed_total, invalid_total, resubmitted_total, claims_taken_over_total, stale_writes_refused_total, heads_repaired_total) and one per instance with a lease (gauges in_flight, claims_held, lease_remaining_seconds); reads no batch';
+'Prometheus-style metrics: one row per target (gauges backlog, oldest_ready_age_seconds, in_flight; running totals enqueued_total, committed_total, invalid_total, resubmitted_total, claims_taken_over_total, stale_writes_refused_total, heads_repaired_total, status_omitted_total) and one per instance with a lease (gauges in_flight, claims_held, lease_remaining_seconds); reads no batch';
 
 REVOKE ALL ON gridha.metrics FROM PUBLIC;
 GRANT SELECT ON gridha.metrics TO gridha_submitter, gridha_admin;

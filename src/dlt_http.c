@@ -70,6 +70,11 @@ typedef struct HttpXfer
 	char	   *body;
 	size_t		body_len;
 	size_t		body_cap;
+	/* a POST's body, read by libcurl from here (http_read_post) */
+	char	   *post;
+	size_t		post_len;
+	size_t		post_off;
+	int			post_read;		/* libcurl has read from it */
 	/* multi only: the target's rejecting codes (copied; -1: none), result */
 	int		   *reject_codes;
 	int			n_reject_codes;
@@ -188,6 +193,8 @@ http_xfer_release(HttpXfer *x)
 	curl_slist_free_all(x->headers);
 	free(x->body);
 	free(x->reject_codes);
+	free(x->post);
+	x->post = NULL;
 	x->curl = NULL;
 	x->headers = NULL;
 	x->body = NULL;
@@ -619,6 +626,18 @@ http_escape_join(const char *const *s, int n, size_t *ends, char *err, size_t er
 }
 
 /*
+ * http_id_alone: whether an id must be asked about in a GET of its own: it
+ * contains the comma that separates the ids of {batch_ids}. Encoded, it
+ * cannot split a URL; but a ledger that decodes the parameter before it
+ * splits it would read it as two ids, and the ids beside it with them.
+ */
+static int
+http_id_alone(const char *id)
+{
+	return id != NULL && strchr(id, ',') != NULL;
+}
+
+/*
  * http_build: the template, already checked, filled in with values that
  * are already encoded, and the result checked by libcurl's URL parser;
  * malloc'd, or NULL with a reason in err.
@@ -790,6 +809,8 @@ http_finish(HttpXfer *x)
 	free(x->reject_codes);
 	x->reject_codes = NULL;
 	x->n_reject_codes = -1;
+	free(x->post);
+	x->post = NULL;
 }
 
 /*
@@ -926,6 +947,43 @@ http_add_escaped(struct curl_slist **list, const char *name, const char *value)
 }
 
 /*
+ * http_read_post: curl's read callback for a POST's body.
+ */
+static size_t
+http_read_post(char *buf, size_t size, size_t nitems, void *arg)
+{
+	HttpXfer   *x = arg;
+	size_t		n = size * nitems;
+
+	x->post_read = 1;
+	if (n > x->post_len - x->post_off)
+		n = x->post_len - x->post_off;
+	if (n > 0)
+		memcpy(buf, x->post + x->post_off, n);
+	x->post_off += n;
+	return n;
+}
+
+/*
+ * http_seek_post: curl's seek callback for a POST's body. libcurl rewinds
+ * a body only to send it again: when a kept-alive connection it reused
+ * died after the request went out, it would send the POST once more on a
+ * new connection, and the ledger would see one attempt twice, unknown to
+ * gridha. That is refused: the transfer then fails with
+ * CURLE_SEND_FAIL_REWIND, and the batch is delayed and handed out again
+ * as a new attempt. A rewind before anything was read is harmless.
+ */
+static int
+http_seek_post(void *arg, curl_off_t offset, int origin)
+{
+	HttpXfer   *x = arg;
+
+	if (!x->post_read && offset == 0 && origin == SEEK_SET)
+		return CURL_SEEKFUNC_OK;
+	return CURL_SEEKFUNC_CANTSEEK;
+}
+
+/*
  * http_setup_post: make x ready to POST a batch (see gridha_http_submit);
  * the payload is copied. On failure -1 with the detail for a DELAYED
  * outcome.
@@ -973,23 +1031,40 @@ http_setup_post(HttpXfer *x, const char *proxy, const char *url_template,
 		return -1;
 	}
 	free(url);
-	/* the size first: with it, the copy takes the bytes, NULs included */
-	if (curl_easy_setopt(x->curl, CURLOPT_POST, 1L) != CURLE_OK ||
-		curl_easy_setopt(x->curl, CURLOPT_POSTFIELDSIZE_LARGE,
-						 (curl_off_t) (payload ? payload_len : 0)) != CURLE_OK ||
-		curl_easy_setopt(x->curl, CURLOPT_COPYPOSTFIELDS,
-						 payload ? (const char *) payload : "") != CURLE_OK)
+	/* the body is read from a copy of our own, so that a re-send shows */
+	free(x->post);
+	x->post_len = payload ? payload_len : 0;
+	x->post_off = 0;
+	x->post_read = 0;
+	x->post = malloc(x->post_len > 0 ? x->post_len : 1);
+	if (x->post == NULL)
 	{
 		http_finish(x);
-		http_set_err(detail, detail_len, "curl: could not copy the payload");
+		http_set_err(detail, detail_len, "out of memory");
+		return -1;
+	}
+	if (x->post_len > 0)
+		memcpy(x->post, payload, x->post_len);
+	if (curl_easy_setopt(x->curl, CURLOPT_POST, 1L) != CURLE_OK ||
+		curl_easy_setopt(x->curl, CURLOPT_POSTFIELDSIZE_LARGE,
+						 (curl_off_t) x->post_len) != CURLE_OK ||
+		curl_easy_setopt(x->curl, CURLOPT_READFUNCTION, http_read_post) != CURLE_OK ||
+		curl_easy_setopt(x->curl, CURLOPT_READDATA, (void *) x) != CURLE_OK ||
+		curl_easy_setopt(x->curl, CURLOPT_SEEKFUNCTION, http_seek_post) != CURLE_OK ||
+		curl_easy_setopt(x->curl, CURLOPT_SEEKDATA, (void *) x) != CURLE_OK)
+	{
+		http_finish(x);
+		http_set_err(detail, detail_len, "curl: could not set the payload");
 		return -1;
 	}
 	return 0;
 }
 
 /*
- * http_result: the answer's code of a finished transfer (0 without one),
- * and a detail: "http N", or a few words on what went wrong on the way.
+ * http_result: the answer's code of a finished transfer (0 without one;
+ * a transfer stopped because the body was too large did get an answer, and
+ * has its code), and a detail: "http N", or a few words on what went wrong
+ * on the way.
  */
 static long
 http_result(HttpXfer *x, CURLcode rc, char *detail, size_t detail_len)
@@ -1020,16 +1095,24 @@ http_result(HttpXfer *x, CURLcode rc, char *detail, size_t detail_len)
 			http_set_err(detail, detail_len, "resolve: %s",
 						 x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc));
 			break;
+		case CURLE_SEND_FAIL_REWIND:
+			http_set_err(detail, detail_len,
+						 "connection closed after the request was sent: not sent again");
+			break;
 		default:
 			if (x->body_overflow)
-				http_set_err(detail, detail_len, "response body larger than %d bytes",
-							 HTTP_MAX_BODY);
+			{
+				/* an answer came: its code is known, its body was refused */
+				curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &code);
+				http_set_err(detail, detail_len, "http %ld with a body larger than %d bytes",
+							 code, HTTP_MAX_BODY);
+			}
 			else
 				http_set_err(detail, detail_len, "curl: %s",
 							 x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc));
 			break;
 	}
-	return 0;
+	return code;
 }
 
 /*
@@ -1091,6 +1174,7 @@ http_load_of(CURLcode rc, long code)
 		case CURLE_COULDNT_CONNECT:
 			return GRIDHA_LOAD_REFUSED;
 		case CURLE_GOT_NOTHING:
+		case CURLE_SEND_FAIL_REWIND:
 		case CURLE_RECV_ERROR:
 		case CURLE_SEND_ERROR:
 		case CURLE_PARTIAL_FILE:
@@ -1119,6 +1203,21 @@ http_note_finish(HttpXfer *x, GridhaHttpDone *d, CURLcode rc, long code)
 		d->elapsed_ms = elapsed;
 	if (d->load == GRIDHA_LOAD_ANSWERED || d->load == GRIDHA_LOAD_OTHER)
 		d->load = (d->load == GRIDHA_LOAD_ANSWERED || load != GRIDHA_LOAD_ANSWERED) ? load : d->load;
+#if LIBCURL_VERSION_NUM >= 0x074200
+	/* libcurl reads both forms, seconds and an HTTP-date, as seconds */
+	if (x->curl != NULL && rc == CURLE_OK && (code == 429 || code == 503))
+	{
+		curl_off_t	wait = 0;
+
+		if (curl_easy_getinfo(x->curl, CURLINFO_RETRY_AFTER, &wait) == CURLE_OK && wait > 0)
+		{
+			long		ms = wait > 86400 ? 86400000L : (long) wait * 1000;
+
+			if (ms > d->retry_after_ms)
+				d->retry_after_ms = ms;
+		}
+	}
+#endif
 }
 
 static void http_run_free(HttpMultiRun *run);
@@ -1630,8 +1729,10 @@ gridha_http_multi_statuses(GridhaHttpMulti *m, void *tag, const char *url_templa
 	{
 		size_t		start = from > 0 ? run->ends[from - 1] + 1 : 0;
 
-		to = max_url_len > 0 ? from + 1 : n;
-		while (to < n && base + uses * (run->ends[to] - start) <= max_url_len)
+		to = from + 1;
+		while (to < n && !http_id_alone(entries[from].batch_id) &&
+			   !http_id_alone(entries[to].batch_id) &&
+			   (max_url_len == 0 || base + uses * (run->ends[to] - start) <= max_url_len))
 			to++;
 		if (http_run_push(run, from, to - from) != 0)
 		{
@@ -1766,8 +1867,10 @@ gridha_http_statuses(GridhaHttp *h, const char *url_template,
 	{
 		size_t		start = from > 0 ? run.ends[from - 1] + 1 : 0;
 
-		to = max_url_len > 0 ? from + 1 : n;
-		while (to < n && base + uses * (run.ends[to] - start) <= max_url_len)
+		to = from + 1;
+		while (to < n && !http_id_alone(entries[from].batch_id) &&
+			   !http_id_alone(entries[to].batch_id) &&
+			   (max_url_len == 0 || base + uses * (run.ends[to] - start) <= max_url_len))
 			to++;
 		http_status_get(&run, from, to - from);
 	}

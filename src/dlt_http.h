@@ -115,6 +115,12 @@ extern GridhaSubmitOutcome gridha_http_outcome_of(long code,
 												  const GridhaHttpTarget *target);
 
 /*
+ * A POST leaves the worker once per call: when a kept-alive connection
+ * dies after the request was sent, libcurl would send it again on a new
+ * one; that re-send is refused instead (the POST is DELAYED with the
+ * detail "connection closed after the request was sent: not sent again",
+ * load DROPPED), so a ledger sees each attempt at most once.
+ *
  * POST payload to the template with {service_id}/{batch_id} filled in,
  * with headers X-Gridha-Service-Id, X-Gridha-Batch-Id (both URL-encoded),
  * X-Gridha-Epoch, X-Gridha-Attempt, Content-Type: application/octet-stream,
@@ -181,6 +187,9 @@ typedef struct GridhaHttpDone
 	long		elapsed_ms;		/* start to finish (a status run: its
 								 * slowest GET) */
 	long		connects;		/* new connections it opened */
+	long		retry_after_ms; /* a 429 or 503 answer's Retry-After (seconds
+								 * or HTTP-date form), in ms; 0: none (a
+								 * status run: the longest of its GETs) */
 } GridhaHttpDone;
 
 /* NULL on failure (out of memory, curl not initialised). */
@@ -258,7 +267,10 @@ struct GridhaStatusEntry
  * dialects.
  *
  * The ids are split over as many GETs as it takes for no URL to be longer
- * than max_url_len bytes (0: no limit; an id too long to fit goes alone),
+ * than max_url_len bytes (0: no limit; an id too long to fit goes alone);
+ * an id that contains a comma is always asked about alone, so that a
+ * ledger that URL-decodes the parameter before splitting it on commas
+ * cannot mix it up with the ids beside it,
  * and a GET answered 414 (URI Too Long) or 431 (Request Header Fields Too
  * Large) is asked again in two halves, down to one id.
  *

@@ -47,6 +47,7 @@ int			gridha_status_url_max_length = 2048;
 #ifdef GRIDHA_TEST_HOOKS
 int			gridha_test_probe_pause = 0;
 #endif
+int			gridha_status_omitted_limit = 5;
 
 void		_PG_init(void);
 static void gridha_define_worker_gucs(void);
@@ -195,6 +196,14 @@ gridha_define_worker_gucs(void)
 							&gridha_status_url_max_length,
 							2048, 64, 1024 * 1024,
 							PGC_SIGHUP, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.status_omitted_limit",
+							"Status answers in a row that may leave a pending batch out before it is taken as unknown to the ledger (0: never).",
+							"Such a batch is then reported unknown and submitted again; until then it is asked about with a growing pause.",
+							&gridha_status_omitted_limit,
+							5, 0, 1000,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 
 	/*

@@ -65,6 +65,7 @@ extern int	gridha_worker_inflight;
 extern int	gridha_worker_lock_timeout_ms;
 extern int	gridha_worker_statement_timeout_ms;
 extern int	gridha_status_url_max_length;
+extern int	gridha_status_omitted_limit;
 
 /*
  * Session liveness: an instance's session holds a lock keyed by the

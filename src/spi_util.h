@@ -19,7 +19,7 @@
 #include "nodes/execnodes.h"
 #include "utils/uuid.h"
 
-#define GRIDHA_MAX_ARGS 8
+#define GRIDHA_MAX_ARGS 10
 
 typedef struct GridhaStatement
 {

@@ -47,6 +47,20 @@
  *              batches (src/dlt_http.c), in the same libcurl multi as the
  *              POSTs, never blocking; one per target at a time, counted in
  *              its limit
+ *   omitted    a pending batch that a well-formed status answer left out
+ *              (the ledger spoke of other batches, or split its id): it is
+ *              counted (gridha.metrics' status_omitted_total), logged a
+ *              line a minute per target at most, and asked about again
+ *              after a pause that doubles each time, from twice
+ *              gridha.monitor_interval up to 30 s, until an answer
+ *              speaks of it again (its resubmissions do not reset the
+ *              pause). After gridha.status_omitted_limit such answers in a
+ *              row it is reported unknown: the ledger does not know it,
+ *              and it is submitted again (the ledger dedupes it by its id)
+ *   retry-after the time a 429 or 503 answer's Retry-After names (up to
+ *              the backoff's ceiling, a minute): no request of this worker
+ *              goes to that target before it; the batches handed out
+ *              meanwhile wait in hand
  *
  * The worker never waits on the network: every request is moved on by
  * gridha_submit_poll, which waits at most the time it is given (the worker
@@ -71,6 +85,7 @@
 #include "access/xact.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -80,6 +95,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -97,6 +113,7 @@
 #include "spi_util.h"
 #include "submit.h"
 #include "targets.h"
+#include "totals.h"
 
 /* Pending batches polled per monitor round */
 #define SUBMIT_MONITOR_BATCHES	1000
@@ -111,6 +128,14 @@
 #define SUBMIT_LATENCY_SLACK_MS 50
 /* A target no request went to for this long is no longer shown */
 #define SUBMIT_LIMIT_SHOWN_MS	60000
+/*
+ * The longest pause before a batch a status answer left out is asked about
+ * again: short enough that it is answered within 40 s of the ledger
+ * behaving again
+ */
+#define SUBMIT_OMITTED_MAX_MS	30000
+/* The status of an entry no well-formed answer spoke of yet (a GET failed) */
+#define SUBMIT_NOT_ANSWERED		"?"
 /* How long a stopping worker waits for the answers of its POSTs in flight */
 #define SUBMIT_STOP_DRAIN_MS	300
 
@@ -282,7 +307,22 @@ typedef struct SubmitLimit
 	bool		status_running; /* a status run is out */
 	int64		failures;		/* overload signals */
 	TimestampTz used_at;		/* the last request's start */
+	TimestampTz retry_at;		/* no request before this (Retry-After) */
 } SubmitLimit;
+
+/* A pending batch the ledger's status answers left out (see omitted) */
+typedef struct SubmitOmitted
+{
+	uint64		key;			/* submit_omitted_key: the hash key */
+	char	   *service_id;		/* in TopMemoryContext */
+	char	   *batch_id;
+	int64		epoch;
+	int			count;			/* answers in a row that left it out since
+								 * it was last reported unknown */
+	int			total;			/* ... since an answer last spoke of it */
+	TimestampTz next_at;		/* not asked about before this */
+	TimestampTz seen_at;		/* last read as pending, or left out */
+} SubmitOmitted;
 
 /* A status run in flight, with everything it needs at its end */
 typedef struct SubmitStatusRun
@@ -329,6 +369,7 @@ static bool submit_superuser = true;	/* the worker's role is a superuser, as
 										 * a transaction) */
 static long submit_slot_ms = -1;	/* ms until a rate-limited target of a
 									 * ready head has a slot; -1: none */
+static HTAB *submit_omitted = NULL; /* SubmitOmitted, in TopMemoryContext */
 
 /*
  * submit_stop_sync_expired: a stopping worker's commit waited
@@ -465,6 +506,8 @@ submit_limit_may_start(SubmitLimit *l, bool status)
 	TimestampTz now = GetCurrentTimestamp();
 
 	l->limit = Min(l->limit, (double) gridha_worker_inflight);
+	if (now < l->retry_at)
+		return false;
 	if (!status && l->in_flight >= (int) l->limit)
 		return false;
 	if (rate > 0)
@@ -494,6 +537,10 @@ submit_limit_feedback(SubmitLimit *l, const GridhaHttpDone *d, TimestampTz start
 
 	if (l->in_flight > 0)
 		l->in_flight--;
+	if (d->retry_after_ms > 0)
+		l->retry_at = Max(l->retry_at,
+						  TimestampTzPlusMilliseconds(now, Min(d->retry_after_ms,
+															   GRIDHA_BACKOFF_MAX_MS)));
 	l->conn_share = 0.8 * l->conn_share + (d->connects > 0 ? 0.2 : 0.0);
 	if (TimestampDifferenceExceeds(l->window_at, now, SUBMIT_LIMIT_WINDOW_MS))
 	{
@@ -1135,7 +1182,7 @@ submit_http_done(GridhaHttpDone *done)
 		char		reason[64];
 
 		snprintf(reason, sizeof(reason), "the ledger answered http %ld", done->http_code);
-		gridha_target_warn(b->target, reason);
+		gridha_target_warn_answer(b->target, reason);
 	}
 	else if (done->http_code == 0)
 		(void) gridha_target_note(b->target, "POSTs got no answer", done->detail);
@@ -1661,20 +1708,195 @@ submit_status_function_step(void *arg)
 	}
 }
 
+/* ----------------------------------------------------------------------
+ * Batches the status answers left out
+ * ----------------------------------------------------------------------
+ */
+
+/* submit_omitted_key: the hash key of a batch */
+static uint64
+submit_omitted_key(const char *service_id, const char *batch_id)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) service_id,
+										(int) strlen(service_id), 0);
+
+	return hash_bytes_extended((const unsigned char *) batch_id, (int) strlen(batch_id), h);
+}
+
 /*
- * submit_apply_statuses: queues a report for each of the n pending
- * batches whose status the ledger's word in entries changes.
+ * submit_omitted_find: the entry of a batch, NULL when it has none; with
+ * create, a new entry (count 0) when it has none. Two batches of the same
+ * key (a hash collision) share the entry: the newer one takes it over.
+ */
+static SubmitOmitted *
+submit_omitted_find(const char *service_id, const char *batch_id, bool create)
+{
+	uint64		key = submit_omitted_key(service_id, batch_id);
+	SubmitOmitted *o;
+	bool		found;
+
+	if (submit_omitted == NULL)
+	{
+		HASHCTL		ctl;
+
+		if (!create)
+			return NULL;
+		memset(&ctl, 0, sizeof(ctl));
+		ctl.keysize = sizeof(uint64);
+		ctl.entrysize = sizeof(SubmitOmitted);
+		ctl.hcxt = TopMemoryContext;
+		submit_omitted = hash_create("gridha omitted batches", 64, &ctl,
+									 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	}
+	o = hash_search(submit_omitted, &key, create ? HASH_ENTER : HASH_FIND, &found);
+	if (o == NULL)
+		return NULL;
+	if (found && strcmp(o->service_id, service_id) == 0 && strcmp(o->batch_id, batch_id) == 0)
+		return o;
+	if (!create)
+		return NULL;
+	if (found)
+	{
+		pfree(o->service_id);
+		pfree(o->batch_id);
+	}
+	o->service_id = MemoryContextStrdup(TopMemoryContext, service_id);
+	o->batch_id = MemoryContextStrdup(TopMemoryContext, batch_id);
+	o->epoch = 0;
+	o->count = 0;
+	o->total = 0;
+	o->next_at = 0;
+	o->seen_at = GetCurrentTimestamp();
+	return o;
+}
+
+/* submit_omitted_drop: the batch's entry goes */
+static void
+submit_omitted_drop(SubmitOmitted *o)
+{
+	uint64		key = o->key;
+
+	pfree(o->service_id);
+	pfree(o->batch_id);
+	(void) hash_search(submit_omitted, &key, HASH_REMOVE, NULL);
+}
+
+/*
+ * submit_omitted_sweep: the entries of batches not read as pending for
+ * twice the longest pause go (they moved on: committed, or taken by
+ * another worker); with all, every entry goes.
  */
 static void
-submit_apply_statuses(SubmitPending *const *rows, GridhaStatusEntry *entries, int n)
+submit_omitted_sweep(bool all)
 {
+	HASH_SEQ_STATUS seq;
+	SubmitOmitted *o;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (submit_omitted == NULL)
+		return;
+	hash_seq_init(&seq, submit_omitted);
+	while ((o = hash_seq_search(&seq)) != NULL)
+	{
+		if (all || TimestampDifferenceExceeds(o->seen_at, now, 2 * GRIDHA_BACKOFF_MAX_MS))
+			submit_omitted_drop(o);
+	}
+}
+
+/*
+ * submit_omitted_note: a well-formed status answer of target left out the
+ * pending batch p: counted, logged (a line a minute per target at most),
+ * asked about again after a pause that doubles each time; after
+ * gridha.status_omitted_limit such answers in a row, reported unknown.
+ */
+static void
+submit_omitted_note(const char *target, const SubmitPending *p, TimestampTz now)
+{
+	SubmitOmitted *o = submit_omitted_find(p->service_id, p->batch_id, true);
+	char		detail[256];
+	int64		ms;
+
+	if (o->epoch != p->epoch)
+	{
+		o->epoch = p->epoch;
+		o->count = 0;
+		o->total = 0;
+	}
+	o->count++;
+	o->total++;
+	o->seen_at = now;
+	ms = Min((int64) gridha_monitor_interval_ms << Min(o->total, 16), SUBMIT_OMITTED_MAX_MS);
+	o->next_at = TimestampTzPlusMilliseconds(now, ms);
+	gridha_totals_note(target, GRIDHA_TOTAL_STATUS_OMITTED);
+	if (gridha_status_omitted_limit > 0 && o->count >= gridha_status_omitted_limit)
+	{
+		snprintf(detail, sizeof(detail),
+				 "batch \"%s\" of service \"%s\", left out %d times in a row",
+				 p->batch_id, p->service_id, o->total);
+		(void) gridha_target_note(target,
+								  "a batch the status answers kept leaving out is reported unknown and submitted again",
+								  detail);
+		submit_add_report(true, p->service_id, p->batch_id, p->epoch, "unknown", NULL, false);
+		o->count = 0;
+		return;
+	}
+	snprintf(detail, sizeof(detail),
+			 "batch \"%s\" of service \"%s\" (%d in a row; asked again in " INT64_FORMAT " ms)",
+			 p->batch_id, p->service_id, o->total, ms);
+	(void) gridha_target_note(target, "a status answer left out a batch asked about", detail);
+}
+
+/*
+ * submit_omitted_resting: whether p is left out of this round's questions:
+ * an answer left it out, and its pause has not passed. Marks its entry as
+ * seen this round.
+ */
+static bool
+submit_omitted_resting(const SubmitPending *p, TimestampTz now)
+{
+	SubmitOmitted *o = submit_omitted_find(p->service_id, p->batch_id, false);
+
+	if (o == NULL)
+		return false;
+	o->seen_at = now;
+	if (o->epoch != p->epoch)
+	{
+		o->epoch = p->epoch;
+		o->count = 0;
+		o->total = 0;
+		o->next_at = 0;
+	}
+	return now < o->next_at;
+}
+
+/*
+ * submit_apply_statuses: queues a report for each of the n pending
+ * batches of target whose status the ledger's word in entries changes. An
+ * entry no answer spoke of (SUBMIT_NOT_ANSWERED: its GET failed) is left
+ * for the next round; one a well-formed answer left out ("") is omitted.
+ */
+static void
+submit_apply_statuses(const char *target, SubmitPending *const *rows,
+					  GridhaStatusEntry *entries, int n)
+{
+	TimestampTz now = GetCurrentTimestamp();
 	int			k;
 
 	for (k = 0; k < n; k++)
 	{
 		const SubmitPending *p = rows[k];
+		SubmitOmitted *o;
 
-		if (entries[k].status[0] == '\0' || strcmp(entries[k].status, p->status) == 0)
+		if (strcmp(entries[k].status, SUBMIT_NOT_ANSWERED) == 0)
+			continue;
+		if (entries[k].status[0] == '\0')
+		{
+			submit_omitted_note(target, p, now);
+			continue;
+		}
+		if ((o = submit_omitted_find(p->service_id, p->batch_id, false)) != NULL)
+			submit_omitted_drop(o);
+		if (strcmp(entries[k].status, p->status) == 0)
 			continue;
 		submit_add_report(true, p->service_id, p->batch_id, p->epoch,
 						  entries[k].status, NULL, false);
@@ -1698,7 +1920,8 @@ submit_status_start(const GridhaTarget *t, const char *target, SubmitPending *co
 	SubmitStatusRun *run;
 	int			k;
 
-	if (l->status_running || submit_multi == NULL || gridha_submit_stopping)
+	if (l->status_running || submit_multi == NULL || gridha_submit_stopping ||
+		GetCurrentTimestamp() < l->retry_at)
 		return;
 	cxt = AllocSetContextCreate(submit_batches_cxt, "gridha status run", ALLOCSET_SMALL_SIZES);
 	old = MemoryContextSwitchTo(cxt);
@@ -1715,6 +1938,7 @@ submit_status_start(const GridhaTarget *t, const char *target, SubmitPending *co
 		run->rows[k].status = pstrdup(rows[k]->status);
 		run->rows[k].epoch = rows[k]->epoch;
 		run->entries[k].batch_id = run->rows[k].batch_id;
+		strlcpy(run->entries[k].status, SUBMIT_NOT_ANSWERED, sizeof(run->entries[k].status));
 	}
 	MemoryContextSwitchTo(old);
 
@@ -1756,7 +1980,7 @@ submit_status_done(GridhaHttpDone *done)
 								  done->detail);
 	for (k = 0; k < run->n; k++)
 		rows[k] = &run->rows[k];
-	submit_apply_statuses(rows, run->entries, run->n);
+	submit_apply_statuses(run->target, rows, run->entries, run->n);
 	pfree(rows);
 	submit_runs = list_delete_ptr(submit_runs, run);
 	MemoryContextDelete(run->cxt);
@@ -1815,7 +2039,7 @@ submit_ask_ledger(const char *target, SubmitPending *const *rows, int n)
 		for (k = 0; k < n; k++)
 			strlcpy(entries[k].status, "committed", sizeof(entries[k].status));
 	}
-	submit_apply_statuses(rows, entries, n);
+	submit_apply_statuses(target, rows, entries, n);
 }
 
 /*
@@ -1828,19 +2052,27 @@ submit_monitor(void)
 {
 	List	   *pending = NIL;
 	SubmitPending **rows;
+	TimestampTz now;
 	int			start = 0;
-	int			npending;
-	int			k;
+	int			npending = 0;
+	ListCell   *lc;
 
 	gridha_slot_set_state(GRIDHA_WS_MONITORING, NULL, NULL);
 	if (!submit_step(submit_pending_step, &pending, "pending_batches", NULL))
 		return;
-	npending = list_length(pending);
+	/* the batches an answer left out wait out their pause */
+	now = GetCurrentTimestamp();
+	rows = palloc(sizeof(SubmitPending *) * Max(list_length(pending), 1));
+	foreach(lc, pending)
+	{
+		SubmitPending *p = lfirst(lc);
+
+		if (!submit_omitted_resting(p, now))
+			rows[npending++] = p;
+	}
+	submit_omitted_sweep(false);
 	if (npending == 0)
 		return;
-	rows = palloc(sizeof(SubmitPending *) * npending);
-	for (k = 0; k < npending; k++)
-		rows[k] = list_nth(pending, k);
 
 	/* one run of batches per target (the rows are sorted by target) */
 	while (start < npending)
@@ -2012,6 +2244,7 @@ gridha_submit_forget(void)
 	submit_waiting = NIL;
 	submit_runs = NIL;
 	submit_conn_host = submit_conn_total = 0;
+	submit_omitted_sweep(true);
 	foreach(lc, submit_limits)
 	{
 		SubmitLimit *l = lfirst(lc);

@@ -418,12 +418,12 @@ gridha_targets_generation(void)
 }
 
 /*
- * gridha_target_warn: a WARNING that a target cannot be used, at most once
- * per target and reason per TARGETS_WARN_EVERY_MS in this backend, so a
- * broken target logs a line a minute, not one per batch.
+ * targets_warn: a WARNING about a target's batches, at most once per target
+ * and reason per TARGETS_WARN_EVERY_MS in this backend, so a broken target
+ * logs a line a minute, not one per batch.
  */
-void
-gridha_target_warn(const char *target, const char *reason)
+static void
+targets_warn(const char *target, const char *reason, const char *hint)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	ListCell   *lc;
@@ -455,7 +455,30 @@ gridha_target_warn(const char *target, const char *reason)
 	ereport(WARNING,
 			(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
 			 errmsg("gridha: batches of target \"%s\" are delayed: %s", target, reason),
-			 errhint("Fix the row of gridha.targets; the batches are handed out again once it can be used. This warning is repeated at most once a minute.")));
+			 errhint("%s", hint)));
+}
+
+/*
+ * gridha_target_warn: a target cannot be used (its row is wrong, its
+ * function is gone): the fix is in gridha.targets.
+ */
+void
+gridha_target_warn(const char *target, const char *reason)
+{
+	targets_warn(target, reason,
+				 "Fix the row of gridha.targets; the batches are handed out again once it can be used. This warning is repeated at most once a minute.");
+}
+
+/*
+ * gridha_target_warn_answer: the target's ledger answered a POST with a
+ * code that delays the batch (not a final refusal): nothing is wrong with
+ * the row; the batch is submitted again after its backoff.
+ */
+void
+gridha_target_warn_answer(const char *target, const char *reason)
+{
+	targets_warn(target, reason,
+				 "The ledger's answer delays the batch: it is submitted again after its backoff. This warning is repeated at most once a minute per target and answer.");
 }
 
 /*

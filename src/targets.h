@@ -53,6 +53,7 @@ extern Datum gridha_targets_servable_names(int serves);
 extern bool gridha_targets_any_limited(void);
 extern uint64 gridha_targets_generation(void);
 extern void gridha_target_warn(const char *target, const char *reason);
+extern void gridha_target_warn_answer(const char *target, const char *reason);
 extern int64 gridha_target_note(const char *target, const char *what, const char *detail);
 extern void gridha_target_notes_flush(void);
 

@@ -3,8 +3,10 @@
  * totals.c
  *		Running totals per target, in gridha.target_totals (1.2): those
  *		that no claim or batch row carries (the claims an instance took
- *		over from another one, the writes refused as stale, RG001), and the
- *		services' own counters settled there when their queues run dry.
+ *		over from another one, the writes refused as stale, RG001, and
+ *		since 1.3 the ledger's status answers that left out a batch asked
+ *		about), and the services' own counters settled there when their
+ *		queues run dry.
  *
  * Words:
  *   slot row   a row (target, slot) of gridha.target_totals, written only
@@ -42,7 +44,9 @@
  * that flushes (an instance refused keeps calling: it polls again, or
  * reports its other batches); one written by a transaction that then rolls
  * back is noted again. A backend that exits with a refusal noted and no
- * call since loses that one count.
+ * call since loses that one count. A status answer that left a batch out
+ * is noted by a worker outside any call, and kept the same way until a
+ * report of that worker writes it.
  *
  * A target's rows follow it when it is renamed and go when it is deleted
  * (trigger targets_totals_follow); a count noted for a target renamed or
@@ -78,8 +82,11 @@ typedef struct TotalsEntry
 {
 	char	   *target;
 	int64		noted[GRIDHA_NTOTALS];	/* not written yet */
-	int64		written_stale;	/* stale refusals written by this
-								 * transaction, noted again if it aborts */
+	int64		written_kept[GRIDHA_NTOTALS];	/* counts that outlive an
+												 * abort (totals_kept)
+												 * written by this
+												 * transaction: noted again
+												 * if it aborts */
 } TotalsEntry;
 
 static List *totals_entries = NIL;	/* of TotalsEntry *, in TopMemoryContext */
@@ -124,25 +131,42 @@ static GridhaStatement totals_write_stmt = {
 	INT8ARRAYOID, INT8ARRAYOID}
 };
 
-/* The totals the statement above writes: all but the 1.3 ones below */
-#define TOTALS_NWRITTEN (GRIDHA_TOTAL_SETTLED_RESUBMITTED + 1)
-
 /*
- * 1.3: heads repaired (gridha.target_totals.heads_repaired), rare enough
- * to be written by a statement of their own, when there are any: $1
- * targets, $2 slot, $3 the counts.
+ * ... and with SQL 1.3's columns: $9 status_omitted, $10 heads_repaired
  */
-static GridhaStatement totals_repaired_stmt = {
-	"INSERT INTO gridha.target_totals AS t (target, slot, heads_repaired)"
-	" SELECT u.target, $2, u.n"
-	"   FROM unnest($1::text[], $3::int8[]) AS u(target, n)"
+static GridhaStatement totals_write_13_stmt = {
+	"INSERT INTO gridha.target_totals AS t"
+	"       (target, slot, claims_taken_over, stale_writes_refused, settled_enqueued,"
+	"        settled_committed, settled_invalid, settled_resubmitted, status_omitted,"
+	"        heads_repaired)"
+	" SELECT u.target, $2, u.taken, u.stale, u.enq, u.com, u.inv, u.res, u.omit, u.rep"
+	"   FROM unnest($1::text[], $3::int8[], $4::int8[], $5::int8[], $6::int8[],"
+	"               $7::int8[], $8::int8[], $9::int8[], $10::int8[])"
+	"        AS u(target, taken, stale, enq, com, inv, res, omit, rep)"
 	"   JOIN gridha.targets g ON g.target = u.target"
-	"  WHERE u.n <> 0"
 	"  ORDER BY u.target COLLATE \"C\""
 	" ON CONFLICT (target, slot) DO UPDATE"
-	"   SET heads_repaired = t.heads_repaired + excluded.heads_repaired",
-	3, {TEXTARRAYOID, INT4OID, INT8ARRAYOID}
+	"   SET claims_taken_over = t.claims_taken_over + excluded.claims_taken_over,"
+	"       stale_writes_refused = t.stale_writes_refused + excluded.stale_writes_refused,"
+	"       settled_enqueued = t.settled_enqueued + excluded.settled_enqueued,"
+	"       settled_committed = t.settled_committed + excluded.settled_committed,"
+	"       settled_invalid = t.settled_invalid + excluded.settled_invalid,"
+	"       settled_resubmitted = t.settled_resubmitted + excluded.settled_resubmitted,"
+	"       status_omitted = t.status_omitted + excluded.status_omitted,"
+	"       heads_repaired = t.heads_repaired + excluded.heads_repaired",
+	10, {TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID,
+	INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID}
 };
+
+/*
+ * totals_kept: whether a count outlives an abort: it was not noted by the
+ * call that aborts, so the abort does not undo it.
+ */
+static bool
+totals_kept(int which)
+{
+	return which == GRIDHA_TOTAL_STALE_REFUSED || which == GRIDHA_TOTAL_STATUS_OMITTED;
+}
 
 /* totals_clear_unwritten: forget what only a call's own flush may write */
 static void
@@ -151,7 +175,7 @@ totals_clear_unwritten(TotalsEntry *e)
 	int			k;
 
 	for (k = 0; k < GRIDHA_NTOTALS; k++)
-		if (k != GRIDHA_TOTAL_STALE_REFUSED)
+		if (!totals_kept(k))
 			e->noted[k] = 0;
 }
 
@@ -186,15 +210,17 @@ totals_xact_callback(XactEvent event, void *arg)
 	foreach(lc, totals_entries)
 	{
 		TotalsEntry *e = (TotalsEntry *) lfirst(lc);
+		int			k;
 
 		if (abort)
 		{
-			e->noted[GRIDHA_TOTAL_STALE_REFUSED] += e->written_stale;
+			for (k = 0; k < GRIDHA_NTOTALS; k++)
+				e->noted[k] += e->written_kept[k];
 			totals_clear_unwritten(e);
-			if (e->noted[GRIDHA_TOTAL_STALE_REFUSED] > 0)
+			if (totals_any(e))
 				totals_any_noted = true;
 		}
-		e->written_stale = 0;
+		memset(e->written_kept, 0, sizeof(e->written_kept));
 	}
 }
 
@@ -322,8 +348,9 @@ gridha_totals_flush(void)
 	Datum		args[2 + GRIDHA_NTOTALS];
 	int			n = 0;
 	int			k;
+	int			nwrite = GRIDHA_NTOTALS;
 	Oid			nsp;
-	bool		repaired = false;
+	Oid			rel;
 
 	if (!totals_any_noted)
 		return;
@@ -337,13 +364,17 @@ gridha_totals_flush(void)
 		return;
 
 	nsp = get_namespace_oid("gridha", true);
-	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("target_totals", nsp)))
+	rel = OidIsValid(nsp) ? get_relname_relid("target_totals", nsp) : InvalidOid;
+	if (!OidIsValid(rel))
 	{
 		/* SQL older than 1.2: nowhere to write */
 		foreach(lc, totals_entries)
 			memset(((TotalsEntry *) lfirst(lc))->noted, 0, sizeof(int64) * GRIDHA_NTOTALS);
 		return;
 	}
+	/* SQL 1.2: no 1.3 columns (status_omitted, heads_repaired); those counts are dropped */
+	if (get_attnum(rel, "status_omitted") == InvalidAttrNumber)
+		nwrite = GRIDHA_TOTAL_STATUS_OMITTED;
 
 	/*
 	 * Hold gridha.service_claims as its writers do before the slot rows: a
@@ -369,31 +400,23 @@ gridha_totals_flush(void)
 		targets[n] = CStringGetTextDatum(e->target);
 		for (k = 0; k < GRIDHA_NTOTALS; k++)
 			amounts[k][n] = Int64GetDatum(e->noted[k]);
-		if (e->noted[GRIDHA_TOTAL_HEADS_REPAIRED] != 0)
-			repaired = true;
 		n++;
 	}
 	args[0] = PointerGetDatum(construct_array(targets, n, TEXTOID, -1, false, TYPALIGN_INT));
 	args[1] = Int32GetDatum(gridha_totals_slot());
-	for (k = 0; k < GRIDHA_NTOTALS; k++)
+	for (k = 0; k < nwrite; k++)
 		args[2 + k] = PointerGetDatum(construct_array(amounts[k], n, INT8OID, 8, FLOAT8PASSBYVAL,
 													  TYPALIGN_DOUBLE));
-	gridha_exec(&totals_write_stmt, args, NULL, false);
-	if (repaired)
-	{
-		/* SQL older than 1.3 has no such column: the counts are dropped */
-		if (get_attnum(get_relname_relid("target_totals", nsp), "heads_repaired") != InvalidAttrNumber)
-		{
-			args[2] = args[2 + GRIDHA_TOTAL_HEADS_REPAIRED];
-			gridha_exec(&totals_repaired_stmt, args, NULL, false);
-		}
-	}
+	gridha_exec(nwrite == GRIDHA_NTOTALS ? &totals_write_13_stmt : &totals_write_stmt,
+				args, NULL, false);
 
 	foreach(lc, totals_entries)
 	{
 		TotalsEntry *e = (TotalsEntry *) lfirst(lc);
 
-		e->written_stale += e->noted[GRIDHA_TOTAL_STALE_REFUSED];
+		for (k = 0; k < nwrite; k++)
+			if (totals_kept(k))
+				e->written_kept[k] += e->noted[k];
 		memset(e->noted, 0, sizeof(int64) * GRIDHA_NTOTALS);
 	}
 }

@@ -21,6 +21,8 @@ typedef enum GridhaTotal
 	GRIDHA_TOTAL_SETTLED_COMMITTED,
 	GRIDHA_TOTAL_SETTLED_INVALID,
 	GRIDHA_TOTAL_SETTLED_RESUBMITTED,
+	/* a status answer of the ledger that left out a batch asked about (1.3) */
+	GRIDHA_TOTAL_STATUS_OMITTED,
 	/* 1.3: a head with no unfinished batch row, moved on (queue.c) */
 	GRIDHA_TOTAL_HEADS_REPAIRED,
 	GRIDHA_NTOTALS

@@ -74,7 +74,8 @@ Endpoints (127.0.0.1 only):
                        303, 307 or 308 carries a Location header, an https
                        URL of this ledger and the same target; a 401 a
                        WWW-Authenticate header; a 408 closes the connection;
-                       a 429 or 503 carries Retry-After: 1; a 304 has no body
+                       a 429 or 503 carries Retry-After (retry_after); a 304
+                       has no body
       fail_code_applies  which requests the code window answers: "post"
                        (POSTs to /batches), "get" (status GETs) or "both"
                        (default); the others are served as usual
@@ -97,12 +98,30 @@ Endpoints (127.0.0.1 only):
                        retry is a duplicate)
       malformed_kind   "cycle" (default: truncated, garbage, shape in turn),
                        "truncated" (cut JSON), "garbage" (not JSON), "shape"
-                       (JSON of the wrong shape)
+                       (JSON of the wrong shape), "huge" (a well-formed body
+                       of 9 MiB, larger than gridha reads; not in the cycle)
       invalid          a list of batch ids that end INVALID instead of
                        COMMITTED (unless already final)
       commit_delay     the commit delay of batches accepted from now on
       clear            true: end every fault window (latency, max_url,
-                       max_header_bytes and require_header stay as they are)
+                       max_header_bytes, require_header and the answer modes
+                       below stay as they are)
+  Answer modes (hostile ledgers, issue 39), each until set back:
+      retry_after      the Retry-After of every 429 and 503: seconds (a
+                       whole number >= 0; default 1)
+      retry_after_form "seconds" (default) or "date": the same wait as an
+                       HTTP-date (RFC 9110 IMF-fixdate)
+      omit_pattern     a regex (search): a status answer leaves out every id
+                       asked about that matches it, and speaks of a batch
+                       nobody asked about instead ("" or null: none left out)
+      decode_split     true: the status query's ids are URL-decoded before
+                       they are split on commas, as many HTTP frameworks
+                       do (an id holding an encoded comma reads as two)
+      close_kept_alive_for  window length in seconds from now: a POST that
+                       is not the first request on its connection is read
+                       and applied, then its connection is closed with no
+                       answer (a kept-alive connection that dies after the
+                       request was sent); logged with closed true
   GET /stats                               counts: posts (every POST to
       /batches), accepted, duplicates, committed, invalid, rejected (400s),
       503s, 429s, fail_codes (requests answered by a code window), stalls
@@ -138,7 +157,10 @@ flushed per line, each with "seq" (1, 2, ... continuing an existing file),
   committed    service_id, batch_id, after (seconds since accepted)
   invalid      service_id, batch_id, after, reason (pattern or control)
   unanswered   a POST applied before a hold whose client had gone
-  status_query dialect, ids (how many), result (ok, 503, 429, a code
+  status_query dialect, ids (how many), raw_ids (how many comma-separated
+               values the query had before decoding), encoded_comma (one of
+               them holds %2C), left_out (ids omit_pattern left out of an
+               ok answer), result (ok, 503, 429, a code
                window's code, 401, 414, 431, malformed, stalled: the client
                had gone, dropped, hung), and latency, header and auth, target_bytes and
                max_url, header_bytes and max_header_bytes as post lines
@@ -171,6 +193,7 @@ forgotten every batch (their statuses are UNKNOWN, a re-POST is accepted).
 """
 
 import argparse
+import email.utils
 import heapq
 import hmac
 import json
@@ -193,7 +216,7 @@ SPLINTER_WORDS = {
     "UNKNOWN": "Unknown",
 }
 WINDOWS = ("fail_503", "fail_429", "fail_code", "stall", "malformed", "drop",
-           "hang_status")
+           "hang_status", "close_kept_alive")
 MALFORMED_KINDS = ("truncated", "garbage", "shape")
 CODE_APPLIES = ("post", "get", "both")
 REDIRECTS = (301, 302, 303, 307, 308)
@@ -202,7 +225,8 @@ STAT_NAMES = ("posts", "accepted", "duplicates", "committed", "invalid",
               "rejected", "503s", "429s", "fail_codes", "stalls",
               "status_queries", "malformed", "controls", "auth_failures",
               "missing_header", "wrong_header", "414s", "431s",
-              "latency_waits", "dropped", "hung", "connections")
+              "latency_waits", "dropped", "hung", "connections", "closed",
+              "left_out")
 
 
 class BadRequest(Exception):
@@ -317,6 +341,10 @@ class Ledger:
         self.max_url = args.max_url
         self.max_header_bytes = args.max_header_bytes
         self.required = args.require_header     # (name, value bytes) or None
+        self.retry_after = args.retry_after
+        self.retry_after_form = args.retry_after_form
+        self.omit_re = re.compile(args.omit_pattern) if args.omit_pattern else None
+        self.decode_split = args.decode_split
         self.stats = dict.fromkeys(STAT_NAMES, 0)
         now = time.monotonic()
         for name, secs in (("fail_503", args.fail_503_for),
@@ -325,7 +353,8 @@ class Ledger:
                            ("stall", args.stall_for),
                            ("malformed", args.malformed_for),
                            ("drop", args.drop_for),
-                           ("hang_status", args.hang_status_for)):
+                           ("hang_status", args.hang_status_for),
+                           ("close_kept_alive", args.close_kept_alive_for)):
             if secs > 0:
                 self.until[name] = now + secs
 
@@ -451,13 +480,14 @@ class Ledger:
                  "malformed_for", "drop_for", "hang_status_for", "stall_seconds", "stall_apply", "malformed_kind",
                  "invalid", "commit_delay", "clear", "fail_code",
                  "fail_code_applies", "latency", "max_url", "max_header_bytes",
-                 "require_header"}
+                 "require_header", "retry_after", "retry_after_form",
+                 "omit_pattern", "decode_split", "close_kept_alive_for"}
         unknown = sorted(set(req) - known)
         if unknown:
             raise BadRequest("unknown control keys: %s" % ", ".join(unknown))
         for key in ("fail_503_for", "fail_429_for", "fail_code_for", "stall_for",
                     "malformed_for", "drop_for", "hang_status_for", "stall_seconds",
-                    "commit_delay", "latency"):
+                    "commit_delay", "latency", "close_kept_alive_for"):
             if key in req:
                 val = req[key]
                 if isinstance(val, bool) or not isinstance(val, (int, float)) or val < 0:
@@ -489,13 +519,33 @@ class Ledger:
                     raise BadRequest("require_header %s" % exc) from None
         if "stall_apply" in req and req["stall_apply"] not in ("after", "before"):
             raise BadRequest('stall_apply must be "after" or "before"')
-        if "malformed_kind" in req and req["malformed_kind"] not in ("cycle",) + MALFORMED_KINDS:
-            raise BadRequest("malformed_kind must be cycle, truncated, garbage or shape")
+        if "malformed_kind" in req and req["malformed_kind"] not in ("cycle", "huge") + MALFORMED_KINDS:
+            raise BadRequest("malformed_kind must be cycle, truncated, garbage, shape or huge")
         invalid = req.get("invalid", [])
         if not isinstance(invalid, list) or not all(isinstance(i, str) and i for i in invalid):
             raise BadRequest("invalid must be a list of batch ids")
         if "clear" in req and not isinstance(req["clear"], bool):
             raise BadRequest("clear must be true or false")
+        if "retry_after" in req:
+            val = req["retry_after"]
+            if isinstance(val, bool) or not isinstance(val, int) or val < 0:
+                raise BadRequest("retry_after must be a whole number of seconds >= 0")
+        if "retry_after_form" in req and req["retry_after_form"] not in ("seconds", "date"):
+            raise BadRequest('retry_after_form must be "seconds" or "date"')
+        omit_re = self.omit_re
+        if "omit_pattern" in req:
+            val = req["omit_pattern"]
+            if val is None or val == "":
+                omit_re = None
+            elif not isinstance(val, str):
+                raise BadRequest("omit_pattern must be a regex, \"\" or null")
+            else:
+                try:
+                    omit_re = re.compile(val)
+                except re.error as exc:
+                    raise BadRequest("omit_pattern: %s" % exc) from None
+        if "decode_split" in req and not isinstance(req["decode_split"], bool):
+            raise BadRequest("decode_split must be true or false")
 
         now = time.monotonic()
         already_final = []
@@ -517,6 +567,10 @@ class Ledger:
             self.max_url = req.get("max_url", self.max_url)
             self.max_header_bytes = req.get("max_header_bytes", self.max_header_bytes)
             self.required = required
+            self.retry_after = req.get("retry_after", self.retry_after)
+            self.retry_after_form = req.get("retry_after_form", self.retry_after_form)
+            self.omit_re = omit_re
+            self.decode_split = req.get("decode_split", self.decode_split)
             for batch_id in invalid:
                 batch = self.batches.get(batch_id)
                 if batch is not None and batch.status != "PENDING":
@@ -614,6 +668,9 @@ class Ledger:
                 kind = MALFORMED_KINDS[self.malformed_n % len(MALFORMED_KINDS)]
                 self.malformed_n += 1
         first = ids[0] if ids else ""
+        if kind == "huge":
+            pad = [{"id": "pad-%d" % n, "status": "UNKNOWN"} for n in range(300000)]
+            return json.dumps({"data": [{"id": first, "status": "PENDING"}] + pad}).encode()
         if kind == "truncated":
             return ('{"data":[{"id":%s,"sta' % json.dumps(first)).encode()
         if kind == "garbage":
@@ -673,7 +730,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def parse_request(self):
         """parse_request: as BaseHTTPRequestHandler's, and sets header_bytes,
-        the size of the header block (its lines and the blank line after)."""
+        the size of the header block (its lines and the blank line after),
+        and requests_here, the requests read on this connection so far."""
+        self.requests_here = getattr(self, "requests_here", 0) + 1
         reader = CountingReader(self.rfile)
         self.rfile = reader
         try:
@@ -718,7 +777,13 @@ class Handler(BaseHTTPRequestHandler):
         code = int(verdict)
         headers = []
         if code in (429, 503):
-            headers.append(("Retry-After", "1"))
+            with self.ledger.cond:
+                wait, form = self.ledger.retry_after, self.ledger.retry_after_form
+            if form == "date":
+                headers.append(("Retry-After",
+                                email.utils.formatdate(time.time() + wait, usegmt=True)))
+            else:
+                headers.append(("Retry-After", str(wait)))
         elif code in REDIRECTS:
             headers.append(("Location", "https://127.0.0.1:%d%s"
                             % (self.server.server_address[1], self.path)))
@@ -878,6 +943,14 @@ class Handler(BaseHTTPRequestHandler):
                                    attempt, nbytes, extra)
                 self.close_connection = True
                 return
+        if self.requests_here > 1 and \
+                time.monotonic() < self.ledger.until["close_kept_alive"]:
+            with self.ledger.cond:
+                self.ledger.stats["closed"] += 1
+            self.ledger.post(service_id, batch_id, epoch, attempt, nbytes,
+                             dict(extra, closed=True))
+            self.close_connection = True
+            return
         code, answer = self.ledger.post(service_id, batch_id, epoch, attempt,
                                         nbytes, extra)
         self.reply(code, answer)
@@ -906,21 +979,33 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(404, {"error": "no such endpoint"})
 
     @staticmethod
-    def query_ids(query, key):
+    def query_ids(query, key, decode_first=False):
         """query_ids: the ids of parameter key: split on commas first, then
-        each URL-decoded, so an encoded comma stays inside its id."""
+        each URL-decoded, so an encoded comma stays inside its id; with
+        decode_first, decoded first and then split (decode_split). Also
+        the raw values: how many, and whether one holds an encoded comma."""
         ids = []
+        raw = []
         for pair in query.split("&"):
             name, _, value = pair.partition("=")
             if unquote(name) == key:
-                ids.extend(unquote(v) for v in value.split(",") if v)
-        return ids
+                raw.extend(v for v in value.split(",") if v)
+                if decode_first:
+                    ids.extend(v for v in unquote(value).split(",") if v)
+                else:
+                    ids.extend(unquote(v) for v in value.split(",") if v)
+        return ids, {"raw_ids": len(raw),
+                     "encoded_comma": any("%2c" in v.lower() for v in raw)}
 
     def status_query(self, dialect, query, key):
         """status_query: GET batch statuses in either dialect."""
         waited = self.delay()
         extra = {"latency": waited} if waited else {}
-        ids = Handler.query_ids(query, key)
+        with self.ledger.cond:
+            decode_first = self.ledger.decode_split
+            omit_re = self.ledger.omit_re
+        ids, raw = Handler.query_ids(query, key, decode_first)
+        extra.update(raw)
         refused = self.admission()
         if refused is not None:
             code, fields, message = refused
@@ -958,6 +1043,14 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, raw=self.ledger.malformed_body(ids))
             return
         found = self.ledger.statuses(ids)
+        if omit_re is not None:
+            kept = [(i, st) for i, st in found if not omit_re.search(i)]
+            if len(kept) < len(found):
+                extra["left_out"] = len(found) - len(kept)
+                with self.ledger.cond:
+                    self.ledger.stats["left_out"] += len(found) - len(kept)
+                kept.append(("gridha-test-not-asked", "UNKNOWN"))
+            found = kept
         self.ledger.status_query(dialect, ids, "ok", **extra)
         if dialect == "sawtooth":
             self.reply(200, {"data": [{"id": i, "status": s} for i, s in found]})
@@ -1022,7 +1115,7 @@ def parse_args(argv):
                    help="the listening socket's accept queue (default 128)")
     p.add_argument("--malformed-for", type=float, default=0, metavar="SECONDS",
                    help="status queries get malformed 200 bodies for this long from start")
-    p.add_argument("--malformed-kind", choices=("cycle",) + MALFORMED_KINDS,
+    p.add_argument("--malformed-kind", choices=("cycle", "huge") + MALFORMED_KINDS,
                    default="cycle", help="which malformed bodies (default cycle)")
     p.add_argument("--fail-code", type=int, metavar="CODE",
                    help="the HTTP status code (300-599) of a code window")
@@ -1042,12 +1135,23 @@ def parse_args(argv):
     p.add_argument("--require-header", metavar='"NAME: VALUE"',
                    help="answer 401 to POSTs and status GETs without this header "
                         "and value (the value is never logged)")
+    p.add_argument("--retry-after", type=int, default=1, metavar="SECONDS",
+                   help="the Retry-After of 429 and 503 answers (default 1)")
+    p.add_argument("--retry-after-form", choices=("seconds", "date"), default="seconds",
+                   help="Retry-After as seconds (default) or as an HTTP-date")
+    p.add_argument("--omit-pattern",
+                   help="status answers leave out the ids asked about that match this regex")
+    p.add_argument("--decode-split", action="store_true",
+                   help="URL-decode the status query's ids before splitting them on commas")
+    p.add_argument("--close-kept-alive-for", type=float, default=0, metavar="SECONDS",
+                   help="for this long from start, a POST that is not the first request "
+                        "on its connection is applied, then the connection closed unanswered")
     args = p.parse_args(argv)
     args.invalid = [i for arg in args.invalid for i in arg.split(",") if i]
     for name in ("commit_delay", "max_lifetime", "fail_503_for", "fail_429_for",
                  "fail_code_for", "stall_for", "stall_seconds", "malformed_for",
                  "latency", "max_url", "max_header_bytes", "drop_for",
-                 "hang_status_for"):
+                 "hang_status_for", "close_kept_alive_for", "retry_after"):
         if getattr(args, name) < 0:
             p.error("--%s must be >= 0" % name.replace("_", "-"))
     if args.fail_code is not None and not 300 <= args.fail_code <= 599:
@@ -1059,7 +1163,7 @@ def parse_args(argv):
             args.require_header = parse_required(args.require_header)
         except ValueError as exc:
             p.error("--require-header %s" % exc)
-    for name in ("invalid_pattern", "reject_pattern"):
+    for name in ("invalid_pattern", "reject_pattern", "omit_pattern"):
         try:
             if getattr(args, name):
                 re.compile(getattr(args, name))

@@ -43,7 +43,7 @@ PIDS=()
 
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
-plan 256
+plan 258
 
 psql_db() {
 	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB" "$@"
