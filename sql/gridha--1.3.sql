@@ -395,20 +395,23 @@ BEGIN
     -- before the insert meets it. (Whatever else skips the row, a user's
     -- BEFORE trigger that fires after this one and returns NULL, leaves a
     -- hole, which the hand-out repairs and counts: src/queue.c.)
+    --
+    -- The INSERT comes first, also for a service that exists: it holds
+    -- gridha.service_claims in ROW EXCLUSIVE mode before any of its rows is
+    -- locked, as every writer of the table does (a rename of targets takes
+    -- the table in SHARE ROW EXCLUSIVE mode first: docs/concurrency.md).
     LOOP
-        PERFORM FROM gridha.service_claims c
-         WHERE c.service_id = NEW.service_id
-           FOR NO KEY UPDATE;
-        EXIT WHEN FOUND;
         INSERT INTO gridha.service_claims AS c (service_id, head_seq, tail_seq, ready_at)
         VALUES (NEW.service_id, 1, 1, now())
         ON CONFLICT (service_id) DO NOTHING
         RETURNING c.tail_seq INTO NEW.seq;
-        IF FOUND THEN
-            -- a new service: no batch of it can exist
-            EXIT;
-        END IF;
-        -- another transaction created it meanwhile: lock it, as above
+        -- a new service: no batch of it can exist
+        EXIT WHEN FOUND;
+        PERFORM FROM gridha.service_claims c
+         WHERE c.service_id = NEW.service_id
+           FOR NO KEY UPDATE;
+        EXIT WHEN FOUND;
+        -- deleted meanwhile (a service with no batches): create it, as above
     END LOOP;
 
     IF NEW.seq IS NULL THEN
