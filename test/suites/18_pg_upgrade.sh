@@ -31,6 +31,7 @@
 #               stay the old major's) and installed into the new tree
 #     new       a new cluster whose configuration preloads gridha with
 #               gridha.workers = 2 serving gridha_pgu
+#     plain     a cluster holding only a plain table upgraded (see below)
 #     upgrade   a fresh ledger on the URL the 'default' target names;
 #               pg_upgrade --check, then pg_upgrade (copy mode, --retain),
 #               as postgres. The ledger received nothing during them (no
@@ -59,10 +60,21 @@
 # worker role (target functions are called only by a role that is not a
 # superuser).
 #
-# When pg_upgrade --check fails, the same check of a cluster of the old
-# major that holds nothing but a plain table tells whether the failure is
-# gridha's: if that one fails too, the pair's remaining tests are skipped
-# with the reason (a beta tree the old major cannot be upgraded to).
+# Each pair first upgrades a cluster of the old major that holds nothing but
+# a plain table: what pg_upgrade does without gridha. Debian's PostgreSQL 15
+# (15.20-0+deb12u1, CI's old major) stamps an attribute option pg_attver on
+# every column it creates (pg_attribute.attoptions, {pg_attver=N}; ALTER
+# TABLE ... RESET does not remove it), and the 16beta2 and 17beta2 trees do
+# not know that option: the new pg_dump writes ALTER COLUMN ... SET
+# (pg_attver=N), the new server refuses it (unrecognized parameter
+# "pg_attver"), and pg_upgrade fails for any table, gridha's or not. The
+# plain table shows it: upgraded as the old build leaves it, it fails with
+# that error; with the options cleared (UPDATE pg_attribute, in the test's
+# own throwaway cluster), it passes. The suite clears them the same way in
+# its old gridha cluster before recording it: a workaround of the test's
+# alone, for an old build's quirk; gridha itself sets no attribute option.
+# When the old build stamps nothing (PostgreSQL 16 and 17 trees), nothing
+# is cleared and the plain table must simply upgrade.
 #
 # Leaves the run's cluster alone: its clusters, ledger and builds live in a
 # directory of its own, removed at the end (kept with GRIDHA_KEEP_TMP=1).
@@ -73,7 +85,7 @@ LIB=${GRIDHA_LIB:-$REPO/test/lib.sh}
 FAILED=0
 PIDS=()
 DB=gridha_pgu
-PER_PAIR=15
+PER_PAIR=16
 export PGTZ=UTC
 
 # shellcheck source-path=SCRIPTDIR source=../lib.sh
@@ -307,6 +319,22 @@ SELECT count(gridha.enqueue(format('f%s', s), format('f%s-b%s', s, b), '\\x0f', 
 SELECT gridha.create_id_sequence('pgu_ids', 100, 2);
 EOF
 setup_rc=$?
+
+# ATTVER_SQL: how many user columns carry the old build's pg_attver
+# attribute option (see the header); CLEAR_SQL clears them.
+ATTVER_SQL="SELECT count(*) FROM pg_attribute
+             WHERE attrelid >= 16384 AND array_to_string(attoptions, ',') ~ '(^|,)pg_attver='"
+CLEAR_SQL="UPDATE pg_attribute SET attoptions = NULLIF(ARRAY(
+               SELECT o FROM unnest(attoptions) o WHERE o !~ '^pg_attver='), '{}')
+            WHERE attrelid >= 16384 AND array_to_string(attoptions, ',') ~ '(^|,)pg_attver='"
+ATTVER=$(old -c "$ATTVER_SQL")
+if [ "${ATTVER:-0}" -gt 0 ]; then
+	echo "the old build stamped pg_attver on $ATTVER columns of $DB: cleared in every database (see the header)" | diag
+	for d in $("$OLD_BIN/psql" -X -A -t -h "$DIR" -p "$P_OLD" -U postgres -d postgres \
+			-c "SELECT datname FROM pg_database WHERE datallowconn"); do
+		"$OLD_BIN/psql" -X -q -h "$DIR" -p "$P_OLD" -U postgres -d "$d" -c "$CLEAR_SQL" >/dev/null
+	done
+fi
 OLD_IDS=$(old -c "SELECT array_agg(gridha.reserve_ids('pgu_ids', n) ORDER BY n) FROM (VALUES (40), (30), (60)) v (n)")
 old -c "SELECT status, count(*) FROM gridha.batches GROUP BY 1 ORDER BY 1" | diag
 [ "$setup_rc" -eq 0 ] && [ -n "$OLD_IDS" ] &&
@@ -402,6 +430,40 @@ run_pair() {
 		return
 	fi
 
+	# --- plain: pg_upgrade without gridha (see the header)
+	plain_upgrade() {
+		local p=$DIR/plain-$m
+		rm -rf "$p" "$p-new"
+		gridha_as_pg "$OLD_BIN/initdb" --auth=trust -U postgres --encoding=UTF8 --locale=C.UTF-8 \
+			--no-sync -D "$p" >/dev/null 2>&1 &&
+			gridha_as_pg "${E[@]}" "$NEWBIN/initdb" --auth=trust -U postgres --encoding=UTF8 \
+				--locale=C.UTF-8 --no-sync -D "$p-new" >/dev/null 2>&1 &&
+			printf "port = %s\nlisten_addresses = ''\nunix_socket_directories = '%s'\n" "$P_OLD" "$DIR" \
+				>>"$p/postgresql.conf" &&
+			gridha_as_pg "$OLD_BIN/pg_ctl" -D "$p" -l "$PAIRDIR/plain-old.log" -w -t 60 start >/dev/null &&
+			"$OLD_BIN/psql" -X -q -h "$DIR" -p "$P_OLD" -U postgres -d postgres \
+				-c "CREATE TABLE plain (i integer PRIMARY KEY, t text)" \
+				-c "INSERT INTO plain SELECT i, md5(i::text) FROM generate_series(1, 100) i" \
+				${1:+-c "$CLEAR_SQL"} >/dev/null &&
+			gridha_as_pg "$OLD_BIN/pg_ctl" -D "$p" -m fast -w stop >/dev/null &&
+			(cd "$PAIRDIR" && gridha_as_pg "${E[@]}" "$NEWBIN/pg_upgrade" -b "$OLD_BIN" -B "$NEWBIN" \
+				-d "$p" -D "$p-new" -p "$P_OLD" -P "$P_NEW" -s "$DIR") >"$PAIRDIR/plain${1:+-cleared}.out" 2>&1
+		rc=$?
+		find "$p-new/pg_upgrade_output.d" -name '*.log' -exec cat {} + >>"$PAIRDIR/plain${1:+-cleared}.out" 2>/dev/null
+		gridha_as_pg "$OLD_BIN/pg_ctl" -D "$p" -m immediate stop >/dev/null 2>&1
+		rm -rf "$p" "$p-new"
+		return "$rc"
+	}
+	if [ "${ATTVER:-0}" -gt 0 ]; then
+		! plain_upgrade && grep -q 'unrecognized parameter "pg_attver"' "$PAIRDIR/plain.out" &&
+			plain_upgrade clear
+		check $? "$PAIR: a cluster holding only a plain table: pg_upgrade fails as PostgreSQL $OLD_MAJOR's build leaves it (unrecognized parameter \"pg_attver\": an attribute option that build stamps on every column and $m does not know; not gridha's), and passes once the test clears that option, as it did in its gridha cluster"
+	else
+		plain_upgrade
+		check $? "$PAIR: a cluster holding only a plain table: pg_upgrade works (the old build stamps no pg_attver option: nothing cleared)"
+	fi
+	[ "$FAILED" -eq 0 ] || grep -i 'error\|fatal\|failure' "$PAIRDIR"/plain*.out | head -n 10 | diag
+
 	# --- upgrade
 	start_ledger_at "$PAIRDIR/ledger.log"
 	upgrade() {
@@ -413,23 +475,8 @@ run_pair() {
 	check $rc "$PAIR: pg_upgrade --check accepts the cluster with gridha installed"
 	if [ "$rc" -ne 0 ]; then
 		diag <"$PAIRDIR/check.out"
-		# Is it gridha's? The same check of a cluster holding only a plain
-		# table.
-		local PLAIN=$DIR/plain-$OLD_MAJOR PNEW=$DIR/plainnew-$m
-		rm -rf "$PLAIN" "$PNEW"
-		gridha_as_pg "$OLD_BIN/initdb" --auth=trust -U postgres --encoding=UTF8 --locale=C.UTF-8 \
-			--no-sync -D "$PLAIN" >/dev/null 2>&1
-		gridha_as_pg "${E[@]}" "$NEWBIN/initdb" --auth=trust -U postgres --encoding=UTF8 --locale=C.UTF-8 \
-			--no-sync -D "$PNEW" >/dev/null 2>&1
-		if (cd "$PAIRDIR" && gridha_as_pg "${E[@]}" "$NEWBIN/pg_upgrade" -b "$OLD_BIN" -B "$NEWBIN" \
-				-d "$PLAIN" -D "$PNEW" -p "$P_OLD" -P "$P_NEW" -s "$DIR" --check) >"$PAIRDIR/plain.out" 2>&1; then
-			echo "a cluster with only a plain table passes the same check: the failure is gridha's" | diag
-			skip_rest $((PER_PAIR - 3)) "pg_upgrade --check failed"
-		else
-			diag <"$PAIRDIR/plain.out"
-			skip_rest $((PER_PAIR - 3)) "pg_upgrade $PAIR fails for a cluster holding only a plain table too: not gridha's"
-		fi
 		stop_ledger
+		skip_rest $((PER_PAIR - 4)) "pg_upgrade --check failed"
 		return
 	fi
 
@@ -440,7 +487,7 @@ run_pair() {
 		tail -n 30 "$PAIRDIR/upgrade.out" | diag
 		find "$NEW/pg_upgrade_output.d" -name '*.log' -exec tail -n 20 {} + 2>/dev/null | diag
 		stop_ledger
-		skip_rest $((PER_PAIR - 4)) "pg_upgrade failed"
+		skip_rest $((PER_PAIR - 5)) "pg_upgrade failed"
 		return
 	fi
 
@@ -465,7 +512,7 @@ run_pair() {
 		not_ok "$PAIR: the upgraded cluster starts"
 		tail -n 20 "$NEW_LOG" | diag
 		stop_ledger
-		skip_rest $((PER_PAIR - 7)) "the upgraded cluster did not start"
+		skip_rest $((PER_PAIR - 8)) "the upgraded cluster did not start"
 		return
 	fi
 	new -c "COPY ($STATE_SQL) TO STDOUT" >"$PAIRDIR/new.tsv" 2>&1
