@@ -84,8 +84,8 @@ CREATE TABLE gridha.targets (
     target          text PRIMARY KEY CHECK (target <> ''),
     submit_url      text,
     status_url      text,
-    submit_function regprocedure,
-    status_function regprocedure,
+    submit_function text,
+    status_function text,
     rate_interval   interval CHECK (rate_interval > interval '0'),
     rate_burst      integer NOT NULL DEFAULT 1 CHECK (rate_burst >= 0),
     -- the span a burst covers must stay in timestamp range (hand-out math)
@@ -99,6 +99,12 @@ CREATE TABLE gridha.targets (
 
 COMMENT ON TABLE gridha.targets IS
 'where a service''s batches go: an HTTP endpoint or a SQL function, with an optional rate limit';
+
+COMMENT ON COLUMN gridha.targets.submit_function IS
+'instead of submit_url, the function that submits a batch: written as any name that resolves (f(text,text,bytea,bigint)), stored as its schema-qualified signature (never an OID: it survives pg_upgrade and a restore), resolved by each backend when it loads the targets';
+
+COMMENT ON COLUMN gridha.targets.status_function IS
+'instead of status_url, the function that gives the ledger''s statuses: written as any name that resolves (f(text[])), stored as its schema-qualified signature';
 
 COMMENT ON COLUMN gridha.targets.reject_codes IS
 'HTTP codes with which the ledger refuses a batch for good (it ends invalid); every other non-2xx answer delays it';
@@ -837,14 +843,16 @@ CREATE TRIGGER batches_wake
     FOR EACH STATEMENT EXECUTE FUNCTION gridha.batches_wake();
 
 -- A target a worker could not use is refused when it is written (RG007).
+-- Without SET search_path (1.3): it resolves the functions the writer
+-- names with the writer's search_path, as a regprocedure cast in the
+-- writer's statement did; it runs no SQL and resolves nothing else.
 CREATE FUNCTION gridha.targets_check()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'gridha_targets_check'
-LANGUAGE C
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE C;
 
 COMMENT ON FUNCTION gridha.targets_check() IS
-'trigger: refuses malformed URLs, two sources of one kind, and functions of the wrong signature in gridha.targets';
+'trigger: refuses malformed URLs, two sources of one kind, and functions that do not exist or have the wrong signature in gridha.targets; stores each function as its schema-qualified signature';
 
 CREATE TRIGGER targets_check
     BEFORE INSERT OR UPDATE ON gridha.targets

@@ -11,6 +11,17 @@
  *                   none: fire and forget, an accepted batch is committed
  *   submit_function (service_id text, batch_id text, payload bytea,
  *                   epoch bigint) RETURNS text: accepted, delayed or rejected
+ *   signature       how a function is stored (1.3): text, the function's
+ *                   schema-qualified name and argument types as regprocedure
+ *                   prints it under search_path = pg_catalog, e.g.
+ *                   public.f(text,text,bytea,bigint). Never an OID: OIDs
+ *                   do not survive pg_upgrade nor a restore. The trigger
+ *                   resolves what is written (with the writer's
+ *                   search_path, the errors of a regprocedure cast) and
+ *                   stores the signature; each backend resolves the stored
+ *                   signature to an OID when it loads the targets. Up to
+ *                   1.2 the columns are regprocedure (an OID), which the
+ *                   library still reads
  *   status_function (batch_ids text[]) RETURNS TABLE (batch_id text,
  *                   status text): pending, valid, committed, invalid,
  *                   unknown (any case)
@@ -27,28 +38,33 @@
  *                   makes its batches delayed at hand-out, with the reason
  *
  * The judged rows are kept in backend memory and judged again after any
- * change of gridha.targets (relcache invalidation) or of any function
- * (syscache invalidation of pg_proc): the hand-out asks them without SQL.
+ * change of gridha.targets (relcache invalidation), of any function
+ * (syscache invalidation of pg_proc) or of any schema (pg_namespace: a
+ * signature names one): the hand-out asks them without SQL.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
+#include "storage/lmgr.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/regproc.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -65,28 +81,42 @@
 /*
  * Every row, with the optional columns of later versions read through
  * to_jsonb so that the same statement serves a database still on 1.0.
+ * Two forms: the functions as signatures (text, 1.3) or as OIDs
+ * (regprocedure, up to 1.2); gridha_targets_refresh picks the one the
+ * table's column type needs.
  */
+#define TARGETS_LOAD_TAIL \
+	"       t.rate_interval IS NOT NULL," \
+	"       CASE WHEN to_jsonb(t) ? 'reject_codes' THEN coalesce(" \
+	"         (SELECT array_agg(c::int4) FROM jsonb_array_elements_text(" \
+	"            CASE WHEN jsonb_typeof(to_jsonb(t) -> 'reject_codes') = 'array'" \
+	"                 THEN to_jsonb(t) -> 'reject_codes' END) AS c" \
+	"           WHERE c ~ '^[0-9]{1,3}$'), '{}') END," \
+	"       (SELECT array_agg(h.key || ': ' || (h.value #>> '{}') ORDER BY h.key)" \
+	"          FROM jsonb_each(" \
+	"            CASE WHEN jsonb_typeof(to_jsonb(t) -> 'request_headers') = 'object'" \
+	"                 THEN to_jsonb(t) -> 'request_headers' END) AS h" \
+	"         WHERE jsonb_typeof(h.value) = 'string')," \
+	"       CASE WHEN jsonb_typeof(to_jsonb(t) -> 'request_headers') NOT IN ('object', 'null')" \
+	"            THEN 'request_headers is not a JSON object'" \
+	"            WHEN EXISTS (SELECT FROM jsonb_each(" \
+	"              CASE WHEN jsonb_typeof(to_jsonb(t) -> 'request_headers') = 'object'" \
+	"                   THEN to_jsonb(t) -> 'request_headers' END) AS h" \
+	"              WHERE jsonb_typeof(h.value) <> 'string')" \
+	"            THEN 'a request header is not a string' END" \
+	"  FROM gridha.targets t"
+
 static GridhaStatement targets_load_stmt = {
+	"SELECT t.target, t.submit_url, t.submit_function, t.status_url,"
+	"       t.status_function,"
+	TARGETS_LOAD_TAIL,
+	0, {InvalidOid}
+};
+
+static GridhaStatement targets_load_oid_stmt = {
 	"SELECT t.target, t.submit_url, t.submit_function::oid, t.status_url,"
-	"       t.status_function::oid, t.rate_interval IS NOT NULL,"
-	"       CASE WHEN to_jsonb(t) ? 'reject_codes' THEN coalesce("
-	"         (SELECT array_agg(c::int4) FROM jsonb_array_elements_text("
-	"            CASE WHEN jsonb_typeof(to_jsonb(t) -> 'reject_codes') = 'array'"
-	"                 THEN to_jsonb(t) -> 'reject_codes' END) AS c"
-	"           WHERE c ~ '^[0-9]{1,3}$'), '{}') END,"
-	"       (SELECT array_agg(h.key || ': ' || (h.value #>> '{}') ORDER BY h.key)"
-	"          FROM jsonb_each("
-	"            CASE WHEN jsonb_typeof(to_jsonb(t) -> 'request_headers') = 'object'"
-	"                 THEN to_jsonb(t) -> 'request_headers' END) AS h"
-	"         WHERE jsonb_typeof(h.value) = 'string'),"
-	"       CASE WHEN jsonb_typeof(to_jsonb(t) -> 'request_headers') NOT IN ('object', 'null')"
-	"            THEN 'request_headers is not a JSON object'"
-	"            WHEN EXISTS (SELECT FROM jsonb_each("
-	"              CASE WHEN jsonb_typeof(to_jsonb(t) -> 'request_headers') = 'object'"
-	"                   THEN to_jsonb(t) -> 'request_headers' END) AS h"
-	"              WHERE jsonb_typeof(h.value) <> 'string')"
-	"            THEN 'a request header is not a string' END"
-	"  FROM gridha.targets t",
+	"       t.status_function::oid,"
+	TARGETS_LOAD_TAIL,
 	0, {InvalidOid}
 };
 
@@ -159,18 +189,115 @@ targets_function_problem(const char *target, const char *column, Oid fn, bool wa
 }
 
 /*
- * targets_side_problem: why one side (submit or status) of a target cannot
- * be used, or NULL; *kind gets the kind it needs (0: it has no source).
+ * targets_bare_oid: whether a written function is a bare OID ("-" or
+ * digits), which regprocedure input takes as it is, unchecked: an OID is
+ * never stored (it does not survive pg_upgrade nor a restore).
+ */
+static bool
+targets_bare_oid(const char *signature)
+{
+	return strcmp(signature, "-") == 0 ||
+		(signature[0] >= '0' && signature[0] <= '9' &&
+		 strspn(signature, "0123456789") == strlen(signature));
+}
+
+/*
+ * targets_signature_of: the signature of a function as it is stored:
+ * schema-qualified (but for pg_catalog's), argument types as
+ * format_type prints them under search_path = pg_catalog. It resolves to
+ * the same function under any search_path that starts with pg_catalog.
  */
 static char *
-targets_side_problem(const char *target, bool submit, const char *url, Oid fn, int *kind)
+targets_signature_of(Oid fn)
+{
+	int			nest = NewGUCNestLevel();
+	char	   *signature;
+
+	(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	signature = format_procedure(fn);
+	AtEOXact_GUC(true, nest);
+	return signature;
+}
+
+/*
+ * targets_resolve: the OID of the function a stored signature names, under
+ * search_path = pg_catalog (the signature qualifies every other name), or
+ * InvalidOid and *why (does not exist, or the look-up's error message).
+ * Never raises for a signature that does not resolve: the look-up runs in a
+ * subtransaction, whose error (a name, type or schema that is not there, a
+ * malformed signature) becomes the reason. Any other error (a cancel) is
+ * raised again.
+ */
+static Oid
+targets_resolve(const char *signature, char **why)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	Oid			fn = InvalidOid;
+
+	*why = NULL;
+	if (targets_bare_oid(signature))
+	{
+		*why = pstrdup("is not a function signature");
+		return InvalidOid;
+	}
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		int			nest = NewGUCNestLevel();
+
+		(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		fn = DatumGetObjectId(DirectFunctionCall1(regprocedurein, CStringGetDatum(signature)));
+		AtEOXact_GUC(true, nest);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (edata->sqlerrcode == ERRCODE_UNDEFINED_FUNCTION)
+			*why = pstrdup("does not exist");
+		else if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_SYNTAX_ERROR_OR_ACCESS_RULE_VIOLATION ||
+				 edata->sqlerrcode == ERRCODE_INVALID_SCHEMA_NAME ||
+				 edata->sqlerrcode == ERRCODE_INVALID_TEXT_REPRESENTATION)
+			*why = psprintf("cannot be resolved: %s", edata->message);
+		else
+			ReThrowError(edata);
+		fn = InvalidOid;
+	}
+	PG_END_TRY();
+	if (!OidIsValid(fn) && *why == NULL)
+		*why = pstrdup("does not exist");
+	return fn;
+}
+
+/*
+ * targets_side_problem: why one side (submit or status) of a target cannot
+ * be used, or NULL; *kind gets the kind it needs (0: it has no source).
+ * The function is fn; signature, when not NULL, is the one the row stores
+ * (1.3), and fn is InvalidOid when it did not resolve (why says why).
+ */
+static char *
+targets_side_problem(const char *target, bool submit, const char *url, Oid fn,
+					 const char *signature, const char *why, int *kind)
 {
 	const char *url_col = submit ? "submit_url" : "status_url";
 	const char *fn_col = submit ? "submit_function" : "status_function";
 	char		err[256];
 
 	*kind = 0;
-	if (url != NULL && OidIsValid(fn))
+	if (url != NULL && (OidIsValid(fn) || signature != NULL))
 		return psprintf("target \"%s\" has both %s and %s", target, url_col, fn_col);
 	if (url != NULL)
 	{
@@ -179,6 +306,9 @@ targets_side_problem(const char *target, bool submit, const char *url, Oid fn, i
 			return psprintf("invalid %s of target \"%s\": %s", url_col, target, err);
 		*kind = submit ? GRIDHA_SERVES_SUBMIT_URL : GRIDHA_SERVES_STATUS_URL;
 	}
+	else if (signature != NULL && !OidIsValid(fn))
+		return psprintf("%s of target \"%s\" (%s) %s", fn_col, target, signature,
+						why ? why : "does not exist");
 	else if (OidIsValid(fn))
 	{
 		char	   *problem = targets_function_problem(target, fn_col, fn, submit);
@@ -216,12 +346,12 @@ targets_judge(GridhaTarget *t)
 	char	   *problem;
 
 	problem = targets_side_problem(t->name, true, t->submit_url, t->submit_function,
-								   &t->submit_kind);
+								   t->submit_signature, t->submit_why, &t->submit_kind);
 	if (problem == NULL && t->submit_kind == 0)
 		problem = psprintf("target \"%s\" has neither submit_url nor submit_function", t->name);
 	if (problem == NULL)
 		problem = targets_side_problem(t->name, false, t->status_url, t->status_function,
-									   &t->status_kind);
+									   t->status_signature, t->status_why, &t->status_kind);
 	if (problem == NULL)
 		problem = targets_headers_problem(t->name, t->headers, t->n_headers);
 	t->unusable = problem;
@@ -265,12 +395,15 @@ gridha_targets_refresh(void)
 {
 	MemoryContext old;
 	uint64		gen;
+	bool		as_text;
+	SPITupleTable *rows;
 	int			i;
 
 	if (!targets_callbacks)
 	{
 		CacheRegisterRelcacheCallback(targets_relcache_callback, (Datum) 0);
 		CacheRegisterSyscacheCallback(PROCOID, targets_syscache_callback, (Datum) 0);
+		CacheRegisterSyscacheCallback(NAMESPACEOID, targets_syscache_callback, (Datum) 0);
 		targets_cxt = AllocSetContextCreate(TopMemoryContext, "gridha targets",
 											ALLOCSET_SMALL_SIZES);
 		targets_callbacks = true;
@@ -286,9 +419,24 @@ gridha_targets_refresh(void)
 	 */
 	gen = targets_gen;
 	targets_relid = get_relname_relid("targets", get_namespace_oid("gridha", false));
+
+	/*
+	 * The functions are signatures (text) from 1.3 on, OIDs (regprocedure)
+	 * before: the column's type says which statement reads them. Asked
+	 * under the lock the statement takes, so that an ALTER EXTENSION
+	 * UPDATE cannot change the type in between.
+	 */
+	as_text = true;
+	if (OidIsValid(targets_relid))
+	{
+		LockRelationOid(targets_relid, AccessShareLock);
+		as_text = get_atttype(targets_relid,
+							  get_attnum(targets_relid, "submit_function")) == TEXTOID;
+	}
 	PushActiveSnapshot(GetLatestSnapshot());
-	gridha_exec(&targets_load_stmt, NULL, NULL, true);
+	gridha_exec(as_text ? &targets_load_stmt : &targets_load_oid_stmt, NULL, NULL, true);
 	PopActiveSnapshot();
+	rows = SPI_tuptable;
 
 	MemoryContextReset(targets_cxt);
 	old = MemoryContextSwitchTo(targets_cxt);
@@ -297,8 +445,8 @@ gridha_targets_refresh(void)
 	targets_any_limited = false;
 	for (i = 0; i < ntargets; i++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		HeapTuple	tup = rows->vals[i];
+		TupleDesc	desc = rows->tupdesc;
 		GridhaTarget *t = &targets[i];
 		bool		isnull;
 		Datum		d;
@@ -306,11 +454,23 @@ gridha_targets_refresh(void)
 
 		t->name = targets_text_col(tup, desc, 1);
 		t->submit_url = targets_text_col(tup, desc, 2);
-		d = SPI_getbinval(tup, desc, 3, &isnull);
-		t->submit_function = isnull ? InvalidOid : DatumGetObjectId(d);
 		t->status_url = targets_text_col(tup, desc, 4);
-		d = SPI_getbinval(tup, desc, 5, &isnull);
-		t->status_function = isnull ? InvalidOid : DatumGetObjectId(d);
+		if (as_text)
+		{
+			t->submit_signature = targets_text_col(tup, desc, 3);
+			if (t->submit_signature != NULL)
+				t->submit_function = targets_resolve(t->submit_signature, &t->submit_why);
+			t->status_signature = targets_text_col(tup, desc, 5);
+			if (t->status_signature != NULL)
+				t->status_function = targets_resolve(t->status_signature, &t->status_why);
+		}
+		else
+		{
+			d = SPI_getbinval(tup, desc, 3, &isnull);
+			t->submit_function = isnull ? InvalidOid : DatumGetObjectId(d);
+			d = SPI_getbinval(tup, desc, 5, &isnull);
+			t->status_function = isnull ? InvalidOid : DatumGetObjectId(d);
+		}
 		t->rate_limited = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
 		targets_any_limited |= t->rate_limited;
 		d = SPI_getbinval(tup, desc, 7, &isnull);
@@ -797,6 +957,26 @@ targets_check_row(HeapTuple tuple, TupleDesc desc)
 	}
 }
 
+/*
+ * targets_written_function: the function a row being written names in a
+ * text column (1.3), resolved as a regprocedure cast in the writer's
+ * statement would resolve it (the writer's search_path; the same errors:
+ * 42883 for a function that does not exist, 22P02 or 42704 for a
+ * malformed name or an unknown type). A bare OID is refused (RG007): it
+ * names nothing once the cluster is upgraded or restored.
+ */
+static Oid
+targets_written_function(const char *target, const char *column, const char *written)
+{
+	if (targets_bare_oid(written))
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
+				 errmsg("%s of target \"%s\" must name a function with its argument types", column, target),
+				 errdetail("\"%s\" would be taken as an OID, and an OID does not survive pg_upgrade nor a restore.", written),
+				 errhint("Write it as myschema.f(text, text, bytea, bigint).")));
+	return DatumGetObjectId(DirectFunctionCall1(regprocedurein, CStringGetDatum(written)));
+}
+
 PG_FUNCTION_INFO_V1(gridha_targets_check);
 
 /*
@@ -804,7 +984,8 @@ PG_FUNCTION_INFO_V1(gridha_targets_check);
  * refuses what the table's constraints would (targets_check_row, without
  * the row in the message), and with RG007 a row no instance could use (but
  * for one without a submit source: external instances may submit by their
- * own means).
+ * own means). In 1.3 it resolves the functions written (text) with the
+ * writer's search_path, and stores each as its signature.
  */
 Datum
 gridha_targets_check(PG_FUNCTION_ARGS)
@@ -821,6 +1002,10 @@ gridha_targets_check(PG_FUNCTION_ARGS)
 	int			kind;
 	int			attno;
 	int			side;
+	Datum	   *new_values;
+	bool	   *new_nulls;
+	bool	   *replace;
+	bool		any_replaced = false;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
@@ -830,6 +1015,9 @@ gridha_targets_check(PG_FUNCTION_ARGS)
 	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple : trigdata->tg_trigtuple;
 	desc = trigdata->tg_relation->rd_att;
 	targets_check_row(tuple, desc);
+	new_values = palloc0(sizeof(Datum) * desc->natts);
+	new_nulls = palloc0(sizeof(bool) * desc->natts);
+	replace = palloc0(sizeof(bool) * desc->natts);
 
 	d = heap_getattr(tuple, SPI_fnumber(desc, "target"), desc, &isnull);
 	target = isnull ? "" : TextDatumGetCString(d);
@@ -851,13 +1039,33 @@ gridha_targets_check(PG_FUNCTION_ARGS)
 	}
 	for (side = 0; side < 2; side++)
 	{
+		const char *fn_col = side == 0 ? "submit_function" : "status_function";
+		int			fn_attno = SPI_fnumber(desc, fn_col);
+
 		d = heap_getattr(tuple, SPI_fnumber(desc, side == 0 ? "submit_url" : "status_url"),
 						 desc, &isnull);
 		url = isnull ? NULL : TextDatumGetCString(d);
-		d = heap_getattr(tuple, SPI_fnumber(desc, side == 0 ? "submit_function" : "status_function"),
-						 desc, &isnull);
-		fn = isnull ? InvalidOid : DatumGetObjectId(d);
-		problem = targets_side_problem(target, side == 0, url, fn, &kind);
+		d = heap_getattr(tuple, fn_attno, desc, &isnull);
+		if (isnull)
+			fn = InvalidOid;
+		else if (TupleDescAttr(desc, fn_attno - 1)->atttypid == TEXTOID)
+		{
+			/* 1.3: a signature, resolved here and stored as signature */
+			char	   *written = TextDatumGetCString(d);
+			char	   *signature;
+
+			fn = targets_written_function(target, fn_col, written);
+			signature = targets_signature_of(fn);
+			if (strcmp(signature, written) != 0)
+			{
+				new_values[fn_attno - 1] = CStringGetTextDatum(signature);
+				replace[fn_attno - 1] = true;
+				any_replaced = true;
+			}
+		}
+		else
+			fn = DatumGetObjectId(d);
+		problem = targets_side_problem(target, side == 0, url, fn, NULL, NULL, &kind);
 		if (problem != NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
@@ -885,6 +1093,8 @@ gridha_targets_check(PG_FUNCTION_ARGS)
 		if (!isnull)
 			targets_check_reject_codes(target, DatumGetArrayTypeP(d));
 	}
+	if (any_replaced)
+		tuple = heap_modify_tuple(tuple, desc, new_values, new_nulls, replace);
 	return PointerGetDatum(tuple);
 }
 

@@ -30,9 +30,15 @@ typedef struct GridhaTarget
 {
 	char	   *name;
 	char	   *submit_url;		/* NULL: none */
-	Oid			submit_function;	/* InvalidOid: none */
+	Oid			submit_function;	/* InvalidOid: none, or its signature
+									 * did not resolve */
 	char	   *status_url;
 	Oid			status_function;
+	char	   *submit_signature;	/* as stored (1.3); NULL: none, or an
+									 * OID column (up to 1.2) */
+	char	   *status_signature;
+	char	   *submit_why;		/* why the signature did not resolve */
+	char	   *status_why;
 	int		   *reject_codes;	/* NULL: 400 and 422 */
 	int			n_reject_codes;
 	char	  **headers;		/* "Name: value"; never logged */

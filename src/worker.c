@@ -27,7 +27,9 @@
  * its latch in between, so SIGTERM, postmaster death and new work are seen
  * however a ledger answers, or does not. A worker
  * that exits with an error (or crashes) is started again after
- * GRIDHA_WORKER_RESTART_S seconds as a new instance.
+ * GRIDHA_WORKER_RESTART_S seconds as a new instance. In binary-upgrade
+ * mode (the servers pg_upgrade starts) no worker is registered, none
+ * runs, and start_worker() refuses.
  *
  * The worker runs as gridha.worker_role (the bootstrap superuser when it
  * is empty, with a WARNING: it then submits to URL targets only, and calls
@@ -112,6 +114,22 @@ void
 gridha_worker_register_static(void)
 {
 	int			i;
+
+	/*
+	 * pg_upgrade starts the old and the new server in binary-upgrade mode
+	 * (postgres -b), with their configuration, and with fsync off: a
+	 * worker there would hand out and POST batches of a database that is
+	 * being moved. None is registered.
+	 */
+	if (IsBinaryUpgrade)
+	{
+		if (gridha_workers > 0)
+			ereport(LOG,
+					(errmsg("gridha: no background worker is started in binary-upgrade mode"),
+					 errdetail("gridha.workers is %d; the workers start with the server once pg_upgrade is done.",
+							   gridha_workers)));
+		return;
+	}
 
 	for (i = 1; i <= gridha_workers; i++)
 	{
@@ -436,6 +454,14 @@ gridha_worker_main(Datum main_arg)
 	memcpy(&start, MyBgworkerEntry->bgw_extra, sizeof(start));
 	start.label[GRIDHA_LABEL_LEN - 1] = '\0';
 
+	/* never registered in binary-upgrade mode; should one start, it stops */
+	if (IsBinaryUpgrade)
+	{
+		ereport(LOG,
+				(errmsg("gridha worker \"%s\" does not run in binary-upgrade mode", start.label)));
+		proc_exit(0);
+	}
+
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, worker_sigterm);
 	BackgroundWorkerUnblockSignals();
@@ -536,6 +562,12 @@ gridha_start_worker(PG_FUNCTION_ARGS)
 	pg_uuid_t  *id = palloc(sizeof(pg_uuid_t));
 
 	worker_require_shared();
+	if (IsBinaryUpgrade)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("gridha workers cannot be started in binary-upgrade mode"),
+				 errdetail("The server was started by pg_upgrade (postgres -b)."),
+				 errhint("Start workers once pg_upgrade is done and the server runs normally.")));
 	gridha_require_writable("start_worker()");
 
 	worker_fill(&bgw);

@@ -178,7 +178,7 @@ INSERT INTO contract_columns (tab, col, typ) VALUES
  ('targets',        'target',          'text'),
  ('targets',        'submit_url',      'text'),
  ('targets',        'status_url',      'text'),
- ('targets',        'submit_function', 'regprocedure'),
+ ('targets',        'submit_function', 'text'),
  ('targets',        'rate_interval',   'interval'),
  ('targets',        'rate_burst',      'integer'),
  ('instances',      'instance_id',     'uuid'),

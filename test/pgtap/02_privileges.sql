@@ -32,7 +32,7 @@
 -- (README, Security); here it is only checked that a submitter cannot
 -- call it.
 BEGIN;
-SELECT plan(100);
+SELECT plan(101);
 
 -- The tables are emptied (inside this transaction only) so the hand-outs
 -- below do not depend on what the database held before.
@@ -353,14 +353,23 @@ SELECT set_eq(
 -- search_path and SECURITY DEFINER
 -- ---------------------------------------------------------------------------
 
--- One exception: the C trigger batches_guard_final, on every hand-out and
--- report, runs no SQL and resolves no name (see the install script).
+-- Two exceptions: the C trigger batches_guard_final, on every hand-out and
+-- report, runs no SQL and resolves no name (see the install script); the C
+-- trigger targets_check (1.3) runs no SQL and resolves only the function
+-- names the writer gives, with the writer's search_path, as a regprocedure
+-- cast in the writer's statement did. Neither is SECURITY DEFINER.
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
              FROM pg_proc p
             WHERE p.pronamespace = 'gridha'::regnamespace
               AND NOT coalesce('search_path=pg_catalog, gridha, pg_temp' = ANY (p.proconfig), false)),
-          ARRAY['gridha.batches_guard_final()'],
-          'every function in schema gridha but the C guard trigger pins search_path = pg_catalog, gridha, pg_temp');
+          ARRAY['gridha.batches_guard_final()', 'gridha.targets_check()'],
+          'every function in schema gridha but the C triggers batches_guard_final and targets_check pins search_path = pg_catalog, gridha, pg_temp');
+
+SELECT ok((SELECT l.lanname = 'c' AND NOT p.prosecdef AND p.prorettype = 'trigger'::regtype
+                  AND p.proconfig IS NULL
+             FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+            WHERE p.oid = 'gridha.targets_check()'::regprocedure),
+          'gridha.targets_check is a C trigger function, not SECURITY DEFINER, without SET');
 
 SELECT ok((SELECT l.lanname = 'c' AND NOT p.prosecdef AND p.prorettype = 'trigger'::regtype
                   AND p.proconfig IS NULL

@@ -621,6 +621,68 @@ check $? "from 1.1: after the upgrade the deprecated 1.1 calls still answer (att
 psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $H WITH (FORCE)" >/dev/null 2>&1
 
 # ---------------------------------------------------------------------------
+# i. 1.2's function targets (issue 39): regprocedure columns, read by this
+#    library; the update turns each into its schema-qualified signature
+
+I=${DB}_i
+psql_i() {
+	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$I" "$@"
+}
+psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $I" \
+	-c "CREATE DATABASE $I" >/dev/null
+# One session throughout: the library reads the columns as regprocedure,
+# then (after the update, in the same backend) as text.
+psql_i >"$WORK/i.out" 2>&1 <<'EOF'
+SET client_min_messages = error;
+SET gridha.balance_claims = off;
+CREATE EXTENSION gridha VERSION '1.2';
+CREATE SCHEMA fx;
+CREATE FUNCTION fx.sub(text, text, bytea, bigint) RETURNS text LANGUAGE sql AS $$ SELECT 'accepted' $$;
+CREATE FUNCTION public.st(text[]) RETURNS TABLE (batch_id text, status text)
+LANGUAGE sql AS $$ SELECT b, 'COMMITTED' FROM unnest($1) b $$;
+CREATE FUNCTION public.gone(text, text, bytea, bigint) RETURNS text LANGUAGE sql AS $$ SELECT 'accepted' $$;
+SET search_path = fx, public;
+INSERT INTO gridha.targets (target, submit_function, status_function)
+VALUES ('i-fn', 'sub(text,text,bytea,bigint)', 'st(text[])'),
+       ('i-gone', 'gone(text,text,bytea,bigint)', NULL),
+       ('i-none', '-', NULL);
+RESET search_path;
+DROP FUNCTION public.gone(text, text, bytea, bigint);
+SELECT 'gone-oid', submit_function::oid FROM gridha.targets WHERE target = 'i-gone';
+SELECT gridha.register_instance('fn only', '{submit_function,status_function}') AS f \gset
+SELECT count(gridha.enqueue(s, s || '-b' || b, '\x01', t))
+  FROM (VALUES ('i1', 'i-fn'), ('i2', 'i-gone')) v (s, t), generate_series(1, 2) b;
+SELECT 'claimed-1.2', string_agg(service_id, ',' ORDER BY service_id)
+  FROM gridha.acquire_claims(:'f', '{submit_function,status_function}');
+SELECT 'handed-1.2', service_id, batch_id FROM gridha.next_batch(:'f');
+SELECT 'report-1.2', gridha.report_status(:'f', 'i1', 'i1-b1', 1, 'committed');
+ALTER EXTENSION gridha UPDATE;
+SELECT 'types', string_agg(format_type(atttypid, atttypmod), ',' ORDER BY attname)
+  FROM pg_attribute WHERE attrelid = 'gridha.targets'::regclass
+   AND attname IN ('submit_function', 'status_function');
+SELECT 'row', target, coalesce(submit_function, '(null)'), coalesce(status_function, '(null)')
+  FROM gridha.targets WHERE target LIKE 'i-%' ORDER BY target;
+SELECT 'handed-1.3', service_id, batch_id FROM gridha.next_batch(:'f');
+EOF
+gone_oid=$(sed -n 's/^gone-oid|//p' "$WORK/i.out")
+grep -q '^claimed-1.2|i1$' "$WORK/i.out" && grep -q '^handed-1.2|i1|i1-b1$' "$WORK/i.out"
+check $? "1.2 functions: on 1.2's SQL (regprocedure columns) the library judges the function target servable and hands its head out, and not the target whose function was dropped"
+grep -q '^types|text,text$' "$WORK/i.out" &&
+	grep -q '^row|i-fn|fx.sub(text,text,bytea,bigint)|public.st(text\[\])$' "$WORK/i.out" &&
+	[ -n "$gone_oid" ] && grep -q "^row|i-gone|$gone_oid|(null)\$" "$WORK/i.out" &&
+	grep -q '^row|i-none|(null)|(null)$' "$WORK/i.out"
+check $? "1.2 functions: the update makes the columns text, each function its schema-qualified signature (written unqualified on 1.2), a dropped one's OID digits ($gone_oid), none ('-') NULL"
+grep -q '^handed-1.3|i1|i1-b2$' "$WORK/i.out"
+check $? "1.2 functions: after the update, in the same session, the library reads the signatures and hands out the function target's next batch"
+got=$(psql_i -c "SELECT count(*) FROM gridha.acquire_claims(gridha.register_instance('fn only 2', '{submit_function}'),
+                                                               '{submit_function}')
+                 WHERE service_id = 'i2'" 2>&1)
+[ "$got" = 0 ]
+check $? "1.2 functions: the target whose function was dropped (its OID as digits after the update) is served by no instance (claimed: $got)"
+[ "$FAILED" -eq 0 ] || diag <"$WORK/i.out"
+psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $I WITH (FORCE)" >/dev/null 2>&1
+
+# ---------------------------------------------------------------------------
 # d. pg_regress and pgTAP in the upgraded database
 
 # Empty it to what CREATE EXTENSION leaves (see the header), with the
@@ -698,6 +760,6 @@ fi
 # The plan, printed last as it depends on the inputs: 54 checks, one per
 # test of the Makefile's REGRESS, one per test/pgtap file.
 n_pgtap=$(compgen -G "$REPO/test/pgtap/*.sql" | wc -l)
-plan $((56 + ${#regress_tests[@]} + n_pgtap))
+plan $((60 + ${#regress_tests[@]} + n_pgtap))
 
 [ "$FAILED" -eq 0 ]

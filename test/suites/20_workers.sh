@@ -292,8 +292,8 @@ refused "a submit_function with the wrong signature" \
 state=$(psql_db -c "SELECT w_sqlstate(\$\$UPDATE gridha.targets SET submit_url = NULL,
                     submit_function = 'w_submit(text,text,bytea,bigint)' WHERE target = 't7'\$\$)")
 [ "$state" = ok ] && [ "$(psql_db -c "SELECT submit_function FROM gridha.targets WHERE target = 't7'")" = \
-	"w_submit(text,text,bytea,bigint)" ]
-check $? "targets: a valid change of the same row (submit_url -> submit_function) is accepted"
+	"public.w_submit(text,text,bytea,bigint)" ]
+check $? "targets: a valid change of the same row (submit_url -> submit_function) is accepted, the function stored as its schema-qualified signature"
 
 # ---------------------------------------------------------------------------
 # end to end over HTTP: 20 services x 25 batches, both dialects

@@ -16,12 +16,13 @@
 #               one WARNING for five such services; once 'default' gets a
 #               URL both batches of each service arrive in order
 #   dropped     the submit_function of one target and the status_function
-#               of another are dropped (a regprocedure records no
+#               of another are dropped (a stored signature records no
 #               dependency): after a claim cycle the worker still holds
 #               their services, their next heads are delayed with the
 #               reason (one WARNING each), the worker is the same process;
-#               re-created and pointed at again, every batch is committed
-#               in order
+#               re-created under the same signatures (the rows untouched:
+#               the signature resolves again), every batch is committed in
+#               order
 #   malformed   target rows written with targets_check disabled (a URL and
 #               a function, a malformed URL, headers that are not a JSON
 #               object): heads delayed with the reason, no crash
@@ -526,20 +527,20 @@ psql_db -c "SELECT gridha.enqueue(s, s || '-b' || b, '\\x02', CASE s WHEN 'd1' T
             FROM generate_series(2, 4) b, unnest(ARRAY['d1', 'e1']) s ORDER BY b, s" >/dev/null
 dropped_delayed() {
 	sql_is 2 "SELECT count(*) FROM gridha.batches
-	          WHERE (batch_id = 'd1-b2' AND detail ~ '^submit_function of target \"fsub\" \\(OID [0-9]+\\) does not exist\$'
-	              OR batch_id = 'e1-b2' AND detail ~ '^status_function of target \"fstat\" \\(OID [0-9]+\\) does not exist\$')
+	          WHERE (batch_id = 'd1-b2' AND detail = 'submit_function of target \"fsub\" (public.w_sub_a(text,text,bytea,bigint)) does not exist'
+	              OR batch_id = 'e1-b2' AND detail = 'status_function of target \"fstat\" (public.w_stat(text[])) does not exist')
 	            AND status = 'delayed'"
 }
 wait_until 10 dropped_delayed
-check $? "dropped: after a claim cycle of the worker, the new heads are delayed with detail 'submit_function of target \"fsub\" (OID n) does not exist' / 'status_function of target \"fstat\" ...'"
+check $? "dropped: after a claim cycle of the worker, the new heads are delayed with detail 'submit_function of target \"fsub\" (public.w_sub_a(text,text,bytea,bigint)) does not exist' / 'status_function of target \"fstat\" (public.w_stat(text[])) ...'"
 psql_db -c "SELECT batch_id, status, attempts, detail FROM gridha.batches
             WHERE service_id IN ('d1', 'e1') ORDER BY service_id, seq" | diag
 
 sql_is 0 "SELECT count(*) FROM gridha.batches WHERE service_id IN ('d1', 'e1') AND seq > 2 AND attempts > 0"
 check $? "dropped: the batches behind them were never handed out"
 
-n_fsub=$(log_count "$mark" 'WARNING: +gridha: batches of target "fsub" are delayed: submit_function of target "fsub" \(OID [0-9]+\) does not exist')
-n_fstat=$(log_count "$mark" 'WARNING: +gridha: batches of target "fstat" are delayed: status_function of target "fstat" \(OID [0-9]+\) does not exist')
+n_fsub=$(log_count "$mark" 'WARNING: +gridha: batches of target "fsub" are delayed: submit_function of target "fsub" \(public\.w_sub_a\(text,text,bytea,bigint\)\) does not exist')
+n_fstat=$(log_count "$mark" 'WARNING: +gridha: batches of target "fstat" are delayed: status_function of target "fstat" \(public\.w_stat\(text\[\]\)\) does not exist')
 [ "$n_fsub" -eq 1 ] && [ "$n_fstat" -eq 1 ]
 check $? "dropped: one WARNING for each target and its reason (fsub: $n_fsub, fstat: $n_fstat)"
 
@@ -554,12 +555,10 @@ CREATE FUNCTION w_stat(batch_ids text[])
 RETURNS TABLE (batch_id text, status text) LANGUAGE sql AS $$
     SELECT a.bid, 'COMMITTED' FROM public.w_applied a WHERE a.bid OPERATOR(pg_catalog.=) ANY ($1)
 $$;
--- a regprocedure holds the dropped function's OID: point the rows again
-UPDATE gridha.targets SET submit_function = 'w_sub_a(text,text,bytea,bigint)' WHERE target = 'fsub';
-UPDATE gridha.targets SET status_function = 'w_stat(text[])' WHERE target = 'fstat';
+-- the rows are left as they are: their signatures resolve again
 EOF
 wait_until 30 sql_is 8 "SELECT count(*) FROM gridha.batches WHERE service_id IN ('d1', 'e1') AND status = 'committed'"
-check $? "dropped: re-created and pointed at again, all 8 batches are committed"
+check $? "dropped: re-created under the same signatures, the rows untouched, all 8 batches are committed"
 
 sql_is "d1-b1,d1-b2,d1-b3,d1-b4|e1-b1,e1-b2,e1-b3,e1-b4" \
 	"SELECT string_agg(l, '|' ORDER BY sid) FROM (SELECT sid, string_agg(bid, ',' ORDER BY pos) AS l
