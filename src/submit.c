@@ -782,8 +782,8 @@ gridha_submit_bound_lock_wait(void)
  * runs with, applied again when they differ (at each step, at start, after
  * a reload): the lock timeout, and a search_path through which no object
  * planted in another schema can take part in its statements. Nothing a
- * target function sets survives its call (submit_call_target), and this
- * puts back what anything else may have changed.
+ * target function sets survives its call (submit_call_end), and this puts
+ * back what anything else may have changed.
  */
 void
 gridha_submit_pin_settings(void)
