@@ -178,8 +178,10 @@ CREATE TABLE w_applied (
     pos  bigserial
 );
 
+-- Target functions are called with search_path pg_catalog, pg_temp: these
+-- find public's tables and functions through a path of their own.
 CREATE FUNCTION w_submit(service_id text, batch_id text, payload bytea, epoch bigint)
-RETURNS text LANGUAGE plpgsql AS \$\$
+RETURNS text LANGUAGE plpgsql SET search_path = public, pg_temp AS \$\$
 BEGIN
     INSERT INTO w_applied (bid, sid, ep) VALUES (\$2, \$1, \$4)
         ON CONFLICT (bid) DO UPDATE SET n = w_applied.n + 1;
@@ -188,7 +190,7 @@ END
 \$\$;
 
 CREATE FUNCTION w_status(batch_ids text[])
-RETURNS TABLE (batch_id text, status text) LANGUAGE sql AS \$\$
+RETURNS TABLE (batch_id text, status text) LANGUAGE sql SET search_path = public, pg_temp AS \$\$
     SELECT a.bid, 'COMMITTED' FROM w_applied a WHERE a.bid = ANY (\$1)
 \$\$;
 
@@ -196,7 +198,7 @@ RETURNS TABLE (batch_id text, status text) LANGUAGE sql AS \$\$
 CREATE TABLE w_fail (sid text PRIMARY KEY);
 
 CREATE FUNCTION w_flaky(service_id text, batch_id text, payload bytea, epoch bigint)
-RETURNS text LANGUAGE plpgsql AS \$\$
+RETURNS text LANGUAGE plpgsql SET search_path = public, pg_temp AS \$\$
 BEGIN
     IF EXISTS (SELECT 1 FROM w_fail f WHERE f.sid = \$1) THEN
         RAISE EXCEPTION 'the in-database ledger is down for %', \$1;
