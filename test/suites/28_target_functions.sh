@@ -41,9 +41,10 @@
 #               is disarmed the batch is committed
 #   terminate   a target function runs pg_terminate_backend on every
 #               worker (they run as its role): the worker is started again
-#   stop        (statement timeout off) gridha.stop_worker of a worker
-#               inside such a function: it ends within the margin and is
-#               not started again
+#   stop        (statement timeout off; a dynamic worker started beside
+#               the static one) gridha.stop_worker of the worker inside
+#               such a function: it ends within the margin and is not
+#               started again
 #   shutdown    a fast shutdown while a dynamic worker is inside such a
 #               function completes within 20 s
 #
@@ -466,20 +467,25 @@ wait_until 10 log_has "$mark" 'received SIGHUP, reloading configuration files'
 wait_until 30 worker_up
 # the worker reads the file at its next wait (gridha.naptime 100 ms)
 sleep 1
-W3=$(psql_db -c "SELECT instance_id FROM gridha.workers WHERE instance_id IS NOT NULL")
+# a dynamic worker too, so that the step does not depend on the last one's
+# restart
+psql_db -c "SELECT gridha.start_worker('tf stop')" >/dev/null
 psql_db -c "INSERT INTO tf_arm VALUES ('stubborn')" -c "SELECT gridha.enqueue('stubborn', 's2', '\\x00', 'stubborn')" >/dev/null
 if wait_until 20 in_sleep; then
-	PID3=$(worker_pid)
+	read -r W3 PID3 LABEL3 <<<"$(psql_db -F ' ' -c "SELECT w.instance_id, w.pid, replace(w.label, ' ', '_')
+	                                              FROM gridha.workers w JOIN pg_stat_activity a USING (pid)
+	                                             WHERE a.wait_event = 'PgSleep'")"
+	LABEL3=${LABEL3//_/ }
 	t0=$SECONDS
 	sql_is t "SELECT gridha.stop_worker('$W3')"
 	wait_until 15 backend_gone "$PID3"
-	check $? "stop: stop_worker ends the worker (pid $PID3) inside a function that swallows the cancel within 15 s (gone after $((SECONDS - t0)) s; margin 2 s)"
+	check $? "stop: stop_worker ends the worker '$LABEL3' (pid $PID3) inside a function that swallows the cancel within 15 s (gone after $((SECONDS - t0)) s; margin 2 s)"
 	psql_db -c "DELETE FROM tf_arm WHERE what = 'stubborn'" >/dev/null
 	# a worker that is started again comes after 5 s
-	if wait_until 12 sql_is 1 "SELECT count(*) FROM gridha.workers"; then
-		not_ok "stop: an administrator stopped it: it is not started again (a worker runs again)"
+	if wait_until 12 sql_is 1 "SELECT count(*) FROM gridha.workers WHERE label = '$LABEL3'"; then
+		not_ok "stop: an administrator stopped it: it is not started again (worker '$LABEL3' runs again)"
 	else
-		ok "stop: an administrator stopped it: it is not started again (12 s later no worker runs)"
+		ok "stop: an administrator stopped it: it is not started again (12 s later no worker '$LABEL3' runs)"
 	fi
 else
 	not_ok "stop: the worker calls the function"
