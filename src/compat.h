@@ -208,6 +208,24 @@ table_tuple_update_compat(Relation rel, ItemPointer otid, TupleTableSlot *slot,
 	make_range(typcache, lower, upper, empty)
 #endif
 
+/*
+ * PostgreSQL 16: get_guc_variables returns how many settings there are
+ * through its argument; on 15 GetNumConfigOptions says it.
+ * gridha_guc_variables: every setting this process knows, and how many.
+ */
+#include "utils/guc_tables.h"
+
+static inline struct config_generic **
+gridha_guc_variables(int *n)
+{
+#if PG_VERSION_NUM >= 160000
+	return get_guc_variables(n);
+#else
+	*n = GetNumConfigOptions();
+	return get_guc_variables();
+#endif
+}
+
 #endif							/* FRONTEND */
 
 /* This backend's slot among the server's processes: unique among those alive */

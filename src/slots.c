@@ -13,9 +13,18 @@
  *   limit     a worker's adaptive concurrency limit for one target (see
  *             submit.c); a slot shows up to GRIDHA_SLOT_LIMITS of them,
  *             read by gridha.worker_limits()
+ *   start key what the postmaster starts a worker again with: the number
+ *             of a static worker, the start id of a dynamic one (its
+ *             bgw_extra); the same for every run of that registration
+ *   stop mark gridha.stop_worker's note that an administrator stopped the
+ *             worker of a start key. A worker exits with 0 (the postmaster
+ *             forgets it) only when its mark is there, and with 1 (it is
+ *             started again) otherwise; a run that starts and finds the
+ *             mark (its predecessor was ended by force, with 1) takes it
+ *             and exits with 0 at once
  *
  * There is one slot per possible background worker (max_worker_processes),
- * and they exist only when gridha is preloaded.
+ * and as many stop marks; they exist only when gridha is preloaded.
  *
  *-------------------------------------------------------------------------
  */
@@ -44,6 +53,8 @@
 typedef struct GridhaWorkerSlot
 {
 	pid_t		pid;			/* 0: free */
+	int32		static_no;		/* start key: a static worker's number, */
+	pg_uuid_t	start_id;		/* ... or a dynamic one's start id */
 	pg_uuid_t	instance_id;
 	bool		registered;		/* instance_id is known */
 	char		label[GRIDHA_LABEL_LEN];
@@ -58,11 +69,20 @@ typedef struct GridhaWorkerSlot
 	Latch	   *latch;
 } GridhaWorkerSlot;
 
+/* An administrator's stop of the worker of a start key */
+typedef struct GridhaStopMark
+{
+	bool		used;
+	int32		static_no;
+	pg_uuid_t	start_id;
+} GridhaStopMark;
+
 typedef struct GridhaWorkerShared
 {
 	slock_t		mutex;
 	int			nslots;
 	GridhaWorkerSlot slots[FLEXIBLE_ARRAY_MEMBER];
+	/* followed by nslots GridhaStopMark (slots_marks) */
 } GridhaWorkerShared;
 
 static GridhaWorkerShared *slots_shared = NULL;
@@ -86,13 +106,30 @@ static const char *const slots_state_names[] = {
 };
 
 /*
- * slots_shmem_size: one slot per possible background worker.
+ * slots_shmem_size: one slot and one stop mark per possible background
+ * worker.
  */
 static Size
 slots_shmem_size(void)
 {
-	return add_size(offsetof(GridhaWorkerShared, slots),
-					mul_size(max_worker_processes, sizeof(GridhaWorkerSlot)));
+	return add_size(add_size(offsetof(GridhaWorkerShared, slots),
+							 mul_size(max_worker_processes, sizeof(GridhaWorkerSlot))),
+					mul_size(max_worker_processes, sizeof(GridhaStopMark)));
+}
+
+/* slots_marks: the stop marks, after the slots */
+static GridhaStopMark *
+slots_marks(void)
+{
+	return (GridhaStopMark *) &slots_shared->slots[slots_shared->nslots];
+}
+
+/* slots_mark_is: whether a stop mark is for this start key */
+static bool
+slots_mark_is(const GridhaStopMark *m, int32 static_no, const pg_uuid_t *start_id)
+{
+	return m->used && m->static_no == static_no &&
+		(static_no != 0 || memcmp(m->start_id.data, start_id->data, UUID_LEN) == 0);
 }
 
 static void
@@ -185,11 +222,12 @@ slots_release(int code, Datum arg)
 }
 
 /*
- * gridha_slot_take: claims a free slot for this worker process; it is
- * freed when the process exits.
+ * gridha_slot_take: claims a free slot for this worker process, the worker
+ * of a start key (static_no > 0: that static worker; 0: the dynamic worker
+ * of start_id); the slot is freed when the process exits.
  */
 void
-gridha_slot_take(const char *label)
+gridha_slot_take(const char *label, int32 static_no, const pg_uuid_t *start_id)
 {
 	int			i;
 
@@ -202,6 +240,9 @@ gridha_slot_take(const char *label)
 		{
 			memset(slot, 0, sizeof(*slot));
 			slot->pid = MyProcPid;
+			slot->static_no = static_no;
+			if (static_no == 0)
+				slot->start_id = *start_id;
 			slot->latch = MyLatch;
 			strlcpy(slot->label, label, GRIDHA_LABEL_LEN);
 			slot->state = GRIDHA_WS_STARTING;
@@ -295,6 +336,81 @@ gridha_slot_set_limits(const GridhaSlotLimit *limits, int n)
 		memcpy(my_slot->limits, limits, sizeof(GridhaSlotLimit) * n);
 	my_slot->n_limits = n;
 	SpinLockRelease(&slots_shared->mutex);
+}
+
+/*
+ * gridha_slot_take_stop_mark: whether an administrator stopped this worker
+ * (gridha_slot_request_stop); the mark is taken: a later run of the same
+ * start key is a new start. False outside a worker.
+ */
+bool
+gridha_slot_take_stop_mark(void)
+{
+	GridhaStopMark *marks;
+	bool		stopped = false;
+	int			i;
+
+	if (my_slot == NULL)
+		return false;
+	SpinLockAcquire(&slots_shared->mutex);
+	marks = slots_marks();
+	for (i = 0; i < slots_shared->nslots; i++)
+		if (slots_mark_is(&marks[i], my_slot->static_no, &my_slot->start_id))
+		{
+			marks[i].used = false;
+			stopped = true;
+		}
+	SpinLockRelease(&slots_shared->mutex);
+	return stopped;
+}
+
+/*
+ * gridha_slot_request_stop: an administrator stops the running worker
+ * that is this instance: its start key gets a stop mark (so neither it nor
+ * a run the postmaster would start after it ended by force serves again).
+ * Returns its pid, to signal; 0 when no running worker is it.
+ */
+pid_t
+gridha_slot_request_stop(const pg_uuid_t *id)
+{
+	GridhaStopMark *marks;
+	pid_t		pid = 0;
+	int			i;
+	int			k;
+
+	if (slots_shared == NULL)
+		return 0;
+	SpinLockAcquire(&slots_shared->mutex);
+	marks = slots_marks();
+	for (i = 0; i < slots_shared->nslots; i++)
+	{
+		GridhaWorkerSlot *slot = &slots_shared->slots[i];
+		int			free_mark = -1;
+
+		if (slot->pid == 0 || !slot->registered ||
+			memcmp(slot->instance_id.data, id->data, UUID_LEN) != 0)
+			continue;
+		pid = slot->pid;
+		for (k = 0; k < slots_shared->nslots; k++)
+		{
+			if (slots_mark_is(&marks[k], slot->static_no, &slot->start_id))
+			{
+				free_mark = -1;
+				break;
+			}
+			if (!marks[k].used && free_mark < 0)
+				free_mark = k;
+		}
+		if (free_mark >= 0)
+		{
+			marks[free_mark].used = true;
+			marks[free_mark].static_no = slot->static_no;
+			marks[free_mark].start_id = slot->start_id;
+		}
+		break;
+	}
+	SpinLockRelease(&slots_shared->mutex);
+	return pid;
 }
 
 /*

@@ -33,7 +33,8 @@ extern void gridha_slots_install_hooks(void);
 extern bool gridha_slots_available(void);
 
 /* The running worker's own slot */
-extern void gridha_slot_take(const char *label);
+extern void gridha_slot_take(const char *label, int32 static_no, const pg_uuid_t *start_id);
+extern bool gridha_slot_take_stop_mark(void);
 extern void gridha_slot_set_instance(const pg_uuid_t *id);
 extern void gridha_slot_set_state(GridhaWorkerState state, const char *service_id,
 								  const char *batch_id);
@@ -57,6 +58,7 @@ extern bool gridha_slot_is_self(const pg_uuid_t *id);
 
 /* Any session */
 extern pid_t gridha_slot_pid_of(const pg_uuid_t *id);
+extern pid_t gridha_slot_request_stop(const pg_uuid_t *id);
 extern void gridha_slots_wake_all(void);
 
 #endif							/* GRIDHA_SLOTS_H */

@@ -61,6 +61,19 @@
  *              the backoff's ceiling, a minute): no request of this worker
  *              goes to that target before it; the batches handed out
  *              meanwhile wait in hand
+ *   target call a call of a target's submit_function or status_function,
+ *              in a step of its own (submit_call_begin / submit_call_end):
+ *              the function is called by the OID the target was judged
+ *              with (an overload added since cannot change or break the
+ *              call), with search_path GRIDHA_TARGET_SEARCH_PATH, the
+ *              deferred triggers it queued fired before the call ends, and
+ *              nothing of it is left in the session afterwards: its
+ *              settings are undone, its temporary objects dropped and its
+ *              prepared statements deallocated
+ *   watchdog   while a target call runs: a call that goes on
+ *              SUBMIT_CANCEL_GRACE_MS past its cancel (the statement
+ *              timeout's, or SIGTERM's) swallowed it, and the worker ends
+ *              itself (FATAL, which no PL/pgSQL handler catches)
  *
  * The worker never waits on the network: every request is moved on by
  * gridha_submit_poll, which waits at most the time it is given (the worker
@@ -83,17 +96,24 @@
 #include <math.h>
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
+#include "commands/prepare.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
+#include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/ipc.h"
 #include "storage/lmgr.h"
 #include "utils/array.h"
+#include "nodes/makefuncs.h"
 #include "utils/builtins.h"
+#include "utils/formatting.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/lsyscache.h"
@@ -138,6 +158,12 @@
 #define SUBMIT_NOT_ANSWERED		"?"
 /* How long a stopping worker waits for the answers of its POSTs in flight */
 #define SUBMIT_STOP_DRAIN_MS	300
+/* How long a target call may run past its cancel before the worker ends */
+#define SUBMIT_CANCEL_GRACE_MS	2000
+/* How often the watchdog looks, while a target call runs */
+#define SUBMIT_WATCHDOG_MS		100
+/* The most of a submit function's unknown answer a batch's detail shows */
+#define SUBMIT_ANSWER_MAX_BYTES 200
 
 /*
  * The longest lock wait of a stopping worker (see
@@ -160,6 +186,7 @@
 volatile sig_atomic_t gridha_submit_in_step = false;
 volatile sig_atomic_t gridha_submit_stopping = false;
 volatile sig_atomic_t gridha_submit_committing = false;
+volatile sig_atomic_t gridha_submit_cancelled = false;
 
 static TimeoutId submit_stop_sync_timeout = MAX_TIMEOUTS;
 
@@ -343,7 +370,6 @@ static MemoryContext submit_batches_cxt = NULL; /* parent of in-flight batches *
 static GridhaHttp *submit_http = NULL;
 static GridhaHttpMulti *submit_multi = NULL;
 static pg_uuid_t submit_instance;
-static char *submit_user_search_path = NULL;	/* for target functions */
 static int	submit_in_flight = 0;
 static List *submit_in_hand = NIL;	/* SubmitBatch * POSTed and not done, in
 									 * submit_batches_cxt */
@@ -370,6 +396,14 @@ static bool submit_superuser = true;	/* the worker's role is a superuser, as
 static long submit_slot_ms = -1;	/* ms until a rate-limited target of a
 									 * ready head has a slot; -1: none */
 static HTAB *submit_omitted = NULL; /* SubmitOmitted, in TopMemoryContext */
+
+/* The watchdog of target calls (see the words at the top) */
+static TimeoutId submit_watchdog_timeout = MAX_TIMEOUTS;
+static bool submit_watchdog_armed = false;
+static TimestampTz submit_call_deadline = 0;	/* statement timeout + grace */
+static TimestampTz submit_cancel_seen = 0;	/* when it saw SIGTERM's cancel */
+static volatile sig_atomic_t submit_call_ended = false; /* it ended the worker */
+static const char *submit_call_target_name = NULL;	/* the target called */
 
 /*
  * submit_stop_sync_expired: a stopping worker's commit waited
@@ -415,13 +449,28 @@ gridha_submit_commit(void)
 }
 
 /*
+ * submit_exit_log: at the worker's exit, says why when the watchdog ended it
+ * (the FATAL before says only "due to administrator command").
+ */
+static void
+submit_exit_log(int code, Datum arg)
+{
+	if (submit_call_ended)
+		ereport(LOG,
+				(errmsg("gridha worker ended itself: a function of target \"%s\" ran on %d ms after it was cancelled",
+						submit_call_target_name ? submit_call_target_name : "?",
+						SUBMIT_CANCEL_GRACE_MS),
+				 errdetail("A target function that catches query_canceled cannot be stopped otherwise; the worker is started again unless an administrator stopped it or the server is shutting down.")));
+}
+
+/*
  * gridha_submit_init: the worker's HTTP handles and memory.
  */
 void
-gridha_submit_init(const pg_uuid_t *instance_id, const char *user_search_path)
+gridha_submit_init(const pg_uuid_t *instance_id)
 {
 	submit_instance = *instance_id;
-	submit_user_search_path = MemoryContextStrdup(TopMemoryContext, user_search_path);
+	before_shmem_exit(submit_exit_log, (Datum) 0);
 	submit_cxt = AllocSetContextCreate(TopMemoryContext, "gridha worker cycle",
 									   ALLOCSET_DEFAULT_SIZES);
 	submit_batches_cxt = AllocSetContextCreate(TopMemoryContext, "gridha batches in flight",
@@ -696,6 +745,64 @@ submit_handout_room(void)
 }
 
 /*
+ * submit_watchdog: a timeout handler (flags and the latch only), every
+ * SUBMIT_WATCHDOG_MS while a target call runs. When the call has run
+ * SUBMIT_CANCEL_GRACE_MS past the statement timeout, or past the cancel
+ * SIGTERM sent it, it swallowed that cancel: the worker ends (ProcDiePending
+ * makes the next interrupt check raise FATAL, which ends the process; no
+ * exception handler of the function can catch it).
+ */
+static void
+submit_watchdog(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (gridha_submit_cancelled && submit_cancel_seen == 0)
+		submit_cancel_seen = now;
+	if ((submit_call_deadline != 0 && now >= submit_call_deadline) ||
+		(submit_cancel_seen != 0 &&
+		 TimestampDifferenceExceeds(submit_cancel_seen, now, SUBMIT_CANCEL_GRACE_MS)))
+	{
+		submit_call_ended = true;
+		ProcDiePending = true;
+		InterruptPending = true;
+		SetLatch(MyLatch);
+	}
+}
+
+/*
+ * submit_watchdog_arm: starts the watchdog for a target call of the
+ * running step, whose statement timeout (when set) was armed at its start.
+ */
+static void
+submit_watchdog_arm(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (submit_watchdog_timeout == MAX_TIMEOUTS)
+		submit_watchdog_timeout = RegisterTimeout(USER_TIMEOUT, submit_watchdog);
+	submit_cancel_seen = 0;
+	submit_call_deadline = 0;
+	if (get_timeout_active(STATEMENT_TIMEOUT))
+		submit_call_deadline = TimestampTzPlusMilliseconds(get_timeout_finish_time(STATEMENT_TIMEOUT),
+														   SUBMIT_CANCEL_GRACE_MS);
+	enable_timeout_every(submit_watchdog_timeout,
+						 TimestampTzPlusMilliseconds(now, SUBMIT_WATCHDOG_MS), SUBMIT_WATCHDOG_MS);
+	submit_watchdog_armed = true;
+}
+
+/* submit_watchdog_disarm: the target call ended (any way); idempotent */
+static void
+submit_watchdog_disarm(void)
+{
+	if (!submit_watchdog_armed)
+		return;
+	disable_timeout(submit_watchdog_timeout, false);
+	submit_watchdog_armed = false;
+	submit_call_target_name = NULL;
+}
+
+/*
  * gridha_submit_bound_lock_wait: once the worker is stopping (SIGTERM), a
  * lock wait of the current transaction ends after at most
  * SUBMIT_STOP_LOCK_TIMEOUT_MS (gridha.worker_lock_timeout when that is
@@ -722,8 +829,8 @@ gridha_submit_bound_lock_wait(void)
  * runs with, applied again when they differ (at each step, at start, after
  * a reload): the lock timeout, and a search_path through which no object
  * planted in another schema can take part in its statements. Nothing a
- * target function sets survives its call (submit_call_target), and this
- * puts back what anything else may have changed.
+ * target function sets survives its call (submit_call_end), and this puts
+ * back what anything else may have changed.
  */
 void
 gridha_submit_pin_settings(void)
@@ -758,6 +865,7 @@ submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
 		*sqlstate = 0;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
+	gridha_submit_cancelled = false;
 	gridha_submit_in_step = true;
 	PG_TRY();
 	{
@@ -769,6 +877,7 @@ submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
 		SPI_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		fn(arg);
+		submit_watchdog_disarm();
 		SPI_finish();
 		PopActiveSnapshot();
 		disable_timeout(STATEMENT_TIMEOUT, false);
@@ -779,6 +888,7 @@ submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
 	{
 		ErrorData  *edata;
 
+		submit_watchdog_disarm();
 		disable_timeout(STATEMENT_TIMEOUT, false);
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
@@ -855,8 +965,33 @@ submit_strdup(MemoryContext cxt, const char *s)
 }
 
 /*
+ * submit_valid_text: s as far as it is valid in the database's encoding: a
+ * detail cut at a byte count (a buffer of the HTTP code, say) may end
+ * inside a character, and what the worker writes must load again from a
+ * dump. palloc'd.
+ */
+static char *
+submit_valid_text(const char *s)
+{
+	int			len = strlen(s);
+
+	return pnstrdup(s, pg_encoding_verifymbstr(GetDatabaseEncoding(), s, len));
+}
+
+/*
+ * submit_clip: at most max_bytes of s, cut on a character boundary.
+ * palloc'd.
+ */
+static char *
+submit_clip(const char *s, int max_bytes)
+{
+	return pnstrdup(s, pg_mbcliplen(s, strlen(s), max_bytes));
+}
+
+/*
  * submit_add_report: queues a report of a submission's outcome, or of a
- * ledger status (status true); sent by submit_flush.
+ * ledger status (status true); sent by submit_flush. The detail is cut
+ * before the first byte not valid in the database's encoding.
  */
 static void
 submit_add_report(bool status, const char *service_id, const char *batch_id, int64 epoch,
@@ -869,7 +1004,7 @@ submit_add_report(bool status, const char *service_id, const char *batch_id, int
 	r->batch_id = pstrdup(batch_id);
 	r->epoch = epoch;
 	r->word = pstrdup(word);
-	r->detail = detail ? pstrdup(detail) : NULL;
+	r->detail = detail ? submit_valid_text(detail) : NULL;
 	r->commit_after = commit_after;
 	if (status)
 		submit_statuses = lappend(submit_statuses, r);
@@ -1040,32 +1175,56 @@ typedef struct SubmitCall
 } SubmitCall;
 
 /*
- * submit_call_target: runs a target function's statement (sql, with its
- * arguments) in a GUC nest level of its own: its body runs with the
- * search_path a session of the worker's role would have, and every setting
- * it changes, SET LOCAL or SET or set_config(..., false) alike, is undone
- * when the call returns (an error undoes them with the transaction). So
- * nothing a target function does to the session outlives its call; in
- * particular the search_path of the worker's own statements stays
- * GRIDHA_WORKER_SEARCH_PATH.
+ * submit_call_begin: a target call starts (see the words at the top): a GUC
+ * nest level of its own with search_path GRIDHA_TARGET_SEARCH_PATH, so
+ * every setting the function changes, SET LOCAL or SET or
+ * set_config(..., false) alike, is undone when the call ends (an error
+ * undoes them with the transaction); no prepared statement a call left
+ * (PREPARE is not undone by an error) is there for it; the watchdog runs.
+ *
+ * The path is gridha's, never a role's, a database's or "$user": pg_catalog
+ * first, pg_temp last, and no schema anyone else may write to. It is the
+ * path PostgreSQL 17 runs index expressions and materialized views with
+ * during maintenance. A function that needs other schemas names them, or
+ * sets its own path (CREATE FUNCTION ... SET search_path).
  *
  * Target functions run only as a role that is not a superuser: a worker
  * connected as one (gridha.worker_role empty or a superuser) never gets
- * here (submit_refuses_functions).
+ * here (submit_refuses_functions). Returns the nest level.
  */
-static void
-submit_call_target(const char *sql, int nargs, Oid *types, Datum *args, const char *nulls,
-				   long maxrows)
+static int
+submit_call_begin(const char *target)
 {
 	int			nest = NewGUCNestLevel();
-	int			rc;
 
-	(void) set_config_option("search_path", submit_user_search_path, PGC_USERSET,
+	(void) set_config_option("search_path", GRIDHA_TARGET_SEARCH_PATH, PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	rc = SPI_execute_with_args(sql, nargs, types, args, nulls, false, maxrows);
+	DropAllPreparedStatements();
+	submit_watchdog_arm();
+	submit_call_target_name = target;
+	return nest;
+}
+
+/*
+ * submit_call_end: a target call returned: the deferred triggers it queued
+ * fire now, under its time limit and watchdog (not at the commit, which
+ * runs with neither); then its settings are undone and its temporary
+ * objects dropped (as DISCARD TEMP does) and its prepared statements
+ * deallocated, in the step's transaction, so that none of them is ever
+ * committed: no later call, of this target or another, finds a table,
+ * trigger or function it made in pg_temp. Errors go up as the call's own.
+ */
+static void
+submit_call_end(int nest)
+{
+	CommandCounterIncrement();
+	if (SPI_execute("SET CONSTRAINTS ALL IMMEDIATE", false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "gridha: could not fire the deferred triggers of a target call");
+	submit_watchdog_disarm();
 	AtEOXact_GUC(false, nest);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "gridha: target function call failed: %s", SPI_result_code_string(rc));
+	ResetTempTableNamespace();
+	DropAllPreparedStatements();
+	CommandCounterIncrement();
 }
 
 /*
@@ -1085,31 +1244,43 @@ submit_refuses_functions(void)
 }
 
 /*
- * submit_function_name: the schema-qualified name of a function that
- * exists, or an error: the worker never calls what it could not find. The
- * function is locked (as a DROP FUNCTION would find it: AccessShareLock on
- * the object) until the step's transaction ends, so it cannot be dropped
- * between this look-up and the call: a drop committed meanwhile would make
- * the call fail with "cache lookup failed" instead of this error.
+ * submit_function_lock: fn exists and has the shape of a submit (set
+ * false) or status (set true) function, or an error: the worker never
+ * calls what it could not find. The function is locked (as a DROP FUNCTION
+ * would find it: AccessShareLock on the object) until the step's
+ * transaction ends, so it cannot be dropped between this look-up and the
+ * call: a drop committed meanwhile would make the call fail with "cache
+ * lookup failed" instead of this error. It is called by this OID, never by
+ * its name: an overload someone adds to its schema changes nothing.
  */
-static char *
-submit_function_name(Oid fn, const char *column, const char *target)
+static void
+submit_function_lock(Oid fn, const char *column, const char *target, bool set)
 {
-	char	   *nsp;
-	char	   *name;
+	HeapTuple	tup;
+	bool		shaped;
 
 	LockDatabaseObject(ProcedureRelationId, fn, 0, AccessShareLock);
-	if (!SearchSysCacheExists1(PROCOID, ObjectIdGetDatum(fn)))
+	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+	if (!HeapTupleIsValid(tup))
 		ereport(ERROR,
 				(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
 				 errmsg("%s of target \"%s\" (OID %u) does not exist", column, target, fn)));
-	nsp = get_namespace_name(get_func_namespace(fn));
-	name = get_func_name(fn);
-	if (nsp == NULL || name == NULL)
+	shaped = ((Form_pg_proc) GETSTRUCT(tup))->proretset == set &&
+		((Form_pg_proc) GETSTRUCT(tup))->pronargs == (set ? 1 : 4) &&
+		((Form_pg_proc) GETSTRUCT(tup))->prokind == PROKIND_FUNCTION;
+	ReleaseSysCache(tup);
+	if (!shaped)
 		ereport(ERROR,
 				(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
-				 errmsg("%s of target \"%s\" (OID %u) does not exist", column, target, fn)));
-	return quote_qualified_identifier(nsp, name);
+				 errmsg("%s of target \"%s\" (OID %u) is not a %s function", column, target, fn,
+						set ? "status" : "submit")));
+}
+
+/* submit_text_const: a text constant (NULL: a null one) */
+static Const *
+submit_text_const(Oid type, Datum value, bool isnull)
+{
+	return makeConst(type, -1, DEFAULT_COLLATION_OID, -1, value, isnull, false);
 }
 
 static void
@@ -1117,37 +1288,44 @@ submit_function_step(void *arg)
 {
 	SubmitCall *call = (SubmitCall *) arg;
 	SubmitBatch *b = call->batch;
-	Oid			types[4] = {TEXTOID, TEXTOID, BYTEAOID, INT8OID};
-	Datum		args[4];
-	char		nulls[5] = "    ";
-	StringInfoData sql;
-	char	   *v;
+	List	   *args;
+	FuncExpr   *expr;
+	ExprState  *state;
+	ExprContext *econtext;
+	Datum		result;
+	bool		isnull;
+	int			nest;
 
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT %s($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.bytea, $4::pg_catalog.int8)::pg_catalog.text",
-					 submit_function_name(b->submit_function, "submit_function", b->target));
-	args[0] = CStringGetTextDatum(b->service_id);
-	args[1] = CStringGetTextDatum(b->batch_id);
-	args[2] = b->payload ? PointerGetDatum(b->payload) : (Datum) 0;
-	if (b->payload == NULL)
-		nulls[2] = 'n';
-	args[3] = Int64GetDatum(b->epoch);
-	submit_call_target(sql.data, 4, types, args, nulls, 1);
-	if (SPI_processed != 1)
-		elog(ERROR, "gridha: submit function returned no row");
-	v = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
-	call->outcome = v ? MemoryContextStrdup(submit_cxt, v) : NULL;
+	submit_function_lock(b->submit_function, "submit_function", b->target, false);
+	args = list_make4(submit_text_const(TEXTOID, CStringGetTextDatum(b->service_id), false),
+					  submit_text_const(TEXTOID, CStringGetTextDatum(b->batch_id), false),
+					  makeConst(BYTEAOID, -1, InvalidOid, -1,
+								b->payload ? PointerGetDatum(b->payload) : (Datum) 0,
+								b->payload == NULL, false),
+					  makeConst(INT8OID, -1, InvalidOid, sizeof(int64),
+								Int64GetDatum(b->epoch), false, FLOAT8PASSBYVAL));
+	expr = makeFuncExpr(b->submit_function, TEXTOID, args, InvalidOid,
+						DEFAULT_COLLATION_OID, COERCE_EXPLICIT_CALL);
+	econtext = CreateStandaloneExprContext();
+	nest = submit_call_begin(b->target);
+	/* the executor checks EXECUTE, and runs a SECURITY DEFINER's as its owner */
+	state = ExecInitExpr((Expr *) expr, NULL);
+	result = ExecEvalExprSwitchContext(state, econtext, &isnull);
+	call->outcome = isnull ? NULL : MemoryContextStrdup(submit_cxt, TextDatumGetCString(result));
+	FreeExprContext(econtext, true);
+	submit_call_end(nest);
 }
 
 /*
  * submit_by_function: calls the target's function in a step and takes its
- * word; a failure, a timeout, a cancel or another word delays the batch.
+ * word; a failure, a timeout, a cancel or another word delays the batch
+ * (the word, cut to whole characters, in its detail).
  */
 static void
 submit_by_function(SubmitBatch *b)
 {
 	SubmitCall	call = {b, NULL};
-	char		detail[256];
+	char	   *detail;
 
 	gridha_slot_set_state(GRIDHA_WS_SUBMITTING, b->service_id, b->batch_id);
 	if (submit_step(submit_function_step, &call, "submit function", NULL) &&
@@ -1155,13 +1333,13 @@ submit_by_function(SubmitBatch *b)
 		(strcmp(call.outcome, "accepted") == 0 || strcmp(call.outcome, "delayed") == 0 ||
 		 strcmp(call.outcome, "rejected") == 0))
 	{
-		snprintf(detail, sizeof(detail), "submit function: %s", call.outcome);
+		detail = psprintf("submit function: %s", call.outcome);
 		submit_batch_done(b, call.outcome, detail);
 		return;
 	}
 	/* the function failed or said something else: try again later */
-	snprintf(detail, sizeof(detail), "submit function failed or returned \"%s\"",
-			 call.outcome ? call.outcome : "null");
+	detail = psprintf("submit function failed or returned \"%s\"",
+					  call.outcome ? submit_clip(call.outcome, SUBMIT_ANSWER_MAX_BYTES) : "null");
 	submit_batch_done(b, "delayed", detail);
 }
 
@@ -1665,27 +1843,69 @@ submit_status_function_step(void *arg)
 {
 	static const char *const words[] = {"pending", "valid", "committed", "invalid", "unknown"};
 	SubmitStatusCall *call = (SubmitStatusCall *) arg;
-	Oid			types[1] = {TEXTARRAYOID};
-	Datum		args[1];
 	Datum	   *ids = palloc(sizeof(Datum) * call->n);
-	StringInfoData sql;
-	uint64		i;
+	FuncExpr   *expr;
+	ExprContext *econtext;
+	SetExprState *state;
+	MemoryContext argcxt;
+	Tuplestorestate *rows;
+	TupleTableSlot *slot;
+	TupleDesc	desc;
+	Oid			rettype;
+	List	   *got_ids = NIL;
+	List	   *got_words = NIL;
+	ListCell   *lc;
+	ListCell   *lw;
+	int			nest;
 	int			k;
 
+	submit_function_lock(call->function, "status_function", call->target, true);
+	if (get_func_result_type(call->function, &rettype, &desc) != TYPEFUNC_COMPOSITE ||
+		desc->natts != 2 || TupleDescAttr(desc, 0)->atttypid != TEXTOID ||
+		TupleDescAttr(desc, 1)->atttypid != TEXTOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
+				 errmsg("status_function of target \"%s\" (OID %u) is not a status function",
+						call->target, call->function)));
 	for (k = 0; k < call->n; k++)
 		ids[k] = CStringGetTextDatum(call->entries[k].batch_id);
-	args[0] = gridha_text_array(ids, call->n);
+	expr = makeFuncExpr(call->function, rettype,
+						list_make1(submit_text_const(TEXTARRAYOID, gridha_text_array(ids, call->n), false)),
+						InvalidOid, DEFAULT_COLLATION_OID, COERCE_EXPLICIT_CALL);
+	expr->funcretset = true;
+	econtext = CreateStandaloneExprContext();
+	argcxt = AllocSetContextCreate(CurrentMemoryContext, "gridha status function arguments",
+								   ALLOCSET_DEFAULT_SIZES);
+	nest = submit_call_begin(call->target);
+	state = ExecInitTableFunctionResult((Expr *) expr, econtext, NULL);
+	rows = ExecMakeTableFunctionResult(state, econtext, argcxt, desc, false);
+	slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
+	while (tuplestore_gettupleslot(rows, true, false, slot))
+	{
+		bool		isnull;
+		Datum		d;
+		char	   *w = NULL;
 
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT f.batch_id::pg_catalog.text, pg_catalog.lower(f.status::pg_catalog.text)"
-					 " FROM %s($1::pg_catalog.text[]) AS f(batch_id, status)",
-					 submit_function_name(call->function, "status_function", call->target));
-	submit_call_target(sql.data, 1, types, args, NULL, 0);
+		d = slot_getattr(slot, 1, &isnull);
+		got_ids = lappend(got_ids, isnull ? NULL : TextDatumGetCString(d));
+		d = slot_getattr(slot, 2, &isnull);
+		if (!isnull)
+		{
+			w = TextDatumGetCString(d);
+			w = str_tolower(w, strlen(w), DEFAULT_COLLATION_OID);
+		}
+		got_words = lappend(got_words, w);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	tuplestore_end(rows);
+	FreeExprContext(econtext, true);
+	MemoryContextDelete(argcxt);
+	submit_call_end(nest);
 
 	/* check every row first: an unknown word means nothing is applied */
-	for (i = 0; i < SPI_processed; i++)
+	foreach(lw, got_words)
 	{
-		char	   *w = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+		char	   *w = lfirst(lw);
 		bool		known = false;
 
 		for (k = 0; k < lengthof(words); k++)
@@ -1697,14 +1917,13 @@ submit_status_function_step(void *arg)
 			return;
 		}
 	}
-	for (i = 0; i < SPI_processed; i++)
+	forboth(lc, got_ids, lw, got_words)
 	{
-		char	   *id = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		char	   *w = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2);
+		char	   *id = lfirst(lc);
 
 		for (k = 0; k < call->n; k++)
 			if (id != NULL && strcmp(id, call->entries[k].batch_id) == 0)
-				strlcpy(call->entries[k].status, w, sizeof(call->entries[k].status));
+				strlcpy(call->entries[k].status, lfirst(lw), sizeof(call->entries[k].status));
 	}
 }
 

@@ -25,8 +25,11 @@ extern volatile sig_atomic_t gridha_submit_stopping;
 /* Set while the worker commits (gridha_submit_commit): SIGTERM cancels a
  * wait for a synchronous standby */
 extern volatile sig_atomic_t gridha_submit_committing;
+/* Set by SIGTERM when it cancelled the running step: a target function
+ * that swallows the cancel is ended (see submit.c) */
+extern volatile sig_atomic_t gridha_submit_cancelled;
 
-extern void gridha_submit_init(const pg_uuid_t *instance_id, const char *user_search_path);
+extern void gridha_submit_init(const pg_uuid_t *instance_id);
 extern bool gridha_submit_cycle(void);
 extern int	gridha_submit_in_flight(void);
 extern int	gridha_submit_poll(long wait_ms);
@@ -41,5 +44,7 @@ extern void gridha_submit_commit(void);
 
 /* The search_path every statement of a worker runs with */
 #define GRIDHA_WORKER_SEARCH_PATH "pg_catalog, gridha, pg_temp"
+/* ... and a target function is called with */
+#define GRIDHA_TARGET_SEARCH_PATH "pg_catalog, pg_temp"
 
 #endif							/* GRIDHA_SUBMIT_H */

@@ -57,6 +57,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -679,6 +680,22 @@ targets_note_log(TargetsNoted *n, TimestampTz now, bool first)
 }
 
 /*
+ * targets_note_detail: a noted failure's last detail, cut to whole
+ * characters (a line of the log, valid in the database's encoding).
+ */
+static void
+targets_note_detail(TargetsNoted *n, const char *detail)
+{
+	int			len;
+
+	if (detail == NULL)
+		detail = "";
+	len = pg_mbcliplen(detail, strlen(detail), sizeof(n->detail) - 1);
+	memcpy(n->detail, detail, len);
+	n->detail[len] = '\0';
+}
+
+/*
  * gridha_target_note: one more failure of what (a short phrase: "status
  * URL unreachable") for a target. The first is logged at once; repeats
  * are counted and logged as one line with the count at most once every
@@ -712,7 +729,7 @@ gridha_target_note(const char *target, const char *what, const char *detail)
 		n->what = pstrdup(what);
 		targets_noted = lappend(targets_noted, n);
 		MemoryContextSwitchTo(old);
-		strlcpy(n->detail, detail ? detail : "", sizeof(n->detail));
+		targets_note_detail(n, detail);
 		n->total = 1;
 		targets_note_log(n, now, true);
 		return n->total;
@@ -721,7 +738,7 @@ gridha_target_note(const char *target, const char *what, const char *detail)
 		n->first_at = now;
 	n->count++;
 	n->total++;
-	strlcpy(n->detail, detail ? detail : "", sizeof(n->detail));
+	targets_note_detail(n, detail);
 	if (TimestampDifferenceExceeds(n->logged_at, now, TARGETS_WARN_EVERY_MS))
 		targets_note_log(n, now, false);
 	return n->total;

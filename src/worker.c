@@ -21,21 +21,34 @@
  * a cancel does in a normal backend; no new batch is handed out, the POSTs
  * in flight get a few hundred milliseconds to be answered, every outcome is
  * reported (a POST that got no answer as delayed), the claims are released,
- * and the worker exits with 0 within a second, so the postmaster does not
- * start it again. The worker never blocks on a ledger: while requests are
- * out it moves them on 20 ms at a time (gridha_submit_poll) and looks at
- * its latch in between, so SIGTERM, postmaster death and new work are seen
- * however a ledger answers, or does not. A worker
- * that exits with an error (or crashes) is started again after
- * GRIDHA_WORKER_RESTART_S seconds as a new instance. In binary-upgrade
- * mode (the servers pg_upgrade starts) no worker is registered, none
- * runs, and start_worker() refuses.
+ * and the worker exits within a second. A target function that swallows
+ * the cancel is not waited for: the worker ends itself (FATAL) once it has
+ * run past the cancel by SUBMIT_CANCEL_GRACE_MS (submit.c). The worker
+ * never blocks on a ledger: while requests are out it moves them on 20 ms
+ * at a time (gridha_submit_poll) and looks at its latch in between, so
+ * SIGTERM, postmaster death and new work are seen however a ledger
+ * answers, or does not.
+ *
+ * Restarts: a worker exits with 0 (the postmaster forgets it) only when an
+ * administrator stopped it (gridha.stop_worker leaves a stop mark, see
+ * slots.c); ended any other way (pg_terminate_backend by its own role or a
+ * target function of it, DROP DATABASE, an error, a crash, its own FATAL)
+ * it exits with 1 or worse and is started again after
+ * GRIDHA_WORKER_RESTART_S seconds as a new instance. At a server shutdown
+ * the postmaster starts nothing again, whatever the exit.
+ *
+ * In binary-upgrade mode (the servers pg_upgrade starts) no worker is
+ * registered, none runs, and start_worker() refuses.
  *
  * The worker runs as gridha.worker_role (the bootstrap superuser when it
  * is empty, with a WARNING: it then submits to URL targets only, and calls
- * no target function), with search_path pinned to pg_catalog, gridha,
+ * no target function). Its settings are the server's: what ALTER ROLE or
+ * ALTER DATABASE set for its role and database is put back to the value
+ * the server gave it before it connected (worker_drop_role_settings).
+ * Its own statements run with search_path pinned to pg_catalog, gridha,
  * pg_temp and its own lock timeout, both applied again at every step; its
- * steps run under gridha.worker_statement_timeout (see submit.c). It never
+ * steps run under gridha.worker_statement_timeout (see submit.c; target
+ * functions are called with search_path pg_catalog, pg_temp). It never
  * runs SQL as a superuser once its session may have run a target's code:
  * its instance is registered through gridha.worker_register (SQL 1.2), as
  * the worker role; only on an older SQL, as the bootstrap superuser, and
@@ -64,9 +77,11 @@
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/guc_tables.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "gridha.h"
 #include "instances.h"
 #include "slots.h"
@@ -87,7 +102,16 @@ StaticAssertDecl(sizeof(GridhaWorkerStart) <= BGW_EXTRALEN,
 				 "GridhaWorkerStart must fit in bgw_extra");
 
 static volatile sig_atomic_t worker_got_sigterm = false;
-static char *worker_user_search_path = NULL;	/* before it was pinned */
+
+/* A setting as the server gave it, before the worker connected */
+typedef struct WorkerSetting
+{
+	char	   *name;
+	char	   *value;
+} WorkerSetting;
+
+static WorkerSetting *worker_settings = NULL;
+static int	worker_nsettings = 0;
 
 PGDLLEXPORT void gridha_worker_main(Datum main_arg);
 
@@ -191,11 +215,95 @@ worker_sigterm(SIGNAL_ARGS)
 	{
 		QueryCancelPending = true;
 		InterruptPending = true;
+		/* a target function that swallows it is ended (submit.c) */
+		if (gridha_submit_in_step)
+			gridha_submit_cancelled = true;
 	}
 	worker_got_sigterm = true;
 	gridha_submit_stopping = true;
 	SetLatch(MyLatch);
 	errno = save_errno;
+}
+
+/*
+ * worker_save_settings: before the worker connects, the value the server
+ * gives each setting (postgresql.conf, ALTER SYSTEM, the defaults). PL/pgSQL
+ * is loaded first, so that its settings are among them.
+ */
+static void
+worker_save_settings(void)
+{
+	struct config_generic **vars;
+	int			n;
+	int			i;
+
+	load_file("plpgsql", false);
+	vars = gridha_guc_variables(&n);
+	worker_settings = MemoryContextAllocZero(TopMemoryContext, sizeof(WorkerSetting) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		const char *value = GetConfigOption(vars[i]->name, true, false);
+
+		if (value == NULL)
+			continue;
+		worker_settings[worker_nsettings].name = MemoryContextStrdup(TopMemoryContext, vars[i]->name);
+		worker_settings[worker_nsettings].value = MemoryContextStrdup(TopMemoryContext, value);
+		worker_nsettings++;
+	}
+}
+
+/*
+ * worker_drop_role_settings: puts back every setting that ALTER ROLE or
+ * ALTER DATABASE gave the worker's session when it connected (for its
+ * role, its database, or all of them) to the value the server gave it
+ * (worker_save_settings), as the session's default: a role may set its
+ * own defaults and a database owner the database's, and neither may
+ * change how the worker, or a target function, runs (a search_path, a
+ * role, a read-only default). Settings the worker cannot change after
+ * connecting (log_connections) and those of a transaction are left; a
+ * custom setting no library defines is too (the worker has no value of
+ * the server's for it): target functions must not trust those.
+ */
+static void
+worker_drop_role_settings(void)
+{
+	struct config_generic **vars;
+	int			n;
+	int			i;
+
+	StartTransactionCommand();
+	vars = gridha_guc_variables(&n);
+	for (i = 0; i < n; i++)
+	{
+		struct config_generic *var = vars[i];
+		int			k;
+
+		if (var->source != PGC_S_GLOBAL && var->source != PGC_S_DATABASE &&
+			var->source != PGC_S_USER && var->source != PGC_S_DATABASE_USER)
+			continue;
+		if (var->context != PGC_USERSET && var->context != PGC_SUSET)
+			continue;
+		if (strncmp(var->name, "transaction_", 12) == 0)
+			continue;
+		for (k = 0; k < worker_nsettings; k++)
+			if (strcmp(worker_settings[k].name, var->name) == 0)
+				break;
+		if (k == worker_nsettings)
+			continue;
+		(void) set_config_option(var->name, worker_settings[k].value, PGC_SUSET,
+								 PGC_S_OVERRIDE, GUC_ACTION_SET, true, WARNING, false);
+	}
+	CommitTransactionCommand();
+}
+
+/*
+ * worker_exit: ends the worker: with 0 (not started again) when an
+ * administrator stopped it, with 1 (started again) otherwise.
+ */
+static void
+worker_exit(void)
+{
+	proc_exit(gridha_slot_take_stop_mark() ? 0 : 1);
 }
 
 /*
@@ -470,13 +578,18 @@ gridha_worker_main(Datum main_arg)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("gridha workers need shared_preload_libraries = 'gridha'")));
-	gridha_slot_take(start.label);
+	gridha_slot_take(start.label, DatumGetInt32(main_arg), &start.instance_id);
+	/* an administrator stopped the run before this one, which was ended by force */
+	if (gridha_slot_take_stop_mark())
+		proc_exit(0);
 	/* dynamic: known by the id start_worker returned from the start */
 	if (DatumGetInt32(main_arg) == 0)
 		gridha_slot_set_instance(&start.instance_id);
 
 	role = gridha_worker_role != NULL && gridha_worker_role[0] != '\0' ? gridha_worker_role : NULL;
+	worker_save_settings();
 	BackgroundWorkerInitializeConnection(gridha_database, role, 0);
+	worker_drop_role_settings();
 	StartTransactionCommand();
 	as_superuser = superuser();
 	CommitTransactionCommand();
@@ -489,12 +602,11 @@ gridha_worker_main(Datum main_arg)
 	snprintf(appname, sizeof(appname), "gridha %s", start.label);
 	SetConfigOption("application_name", appname, PGC_USERSET, PGC_S_SESSION);
 	pgstat_report_appname(appname);
-	worker_user_search_path = pstrdup(GetConfigOption("search_path", false, false));
 	worker_apply_settings();
 
 	/* gridha may be created later: wait for it, quietly */
 	if (!worker_wait_for_extension())
-		proc_exit(0);
+		worker_exit();
 
 	/* static workers: a fresh id; dynamic: the one start_worker returned */
 	instance_id = start.instance_id;
@@ -505,7 +617,7 @@ gridha_worker_main(Datum main_arg)
 			(errmsg("gridha worker \"%s\" started as instance %s", start.label,
 					worker_id_text(&instance_id))));
 
-	gridha_submit_init(&instance_id, worker_user_search_path);
+	gridha_submit_init(&instance_id);
 	while (!worker_serve())
 	{
 		/* the extension was dropped: forget what was under way, wait */
@@ -528,7 +640,7 @@ gridha_worker_main(Datum main_arg)
 	ereport(LOG,
 			(errmsg("gridha worker \"%s\" (instance %s) stopped and released its claims",
 					start.label, worker_id_text(&instance_id))));
-	proc_exit(0);
+	worker_exit();
 }
 
 /*
@@ -611,8 +723,9 @@ PG_FUNCTION_INFO_V1(gridha_stop_worker);
 /*
  * gridha_stop_worker: SQL gridha.stop_worker(instance_id) -> boolean. Asks
  * the worker that is this instance to stop (SIGTERM: it reports what it has
- * in flight, releases its claims, exits). False when no running worker is
- * it. Workers belong to gridha.worker_role, and stopping them is an
+ * in flight, releases its claims, exits) for good: it is not started again,
+ * even when a target function that will not stop makes it end by force.
+ * False when no running worker is it. Workers belong to gridha.worker_role, and stopping them is an
  * administrator's duty: the privilege to execute this function (the
  * extension's owner, gridha_admin) is the check, not the instance's owner.
  */
@@ -623,7 +736,7 @@ gridha_stop_worker(PG_FUNCTION_ARGS)
 	pid_t		pid;
 
 	worker_require_shared();
-	pid = gridha_slot_pid_of(DatumGetUUIDP(id));
+	pid = gridha_slot_request_stop(DatumGetUUIDP(id));
 	if (pid == 0)
 		PG_RETURN_BOOL(false);
 	if (kill(pid, SIGTERM) != 0)
