@@ -1875,7 +1875,7 @@ CREATE TRIGGER instances_owner_stamp
  */
 CREATE FUNCTION gridha.instances_restored()
 RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE plpgsql
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 DECLARE

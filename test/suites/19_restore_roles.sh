@@ -110,7 +110,8 @@ NBATCH=$(q -d r19_src -c "SELECT count(*) FROM gridha.batches")
 restore_as() { # DB OPTS...: createdb, pg_restore as r19_admin; prints the count
 	local db=$1
 	shift
-	q -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db OWNER r19_admin" >/dev/null
+	q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db" \
+		-c "CREATE DATABASE $db OWNER r19_admin" >/dev/null
 	"$PG_BINDIR/pg_restore" -U r19_admin -d "$db" "$@" "$WORK/r19.dump" >"$WORK/$db.err" 2>&1
 	echo "exit $? batches $(q -d "$db" -c "SELECT count(*) FROM gridha.batches" 2>/dev/null)"
 }
