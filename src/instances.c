@@ -62,8 +62,8 @@
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
-#include "executor/spi.h"
 #include "common/hashfn.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
 #include "utils/acl.h"
@@ -599,7 +599,7 @@ instances_insert_as(Datum instance_id, Oid caller, bool owned)
 	gridha_exec(&instances_insert_owned, args, NULL, false);
 	if (SPI_processed > 0)
 		return;
-	/* another session registered it meanwhile: on this cluster */
+	/* another session registered it meanwhile, on this cluster */
 	gridha_exec(&instances_owner, args, NULL, false);
 	if (SPI_processed == 0)
 		return;
