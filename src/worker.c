@@ -435,7 +435,8 @@ worker_serve(void)
  * gridha.worker_role: a worker cannot connect twice, and connecting as a
  * role that is missing or cannot log in ends the process, which the
  * postmaster starts again 5 s later, for ever. The check connects as the
- * bootstrap superuser, runs no code but catalog look-ups, puts its answer
+ * bootstrap superuser to no database (roles are in shared catalogs), runs
+ * no code but catalog look-ups, puts its answer
  * in the slot of the worker that asked (main_arg; bgw_extra holds that
  * worker's pid) and exits.
  */
@@ -450,7 +451,8 @@ gridha_role_check_main(Datum main_arg)
 
 	memcpy(&worker_pid, MyBgworkerEntry->bgw_extra, sizeof(worker_pid));
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(gridha_database, NULL, 0);
+	/* roles are shared catalogs: no database, so a missing one costs nothing */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	StartTransactionCommand();
 	role_oid = get_role_oid(gridha_worker_role, true);
@@ -479,8 +481,8 @@ gridha_role_check_main(Datum main_arg)
 /*
  * worker_check_role: asks a role check (gridha_role_check_main) whether
  * the role can serve as a worker's; GRIDHA_ROLE_UNKNOWN when no check
- * could run (no background worker free, the database missing): the
- * worker then connects as before.
+ * could run (no background worker free): the worker then connects as
+ * before.
  */
 static GridhaRoleCheck
 worker_check_role(void)
