@@ -34,7 +34,8 @@
 -- granted CREATE) could then plant an operator, function or type there that
 -- gridha's SECURITY DEFINER functions would resolve and run with the
 -- extension owner's rights. So the install refuses a schema it did not just
--- create: one owned by another role, or one that grants CREATE to anyone.
+-- create: one owned by another role that is not a superuser, or one that
+-- grants CREATE to a role that is neither the installer nor a superuser.
 -- Every name below is qualified, so nothing planted can answer for it.
 
 DO $schema$
@@ -46,7 +47,13 @@ BEGIN
       FROM pg_catalog.pg_namespace n
       JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
      WHERE n.nspname OPERATOR(pg_catalog.=) 'gridha';
-    IF owner_name OPERATOR(pg_catalog.<>) CURRENT_USER THEN
+    -- A superuser's schema is as safe as the installer's own: a superuser
+    -- can do anything a planted object could. A restore made by another
+    -- superuser than the dump's owner creates the schema, gives it to the
+    -- dump's owner, then creates the extension (issue 39).
+    IF owner_name OPERATOR(pg_catalog.<>) CURRENT_USER
+       AND NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r
+                 WHERE r.rolname OPERATOR(pg_catalog.=) owner_name) THEN
         RAISE EXCEPTION 'schema gridha belongs to role "%", not to "%"', owner_name, CURRENT_USER
             USING ERRCODE = '42501',
                   DETAIL = 'gridha installs only into a schema of its own: objects another role placed there would run with the extension''s rights.',
@@ -55,7 +62,9 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.aclexplode(acl) a
                 WHERE a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
                   AND a.grantee OPERATOR(pg_catalog.<>) (SELECT r.oid FROM pg_catalog.pg_roles r
-                                                          WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER)) THEN
+                                                          WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER)
+                  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                                   WHERE r.oid OPERATOR(pg_catalog.=) a.grantee AND r.rolsuper)) THEN
         RAISE EXCEPTION 'schema gridha grants CREATE to roles other than its owner'
             USING ERRCODE = '42501',
                   DETAIL = 'Objects another role placed there would run with the extension''s rights.',
@@ -128,9 +137,11 @@ CREATE TABLE gridha.instances (
     owner         name,
     soft_expiry   timestamptz,
     hard_expiry   timestamptz,
-    held          integer NOT NULL DEFAULT 0
+    held          integer NOT NULL DEFAULT 0,
     -- 1.2: shed (requests to hand back idle claims) is gone: idle claims
     -- stay where they are
+    -- 1.3
+    owner_cluster bigint
 );
 
 COMMENT ON TABLE gridha.instances IS
@@ -1596,7 +1607,7 @@ END
 $$;
 
 COMMENT ON FUNCTION gridha.set_instance_owner(uuid, regrole) IS
-'gives an instance an owner (administrators): only members of that role may act as it; an instance without an owner is refused to everyone but superusers';
+'gives an instance an owner, or confirms a restored instance''s owner on this cluster (administrators): only members of that role may act as it; an instance without an owner, or whose owner is not confirmed here, is refused to everyone but superusers';
 
 REVOKE ALL ON FUNCTION gridha.worker_register(uuid, text), gridha.worker_orphans(uuid),
     gridha.move_service(text, text),
@@ -1952,3 +1963,82 @@ CREATE TRIGGER instances_guard_claims
 CREATE TRIGGER instances_guard_truncate
     AFTER TRUNCATE ON gridha.instances
     FOR EACH STATEMENT EXECUTE FUNCTION gridha.instances_guard_claims();
+
+-- --- issue 39: restores by any superuser; restored instances' owners ---
+
+COMMENT ON COLUMN gridha.instances.owner_cluster IS
+'the system identifier of the cluster on which the owner was set (registration, first use, set_instance_owner): on another cluster, unless this database ran there before (gridha.epoch_bands), the owner is not confirmed and only superusers may act as the instance';
+
+/*
+ * instances_owner_stamp: an owner set here (a registration, a first use,
+ * set_instance_owner) is set on this cluster. A row that arrives with the
+ * cluster it was owned on (a restore) keeps it.
+ */
+CREATE FUNCTION gridha.instances_owner_stamp()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'gridha_instances_owner_stamp'
+LANGUAGE C
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.instances_owner_stamp() IS
+'trigger: an owner written on this cluster (INSERT without owner_cluster, UPDATE OF owner) gets this cluster''s system identifier in owner_cluster';
+
+CREATE TRIGGER instances_owner_stamp
+    BEFORE INSERT OR UPDATE OF owner ON gridha.instances
+    FOR EACH ROW EXECUTE FUNCTION gridha.instances_owner_stamp();
+
+/*
+ * instances_restored: a statement that brings instances owned on another
+ * cluster (a restore's COPY) says, once, whose owners are missing here or
+ * only share a name with a role here, and how an administrator confirms
+ * them. Until then only superusers act as those instances.
+ */
+CREATE FUNCTION gridha.instances_restored()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    here      bigint := (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s);
+    missing   text;
+    ambiguous text;
+    fix       text;
+    n         bigint;
+BEGIN
+    WITH unconfirmed AS (
+        SELECT r.owner, count(*) AS instances,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_roles p WHERE p.rolname = r.owner) AS exists_here
+          FROM restored r
+         WHERE r.owner IS NOT NULL
+           AND r.owner_cluster IS DISTINCT FROM here
+           AND NOT EXISTS (SELECT 1 FROM gridha.epoch_bands e
+                            WHERE e.system_identifier = r.owner_cluster)
+         GROUP BY r.owner)
+    SELECT sum(u.instances),
+           string_agg(format('%I (%s)', u.owner, u.instances), ', ' ORDER BY u.owner)
+               FILTER (WHERE NOT u.exists_here),
+           string_agg(format('%I (%s)', u.owner, u.instances), ', ' ORDER BY u.owner)
+               FILTER (WHERE u.exists_here),
+           string_agg(format('SELECT gridha.set_instance_owner(instance_id, %L) FROM gridha.instances WHERE owner = %L;',
+                             quote_ident(u.owner), u.owner), ' ' ORDER BY u.owner)
+      INTO n, missing, ambiguous, fix
+      FROM unconfirmed u;
+    IF n > 0 THEN
+        RAISE WARNING 'the owners of % restored gridha instances are not confirmed on this cluster', n
+            USING DETAIL = format('Owner roles missing here (instances): %s. Owner roles that exist here, but may be other roles of the same name (instances): %s. Until an administrator confirms an owner, only superusers may act as its instances.',
+                                  coalesce(missing, 'none'), coalesce(ambiguous, 'none')),
+                  HINT = format('Create each missing role, check that each role is the one that owned the instances, then: %s', fix);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.instances_restored() IS
+'trigger: a statement that brings instances owned on another cluster (a restore) warns once which owners are missing or ambiguous here, with the set_instance_owner commands that confirm them';
+
+CREATE TRIGGER instances_restored
+    AFTER INSERT ON gridha.instances
+    REFERENCING NEW TABLE AS restored
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha.instances_restored();
+
+REVOKE ALL ON FUNCTION gridha.instances_owner_stamp(), gridha.instances_restored() FROM PUBLIC;

@@ -19,6 +19,15 @@
  *             superusers until an administrator gives it one
  *             (gridha.set_instance_owner): the first caller no longer
  *             adopts it.
+ *   confirmed an owner set on this cluster (SQL 1.3: instances.owner_cluster
+ *             is this cluster's system identifier, or one of a cluster this
+ *             database ran on before, listed in gridha.epoch_bands, which
+ *             pg_upgrade keeps and pg_dump does not). Roles are global: a
+ *             restored instance's owner may be missing on the new cluster,
+ *             or be another role of the same name, so nobody but a
+ *             superuser acts as it until an administrator confirms its
+ *             owner (gridha.set_instance_owner), and no write under its old
+ *             epochs is accepted from anyone else.
  *   lease     the instance's soft and hard expiry (gridha 1.1): its claims
  *             expire with it (claims.c)
  *
@@ -47,11 +56,14 @@
 #include "spi_util.h"
 #include "targets.h"
 
+#include "access/htup_details.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "common/hashfn.h"
+#include "executor/spi.h"
 #include "miscadmin.h"
 #include "access/xact.h"
 #include "storage/lock.h"
@@ -541,6 +553,78 @@ instances_may_act(Datum instance_id, const char *owner, Oid caller)
 		(OidIsValid(owner_oid) && is_member_of_role(caller, owner_oid));
 }
 
+/* The owner's cluster as read from the row (SQL 1.3) */
+typedef struct InstancesOwnerCluster
+{
+	bool		has_column;		/* SQL 1.3 and later */
+	bool		isnull;
+	int64		cluster;
+} InstancesOwnerCluster;
+
+static GridhaStatement instances_cluster_known = {
+	"SELECT 1 FROM gridha.epoch_bands WHERE system_identifier OPERATOR(pg_catalog.=) $1",
+	1, {INT8OID}
+};
+
+/*
+ * instances_read_cluster: the owner's cluster of the row just read.
+ */
+static void
+instances_read_cluster(GridhaRows *rows, InstancesOwnerCluster *oc)
+{
+	AttrNumber	attno = gridha_rows_attno(rows, INSTANCE_OWNER_CLUSTER);
+	Datum		d;
+
+	oc->has_column = attno > 0;
+	oc->isnull = true;
+	oc->cluster = 0;
+	if (!oc->has_column)
+		return;
+	d = gridha_rows_get(rows, GRIDHA_INSTANCES, attno, &oc->isnull);
+	if (!oc->isnull)
+		oc->cluster = DatumGetInt64(d);
+}
+
+/*
+ * instances_confirm: refuses (RG008), for a role that is not a superuser,
+ * an instance whose owner was set on another cluster than this one, or one
+ * this database ran on before: a restore's owner is confirmed by an
+ * administrator first. After the row read is over.
+ */
+static void
+instances_confirm(Datum instance_id, const char *owner,
+				  const InstancesOwnerCluster *oc, Oid caller)
+{
+	Datum		args[1];
+	char	   *id;
+
+	if (!oc->has_column || superuser_arg(caller))
+		return;
+	if (!oc->isnull)
+	{
+		uint64		known;
+
+		if ((uint64) oc->cluster == GetSystemIdentifier())
+			return;
+		/* a connection of its own: callers may or may not be inside SPI */
+		args[0] = Int64GetDatum(oc->cluster);
+		SPI_connect();
+		gridha_exec(&instances_cluster_known, args, NULL, true);
+		known = SPI_processed;
+		SPI_finish();
+		if (known > 0)
+			return;
+	}
+	id = DatumGetCString(DirectFunctionCall1(uuid_out, instance_id));
+	ereport(ERROR,
+			(errcode(ERRCODE_GRIDHA_NOT_OWNER),
+			 errmsg("the owner of instance %s is not confirmed on this cluster", id),
+			 errdetail("The instance was restored from another cluster, where role \"%s\" owned it; "
+					   "role \"%s\" here may be another role of the same name.", owner, owner),
+			 errhint("An administrator who knows the role to be the right one confirms it: SELECT gridha.set_instance_owner('%s', '%s').",
+					 id, quote_identifier(owner))));
+}
+
 /*
  * instances_has_owner: whether gridha.instances has owners (SQL 1.1 on).
  */
@@ -626,6 +710,7 @@ instances_insert_as(Datum instance_id, Oid caller, bool owned)
 	gridha_exec(&instances_insert_owned, args, NULL, false);
 	if (SPI_processed > 0)
 		return;
+	/* another session registered it meanwhile, on this cluster */
 	gridha_exec(&instances_owner, args, NULL, false);
 	if (SPI_processed == 0)
 		return;
@@ -661,6 +746,8 @@ gridha_instance_touch(Datum instance_id)
 	bool		found;
 	bool		owned = false;
 	bool		unowned = false;
+	char	   *owner = NULL;
+	InstancesOwnerCluster oc = {0};
 	AttrNumber	attno;
 	Datum		d;
 
@@ -696,7 +783,11 @@ gridha_instance_touch(Datum instance_id)
 			else if (!instances_may_act(instance_id, NameStr(*DatumGetName(d)), caller))
 				instances_refuse(instance_id, NameStr(*DatumGetName(d)), caller);
 			else
-				instances_remember(instance_id, caller, inst.leased);
+			{
+				/* confirmed once the read is over: it reads a table */
+				owner = pstrdup(NameStr(*DatumGetName(d)));
+				instances_read_cluster(&rows, &oc);
+			}
 		}
 		d = gridha_rows_get(&rows, GRIDHA_INSTANCES, INSTANCE_KIND, &isnull);
 		inst.is_worker = !isnull && strcmp(TextDatumGetCString(d), "worker") == 0;
@@ -727,6 +818,11 @@ gridha_instance_touch(Datum instance_id)
 	}
 	gridha_rows_end(&rows);
 
+	if (owner != NULL)
+	{
+		instances_confirm(instance_id, owner, &oc, caller);
+		instances_remember(instance_id, caller, inst.leased);
+	}
 	if (unowned)
 	{
 		instances_refuse_unowned(instance_id, caller);
@@ -756,6 +852,7 @@ gridha_instance_check(Datum instance_id)
 	bool		unowned = false;
 	Datum		d = (Datum) 0;
 	char	   *owner = NULL;
+	InstancesOwnerCluster oc = {0};
 
 	gridha_require_safe_schema();
 	instances_callbacks();
@@ -770,7 +867,10 @@ gridha_instance_check(Datum instance_id)
 	{
 		d = gridha_rows_get(&rows, GRIDHA_INSTANCES, attno, &isnull);
 		if (!isnull)
+		{
 			owner = pstrdup(NameStr(*DatumGetName(d)));
+			instances_read_cluster(&rows, &oc);
+		}
 		else
 			unowned = true;
 	}
@@ -784,6 +884,7 @@ gridha_instance_check(Datum instance_id)
 	}
 	if (!instances_may_act(instance_id, owner, caller))
 		instances_refuse(instance_id, owner, caller);
+	instances_confirm(instance_id, owner, &oc, caller);
 	instances_remember(instance_id, caller, leased);
 	return leased;
 }
@@ -805,6 +906,50 @@ gridha_instances_changed(PG_FUNCTION_ARGS)
 	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
 	instances_nverdicts = 0;
 	return PointerGetDatum(NULL);
+}
+
+PG_FUNCTION_INFO_V1(gridha_instances_owner_stamp);
+
+/*
+ * gridha_instances_owner_stamp: row trigger before an INSERT or an UPDATE
+ * OF owner of gridha.instances (SQL 1.3): an owner written here is set on
+ * this cluster (owner_cluster: its system identifier). An inserted row
+ * that names its cluster already (a restore's COPY) keeps it; a row
+ * without an owner has none.
+ */
+Datum
+gridha_instances_owner_stamp(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TupleDesc	desc;
+	HeapTuple	row;
+	int			owner_att;
+	int			cluster_att;
+	bool		isnull;
+	Datum		value;
+	bool		null;
+	bool		replace = true;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BEFORE(trigdata->tg_event))
+		elog(ERROR, "gridha: instances_owner_stamp must be called as a row trigger before the write");
+	desc = RelationGetDescr(trigdata->tg_relation);
+	row = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple : trigdata->tg_trigtuple;
+	owner_att = SPI_fnumber(desc, "owner");
+	cluster_att = SPI_fnumber(desc, "owner_cluster");
+	if (owner_att <= 0 || cluster_att <= 0)
+		return PointerGetDatum(row);
+	(void) heap_getattr(row, owner_att, desc, &isnull);
+	null = isnull;
+	value = null ? (Datum) 0 : Int64GetDatum((int64) GetSystemIdentifier());
+	if (TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+	{
+		(void) heap_getattr(row, cluster_att, desc, &isnull);
+		replace = isnull && !null;
+	}
+	if (!replace)
+		return PointerGetDatum(row);
+	return PointerGetDatum(heap_modify_tuple_by_cols(row, desc, 1, &cluster_att, &value, &null));
 }
 
 static GridhaStatement instances_declare = {

@@ -95,6 +95,7 @@ static const struct
 	[INSTANCE_SOFT_EXPIRY] = {GRIDHA_INSTANCES, "soft_expiry"},
 	[INSTANCE_HARD_EXPIRY] = {GRIDHA_INSTANCES, "hard_expiry"},
 	[INSTANCE_HELD] = {GRIDHA_INSTANCES, "held"},
+	[INSTANCE_OWNER_CLUSTER] = {GRIDHA_INSTANCES, "owner_cluster"},
 	[CLAIM_COMMITTED_TOTAL] = {GRIDHA_CLAIMS, "committed_total"},
 	[CLAIM_INVALID_TOTAL] = {GRIDHA_CLAIMS, "invalid_total"},
 	[CLAIM_RESUBMITTED_TOTAL] = {GRIDHA_CLAIMS, "resubmitted_total"},

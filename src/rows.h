@@ -89,6 +89,7 @@ typedef enum GridhaOptionalColumn
 	INSTANCE_SOFT_EXPIRY,		/* instances.soft_expiry: the lease */
 	INSTANCE_HARD_EXPIRY,		/* instances.hard_expiry */
 	INSTANCE_HELD,				/* instances.held: claims it holds */
+	INSTANCE_OWNER_CLUSTER,		/* instances.owner_cluster (1.3) */
 	CLAIM_COMMITTED_TOTAL,		/* service_claims.committed_total (1.2) */
 	CLAIM_INVALID_TOTAL,		/* service_claims.invalid_total (1.2) */
 	CLAIM_RESUBMITTED_TOTAL,	/* service_claims.resubmitted_total (1.2) */

@@ -62,6 +62,7 @@ typedef struct GridhaWorkerSlot
 	char		service_id[SLOTS_ID_LEN];
 	char		batch_id[SLOTS_ID_LEN];
 	int			in_flight;		/* POSTs started, not reported yet */
+	GridhaRoleCheck role_check; /* the last role check's answer */
 	int			n_limits;
 	GridhaSlotLimit limits[GRIDHA_SLOT_LIMITS];	/* per target */
 	TimestampTz started_at;
@@ -103,6 +104,7 @@ static const char *const slots_state_names[] = {
 	[GRIDHA_WS_MONITORING] = "monitoring",
 	[GRIDHA_WS_BACKING_OFF] = "backing off",
 	[GRIDHA_WS_STOPPING] = "stopping",
+	[GRIDHA_WS_WAITING_ROLE] = "waiting for its role",
 };
 
 /*
@@ -318,6 +320,60 @@ gridha_slot_set_in_flight(int n)
 		return;
 	SpinLockAcquire(&slots_shared->mutex);
 	my_slot->in_flight = n;
+	SpinLockRelease(&slots_shared->mutex);
+}
+
+/*
+ * gridha_slot_index: this worker's slot, as a role check is told it.
+ */
+int
+gridha_slot_index(void)
+{
+	return my_slot == NULL ? -1 : (int) (my_slot - slots_shared->slots);
+}
+
+/*
+ * gridha_slot_set_role_check: resets (or sets) the answer of this worker's
+ * role check.
+ */
+void
+gridha_slot_set_role_check(GridhaRoleCheck result)
+{
+	if (my_slot == NULL)
+		return;
+	SpinLockAcquire(&slots_shared->mutex);
+	my_slot->role_check = result;
+	SpinLockRelease(&slots_shared->mutex);
+}
+
+/*
+ * gridha_slot_role_check: the answer of this worker's last role check.
+ */
+GridhaRoleCheck
+gridha_slot_role_check(void)
+{
+	GridhaRoleCheck result;
+
+	if (my_slot == NULL)
+		return GRIDHA_ROLE_UNKNOWN;
+	SpinLockAcquire(&slots_shared->mutex);
+	result = my_slot->role_check;
+	SpinLockRelease(&slots_shared->mutex);
+	return result;
+}
+
+/*
+ * gridha_slot_answer_role_check: a role check's answer, into the slot of
+ * the worker that asked (still that process's: else it is dropped).
+ */
+void
+gridha_slot_answer_role_check(int index, pid_t worker_pid, GridhaRoleCheck result)
+{
+	if (slots_shared == NULL || index < 0 || index >= slots_shared->nslots)
+		return;
+	SpinLockAcquire(&slots_shared->mutex);
+	if (slots_shared->slots[index].pid == worker_pid)
+		slots_shared->slots[index].role_check = result;
 	SpinLockRelease(&slots_shared->mutex);
 }
 

@@ -26,8 +26,19 @@ typedef enum GridhaWorkerState
 	GRIDHA_WS_REPORTING,
 	GRIDHA_WS_MONITORING,
 	GRIDHA_WS_BACKING_OFF,
-	GRIDHA_WS_STOPPING
+	GRIDHA_WS_STOPPING,
+	GRIDHA_WS_WAITING_ROLE		/* for gridha.worker_role to be usable */
 } GridhaWorkerState;
+
+/* What a role check found (worker.c) */
+typedef enum GridhaRoleCheck
+{
+	GRIDHA_ROLE_UNKNOWN,		/* no answer: the check could not run */
+	GRIDHA_ROLE_OK,
+	GRIDHA_ROLE_MISSING,
+	GRIDHA_ROLE_NOLOGIN,
+	GRIDHA_ROLE_NOT_SUBMITTER
+} GridhaRoleCheck;
 
 extern void gridha_slots_install_hooks(void);
 extern bool gridha_slots_available(void);
@@ -39,6 +50,13 @@ extern void gridha_slot_set_instance(const pg_uuid_t *id);
 extern void gridha_slot_set_state(GridhaWorkerState state, const char *service_id,
 								  const char *batch_id);
 extern void gridha_slot_set_in_flight(int n);
+extern int	gridha_slot_index(void);
+extern void gridha_slot_set_role_check(GridhaRoleCheck result);
+extern GridhaRoleCheck gridha_slot_role_check(void);
+
+/* The role check's process answers into the slot of its worker */
+extern void gridha_slot_answer_role_check(int index, pid_t worker_pid,
+										  GridhaRoleCheck result);
 
 /* How many targets' limits a slot shows (the busiest ones) */
 #define GRIDHA_SLOT_LIMITS		8

@@ -75,10 +75,12 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "tcop/tcopprot.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/guc_tables.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -114,6 +116,12 @@ static WorkerSetting *worker_settings = NULL;
 static int	worker_nsettings = 0;
 
 PGDLLEXPORT void gridha_worker_main(Datum main_arg);
+PGDLLEXPORT void gridha_role_check_main(Datum main_arg);
+
+/* How often a worker whose role is not usable checks it again */
+#define GRIDHA_ROLE_RECHECK_MS	2000
+/* ... and says again what is wrong */
+#define GRIDHA_ROLE_REPEAT_MS	60000
 
 /*
  * worker_fill: the parts of a worker registration every worker shares.
@@ -548,6 +556,164 @@ worker_serve(void)
 }
 
 /*
+ * gridha_role_check_main: entry point of a role check, a short-lived
+ * background worker a gridha worker starts before it connects as
+ * gridha.worker_role: a worker cannot connect twice, and connecting as a
+ * role that is missing or cannot log in ends the process, which the
+ * postmaster starts again 5 s later, for ever. The check connects as the
+ * bootstrap superuser to no database (roles are in shared catalogs), runs
+ * no code but catalog look-ups, puts its answer
+ * in the slot of the worker that asked (main_arg; bgw_extra holds that
+ * worker's pid) and exits.
+ */
+void
+gridha_role_check_main(Datum main_arg)
+{
+	pid_t		worker_pid;
+	GridhaRoleCheck result = GRIDHA_ROLE_OK;
+	Oid			role_oid;
+	Oid			submitter;
+	HeapTuple	tuple;
+
+	memcpy(&worker_pid, MyBgworkerEntry->bgw_extra, sizeof(worker_pid));
+	BackgroundWorkerUnblockSignals();
+	/* roles are shared catalogs: no database, so a missing one costs nothing */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+	StartTransactionCommand();
+	role_oid = get_role_oid(gridha_worker_role, true);
+	if (!OidIsValid(role_oid))
+		result = GRIDHA_ROLE_MISSING;
+	else
+	{
+		tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(role_oid));
+		if (HeapTupleIsValid(tuple))
+		{
+			if (!((Form_pg_authid) GETSTRUCT(tuple))->rolcanlogin)
+				result = GRIDHA_ROLE_NOLOGIN;
+			ReleaseSysCache(tuple);
+		}
+		/* gridha_submitter exists once gridha was created somewhere */
+		submitter = get_role_oid("gridha_submitter", true);
+		if (result == GRIDHA_ROLE_OK && OidIsValid(submitter) &&
+			!is_member_of_role(role_oid, submitter))
+			result = GRIDHA_ROLE_NOT_SUBMITTER;
+	}
+	CommitTransactionCommand();
+	gridha_slot_answer_role_check(DatumGetInt32(main_arg), worker_pid, result);
+	proc_exit(0);
+}
+
+/*
+ * worker_check_role: asks a role check (gridha_role_check_main) whether
+ * the role can serve as a worker's; GRIDHA_ROLE_UNKNOWN when no check
+ * could run (no background worker free): the worker then connects as
+ * before.
+ */
+static GridhaRoleCheck
+worker_check_role(void)
+{
+	BackgroundWorker bgw;
+	BackgroundWorkerHandle *handle;
+	pid_t		pid;
+	TimestampTz until;
+
+	memset(&bgw, 0, sizeof(bgw));
+	bgw.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	bgw.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	bgw.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(bgw.bgw_library_name, BGW_MAXLEN, "gridha");
+	snprintf(bgw.bgw_function_name, BGW_MAXLEN, "gridha_role_check_main");
+	snprintf(bgw.bgw_name, BGW_MAXLEN, "gridha role check");
+	snprintf(bgw.bgw_type, BGW_MAXLEN, "gridha role check");
+	bgw.bgw_main_arg = Int32GetDatum(gridha_slot_index());
+	bgw.bgw_notify_pid = MyProcPid;
+	memcpy(bgw.bgw_extra, &MyProcPid, sizeof(MyProcPid));
+
+	gridha_slot_set_role_check(GRIDHA_ROLE_UNKNOWN);
+	if (!RegisterDynamicBackgroundWorker(&bgw, &handle))
+		return GRIDHA_ROLE_UNKNOWN;
+	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 10000);
+	for (;;)
+	{
+		BgwHandleStatus status = GetBackgroundWorkerPid(handle, &pid);
+
+		if (status == BGWH_STOPPED || status == BGWH_POSTMASTER_DIED)
+			break;
+		if (worker_got_sigterm || GetCurrentTimestamp() >= until)
+		{
+			TerminateBackgroundWorker(handle);
+			return GRIDHA_ROLE_UNKNOWN;
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 50, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+	return gridha_slot_role_check();
+}
+
+/*
+ * worker_wait_for_role: before a worker connects as gridha.worker_role,
+ * waits, in this process, until the role exists, can log in and is a
+ * member of gridha_submitter, checking again every
+ * GRIDHA_ROLE_RECHECK_MS. What is wrong is logged once, and again at
+ * most once a minute or when it changes. False when SIGTERM came first.
+ */
+static bool
+worker_wait_for_role(const char *label, const char *role)
+{
+	GridhaRoleCheck said = GRIDHA_ROLE_OK;
+	TimestampTz said_at = 0;
+
+	for (;;)
+	{
+		GridhaRoleCheck found = worker_check_role();
+		TimestampTz now = GetCurrentTimestamp();
+
+		if (worker_got_sigterm)
+			return false;
+		if (found == GRIDHA_ROLE_OK || found == GRIDHA_ROLE_UNKNOWN)
+		{
+			if (said != GRIDHA_ROLE_OK)
+				ereport(LOG,
+						(errmsg("gridha worker \"%s\": role \"%s\" can serve now, the worker starts",
+								label, role)));
+			return true;
+		}
+		gridha_slot_set_state(GRIDHA_WS_WAITING_ROLE, NULL, NULL);
+		if (found != said || TimestampDifferenceExceeds(said_at, now, GRIDHA_ROLE_REPEAT_MS))
+		{
+			const char *q = quote_identifier(role);
+
+			if (found == GRIDHA_ROLE_MISSING)
+				ereport(WARNING,
+						(errmsg("gridha worker \"%s\" waits: its role \"%s\" (gridha.worker_role) does not exist", label, role),
+						 errdetail("The worker checks again every %d seconds and starts once the role is there; this message comes again at most once a minute.",
+								   GRIDHA_ROLE_RECHECK_MS / 1000),
+						 errhint("Create the role: CREATE ROLE %s LOGIN; GRANT gridha_submitter TO %s; or set gridha.worker_role to an existing role and restart the server.",
+								 q, q)));
+			else if (found == GRIDHA_ROLE_NOLOGIN)
+				ereport(WARNING,
+						(errmsg("gridha worker \"%s\" waits: its role \"%s\" (gridha.worker_role) cannot log in", label, role),
+						 errdetail("The worker checks again every %d seconds and starts once the role may log in; this message comes again at most once a minute.",
+								   GRIDHA_ROLE_RECHECK_MS / 1000),
+						 errhint("Let it log in: ALTER ROLE %s LOGIN;", q)));
+			else
+				ereport(WARNING,
+						(errmsg("gridha worker \"%s\" waits: its role \"%s\" (gridha.worker_role) is not a member of gridha_submitter", label, role),
+						 errdetail("The worker checks again every %d seconds and starts once the role is a member; this message comes again at most once a minute.",
+								   GRIDHA_ROLE_RECHECK_MS / 1000),
+						 errhint("Grant it: GRANT gridha_submitter TO %s;", q)));
+			said = found;
+			said_at = now;
+		}
+		(void) worker_wait(GRIDHA_ROLE_RECHECK_MS);
+		if (worker_got_sigterm)
+			return false;
+	}
+}
+
+/*
  * gridha_worker_main: entry point of every gridha worker.
  */
 void
@@ -587,6 +753,9 @@ gridha_worker_main(Datum main_arg)
 		gridha_slot_set_instance(&start.instance_id);
 
 	role = gridha_worker_role != NULL && gridha_worker_role[0] != '\0' ? gridha_worker_role : NULL;
+	/* a role that cannot serve: wait here, quietly, instead of failing */
+	if (role != NULL && !worker_wait_for_role(start.label, role))
+		worker_exit();
 	worker_save_settings();
 	BackgroundWorkerInitializeConnection(gridha_database, role, 0);
 	worker_drop_role_settings();
