@@ -60,6 +60,7 @@
 #include "mb/pg_wchar.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/jsonb.h"
@@ -994,6 +995,22 @@ targets_written_function(const char *target, const char *column, const char *wri
 	return DatumGetObjectId(DirectFunctionCall1(regprocedurein, CStringGetDatum(written)));
 }
 
+/*
+ * targets_column_unchanged: whether an UPDATE leaves the column as it was.
+ */
+static bool
+targets_column_unchanged(TriggerData *trigdata, TupleDesc desc, int attno)
+{
+	bool		oldnull;
+	bool		newnull;
+	Datum		o = heap_getattr(trigdata->tg_trigtuple, attno, desc, &oldnull);
+	Datum		n = heap_getattr(trigdata->tg_newtuple, attno, desc, &newnull);
+
+	if (oldnull || newnull)
+		return oldnull == newnull;
+	return datumIsEqual(o, n, false, -1);
+}
+
 PG_FUNCTION_INFO_V1(gridha_targets_check);
 
 /*
@@ -1065,6 +1082,22 @@ gridha_targets_check(PG_FUNCTION_ARGS)
 		d = heap_getattr(tuple, fn_attno, desc, &isnull);
 		if (isnull)
 			fn = InvalidOid;
+		else if (TupleDescAttr(desc, fn_attno - 1)->atttypid == TEXTOID &&
+				 TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) &&
+				 targets_column_unchanged(trigdata, desc, fn_attno))
+		{
+			/*
+			 * 1.3: a signature the row already stored (an UPDATE of other
+			 * columns, a rate change say): judged as the workers judge it,
+			 * never refused for a function dropped since (its batches wait,
+			 * delayed, with the reason, until the row names another)
+			 */
+			char	   *why = NULL;
+
+			fn = targets_resolve(TextDatumGetCString(d), &why);
+			if (!OidIsValid(fn))
+				continue;
+		}
 		else if (TupleDescAttr(desc, fn_attno - 1)->atttypid == TEXTOID)
 		{
 			/* 1.3: a signature, resolved here and stored as signature */

@@ -576,6 +576,11 @@ gridha_role_check_main(Datum main_arg)
 	HeapTuple	tuple;
 
 	memcpy(&worker_pid, MyBgworkerEntry->bgw_extra, sizeof(worker_pid));
+	/*
+	 * A SIGTERM (a fast shutdown, pg_terminate_backend) lets the check end
+	 * on its own, in a moment, instead of dying with a FATAL in the log
+	 */
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 	/* roles are shared catalogs: no database, so a missing one costs nothing */
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);

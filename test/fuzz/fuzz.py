@@ -1046,7 +1046,7 @@ class Gen:
         if self.chance(0.6):
             f = self.pick(SUBMIT_FUNCS)
             body = self.cycle("submit body", [
-                "INSERT INTO fz_applied (sid, bid) VALUES ($1, $2) ON CONFLICT DO NOTHING; RETURN 'accepted';",
+                "INSERT INTO public.fz_applied (sid, bid) VALUES ($1, $2) ON CONFLICT DO NOTHING; RETURN 'accepted';",
                 "RAISE EXCEPTION 'fz: % down', $1 USING ERRCODE = 'FZ001';",
                 "RETURN NULL;",
                 "RETURN 'delayed';",
@@ -1083,7 +1083,7 @@ class Gen:
             body = self.cycle("status body", [
                 "SELECT x, 'COMMITTED' FROM unnest($1) x",
                 "SELECT x, 'Committed' FROM unnest($1) x",
-                "SELECT a.bid, 'COMMITTED' FROM fz_applied a WHERE a.bid = ANY ($1)",
+                "SELECT a.bid, 'COMMITTED' FROM public.fz_applied a WHERE a.bid = ANY ($1)",
                 "SELECT x, NULL FROM unnest($1) x",
                 "SELECT NULL, 'COMMITTED' FROM unnest($1) x",
                 "SELECT x || 'zz', 'INVALID' FROM unnest($1) x",
