@@ -348,6 +348,10 @@ gridha_missing_packages() {
 	[ -f /usr/include/stdio.h ] || echo libc6-dev
 	# test/lib.sh, the test ledger (test/dlt) and the fault harness are Python 3.
 	command -v python3 >/dev/null || echo python3
+	# 18_pg_upgrade unpacks the newer majors' trees (../shared/pg, .tar.xz)
+	if [ "${1:-}" = pgtap ]; then
+		command -v xz >/dev/null || echo xz-utils
+	fi
 	# Any libcurl development package will do (they conflict with each other).
 	if ! compgen -G '/usr/include/*/curl/curl.h' >/dev/null && [ ! -f /usr/include/curl/curl.h ]; then
 		echo libcurl4-openssl-dev

@@ -365,7 +365,8 @@ unpack() {
 	local tarball
 	tarball=$(compgen -G "$BUILDS/pg$1*-debian12-x86_64.tar.xz" | head -n 1)
 	mkdir -p "$DIR/trees" && chmod 755 "$DIR/trees" &&
-		tar -C "$DIR/trees" -xJf "$tarball" && [ -x "$DIR/trees/pg$1/bin/pg_config" ] &&
+		tar -C "$DIR/trees" -xJf "$tarball" 2>&1 | sed 's/^/# tar: /' &&
+		[ -x "$DIR/trees/pg$1/bin/pg_config" ] &&
 		NEW_CONFIG[$1]=$DIR/trees/pg$1/bin/pg_config
 }
 
