@@ -358,7 +358,7 @@ SELECT set_eq(
 -- trigger targets_check (1.3) runs no SQL and resolves only the function
 -- names the writer gives, with the writer's search_path, as a regprocedure
 -- cast in the writer's statement did. Neither is SECURITY DEFINER.
-SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
+SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY p.oid::regprocedure::text)
              FROM pg_proc p
             WHERE p.pronamespace = 'gridha'::regnamespace
               AND NOT coalesce('search_path=pg_catalog, gridha, pg_temp' = ANY (p.proconfig), false)),
