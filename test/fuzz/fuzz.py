@@ -2184,6 +2184,12 @@ class Run:
                     # worker's call holds the function, so the fuzz's drops
                     # now often wait side by side
                     pass
+                elif r.code == "40P01" and st.txn is None:
+                    # a lone call's deadlock: judged by the deadlock
+                    # invariant, which reads its partners from the server
+                    # log (a lone call may lose to an explicit transaction
+                    # of several calls, never to lone calls only)
+                    pass
                 elif r.code == "40001" and "was deleted while it took claims" in (r.msg or ""):
                     # the admin (or the sweep) deleted the calling instance's
                     # row while the call took claims: its takes are undone
@@ -2485,6 +2491,8 @@ SELECT a.id, to_char(a.at, 'HH24:MI:SS.MS'), a.xid, a.app, a.tbl, a.op,
                 bad.append(l[:400])
             elif re.search(r"\b(PANIC|TRAP):", l):
                 bad.append(l[:400])
+            elif w and w.group(1) == "40001" and "was deleted while it took claims" in l:
+                pass     # the administrator deleted the worker's instance row (docs/errors.md)
             elif w and w.group(1) != "00000":
                 # a worker step that failed, or a report of it refused: a
                 # documented code, of those a worker may meet (its step ran
