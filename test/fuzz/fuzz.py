@@ -2356,10 +2356,33 @@ SELECT i.instance_id, i.kind, coalesce(array_to_string(i.serves, ','), 'any'), i
  WHERE i.soft_expiry IS NOT NULL
     OR EXISTS (SELECT 1 FROM gridha.service_claims c WHERE c.claimant = i.instance_id)
  ORDER BY i.kind DESC, i.instance_id LIMIT 8""")] + details
+            # what each worker is doing, its limits per target, and the
+            # targets of the batches left: what a stall needs to be read
+            try:
+                details += self.stall_details(db)
+            except Exception as e:    # only ever a report of a failure
+                details.append("stall details could not be read: %s" % str(e)[:200])
         print("# drain: %.1f s; %s" % (time.monotonic() - t0, total), flush=True)
         return self.tap(left == 0, "drain: with the targets repaired, the workers bring every batch to a final "
                         "status (%d left, no progress for %d s)" % (left, self.a.drain_timeout) if left else
                         "drain: with the targets repaired, the workers bring every batch to a final status", details)
+
+    def stall_details(self, db):
+        """the workers, their limits, and the targets of the batches left"""
+        details = ["worker %s" % " | ".join(r) for r in rows(db, """
+SELECT w.instance_id, w.label, w.pid, w.state, w.state_since, coalesce(w.service_id, '-'),
+       coalesce(w.batch_id, '-'), w.in_flight
+  FROM gridha.workers w ORDER BY w.label""")]
+        details += ["limit %s" % " | ".join(r) for r in rows(db, """
+SELECT l.instance_id, l.target, l.in_flight, l.inflight_limit, l.failures
+  FROM gridha.worker_limits l ORDER BY l.instance_id, l.target""")]
+        details += ["target %s" % " | ".join(r) for r in rows(db, """
+SELECT t.target, coalesce(t.submit_url, '-'), coalesce(t.submit_function, '-'),
+       coalesce(t.rate_interval::text, '-'), t.rate_burst
+  FROM gridha.targets t
+ WHERE t.target IN (SELECT c.target FROM gridha.service_claims c JOIN gridha.batches b USING (service_id)
+                     WHERE b.status < 'committed')""")]
+        return details
 
     def final_checks(self):
         ok = True
