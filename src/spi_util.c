@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "gridha.h"
+#include "generation.h"
 #include "spi_util.h"
 
 #include "access/xact.h"
@@ -251,6 +252,8 @@ gridha_arg_count(FunctionCallInfo fcinfo, int argno, const char *name)
 void
 gridha_require_writable(const char *what)
 {
+	/* every write path of the API starts here: no 1.0 or 1.1 SQL */
+	gridha_require_served();
 	if (RecoveryInProgress())
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),

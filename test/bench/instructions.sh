@@ -56,27 +56,6 @@ if ! command -v valgrind >/dev/null; then
 	gridha_apt_install valgrind
 fi
 
-# relocated_copy DEST: a copy of the installation PG_CONFIG names under
-# DEST (each directory at DEST/<its path>); prints the copy's pg_config.
-# gridha is removed from the copy. The client library's directory is
-# linked, not copied.
-relocated_copy() {
-	local dest=$1 d libdir
-	for d in "$("$PG_CONFIG" --bindir)" "$("$PG_CONFIG" --pkglibdir)" "$("$PG_CONFIG" --sharedir)" \
-			"$("$PG_CONFIG" --includedir)" "$("$PG_CONFIG" --pkgincludedir)" "$("$PG_CONFIG" --includedir-server)"; do
-		[ -e "$dest$d" ] && continue
-		mkdir -p "$(dirname "$dest$d")"
-		cp -a "$d" "$dest$d"
-	done
-	libdir=$("$PG_CONFIG" --libdir)
-	if [ ! -e "$dest$libdir" ]; then
-		mkdir -p "$(dirname "$dest$libdir")"
-		ln -s "$libdir" "$dest$libdir"
-	fi
-	rm -f "$dest$("$PG_CONFIG" --pkglibdir)"/gridha.so "$dest$("$PG_CONFIG" --sharedir)"/extension/gridha[.-]*
-	echo "$dest$("$PG_CONFIG" --bindir)/pg_config"
-}
-
 # The earlier commit: built and installed into a copy, then counted by this
 # same script run there (INSTR_NESTED: print the figures only).
 if [ -n "${INSTR_BEFORE:-}" ] && [ -z "${INSTR_NESTED:-}" ]; then
@@ -90,14 +69,11 @@ if [ -n "${INSTR_BEFORE:-}" ] && [ -z "${INSTR_NESTED:-}" ]; then
 	before_rev=$(git -C "$ROOT" rev-parse --short "$INSTR_BEFORE^{commit}") ||
 		{ gridha_log "INSTR_BEFORE: no commit $INSTR_BEFORE"; exit 1; }
 	gridha_log "building $before_rev into a copy of $("$PG_CONFIG" --bindir) under $BEFORE_DIR"
-	before_config=$(relocated_copy "$BEFORE_DIR/pg")
-	mkdir "$BEFORE_DIR/src"
-	git -C "$ROOT" archive "$before_rev" | tar -x -C "$BEFORE_DIR/src"
-	(cd "$BEFORE_DIR/src" && make -s PG_CONFIG="$before_config" >/dev/null 2>&1 &&
-		make -s PG_CONFIG="$before_config" install >/dev/null 2>&1) ||
-		{ gridha_log "INSTR_BEFORE: $before_rev does not build"; exit 1; }
+	before_config=$(gridha_build_commit "$before_rev" "$BEFORE_DIR") ||
+		{ gridha_log "INSTR_BEFORE: $before_rev could not be built"; exit 1; }
 	before_figures=$(INSTR_NESTED=1 PG_CONFIG=$before_config INSTR_PORT=$((GRIDHA_BASE_PORT + 20)) \
-		bash "${BASH_SOURCE[0]}")
+		bash "${BASH_SOURCE[0]}" </dev/null) ||
+		{ gridha_log "INSTR_BEFORE: counting $before_rev failed"; exit 1; }
 	read -r bg bgs bb bbs <<<"$before_figures"
 	before_cleanup
 	trap - EXIT
@@ -195,11 +171,19 @@ count() {
 	local copy=$GRIDHA_TEST_DIR/run out=$GRIDHA_TEST_DIR/callgrind.out total start
 	rm -rf "$copy" "$out"
 	gridha_as_pg cp -a "$PGDATA" "$copy"
+	# valgrind writes its scratch files to TMPDIR, which must be the
+	# server owner's to write (the caller's may be root's alone: valgrind
+	# then gives up at once)
 	echo "CALL $1($2);" |
-		gridha_as_pg valgrind -q --tool=callgrind --callgrind-out-file="$out" \
+		gridha_as_pg env TMPDIR="$GRIDHA_TEST_DIR" valgrind -q --tool=callgrind --callgrind-out-file="$out" \
 			"$PG_BINDIR/postgres" --single -D "$copy" -c synchronous_commit=off "$DB" \
-			>/dev/null 2>>"$GRIDHA_TEST_DIR/single.log"
+			>/dev/null 2>>"$GRIDHA_TEST_DIR/single.log" || true
 	rm -rf "$copy"
+	if [ ! -s "$out" ] || grep -q 'ERROR:\|FATAL:\|Unable to start up' "$GRIDHA_TEST_DIR/single.log"; then
+		gridha_log "the counted run of $1($2) failed (valgrind or the single-user backend):"
+		tail -n 20 "$GRIDHA_TEST_DIR/single.log" >&2
+		return 1
+	fi
 	total=$(callgrind_annotate "$out" | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)
 	start=$(callgrind_annotate --inclusive=yes "$out" |
 		sed -n 's/^ *\([0-9,]*\) .*:standard_ExecutorStart .*/\1/p' | head -n 1 | tr -d ,)
@@ -207,17 +191,23 @@ count() {
 }
 
 # per_cycle PROC: "instructions executor-start-percent" of one cycle of PROC.
+# (count runs in this shell, not in a process substitution, so that its
+# failure ends the script with its message instead of an empty read.)
 per_cycle() {
-	local t1 s1 t2 s2
-	read -r t1 s1 < <(count "$1" "$N1")
-	read -r t2 s2 < <(count "$1" "$N2")
+	local t1 s1 t2 s2 c1 c2
+	c1=$(count "$1" "$N1") || exit 1
+	c2=$(count "$1" "$N2") || exit 1
+	read -r t1 s1 <<<"$c1"
+	read -r t2 s2 <<<"$c2"
 	awk -v t1="$t1" -v s1="$s1" -v t2="$t2" -v s2="$s2" -v n=$((N2 - N1)) \
 		'BEGIN { printf "%d %.0f\n", (t2 - t1) / n, 100 * (s2 - s1) / (t2 - t1) }'
 }
 
 gridha_log "instructions per batch (callgrind, one backend, $N1 and $N2 cycles, $((64000 / DEPTH)) services of $DEPTH batches), gridha $EXTVERSION of $PG_BINDIR"
-read -r g gs < <(per_cycle gridha_cycles)
-read -r b bs < <(per_cycle bare_cycles)
+figures=$(per_cycle gridha_cycles) || exit 1
+read -r g gs <<<"$figures"
+figures=$(per_cycle bare_cycles) || exit 1
+read -r b bs <<<"$figures"
 if [ -n "${INSTR_NESTED:-}" ]; then
 	echo "$g $gs $b $bs"
 	exit 0
