@@ -687,8 +687,8 @@ gridha_instance_touch(Datum instance_id)
 	AttrNumber	attno;
 	Datum		d;
 
-	gridha_require_served();
 	gridha_require_safe_schema();
+	gridha_require_served();
 	instances_key_write.what = KEY_NONE;
 
 	/*
@@ -785,8 +785,8 @@ gridha_instance_check(Datum instance_id)
 	char	   *owner = NULL;
 	InstancesOwnerCluster oc = {0};
 
-	gridha_require_served();
 	gridha_require_safe_schema();
+	gridha_require_served();
 	instances_callbacks();
 	/* the reports' path: a role that acted as the instance before passes */
 	if (instances_verdict(instance_id, caller))

@@ -252,7 +252,11 @@ gridha_arg_count(FunctionCallInfo fcinfo, int argno, const char *name)
 void
 gridha_require_writable(const char *what)
 {
-	/* every write path of the API starts here: no 1.0 or 1.1 SQL */
+	/*
+	 * Every write path of the API starts here: no unsafe schema (RG015),
+	 * then no 1.0 or 1.1 SQL (RG022)
+	 */
+	gridha_require_safe_schema();
 	gridha_require_served();
 	if (RecoveryInProgress())
 		ereport(ERROR,
