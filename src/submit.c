@@ -215,18 +215,18 @@ static GridhaStatement submit_targets_stmt = {
  */
 static GridhaStatement submit_reports_stmt = {
 	"SELECT r.service_id, r.batch_id, r.status::pg_catalog.text, r.sqlstate, r.message"
-	"  FROM gridha.report_submissions($1, pg_catalog.array("
-	"         SELECT pg_catalog.row(u.s, u.b, u.e, u.w::gridha.submission_outcome, u.d)::gridha.submission_report"
-	"           FROM pg_catalog.unnest($2, $3, $4, $5, $6) WITH ORDINALITY AS u(s, b, e, w, d, n)"
+	"  FROM gridha.report_submissions($1, ARRAY("
+	"         SELECT ROW(u.s, u.b, u.e, u.w::gridha.submission_outcome, u.d)::gridha.submission_report"
+	"           FROM unnest($2, $3, $4, $5, $6) WITH ORDINALITY AS u(s, b, e, w, d, n)"
 	"          ORDER BY u.n)) r",
 	6, {UUIDOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID}
 };
 
 static GridhaStatement submit_statuses_stmt = {
 	"SELECT r.service_id, r.batch_id, r.status::pg_catalog.text, r.sqlstate, r.message"
-	"  FROM gridha.report_statuses($1, pg_catalog.array("
-	"         SELECT pg_catalog.row(u.s, u.b, u.e, u.w::gridha.ledger_status, NULL)::gridha.status_report"
-	"           FROM pg_catalog.unnest($2, $3, $4, $5) WITH ORDINALITY AS u(s, b, e, w, n)"
+	"  FROM gridha.report_statuses($1, ARRAY("
+	"         SELECT ROW(u.s, u.b, u.e, u.w::gridha.ledger_status, NULL)::gridha.status_report"
+	"           FROM unnest($2, $3, $4, $5) WITH ORDINALITY AS u(s, b, e, w, n)"
 	"          ORDER BY u.n)) r",
 	5, {UUIDOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID}
 };
