@@ -22,7 +22,12 @@
 # without start-up. The procedure's own loop is in both figures alike.
 #
 # Also printed: the share of each side's cycle spent starting the executor
-# for its statements (standard_ExecutorStart, inclusive).
+# for its statements (standard_ExecutorStart, inclusive), and gridha's
+# cycle less the claim acquisitions a hand-out starts once a wall-clock
+# interval has passed (gridha_claims_acquire, inclusive): how many of those
+# fall into the counted cycles follows valgrind's speed, i.e. the machine's
+# load, so that figure is the one to compare across runs (with 64,000
+# services one acquisition costs as much as hundreds of cycles).
 #
 # It counts the gridha that is installed (`make bench` installs the tree's
 # first). INSTR_BEFORE=<commit> counts that commit's gridha too, in the
@@ -74,7 +79,7 @@ if [ -n "${INSTR_BEFORE:-}" ] && [ -z "${INSTR_NESTED:-}" ]; then
 	before_figures=$(INSTR_NESTED=1 PG_CONFIG=$before_config INSTR_PORT=$((GRIDHA_BASE_PORT + 20)) \
 		bash "${BASH_SOURCE[0]}" </dev/null) ||
 		{ gridha_log "INSTR_BEFORE: counting $before_rev failed"; exit 1; }
-	read -r bg bgs bb bbs <<<"$before_figures"
+	read -r bg bgs bgq bb bbs <<<"$before_figures"
 	before_cleanup
 	trap - EXIT
 fi
@@ -187,38 +192,48 @@ count() {
 	total=$(callgrind_annotate "$out" | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)
 	start=$(callgrind_annotate --inclusive=yes "$out" |
 		sed -n 's/^ *\([0-9,]*\) .*:standard_ExecutorStart .*/\1/p' | head -n 1 | tr -d ,)
-	echo "$total ${start:-0}"
+	# the claim acquisitions a hand-out starts when a wall-clock interval
+	# has passed (gridha_claims_below_share): how many fall into the
+	# counted cycles depends on how fast valgrind runs, i.e. on the load
+	acq=$(callgrind_annotate --inclusive=yes "$out" |
+		sed -n 's/^ *\([0-9,]*\) .*:gridha_claims_acquire .*/\1/p' | head -n 1 | tr -d ,)
+	echo "$total ${start:-0} ${acq:-0}"
 }
 
-# per_cycle PROC: "instructions executor-start-percent" of one cycle of PROC.
+# per_cycle PROC: "instructions executor-start-percent instructions-less-
+# acquisitions" of one cycle of PROC.
 # (count runs in this shell, not in a process substitution, so that its
 # failure ends the script with its message instead of an empty read.)
 per_cycle() {
 	local t1 s1 t2 s2 c1 c2
 	c1=$(count "$1" "$N1") || exit 1
 	c2=$(count "$1" "$N2") || exit 1
-	read -r t1 s1 <<<"$c1"
-	read -r t2 s2 <<<"$c2"
+	read -r t1 s1 a1 <<<"$c1"
+	read -r t2 s2 a2 <<<"$c2"
 	awk -v t1="$t1" -v s1="$s1" -v t2="$t2" -v s2="$s2" -v n=$((N2 - N1)) \
-		'BEGIN { printf "%d %.0f\n", (t2 - t1) / n, 100 * (s2 - s1) / (t2 - t1) }'
+		-v a1="$a1" -v a2="$a2" \
+		'BEGIN { printf "%d %.0f %d\n", (t2 - t1) / n, 100 * (s2 - s1) / (t2 - t1), (t2 - t1 - (a2 - a1)) / n }'
 }
 
 gridha_log "instructions per batch (callgrind, one backend, $N1 and $N2 cycles, $((64000 / DEPTH)) services of $DEPTH batches), gridha $EXTVERSION of $PG_BINDIR"
 figures=$(per_cycle gridha_cycles) || exit 1
-read -r g gs <<<"$figures"
+read -r g gs gq <<<"$figures"
 figures=$(per_cycle bare_cycles) || exit 1
 read -r b bs <<<"$figures"
 if [ -n "${INSTR_NESTED:-}" ]; then
-	echo "$g $gs $b $bs"
+	echo "$g $gs $gq $b $bs"
 	exit 0
 fi
 if [ -n "${before_rev:-}" ]; then
 	printf '%-50s %12d instructions, %2d%% starting the executor\n' "gridha cycle, $before_rev (3 steps, each committed)" "$bg" "$bgs"
+	printf '%-50s %12d instructions\n' "... less its periodic claim acquisitions" "$bgq"
 	printf '%-50s %12d instructions, %2d%% starting the executor\n' "bare cycle, beside $before_rev" "$bb" "$bbs"
 fi
 printf '%-50s %12d instructions, %2d%% starting the executor\n' "gridha cycle (3 steps, each committed)" "$g" "$gs"
+printf '%-50s %12d instructions\n' "... less its periodic claim acquisitions" "$gq"
 printf '%-50s %12d instructions, %2d%% starting the executor\n' "bare cycle (3 steps, each committed)" "$b" "$bs"
 printf '%-50s %12s\n' "ratio bare / gridha" "$(awk -v a="$b" -v g="$g" 'BEGIN { printf "%.2f", a / g }')"
 if [ -n "${before_rev:-}" ]; then
 	printf '%-50s %12s\n' "ratio gridha now / gridha $before_rev" "$(awk -v a="$g" -v o="$bg" 'BEGIN { printf "%.3f", a / o }')"
+	printf '%-50s %12s\n' "... less the periodic claim acquisitions" "$(awk -v a="$gq" -v o="$bgq" 'BEGIN { printf "%.3f", a / o }')"
 fi
