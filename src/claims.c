@@ -135,10 +135,14 @@
 
 /* Expired instances whose claims one acquisition looks at, at most */
 #define CLAIMS_EXPIRED_BATCH	64
-/* How often an instance asks the lock manager about others' sessions */
-#define CLAIMS_PROBE_EVERY_MS	1000
-/* How often an instance below its share that has work acquires anyway */
-#define CLAIMS_BELOW_SHARE_EVERY_MS	200
+/*
+ * How often an instance asks the lock manager about others' sessions
+ * between its claim cycles: gridha.probe_interval (-1: never), and how
+ * often an instance below its share that has work acquires anyway: a fifth
+ * of it
+ */
+#define CLAIMS_PROBE_EVERY_MS	gridha_probe_interval_ms
+#define CLAIMS_BELOW_SHARE_EVERY_MS	(gridha_probe_interval_ms / 5)
 /* Services with work counted per instance, at most (claims_balance_work) */
 #define CLAIMS_WORK_CAP			10000
 
@@ -1529,10 +1533,11 @@ claims_nothing_to_take(Datum instance_id, const GridhaInstance *inst, Datum serv
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (!claims_known.valid || !gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id) ||
-		TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_PROBE_EVERY_MS))
+		(gridha_probe_interval_ms >= 0 &&
+		 TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_PROBE_EVERY_MS)))
 		return false;
 	/* short of its work share: look again, but not at every poll */
-	if (gridha_balance_claims && claims_known.work_short &&
+	if (gridha_balance_claims && claims_known.work_short && gridha_probe_interval_ms >= 0 &&
 		TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_BELOW_SHARE_EVERY_MS))
 		return false;
 	return !claims_anything(servable);
@@ -1559,6 +1564,9 @@ gridha_claims_below_share(Datum instance_id, const GridhaInstance *inst)
 	/* this backend has not looked yet (a new session of a busy instance) */
 	if (!claims_known.valid || !gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id))
 		return true;
+	/* -1: only the claim cycle looks again (no clock in the hand-out) */
+	if (gridha_probe_interval_ms < 0)
+		return false;
 	now = GetCurrentTimestamp();
 	if (TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_PROBE_EVERY_MS))
 		return true;

@@ -32,6 +32,7 @@ int			gridha_hard_expiry_ms = 3 * 60 * 1000;
 int			gridha_renew_interval_ms = 10 * 1000;
 bool		gridha_balance_claims = true;
 bool		gridha_session_liveness = true;
+int			gridha_probe_interval_ms = 1000;
 
 int			gridha_workers = 0;
 char	   *gridha_database = NULL;
@@ -82,6 +83,14 @@ _PG_init(void)
 							"Must stay below gridha.soft_expiry; a larger value acts as half of gridha.soft_expiry.",
 							&gridha_renew_interval_ms,
 							10 * 1000, 1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.probe_interval",
+							"How often a busy instance's hand-out looks whether it fell below its share or another instance's session ended.",
+							"Between its claim cycles; -1: only at its claim cycles (gridha.renew_interval), which makes a hand-out's work independent of the clock (test/bench/instructions.sh).",
+							&gridha_probe_interval_ms,
+							1000, -1, INT_MAX,
 							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

@@ -51,6 +51,7 @@ extern int	gridha_hard_expiry_ms;
 extern int	gridha_renew_interval_ms;
 extern bool gridha_balance_claims;
 extern bool gridha_session_liveness;
+extern int	gridha_probe_interval_ms;
 #ifdef GRIDHA_TEST_HOOKS
 /* test builds only: a liveness probe waits on this advisory lock (0: off) */
 extern int	gridha_test_probe_pause;

@@ -351,6 +351,8 @@ gridha_missing_packages() {
 	# 18_pg_upgrade unpacks the newer majors' trees (../shared/pg, .tar.xz)
 	if [ "${1:-}" = pgtap ]; then
 		command -v xz >/dev/null || echo xz-utils
+		# 72_instructions counts the cycle's instructions (callgrind)
+		command -v valgrind >/dev/null || echo valgrind
 	fi
 	# Any libcurl development package will do (they conflict with each other).
 	if ! compgen -G '/usr/include/*/curl/curl.h' >/dev/null && [ ! -f /usr/include/curl/curl.h ]; then
