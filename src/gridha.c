@@ -14,6 +14,7 @@
 #include "compat.h"
 #include "gridha.h"
 #include "leader.h"
+#include "lockcheck.h"
 #include "slots.h"
 #include "submit.h"
 #include "worker.h"
@@ -115,6 +116,9 @@ _PG_init(void)
 #endif
 
 	gridha_coordination_define_gucs();
+
+	/* the test build's lock-order checker (lockcheck.c) */
+	gridha_lockcheck_init();
 	MarkGUCPrefixReserved("gridha");
 
 	/* workers and their shared memory only exist when gridha is preloaded */

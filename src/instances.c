@@ -51,6 +51,7 @@
 
 #include "gridha.h"
 #include "instances.h"
+#include "lockcheck.h"
 #include "rows.h"
 #include "slots.h"
 #include "spi_util.h"
@@ -981,6 +982,8 @@ gridha_instance_declare(Datum instance_id, int serves)
 	else
 		args[1] = gridha_serves_datum(serves);
 	gridha_exec(&instances_declare, args, nulls, false);
+	/* a known exception to the lock order (docs/concurrency.md) */
+	gridha_lockcheck_exempt("the declaration of what an instance serves is written first");
 }
 
 PG_FUNCTION_INFO_V1(gridha_register_instance);
