@@ -54,6 +54,14 @@
 #               META.json (resources) and debian/control (Homepage, Vcs-*)
 #               declare, or, when none is declared, say there is none; no
 #               page holds a placeholder "<... repository URL>"
+#   examples    every function that is not a trigger function has, in its
+#               section of docs/sql-reference.md, an example ("<!-- example
+#               -->", a ```sql block, a ```text block) or "<!-- no example:
+#               why -->"; the setup block ("<!-- example-setup -->") and then
+#               every example, each in a transaction rolled back at its end,
+#               run in one psql session in a new database
+#               (gridha_docs_test_examples) and must print what the text
+#               block shows (trailing blanks aside)
 #   links       every relative link of README.md, CHANGELOG.md and
 #               docs/**/*.md points at a file that exists and, with an
 #               #anchor, at a heading of that file
@@ -82,6 +90,7 @@ suite_work 70_docs
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
 	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1
+	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS ${DB}_examples" >/dev/null 2>&1
 	if [ "$STANDALONE" = 1 ]; then
 		gridha_cluster_cleanup
 	fi
@@ -135,6 +144,12 @@ SELECT t.typname,
         OR (t.typtype = 'c' AND (SELECT relkind FROM pg_class WHERE oid = t.typrelid) = 'c'))
  ORDER BY 1;
 EOF
+psql_db >"$WORK/userfuncs.tsv" <<'EOF' &&
+SELECT DISTINCT p.proname
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = 'gridha' AND p.prorettype <> 'trigger'::regtype
+ ORDER BY 1;
+EOF
 psql_db >"$WORK/preload.txt" -c "SHOW shared_preload_libraries" &&
 psql_db >"$WORK/settings.tsv" -c "LOAD 'gridha'" \
 	-c "SELECT name, boot_val, coalesce(unit, ''), vartype FROM pg_settings
@@ -147,11 +162,12 @@ if [ "$rc" -ne 0 ]; then
 	exit 1
 fi
 
-python3 - "$REPO" "$WORK" <<'PYEOF'
+python3 - "$REPO" "$WORK" "${DB}_examples" <<'PYEOF'
 import glob
 import json
 import os
 import re
+import subprocess
 import sys
 
 REPO, WORK = sys.argv[1], sys.argv[2]
@@ -551,6 +567,111 @@ ph = [rel for rel in docs if re.search(r"<[^>]*repository URL>", read(rel) or ""
 check(not ph, "no page holds a placeholder for the repository address",
       *["%s holds a '<... repository URL>' placeholder" % rel for rel in ph])
 
+
+
+# --- issue 40: every user function's example, run, and its output ---
+EXDB = sys.argv[3]
+
+
+def fenced(lines, i):
+    """fenced: (language, body lines, index after the block) of the fenced
+    block that starts at or after line i past blank lines, else None."""
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    if i >= len(lines) or not lines[i].startswith("```"):
+        return None
+    k = i + 1
+    while k < len(lines) and not lines[k].startswith("```"):
+        k += 1
+    return lines[i][3:].strip(), lines[i + 1:k], k + 1
+
+
+def clean(lines):
+    out = [l.rstrip() for l in lines]
+    while out and not out[-1]:
+        out.pop()
+    while out and not out[0]:
+        out.pop(0)
+    return out
+
+
+ref_lines = sqlref.split("\n")
+setup = None
+examples = []           # (section, line number, sql lines, expected lines)
+current = None
+for i, l in enumerate(ref_lines):
+    h = re.match(r"^#{2,3}\s+(.*?)\s*$", l)
+    if h:
+        current = h.group(1)
+    mark = l.strip()
+    if mark in ("<!-- example -->", "<!-- example-setup -->"):
+        a = fenced(ref_lines, i + 1)
+        b = fenced(ref_lines, a[2]) if a else None
+        if not a or a[0] != "sql" or not b or b[0] != "text":
+            check(False, "%s line %d: an example is a sql block then a text block" % (SQLREF, i + 1),
+                  "after '%s' write a ```sql block and then a ```text block with its output" % mark)
+            continue
+        if mark == "<!-- example-setup -->":
+            setup = (i + 1, a[1], b[1])
+        else:
+            examples.append((current, i + 1, a[1], b[1]))
+
+for name in [r[0] for r in rows("userfuncs.tsv")]:
+    body = section(re.escape(name), sqlref)
+    if body is None:
+        continue            # the functions check says so
+    has = "<!-- example -->" in body or re.search(r"<!--\s*no example:\s*\S", body)
+    check(has, "gridha.%s has an example in %s" % (name, SQLREF),
+          "%s: the section '### %s' has no '<!-- example -->' (a ```sql block, then a ```text "
+          "block with its output) nor a '<!-- no example: why -->'" % (SQLREF, name))
+
+check(setup is not None, "%s has the examples' setup block" % SQLREF,
+      "%s has no '<!-- example-setup -->' block" % SQLREF)
+if setup is not None and examples:
+    script = ["\\set ON_ERROR_STOP 1", "\\echo '@@setup'"] + setup[1]
+    for n, (name, line, sql, expected) in enumerate(examples):
+        script += ["\\echo '@@example %d'" % n, "BEGIN;"] + sql + ["ROLLBACK;"]
+    with open(os.path.join(WORK, "examples.sql"), "w", encoding="utf-8") as f:
+        f.write("\n".join(script) + "\n")
+    prep = subprocess.run(["psql", "-X", "-q", "-d", "postgres",
+                           "-c", "SET client_min_messages = warning",
+                           "-c", "DROP DATABASE IF EXISTS %s" % EXDB, "-c", "CREATE DATABASE %s" % EXDB],
+                          capture_output=True, text=True)
+    prep2 = subprocess.run(["psql", "-X", "-q", "-d", EXDB, "-c", "CREATE EXTENSION gridha"],
+                           capture_output=True, text=True)
+    run = subprocess.run(["psql", "-X", "-q", "-d", EXDB, "-f", os.path.join(WORK, "examples.sql")],
+                         capture_output=True, text=True)
+    subprocess.run(["psql", "-X", "-q", "-d", "postgres", "-c", "DROP DATABASE IF EXISTS %s" % EXDB],
+                   capture_output=True, text=True)
+    got = {}
+    key = None
+    for l in run.stdout.split("\n"):
+        m = re.match(r"^@@(setup|example \d+)$", l)
+        if m:
+            key = m.group(1)
+            got[key] = []
+        elif key is not None:
+            got[key].append(l)
+    errors = [e for e in (prep.stderr + prep2.stderr + run.stderr).strip().split("\n") if e]
+
+    def compare(what, key, line, expected):
+        want, have = clean(expected), clean(got.get(key, []))
+        diag = []
+        if key not in got:
+            diag.append("it did not run; psql said:")
+            diag += errors[-10:]
+        elif want != have:
+            diag.append("%s line %d shows:" % (SQLREF, line))
+            diag += ["  " + x for x in want]
+            diag.append("psql printed:")
+            diag += ["  " + x for x in have]
+            diag += errors[-5:]
+        check(not diag, what, *diag)
+
+    compare("the examples' setup block of %s gives the output shown" % SQLREF, "setup", setup[0], setup[2])
+    for n, (name, line, sql, expected) in enumerate(examples):
+        compare("the example of %s (%s line %d) gives the output shown" % (name, SQLREF, line),
+                "example %d" % n, line, expected)
 
 # links between the docs
 def slug(title):
