@@ -182,7 +182,7 @@ tables_refuse(const char *name, const char *what)
 			(errcode(ERRCODE_GRIDHA_UNSUPPORTED_TABLE),
 			 errmsg("gridha.%s is %s, which gridha does not support", name, what),
 			 errdetail("gridha reads and writes its tables directly on this server; on such a table its answers would be wrong, so every gridha function refuses to run."),
-			 errhint("Keep gridha's tables plain local tables of one PostgreSQL server, as CREATE EXTENSION gridha creates them (on Citus: undistribute them with undistribute_table). A Citus mode is planned; docs/citus.md describes what runs on Citus today.")));
+			 errhint("Keep gridha's tables plain local tables of one PostgreSQL server, as CREATE EXTENSION gridha creates them; do not distribute them with Citus. A Citus mode is planned; docs/citus.md describes what runs on Citus today.")));
 }
 
 /*
@@ -216,26 +216,31 @@ gridha_check_tables(void)
 				ObjectIdGetDatum(nsp));
 	rel = table_open(RelationRelationId, AccessShareLock);
 	scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &key);
-	while (bad_what == NULL && HeapTupleIsValid(tup = systable_getnext(scan)))
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
 	{
 		Form_pg_class cls = (Form_pg_class) GETSTRUCT(tup);
+		const char *what = NULL;
 
 		if (cls->relkind == RELKIND_PARTITIONED_TABLE)
-			bad_what = "a partitioned table";
+			what = "a partitioned table";
 		else if (cls->relkind == RELKIND_FOREIGN_TABLE)
-			bad_what = "a foreign table";
+			what = "a foreign table";
 		else if (cls->relkind != RELKIND_RELATION)
 			continue;
 		else if (cls->relispartition)
-			bad_what = "a partition of another table";
+			what = "a partition of another table";
 		else if (list_member_oid(citus, cls->oid))
-			bad_what = "a Citus table (distributed, reference or Citus local)";
+			what = "a Citus table (distributed, reference or Citus local)";
 		else if (cls->relhassubclass && find_inheritance_children(cls->oid, NoLock) != NIL)
-			bad_what = "a table with inheritance children";
-		if (bad_what != NULL)
-			bad_name = pstrdup(NameStr(cls->relname));
-		else
+			what = "a table with inheritance children";
+		if (what == NULL)
 			tables_watch(cls->oid);
+		else if (bad_name == NULL || strcmp(NameStr(cls->relname), bad_name) < 0)
+		{
+			/* the first by name, so that the message does not vary */
+			bad_name = pstrdup(NameStr(cls->relname));
+			bad_what = what;
+		}
 	}
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
