@@ -305,7 +305,7 @@ OTHER=$(env -u LD_LIBRARY_PATH "$CBIN/psql" -X -q -A -t -h "$DIR" -p "${PORTS[0]
 	-v VERBOSITY=verbose -c "SELECT gridha.renew_claims('$A')" 2>&1)
 echo "$OTHER" | diag
 echo "$OTHER" | grep -q '^ERROR:  RG030: gridha.batches is a Citus table'
-t_check $? "citus: a role that does not own the instance is refused (RG030) in a new session, not let through by the shell of gridha.instances"
+t_check $? "citus: a role that does not own the instance is refused (RG030) in a new session"
 
 [ "$(line state)" = "s1/b1/submitting,s1/b2/queued,s2/c1/committed" ]
 t_check $? "citus: the refusals changed nothing: SQL still sees b1 submitting, b2 queued, c1 committed"
