@@ -7,6 +7,7 @@
 --   an inheritance child of gridha.batches (SQL would see its rows, the
 --     direct row path would not);
 --   gridha.batches replaced by a partitioned table;
+--   gridha.instances replaced by a foreign table;
 --   gridha.service_claims known to Citus (a pg_catalog.pg_dist_partition
 --     made here, as Citus's own catalog is; Citus invalidates a table's
 --     relcache entry when it distributes it, ALTER TABLE does so here).
@@ -21,7 +22,7 @@
 -- functions: with one callback per cache (four) the session would end with
 -- "FATAL: out of relcache_callback_list slots". A release build skips it.
 BEGIN;
-SELECT plan(22);
+SELECT plan(28);
 
 \o /dev/null
 SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
@@ -47,6 +48,17 @@ BEGIN
     RETURN md5(concat_ws('#', b,
         (SELECT string_agg(c::text, '|' ORDER BY c.service_id) FROM gridha.service_claims c),
         (SELECT string_agg(i::text, '|' ORDER BY i.instance_id) FROM gridha.instances i)));
+END
+$$;
+
+-- The same, with gridha.instances renamed instances_plain.
+CREATE FUNCTION pg_temp.snapshot_foreign() RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN md5(concat_ws('#',
+        (SELECT string_agg(b::text, '|' ORDER BY b.service_id, b.batch_id) FROM gridha.batches b),
+        (SELECT string_agg(c::text, '|' ORDER BY c.service_id) FROM gridha.service_claims c),
+        (SELECT string_agg(i::text, '|' ORDER BY i.instance_id) FROM gridha.instances_plain i)));
 END
 $$;
 
@@ -120,6 +132,22 @@ SELECT is(r.error, 'RG030|gridha.batches is a partitioned table, which gridha do
   FROM pg_temp.refusals(:e) r;
 SELECT is(pg_temp.snapshot('gridha.batches_plain'), :'before', 'partitioned gridha.batches: the refusals changed nothing');
 ROLLBACK TO SAVEPOINT partitioned;
+
+-- ---------------------------------------------------------------------------
+-- gridha.instances replaced by a foreign table (a wrapper without handler:
+-- nothing could read it)
+-- ---------------------------------------------------------------------------
+SAVEPOINT foreign_table;
+CREATE FOREIGN DATA WRAPPER gridha_tap_fdw;
+CREATE SERVER gridha_tap_server FOREIGN DATA WRAPPER gridha_tap_fdw;
+ALTER TABLE gridha.instances RENAME TO instances_plain;
+CREATE FOREIGN TABLE gridha.instances (instance_id uuid) SERVER gridha_tap_server;
+SELECT pg_temp.snapshot_foreign() AS before \gset
+SELECT is(r.error, 'RG030|gridha.instances is a foreign table, which gridha does not support',
+          'foreign gridha.instances: ' || r.call || ' is refused (RG030)')
+  FROM pg_temp.refusals(:e) r;
+SELECT is(pg_temp.snapshot_foreign(), :'before', 'foreign gridha.instances: the refusals changed nothing');
+ROLLBACK TO SAVEPOINT foreign_table;
 
 -- ---------------------------------------------------------------------------
 -- gridha.service_claims a Citus table (its local shell)
