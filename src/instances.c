@@ -55,6 +55,7 @@
 #include "rows.h"
 #include "slots.h"
 #include "spi_util.h"
+#include "tables.h"
 #include "targets.h"
 
 #include "access/htup_details.h"
@@ -521,7 +522,7 @@ instances_callbacks(void)
 		return;
 	CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, instances_roles_changed, (Datum) 0);
 	CacheRegisterSyscacheCallback(AUTHOID, instances_roles_changed, (Datum) 0);
-	CacheRegisterRelcacheCallback(instances_relcache_changed, (Datum) 0);
+	gridha_on_relcache(instances_relcache_changed, (Datum) 0);
 	instances_callback_registered = true;
 }
 

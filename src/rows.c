@@ -37,6 +37,7 @@
 #include "gridha.h"
 #include "lockcheck.h"
 #include "rows.h"
+#include "tables.h"
 
 #include "access/genam.h"
 #include "access/relscan.h"
@@ -231,7 +232,7 @@ rows_check_layout(Relation rel, GridhaTable table)
 
 	if (!rows_callback_registered)
 	{
-		CacheRegisterRelcacheCallback(rows_layout_callback, (Datum) 0);
+		gridha_on_relcache(rows_layout_callback, (Datum) 0);
 		rows_callback_registered = true;
 	}
 	if (layout->relid == RelationGetRelid(rel))
@@ -349,6 +350,7 @@ gridha_rows_hold_for_write(GridhaTable table)
 void
 gridha_rows_begin(GridhaRows *rows, bool write)
 {
+	gridha_require_plain_tables();
 	memset(rows, 0, sizeof(GridhaRows));
 	rows->write = write;
 	rows->nspid = get_namespace_oid("gridha", false);
