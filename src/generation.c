@@ -26,6 +26,7 @@
 
 #include "gridha.h"
 #include "generation.h"
+#include "tables.h"
 
 #include "access/genam.h"
 #include "access/htup_details.h"
@@ -103,7 +104,7 @@ gridha_sql_generation(void)
 		return generation_cached;
 	if (!generation_callbacks)
 	{
-		CacheRegisterRelcacheCallback(generation_relcache_changed, (Datum) 0);
+		gridha_on_relcache(generation_relcache_changed, (Datum) 0);
 		CacheRegisterSyscacheCallback(PROCOID, generation_syscache_changed, (Datum) 0);
 		generation_callbacks = true;
 	}

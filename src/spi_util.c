@@ -14,6 +14,7 @@
 #include "gridha.h"
 #include "generation.h"
 #include "spi_util.h"
+#include "tables.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -325,6 +326,7 @@ gridha_require_safe_schema(void)
 	bool		owner_bad = false;
 	bool		create_bad = false;
 
+	gridha_require_plain_tables();
 	if (spi_schema_safe)
 		return;
 	if (!spi_schema_callbacks)
