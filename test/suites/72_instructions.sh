@@ -13,7 +13,9 @@
 # test/bench/instructions.expected ("SHAPE COUNT" lines). A change that
 # raises a count more than that updates the record in the same commit and
 # says why in its message; one that lowers it may lower the record.
-# valgrind comes with make test's packages (test/lib.sh). The bench makes
+# It counts the gridha installed: in make test, the test build (hooks and
+# the lock-order checker), which the record is of; a release build counts
+# fewer. valgrind comes with make test's packages (test/lib.sh). The bench makes
 # its own throwaway cluster. GRIDHA_INSTR_EXPECTED names another record
 # file and GRIDHA_INSTR_SHAPES fewer shapes (to check the check).
 set -uo pipefail
