@@ -24,7 +24,7 @@
  */
 #include "postgres.h"
 
-#include "gridha.h"
+#include "common.h"
 #include "generation.h"
 #include "tables.h"
 

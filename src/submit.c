@@ -127,9 +127,9 @@
 #include "storage/latch.h"
 
 #include "dlt_http.h"
-#include "gridha.h"
-#include "leader.h"
+#include "common.h"
 #include "ratelimit.h"
+#include "settings.h"
 #include "slots.h"
 #include "spi_util.h"
 #include "submit.h"
