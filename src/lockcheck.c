@@ -85,6 +85,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -142,6 +143,16 @@ static int	lockcheck_calls = 0;	/* gridha functions under way */
 static MemoryContext lockcheck_cxt = NULL;
 static LockEntry *lockcheck_entries = NULL;
 static int	lockcheck_size = 0;
+
+/*
+ * What the call holds, for lookups in constant time: the keys it locked,
+ * per kind ("<kind>|<key>"), and how many locks of each kind it holds, and
+ * of those how many with a key not known.
+ */
+#define LOCKCHECK_KEYLEN 600
+static HTAB *lockcheck_keys = NULL;
+static int	lockcheck_kind_n[LK_COUNT + 1];
+static int	lockcheck_keyless_n[LK_COUNT + 1];
 static int	lockcheck_n = 0;
 static uint64 lockcheck_xact = 0;		/* transactions ended so far */
 static uint64 lockcheck_scope_xact = UINT64_MAX;
@@ -167,6 +178,52 @@ lockcheck_new_scope(void)
 	lockcheck_n = 0;
 	lockcheck_table_seen = false;
 	MemoryContextReset(lockcheck_cxt);
+	lockcheck_keys = NULL;
+	memset(lockcheck_kind_n, 0, sizeof(lockcheck_kind_n));
+	memset(lockcheck_keyless_n, 0, sizeof(lockcheck_keyless_n));
+}
+
+static void
+lockcheck_key_of(char *buf, LockKind kind, const char *key)
+{
+	snprintf(buf, LOCKCHECK_KEYLEN, "%d|%s", (int) kind, key);
+}
+
+/* lockcheck_note: counts a lock the call now holds */
+static void
+lockcheck_note(const LockEntry *e)
+{
+	char		buf[LOCKCHECK_KEYLEN];
+
+	lockcheck_kind_n[e->kind]++;
+	if (e->key == NULL)
+	{
+		lockcheck_keyless_n[e->kind]++;
+		return;
+	}
+	if (lockcheck_keys == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = LOCKCHECK_KEYLEN;
+		ctl.entrysize = LOCKCHECK_KEYLEN;
+		ctl.hcxt = lockcheck_cxt;
+		lockcheck_keys = hash_create("gridha lock check keys", 256, &ctl,
+									 HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
+	lockcheck_key_of(buf, e->kind, e->key);
+	(void) hash_search(lockcheck_keys, buf, HASH_ENTER, NULL);
+}
+
+static bool
+lockcheck_holds_key(LockKind kind, const char *key)
+{
+	char		buf[LOCKCHECK_KEYLEN];
+
+	if (lockcheck_keys == NULL)
+		return false;
+	lockcheck_key_of(buf, kind, key);
+	return hash_search(lockcheck_keys, buf, HASH_FIND, NULL) != NULL;
 }
 
 static void
@@ -291,13 +348,7 @@ lockcheck_check_table(void)
 static bool
 lockcheck_holds_claim(const char *service_id)
 {
-	int			i;
-
-	for (i = 0; i < lockcheck_n; i++)
-		if (lockcheck_entries[i].kind == LK_CLAIM && lockcheck_entries[i].key != NULL &&
-			strcmp(lockcheck_entries[i].key, service_id) == 0)
-			return true;
-	return false;
+	return lockcheck_holds_key(LK_CLAIM, service_id);
 }
 
 /*
@@ -308,17 +359,9 @@ lockcheck_holds_claim(const char *service_id)
 static bool
 lockcheck_holds(LockKind kind, const char *key)
 {
-	int			i;
-
-	for (i = 0; i < lockcheck_n; i++)
-	{
-		LockEntry  *h = &lockcheck_entries[i];
-
-		if (h->kind == kind &&
-			(h->key == NULL || key == NULL || strcmp(h->key, key) == 0))
-			return true;
-	}
-	return false;
+	if (key == NULL)
+		return lockcheck_kind_n[kind] > 0;
+	return lockcheck_keyless_n[kind] > 0 || lockcheck_holds_key(kind, key);
 }
 
 static void
@@ -360,8 +403,13 @@ lockcheck_add(Oid relid, LockKind kind, const char *key, bool waits, const char 
 	 * A row the call holds already (the same key, or a lock of its kind whose
 	 * rows are not known) does not wait again.
 	 */
-	if (waits && lockcheck_holds(kind, key))
+	if (lockcheck_holds(kind, key))
+	{
+		/* held: not a new lock, nor one to record again (but its first) */
+		if (key == NULL || lockcheck_holds_key(kind, key) || !waits)
+			return;
 		waits = false;
+	}
 	n.waits = waits;
 
 	if (waits)
@@ -400,6 +448,7 @@ lockcheck_add(Oid relid, LockKind kind, const char *key, bool waits, const char 
 		lockcheck_entries = repalloc(lockcheck_entries, lockcheck_size * sizeof(LockEntry));
 	}
 	lockcheck_entries[lockcheck_n++] = n;
+	lockcheck_note(&n);
 }
 
 static char *
@@ -533,8 +582,10 @@ lockcheck_plan_writes(PlannedStmt *ps, Plan *plan, const char *what)
 
 			if (locks && kind != LK_NONE)
 			{
+				int			before = lockcheck_n;
+
 				lockcheck_add(relid, kind, NULL, true, what, true, false);
-				if (mt->operation == CMD_INSERT && lockcheck_n > 0)
+				if (mt->operation == CMD_INSERT && lockcheck_n > before)
 					lockcheck_entries[lockcheck_n - 1].insert = true;
 			}
 		}
@@ -742,7 +793,16 @@ lockcheck_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	for (i = 0; i < lockcheck_n; i++)
 		if (lockcheck_entries[i].subid < mySubid)
 			lockcheck_entries[n++] = lockcheck_entries[i];
+	if (n == lockcheck_n)
+		return;
 	lockcheck_n = n;
+	if (lockcheck_keys != NULL)
+		hash_destroy(lockcheck_keys);
+	lockcheck_keys = NULL;
+	memset(lockcheck_kind_n, 0, sizeof(lockcheck_kind_n));
+	memset(lockcheck_keyless_n, 0, sizeof(lockcheck_keyless_n));
+	for (i = 0; i < lockcheck_n; i++)
+		lockcheck_note(&lockcheck_entries[i]);
 }
 
 void
