@@ -10,7 +10,7 @@ OBJS = src/gridha.o src/spi_util.o src/rows.o src/instances.o src/counts.o src/c
 # HTTP submission to a ledger (libcurl), shared with client/gridha-client
 OBJS += src/dlt_http.o src/dlt_json.o
 # Background-worker instances
-OBJS += src/slots.o src/worker.o src/submit.o src/targets.o
+OBJS += src/slots.o src/worker.o src/submit.o src/limit.o src/targets.o
 # Section 7: leader lease, ID windows, rate limits
 OBJS += src/leader.o src/idseq.o src/ratelimit.o src/totals.o
 # The version is gridha.control's, the scripts are whatever sql/ holds.
