@@ -6,86 +6,76 @@
  *		fast it opens connections to it). The words (limit, waiting,
  *		retry-after) are those of submit.c's header.
  *
+ * The core is pure: what it decides depends only on its arguments (the
+ * limit's state, the answer, the time now, the settings), never on the
+ * clock or a global, so test/unit/test_limit.c checks it step by step with
+ * a fake clock (built with -DFRONTEND, without the server). The worker's
+ * part, at the end, keeps its list of limits and passes the real clock
+ * and the settings in.
+ *
+ * Words:
+ *   fastest    the fastest POST answer of the last 10 to 20 s (two windows
+ *              of GRIDHA_LIMIT_WINDOW_MS)
+ *   slow       an answer slower than the fastest times
+ *              GRIDHA_LIMIT_LATENCY_FACTOR plus GRIDHA_LIMIT_LATENCY_SLACK_MS
+ *   overload   a 429 or 503, a timeout, a refused or dropped connection,
+ *              or a moving average of answers that is slow
+ *
  *-------------------------------------------------------------------------
  */
+#ifdef FRONTEND
+#include "postgres_fe.h"
+#else
 #include "postgres.h"
+#endif
 
 #include <math.h>
 
-#include "utils/memutils.h"
-#include "utils/timestamp.h"
-
-#include "dlt_http.h"
-#include "gridha.h"
 #include "limit.h"
-#include "submit.h"
 
-/* A target's first limit, before anything is known of its ledger */
-#define SUBMIT_LIMIT_START		4
 /* The fastest answer of a target is looked for in windows of this long */
-#define SUBMIT_LIMIT_WINDOW_MS	10000
+#define GRIDHA_LIMIT_WINDOW_MS	10000
 /* An answer slower than this many times the fastest, plus the slack, halves the limit */
-#define SUBMIT_LATENCY_FACTOR	4
-#define SUBMIT_LATENCY_SLACK_MS 50
+#define GRIDHA_LIMIT_LATENCY_FACTOR 4
+#define GRIDHA_LIMIT_LATENCY_SLACK_MS 50
 
-List *submit_limits = NIL;	/* SubmitLimit *, in TopMemoryContext */
-
-/* ----------------------------------------------------------------------
- * Limits per target
- * ----------------------------------------------------------------------
- */
+#define limit_plus_ms(t, ms)	((t) + (TimestampTz) (ms) * 1000)
 
 /*
- * submit_limit_of: this worker's limit for a target, made at its first
- * request (SUBMIT_LIMIT_START, under the ceiling).
+ * gridha_limit_init: a target's limit at its first request, at now:
+ * GRIDHA_LIMIT_START under the ceiling (gridha.worker_inflight), a full
+ * connection bucket (a twentieth of a second's worth of connect_rate,
+ * gridha.worker_connect_rate). The target's name is the caller's.
  */
-SubmitLimit *
-submit_limit_of(const char *target)
+void
+gridha_limit_init(GridhaLimit *l, TimestampTz now, int ceiling, int connect_rate)
 {
-	SubmitLimit *l;
-	ListCell   *lc;
-	MemoryContext old;
-	TimestampTz now;
-
-	if (target == NULL)
-		target = "";
-	foreach(lc, submit_limits)
-	{
-		l = lfirst(lc);
-		if (strcmp(l->target, target) == 0)
-			return l;
-	}
-	now = GetCurrentTimestamp();
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	l = palloc0(sizeof(SubmitLimit));
-	l->target = pstrdup(target);
-	l->limit = Min(SUBMIT_LIMIT_START, gridha_worker_inflight);
+	memset(l, 0, sizeof(*l));
+	l->limit = Min(GRIDHA_LIMIT_START, ceiling);
 	l->min_ms = l->prev_min_ms = l->streak_min_ms = -1;
 	l->avg_ms = -1;
 	l->window_at = l->tokens_at = l->used_at = now;
 	l->conn_share = 1.0;
-	l->tokens = Max(1.0, gridha_worker_connect_rate / 20.0);
-	submit_limits = lappend(submit_limits, l);
-	MemoryContextSwitchTo(old);
-	return l;
+	l->tokens = Max(1.0, connect_rate / 20.0);
 }
 
 /*
- * submit_limit_may_start: whether one more request may go to l's target
- * now: a POST needs room under the limit; every request takes its share
- * of a connection attempt from the target's bucket (gridha.worker_connect_rate
- * a second, bursts of a twentieth of a second's worth), its share being how
- * many of the target's requests opened a connection lately: next to none
- * over kept-alive connections. A status run is never refused (one per
- * target at a time): it only takes its share.
+ * gridha_limit_may_start: whether one more request may go to l's target
+ * at now: a POST needs room under the limit; every request takes its share
+ * of a connection attempt from the target's bucket (connect_rate a second,
+ * bursts of a twentieth of a second's worth), its share being how many of
+ * the target's requests opened a connection lately: next to none over
+ * kept-alive connections. A status run is never refused (one per target
+ * at a time): it only takes its share. Nothing starts before a
+ * Retry-After's time.
  */
 bool
-submit_limit_may_start(SubmitLimit *l, bool status)
+gridha_limit_may_start(GridhaLimit *l, bool status, TimestampTz now, int ceiling,
+					   int connect_rate)
 {
-	double		rate = gridha_worker_connect_rate;
-	TimestampTz now = GetCurrentTimestamp();
+	double		rate = connect_rate;
 
-	l->limit = Min(l->limit, (double) gridha_worker_inflight);
+	l->limit = Min(l->limit, (double) ceiling);
 	if (now < l->retry_at)
 		return false;
 	if (!status && l->in_flight >= (int) l->limit)
@@ -104,14 +94,16 @@ submit_limit_may_start(SubmitLimit *l, bool status)
 }
 
 /*
- * submit_limit_feedback: a request to l's target finished (started at
- * started_at): the limit follows what its end says of the ledger (see the
- * words at the top).
+ * gridha_limit_feedback: a request to l's target that started at
+ * started_at finished at now: the limit follows what its end says of the
+ * ledger (see the words at the top and submit.c's). away_ms: how long
+ * before now nobody looked at the answers (the worker was in a step), so
+ * the answer may have waited that long; ceiling: gridha.worker_inflight.
  */
 void
-submit_limit_feedback(SubmitLimit *l, const GridhaHttpDone *d, TimestampTz started_at)
+gridha_limit_feedback(GridhaLimit *l, const GridhaHttpDone *d, TimestampTz started_at,
+					  TimestampTz now, long away_ms, int ceiling)
 {
-	TimestampTz now = GetCurrentTimestamp();
 	bool		overload = false;
 	bool		in_time = false;
 
@@ -119,10 +111,10 @@ submit_limit_feedback(SubmitLimit *l, const GridhaHttpDone *d, TimestampTz start
 		l->in_flight--;
 	if (d->retry_after_ms > 0)
 		l->retry_at = Max(l->retry_at,
-						  TimestampTzPlusMilliseconds(now, Min(d->retry_after_ms,
-															   GRIDHA_BACKOFF_MAX_MS)));
+						  limit_plus_ms(now, Min(d->retry_after_ms,
+												 GRIDHA_LIMIT_RETRY_MAX_MS)));
 	l->conn_share = 0.8 * l->conn_share + (d->connects > 0 ? 0.2 : 0.0);
-	if (TimestampDifferenceExceeds(l->window_at, now, SUBMIT_LIMIT_WINDOW_MS))
+	if (now - l->window_at >= (TimestampTz) GRIDHA_LIMIT_WINDOW_MS * 1000)
 	{
 		l->prev_min_ms = l->min_ms;
 		l->min_ms = -1;
@@ -132,7 +124,7 @@ submit_limit_feedback(SubmitLimit *l, const GridhaHttpDone *d, TimestampTz start
 	{
 		long		fastest = l->min_ms;
 		/* the answer may have waited while the worker was in a step */
-		long		elapsed = Max(0, d->elapsed_ms - submit_away_ms);
+		long		elapsed = Max(0, d->elapsed_ms - away_ms);
 		double		threshold;
 
 		if (l->prev_min_ms >= 0 && (fastest < 0 || l->prev_min_ms < fastest))
@@ -141,7 +133,7 @@ submit_limit_feedback(SubmitLimit *l, const GridhaHttpDone *d, TimestampTz start
 			l->min_ms = elapsed;
 		/* one slow answer among fast ones is noise; an accept queue's 1 s is not */
 		l->avg_ms = l->avg_ms < 0 ? elapsed : 0.8 * l->avg_ms + 0.2 * elapsed;
-		threshold = fastest * SUBMIT_LATENCY_FACTOR + SUBMIT_LATENCY_SLACK_MS;
+		threshold = fastest * GRIDHA_LIMIT_LATENCY_FACTOR + GRIDHA_LIMIT_LATENCY_SLACK_MS;
 		if (fastest >= 0 && elapsed > threshold)
 		{
 			if (l->streak_min_ms < 0 || elapsed < l->streak_min_ms)
@@ -192,7 +184,72 @@ submit_limit_feedback(SubmitLimit *l, const GridhaHttpDone *d, TimestampTz start
 	else if (in_time && (l->in_flight + 1) * 2 >= (int) l->limit &&
 			 ++l->successes >= (int) l->limit)
 	{
-		l->limit = Min((double) gridha_worker_inflight, l->limit + 1);
+		l->limit = Min((double) ceiling, l->limit + 1);
 		l->successes = 0;
 	}
 }
+
+#ifndef FRONTEND
+
+/* ----------------------------------------------------------------------
+ * The worker's limits: the real clock and the settings
+ * ----------------------------------------------------------------------
+ */
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "gridha.h"
+#include "submit.h"
+
+StaticAssertDecl(GRIDHA_LIMIT_RETRY_MAX_MS == GRIDHA_BACKOFF_MAX_MS,
+				 "a Retry-After is obeyed up to the backoff's ceiling");
+
+List	   *gridha_limits = NIL;	/* GridhaLimit *, in TopMemoryContext */
+
+/*
+ * gridha_limit_of: this worker's limit for a target, made at its first
+ * request.
+ */
+GridhaLimit *
+gridha_limit_of(const char *target)
+{
+	GridhaLimit *l;
+	ListCell   *lc;
+	MemoryContext old;
+
+	if (target == NULL)
+		target = "";
+	foreach(lc, gridha_limits)
+	{
+		l = lfirst(lc);
+		if (strcmp(l->target, target) == 0)
+			return l;
+	}
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	l = palloc(sizeof(GridhaLimit));
+	gridha_limit_init(l, GetCurrentTimestamp(), gridha_worker_inflight,
+					  gridha_worker_connect_rate);
+	l->target = pstrdup(target);
+	gridha_limits = lappend(gridha_limits, l);
+	MemoryContextSwitchTo(old);
+	return l;
+}
+
+/* gridha_limit_start: gridha_limit_may_start, now */
+bool
+gridha_limit_start(GridhaLimit *l, bool status)
+{
+	return gridha_limit_may_start(l, status, GetCurrentTimestamp(),
+								  gridha_worker_inflight, gridha_worker_connect_rate);
+}
+
+/* gridha_limit_done: gridha_limit_feedback, now */
+void
+gridha_limit_done(GridhaLimit *l, const GridhaHttpDone *d, TimestampTz started_at,
+				  long away_ms)
+{
+	gridha_limit_feedback(l, d, started_at, GetCurrentTimestamp(), away_ms,
+						  gridha_worker_inflight);
+}
+
+#endif							/* FRONTEND */

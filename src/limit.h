@@ -4,20 +4,28 @@
  *		A background worker's adaptive limit and connection bucket per
  *		target (see limit.c).
  *
+ * The core (gridha_limit_init, gridha_limit_may_start,
+ * gridha_limit_feedback) is a pure function of its arguments: the clock
+ * and the settings are passed in, so test/unit/test_limit.c drives it with
+ * a fake clock, as a frontend program. The rest (the worker's list of
+ * limits, read with the real clock and the settings) is the server's.
+ *
  *-------------------------------------------------------------------------
  */
 #ifndef GRIDHA_LIMIT_H
 #define GRIDHA_LIMIT_H
 
-#include "postgres.h"
-
 #include "datatype/timestamp.h"
-#include "nodes/pg_list.h"
 
 #include "dlt_http.h"
 
+/* A target's first limit, before anything is known of its ledger */
+#define GRIDHA_LIMIT_START		4
+/* The longest Retry-After obeyed (GRIDHA_BACKOFF_MAX_MS, gridha.h) */
+#define GRIDHA_LIMIT_RETRY_MAX_MS 60000
+
 /* A target's limit, as this worker keeps it (in TopMemoryContext) */
-typedef struct SubmitLimit
+typedef struct GridhaLimit
 {
 	char	   *target;
 	double		limit;			/* 1 .. gridha.worker_inflight */
@@ -38,15 +46,27 @@ typedef struct SubmitLimit
 	int64		failures;		/* overload signals */
 	TimestampTz used_at;		/* the last request's start */
 	TimestampTz retry_at;		/* no request before this (Retry-After) */
-} SubmitLimit;
+} GridhaLimit;
 
-extern List *submit_limits;		/* SubmitLimit *, in TopMemoryContext */
-/* how long before this poll nobody looked (submit.c) */
-extern long submit_away_ms;
+/* The core: pure, the clock (now) and the settings passed in */
+extern void gridha_limit_init(GridhaLimit *l, TimestampTz now, int ceiling,
+							  int connect_rate);
+extern bool gridha_limit_may_start(GridhaLimit *l, bool status, TimestampTz now,
+								   int ceiling, int connect_rate);
+extern void gridha_limit_feedback(GridhaLimit *l, const GridhaHttpDone *d,
+								  TimestampTz started_at, TimestampTz now,
+								  long away_ms, int ceiling);
 
-extern SubmitLimit *submit_limit_of(const char *target);
-extern bool submit_limit_may_start(SubmitLimit *l, bool status);
-extern void submit_limit_feedback(SubmitLimit *l, const GridhaHttpDone *d,
-								  TimestampTz started_at);
+#ifndef FRONTEND
+#include "nodes/pg_list.h"
+
+extern List *gridha_limits;		/* GridhaLimit *, in TopMemoryContext */
+
+/* The worker's: the real clock, gridha.worker_inflight and _connect_rate */
+extern GridhaLimit *gridha_limit_of(const char *target);
+extern bool gridha_limit_start(GridhaLimit *l, bool status);
+extern void gridha_limit_done(GridhaLimit *l, const GridhaHttpDone *d,
+							  TimestampTz started_at, long away_ms);
+#endif
 
 #endif							/* GRIDHA_LIMIT_H */

@@ -347,7 +347,7 @@ static List *submit_waiting = NIL;	/* SubmitBatch * handed out, not POSTed
 									 * yet, in submit_batches_cxt */
 static List *submit_runs = NIL; /* SubmitStatusRun *, in submit_batches_cxt */
 static TimestampTz submit_last_poll = 0;	/* when the last poll ended */
-long		submit_away_ms = 0; /* how long before this poll nobody looked:
+static long submit_away_ms = 0; /* how long before this poll nobody looked:
 								 * an answer may have waited that long */
 static long submit_conn_host = 0;	/* the multi's connection bounds now */
 static long submit_conn_total = 0;
@@ -485,9 +485,9 @@ submit_publish(void)
 	int			n = 0;
 	ListCell   *lc;
 
-	foreach(lc, submit_limits)
+	foreach(lc, gridha_limits)
 	{
-		SubmitLimit *l = lfirst(lc);
+		GridhaLimit *l = lfirst(lc);
 
 		if (l->in_flight == 0 &&
 			TimestampDifferenceExceeds(l->used_at, now, SUBMIT_LIMIT_SHOWN_MS))
@@ -531,9 +531,9 @@ submit_handout_room(void)
 	bool		any = false;
 	ListCell   *lc;
 
-	foreach(lc, submit_limits)
+	foreach(lc, gridha_limits)
 	{
-		SubmitLimit *l = lfirst(lc);
+		GridhaLimit *l = lfirst(lc);
 
 		if (l->in_flight == 0 &&
 			TimestampDifferenceExceeds(l->used_at, now, SUBMIT_LIMIT_SHOWN_MS))
@@ -1156,7 +1156,7 @@ submit_http_done(GridhaHttpDone *done)
 {
 	SubmitBatch *b = (SubmitBatch *) done->tag;
 
-	submit_limit_feedback(submit_limit_of(b->target), done, b->started_at);
+	gridha_limit_done(gridha_limit_of(b->target), done, b->started_at, submit_away_ms);
 	if (done->outcome == GRIDHA_SUBMIT_DELAYED && done->http_code != 0)
 	{
 		char		reason[64];
@@ -1175,7 +1175,7 @@ static void submit_status_done(GridhaHttpDone *done);
 
 /*
  * submit_start_waiting: POSTs every waiting batch whose target has room
- * (submit_limit_may_start), in the order they were handed out; the others
+ * (gridha_limit_start), in the order they were handed out; the others
  * keep waiting. Nothing starts once the worker is stopping.
  */
 static void
@@ -1191,9 +1191,9 @@ submit_start_waiting(void)
 	foreach(lc, submit_waiting)
 	{
 		SubmitBatch *b = lfirst(lc);
-		SubmitLimit *l = submit_limit_of(b->target);
+		GridhaLimit *l = gridha_limit_of(b->target);
 
-		if (!submit_limit_may_start(l, false))
+		if (!gridha_limit_start(l, false))
 		{
 			still = lappend(still, b);
 			continue;
@@ -1933,7 +1933,7 @@ submit_apply_statuses(const char *target, SubmitPending *const *rows,
 static void
 submit_status_start(const GridhaTarget *t, const char *target, SubmitPending *const *rows, int n)
 {
-	SubmitLimit *l = submit_limit_of(target);
+	GridhaLimit *l = gridha_limit_of(target);
 	GridhaHttpTarget http = {(const char *const *) t->headers, t->n_headers,
 	t->reject_codes, t->n_reject_codes};
 	MemoryContext cxt;
@@ -1963,7 +1963,7 @@ submit_status_start(const GridhaTarget *t, const char *target, SubmitPending *co
 	}
 	MemoryContextSwitchTo(old);
 
-	(void) submit_limit_may_start(l, true);
+	(void) gridha_limit_start(l, true);
 	run->started_at = GetCurrentTimestamp();
 	if (gridha_http_multi_statuses(submit_multi, run, t->status_url, &http, run->entries, n,
 								   (size_t) gridha_status_url_max_length,
@@ -1989,12 +1989,12 @@ static void
 submit_status_done(GridhaHttpDone *done)
 {
 	SubmitStatusRun *run = (SubmitStatusRun *) done->tag;
-	SubmitLimit *l = submit_limit_of(run->target);
+	GridhaLimit *l = gridha_limit_of(run->target);
 	SubmitPending **rows = palloc(sizeof(SubmitPending *) * Max(run->n, 1));
 	int			k;
 
 	l->status_running = false;
-	submit_limit_feedback(l, done, run->started_at);
+	gridha_limit_done(l, done, run->started_at, submit_away_ms);
 	if (done->failed)
 		(void) gridha_target_note(run->target,
 								  done->http_code == 0 ? "status URL unreachable" : "status poll failed",
@@ -2266,9 +2266,9 @@ gridha_submit_forget(void)
 	submit_runs = NIL;
 	submit_conn_host = submit_conn_total = 0;
 	submit_omitted_sweep(true);
-	foreach(lc, submit_limits)
+	foreach(lc, gridha_limits)
 	{
-		SubmitLimit *l = lfirst(lc);
+		GridhaLimit *l = lfirst(lc);
 
 		l->in_flight = 0;
 		l->status_running = false;
