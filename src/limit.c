@@ -20,6 +20,15 @@
  *              GRIDHA_LIMIT_LATENCY_FACTOR plus GRIDHA_LIMIT_LATENCY_SLACK_MS
  *   overload   a 429 or 503, a timeout, a refused or dropped connection,
  *              or a moving average of answers that is slow
+ *   slow start a new limit's first phase: each answer in time while the
+ *              limit is at least half used adds one to it, so a busy
+ *              worker's limit doubles every round trip (from
+ *              GRIDHA_LIMIT_START: 4, 8, 16, ... up to the ceiling). The
+ *              first sign of overload halves it and ends the slow start
+ *              for good; from then on the limit grows by one a limit's
+ *              worth of answers in time (additive increase) and is halved
+ *              at each overload, once a round trip (multiplicative
+ *              decrease)
  *
  *-------------------------------------------------------------------------
  */
@@ -57,6 +66,7 @@ gridha_limit_init(GridhaLimit *l, TimestampTz now, int ceiling, int connect_rate
 	l->window_at = l->tokens_at = l->used_at = now;
 	l->conn_share = 1.0;
 	l->tokens = Max(1.0, connect_rate / 20.0);
+	l->slow_start = true;
 }
 
 /*
@@ -172,6 +182,7 @@ gridha_limit_feedback(GridhaLimit *l, const GridhaHttpDone *d, TimestampTz start
 	{
 		l->failures++;
 		l->successes = 0;
+		l->slow_start = false;
 		if (started_at >= l->decreased_at)
 		{
 			l->limit = Max(1.0, floor(l->limit / 2));
@@ -182,7 +193,7 @@ gridha_limit_feedback(GridhaLimit *l, const GridhaHttpDone *d, TimestampTz start
 		}
 	}
 	else if (in_time && (l->in_flight + 1) * 2 >= (int) l->limit &&
-			 ++l->successes >= (int) l->limit)
+			 (l->slow_start || ++l->successes >= (int) l->limit))
 	{
 		l->limit = Min((double) ceiling, l->limit + 1);
 		l->successes = 0;

@@ -46,6 +46,8 @@ typedef struct GridhaLimit
 	int64		failures;		/* overload signals */
 	TimestampTz used_at;		/* the last request's start */
 	TimestampTz retry_at;		/* no request before this (Retry-After) */
+	bool		slow_start;		/* no sign of overload yet: the limit
+								 * doubles every round trip */
 } GridhaLimit;
 
 /* The core: pure, the clock (now) and the settings passed in */

@@ -29,7 +29,9 @@
  *              this worker renews the claim
  *   limit      how many requests (POSTs and status runs) the worker keeps
  *              in flight to one target: adaptive, from 1 up to
- *              gridha.worker_inflight (the ceiling). Additive increase: +1
+ *              gridha.worker_inflight (the ceiling). Slow start first: +1
+ *              per answer in time (doubling every round trip) until the
+ *              first sign of overload (src/limit.c). Then additive increase: +1
  *              after a limit's worth of answers in time while the limit is
  *              at least half used; multiplicative decrease: halved on a
  *              429 or 503, a timeout, a refused or dropped connection, or

@@ -15,6 +15,9 @@
  *   round      the worker starts as many requests as the limit lets it,
  *              the clock moves on by the answer time, and every request
  *              comes back the way the round says (answered, busy, ...)
+ *   pipeline   as the worker runs against a busy ledger: every answer
+ *              makes room for the next request at once; the ledger answers
+ *              each after a fixed time, in the order they were sent
  *
  * Exit status 0 when every test passed, 1 otherwise.
  *
@@ -118,6 +121,81 @@ round_of(GridhaLimit *l, GridhaHttpLoad load, long ms, int ceiling)
 	return n;
 }
 
+/*
+ * pipeline: n answers of a ledger that answers each request after ms (or
+ * says busy to the request numbered busy_at, counting from 1; 0: never),
+ * the worker starting a request whenever the limit has room. The limit
+ * after each round trip (every answer whose request was the last one sent
+ * when the round before ended) goes to trace, up to max_trace of them;
+ * returns how many.
+ */
+#define PIPE_MAX 4096
+static int
+pipeline(GridhaLimit *l, long ms, int n, int busy_at, int ceiling,
+		 long *trace, int max_trace)
+{
+	TimestampTz sent[PIPE_MAX];
+	int			head = 0;
+	int			tail = 0;
+	int			answered = 0;
+	int			round_end;
+	int			rounds = 0;
+
+	while (tail < PIPE_MAX && gridha_limit_may_start(l, false, clock_now, ceiling, 0))
+	{
+		l->in_flight++;
+		sent[tail++] = clock_now;
+	}
+	round_end = tail;
+	while (answered < n && head < tail)
+	{
+		TimestampTz at = sent[head] + ms * MS;
+		GridhaHttpDone d;
+
+		answered++;
+		d = done(answered == busy_at ? GRIDHA_LOAD_BUSY : GRIDHA_LOAD_ANSWERED, ms);
+		if (clock_now < at)
+			clock_now = at;
+		gridha_limit_feedback(l, &d, sent[head], clock_now, 0, ceiling);
+		head++;
+		while (tail < PIPE_MAX && gridha_limit_may_start(l, false, clock_now, ceiling, 0))
+		{
+			l->in_flight++;
+			sent[tail++] = clock_now;
+		}
+		if (head == round_end)
+		{
+			if (rounds < max_trace)
+				trace[rounds] = (long) l->limit;
+			rounds++;
+			round_end = tail;
+		}
+	}
+	return Min(rounds, max_trace);
+}
+
+/* trace_is: the limits of trace are want's */
+static void
+trace_is(const long *trace, int n, const long *want, int nwant, const char *what)
+{
+	char		got_s[512] = "";
+	char		want_s[512] = "";
+	int			i;
+	bool		same = n == nwant;
+
+	for (i = 0; i < n || i < nwant; i++)
+	{
+		if (i < n)
+			snprintf(got_s + strlen(got_s), sizeof(got_s) - strlen(got_s), " %ld", trace[i]);
+		if (i < nwant)
+			snprintf(want_s + strlen(want_s), sizeof(want_s) - strlen(want_s), " %ld", want[i]);
+		if (i < n && i < nwant && trace[i] != want[i])
+			same = false;
+	}
+	if (!ok(same, "%s", what))
+		printf("#   got%s\n#   want%s\n", got_s, want_s);
+}
+
 /* fresh: a new limit at the clock */
 static GridhaLimit
 fresh(int ceiling, int rate)
@@ -141,18 +219,78 @@ test_start(void)
 	   "a status run is not refused by a full limit");
 }
 
-/* the limit's growth from a cold start, a round at a time, answers in time */
+/*
+ * slow start: from a cold start against a busy ledger the limit doubles
+ * every round trip up to the ceiling
+ */
+static void
+test_slow_start(void)
+{
+	GridhaLimit l = fresh(CEILING, 0);
+	long		trace[16];
+	long		want[] = {8, 16, 32, 64, 64};
+	int			n;
+
+	ok(l.slow_start, "a new limit is in slow start");
+	n = pipeline(&l, 20, 4 + 8 + 16 + 32 + 64, 0, CEILING, trace, lengthof(trace));
+	trace_is(trace, n, want, lengthof(want),
+			 "slow start: the limit doubles every round trip (20 ms), 4 to the ceiling 64 in 4");
+	ok(l.slow_start, "... and is still in slow start without a sign of overload");
+}
+
+/*
+ * the first sign of overload halves the limit and ends the slow start:
+ * from then on one more a limit's worth of answers in time
+ */
+static void
+test_slow_start_end(void)
+{
+	GridhaLimit l = fresh(CEILING, 0);
+	long		trace[16];
+	long		want[] = {8, 16, 9, 10, 11, 12};
+	int			n;
+
+	/* the 4 + 8 + 1st request: in the third round trip, when the limit is 16 */
+	n = pipeline(&l, 20, 4 + 8 + 16 + 9 + 10 + 11, 4 + 8 + 1, CEILING,
+				 trace, lengthof(trace));
+	trace_is(trace, n, want, lengthof(want),
+			 "a 503 in slow start halves the limit (16 to 8), then it grows by one a round trip");
+	ok(!l.slow_start, "... and the slow start is over for good");
+	is_int((long) l.failures, 1, "... one failure counted");
+}
+
+/* answers that leave the limit less than half used do not double it */
+static void
+test_slow_start_unused(void)
+{
+	GridhaLimit l = fresh(CEILING, 0);
+	GridhaHttpDone d = done(GRIDHA_LOAD_ANSWERED, 20);
+	int			i;
+
+	for (i = 0; i < 20; i++)
+	{
+		l.in_flight = 1;
+		clock_now += 20 * MS;
+		gridha_limit_feedback(&l, &d, clock_now - 20 * MS, clock_now, 0, CEILING);
+	}
+	is_int((long) l.limit, GRIDHA_LIMIT_START,
+		   "slow start: answers while the limit is not half used leave it where it is");
+}
+
+/* the additive increase of rounds (the worker starts a round's worth at once) */
 static void
 test_growth(void)
 {
 	GridhaLimit l = fresh(CEILING, 0);
-	long		want[] = {4, 5, 5, 6, 7, 7};
+	long		want[] = {6, 7, 7, 8, 8, 9};
 	int			i;
 
+	l.slow_start = false;
+	l.limit = 6;
 	for (i = 0; i < (int) lengthof(want); i++)
 	{
 		round_of(&l, GRIDHA_LOAD_ANSWERED, 20, CEILING);
-		is_int((long) l.limit, want[i], "growth: after round %d of answers in time", i + 1);
+		is_int((long) l.limit, want[i], "after the slow start: round %d of answers in time", i + 1);
 	}
 }
 
@@ -358,6 +496,9 @@ int
 main(void)
 {
 	test_start();
+	test_slow_start();
+	test_slow_start_end();
+	test_slow_start_unused();
 	test_growth();
 	test_unused();
 	test_decrease();
