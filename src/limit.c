@@ -25,7 +25,10 @@
  *              worker's limit doubles every round trip (from
  *              GRIDHA_LIMIT_START: 4, 8, 16, ... up to the ceiling). The
  *              first sign of overload halves it and ends the slow start
- *              for good; from then on the limit grows by one a limit's
+ *              for good; so does the first slow answer, without halving
+ *              it (a queue building up at the ledger shows there before
+ *              the average moves: an accept queue that overflows answers
+ *              a second late); from then on the limit grows by one a limit's
  *              worth of answers in time (additive increase) and is halved
  *              at each overload, once a round trip (multiplicative
  *              decrease)
@@ -149,6 +152,8 @@ gridha_limit_feedback(GridhaLimit *l, const GridhaHttpDone *d, TimestampTz start
 			if (l->streak_min_ms < 0 || elapsed < l->streak_min_ms)
 				l->streak_min_ms = elapsed;
 			l->slow_streak++;
+			/* the first slow answer ends the slow start (the average judges a halving) */
+			l->slow_start = false;
 		}
 		else
 		{

@@ -259,6 +259,33 @@ test_slow_start_end(void)
 	is_int((long) l.failures, 1, "... one failure counted");
 }
 
+/* one slow answer ends the slow start without halving the limit */
+static void
+test_slow_start_slow_answer(void)
+{
+	GridhaLimit l = fresh(CEILING, 0);
+	GridhaHttpDone fast = done(GRIDHA_LOAD_ANSWERED, 20);
+	GridhaHttpDone slow = done(GRIDHA_LOAD_ANSWERED, 500);
+	int			i;
+
+	l.in_flight = 4;
+	clock_now += 20 * MS;
+	gridha_limit_feedback(&l, &fast, clock_now - 20 * MS, clock_now, 0, CEILING);
+	is_int((long) l.limit, 5, "slow start: an answer in time adds one");
+	l.in_flight = 5;
+	clock_now += 500 * MS;
+	gridha_limit_feedback(&l, &slow, clock_now - 500 * MS, clock_now, 0, CEILING);
+	ok(!l.slow_start, "an answer slower than 4 x the fastest + 50 ms ends the slow start");
+	is_int((long) l.limit, 5, "... without halving the limit (the average, 116 ms, is in time)");
+	for (i = 0; i < 5; i++)
+	{
+		l.in_flight = 5;
+		clock_now += 20 * MS;
+		gridha_limit_feedback(&l, &fast, clock_now - 20 * MS, clock_now, 0, CEILING);
+	}
+	is_int((long) l.limit, 6, "... and from then on one more a limit's worth of answers in time");
+}
+
 /* answers that leave the limit less than half used do not double it */
 static void
 test_slow_start_unused(void)
@@ -498,6 +525,7 @@ main(void)
 	test_start();
 	test_slow_start();
 	test_slow_start_end();
+	test_slow_start_slow_answer();
 	test_slow_start_unused();
 	test_growth();
 	test_unused();
