@@ -28,7 +28,12 @@
  *              for good; so does the first slow answer, without halving
  *              it (a queue building up at the ledger shows there before
  *              the average moves: an accept queue that overflows answers
- *              a second late); from then on the limit grows by one a limit's
+ *              a second late). A target whose requests open a connection
+ *              each (HTTP/1.0: conn_share at GRIDHA_LIMIT_SLOW_START_CONN
+ *              or more) grows additively even in slow start: there a
+ *              doubling of the limit is a doubling of connection attempts
+ *              at once, which an accept queue loses, and the loss shows
+ *              only a second later (the kernel's retry); from then on the limit grows by one a limit's
  *              worth of answers in time (additive increase) and is halved
  *              at each overload, once a round trip (multiplicative
  *              decrease)
@@ -50,6 +55,12 @@
 /* An answer slower than this many times the fastest, plus the slack, halves the limit */
 #define GRIDHA_LIMIT_LATENCY_FACTOR 4
 #define GRIDHA_LIMIT_LATENCY_SLACK_MS 50
+
+/*
+ * Slow start doubles the limit only while fewer of the target's requests
+ * than this open a connection of their own (conn_share)
+ */
+#define GRIDHA_LIMIT_SLOW_START_CONN 0.85
 
 #define limit_plus_ms(t, ms)	((t) + (TimestampTz) (ms) * 1000)
 
@@ -198,7 +209,8 @@ gridha_limit_feedback(GridhaLimit *l, const GridhaHttpDone *d, TimestampTz start
 		}
 	}
 	else if (in_time && (l->in_flight + 1) * 2 >= (int) l->limit &&
-			 (l->slow_start || ++l->successes >= (int) l->limit))
+			 ((l->slow_start && l->conn_share < GRIDHA_LIMIT_SLOW_START_CONN) ||
+			  ++l->successes >= (int) l->limit))
 	{
 		l->limit = Min((double) ceiling, l->limit + 1);
 		l->successes = 0;

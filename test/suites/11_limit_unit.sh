@@ -12,7 +12,7 @@ FAILED=0
 
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
-plan 56
+plan 59
 
 if [ ! -x "$UNIT" ] && [ -n "${PG_CONFIG:-}" ]; then
 	make -s -C "$REPO" test/unit/test_limit PG_CONFIG="$PG_CONFIG" >&2

@@ -130,6 +130,8 @@ round_of(GridhaLimit *l, GridhaHttpLoad load, long ms, int ceiling)
  * returns how many.
  */
 #define PIPE_MAX 4096
+static int	pipe_connects = 0;	/* connections each answer opened */
+
 static int
 pipeline(GridhaLimit *l, long ms, int n, int busy_at, int ceiling,
 		 long *trace, int max_trace)
@@ -154,6 +156,7 @@ pipeline(GridhaLimit *l, long ms, int n, int busy_at, int ceiling,
 
 		answered++;
 		d = done(answered == busy_at ? GRIDHA_LOAD_BUSY : GRIDHA_LOAD_ANSWERED, ms);
+		d.connects = pipe_connects;
 		if (clock_now < at)
 			clock_now = at;
 		gridha_limit_feedback(l, &d, sent[head], clock_now, 0, ceiling);
@@ -257,6 +260,31 @@ test_slow_start_end(void)
 			 "a 503 in slow start halves the limit (16 to 8), then it grows by one a round trip");
 	ok(!l.slow_start, "... and the slow start is over for good");
 	is_int((long) l.failures, 1, "... one failure counted");
+}
+
+/*
+ * against a ledger that closes every connection (HTTP/1.0) the limit grows
+ * additively even in slow start; over kept-alive connections the first
+ * round's new connections do not stop the doubling
+ */
+static void
+test_slow_start_http10(void)
+{
+	GridhaLimit l = fresh(CEILING, 0);
+	long		trace[16];
+	long		want[] = {5, 6, 7, 8, 9, 10};
+	int			n;
+
+	pipe_connects = 1;
+	n = pipeline(&l, 20, 4 + 5 + 6 + 7 + 8 + 9, 0, CEILING, trace, lengthof(trace));
+	pipe_connects = 0;
+	trace_is(trace, n, want, lengthof(want),
+			 "slow start, every request a new connection: one more a round trip, no doubling");
+	ok(l.slow_start, "... still in slow start (no sign of overload)");
+	l.in_flight = 0;			/* the requests the ledger never answered */
+	n = pipeline(&l, 20, 10 + 20 + 40, 0, CEILING, trace, lengthof(trace));
+	is_int(n > 0 ? trace[n - 1] : -1, 80 > CEILING ? CEILING : 80,
+		   "once the connections are kept alive it doubles again (10 to 20 to 40 to 80: the ceiling)");
 }
 
 /* one slow answer ends the slow start without halving the limit */
@@ -526,6 +554,7 @@ main(void)
 	test_slow_start();
 	test_slow_start_end();
 	test_slow_start_slow_answer();
+	test_slow_start_http10();
 	test_slow_start_unused();
 	test_growth();
 	test_unused();
