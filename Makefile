@@ -6,13 +6,13 @@
 EXTENSION = gridha
 MODULE_big = gridha
 # Core: claims, hand-out, reports
-OBJS = src/gridha.o src/spi_util.o src/rows.o src/instances.o src/counts.o src/claims.o src/queue.o src/status.o
+OBJS = src/gridha.o src/spi_util.o src/tables.o src/rows.o src/instances.o src/counts.o src/claims.o src/queue.o src/status.o
 # HTTP submission to a ledger (libcurl), shared with client/gridha-client
 OBJS += src/dlt_http.o src/dlt_json.o
 # Background-worker instances
 OBJS += src/slots.o src/worker.o src/submit.o src/limit.o src/targets.o
 # Section 7: leader lease, ID windows, rate limits
-OBJS += src/leader.o src/idseq.o src/ratelimit.o src/totals.o
+OBJS += src/leader.o src/idseq.o src/ratelimit.o src/totals.o src/lockcheck.o
 # The version is gridha.control's, the scripts are whatever sql/ holds.
 EXTVERSION = $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" gridha.control)
 # PGXN's version is semantic (X.Y.Z): 1.1 -> 1.1.0
@@ -49,6 +49,12 @@ PG_CPPFLAGS = -Isrc
 ifeq ($(GRIDHA_TEST_HOOKS),1)
 PG_CPPFLAGS += -DGRIDHA_TEST_HOOKS
 endif
+# The lock-order checker (src/lockcheck.c): every row lock a call takes on
+# gridha's tables is checked against docs/concurrency.md's order, and a
+# call that breaks it fails at once. make test builds with it.
+ifeq ($(GRIDHA_LOCK_CHECK),1)
+PG_CPPFLAGS += -DGRIDHA_LOCK_CHECK
+endif
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 SHLIB_LINK =
 SHLIB_LINK += -lcurl
@@ -64,7 +70,7 @@ $(OBJS): $(wildcard src/*.h)
 # What is compiled against one PostgreSQL does not load into another: when
 # PG_CONFIG names another installation or version than the last build did
 # (.pg_build keeps it), everything is rebuilt.
-PG_BUILD := $(PG_CONFIG) $(VERSION) hooks=$(GRIDHA_TEST_HOOKS)
+PG_BUILD := $(PG_CONFIG) $(VERSION) hooks=$(GRIDHA_TEST_HOOKS) lockcheck=$(GRIDHA_LOCK_CHECK)
 ifneq ($(PG_BUILD),$(shell cat .pg_build 2>/dev/null))
 $(shell echo '$(PG_BUILD)' >.pg_build)
 endif

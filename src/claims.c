@@ -54,7 +54,8 @@
  * in between, and handed out under its claims, keeps them.
  *
  * The lock order (this file owns it; docs/concurrency.md lists the
- * isolation specs that show it). Row kinds, in this order:
+ * isolation specs that show it, and the test build checks every call
+ * against it: lockcheck.c). Row kinds, in this order:
  *
  *   1. target rows (gridha.targets), FOR KEY SHARE: an enqueue naming a
  *      new service's target, move_service's destination, and the foreign

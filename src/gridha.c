@@ -14,8 +14,10 @@
 #include "compat.h"
 #include "gridha.h"
 #include "leader.h"
+#include "lockcheck.h"
 #include "slots.h"
 #include "submit.h"
+#include "tables.h"
 #include "worker.h"
 
 #include "access/htup_details.h"
@@ -46,6 +48,22 @@ int			gridha_worker_statement_timeout_ms = 60000;
 int			gridha_status_url_max_length = 2048;
 #ifdef GRIDHA_TEST_HOOKS
 int			gridha_test_probe_pause = 0;
+static int	gridha_test_relcache_fill = 0;
+static int	gridha_test_relcache_filled = 0;
+
+/*
+ * gridha_test_relcache_fill_assign: test builds only: takes the slots the
+ * setting asks for beyond those taken already (never gives any back).
+ */
+static void
+gridha_test_relcache_fill_assign(int newval, void *extra)
+{
+	if (newval > gridha_test_relcache_filled && IsUnderPostmaster)
+	{
+		gridha_test_fill_relcache(newval - gridha_test_relcache_filled);
+		gridha_test_relcache_filled = newval;
+	}
+}
 #endif
 int			gridha_status_omitted_limit = 5;
 
@@ -112,9 +130,19 @@ _PG_init(void)
 							0, 0, INT_MAX,
 							PGC_USERSET, GUC_NOT_IN_SAMPLE,
 							NULL, NULL, NULL);
+	DefineCustomIntVariable("gridha.test_relcache_fill",
+							"Test builds only: setting it takes this many relcache callback slots of the session, as other extensions do.",
+							NULL,
+							&gridha_test_relcache_fill,
+							0, 0, 10,
+							PGC_USERSET, GUC_NOT_IN_SAMPLE,
+							NULL, gridha_test_relcache_fill_assign, NULL);
 #endif
 
 	gridha_coordination_define_gucs();
+
+	/* the test build's lock-order checker (lockcheck.c) */
+	gridha_lockcheck_init();
 	MarkGUCPrefixReserved("gridha");
 
 	/* workers and their shared memory only exist when gridha is preloaded */

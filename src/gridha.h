@@ -40,6 +40,8 @@
 #define ERRCODE_GRIDHA_ID_SEQUENCE_EXISTS	MAKE_SQLSTATE('R','G','0','1','2')
 /* an index the hot path scans is missing or not the one gridha created */
 #define ERRCODE_GRIDHA_INDEX_ALTERED		MAKE_SQLSTATE('R','G','0','1','4')
+/* 1.3: a table of schema gridha is not a plain local table (tables.c) */
+#define ERRCODE_GRIDHA_UNSUPPORTED_TABLE	MAKE_SQLSTATE('R','G','0','3','0')
 /* 1.3: a service's head had no batch row (or a final one): repaired */
 #define ERRCODE_GRIDHA_HEAD_REPAIRED		MAKE_SQLSTATE('R','G','0','2','0')
 

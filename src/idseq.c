@@ -46,6 +46,7 @@
 #include "idseq.h"
 #include "leader.h"
 #include "spi_util.h"
+#include "tables.h"
 
 #include "access/xact.h"
 #include "catalog/namespace.h"
@@ -327,7 +328,7 @@ idseq_block_for(const char *name)
 	{
 		RegisterXactCallback(idseq_xact_callback, NULL);
 		RegisterSubXactCallback(idseq_subxact_callback, NULL);
-		CacheRegisterRelcacheCallback(idseq_relcache_callback, (Datum) 0);
+		gridha_on_relcache(idseq_relcache_callback, (Datum) 0);
 		idseq_callbacks_registered = true;
 	}
 	if (idseq_nblocks == idseq_maxblocks)

@@ -51,9 +51,11 @@
 
 #include "gridha.h"
 #include "instances.h"
+#include "lockcheck.h"
 #include "rows.h"
 #include "slots.h"
 #include "spi_util.h"
+#include "tables.h"
 #include "targets.h"
 
 #include "access/htup_details.h"
@@ -520,7 +522,7 @@ instances_callbacks(void)
 		return;
 	CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, instances_roles_changed, (Datum) 0);
 	CacheRegisterSyscacheCallback(AUTHOID, instances_roles_changed, (Datum) 0);
-	CacheRegisterRelcacheCallback(instances_relcache_changed, (Datum) 0);
+	gridha_on_relcache(instances_relcache_changed, (Datum) 0);
 	instances_callback_registered = true;
 }
 
@@ -981,6 +983,8 @@ gridha_instance_declare(Datum instance_id, int serves)
 	else
 		args[1] = gridha_serves_datum(serves);
 	gridha_exec(&instances_declare, args, nulls, false);
+	/* a known exception to the lock order (docs/concurrency.md) */
+	gridha_lockcheck_exempt("the declaration of what an instance serves is written first");
 }
 
 PG_FUNCTION_INFO_V1(gridha_register_instance);

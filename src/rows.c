@@ -35,7 +35,9 @@
 
 #include "compat.h"
 #include "gridha.h"
+#include "lockcheck.h"
 #include "rows.h"
+#include "tables.h"
 
 #include "access/genam.h"
 #include "access/relscan.h"
@@ -230,7 +232,7 @@ rows_check_layout(Relation rel, GridhaTable table)
 
 	if (!rows_callback_registered)
 	{
-		CacheRegisterRelcacheCallback(rows_layout_callback, (Datum) 0);
+		gridha_on_relcache(rows_layout_callback, (Datum) 0);
 		rows_callback_registered = true;
 	}
 	if (layout->relid == RelationGetRelid(rel))
@@ -331,11 +333,13 @@ gridha_status_of(Datum value)
 void
 gridha_rows_hold_for_write(GridhaTable table)
 {
-	Oid			relid = get_relname_relid(rows_tables[table], get_namespace_oid("gridha", false));
-
-	if (!OidIsValid(relid))
-		elog(ERROR, "gridha: table gridha.%s does not exist", rows_tables[table]);
-	LockRelationOid(relid, RowExclusiveLock);
+	/*
+	 * By name, locked and looked up again until both agree: a table
+	 * dropped and made again (DROP and CREATE EXTENSION) while the lock
+	 * was waited for is the new one, not the old one's OID.
+	 */
+	(void) RangeVarGetRelid(makeRangeVar("gridha", (char *) rows_tables[table], -1),
+							RowExclusiveLock, false);
 }
 
 /*
@@ -346,6 +350,7 @@ gridha_rows_hold_for_write(GridhaTable table)
 void
 gridha_rows_begin(GridhaRows *rows, bool write)
 {
+	gridha_require_plain_tables();
 	memset(rows, 0, sizeof(GridhaRows));
 	rows->write = write;
 	rows->nspid = get_namespace_oid("gridha", false);
@@ -748,6 +753,7 @@ rows_lock(GridhaRows *rows, GridhaRowsRel *r, bool for_update, bool skip_locked,
 
 	Assert(rows->write);
 	*traversed = false;
+	gridha_lockcheck_row(r->rel, r->row, !skip_locked, "rows.c lock");
 	ExecClearTuple(r->row);
 	res = table_tuple_lock(r->rel, &tid, rows->snapshot, r->row,
 						   rows->estate->es_output_cid,
@@ -916,6 +922,7 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 	}
 	if (r->rel->rd_att->constr != NULL)
 		ExecConstraints(r->rri, r->next, estate);
+	gridha_lockcheck_row(r->rel, r->row, true, "rows.c update");
 
 	res = table_tuple_update_compat(r->rel, &tid, r->next, estate->es_output_cid,
 									 estate->es_snapshot, InvalidSnapshot, true,

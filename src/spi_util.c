@@ -13,6 +13,7 @@
 
 #include "gridha.h"
 #include "spi_util.h"
+#include "tables.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -318,6 +319,7 @@ gridha_require_safe_schema(void)
 	bool		owner_bad = false;
 	bool		create_bad = false;
 
+	gridha_require_plain_tables();
 	if (spi_schema_safe)
 		return;
 	if (!spi_schema_callbacks)

@@ -669,6 +669,12 @@ status_report(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 {
 	int			attempt;
 
+	/*
+	 * gridha.service_claims before any row: an acceptance writes the batch
+	 * row only, and its totals row after it, which a rename of targets
+	 * (holding that table) may be waiting to change (docs/concurrency.md).
+	 */
+	gridha_rows_hold_for_write(GRIDHA_CLAIMS);
 	for (attempt = 0; attempt < 2; attempt++)
 	{
 		if (status_try(instance_id, service_id, batch_id, epoch, new_status, detail, from, defer))

@@ -75,6 +75,7 @@
 #include "dlt_http.h"
 #include "gridha.h"
 #include "spi_util.h"
+#include "tables.h"
 #include "targets.h"
 
 /* One WARNING per target and reason per backend in this many ms */
@@ -403,7 +404,7 @@ gridha_targets_refresh(void)
 
 	if (!targets_callbacks)
 	{
-		CacheRegisterRelcacheCallback(targets_relcache_callback, (Datum) 0);
+		gridha_on_relcache(targets_relcache_callback, (Datum) 0);
 		CacheRegisterSyscacheCallback(PROCOID, targets_syscache_callback, (Datum) 0);
 		CacheRegisterSyscacheCallback(NAMESPACEOID, targets_syscache_callback, (Datum) 0);
 		targets_cxt = AllocSetContextCreate(TopMemoryContext, "gridha targets",

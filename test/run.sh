@@ -17,7 +17,8 @@
 #        pgtap      test/pgtap/*.sql (pg_prove), one database for all files
 #        soak       test/soak/run.sh, the concurrency soak
 #        suites     every executable test/suites/*.sh (see its README)
-#        serverlog  no server process crashed during the run
+#        serverlog  no server process crashed during the run, and no call
+#                   broke the lock order (the test build's checker)
 #
 #        totals     (a full run) each part ran the number of tests
 #                   test/expected_totals holds for this major
@@ -274,14 +275,14 @@ build() {
 	section build
 	local log
 	log=$(mktemp /tmp/gridha-build.XXXXXX)
-	# the test build: GRIDHA_TEST_HOOKS (see the Makefile)
-	if ! make -j"$(nproc)" PG_CONFIG="$PG_CONFIG" GRIDHA_TEST_HOOKS=1 >"$log" 2>&1; then
+	# the test build: GRIDHA_TEST_HOOKS and GRIDHA_LOCK_CHECK (see the Makefile)
+	if ! make -j"$(nproc)" PG_CONFIG="$PG_CONFIG" GRIDHA_TEST_HOOKS=1 GRIDHA_LOCK_CHECK=1 >"$log" 2>&1; then
 		# The diagnostics, not the long compiler command lines.
 		grep -E -A3 '(error|warning):|\*\*\*' "$log" | head -n 120 || tail -n 40 "$log"
 		rm -f "$log"
 		fatal build "make failed"
 	fi
-	if ! make install PG_CONFIG="$PG_CONFIG" GRIDHA_TEST_HOOKS=1 >"$log" 2>&1; then
+	if ! make install PG_CONFIG="$PG_CONFIG" GRIDHA_TEST_HOOKS=1 GRIDHA_LOCK_CHECK=1 >"$log" 2>&1; then
 		tail -n 40 "$log"
 		rm -f "$log"
 		fatal build "make install failed"
@@ -524,13 +525,17 @@ check_server_log() {
 		[ -f "$f" ] && logs+=("$f")
 	done
 	hits=$(grep -H -E 'terminated by signal (4|6|7|8|11)([^0-9]|$)|PANIC:|TRAP:' "${logs[@]}" || true)
+	# the lock-order checker of the test build (src/lockcheck.c): a call
+	# that broke the order, a worker's included, whatever its caller did
+	# with the error; test/pgtap/21_lock_check.sql breaks it on purpose
+	hits+=$(grep -H 'gridha lock order broken' "${logs[@]}" | grep -v 'lock-check test' || true)
 	if [ -z "$hits" ]; then
-		echo "no crashes in ${#logs[@]} server logs:"
+		echo "no crashes and no broken lock order in ${#logs[@]} server logs:"
 		printf '  %s\n' "${logs[@]}"
 		record serverlog 1 0 0 "${#logs[@]} logs"
 	else
 		echo "$hits" | head -n 20
-		record serverlog 0 1 0 "a server process crashed"
+		record serverlog 0 1 0 "a server process crashed or broke the lock order"
 	fi
 }
 

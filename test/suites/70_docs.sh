@@ -32,6 +32,36 @@
 #               marker in README.md, CHANGELOG.md and docs/**/*.md says it;
 #               the README has such a marker; CHANGELOG.md's first release
 #               heading names it
+#   status      README.md's version marker says "in progress" exactly
+#               when CHANGELOG.md's newest heading says "Unreleased" or "in
+#               progress"; debian/changelog's newest entry is that version
+#               (VERSION-N) and says "in progress" exactly then too
+#   majors      the supported PostgreSQL majors are stated alike everywhere:
+#               each "<!-- pg-versions -->PostgreSQL 15, 16 and 17" marker
+#               (README.md and docs/install.md must have one), META.json's
+#               prereqs.runtime.requires.PostgreSQL (">= 15.0.0, < 18.0.0"),
+#               debian/pgversions (one major a line, no "N+") and the
+#               lowest major src/compat.h's #error accepts
+#   install     the fenced block after "<!-- install-source -->" is the
+#               same in README.md and docs/install.md (a leading "sudo "
+#               aside); its apt-get line installs every first alternative
+#               of debian/control's Build-Depends that is a library
+#               (lib*-dev) and postgresql-server-dev-N of a supported N;
+#               every "postgresql-N-gridha" package named in README.md and
+#               docs/**/*.md is of a supported major
+#   repository  the "<!-- repository -->" lines of README.md and
+#               docs/install.md say the same; they name every address
+#               META.json (resources) and debian/control (Homepage, Vcs-*)
+#               declare, or, when none is declared, say there is none; no
+#               page holds a placeholder "<... repository URL>"
+#   examples    every function that is not a trigger function has, in its
+#               section of docs/sql-reference.md, an example ("<!-- example
+#               -->", a ```sql block, a ```text block) or "<!-- no example:
+#               why -->"; the setup block ("<!-- example-setup -->") and then
+#               every example, each in a transaction rolled back at its end,
+#               run in one psql session in a new database
+#               (gridha_docs_test_examples) and must print what the text
+#               block shows (trailing blanks aside)
 #   links       every relative link of README.md, CHANGELOG.md and
 #               docs/**/*.md points at a file that exists and, with an
 #               #anchor, at a heading of that file
@@ -60,6 +90,7 @@ suite_work 70_docs
 # shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
 	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1
+	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS ${DB}_examples" >/dev/null 2>&1
 	if [ "$STANDALONE" = 1 ]; then
 		gridha_cluster_cleanup
 	fi
@@ -113,6 +144,12 @@ SELECT t.typname,
         OR (t.typtype = 'c' AND (SELECT relkind FROM pg_class WHERE oid = t.typrelid) = 'c'))
  ORDER BY 1;
 EOF
+psql_db >"$WORK/userfuncs.tsv" <<'EOF' &&
+SELECT DISTINCT p.proname
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = 'gridha' AND p.prorettype <> 'trigger'::regtype
+ ORDER BY 1;
+EOF
 psql_db >"$WORK/preload.txt" -c "SHOW shared_preload_libraries" &&
 psql_db >"$WORK/settings.tsv" -c "LOAD 'gridha'" \
 	-c "SELECT name, boot_val, coalesce(unit, ''), vartype FROM pg_settings
@@ -125,11 +162,12 @@ if [ "$rc" -ne 0 ]; then
 	exit 1
 fi
 
-python3 - "$REPO" "$WORK" <<'PYEOF'
+python3 - "$REPO" "$WORK" "${DB}_examples" <<'PYEOF'
 import glob
 import json
 import os
 import re
+import subprocess
 import sys
 
 REPO, WORK = sys.argv[1], sys.argv[2]
@@ -383,6 +421,257 @@ if version:
           "CHANGELOG.md's first '## ' heading is %r; it should name %s"
           % (heads[0] if heads else None, version))
 
+
+
+# --- issue 40: versions, majors, install commands and repository alike ---
+def marker_lines(rel, name):
+    """marker_lines: the text after each "<!-- name -->" of a file, to the
+    end of its line."""
+    return re.findall(r"<!--\s*%s\s*-->\s*(.*)$" % re.escape(name), read(rel) or "", re.M)
+
+
+def majors_of(text):
+    """majors_of: the majors a sentence such as "PostgreSQL 15, 16 and 17"
+    names, as a sorted tuple."""
+    m = re.search(r"PostgreSQL\s+((?:\d+(?:\s*,\s*|\s+and\s+)?)+)", text)
+    return tuple(sorted({int(x) for x in re.findall(r"\d+", m.group(1))})) if m else ()
+
+
+if version:
+    changelog = read("CHANGELOG.md") or ""
+    heads = re.findall(r"^##\s+(.*)$", changelog, re.M)
+    unreleased = bool(heads) and bool(re.search(r"unreleased|in progress", heads[0], re.I))
+    readme_marks = marker_lines("README.md", "version")
+    for m in readme_marks:
+        says = "in progress" in m
+        check(says == unreleased,
+              "README.md says %s is %s, as CHANGELOG.md does" % (version, "in progress" if unreleased else "released"),
+              "README.md's version line is %r; CHANGELOG.md's newest heading is %r" % (m, heads[0] if heads else None))
+    deb = read("debian/changelog") or ""
+    first = re.match(r"^\S+ \(([^)]*)\)[^\n]*\n(.*?)(?=^\S|\Z)", deb, re.S | re.M)
+    debver = first.group(1) if first else None
+    check(debver is not None and debver.rsplit("-", 1)[0] == version,
+          "debian/changelog's newest entry is version %s" % version,
+          "debian/changelog's newest entry is %r; add one for %s-1" % (debver, version))
+    if first:
+        check(("in progress" in first.group(2)) == unreleased,
+              "debian/changelog says %s is %s, as CHANGELOG.md does" % (version, "in progress" if unreleased else "released"),
+              "debian/changelog's newest entry %s in progress; CHANGELOG.md's newest heading is %r"
+              % ("says" if "in progress" in first.group(2) else "does not say", heads[0] if heads else None))
+
+# the supported majors
+stated = {}
+for rel in docs:
+    for m in marker_lines(rel, "pg-versions"):
+        stated.setdefault(majors_of(m), []).append(rel)
+for rel in ("README.md", "docs/install.md"):
+    check(any(rel in v for v in stated.values()), "%s says which PostgreSQL majors are supported" % rel,
+          "%s has no '<!-- pg-versions -->PostgreSQL 15, 16 and 17' line" % rel)
+meta_text = read("META.json") or "{}"
+try:
+    meta = json.loads(meta_text)
+except ValueError:
+    meta = {}
+req = (((meta.get("prereqs") or {}).get("runtime") or {}).get("requires") or {}).get("PostgreSQL", "")
+lo = re.search(r">=\s*(\d+)\.", req)
+hi = re.search(r"<\s*(\d+)\.0\.0", req)
+stated.setdefault(tuple(range(int(lo.group(1)), int(hi.group(1)))) if lo and hi else ("unbounded: %r" % req,),
+                  []).append("META.json")
+pgv = [l.strip() for l in (read("debian/pgversions") or "").splitlines() if l.strip() and not l.startswith("#")]
+if any(not re.fullmatch(r"\d+", l) for l in pgv):
+    stated.setdefault(("open-ended: %s" % " ".join(pgv),), []).append("debian/pgversions")
+else:
+    stated.setdefault(tuple(sorted(int(l) for l in pgv)), []).append("debian/pgversions")
+low = re.search(r"PG_VERSION_NUM\s*<\s*(\d+)0000\s*\n\s*#\s*error", read("src/compat.h") or "")
+check(low, "src/compat.h refuses majors below the lowest supported one",
+      "no '#if PG_VERSION_NUM < N0000 / #error' found in src/compat.h")
+majors = sorted(stated, key=lambda k: -len(stated[k]))
+check(len(stated) == 1 and (not low or isinstance(majors[0][0], int) and int(low.group(1)) == majors[0][0]),
+      "the supported PostgreSQL majors are the same in README.md, docs, META.json, debian/pgversions and src/compat.h",
+      *["%s: %s" % (", ".join(v), ", ".join(str(x) for x in k)) for k, v in stated.items()] +
+      (["src/compat.h: %s and later" % low.group(1)] if low else []))
+supported = set(majors[0]) if majors and all(isinstance(x, int) for x in majors[0]) else set()
+
+
+# the install commands
+def fenced_after(rel, name):
+    lines = (read(rel) or "").split("\n")
+    for i, l in enumerate(lines):
+        if l.strip() == "<!-- %s -->" % name:
+            j = i + 1
+            while j < len(lines) and not lines[j].strip():
+                j += 1
+            if j < len(lines) and lines[j].startswith("```"):
+                k = j + 1
+                while k < len(lines) and not lines[k].startswith("```"):
+                    k += 1
+                return [re.sub(r"^sudo\s+", "", x) for x in lines[j + 1:k]]
+    return None
+
+
+blocks = {rel: fenced_after(rel, "install-source") for rel in ("README.md", "docs/install.md")}
+for rel, b in blocks.items():
+    check(b is not None, "%s has the install commands after '<!-- install-source -->'" % rel,
+          "%s has no fenced block after a '<!-- install-source -->' line" % rel)
+if all(b is not None for b in blocks.values()):
+    a, b = blocks["README.md"], blocks["docs/install.md"]
+    check(a == b, "README.md and docs/install.md give the same install commands",
+          *["README.md:       %s" % x for x in a] + ["docs/install.md: %s" % x for x in b])
+    apt = " ".join(x for x in a if "apt-get install" in x).split()
+    control = read("debian/control") or ""
+    bd = re.search(r"^Build-Depends:(.*?)(?=^\S)", control, re.M | re.S)
+    libs = [alt.split("|")[0].split("(")[0].strip() for alt in (bd.group(1) if bd else "").split(",")]
+    libs = [x for x in libs if re.fullmatch(r"lib[\w.+-]*-dev", x)]
+    missing = [x for x in libs if x not in apt]
+    dev = [int(m) for m in re.findall(r"postgresql-server-dev-(\d+)", " ".join(apt))]
+    check(libs and not missing and dev and set(dev) <= supported,
+          "the install commands install debian/control's build libraries and a supported postgresql-server-dev-N",
+          *(["the apt-get line lacks %s (debian/control's Build-Depends)" % ", ".join(missing)] if missing else []) +
+          (["the apt-get line installs postgresql-server-dev-%s; supported: %s" % (dev, sorted(supported))]
+           if not dev or not set(dev) <= supported else []))
+bad = []
+for rel in docs:
+    for n in re.findall(r"postgresql-(\d+)-gridha", read(rel) or ""):
+        if int(n) not in supported:
+            bad.append("%s names postgresql-%s-gridha; supported: %s" % (rel, n, sorted(supported)))
+check(not bad, "every postgresql-N-gridha package the docs name is of a supported major", *dict.fromkeys(bad))
+
+# the repository address
+declared = []
+res = meta.get("resources") or {}
+for key in ("homepage",):
+    if isinstance(res.get(key), str):
+        declared.append(res[key])
+repo = res.get("repository") or {}
+for key in ("url", "web"):
+    if isinstance(repo.get(key), str):
+        declared.append(repo[key])
+declared += re.findall(r"^(?:Homepage|Vcs-[\w-]+):\s*(\S+)", control if blocks else read("debian/control") or "", re.M)
+said = {rel: marker_lines(rel, "repository") for rel in ("README.md", "docs/install.md")}
+for rel, v in said.items():
+    check(len(v) == 1, "%s says where gridha's source comes from" % rel,
+          "%s has %d '<!-- repository -->' lines (want one)" % (rel, len(v)))
+if all(len(v) == 1 for v in said.values()):
+    a, b = said["README.md"][0], said["docs/install.md"][0]
+    diag = []
+    if a != b:
+        diag += ["README.md:       %s" % a, "docs/install.md: %s" % b]
+    for url in declared:
+        if url not in a:
+            diag.append("META.json or debian/control declares %s; the line does not name it" % url)
+    if not declared and not re.search(r"\bno public repository\b", a):
+        diag.append("META.json and debian/control declare no address; the line should say there is no public repository")
+    check(not diag, "README.md and docs/install.md say the same of the repository as META.json and debian/control",
+          *diag)
+ph = [rel for rel in docs if re.search(r"<[^>]*repository URL>", read(rel) or "", re.I)]
+check(not ph, "no page holds a placeholder for the repository address",
+      *["%s holds a '<... repository URL>' placeholder" % rel for rel in ph])
+
+
+
+# --- issue 40: every user function's example, run, and its output ---
+EXDB = sys.argv[3]
+
+
+def fenced(lines, i):
+    """fenced: (language, body lines, index after the block) of the fenced
+    block that starts at or after line i past blank lines, else None."""
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    if i >= len(lines) or not lines[i].startswith("```"):
+        return None
+    k = i + 1
+    while k < len(lines) and not lines[k].startswith("```"):
+        k += 1
+    return lines[i][3:].strip(), lines[i + 1:k], k + 1
+
+
+def clean(lines):
+    out = [l.rstrip() for l in lines]
+    while out and not out[-1]:
+        out.pop()
+    while out and not out[0]:
+        out.pop(0)
+    return out
+
+
+ref_lines = sqlref.split("\n")
+setup = None
+examples = []           # (section, line number, sql lines, expected lines)
+current = None
+for i, l in enumerate(ref_lines):
+    h = re.match(r"^#{2,3}\s+(.*?)\s*$", l)
+    if h:
+        current = h.group(1)
+    mark = l.strip()
+    if mark in ("<!-- example -->", "<!-- example-setup -->"):
+        a = fenced(ref_lines, i + 1)
+        b = fenced(ref_lines, a[2]) if a else None
+        if not a or a[0] != "sql" or not b or b[0] != "text":
+            check(False, "%s line %d: an example is a sql block then a text block" % (SQLREF, i + 1),
+                  "after '%s' write a ```sql block and then a ```text block with its output" % mark)
+            continue
+        if mark == "<!-- example-setup -->":
+            setup = (i + 1, a[1], b[1])
+        else:
+            examples.append((current, i + 1, a[1], b[1]))
+
+for name in [r[0] for r in rows("userfuncs.tsv")]:
+    body = section(re.escape(name), sqlref)
+    if body is None:
+        continue            # the functions check says so
+    has = "<!-- example -->" in body or re.search(r"<!--\s*no example:\s*\S", body)
+    check(has, "gridha.%s has an example in %s" % (name, SQLREF),
+          "%s: the section '### %s' has no '<!-- example -->' (a ```sql block, then a ```text "
+          "block with its output) nor a '<!-- no example: why -->'" % (SQLREF, name))
+
+check(setup is not None, "%s has the examples' setup block" % SQLREF,
+      "%s has no '<!-- example-setup -->' block" % SQLREF)
+if setup is not None and examples:
+    script = ["\\set ON_ERROR_STOP 1", "\\echo '@@setup'"] + setup[1]
+    for n, (name, line, sql, expected) in enumerate(examples):
+        script += ["\\echo '@@example %d'" % n, "BEGIN;"] + sql + ["ROLLBACK;"]
+    with open(os.path.join(WORK, "examples.sql"), "w", encoding="utf-8") as f:
+        f.write("\n".join(script) + "\n")
+    prep = subprocess.run(["psql", "-X", "-q", "-d", "postgres",
+                           "-c", "SET client_min_messages = warning",
+                           "-c", "DROP DATABASE IF EXISTS %s" % EXDB, "-c", "CREATE DATABASE %s" % EXDB],
+                          capture_output=True, text=True)
+    prep2 = subprocess.run(["psql", "-X", "-q", "-d", EXDB, "-c", "CREATE EXTENSION gridha"],
+                           capture_output=True, text=True)
+    run = subprocess.run(["psql", "-X", "-q", "-d", EXDB, "-f", os.path.join(WORK, "examples.sql")],
+                         capture_output=True, text=True)
+    subprocess.run(["psql", "-X", "-q", "-d", "postgres", "-c", "DROP DATABASE IF EXISTS %s" % EXDB],
+                   capture_output=True, text=True)
+    got = {}
+    key = None
+    for l in run.stdout.split("\n"):
+        m = re.match(r"^@@(setup|example \d+)$", l)
+        if m:
+            key = m.group(1)
+            got[key] = []
+        elif key is not None:
+            got[key].append(l)
+    errors = [e for e in (prep.stderr + prep2.stderr + run.stderr).strip().split("\n") if e]
+
+    def compare(what, key, line, expected):
+        want, have = clean(expected), clean(got.get(key, []))
+        diag = []
+        if key not in got:
+            diag.append("it did not run; psql said:")
+            diag += errors[-10:]
+        elif want != have:
+            diag.append("%s line %d shows:" % (SQLREF, line))
+            diag += ["  " + x for x in want]
+            diag.append("psql printed:")
+            diag += ["  " + x for x in have]
+            diag += errors[-5:]
+        check(not diag, what, *diag)
+
+    compare("the examples' setup block of %s gives the output shown" % SQLREF, "setup", setup[0], setup[2])
+    for n, (name, line, sql, expected) in enumerate(examples):
+        compare("the example of %s (%s line %d) gives the output shown" % (name, SQLREF, line),
+                "example %d" % n, line, expected)
 
 # links between the docs
 def slug(title):

@@ -1,0 +1,276 @@
+/*-------------------------------------------------------------------------
+ *
+ * tables.c
+ *		gridha's one relcache callback, and the check that gridha's tables
+ *		are plain local tables.
+ *
+ * One callback: PostgreSQL gives a backend ten relcache callback slots for
+ * everything loaded into it (Citus alone takes five), and running out is
+ * a FATAL. gridha's caches (rows.c's layouts, the ID windows, the owner
+ * verdicts, the targets) each ask to be told through gridha_on_relcache,
+ * and gridha takes one slot for all of them, whatever a session calls.
+ *
+ * Plain tables: rows.c reads and writes gridha's tables directly, through
+ * their heap and indexes on this server, and the SQL paths assume rows
+ * that one server's statements see whole. On a partitioned or foreign
+ * table, one with inheritance children, a partition, or a table Citus
+ * distributes (a Citus table keeps an empty local "shell" of relkind 'r'
+ * on the coordinator), gridha would read and write the wrong rows and
+ * answer wrongly. So every entry point refuses (RG030) while a table of
+ * schema gridha is such a table. The verdict is kept until one of those
+ * tables changes (its relcache entry is invalidated: an ALTER, a DROP,
+ * Citus distributing it), so the hot path pays one test of a flag.
+ *
+ * Citus is detected without depending on it: a table is a Citus table
+ * when pg_catalog.pg_dist_partition, if that table exists, has a row for
+ * it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "gridha.h"
+#include "tables.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
+#include "catalog/pg_namespace.h"
+#include "catalog/pg_type.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+
+/* The caches told of relcache invalidations through the one callback */
+#define TABLES_MAX_CALLBACKS	8
+
+static struct
+{
+	RelcacheCallbackFunction func;
+	Datum		arg;
+}			tables_callbacks[TABLES_MAX_CALLBACKS];
+static int	tables_ncallbacks = 0;
+static bool tables_registered = false;
+
+bool		gridha_tables_plain = false;
+
+/* The tables found plain last: a change of one of them checks again */
+static Oid *tables_watched = NULL;
+static int	tables_nwatched = 0;
+static int	tables_maxwatched = 0;
+
+/* Counts invalidations: one taken in while gridha_check_tables looks makes it look again */
+static uint64 tables_generation = 0;
+
+/*
+ * tables_relcache_callback: the one callback gridha registers: forgets the
+ * verdict on the tables when one of them (or every relation) changed, then
+ * tells each of gridha's caches.
+ */
+static void
+tables_relcache_callback(Datum arg, Oid relid)
+{
+	int			i;
+
+	tables_generation++;
+	if (!OidIsValid(relid))
+		gridha_tables_plain = false;
+	else
+		for (i = 0; i < tables_nwatched; i++)
+			if (tables_watched[i] == relid)
+			{
+				gridha_tables_plain = false;
+				break;
+			}
+	for (i = 0; i < tables_ncallbacks; i++)
+		tables_callbacks[i].func(tables_callbacks[i].arg, relid);
+}
+
+static void
+tables_register(void)
+{
+	if (tables_registered)
+		return;
+	CacheRegisterRelcacheCallback(tables_relcache_callback, (Datum) 0);
+	tables_registered = true;
+}
+
+/*
+ * gridha_on_relcache: tells func of every relcache invalidation this
+ * backend takes in, as CacheRegisterRelcacheCallback would, through
+ * gridha's one slot. Call it once per cache.
+ */
+void
+gridha_on_relcache(RelcacheCallbackFunction func, Datum arg)
+{
+	if (tables_ncallbacks == TABLES_MAX_CALLBACKS)
+		elog(FATAL, "gridha: out of relcache callback entries");
+	tables_register();
+	tables_callbacks[tables_ncallbacks].func = func;
+	tables_callbacks[tables_ncallbacks].arg = arg;
+	tables_ncallbacks++;
+}
+
+/*
+ * tables_watch: remembers a table of schema gridha as checked.
+ */
+static void
+tables_watch(Oid relid)
+{
+	if (tables_nwatched == tables_maxwatched)
+	{
+		int			n = Max(16, tables_maxwatched * 2);
+
+		if (tables_watched == NULL)
+			tables_watched = MemoryContextAlloc(TopMemoryContext, n * sizeof(Oid));
+		else
+			tables_watched = repalloc(tables_watched, n * sizeof(Oid));
+		tables_maxwatched = n;
+	}
+	tables_watched[tables_nwatched++] = relid;
+}
+
+/*
+ * tables_citus: the tables Citus has metadata for (pg_dist_partition's
+ * logicalrelid), or NIL when Citus's catalog does not exist here.
+ */
+static List *
+tables_citus(void)
+{
+	Oid			catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
+	List	   *result = NIL;
+	Relation	rel;
+	SysScanDesc scan;
+	HeapTuple	tup;
+
+	if (!OidIsValid(catalog) || get_rel_relkind(catalog) != RELKIND_RELATION)
+		return NIL;
+	rel = table_open(catalog, AccessShareLock);
+	if (RelationGetDescr(rel)->natts >= 1 &&
+		TupleDescAttr(RelationGetDescr(rel), 0)->atttypid == REGCLASSOID)
+	{
+		scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
+		while (HeapTupleIsValid(tup = systable_getnext(scan)))
+		{
+			bool		isnull;
+			Datum		d = heap_getattr(tup, 1, RelationGetDescr(rel), &isnull);
+
+			if (!isnull)
+				result = lappend_oid(result, DatumGetObjectId(d));
+		}
+		systable_endscan(scan);
+	}
+	table_close(rel, AccessShareLock);
+	return result;
+}
+
+/*
+ * tables_refuse: RG030, a table of schema gridha is not a plain local
+ * table.
+ */
+static void
+tables_refuse(const char *name, const char *what)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_GRIDHA_UNSUPPORTED_TABLE),
+			 errmsg("gridha.%s is %s, which gridha does not support", name, what),
+			 errdetail("gridha reads and writes its tables directly on this server; on such a table its answers would be wrong, so every gridha function refuses to run."),
+			 errhint("Keep gridha's tables plain local tables of one PostgreSQL server, as CREATE EXTENSION gridha creates them; do not distribute them with Citus. A Citus mode is planned; docs/citus.md describes what runs on Citus today.")));
+}
+
+/*
+ * gridha_check_tables: looks at every table of schema gridha and refuses
+ * (RG030) if one is not a plain local table; otherwise remembers the
+ * verdict until one of them changes. Does nothing without schema gridha
+ * (the caller fails on its own).
+ */
+void
+gridha_check_tables(void)
+{
+	Oid			nsp;
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tup;
+	List	   *citus;
+	char	   *bad_name = NULL;
+	const char *bad_what = NULL;
+	uint64		generation;
+
+	tables_register();
+	nsp = get_namespace_oid("gridha", true);
+	if (!OidIsValid(nsp))
+		return;
+	generation = tables_generation;
+	citus = tables_citus();
+	tables_nwatched = 0;
+
+	ScanKeyInit(&key, Anum_pg_class_relnamespace, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(nsp));
+	rel = table_open(RelationRelationId, AccessShareLock);
+	scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &key);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		Form_pg_class cls = (Form_pg_class) GETSTRUCT(tup);
+		const char *what = NULL;
+
+		if (cls->relkind == RELKIND_PARTITIONED_TABLE)
+			what = "a partitioned table";
+		else if (cls->relkind == RELKIND_FOREIGN_TABLE)
+			what = "a foreign table";
+		else if (cls->relkind != RELKIND_RELATION)
+			continue;
+		else if (cls->relispartition)
+			what = "a partition of another table";
+		else if (list_member_oid(citus, cls->oid))
+			what = "a Citus table (distributed, reference or Citus local)";
+		else if (cls->relhassubclass && find_inheritance_children(cls->oid, NoLock) != NIL)
+			what = "a table with inheritance children";
+		if (what == NULL)
+			tables_watch(cls->oid);
+		else if (bad_name == NULL || strcmp(NameStr(cls->relname), bad_name) < 0)
+		{
+			/* the first by name, so that the message does not vary */
+			bad_name = pstrdup(NameStr(cls->relname));
+			bad_what = what;
+		}
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	list_free(citus);
+	if (bad_what != NULL)
+	{
+		tables_nwatched = 0;
+		tables_refuse(bad_name, bad_what);
+	}
+	/* a change taken in while looking: look again at the next call */
+	gridha_tables_plain = (generation == tables_generation);
+}
+
+#ifdef GRIDHA_TEST_HOOKS
+static void
+tables_test_noop(Datum arg, Oid relid)
+{
+}
+
+/*
+ * gridha_test_fill_relcache: test builds only: takes count more relcache
+ * callback slots in this backend, as other extensions loaded beside gridha
+ * do (Citus takes five); a backend out of slots ends with a FATAL.
+ */
+void
+gridha_test_fill_relcache(int count)
+{
+	int			i;
+
+	for (i = 0; i < count; i++)
+		CacheRegisterRelcacheCallback(tables_test_noop, (Datum) 0);
+}
+#endif
