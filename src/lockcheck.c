@@ -301,8 +301,9 @@ lockcheck_holds_claim(const char *service_id)
 }
 
 /*
- * A write whose rows are not known (an UPDATE's), in a call that holds rows
- * of its kind already, is taken to rewrite rows it holds.
+ * lockcheck_holds: whether the call holds that row already: a lock of its
+ * kind and key, or of its kind where either key is not known (an UPDATE's
+ * rows, a pick under a join), which is taken to be one of them.
  */
 static bool
 lockcheck_holds(LockKind kind, const char *key)
@@ -317,17 +318,6 @@ lockcheck_holds(LockKind kind, const char *key)
 			(h->key == NULL || key == NULL || strcmp(h->key, key) == 0))
 			return true;
 	}
-	return false;
-}
-
-static bool
-lockcheck_holds_kind(LockKind kind)
-{
-	int			i;
-
-	for (i = 0; i < lockcheck_n; i++)
-		if (lockcheck_entries[i].kind == kind && !lockcheck_entries[i].exempt)
-			return true;
 	return false;
 }
 
@@ -388,8 +378,6 @@ lockcheck_add(Oid relid, LockKind kind, const char *key, bool waits, const char 
 				continue;
 			/* a batch row of a claim the call holds: see lockcheck_batch_held */
 			if (h->kind == LK_BATCH && lockcheck_holds(LK_CLAIM, h->key))
-				continue;
-			if (h->kind > kind && key == NULL && lockcheck_holds_kind(kind))
 				continue;
 			if (h->kind > kind)
 				lockcheck_broken(h, &n, "a lock that waits comes after every lock held of a later kind");
