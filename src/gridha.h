@@ -45,29 +45,8 @@
 /* 1.3: a service's head had no batch row (or a final one): repaired */
 #define ERRCODE_GRIDHA_HEAD_REPAIRED		MAKE_SQLSTATE('R','G','0','2','0')
 
-/* GUC storage (gridha.c) */
-extern int	gridha_soft_expiry_ms;
-extern int	gridha_hard_expiry_ms;
-extern int	gridha_renew_interval_ms;
-extern bool gridha_balance_claims;
-extern bool gridha_session_liveness;
-#ifdef GRIDHA_TEST_HOOKS
-/* test builds only: a liveness probe waits on this advisory lock (0: off) */
-extern int	gridha_test_probe_pause;
-#endif
-
-/* ... of the background workers */
-extern int	gridha_workers;
-extern char *gridha_database;
-extern char *gridha_worker_role;
-extern int	gridha_naptime_ms;
-extern int	gridha_submit_timeout_ms;
-extern int	gridha_monitor_interval_ms;
-extern int	gridha_worker_inflight;
-extern int	gridha_worker_lock_timeout_ms;
-extern int	gridha_worker_statement_timeout_ms;
-extern int	gridha_status_url_max_length;
-extern int	gridha_status_omitted_limit;
+/* Every gridha.* setting's variable, and the claim timings: settings.h */
+#include "settings.h"
 
 /*
  * Session liveness: an instance's session holds a lock keyed by the
@@ -117,15 +96,6 @@ extern int	gridha_status_omitted_limit;
 	"    AND l.classid OPERATOR(pg_catalog.=) pg_catalog.oid(" i ".session_key OPERATOR(pg_catalog.>>) 32)" \
 	"    AND l.objid OPERATOR(pg_catalog.=) pg_catalog.oid(" i ".session_key OPERATOR(pg_catalog.&) 4294967295)))"
 
-/* Claim timings as they are applied */
-typedef struct GridhaTiming
-{
-	int64		soft_ms;		/* claim window */
-	int64		hard_ms;		/* never below soft_ms */
-	int64		renew_ms;		/* always below soft_ms */
-} GridhaTiming;
-
-extern GridhaTiming gridha_timing(void);
 
 /*
  * The longest id (service, batch, target, role, sequence name), in bytes:

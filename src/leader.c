@@ -3,8 +3,8 @@
  * leader.c
  *		Leader leases for singleton duties and the keyed maintenance tick:
  *		gridha.lead, renew_lead, resign_lead, run_maintenance (and the
- *		deprecated 1.1 names try_lead and resign); and the settings of
- *		section 7 (gridha_coordination_define_gucs).
+ *		deprecated 1.1 names try_lead and resign). Its settings are
+ *		defined with the others (settings.c).
  *
  * Words:
  *   role      a duty: the name of a singleton duty ('maintenance' by
@@ -74,15 +74,6 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
-/* The default retention: 7 days, in seconds */
-#define LEADER_RETENTION_DEFAULT_S (7 * 24 * 60 * 60)
-
-int			gridha_maintenance_interval_ms = 60 * 1000;
-int			gridha_retention_s = LEADER_RETENTION_DEFAULT_S;
-int			gridha_sweep_instances_after_s = 24 * 60 * 60;
-int			gridha_id_block_size = 100;
-int			gridha_prune_interval_ms = 1000;
-int			gridha_prune_chunk = 5000;
 
 static GridhaStatement leader_read_stmt = {
 	"SELECT coalesce(l.leader = $1, false), l.term,"
@@ -288,62 +279,6 @@ static GridhaStatement leader_record_stmt = {
 	" WHERE role = $1 AND tick = $2",
 	5, {TEXTOID, INT8OID, INT4OID, INT8OID, INT4OID}
 };
-
-/*
- * gridha_coordination_define_gucs: the settings of the leader lease, the
- * maintenance tick and the ID windows. Called once from _PG_init.
- */
-void
-gridha_coordination_define_gucs(void)
-{
-	DefineCustomIntVariable("gridha.maintenance_interval",
-							"Length of a maintenance tick.",
-							"The leader runs its duties at most once per tick; ticks are slots of the server clock of this length.",
-							&gridha_maintenance_interval_ms,
-							60 * 1000, 10, INT_MAX,
-							PGC_SUSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("gridha.retention",
-							"Age past which maintenance deletes committed and invalid batches.",
-							"Counted from the batch's final status; -1 keeps them forever. The default is 7 days.",
-							&gridha_retention_s,
-							LEADER_RETENTION_DEFAULT_S, -1, INT_MAX,
-							PGC_SUSET, GUC_UNIT_S,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("gridha.sweep_instances_after",
-							"Age past which maintenance forgets an instance that holds nothing.",
-							"Counted from the instance's last claim cycle, release or registration; -1 never forgets.",
-							&gridha_sweep_instances_after_s,
-							24 * 60 * 60, -1, INT_MAX,
-							PGC_SUSET, GUC_UNIT_S,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("gridha.prune_interval",
-							"How often each backend's hand-out may run the maintenance duty.",
-							"At most once per interval, next_batch and next_batches read the maintenance lease, take it when free, and as leader run a due tick and one prune step; -1 leaves this to run_maintenance and the workers.",
-							&gridha_prune_interval_ms,
-							1000, -1, INT_MAX,
-							PGC_SUSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("gridha.prune_chunk",
-							"Final batches one prune step deletes at most.",
-							"Each step is its own short transaction's work (a hand-out's, a tick's or a prune_batches call's).",
-							&gridha_prune_chunk,
-							5000, 1, 1000000,
-							PGC_SUSET, 0,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("gridha.id_block_size",
-							"How many ids gridha.next_id reserves at a time for its backend.",
-							"Ids of a block that a backend does not use are a gap; a block never exceeds its sequence's window size.",
-							&gridha_id_block_size,
-							100, 1, INT_MAX,
-							PGC_USERSET, 0,
-							NULL, NULL, NULL);
-}
 
 static bool leader_trylock(text *role);
 

@@ -745,12 +745,6 @@ lockcheck_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 void
 gridha_lockcheck_init(void)
 {
-	static bool on = true;
-
-	DefineCustomBoolVariable("gridha.lock_check",
-							 "Test builds only: the lock-order checker is built in (read only).",
-							 NULL, &on, true, PGC_INTERNAL, GUC_NOT_IN_SAMPLE,
-							 NULL, NULL, NULL);
 	lockcheck_cxt = AllocSetContextCreate(TopMemoryContext, "gridha lock check",
 										  ALLOCSET_SMALL_SIZES);
 	lockcheck_entries = MemoryContextAlloc(TopMemoryContext,

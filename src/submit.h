@@ -15,9 +15,6 @@
 
 #include "utils/uuid.h"
 
-/* gridha.worker_connect_rate (defined with the other settings, gridha.c) */
-extern int	gridha_worker_connect_rate;
-
 /* Set while a step (a transaction of the cycle) runs: SIGTERM cancels it */
 extern volatile sig_atomic_t gridha_submit_in_step;
 /* Set by SIGTERM: from then on no lock wait of the worker is unbounded */

@@ -319,6 +319,15 @@ for row in rows("settings.tsv"):
           % (CONF, name, written, boot, " " + unit if unit else ""))
 
 
+# settings.c defines the settings in configuration.md's order, row for row
+conf_order = re.findall(r"^\|\s*`(gridha\.[a-z_]+)`\s*\|", conf, re.M)
+settings_c = read("src/settings.c") or ""
+code_order = re.findall(r'DefineCustom\w+Variable\("(gridha\.[a-z_]+)"', settings_c)
+check(code_order == conf_order,
+      "src/settings.c defines the settings in the order of %s's table, row for row" % CONF,
+      "settings.c: %s; %s: %s" % (", ".join(code_order), CONF, ", ".join(conf_order)))
+
+
 def error_row(code):
     return re.search(r"^\|\s*`%s`\s*\|" % re.escape(code), errs, re.M)
 
