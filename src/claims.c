@@ -128,9 +128,10 @@
 
 #include "claims.h"
 #include "counts.h"
-#include "gridha.h"
+#include "common.h"
 #include "instances.h"
 #include "rows.h"
+#include "settings.h"
 #include "spi_util.h"
 #include "targets.h"
 #include "totals.h"

@@ -9,7 +9,7 @@
  */
 #include "postgres.h"
 
-#include "gridha.h"
+#include "common.h"
 #include "lockcheck.h"
 #include "settings.h"
 #include "slots.h"

@@ -42,9 +42,9 @@
 #include "postgres.h"
 
 #include "compat.h"
-#include "gridha.h"
+#include "common.h"
 #include "idseq.h"
-#include "leader.h"
+#include "settings.h"
 #include "spi_util.h"
 #include "tables.h"
 

@@ -33,7 +33,7 @@
  *
  * Session liveness (gridha.session_liveness, on by default): the session an
  * instance calls from holds a session-level lock keyed by the instance's
- * session_key (a "userlock", which no SQL function can take: see gridha.h).
+ * session_key (a "userlock", which no SQL function can take: see common.h).
  * The key is given once per instance: from the sequence gridha.session_keys
  * on SQL 1.2 (no two instances share one), a 64-bit hash of the id before.
  * When that session ends, for
@@ -49,7 +49,7 @@
  */
 #include "postgres.h"
 
-#include "gridha.h"
+#include "common.h"
 #include "instances.h"
 #include "lockcheck.h"
 #include "rows.h"
@@ -67,6 +67,7 @@
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "settings.h"
 #include "access/xact.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
@@ -190,7 +191,7 @@ static GridhaStatement instances_owner = {
 };
 
 /*
- * instances_lock_tag: the liveness lock of a key (see gridha.h).
+ * instances_lock_tag: the liveness lock of a key (see common.h).
  */
 static void
 instances_lock_tag(LOCKTAG *tag, int64 key)

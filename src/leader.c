@@ -52,7 +52,7 @@
  */
 #include "postgres.h"
 
-#include "gridha.h"
+#include "common.h"
 #include "idseq.h"
 #include "instances.h"
 #include "leader.h"
@@ -66,6 +66,7 @@
 #include "common/hashfn.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "settings.h"
 #include "storage/lock.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -346,7 +347,7 @@ leader_lead(Datum instance_id, text *role, bool force, bool nowait)
 /*
  * leader_trylock: the role's lock, taken for this transaction without
  * waiting, and its lease row free; false when another transaction holds
- * either. The lock is a userlock (gridha.h) keyed by a hash of the role's
+ * either. The lock is a userlock (common.h) keyed by a hash of the role's
  * name: no SQL function can take it, so no role without gridha rights can
  * hold it and keep every hand-out's duty from the lease (1.2 took an
  * advisory lock, which any role may hold with pg_advisory_lock). Two roles

@@ -226,8 +226,8 @@ gridha_limit_feedback(GridhaLimit *l, const GridhaHttpDone *d, TimestampTz start
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "gridha.h"
-#include "submit.h"
+#include "common.h"
+#include "settings.h"
 
 StaticAssertDecl(GRIDHA_LIMIT_RETRY_MAX_MS == GRIDHA_BACKOFF_MAX_MS,
 				 "a Retry-After is obeyed up to the backoff's ceiling");

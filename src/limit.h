@@ -21,7 +21,7 @@
 
 /* A target's first limit, before anything is known of its ledger */
 #define GRIDHA_LIMIT_START		4
-/* The longest Retry-After obeyed (GRIDHA_BACKOFF_MAX_MS, gridha.h) */
+/* The longest Retry-After obeyed (GRIDHA_BACKOFF_MAX_MS, common.h) */
 #define GRIDHA_LIMIT_RETRY_MAX_MS 60000
 
 /* A target's limit, as this worker keeps it (in TopMemoryContext) */

@@ -21,7 +21,7 @@
 #include "postgres.h"
 
 #include "claims.h"
-#include "gridha.h"
+#include "common.h"
 #include "instances.h"
 #include "leader.h"
 #include "queue.h"

@@ -55,7 +55,7 @@
  */
 #include "postgres.h"
 
-#include "gridha.h"
+#include "common.h"
 #include "ratelimit.h"
 #include "spi_util.h"
 #include "targets.h"

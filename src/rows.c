@@ -34,7 +34,7 @@
 #include "postgres.h"
 
 #include "compat.h"
-#include "gridha.h"
+#include "common.h"
 #include "lockcheck.h"
 #include "rows.h"
 #include "tables.h"

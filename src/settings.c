@@ -17,7 +17,6 @@
  */
 #include "postgres.h"
 
-#include "gridha.h"
 #include "settings.h"
 #include "tables.h"
 

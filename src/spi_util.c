@@ -11,7 +11,7 @@
  */
 #include "postgres.h"
 
-#include "gridha.h"
+#include "common.h"
 #include "spi_util.h"
 #include "tables.h"
 

@@ -46,7 +46,7 @@
 #include "postgres.h"
 
 #include "compat.h"
-#include "gridha.h"
+#include "common.h"
 #include "instances.h"
 #include "rows.h"
 #include "spi_util.h"

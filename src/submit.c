@@ -128,10 +128,10 @@
 #include "storage/latch.h"
 
 #include "dlt_http.h"
-#include "gridha.h"
-#include "leader.h"
+#include "common.h"
 #include "limit.h"
 #include "ratelimit.h"
+#include "settings.h"
 #include "slots.h"
 #include "spi_util.h"
 #include "submit.h"

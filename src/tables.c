@@ -29,7 +29,7 @@
  */
 #include "postgres.h"
 
-#include "gridha.h"
+#include "common.h"
 #include "tables.h"
 
 #include "access/genam.h"

@@ -73,7 +73,7 @@
 #include "utils/timestamp.h"
 
 #include "dlt_http.h"
-#include "gridha.h"
+#include "common.h"
 #include "spi_util.h"
 #include "tables.h"
 #include "targets.h"

@@ -11,7 +11,7 @@
  * Words:
  *   slot row   a row (target, slot) of gridha.target_totals, written only
  *              by the transaction that holds the slot's lock (a userlock,
- *              gridha.h, taken without waiting for the rest of the
+ *              common.h, taken without waiting for the rest of the
  *              transaction: gridha_totals_slot), so no transaction waits
  *              for another's totals row. A backend's slots are its process
  *              number p, and p + k * TOTALS_SLOT_STRIDE for k = 1, 2, ...:
@@ -61,7 +61,7 @@
 #include "postgres.h"
 
 #include "compat.h"
-#include "gridha.h"
+#include "common.h"
 #include "rows.h"
 #include "spi_util.h"
 #include "totals.h"

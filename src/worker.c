@@ -84,8 +84,9 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "gridha.h"
+#include "common.h"
 #include "instances.h"
+#include "settings.h"
 #include "slots.h"
 #include "spi_util.h"
 #include "submit.h"

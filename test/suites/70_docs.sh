@@ -22,7 +22,7 @@
 #               docs/configuration.md whose default, read in its unit
 #               (`30s`, `2kB`, `on`, `empty`), is pg_settings' boot_val
 #   sqlstates   every code of test/fuzz/sqlstates.txt, and every
-#               ERRCODE_GRIDHA_* of src/gridha.h (its code and its name), has
+#               ERRCODE_GRIDHA_* of src/common.h (its code and its name), has
 #               a row "| `CODE` |" in docs/errors.md
 #   versions    gridha.control's default_version is the truth: CREATE
 #               EXTENSION installs it; META.json's version and
@@ -345,11 +345,11 @@ else:
               "SQLSTATE %s of test/fuzz/sqlstates.txt is documented in %s" % (code, ERRS),
               "%s has no table row starting `| \\`%s\\` |`" % (ERRS, code))
 
-# gridha's own codes in src/gridha.h
-header = read("src/gridha.h") or ""
+# gridha's own codes in src/common.h
+header = read("src/common.h") or ""
 macros = re.findall(r"#define\s+(ERRCODE_GRIDHA_\w+)\s+MAKE_SQLSTATE\(\s*"
                     r"'(.)'\s*,\s*'(.)'\s*,\s*'(.)'\s*,\s*'(.)'\s*,\s*'(.)'\s*\)", header)
-check(macros, "src/gridha.h defines ERRCODE_GRIDHA_ codes",
+check(macros, "src/common.h defines ERRCODE_GRIDHA_ codes",
       "no '#define ERRCODE_GRIDHA_... MAKE_SQLSTATE(...)' found")
 for m in macros:
     macro, code = m[0], "".join(m[1:])
@@ -358,7 +358,7 @@ for m in macros:
         diag.append("%s has no table row starting `| \\`%s\\` |`" % (ERRS, code))
     if not re.search(r"`%s`" % macro, errs):
         diag.append("%s never names `%s`" % (ERRS, macro))
-    check(not diag, "%s (%s) of src/gridha.h is documented in %s" % (macro, code, ERRS), *diag)
+    check(not diag, "%s (%s) of src/common.h is documented in %s" % (macro, code, ERRS), *diag)
 
 # the pages whose versions and links are checked
 docs = ["README.md", "CHANGELOG.md"] + sorted(

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
- * gridha.h
- *		Settings and SQLSTATEs shared by every part of gridha.
+ * common.h
+ *		What every part of gridha shares: its SQLSTATEs, lock tags and
+ *		limits (the settings' variables and timings: settings.h).
  *
  * Times are kept in milliseconds, as the GUCs store them; the effective
  * timings (gridha_timing) repair inconsistent combinations so a claim is
@@ -9,8 +10,8 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifndef GRIDHA_H
-#define GRIDHA_H
+#ifndef GRIDHA_COMMON_H
+#define GRIDHA_COMMON_H
 
 #include "postgres.h"
 
@@ -45,8 +46,6 @@
 /* 1.3: a service's head had no batch row (or a final one): repaired */
 #define ERRCODE_GRIDHA_HEAD_REPAIRED		MAKE_SQLSTATE('R','G','0','2','0')
 
-/* Every gridha.* setting's variable, and the claim timings: settings.h */
-#include "settings.h"
 
 /*
  * Session liveness: an instance's session holds a lock keyed by the
@@ -120,4 +119,4 @@ gridha_backoff_until(TimestampTz now, int32 attempts)
 	return TimestampTzPlusMilliseconds(now, Min(ms, GRIDHA_BACKOFF_MAX_MS));
 }
 
-#endif							/* GRIDHA_H */
+#endif							/* GRIDHA_COMMON_H */
