@@ -131,7 +131,6 @@ typedef struct LockEntry
 	char	   *what;
 } LockEntry;
 
-#define LOCKCHECK_MAX 4096
 
 static ExecutorStart_hook_type prev_executor_start = NULL;
 static ExecutorRun_hook_type prev_executor_run = NULL;
@@ -142,6 +141,7 @@ static int	lockcheck_calls = 0;	/* gridha functions under way */
 
 static MemoryContext lockcheck_cxt = NULL;
 static LockEntry *lockcheck_entries = NULL;
+static int	lockcheck_size = 0;
 static int	lockcheck_n = 0;
 static uint64 lockcheck_xact = 0;		/* transactions ended so far */
 static uint64 lockcheck_scope_xact = UINT64_MAX;
@@ -394,8 +394,11 @@ lockcheck_add(Oid relid, LockKind kind, const char *key, bool waits, const char 
 				lockcheck_broken(h, &n, "rows of one kind are locked in key order");
 		}
 	}
-	if (lockcheck_n >= LOCKCHECK_MAX)
-		return;					/* a call this large is not a unit test */
+	if (lockcheck_n >= lockcheck_size)
+	{
+		lockcheck_size *= 2;
+		lockcheck_entries = repalloc(lockcheck_entries, lockcheck_size * sizeof(LockEntry));
+	}
 	lockcheck_entries[lockcheck_n++] = n;
 }
 
@@ -747,8 +750,9 @@ gridha_lockcheck_init(void)
 {
 	lockcheck_cxt = AllocSetContextCreate(TopMemoryContext, "gridha lock check",
 										  ALLOCSET_SMALL_SIZES);
+	lockcheck_size = 1024;
 	lockcheck_entries = MemoryContextAlloc(TopMemoryContext,
-										   LOCKCHECK_MAX * sizeof(LockEntry));
+										   lockcheck_size * sizeof(LockEntry));
 	prev_executor_start = ExecutorStart_hook;
 	ExecutorStart_hook = lockcheck_executor_start;
 	prev_executor_run = ExecutorRun_hook;

@@ -132,8 +132,10 @@ check $? "${TESTS[0]} ($DEBVER, $VERSION)"
 	echo "# add a debian/changelog entry for $VERSION-1 (the release's)" | diag
 
 need=()
+# (iproute2: `ip`, which brings the install's network namespace's loopback
+# up; a fresh machine may lack it, and the autopkgtest connects over TCP)
 for p in build-essential debhelper dpkg-dev fakeroot postgresql-server-dev-all postgresql-server-dev-15 \
-	libcurl4-openssl-dev libpq-dev make gcc; do
+	libcurl4-openssl-dev libpq-dev make gcc iproute2; do
 	dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if gridha_apt_install "${need[@]}" >"$WORK/apt-build.log" 2>&1; then
@@ -183,7 +185,9 @@ unshare --mount --net --propagation unchanged sleep 3600 &
 NS_PID=$!
 sleep 0.2
 # its own loopback: the cluster 15/main's port 5432 is the namespace's alone
-nsenter --target "$NS_PID" --net ip link set lo up
+if ! nsenter --target "$NS_PID" --net ip link set lo up >"$WORK/lo.log" 2>&1; then
+	echo "# the install's namespace has no loopback: $(head -c 200 "$WORK/lo.log")" | diag
+fi
 # the overlay: / below, a tmpfs above; /proc and /dev from the machine
 # (--root: entering a mount namespace resets the root to the namespace's,
 # not the chroot this may run in)
