@@ -6,7 +6,7 @@
 EXTENSION = gridha
 MODULE_big = gridha
 # Core: claims, hand-out, reports
-OBJS = src/gridha.o src/settings.o src/spi_util.o src/tables.o src/rows.o src/instances.o src/counts.o src/claims.o src/queue.o src/status.o
+OBJS = src/gridha.o src/settings.o src/generation.o src/spi_util.o src/tables.o src/rows.o src/instances.o src/counts.o src/claims.o src/queue.o src/status.o
 # HTTP submission to a ledger (libcurl), shared with client/gridha-client
 OBJS += src/dlt_http.o src/dlt_json.o
 # Background-worker instances

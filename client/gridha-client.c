@@ -26,11 +26,11 @@
  *   its ids -> one gridha.report_statuses(instance, gridha.status_report[])
  *   for every id the ledger mentions.
  *
- * It speaks the 1.2 SQL API (typed outcomes and ledger statuses, batched
- * reports of rows, next_batch's attempts). A database whose gridha SQL is
- * older (the new library is installed, ALTER EXTENSION gridha UPDATE has
- * not run yet) is told apart at each connect, and spoken to in the 1.1
- * forms, which 1.2 keeps.
+ * It speaks only the 1.3 SQL API (typed outcomes and ledger statuses,
+ * batched reports of rows, next_batch's attempts), which a database still
+ * on 1.2 has too. Older SQL is refused by the library (RG022, until ALTER
+ * EXTENSION gridha UPDATE): the client logs the refusal and keeps
+ * trying.
  *
  * Words used here:
  *   instance   this process's uuid, given or made by register_instance
@@ -103,7 +103,6 @@ typedef struct Client
 	double		started_ms;		/* monotonic */
 	double		next_monitor_ms;	/* monotonic */
 	int			recover;		/* look for hand-outs we do not have in hand */
-	int			api12;			/* the database has gridha's 1.2 SQL API */
 	const char *stop_reason;
 } Client;
 
@@ -359,22 +358,6 @@ client_disconnect(Client *c, const char *why)
 }
 
 /*
- * client_has_api12: whether the database's gridha SQL has the 1.2 API
- * (ALTER EXTENSION gridha UPDATE may not have run yet: the 1.2 library
- * serves 1.0 and 1.1 SQL).
- */
-static int
-client_has_api12(PGconn *conn)
-{
-	PGresult   *res = PQexec(conn, "SELECT to_regtype('gridha.status_report') IS NOT NULL");
-	int			yes = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
-		strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-
-	PQclear(res);
-	return yes;
-}
-
-/*
  * client_connect: connect, retrying with backoff (100 ms doubling to 5 s).
  * Gives up when told to stop, unless bounded, in which case it tries
  * STOPPING_CONNECT_TRIES times whatever happens (used to send the last
@@ -400,7 +383,6 @@ client_connect(Client *c, int bounded)
 		{
 			c->conn = conn;
 			c->backoff_ms = 100;
-			c->api12 = client_has_api12(conn);
 			log_begin(c, &l, "connected");
 			log_end(c, &l);
 			break;
@@ -521,8 +503,7 @@ log_refusal(Client *c, const char *event, const char *during, const Batch *b,
 
 /*
  * client_declare_serves: tell the database again which kinds of target
- * this client serves; it hands back the claims it cannot serve. A 1.0
- * database has no such call (42883), which is fine.
+ * this client serves; it hands back the claims it cannot serve.
  */
 static int
 client_declare_serves(Client *c)
@@ -535,7 +516,7 @@ client_declare_serves(Client *c)
 	if (client_query_retry(c, "SELECT count(*) FROM gridha.acquire_claims($1, " CLIENT_SERVES ")",
 						   1, params, &res, sqlstate, msg, sizeof(msg)) == QUERY_OK)
 		PQclear(res);
-	else if (strcmp(sqlstate, "42883") != 0)
+	else
 	{
 		note("cannot declare what this instance serves: %s", msg);
 		return -1;
@@ -563,12 +544,9 @@ client_register(Client *c)
 	}
 	qr = client_query_retry(c, "SELECT gridha.register_instance($1, " CLIENT_SERVES ")", 1, params,
 							&res, sqlstate, msg, sizeof(msg));
-	if (qr == QUERY_ERROR && strcmp(sqlstate, "42883") == 0)
-		qr = client_query_retry(c, "SELECT gridha.register_instance($1)", 1, params,
-								&res, sqlstate, msg, sizeof(msg));
 	if (qr != QUERY_OK)
 	{
-		note("cannot register an instance: %s", msg);
+		note("cannot register an instance: %s (%s)", msg, sqlstate);
 		return -1;
 	}
 	snprintf(c->instance_id, sizeof(c->instance_id), "%s", PQgetvalue(res, 0, 0));
@@ -635,10 +613,8 @@ client_next_batch(Client *c, Batch *b)
 	QueryResult qr;
 	LogLine		l;
 
-	qr = client_query(c, c->api12 ?
+	qr = client_query(c,
 					  "SELECT service_id, batch_id, payload, epoch, attempts"
-					  " FROM gridha.next_batch($1)" :
-					  "SELECT service_id, batch_id, payload, epoch, attempt"
 					  " FROM gridha.next_batch($1)", 1, params,
 					  &res, sqlstate, msg, sizeof(msg));
 	if (qr != QUERY_OK)
@@ -833,10 +809,9 @@ client_report_submission(Client *c, const Batch *b, const char *outcome, const c
 	QueryResult qr;
 	LogLine		l;
 
-	qr = client_query_retry(c, c->api12 ?
+	qr = client_query_retry(c,
 							"SELECT gridha.report_submission($1, $2, $3, $4,"
-							" $5::gridha.submission_outcome, $6)" :
-							"SELECT gridha.report_submission($1, $2, $3, $4, $5, $6)",
+							" $5::gridha.submission_outcome, $6)",
 							6, params, &res, sqlstate, msg, sizeof(msg));
 	if (qr == QUERY_REFUSED)
 	{
@@ -898,11 +873,9 @@ client_recover(Client *c)
 		LogLine		l;
 		QueryResult qr;
 
-		qr = client_query_retry(c, c->api12 ?
+		qr = client_query_retry(c,
 								"SELECT gridha.report_submission($1, $2, $3, $4,"
 								" 'delayed'::gridha.submission_outcome,"
-								" 'hand-out not in hand (lost with a connection)')" :
-								"SELECT gridha.report_submission($1, $2, $3, $4, 'delayed',"
 								" 'hand-out not in hand (lost with a connection)')", 4, rp,
 								&r2, sqlstate, msg, sizeof(msg));
 		if (qr != QUERY_OK)
@@ -997,9 +970,8 @@ client_report_status(Client *c, const Batch *b, const char *word)
 	QueryResult qr;
 	LogLine		l;
 
-	qr = client_query(c, c->api12 ?
-					  "SELECT gridha.report_status($1, $2, $3, $4, $5::gridha.ledger_status)" :
-					  "SELECT gridha.report_status($1, $2, $3, $4, $5)", 5, params,
+	qr = client_query(c,
+					  "SELECT gridha.report_status($1, $2, $3, $4, $5::gridha.ledger_status)", 5, params,
 					  &res, sqlstate, msg, sizeof(msg));
 	if (qr == QUERY_LOST)
 		return -1;
@@ -1109,7 +1081,6 @@ reports_free(ClientReports *r)
  * client_send_statuses: the round's ledger words in one statement (one
  * transaction), gridha.report_statuses; each row says what became of its
  * batch, or why it was refused (a refused row does not undo the others).
- * On a gridha 1.0 database, one report_status per batch.
  */
 static void
 client_send_statuses(Client *c, ClientReports *r, PGresult *pending, const int *rows,
@@ -1139,35 +1110,18 @@ client_send_statuses(Client *c, ClientReports *r, PGresult *pending, const int *
 	params[3] = r->epochs.data;
 	params[4] = r->words.data;
 	/*
-	 * 1.2: one gridha.status_report row per batch, made from the round's
-	 * arrays in their order (the ledger's words are the five labels of
-	 * gridha.ledger_status, dlt_json.c); 1.1: the arrays themselves.
+	 * One gridha.status_report row per batch, made from the round's arrays
+	 * in their order (the ledger's words are the five labels of
+	 * gridha.ledger_status, dlt_json.c).
 	 */
-	qr = client_query_retry(c, c->api12 ?
+	qr = client_query_retry(c,
 							"SELECT service_id, batch_id, status, sqlstate, message"
 							"  FROM gridha.report_statuses($1, ARRAY("
 							"    SELECT (u.s, u.b, u.e, u.w::gridha.ledger_status, NULL)::gridha.status_report"
 							"      FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[])"
 							"           WITH ORDINALITY AS u(s, b, e, w, n)"
-							"     ORDER BY u.n))" :
-							"SELECT service_id, batch_id, status, sqlstate, message"
-							"  FROM gridha.report_statuses($1, $2, $3, $4, $5)",
+							"     ORDER BY u.n))",
 							5, params, &res, sqlstate, msg, sizeof(msg));
-	if (qr == QUERY_ERROR && strcmp(sqlstate, "42883") == 0)
-	{
-		for (i = 0; i < r->n; i++)
-		{
-			Batch		b;
-
-			memset(&b, 0, sizeof(b));
-			b.service_id = PQgetvalue(pending, rows[i], 0);
-			b.batch_id = PQgetvalue(pending, rows[i], 1);
-			snprintf(b.epoch, sizeof(b.epoch), "%s", PQgetvalue(pending, rows[i], 3));
-			if (client_report_status(c, &b, words[rows[i]]) != 0)
-				break;
-		}
-		return;
-	}
 	if (qr != QUERY_OK)
 	{
 		log_refusal(c, "error", "report_statuses", NULL, sqlstate, msg);

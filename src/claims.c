@@ -6,13 +6,12 @@
  * Words:
  *   claim     the service_claims row of a service; claimant NULL = free
  *   epoch     bumped each time the claimant changes; the fencing token
- *   lease     an instance's soft and hard expiry (gridha.instances, SQL 1.1
- *             and later): every claim it holds expires with it, so renewing
+ *   lease     an instance's soft and hard expiry (gridha.instances): every
+ *             claim it holds expires with it, so renewing
  *             writes one row whatever the instance holds. A claim's own
  *             soft_expiry/hard_expiry, NULL normally, can only make that
  *             claim expire earlier (an operator's UPDATE); a renewal clears
- *             them. (On SQL 1.0 every claim has its own expiries, renewed
- *             one by one: the claims_v10_ statements below.)
+ *             them.
  *   takeover  acquiring a claim another instance holds: allowed once it is
  *             soft-expired (or its holder's session is gone) and nothing is
  *             submitting, or once it is hard-expired, whatever is going on
@@ -138,10 +137,14 @@
 
 /* Expired instances whose claims one acquisition looks at, at most */
 #define CLAIMS_EXPIRED_BATCH	64
-/* How often an instance asks the lock manager about others' sessions */
-#define CLAIMS_PROBE_EVERY_MS	1000
-/* How often an instance below its share that has work acquires anyway */
-#define CLAIMS_BELOW_SHARE_EVERY_MS	200
+/*
+ * How often an instance asks the lock manager about others' sessions
+ * between its claim cycles: gridha.probe_interval (-1: never), and how
+ * often an instance below its share that has work acquires anyway: a fifth
+ * of it
+ */
+#define CLAIMS_PROBE_EVERY_MS	gridha_probe_interval_ms
+#define CLAIMS_BELOW_SHARE_EVERY_MS	(gridha_probe_interval_ms / 5)
 /* Services with work counted per instance, at most (claims_balance_work) */
 #define CLAIMS_WORK_CAP			10000
 
@@ -577,116 +580,6 @@ static GridhaStatement claims_release_all_stmt = {
 	"    FROM n WHERE i.instance_id = $1"
 	")"
 	" SELECT n.n FROM n",
-	1, {UUIDOID}
-};
-
-/* ---------------------------------------------------------------------
- * SQL 1.0: every claim has its own expiries (kept until ALTER EXTENSION
- * gridha UPDATE; the 1.0 script has no leases and no held counts)
- * ---------------------------------------------------------------------
- */
-
-static GridhaStatement claims_v10_renew_stmt = {
-	"WITH r AS ("
-	"  UPDATE gridha.service_claims c"
-	"     SET soft_expiry = now() + $2 * interval '1 millisecond',"
-	"         hard_expiry = now() + $3 * interval '1 millisecond'"
-	"    FROM (SELECT s.service_id FROM gridha.service_claims s"
-	"           WHERE s.claimant = $1 FOR NO KEY UPDATE SKIP LOCKED) s"
-	"   WHERE c.service_id = s.service_id"
-	"  RETURNING 1"
-	"), i AS ("
-	"  UPDATE gridha.instances SET last_seen_at = now() WHERE instance_id = $1"
-	")"
-	" SELECT count(*)::int4 FROM r",
-	3, {UUIDOID, INT8OID, INT8OID}
-};
-
-static GridhaStatement claims_v10_counts_stmt = {
-	"SELECT (SELECT count(*) FROM gridha.service_claims c WHERE true"
-	CLAIMS_TARGET_FILTER("c") "),"
-	"       (SELECT count(*) FROM gridha.instances i"
-	"         WHERE i.instance_id = $1"
-	"            OR (i.last_seen_at > now() - $3 * interval '1 millisecond'"
-	"                AND (i.stopped_at IS NULL OR i.stopped_at < i.last_seen_at)"
-	"                AND NOT " GRIDHA_SESSION_GONE("i") ")),"
-	"       (SELECT count(*) FROM gridha.service_claims c WHERE c.claimant = $1)",
-	3, {UUIDOID, TEXTARRAYOID, INT8OID}
-};
-
-static GridhaStatement claims_v10_expired_stmt = {
-	"SELECT array_agg(service_id) FROM ("
-	"  SELECT c.service_id FROM gridha.service_claims c"
-	"   WHERE c.soft_expiry <= now()"
-	"     AND c.claimant IS NOT NULL AND c.claimant <> $1"
-	"     AND (c.hard_expiry <= now() OR NOT " CLAIMS_HEAD_SUBMITTING("c") ")"
-	CLAIMS_TARGET_FILTER("c")
-	"   ORDER BY c.soft_expiry"
-	"   LIMIT $3"
-	"   FOR NO KEY UPDATE SKIP LOCKED) c",
-	3, {UUIDOID, TEXTARRAYOID, INT8OID}
-};
-
-static GridhaStatement claims_v10_orphaned_stmt = {
-	"SELECT array_agg(service_id) FROM ("
-	"  SELECT c.service_id FROM gridha.service_claims c"
-	"    JOIN gridha.instances i ON i.instance_id = c.claimant"
-	"   WHERE i.instance_id <> $1 AND " GRIDHA_SESSION_GONE("i")
-	"     AND c.soft_expiry > now() AND NOT " CLAIMS_HEAD_SUBMITTING("c")
-	CLAIMS_TARGET_FILTER("c")
-	"   ORDER BY c.ready_at"
-	"   LIMIT $3"
-	"   FOR NO KEY UPDATE OF c SKIP LOCKED) c",
-	3, {UUIDOID, TEXTARRAYOID, INT8OID}
-};
-
-/* $5: a claim within its hard expiry is taken only with nothing submitting */
-static GridhaStatement claims_v10_take_stmt = {
-	"WITH h AS ("
-	"  SELECT c.service_id, c.head_seq, c.hard_expiry,"
-	"         " CLAIMS_HEAD_SUBMITTING("c") " AS submitting"
-	"    FROM gridha.service_claims c"
-	"   WHERE c.service_id = ANY ($2)"
-	"), t AS ("
-	"  SELECT h.service_id, h.head_seq, h.submitting FROM h"
-	"   WHERE NOT $5 OR NOT h.submitting OR h.hard_expiry <= now()"
-	"), " CLAIMS_REVOKE
-	" UPDATE gridha.service_claims c"
-	"    SET claimant = $1, epoch = c.epoch + 1,"
-	"        soft_expiry = now() + $3 * interval '1 millisecond',"
-	"        hard_expiry = now() + $4 * interval '1 millisecond',"
-	"        in_flight = c.in_flight AND r.service_id IS NULL,"
-	"        ready_at = CASE WHEN r.service_id IS NULL THEN c.ready_at ELSE now() END"
-	"   FROM t LEFT JOIN r ON r.service_id = t.service_id"
-	"  WHERE c.service_id = t.service_id"
-	" RETURNING c.service_id, c.epoch",
-	5, {UUIDOID, TEXTARRAYOID, INT8OID, INT8OID, BOOLOID}
-};
-
-static GridhaStatement claims_v10_surplus_stmt = {
-	"WITH r AS ("
-	"  SELECT c.service_id FROM gridha.service_claims c"
-	"   WHERE c.claimant = $1 AND NOT c.in_flight"
-	"   ORDER BY c.ready_at DESC NULLS FIRST"
-	"   LIMIT $2"
-	"   FOR NO KEY UPDATE SKIP LOCKED"
-	")"
-	" UPDATE gridha.service_claims c"
-	"    SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL"
-	"   FROM r WHERE c.service_id = r.service_id",
-	2, {UUIDOID, INT8OID}
-};
-
-static GridhaStatement claims_v10_release_all_stmt = {
-	"WITH r AS ("
-	"  UPDATE gridha.service_claims c"
-	"     SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL"
-	"   WHERE c.claimant = $1 AND NOT " CLAIMS_HEAD_SUBMITTING("c")
-	"  RETURNING 1"
-	"), i AS ("
-	"  UPDATE gridha.instances SET stopped_at = now() WHERE instance_id = $1"
-	")"
-	" SELECT count(*)::int4 FROM r",
 	1, {UUIDOID}
 };
 
@@ -1510,13 +1403,13 @@ claims_share(const GridhaInstance *inst, Datum servable, const ClaimsLive *live,
 }
 
 /*
- * gridha_claims_renew: extends the instance's lease (SQL 1.1: one row,
- * written last with the cycle's other instance-row writes, see
- * gridha_claims_finish; 1.0: every claim it holds) and records the cycle
+ * gridha_claims_renew: extends the instance's lease (one row, written
+ * last with the cycle's other instance-row writes, see
+ * gridha_claims_finish) and records the cycle
  * in last_seen_at; claims of its own with an expiry of their own follow
  * the lease again. Claim rows locked by another transaction right now are
  * skipped rather than waited for. Returns the number of claims the
- * instance holds (1.1: as the caller knew it).
+ * instance holds, as the caller knew it.
  */
 int
 gridha_claims_renew(Datum instance_id, const GridhaInstance *inst)
@@ -1527,87 +1420,9 @@ gridha_claims_renew(Datum instance_id, const GridhaInstance *inst)
 	args[0] = instance_id;
 	args[1] = Int64GetDatum(t.soft_ms);
 	args[2] = Int64GetDatum(t.hard_ms);
-	if (!inst->leased)
-	{
-		gridha_exec(&claims_v10_renew_stmt, args, NULL, false);
-		return (int) gridha_col_int64(0, 1);
-	}
 	gridha_exec(&claims_clear_own_stmt, args, NULL, false);
 	claims_pending.renew = true;
 	return inst->held;
-}
-
-/*
- * claims_acquire_v10: gridha_claims_acquire on SQL 1.0, as 1.0 did it.
- */
-static int
-claims_acquire_v10(Datum instance_id, Datum servable, ReturnSetInfo *rsinfo)
-{
-	GridhaTiming t = gridha_timing();
-	int64		limit = -1;
-	int			taken = 0;
-	int			round;
-
-	if (gridha_balance_claims)
-	{
-		Datum		args[3];
-		char		nulls[4] = "   ";
-		int64		services,
-					live,
-					held,
-					share;
-
-		args[0] = instance_id;
-		args[1] = servable;
-		if (servable == (Datum) 0)
-			nulls[1] = 'n';
-		args[2] = Int64GetDatum(t.soft_ms);
-		gridha_exec(&claims_v10_counts_stmt, args, nulls, false);
-		services = gridha_col_int64(0, 1);
-		live = Max(gridha_col_int64(0, 2), 1);
-		held = gridha_col_int64(0, 3);
-
-		share = (services + live - 1) / live;
-		if (held > share)
-		{
-			args[1] = Int64GetDatum(held - share);
-			gridha_exec(&claims_v10_surplus_stmt, args, NULL, false);
-			return 0;
-		}
-		limit = share - held;
-		if (limit <= 0)
-			return 0;
-	}
-
-	for (round = 0; round < 3 && (limit < 0 || taken < limit); round++)
-	{
-		GridhaStatement *pick = round == 0 ? &claims_free_stmt :
-			round == 1 ? &claims_v10_expired_stmt : &claims_v10_orphaned_stmt;
-		Datum		args[5];
-		char		nulls[6] = "     ";
-		bool		isnull;
-		Datum		ids;
-
-		args[0] = instance_id;
-		args[1] = servable;
-		if (servable == (Datum) 0)
-			nulls[1] = 'n';
-		args[2] = Int64GetDatum(limit < 0 ? 0 : limit - taken);
-		if (limit < 0)
-			nulls[2] = 'n';
-		gridha_exec(pick, args, nulls, false);
-		ids = gridha_col(0, 1, &isnull);
-		if (isnull)
-			continue;
-		args[1] = ids;
-		args[2] = Int64GetDatum(t.soft_ms);
-		args[3] = Int64GetDatum(t.hard_ms);
-		args[4] = BoolGetDatum(round > 0);
-		gridha_exec(&claims_v10_take_stmt, args, NULL, false);
-		claims_add_rows(rsinfo);
-		taken += (int) SPI_processed;
-	}
-	return taken;
 }
 
 /* ... a free claim whose head is ready, of a target it can serve */
@@ -1720,10 +1535,11 @@ claims_nothing_to_take(Datum instance_id, const GridhaInstance *inst, Datum serv
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (!claims_known.valid || !gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id) ||
-		TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_PROBE_EVERY_MS))
+		(gridha_probe_interval_ms >= 0 &&
+		 TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_PROBE_EVERY_MS)))
 		return false;
 	/* short of its work share: look again, but not at every poll */
-	if (gridha_balance_claims && claims_known.work_short &&
+	if (gridha_balance_claims && claims_known.work_short && gridha_probe_interval_ms >= 0 &&
 		TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_BELOW_SHARE_EVERY_MS))
 		return false;
 	return !claims_anything(servable);
@@ -1745,11 +1561,14 @@ gridha_claims_below_share(Datum instance_id, const GridhaInstance *inst)
 {
 	TimestampTz now;
 
-	if (!gridha_balance_claims || !inst->leased)
+	if (!gridha_balance_claims)
 		return false;
 	/* this backend has not looked yet (a new session of a busy instance) */
 	if (!claims_known.valid || !gridha_uuid_equal(UUIDPGetDatum(&claims_known.id), instance_id))
 		return true;
+	/* -1: only the claim cycle looks again (no clock in the hand-out) */
+	if (gridha_probe_interval_ms < 0)
+		return false;
 	now = GetCurrentTimestamp();
 	if (TimestampDifferenceExceeds(claims_known.probed_at, now, CLAIMS_PROBE_EVERY_MS))
 		return true;
@@ -1843,8 +1662,6 @@ gridha_claims_acquire(Datum instance_id, const GridhaInstance *inst, bool idle_p
 	List	   *takes = NIL;
 
 	servable = claims_servable(inst);
-	if (!inst->leased)
-		return claims_acquire_v10(instance_id, servable, rsinfo);
 	if (idle_poll && claims_nothing_to_take(instance_id, inst, servable))
 		return 0;
 
@@ -1965,12 +1782,9 @@ gridha_renew_claims(PG_FUNCTION_ARGS)
 	SPI_connect();
 	inst = gridha_instance_touch(instance_id);
 	gridha_claims_begin(instance_id);
-	n = gridha_claims_renew(instance_id, &inst);
-	if (inst.leased)
-	{
-		n = gridha_claims_finish();
-		n = Max(n, 0);
-	}
+	(void) gridha_claims_renew(instance_id, &inst);
+	n = gridha_claims_finish();
+	n = Max(n, 0);
 	gridha_instance_write_key(instance_id);
 	SPI_finish();
 	PG_RETURN_INT32(n);
@@ -1981,8 +1795,8 @@ PG_FUNCTION_INFO_V1(gridha_acquire_claims);
 /*
  * gridha_acquire_claims: SQL gridha.acquire_claims(instance_id, serves)
  * -> TABLE(service_id, epoch), the claims newly taken. serves, when given,
- * records which kinds of target the instance serves (1.0's function has
- * no serves argument).
+ * records which kinds of target the instance serves (a 1.2 caller may
+ * call the form without it).
  */
 Datum
 gridha_acquire_claims(PG_FUNCTION_ARGS)
@@ -2023,19 +1837,17 @@ Datum
 gridha_release_claims(PG_FUNCTION_ARGS)
 {
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	bool		leased;
 	Datum		args[1];
 	int			n;
 
 	gridha_require_writable("release_claims()");
 	args[0] = instance_id;
 	SPI_connect();
-	leased = gridha_instance_check(instance_id);
+	gridha_instance_check(instance_id);
 	/* the table before its rows, as every call (see the file header) */
 	gridha_rows_hold_for_write(GRIDHA_CLAIMS);
 	gridha_exec(&claims_lock_held_stmt, args, NULL, false);
-	gridha_exec(leased ? &claims_release_all_stmt : &claims_v10_release_all_stmt,
-				args, NULL, false);
+	gridha_exec(&claims_release_all_stmt, args, NULL, false);
 	n = (int) gridha_col_int64(0, 1);
 	SPI_finish();
 	PG_RETURN_INT32(n);

@@ -35,6 +35,8 @@
 #define ERRCODE_GRIDHA_UNSAFE_SCHEMA		MAKE_SQLSTATE('R','G','0','1','5')
 /* 1.2: only a gridha background worker registers a worker instance */
 #define ERRCODE_GRIDHA_NOT_A_WORKER			MAKE_SQLSTATE('R','G','0','1','6')
+/* 1.3: the database's gridha SQL is older than 1.2 (generation.c) */
+#define ERRCODE_GRIDHA_SQL_NOT_SERVED		MAKE_SQLSTATE('R','G','0','2','2')
 /* Section 7: ID windows */
 #define ERRCODE_GRIDHA_UNKNOWN_ID_SEQUENCE	MAKE_SQLSTATE('R','G','0','1','0')
 #define ERRCODE_GRIDHA_ID_COUNT_TOO_LARGE	MAKE_SQLSTATE('R','G','0','1','1')

@@ -34,8 +34,8 @@
  * Session liveness (gridha.session_liveness, on by default): the session an
  * instance calls from holds a session-level lock keyed by the instance's
  * session_key (a "userlock", which no SQL function can take: see common.h).
- * The key is given once per instance: from the sequence gridha.session_keys
- * on SQL 1.2 (no two instances share one), a 64-bit hash of the id before.
+ * The key is given once per instance, from the sequence gridha.session_keys
+ * (no two instances share one).
  * When that session ends, for
  * any reason, the lock goes with it, and other instances take the idle
  * claims of the instance at once instead of waiting for soft expiry
@@ -50,6 +50,7 @@
 #include "postgres.h"
 
 #include "common.h"
+#include "generation.h"
 #include "instances.h"
 #include "lockcheck.h"
 #include "rows.h"
@@ -100,7 +101,6 @@ typedef struct InstancesVerdict
 {
 	pg_uuid_t	id;
 	Oid			caller;
-	bool		leased;			/* the SQL has leases */
 } InstancesVerdict;
 
 static InstancesVerdict instances_verdicts[INSTANCES_VERDICTS];
@@ -108,13 +108,6 @@ static int	instances_nverdicts = 0;
 static int	instances_next_verdict = 0;
 static bool instances_callback_registered = false;
 
-static GridhaStatement instances_insert = {
-	"INSERT INTO gridha.instances (instance_id) VALUES ($1)"
-	" ON CONFLICT (instance_id) DO NOTHING",
-	1, {UUIDOID}
-};
-
-/* ... with its owner (SQL 1.1 and later) */
 static GridhaStatement instances_insert_owned = {
 	"INSERT INTO gridha.instances (instance_id, owner) VALUES ($1, $2)"
 	" ON CONFLICT (instance_id) DO NOTHING",
@@ -132,7 +125,7 @@ static GridhaStatement instances_set_key = {
 };
 
 /*
- * ... or a key of its own for an instance that has none (SQL 1.2), written
+ * ... or a key of its own for an instance that has none, written
  * only if no other session is writing one at the same moment: a second
  * session of the instance never waits here (it does not bind then).
  */
@@ -159,25 +152,15 @@ typedef enum InstancesKeyWrite
 {
 	KEY_NONE,
 	KEY_CLEAR,					/* clear the stored key (liveness off) */
-	KEY_HASH,					/* store the hash key this session holds */
-	KEY_NEW						/* a new key (SQL 1.2), then hold it */
+	KEY_NEW						/* a new key, then hold it */
 } InstancesKeyWrite;
 
 static struct
 {
 	InstancesKeyWrite what;
 	pg_uuid_t	id;
-	int64		key;			/* KEY_HASH's */
 }			instances_key_write;
 
-static GridhaStatement instances_register = {
-	"INSERT INTO gridha.instances (instance_id, label, kind)"
-	" VALUES (gen_random_uuid(), $1, 'external')"
-	" RETURNING instance_id",
-	1, {TEXTOID}
-};
-
-/* ... with its owner (SQL 1.1 and later) */
 static GridhaStatement instances_register_owned = {
 	"INSERT INTO gridha.instances (instance_id, label, kind, owner)"
 	" VALUES (pg_catalog.gen_random_uuid(), $1, 'external', $2)"
@@ -202,17 +185,6 @@ instances_lock_tag(LOCKTAG *tag, int64 key)
 	tag->locktag_field4 = GRIDHA_LIVENESS_TAG;
 	tag->locktag_type = LOCKTAG_USERLOCK;
 	tag->locktag_lockmethodid = USER_LOCKMETHOD;
-}
-
-/*
- * instances_has_sequence: whether the SQL has gridha.session_keys (1.2).
- */
-static bool
-instances_has_sequence(void)
-{
-	Oid			nsp = get_namespace_oid("gridha", true);
-
-	return OidIsValid(nsp) && OidIsValid(get_relname_relid("session_keys", nsp));
 }
 
 /*
@@ -375,11 +347,10 @@ gridha_instance_session_gone(int64 key)
  * call (see instances_key_write).
  */
 static void
-instances_key_later(pg_uuid_t *id, InstancesKeyWrite what, int64 key)
+instances_key_later(pg_uuid_t *id, InstancesKeyWrite what)
 {
 	instances_key_write.what = what;
 	instances_key_write.id = *id;
-	instances_key_write.key = key;
 }
 
 static bool
@@ -423,9 +394,9 @@ gridha_instance_write_key(Datum instance_id)
 			(void) instances_bind(DatumGetUUIDP(instance_id), gridha_col_int64(0, 1));
 		return;
 	}
-	args[1] = Int64GetDatum(instances_key_write.key);
-	if (what == KEY_CLEAR)
-		nulls[1] = 'n';
+	Assert(what == KEY_CLEAR);
+	args[1] = (Datum) 0;
+	nulls[1] = 'n';
 	gridha_exec(&instances_set_key, args, nulls, false);
 }
 
@@ -433,10 +404,8 @@ gridha_instance_write_key(Datum instance_id)
  * instances_liveness: this session holds the instance's liveness lock when
  * it can (another session of the same instance may hold it: then this one
  * does not bind). An instance without a key is given one first: the next
- * of gridha.session_keys (SQL 1.2; written at the end of the call, never
- * waiting for another session that is doing the same, and then held), or
- * a 64-bit hash of its id, held at once and written at the end of the
- * call. With the setting off here, the stored key is cleared at the end of
+ * of gridha.session_keys (written at the end of the call, never waiting
+ * for another session that is doing the same, and then held). With the setting off here, the stored key is cleared at the end of
  * the call: the instance is judged by its expiry alone. Until the end of
  * the call the row keeps what it had (no key: never judged gone).
  */
@@ -444,13 +413,12 @@ static void
 instances_liveness(Datum instance_id, bool stored_null, int64 stored)
 {
 	pg_uuid_t  *id = DatumGetUUIDP(instance_id);
-	int64		key;
 
 	if (!gridha_session_liveness)
 	{
 		if (stored_null)
 			return;
-		instances_key_later(id, KEY_CLEAR, 0);
+		instances_key_later(id, KEY_CLEAR);
 		return;
 	}
 	if (!stored_null)
@@ -458,14 +426,7 @@ instances_liveness(Datum instance_id, bool stored_null, int64 stored)
 		(void) instances_bind(id, stored);
 		return;
 	}
-	if (instances_has_sequence())
-	{
-		instances_key_later(id, KEY_NEW, 0);
-		return;
-	}
-	key = (int64) hash_bytes_extended(id->data, UUID_LEN, 0);
-	if (instances_bind(id, key))
-		instances_key_later(id, KEY_HASH, key);
+	instances_key_later(id, KEY_NEW);
 }
 
 static void
@@ -483,31 +444,27 @@ instances_relcache_changed(Datum arg, Oid relid)
 
 /*
  * instances_verdict: whether this backend knows the role may act as the
- * instance; *leased is set then.
+ * instance.
  */
 static bool
-instances_verdict(Datum instance_id, Oid caller, bool *leased)
+instances_verdict(Datum instance_id, Oid caller)
 {
 	int			i;
 
 	for (i = 0; i < instances_nverdicts; i++)
 		if (instances_verdicts[i].caller == caller &&
 			memcmp(instances_verdicts[i].id.data, DatumGetUUIDP(instance_id)->data, UUID_LEN) == 0)
-		{
-			*leased = instances_verdicts[i].leased;
 			return true;
-		}
 	return false;
 }
 
 static void
-instances_remember(Datum instance_id, Oid caller, bool leased)
+instances_remember(Datum instance_id, Oid caller)
 {
 	InstancesVerdict *v = &instances_verdicts[instances_next_verdict];
 
 	v->id = *DatumGetUUIDP(instance_id);
 	v->caller = caller;
-	v->leased = leased;
 	instances_next_verdict = (instances_next_verdict + 1) % INSTANCES_VERDICTS;
 	if (instances_nverdicts < INSTANCES_VERDICTS)
 		instances_nverdicts++;
@@ -559,7 +516,7 @@ instances_may_act(Datum instance_id, const char *owner, Oid caller)
 /* The owner's cluster as read from the row (SQL 1.3) */
 typedef struct InstancesOwnerCluster
 {
-	bool		has_column;		/* SQL 1.3 and later */
+	bool		has_column;		/* SQL 1.3 (generation.c) */
 	bool		isnull;
 	int64		cluster;
 } InstancesOwnerCluster;
@@ -575,15 +532,15 @@ static GridhaStatement instances_cluster_known = {
 static void
 instances_read_cluster(GridhaRows *rows, InstancesOwnerCluster *oc)
 {
-	AttrNumber	attno = gridha_rows_attno(rows, INSTANCE_OWNER_CLUSTER);
 	Datum		d;
 
-	oc->has_column = attno > 0;
+	oc->has_column = gridha_sql_is_current();
 	oc->isnull = true;
 	oc->cluster = 0;
 	if (!oc->has_column)
 		return;
-	d = gridha_rows_get(rows, GRIDHA_INSTANCES, attno, &oc->isnull);
+	d = gridha_rows_get(rows, GRIDHA_INSTANCES,
+						gridha_rows_attno(rows, INSTANCE_OWNER_CLUSTER), &oc->isnull);
 	if (!oc->isnull)
 		oc->cluster = DatumGetInt64(d);
 }
@@ -626,21 +583,6 @@ instances_confirm(Datum instance_id, const char *owner,
 					   "role \"%s\" here may be another role of the same name.", owner, owner),
 			 errhint("An administrator who knows the role to be the right one confirms it: SELECT gridha.set_instance_owner('%s', '%s').",
 					 id, quote_identifier(owner))));
-}
-
-/*
- * instances_has_owner: whether gridha.instances has owners (SQL 1.1 on).
- */
-static bool
-instances_has_owner(void)
-{
-	GridhaRows	rows;
-	bool		has;
-
-	gridha_rows_begin(&rows, false);
-	has = gridha_rows_attno(&rows, INSTANCE_OWNER) > 0;
-	gridha_rows_end(&rows);
-	return has;
 }
 
 static GridhaStatement instances_adopt_self = {
@@ -691,11 +633,11 @@ instances_refuse_unowned(Datum instance_id, Oid caller)
 
 /*
  * instances_insert_as: registers an unknown instance on first use, owned
- * by the calling role (SQL 1.1 and later). If another session registered
- * it meanwhile, that row's owner is checked as any other.
+ * by the calling role. If another session registered it meanwhile, that
+ * row's owner is checked as any other.
  */
 static void
-instances_insert_as(Datum instance_id, Oid caller, bool owned)
+instances_insert_as(Datum instance_id, Oid caller)
 {
 	Datum		args[2];
 	NameData	name;
@@ -703,11 +645,6 @@ instances_insert_as(Datum instance_id, Oid caller, bool owned)
 	Datum		d;
 
 	args[0] = instance_id;
-	if (!owned)
-	{
-		gridha_exec(&instances_insert, args, NULL, false);
-		return;
-	}
 	namestrcpy(&name, GetUserNameFromId(caller, false));
 	args[1] = NameGetDatum(&name);
 	gridha_exec(&instances_insert_owned, args, NULL, false);
@@ -747,7 +684,6 @@ gridha_instance_touch(Datum instance_id)
 	bool		key_null = true;
 	int64		key = 0;
 	bool		found;
-	bool		owned = false;
 	bool		unowned = false;
 	char	   *owner = NULL;
 	InstancesOwnerCluster oc = {0};
@@ -755,6 +691,7 @@ gridha_instance_touch(Datum instance_id)
 	Datum		d;
 
 	gridha_require_safe_schema();
+	gridha_require_served();
 	instances_key_write.what = KEY_NONE;
 
 	/*
@@ -773,12 +710,10 @@ gridha_instance_touch(Datum instance_id)
 	/* a read by key (rows.c): this runs before every hand-out */
 	gridha_rows_begin(&rows, false);
 	found = gridha_rows_fetch(&rows, GRIDHA_KEY_INSTANCE, &instance_id);
-	inst.leased = gridha_rows_attno(&rows, INSTANCE_SOFT_EXPIRY) > 0;
-	owned = gridha_rows_attno(&rows, INSTANCE_OWNER) > 0;
 	if (found)
 	{
 		attno = gridha_rows_attno(&rows, INSTANCE_OWNER);
-		if (attno > 0 && !instances_verdict(instance_id, caller, &isnull))
+		if (!instances_verdict(instance_id, caller))
 		{
 			d = gridha_rows_get(&rows, GRIDHA_INSTANCES, attno, &isnull);
 			if (isnull)
@@ -800,39 +735,36 @@ gridha_instance_touch(Datum instance_id)
 		d = gridha_rows_get(&rows, GRIDHA_INSTANCES, INSTANCE_SESSION_KEY, &key_null);
 		if (!key_null)
 			key = DatumGetInt64(d);
-		attno = gridha_rows_attno(&rows, INSTANCE_SERVES);
 		if (inst.is_worker)
 			inst.serves = GRIDHA_SERVES_ALL;
-		else if (attno > 0)
+		else
 		{
-			d = gridha_rows_get(&rows, GRIDHA_INSTANCES, attno, &isnull);
+			d = gridha_rows_get(&rows, GRIDHA_INSTANCES,
+								gridha_rows_attno(&rows, INSTANCE_SERVES), &isnull);
 			if (!isnull)
 				inst.serves = gridha_serves_parse(d);
 		}
-		if (inst.leased)
-		{
-			d = gridha_rows_get(&rows, GRIDHA_INSTANCES,
-								gridha_rows_attno(&rows, INSTANCE_SOFT_EXPIRY), &isnull);
-			inst.lease_live = !isnull && DatumGetTimestampTz(d) > now;
-			d = gridha_rows_get(&rows, GRIDHA_INSTANCES,
-								gridha_rows_attno(&rows, INSTANCE_HELD), &isnull);
-			inst.held = isnull ? 0 : DatumGetInt32(d);
-		}
+		d = gridha_rows_get(&rows, GRIDHA_INSTANCES,
+							gridha_rows_attno(&rows, INSTANCE_SOFT_EXPIRY), &isnull);
+		inst.lease_live = !isnull && DatumGetTimestampTz(d) > now;
+		d = gridha_rows_get(&rows, GRIDHA_INSTANCES,
+							gridha_rows_attno(&rows, INSTANCE_HELD), &isnull);
+		inst.held = isnull ? 0 : DatumGetInt32(d);
 	}
 	gridha_rows_end(&rows);
 
 	if (owner != NULL)
 	{
 		instances_confirm(instance_id, owner, &oc, caller);
-		instances_remember(instance_id, caller, inst.leased);
+		instances_remember(instance_id, caller);
 	}
 	if (unowned)
 	{
 		instances_refuse_unowned(instance_id, caller);
-		instances_remember(instance_id, caller, inst.leased);
+		instances_remember(instance_id, caller);
 	}
 	if (!found)
-		instances_insert_as(instance_id, caller, owned);
+		instances_insert_as(instance_id, caller);
 	instances_liveness(instance_id, key_null, key);
 	return inst;
 }
@@ -842,31 +774,30 @@ gridha_instance_touch(Datum instance_id)
  * as the instance, for calls that read or write its claims without
  * touching it (release_claims, verify_batch, the reports, the monitor's
  * reads, the leader lease). An unknown instance passes: it owns nothing.
- * Returns whether the SQL has leases (1.1 and later). Inside SPI.
+ * Inside SPI.
  */
-bool
+void
 gridha_instance_check(Datum instance_id)
 {
 	Oid			caller = GetOuterUserId();
 	GridhaRows	rows;
 	AttrNumber	attno;
 	bool		isnull = true;
-	bool		leased;
 	bool		unowned = false;
 	Datum		d = (Datum) 0;
 	char	   *owner = NULL;
 	InstancesOwnerCluster oc = {0};
 
 	gridha_require_safe_schema();
+	gridha_require_served();
 	instances_callbacks();
 	/* the reports' path: a role that acted as the instance before passes */
-	if (instances_verdict(instance_id, caller, &leased))
-		return leased;
+	if (instances_verdict(instance_id, caller))
+		return;
 
 	gridha_rows_begin(&rows, false);
 	attno = gridha_rows_attno(&rows, INSTANCE_OWNER);
-	leased = gridha_rows_attno(&rows, INSTANCE_SOFT_EXPIRY) > 0;
-	if (attno > 0 && gridha_rows_fetch(&rows, GRIDHA_KEY_INSTANCE, &instance_id))
+	if (gridha_rows_fetch(&rows, GRIDHA_KEY_INSTANCE, &instance_id))
 	{
 		d = gridha_rows_get(&rows, GRIDHA_INSTANCES, attno, &isnull);
 		if (!isnull)
@@ -880,16 +811,15 @@ gridha_instance_check(Datum instance_id)
 	gridha_rows_end(&rows);
 	if (owner == NULL)
 	{
-		/* unknown (it owns nothing), SQL 1.0 (no owners), or no owner yet */
+		/* unknown (it owns nothing), or no owner yet */
 		if (unowned)
 			instances_refuse_unowned(instance_id, caller);
-		return leased;
+		return;
 	}
 	if (!instances_may_act(instance_id, owner, caller))
 		instances_refuse(instance_id, owner, caller);
 	instances_confirm(instance_id, owner, &oc, caller);
-	instances_remember(instance_id, caller, leased);
-	return leased;
+	instances_remember(instance_id, caller);
 }
 
 PG_FUNCTION_INFO_V1(gridha_instances_changed);
@@ -965,9 +895,7 @@ static GridhaStatement instances_declare = {
  * gridha_instance_declare: records the kinds of target the instance serves
  * (GRIDHA_SERVES_ANY: it declares nothing, as a 1.0 client). Its next
  * claims follow it, and the services it holds whose targets it cannot
- * serve are handed back. Inside SPI, after gridha_instance_touch (SQL 1.1
- * and later: 1.0 has no serves column, and no function that takes a
- * declaration).
+ * serve are handed back. Inside SPI, after gridha_instance_touch.
  */
 void
 gridha_instance_declare(Datum instance_id, int serves)
@@ -1002,6 +930,7 @@ gridha_register_instance(PG_FUNCTION_ARGS)
 	char		nulls[3] = "   ";
 	bool		isnull;
 	Datum		id;
+	NameData	name;
 	int			serves = GRIDHA_SERVES_ANY;
 
 	gridha_require_writable("register_instance()");
@@ -1011,17 +940,10 @@ gridha_register_instance(PG_FUNCTION_ARGS)
 	nulls[0] = PG_ARGISNULL(0) ? 'n' : ' ';
 
 	SPI_connect();
-	if (instances_has_owner())
-	{
-		NameData	name;
-
-		namestrcpy(&name, GetUserNameFromId(GetOuterUserId(), false));
-		args[1] = NameGetDatum(&name);
-		nulls[1] = ' ';
-		gridha_exec(&instances_register_owned, args, nulls, false);
-	}
-	else
-		gridha_exec(&instances_register, args, nulls, false);
+	namestrcpy(&name, GetUserNameFromId(GetOuterUserId(), false));
+	args[1] = NameGetDatum(&name);
+	nulls[1] = ' ';
+	gridha_exec(&instances_register_owned, args, nulls, false);
 	id = gridha_col(0, 1, &isnull);
 	id = SPI_datumTransfer(id, false, UUID_LEN);
 	(void) gridha_instance_touch(id);

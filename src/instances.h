@@ -19,14 +19,12 @@ typedef struct GridhaInstance
 								 * (targets.h): what it declared, every kind
 								 * for a worker, GRIDHA_SERVES_ANY for an
 								 * external instance that declared nothing */
-	bool		leased;			/* the SQL has leases (1.1 and later); on
-								 * 1.0 each claim has its own expiry */
 	bool		lease_live;		/* its lease is within its soft expiry */
-	int			held;			/* claims it holds (1.1) */
+	int			held;			/* claims it holds */
 } GridhaInstance;
 
 extern GridhaInstance gridha_instance_touch(Datum instance_id);
-extern bool gridha_instance_check(Datum instance_id);
+extern void gridha_instance_check(Datum instance_id);
 extern bool gridha_instance_key_waits(Datum instance_id);
 extern void gridha_instance_write_key(Datum instance_id);
 extern void gridha_instance_declare(Datum instance_id, int serves);

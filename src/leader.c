@@ -510,8 +510,7 @@ static TimestampTz leader_counts_checked_at = 0;
 
 /*
  * leader_check_counts: repairs the service counts that do not match the
- * services there are (a log line names the targets), on SQL 1.1 and
- * later. It reads every claim row (50-70 ms at 200,000 services), so a
+ * services there are (a log line names the targets). It reads every claim row (50-70 ms at 200,000 services), so a
  * backend does it at its first tick and then once an hour: a count gone
  * wrong strands no service meanwhile (claims.c takes free work whatever
  * the share), it only skews the shares.
@@ -519,16 +518,12 @@ static TimestampTz leader_counts_checked_at = 0;
 static void
 leader_check_counts(void)
 {
-	Oid			nsp = get_namespace_oid("gridha", true);
 	TimestampTz now = GetCurrentTimestamp();
 	bool		isnull;
 	Datum		repaired;
 
 	if (leader_counts_checked_at != 0 &&
 		!TimestampDifferenceExceeds(leader_counts_checked_at, now, LEADER_COUNTS_EVERY_MS))
-		return;
-	/* SQL 1.0 (before ALTER EXTENSION gridha UPDATE) keeps no counts */
-	if (!OidIsValid(nsp) || !OidIsValid(get_relname_relid("service_counts", nsp)))
 		return;
 	gridha_exec(&leader_counts_stmt, NULL, NULL, false);
 	leader_counts_checked_at = now;
@@ -742,19 +737,6 @@ gridha_run_maintenance(PG_FUNCTION_ARGS)
 static TimestampTz leader_poll_next = 0;
 
 /*
- * leader_poll_ready: whether the database's SQL is 1.2 or later (it has
- * the index the prune step needs); the library also serves older SQL
- * until ALTER EXTENSION gridha UPDATE, where the poll duty stays off.
- */
-static bool
-leader_poll_ready(void)
-{
-	Oid			nsp = get_namespace_oid("gridha", true);
-
-	return OidIsValid(nsp) && OidIsValid(get_relname_relid("batches_created", nsp));
-}
-
-/*
  * leader_poll_duty: the poll duty's work, inside SPI: leads the
  * maintenance role when it is this instance's or free, then runs the tick
  * when one is due (its duties include a prune step) or else one prune
@@ -807,8 +789,6 @@ gridha_leader_poll(Datum instance_id)
 	if (now < leader_poll_next)
 		return;
 	leader_poll_next = TimestampTzPlusMilliseconds(now, gridha_prune_interval_ms);
-	if (!leader_poll_ready())
-		return;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);

@@ -77,8 +77,7 @@ typedef struct QueuePick
 {
 	Datum		instance_id;
 	TimestampTz now;
-	bool		leased;			/* SQL 1.1: claims expire with the lease */
-	bool		lease_live;		/* ... which is within its soft expiry */
+	bool		lease_live;		/* the instance's lease is within its soft expiry */
 	int			max;			/* how many to pick at most */
 	int			serves;			/* the kinds the instance serves */
 	bool		by_target;		/* look at each claim's target */
@@ -161,16 +160,6 @@ static GridhaStatement queue_verify_stmt = {
 	"  FROM gridha.service_claims c"
 	"  JOIN gridha.batches b ON b.service_id = c.service_id AND b.batch_id = $2"
 	"  LEFT JOIN gridha.instances i ON i.instance_id = c.claimant"
-	" WHERE c.service_id = $1",
-	4, {TEXTOID, TEXTOID, UUIDOID, INT8OID}
-};
-
-/* ... on SQL 1.0, the claim's */
-static GridhaStatement queue_v10_verify_stmt = {
-	"SELECT c.claimant = $3 AND c.epoch = $4 AND c.hard_expiry > now()"
-	"       AND b.seq = c.head_seq AND b.status = 'submitting' AND b.epoch = $4"
-	"  FROM gridha.service_claims c"
-	"  JOIN gridha.batches b ON b.service_id = c.service_id AND b.batch_id = $2"
 	" WHERE c.service_id = $1",
 	4, {TEXTOID, TEXTOID, UUIDOID, INT8OID}
 };
@@ -466,7 +455,7 @@ gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 /*
  * queue_servable: whether the current claim row is this instance's, ready
  * (its head may go now) and within its soft expiry: the instance's lease
- * and the claim's own expiry, when it has one (SQL 1.0: the claim's).
+ * and the claim's own expiry, when it has one.
  */
 static bool
 queue_servable(GridhaRows *rows, QueuePick *pick)
@@ -481,8 +470,7 @@ queue_servable(GridhaRows *rows, QueuePick *pick)
 	if (isnull || DatumGetTimestampTz(d) > pick->now)
 		return false;
 	d = gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_SOFT_EXPIRY, &isnull);
-	if (pick->leased ? (!pick->lease_live || (!isnull && DatumGetTimestampTz(d) <= pick->now)) :
-		(isnull || DatumGetTimestampTz(d) <= pick->now))
+	if (!pick->lease_live || (!isnull && DatumGetTimestampTz(d) <= pick->now))
 		return false;
 	(void) gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_HEAD_SEQ, &isnull);
 	return !isnull;
@@ -705,8 +693,7 @@ queue_set_aside(QueuePick *pick)
 	}
 	gridha_rows_end(&rows);
 	/* the held count is written last, with the cycle's (claims.c) */
-	if (pick->leased)
-		gridha_claims_count_later(pick->instance_id, -pick->aside.n);
+	gridha_claims_count_later(pick->instance_id, -pick->aside.n);
 }
 
 /*
@@ -748,7 +735,6 @@ queue_handout_once(Datum instance_id, int32 max_batches, const GridhaInstance *i
 	memset(&pick, 0, sizeof(pick));
 	pick.instance_id = instance_id;
 	pick.now = GetCurrentTransactionStartTimestamp();
-	pick.leased = inst->leased;
 	pick.lease_live = inst->lease_live;
 	pick.max = max_batches;
 	pick.serves = inst->serves;
@@ -865,7 +851,7 @@ queue_next(FunctionCallInfo fcinfo, Datum instance_id, int32 max_batches)
 	SPI_connect();
 	inst = gridha_instance_touch(instance_id);
 	gridha_claims_begin(instance_id);
-	if (inst.cycle_due || (inst.leased && !inst.lease_live))
+	if (inst.cycle_due || !inst.lease_live)
 	{
 		if (!acquired)
 			(void) gridha_claims_acquire(instance_id, &inst, false, NULL);
@@ -1054,15 +1040,14 @@ gridha_verify_batch(PG_FUNCTION_ARGS)
 	int64		epoch = gridha_arg_epoch(fcinfo, 3);
 	Datum		args[4];
 	bool		ok = false;
-	bool		leased;
 
 	SPI_connect();
-	leased = gridha_instance_check(instance_id);
+	gridha_instance_check(instance_id);
 	args[0] = PointerGetDatum(service_id);
 	args[1] = PointerGetDatum(batch_id);
 	args[2] = instance_id;
 	args[3] = Int64GetDatum(epoch);
-	gridha_exec(leased ? &queue_verify_stmt : &queue_v10_verify_stmt, args, NULL, true);
+	gridha_exec(&queue_verify_stmt, args, NULL, true);
 	if (SPI_processed > 0)
 	{
 		bool		isnull;

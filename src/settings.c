@@ -32,6 +32,7 @@ int			gridha_soft_expiry_ms = 30 * 1000;
 int			gridha_hard_expiry_ms = 3 * 60 * 1000;
 int			gridha_renew_interval_ms = 10 * 1000;
 bool		gridha_balance_claims = true;
+int			gridha_probe_interval_ms = 1000;
 bool		gridha_session_liveness = true;
 
 /* Background workers */
@@ -118,6 +119,14 @@ gridha_settings_define(void)
 							 true,
 							 PGC_SUSET, 0,
 							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("gridha.probe_interval",
+							"How often a busy instance's hand-out looks whether it fell below its share or another instance's session ended.",
+							"Between its claim cycles; -1: only at its claim cycles (gridha.renew_interval), which makes a hand-out's work independent of the clock (test/bench/instructions.sh).",
+							&gridha_probe_interval_ms,
+							1000, -1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("gridha.session_liveness",
 							 "An instance's claims are taken over as soon as its database session ends.",

@@ -14,6 +14,7 @@ extern int	gridha_soft_expiry_ms;
 extern int	gridha_hard_expiry_ms;
 extern int	gridha_renew_interval_ms;
 extern bool gridha_balance_claims;
+extern int	gridha_probe_interval_ms;
 extern bool gridha_session_liveness;
 
 /* Background workers */

@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "common.h"
+#include "generation.h"
 #include "spi_util.h"
 #include "tables.h"
 
@@ -252,6 +253,12 @@ gridha_arg_count(FunctionCallInfo fcinfo, int argno, const char *name)
 void
 gridha_require_writable(const char *what)
 {
+	/*
+	 * Every write path of the API starts here: no unsafe schema (RG015),
+	 * then no 1.0 or 1.1 SQL (RG022)
+	 */
+	gridha_require_safe_schema();
+	gridha_require_served();
 	if (RecoveryInProgress())
 		ereport(ERROR,
 				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),

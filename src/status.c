@@ -255,7 +255,7 @@ StaticAssertDecl(GRIDHA_TOTAL_SETTLED_RESUBMITTED == GRIDHA_TOTAL_SETTLED_ENQUEU
 
 typedef struct StatusSettle
 {
-	bool		due;			/* the report empties the queue (SQL 1.2 on) */
+	bool		due;			/* the report empties the queue */
 	char	   *target;
 	int64		delta[STATUS_NSETTLED];
 } StatusSettle;
@@ -280,8 +280,6 @@ status_judge_settle(GridhaRows *rows, GridhaStatus new_status, GridhaColumn *cla
 	bool		isnull;
 	int			k;
 
-	if (gridha_rows_attno(rows, CLAIM_SETTLED_SEQ) == 0)
-		return;					/* SQL older than 1.2 */
 	for (k = 0; k < STATUS_NSETTLED; k++)
 	{
 		AttrNumber	from = k == 0 ? CLAIM_TAIL_SEQ : gridha_rows_attno(rows, totals[k]);

@@ -84,8 +84,9 @@
  *
  * No transaction is ever open during a network call: a hand-out commits
  * before its POSTs start, and their outcomes are reported by later steps,
- * many in one transaction (gridha.report_submissions / report_statuses;
- * one call per batch on a database whose SQL is still 1.0).
+ * many in one transaction (gridha.report_submissions / report_statuses,
+ * the forms that take gridha.submission_report[] / gridha.status_report[];
+ * the worker calls only the API of SQL 1.3, which 1.2 has too).
  *
  * A target the worker cannot use when the batch is in hand (its function
  * was dropped, its row is malformed) makes that batch delayed with the
@@ -141,8 +142,6 @@
 
 /* Pending batches polled per monitor round */
 #define SUBMIT_MONITOR_BATCHES	1000
-/* How often the worker asks which version of the SQL is installed */
-#define SUBMIT_VERSION_CHECK_MS	1000
 /* A target no request went to for this long is no longer shown */
 #define SUBMIT_LIMIT_SHOWN_MS	60000
 /*
@@ -188,7 +187,7 @@ volatile sig_atomic_t gridha_submit_cancelled = false;
 static TimeoutId submit_stop_sync_timeout = MAX_TIMEOUTS;
 
 static GridhaStatement submit_handout_stmt = {
-	"SELECT service_id, batch_id, payload, epoch, attempt FROM gridha.next_batches($1, $2)",
+	"SELECT service_id, batch_id, payload, epoch, attempts FROM gridha.next_batches($1, $2)",
 	2, {UUIDOID, INT4OID}
 };
 
@@ -206,33 +205,27 @@ static GridhaStatement submit_targets_stmt = {
 	1, {TEXTARRAYOID}
 };
 
-static GridhaStatement submit_version_stmt = {
-	"SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'gridha'",
-	0, {InvalidOid}
-};
-
-/* Reports, many in one statement (SQL 1.1 and later) */
+/*
+ * Reports, many in one statement: the worker's parallel arrays made into
+ * the rows report_submissions and report_statuses take, in their order
+ * (the words are the labels the worker hands out: lower case, known).
+ */
 static GridhaStatement submit_reports_stmt = {
-	"SELECT r.service_id, r.batch_id, r.status::text, r.sqlstate, r.message"
-	"  FROM gridha.report_submissions($1, $2, $3, $4, $5, $6) r",
+	"SELECT r.service_id, r.batch_id, r.status::pg_catalog.text, r.sqlstate, r.message"
+	"  FROM gridha.report_submissions($1, ARRAY("
+	"         SELECT ROW(u.s, u.b, u.e, u.w::gridha.submission_outcome, u.d)::gridha.submission_report"
+	"           FROM unnest($2, $3, $4, $5, $6) WITH ORDINALITY AS u(s, b, e, w, d, n)"
+	"          ORDER BY u.n)) r",
 	6, {UUIDOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID}
 };
 
 static GridhaStatement submit_statuses_stmt = {
-	"SELECT r.service_id, r.batch_id, r.status::text, r.sqlstate, r.message"
-	"  FROM gridha.report_statuses($1, $2, $3, $4, $5) r",
+	"SELECT r.service_id, r.batch_id, r.status::pg_catalog.text, r.sqlstate, r.message"
+	"  FROM gridha.report_statuses($1, ARRAY("
+	"         SELECT ROW(u.s, u.b, u.e, u.w::gridha.ledger_status, NULL)::gridha.status_report"
+	"           FROM unnest($2, $3, $4, $5) WITH ORDINALITY AS u(s, b, e, w, n)"
+	"          ORDER BY u.n)) r",
 	5, {UUIDOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID}
-};
-
-/* ... and one at a time (SQL 1.0) */
-static GridhaStatement submit_report_stmt = {
-	"SELECT gridha.report_submission($1, $2, $3, $4, $5, $6)",
-	6, {UUIDOID, TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID}
-};
-
-static GridhaStatement submit_status_stmt = {
-	"SELECT gridha.report_status($1, $2, $3, $4, $5)",
-	5, {UUIDOID, TEXTOID, TEXTOID, INT8OID, TEXTOID}
 };
 
 static GridhaStatement submit_pending_stmt = {
@@ -248,27 +241,10 @@ static GridhaStatement submit_maintenance_stmt = {
 	1, {UUIDOID}
 };
 
-/*
- * This worker's orphans, read as the worker's role: SQL 1.2 has a function
- * for it; on older SQL the heads submitting among its claimed batches
- * (which may name a head a takeover revoked and this worker has not handed
- * out again: its report is refused, and nothing changes).
- */
+/* This worker's orphans, read as the worker's role */
 static GridhaStatement submit_orphans_stmt = {
 	"SELECT o.service_id, o.batch_id, o.epoch FROM gridha.worker_orphans($1) o",
 	1, {UUIDOID}
-};
-
-static GridhaStatement submit_orphans_old_stmt = {
-	"SELECT b.service_id, b.batch_id, b.epoch"
-	"  FROM gridha.claimed_batches($1, 2147483647) b"
-	" WHERE b.status::pg_catalog.text OPERATOR(pg_catalog.=) 'submitting'",
-	1, {UUIDOID}
-};
-
-static GridhaStatement submit_has_orphans_fn_stmt = {
-	"SELECT pg_catalog.to_regprocedure('gridha.worker_orphans(uuid)') IS NOT NULL",
-	0, {InvalidOid}
 };
 
 /* A handed-out batch, in hand until its outcome is reported */
@@ -358,8 +334,6 @@ static List *submit_submissions = NIL;	/* SubmitReport *, in submit_cxt */
 static List *submit_statuses = NIL;
 static TimestampTz submit_last_monitor = 0;
 static TimestampTz submit_last_maintenance = 0;
-static TimestampTz submit_last_version_check = 0;
-static bool submit_batched_api = false; /* SQL 1.1: report_submissions */
 static bool submit_orphans_due = true;	/* look for orphans next cycle */
 static bool submit_failed = false;	/* a step failed since last asked */
 static bool submit_superuser = true;	/* the worker's role is a superuser, as
@@ -868,23 +842,6 @@ typedef struct SubmitHandout
 	List	   *batches;		/* SubmitBatch * */
 } SubmitHandout;
 
-/*
- * submit_check_version: whether the database's gridha SQL has the batched
- * reports (1.1 and later), asked at most once a second.
- */
-static void
-submit_check_version(void)
-{
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (!TimestampDifferenceExceeds(submit_last_version_check, now, SUBMIT_VERSION_CHECK_MS))
-		return;
-	submit_last_version_check = now;
-	gridha_exec(&submit_version_stmt, NULL, NULL, true);
-	submit_batched_api = SPI_processed > 0 &&
-		strcmp(SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1), "1.0") != 0;
-}
-
 /* Step: hand out up to handout->max batches and look up their targets */
 static void
 submit_handout_step(void *arg)
@@ -899,7 +856,6 @@ submit_handout_step(void *arg)
 	ListCell   *lc;
 	MemoryContext old;
 
-	submit_check_version();
 	submit_slot_ms = -1;
 	args[0] = submit_instance_datum();
 	args[1] = Int32GetDatum(handout->max);
@@ -1403,40 +1359,9 @@ submit_flush_step(void *arg)
 	}
 }
 
-/* Step: one report, as SQL 1.0 takes it */
-typedef struct SubmitOne
-{
-	SubmitReport *report;
-	bool		status;
-} SubmitOne;
-
-static void
-submit_one_step(void *arg)
-{
-	SubmitOne  *one = (SubmitOne *) arg;
-	SubmitReport *r = one->report;
-	Datum		args[6];
-	char		nulls[7] = "      ";
-
-	args[0] = submit_instance_datum();
-	args[1] = CStringGetTextDatum(r->service_id);
-	args[2] = CStringGetTextDatum(r->batch_id);
-	args[3] = Int64GetDatum(r->epoch);
-	args[4] = CStringGetTextDatum(r->word);
-	if (one->status)
-		gridha_exec(&submit_status_stmt, args, NULL, false);
-	else
-	{
-		args[5] = r->detail ? CStringGetTextDatum(r->detail) : (Datum) 0;
-		if (r->detail == NULL)
-			nulls[5] = 'n';
-		gridha_exec(&submit_report_stmt, args, nulls, false);
-	}
-}
-
 /*
  * submit_send: sends a list of reports, submissions or ledger statuses, in
- * one step (one call per report on SQL 1.0). Returns the fire-and-forget
+ * one step. Returns the fire-and-forget
  * submissions that were accepted. A step that fails as a whole leaves its
  * batches submitting under this worker: orphans, found again later. When
  * it failed because one row stayed locked past the lock timeout (another
@@ -1453,30 +1378,24 @@ submit_send(List *reports, bool status)
 	if (reports == NIL)
 		return NIL;
 	gridha_slot_set_state(GRIDHA_WS_REPORTING, NULL, NULL);
-	if (submit_batched_api)
+	if (submit_step(submit_flush_step, &flush,
+					status ? "report_statuses" : "report_submissions", &sqlstate))
+		return flush.committed;
+	if (sqlstate != ERRCODE_LOCK_NOT_AVAILABLE || list_length(reports) == 1)
 	{
-		if (submit_step(submit_flush_step, &flush,
-						status ? "report_statuses" : "report_submissions", &sqlstate))
-			return flush.committed;
-		if (sqlstate != ERRCODE_LOCK_NOT_AVAILABLE || list_length(reports) == 1)
-		{
-			submit_orphans_due = true;
-			return NIL;
-		}
-		flush.committed = NIL;
+		submit_orphans_due = true;
+		return NIL;
 	}
+	flush.committed = NIL;
 	foreach(lc, reports)
 	{
-		SubmitReport *r = lfirst(lc);
-		SubmitOne	one = {r, status};
+		/* one row per statement: a refused row is logged by the step */
+		SubmitFlush one = {list_make1(lfirst(lc)), status, NIL};
 
-		if (submit_step(submit_one_step, &one, status ? "report_status" : "report_submission",
+		if (submit_step(submit_flush_step, &one, status ? "report_status" : "report_submission",
 						&sqlstate))
-		{
-			if (!status && r->commit_after)
-				flush.committed = lappend(flush.committed, r);
-		}
-		else if (sqlstate != ERRCODE_GRIDHA_STALE_CLAIM && sqlstate != ERRCODE_GRIDHA_NOT_IN_FLIGHT)
+			flush.committed = list_concat(flush.committed, one.committed);
+		else
 			submit_orphans_due = true;
 	}
 	return flush.committed;
@@ -1523,15 +1442,9 @@ submit_orphans_step(void *arg)
 	Datum		args[1];
 	uint64		i;
 	MemoryContext old;
-	bool		isnull;
 
-	submit_check_version();
 	args[0] = submit_instance_datum();
-	gridha_exec(&submit_has_orphans_fn_stmt, NULL, NULL, true);
-	if (DatumGetBool(gridha_col(0, 1, &isnull)))
-		gridha_exec(&submit_orphans_stmt, args, NULL, true);
-	else
-		gridha_exec(&submit_orphans_old_stmt, args, NULL, true);
+	gridha_exec(&submit_orphans_stmt, args, NULL, true);
 	old = MemoryContextSwitchTo(submit_cxt);
 	for (i = 0; i < SPI_processed; i++)
 	{
@@ -2283,6 +2196,5 @@ gridha_submit_forget(void)
 	submit_submissions = NIL;
 	submit_statuses = NIL;
 	submit_orphans_due = true;
-	submit_last_version_check = 0;
 	gridha_slot_set_in_flight(0);
 }

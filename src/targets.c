@@ -74,6 +74,7 @@
 
 #include "dlt_http.h"
 #include "common.h"
+#include "generation.h"
 #include "spi_util.h"
 #include "tables.h"
 #include "targets.h"
@@ -424,17 +425,16 @@ gridha_targets_refresh(void)
 	targets_relid = get_relname_relid("targets", get_namespace_oid("gridha", false));
 
 	/*
-	 * The functions are signatures (text) from 1.3 on, OIDs (regprocedure)
-	 * before: the column's type says which statement reads them. Asked
-	 * under the lock the statement takes, so that an ALTER EXTENSION
-	 * UPDATE cannot change the type in between.
+	 * The functions are signatures (text) in 1.3, OIDs (regprocedure) in
+	 * 1.2 (generation.c says which). Asked under the lock the statement
+	 * takes, whose invalidations make the generation be read again, so
+	 * that an ALTER EXTENSION UPDATE cannot change the type in between.
 	 */
 	as_text = true;
 	if (OidIsValid(targets_relid))
 	{
 		LockRelationOid(targets_relid, AccessShareLock);
-		as_text = get_atttype(targets_relid,
-							  get_attnum(targets_relid, "submit_function")) == TEXTOID;
+		as_text = gridha_sql_generation() != GRIDHA_SQL_1_2;
 	}
 	PushActiveSnapshot(GetLatestSnapshot());
 	gridha_exec(as_text ? &targets_load_stmt : &targets_load_oid_stmt, NULL, NULL, true);

@@ -53,8 +53,8 @@
  * deleted since is dropped at the flush, which writes only the targets
  * that exist.
  *
- * While the database's SQL is older than 1.2 (no gridha.target_totals) the
- * noted counts are dropped.
+ * On SQL 1.2 (served until ALTER EXTENSION gridha UPDATE) the 1.3 counts
+ * (status_omitted, heads_repaired) have no columns and are dropped.
  *
  *-------------------------------------------------------------------------
  */
@@ -62,6 +62,7 @@
 
 #include "compat.h"
 #include "common.h"
+#include "generation.h"
 #include "rows.h"
 #include "spi_util.h"
 #include "totals.h"
@@ -349,8 +350,6 @@ gridha_totals_flush(void)
 	int			n = 0;
 	int			k;
 	int			nwrite = GRIDHA_NTOTALS;
-	Oid			nsp;
-	Oid			rel;
 
 	if (!totals_any_noted)
 		return;
@@ -363,17 +362,8 @@ gridha_totals_flush(void)
 	if (n == 0)
 		return;
 
-	nsp = get_namespace_oid("gridha", true);
-	rel = OidIsValid(nsp) ? get_relname_relid("target_totals", nsp) : InvalidOid;
-	if (!OidIsValid(rel))
-	{
-		/* SQL older than 1.2: nowhere to write */
-		foreach(lc, totals_entries)
-			memset(((TotalsEntry *) lfirst(lc))->noted, 0, sizeof(int64) * GRIDHA_NTOTALS);
-		return;
-	}
 	/* SQL 1.2: no 1.3 columns (status_omitted, heads_repaired); those counts are dropped */
-	if (get_attnum(rel, "status_omitted") == InvalidAttrNumber)
+	if (!gridha_sql_is_current())
 		nwrite = GRIDHA_TOTAL_STATUS_OMITTED;
 
 	/*

@@ -50,9 +50,9 @@
  * steps run under gridha.worker_statement_timeout (see submit.c; target
  * functions are called with search_path pg_catalog, pg_temp). It never
  * runs SQL as a superuser once its session may have run a target's code:
- * its instance is registered through gridha.worker_register (SQL 1.2), as
- * the worker role; only on an older SQL, as the bootstrap superuser, and
- * then with every name qualified.
+ * its instance is registered through gridha.worker_register, as the worker
+ * role. It speaks only the API of SQL 1.3 (which 1.2 has too: the library
+ * serves both, generation.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -85,6 +85,7 @@
 
 #include "compat.h"
 #include "common.h"
+#include "generation.h"
 #include "instances.h"
 #include "settings.h"
 #include "slots.h"
@@ -371,8 +372,13 @@ worker_wait(long ms)
 	return (rc & WL_LATCH_SET) != 0;
 }
 
+/* Whether this worker said that the database's SQL is not served */
+static bool worker_told_not_served = false;
+
 /*
- * worker_extension_ready: true when gridha is installed in this database.
+ * worker_extension_ready: true when gridha is installed in this database,
+ * in a version this library serves (generation.c). SQL older than 1.2 is
+ * logged once (RG022, with the hint to update it) and waited out.
  */
 static bool
 worker_extension_ready(void)
@@ -382,13 +388,27 @@ worker_extension_ready(void)
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	ready = OidIsValid(get_extension_oid("gridha", true));
+	if (ready && gridha_sql_generation() == GRIDHA_SQL_OLD)
+	{
+		ready = false;
+		if (!worker_told_not_served)
+			ereport(LOG,
+					(errcode(ERRCODE_GRIDHA_SQL_NOT_SERVED),
+					 errmsg("gridha worker waits: gridha's SQL in database \"%s\" is older than 1.2, which this library no longer serves",
+							gridha_database),
+					 errhint("Update the extension: ALTER EXTENSION gridha UPDATE.")));
+		worker_told_not_served = true;
+	}
+	else if (ready)
+		worker_told_not_served = false;
 	CommitTransactionCommand();
 	return ready;
 }
 
 /*
  * worker_wait_for_extension: waits, quietly, until the extension exists
- * in this database; false when SIGTERM came first.
+ * in this database, in a version this library serves; false when SIGTERM
+ * came first.
  */
 static bool
 worker_wait_for_extension(void)
@@ -406,40 +426,23 @@ worker_wait_for_extension(void)
  * a new instance with a new id. Without it (the extension was created
  * again) the id is kept.
  *
- * On SQL 1.2 the row is written by gridha.worker_register, called as the
- * worker's role: the function lets only a gridha worker process in. On an
- * older SQL (gridha.worker_role may not write gridha.instances) it is
- * written as the bootstrap superuser, by statements whose every name is
- * qualified and that call no function: a setting or object a target
- * function left in the session changes nothing they do.
+ * The row is written by gridha.worker_register, called as the worker's
+ * role: the function lets only a gridha worker process in. (On SQL older
+ * than 1.2, which the library does not serve, the worker waits before it
+ * comes here: worker_extension_ready.)
  */
 static void
 worker_register_instance(pg_uuid_t *id, const char *label, bool fresh)
 {
-	static const char *probe =
-		"SELECT pg_catalog.to_regprocedure('gridha.worker_register(uuid,text)') IS NOT NULL,"
-		"       EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a"
-		"                WHERE a.attrelid OPERATOR(pg_catalog.=) 'gridha.instances'::pg_catalog.regclass"
-		"                  AND a.attname OPERATOR(pg_catalog.=) 'owner' AND NOT a.attisdropped)";
 	static const char *by_function =
 		"SELECT gridha.worker_register($1, $2)";
-	static const char *by_insert =
-		"INSERT INTO gridha.instances (instance_id, label, kind)"
-		" VALUES ($1, $2, 'worker') ON CONFLICT (instance_id) DO NOTHING";
-	static const char *set_owner =
-		"UPDATE gridha.instances SET owner = $2"
-		" WHERE instance_id OPERATOR(pg_catalog.=) $1 AND owner IS NULL";
 	Oid			types[2] = {UUIDOID, TEXTOID};
-	Oid			owner_types[2] = {UUIDOID, NAMEOID};
 	bool		done = false;
 
 	while (!done)
 	{
 		Datum		args[2];
 		bool		isnull;
-		bool		has_function;
-		bool		has_owner;
-		NameData	owner;
 
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
@@ -448,36 +451,11 @@ worker_register_instance(pg_uuid_t *id, const char *label, bool fresh)
 		PushActiveSnapshot(GetTransactionSnapshot());
 		args[0] = UUIDPGetDatum(id);
 		args[1] = CStringGetTextDatum(label);
-		if (SPI_execute(probe, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "gridha: could not look at the installed SQL");
-		has_function = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-		has_owner = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-		if (has_function)
-		{
-			if (SPI_execute_with_args(by_function, 2, types, args, NULL, false, 1) != SPI_OK_SELECT ||
-				SPI_processed != 1)
-				elog(ERROR, "gridha: could not register the worker instance");
-			done = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) ||
-				!fresh;
-		}
-		else
-		{
-			Oid			save_userid;
-			int			save_sec;
-
-			namestrcpy(&owner, GetUserNameFromId(GetUserId(), false));
-			GetUserIdAndSecContext(&save_userid, &save_sec);
-			SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID, save_sec | SECURITY_LOCAL_USERID_CHANGE);
-			if (SPI_execute_with_args(by_insert, 2, types, args, NULL, false, 0) != SPI_OK_INSERT)
-				elog(ERROR, "gridha: could not register the worker instance");
-			done = SPI_processed == 1 || !fresh;
-			if (done && has_owner)
-			{
-				args[1] = NameGetDatum(&owner);
-				(void) SPI_execute_with_args(set_owner, 2, owner_types, args, NULL, false, 0);
-			}
-			SetUserIdAndSecContext(save_userid, save_sec);
-		}
+		if (SPI_execute_with_args(by_function, 2, types, args, NULL, false, 1) != SPI_OK_SELECT ||
+			SPI_processed != 1)
+			elog(ERROR, "gridha: could not register the worker instance");
+		done = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) ||
+			!fresh;
 		SPI_finish();
 		PopActiveSnapshot();
 		gridha_submit_commit();

@@ -351,6 +351,8 @@ gridha_missing_packages() {
 	# 18_pg_upgrade unpacks the newer majors' trees (../shared/pg, .tar.xz)
 	if [ "${1:-}" = pgtap ]; then
 		command -v xz >/dev/null || echo xz-utils
+		# 72_instructions counts the cycle's instructions (callgrind)
+		command -v valgrind >/dev/null || echo valgrind
 	fi
 	# Any libcurl development package will do (they conflict with each other).
 	if ! compgen -G '/usr/include/*/curl/curl.h' >/dev/null && [ ! -f /usr/include/curl/curl.h ]; then
@@ -389,6 +391,59 @@ gridha_apt_install() {
 	fi
 	rm -f "$log"
 	return "$rc"
+}
+
+# gridha_relocated_copy DEST: a copy of the PostgreSQL installation
+# PG_CONFIG names under DEST (each directory at DEST/<its path>, so that
+# the copy finds its files relative to its binaries); prints the copy's
+# pg_config. gridha is removed from the copy. The client library's
+# directory is linked, not copied; when it holds the package library
+# directory (one prefix, e.g. /opt/pg17/lib and /opt/pg17/lib/postgresql)
+# its other entries are linked one by one, so that the copy's client
+# programs find libpq.
+gridha_relocated_copy() {
+	local dest=$1 d libdir
+	for d in "$("$PG_CONFIG" --bindir)" "$("$PG_CONFIG" --pkglibdir)" "$("$PG_CONFIG" --sharedir)" \
+			"$("$PG_CONFIG" --includedir)" "$("$PG_CONFIG" --pkgincludedir)" "$("$PG_CONFIG" --includedir-server)"; do
+		[ -e "$dest$d" ] && continue
+		mkdir -p "$(dirname "$dest$d")"
+		cp -a "$d" "$dest$d"
+	done
+	libdir=$("$PG_CONFIG" --libdir)
+	if [ ! -e "$dest$libdir" ]; then
+		mkdir -p "$(dirname "$dest$libdir")"
+		ln -s "$libdir" "$dest$libdir"
+	else
+		for d in "$libdir"/*; do
+			[ -e "$dest$d" ] || ln -s "$d" "$dest$d"
+		done
+	fi
+	rm -f "$dest$("$PG_CONFIG" --pkglibdir)"/gridha.so "$dest$("$PG_CONFIG" --sharedir)"/extension/gridha[.-]*
+	echo "$dest$("$PG_CONFIG" --bindir)/pg_config"
+}
+
+# gridha_build_commit REV DIR: builds gridha as of commit REV of this
+# repository (git archive) into a relocated copy of the installation
+# (gridha_relocated_copy) under DIR, readable by the server's owner;
+# prints the copy's pg_config. The build's output is in DIR/build.log.
+# Used to run an earlier library against the same cluster: start it with
+# PG_BINDIR set to the copy's bindir.
+gridha_build_commit() {
+	local rev=$1 dir=$2 root config
+	root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+	mkdir -p "$dir" && chmod 755 "$dir" || return 1
+	rev=$(git -C "$root" rev-parse --short "$rev^{commit}" 2>/dev/null) ||
+		{ echo "gridha_build_commit: no commit $1 (a git checkout is needed)" >&2; return 1; }
+	config=$(gridha_relocated_copy "$dir/pg") || return 1
+	rm -rf "$dir/src" && mkdir "$dir/src" || return 1
+	git -C "$root" archive "$rev" | tar -x -C "$dir/src" || return 1
+	if ! (cd "$dir/src" && make -s PG_CONFIG="$config" >"$dir/build.log" 2>&1 &&
+		make -s PG_CONFIG="$config" install >>"$dir/build.log" 2>&1); then
+		echo "gridha_build_commit: $rev does not build; end of $dir/build.log:" >&2
+		tail -n 20 "$dir/build.log" >&2
+		return 1
+	fi
+	echo "$config"
 }
 
 # gridha_psql [ARG...]: psql that stops at the first error and reads no

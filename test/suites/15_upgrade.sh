@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # test/suites/15_upgrade.sh: versioned upgrades (DESIGN.md section 9): a
-# database whose gridha SQL is 1.0 (and one on 1.1) is served by the
-# current library, upgraded with ALTER EXTENSION gridha UPDATE to the
-# default version (gridha.control), loses nothing, and ends equal to a
-# fresh install.
+# database whose gridha SQL is 1.0 (and one on 1.1), filled and served by
+# the last library that served those (OLD_REV, built from this repository
+# into a copy of the installation: the current library serves only 1.2 and
+# 1.3, issue 40), is refused by the current library with RG022 until
+# ALTER EXTENSION gridha UPDATE, upgraded to the default version
+# (gridha.control), loses nothing, and ends equal to a fresh install.
 #
 # Steps, in the order they run:
 #
+#   0. old      OLD_REV built into a copy of the installation
+#               (gridha_build_commit); the cluster restarts on the copy's
+#               binaries, which load that library. Steps a, b and h's fill
+#               run on it; the cluster restarts on the current library
+#               before c.
 #   a. fill     database gridha_upgrade, CREATE EXTENSION gridha VERSION
 #               '1.0', filled through the 1.0 API (test/dba/upgrade_fill.sql):
 #               batches in every status, every claim state (free, held,
@@ -24,8 +31,12 @@
 #               target at the test ledger: they commit what is enqueued on
 #               it while extversion is still 1.0, in enqueue order, and
 #               touch nothing else.
-#   c. upgrade  ALTER EXTENSION gridha UPDATE with the workers running and a
-#               second wave of batches on their services in hand. After it:
+#   c. upgrade  a second wave of batches on the workers' services, part of
+#               it in hand when the cluster restarts on the current library
+#               (workers on): on 1.0 SQL it refuses the API (RG022, naming
+#               ALTER EXTENSION gridha UPDATE), the workers wait (saying so
+#               in the server log), and nothing changes. ALTER EXTENSION gridha UPDATE
+#               with the workers starting again. After it:
 #               extversion 1.1; no claim, epoch or batch lost or changed
 #               (the snapshot taken just before, in-flight batches
 #               included); every instance's held = its claims; every
@@ -44,9 +55,10 @@
 #               members by name and aclitems, the member list
 #               (test/dba/extension_catalog.sql); and a self-test: a comment
 #               planted in the fresh copy makes the comparison fail
-#   h. from 1.1 a database on 1.1, filled the same way, upgraded while a
-#               client cycles through it (next_batch, report accepted,
-#               report committed): its 40 batches committed in order,
+#   h. from 1.1 a database on 1.1, filled the same way (by the old
+#               library), refused by the current library (RG022) until it
+#               is upgraded while a client cycles through it (next_batch,
+#               report accepted, report committed): its 40 batches committed in order,
 #               nothing else changed, gridha.metrics' counters equal the
 #               sums over the services, the schema equal a fresh install's
 #   g. locks    in a third 1.0 database: a transaction that reads
@@ -94,6 +106,8 @@ FRESH=gridha_upgrade_fresh
 FAILED=0
 PIDS=()
 RESTARTED=0
+# The last library that served gridha SQL 1.0 and 1.1 (issue 40 ended it)
+OLD_REV=61532db
 
 # The workers of step b and c (balance off: the filled instances count as
 # live for half an hour, and a worker must not wait for its fair share of
@@ -144,6 +158,77 @@ if [ -z "${PGDATA:-}" ] || [ -z "${GRIDHA_PGLOG:-}" ]; then
 	not_ok "the suite runs inside test/run.sh (PGDATA and GRIDHA_PGLOG are set)"
 	exit 1
 fi
+
+# ---------------------------------------------------------------------------
+# 0. the old library
+
+start=$SECONDS
+if OLD_CONFIG=$(gridha_build_commit "$OLD_REV" "$WORK/old" 2>"$WORK/old-build.err"); then
+	ok "old library: $OLD_REV built into a copy of the installation ($((SECONDS - start)) s)"
+else
+	not_ok "old library: $OLD_REV built into a copy of the installation"
+	diag <"$WORK/old-build.err"
+	exit 1
+fi
+OLD_BINDIR=$(dirname "$OLD_CONFIG")
+RESTARTED=1
+# shellcheck disable=SC2086 # the options are words
+PG_BINDIR=$OLD_BINDIR gridha_cluster_restart $SUITE_CLUSTER_OPTS
+check $? "old library: the cluster restarted on the copy's binaries"
+
+# refused_in DB SQL: the statement fails in DB with RG022, whose hint names
+# ALTER EXTENSION gridha UPDATE.
+refused_in() {
+	local out
+	out=$(psql -X -q -A -t -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -d "$1" -c "$2" 2>&1)
+	if [ $? -ne 0 ] && grep -q 'ERROR:  RG022: ' <<<"$out" &&
+		grep -q 'HINT:  .*ALTER EXTENSION gridha UPDATE' <<<"$out"; then
+		return 0
+	fi
+	echo "$out" | head -n 5 | diag
+	return 1
+}
+
+H=${DB}_h
+psql_h() {
+	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$H" "$@"
+}
+# prepare_h: h's database on 1.1, filled, with the client's instance L
+# holding the live service; run on the old library (before c).
+prepare_h() {
+psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $H" \
+	-c "CREATE DATABASE $H" >/dev/null &&
+	psql -X -q -d postgres -c "ALTER DATABASE $H SET gridha.session_liveness = off" \
+		-c "ALTER DATABASE $H SET gridha.soft_expiry = '30min'" \
+		-c "ALTER DATABASE $H SET gridha.hard_expiry = '60min'" -c "ALTER DATABASE $H SET jit = off" >/dev/null &&
+	psql_h >/dev/null <<'EOF'
+CREATE EXTENSION gridha VERSION '1.1';
+CREATE SCHEMA upgrade_scratch;
+CREATE TABLE upgrade_scratch.instance (name text PRIMARY KEY, id uuid NOT NULL);
+INSERT INTO upgrade_scratch.instance VALUES ('S', gridha.register_instance('S'));
+EOF
+check $? "from 1.1: a database on 1.1 ($H)"
+if psql_h -f "$DBA/upgrade_fill.sql" >"$WORK/fill-h.out" 2>&1 &&
+	psql_h -f "$DBA/upgrade_state.sql" >>"$WORK/fill-h.out" 2>&1; then
+	ok "from 1.1: filled as the 1.0 database was (every batch status, every claim state, 100,000 services)"
+else
+	not_ok "from 1.1: filled as the 1.0 database was"
+	tail -n 20 "$WORK/fill-h.out" | diag
+fi
+# The client L holds the live service alone: its claim and lease are set
+# by hand, and its claim cycle is not due for minutes, so it takes nothing
+# else (the fill left expired claims any cycle would take over).
+psql -X -q -d postgres -c "ALTER DATABASE $H SET gridha.renew_interval = '5min'" >/dev/null
+L=$(psql_h -c "SELECT gridha.register_instance('L')")
+psql_h >/dev/null <<EOF
+SELECT gridha.enqueue('h-live', 'h-live-b' || lpad(n::text, 2, '0'), '\x01') FROM generate_series(1, 40) n;
+UPDATE gridha.service_claims SET claimant = '$L', epoch = 1 WHERE service_id = 'h-live';
+UPDATE gridha.instances SET last_seen_at = now(), held = 1,
+       soft_expiry = now() + interval '30 minutes', hard_expiry = now() + interval '60 minutes'
+ WHERE instance_id = '$L';
+SELECT upgrade_scratch.snapshot('pre11');
+EOF
+}
 
 # ---------------------------------------------------------------------------
 # a. a database on 1.0
@@ -235,8 +320,8 @@ EOF
 
 RESTARTED=1
 # shellcheck disable=SC2086 # the options are words
-if ! gridha_cluster_restart $SUITE_CLUSTER_OPTS $WORKER_OPTS; then
-	not_ok "the cluster restarted with gridha.workers = 2 serving $DB"
+if ! PG_BINDIR=$OLD_BINDIR gridha_cluster_restart $SUITE_CLUSTER_OPTS $WORKER_OPTS; then
+	not_ok "the cluster restarted on the old library with gridha.workers = 2 serving $DB"
 	exit 1
 fi
 wait_until 30 sql_is 2 "SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL"
@@ -278,22 +363,45 @@ check_is "0" "1.0 SQL: the workers changed nothing of the filled state" \
 	"SELECT count(*) FROM upgrade_scratch.changed('filled', NULL, '^(w-|ledger$)')
 	  WHERE kind <> 'count' AND NOT (change = 'new' AND kind = 'instance' AND now_val->>'kind' = 'worker')"
 
+# h's database on 1.1 is filled by the old library too (see h)
+prepare_h
+
 # ---------------------------------------------------------------------------
-# c. the upgrade, with the workers running
+# c. the current library on 1.0 SQL, then the upgrade
+
+# A second wave on the workers' services, so that some of it is in hand
+# when the library changes and the rest waits for the upgrade.
+enqueue_wave 4 8
+wait_until 30 sql_is t "SELECT count(*) > 0 FROM gridha.batches WHERE service_id LIKE 'w-%' AND batch_id ~ '-b0[4-8]$'
+                          AND status <> 'queued'"
+mark=$(wc -l <"$GRIDHA_PGLOG")
+# shellcheck disable=SC2086 # the options are words
+if ! gridha_cluster_restart $SUITE_CLUSTER_OPTS $WORKER_OPTS; then
+	not_ok "the cluster restarted on the current library with gridha.workers = 2 serving $DB"
+	exit 1
+fi
+refused_in "$DB" "SELECT * FROM gridha.next_batch('$S')"
+check $? "current library on 1.0 SQL: the hand-out is refused with RG022, whose hint names ALTER EXTENSION gridha UPDATE"
+refused_in "$DB" "SELECT gridha.enqueue('q1', 'q1-b9', '\\x00')" &&
+	refused_in "$DB" "SELECT gridha.report_status('$S', 'q1', 'q1-b2', 1, 'committed')" &&
+	refused_in "$DB" "SELECT * FROM gridha.pending_batches('$S')"
+check $? "current library on 1.0 SQL: enqueue, a report and pending_batches are refused the same way"
+workers_wait_logged() {
+	tail -n +"$((mark + 1))" "$GRIDHA_PGLOG" | grep -q "gridha worker waits: .*which this library no longer serves"
+}
+wait_until 30 workers_wait_logged
+check $? "current library on 1.0 SQL: the workers wait, saying why once in the server log (RG022)"
 
 psql_db -c "SELECT upgrade_scratch.snapshot('pre')" >/dev/null
 # claims held right before, by state
 psql_db -c "SELECT val->>'state', count(*) FROM upgrade_scratch.snap WHERE tag = 'pre' AND kind = 'claim'
             GROUP BY 1 ORDER BY 1" | diag
 
-# A second wave on the workers' services, so they have work in hand while
-# the upgrade runs.
-enqueue_wave 4 8
 start=$SECONDS
 if psql_db -c "ALTER EXTENSION gridha UPDATE" >"$WORK/upgrade.out" 2>&1; then
-	ok "ALTER EXTENSION gridha UPDATE runs with the workers busy ($((SECONDS - start)) s)"
+	ok "ALTER EXTENSION gridha UPDATE runs with the workers starting again ($((SECONDS - start)) s)"
 else
-	not_ok "ALTER EXTENSION gridha UPDATE runs with the workers busy"
+	not_ok "ALTER EXTENSION gridha UPDATE runs with the workers starting again"
 	diag <"$WORK/upgrade.out"
 	# the rest compares an upgraded database: nothing to compare
 	exit 1
@@ -304,8 +412,10 @@ check_is "$DEFAULT_VERSION" "upgrade: extversion is $DEFAULT_VERSION" "SELECT ex
 # workers' claims are checked below. Everything else is exactly as before.
 SKIP='^(w-[0-9]+$|w-[0-9]+/w-[0-9]+-b0[4-8]$)'
 n_cmp=$(psql_db -c "SELECT count(*) FROM upgrade_scratch.snap WHERE tag = 'pre' AND kind <> 'count' AND key !~ '$SKIP'")
+# (the workers register again after the upgrade: new worker instances)
 changed=$(psql_db -c "SELECT change, kind, key, was_val, now_val FROM upgrade_scratch.changed('pre', NULL, '$SKIP')
-                      WHERE kind <> 'count' LIMIT 40" 2>&1)
+                      WHERE kind <> 'count'
+                        AND NOT (change = 'new' AND kind = 'instance' AND now_val->>'kind' = 'worker') LIMIT 40" 2>&1)
 if [ -z "$changed" ]; then
 	ok "upgrade: no claim, epoch, batch, instance, target, lease, tick, id window or rate state lost or changed ($n_cmp rows compared)"
 else
@@ -327,10 +437,11 @@ check_is "t" "upgrade: no epoch of the workers' services went back" \
 	   FROM upgrade_scratch.snap s JOIN gridha.service_claims c ON c.service_id = s.key
 	  WHERE s.tag = 'pre' AND s.kind = 'claim' AND s.key LIKE 'w-%'"
 
-check_is "$(psql_db -c "SELECT count(*) FROM upgrade_scratch.snap WHERE tag = 'pre' AND kind = 'claim'")" \
+# (but the workers' services, which the workers take again after it)
+check_is "$(psql_db -c "SELECT count(*) FROM upgrade_scratch.snap WHERE tag = 'pre' AND kind = 'claim' AND key NOT LIKE 'w-%'")" \
 	"upgrade: gridha.claims shows every claim in the state it was in (held, slow, soft and hard expired, free)" \
 	"SELECT count(*) FROM upgrade_scratch.snap s JOIN gridha.claims c ON c.service_id = s.key
-	  WHERE s.tag = 'pre' AND s.kind = 'claim' AND c.state = s.val->>'state'"
+	  WHERE s.tag = 'pre' AND s.kind = 'claim' AND s.key NOT LIKE 'w-%' AND c.state = s.val->>'state'"
 
 # held_counts_kept: every instance's held is its number of claims.
 HELD_SQL="SELECT count(*) FROM gridha.instances i
@@ -522,42 +633,13 @@ psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $LOCKS" >/dev/null 2>&1
 # h. from 1.1: a database on 1.1, filled, upgraded while a client cycles
 #    through it (next_batch, report accepted, report committed)
 
-H=${DB}_h
-psql_h() {
-	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$H" "$@"
-}
-psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $H" \
-	-c "CREATE DATABASE $H" >/dev/null &&
-	psql -X -q -d postgres -c "ALTER DATABASE $H SET gridha.session_liveness = off" \
-		-c "ALTER DATABASE $H SET gridha.soft_expiry = '30min'" \
-		-c "ALTER DATABASE $H SET gridha.hard_expiry = '60min'" -c "ALTER DATABASE $H SET jit = off" >/dev/null &&
-	psql_h >/dev/null <<'EOF'
-CREATE EXTENSION gridha VERSION '1.1';
-CREATE SCHEMA upgrade_scratch;
-CREATE TABLE upgrade_scratch.instance (name text PRIMARY KEY, id uuid NOT NULL);
-INSERT INTO upgrade_scratch.instance VALUES ('S', gridha.register_instance('S'));
-EOF
-check $? "from 1.1: a database on 1.1 ($H)"
-if psql_h -f "$DBA/upgrade_fill.sql" >"$WORK/fill-h.out" 2>&1 &&
-	psql_h -f "$DBA/upgrade_state.sql" >>"$WORK/fill-h.out" 2>&1; then
-	ok "from 1.1: filled as the 1.0 database was (every batch status, every claim state, 100,000 services)"
-else
-	not_ok "from 1.1: filled as the 1.0 database was"
-	tail -n 20 "$WORK/fill-h.out" | diag
-fi
-# The client L holds the live service alone: its claim and lease are set
-# by hand, and its claim cycle is not due for minutes, so it takes nothing
-# else (the fill left expired claims any cycle would take over).
-psql -X -q -d postgres -c "ALTER DATABASE $H SET gridha.renew_interval = '5min'" >/dev/null
-L=$(psql_h -c "SELECT gridha.register_instance('L')")
-psql_h >/dev/null <<EOF
-SELECT gridha.enqueue('h-live', 'h-live-b' || lpad(n::text, 2, '0'), '\x01') FROM generate_series(1, 40) n;
-UPDATE gridha.service_claims SET claimant = '$L', epoch = 1 WHERE service_id = 'h-live';
-UPDATE gridha.instances SET last_seen_at = now(), held = 1,
-       soft_expiry = now() + interval '30 minutes', hard_expiry = now() + interval '60 minutes'
- WHERE instance_id = '$L';
-SELECT upgrade_scratch.snapshot('pre11');
-EOF
+L=$(psql_h -c "SELECT instance_id FROM gridha.instances WHERE label = 'L'")
+refused_in "$H" "SELECT * FROM gridha.next_batch('$L')"
+check $? "from 1.1: the current library refuses the hand-out on 1.1 SQL with RG022, whose hint names ALTER EXTENSION gridha UPDATE"
+# L's claim cycle is not due for minutes from now (it was filled a while
+# ago): plain SQL, which the library does not refuse
+psql_h -c "UPDATE gridha.instances SET last_seen_at = now(), soft_expiry = now() + interval '30 minutes',
+                  hard_expiry = now() + interval '60 minutes' WHERE instance_id = '$L'" >/dev/null
 live_client() {
 	local end=$((SECONDS + 90)) out
 	# it stops once its service is done: an idle poll would take over the
@@ -683,6 +765,31 @@ check $? "1.2 functions: the target whose function was dropped (its OID as digit
 psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $I WITH (FORCE)" >/dev/null 2>&1
 
 # ---------------------------------------------------------------------------
+# j. one session on 1.1 SQL (issue 40): the hand-out is refused (RG022,
+#    its hint naming ALTER EXTENSION gridha UPDATE); the same session runs
+#    the update and then hands out, the library's reading of the version
+#    renewed by the update
+
+J=${DB}_j
+psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $J" \
+	-c "CREATE DATABASE $J" >/dev/null
+psql -X -q -A -t -v VERBOSITY=verbose -d "$J" >"$WORK/j.out" 2>&1 <<'EOF'
+CREATE EXTENSION gridha VERSION '1.1';
+SELECT 'before', service_id FROM gridha.next_batch('00000000-0000-4000-8000-00000000a0f1');
+ALTER EXTENSION gridha UPDATE;
+SELECT 'enqueued', gridha.enqueue('j1', 'j1-b1', '\x01');
+SELECT 'after', service_id, batch_id, epoch FROM gridha.next_batch('00000000-0000-4000-8000-00000000a0f1');
+EOF
+grep -q "ERROR:  RG022: gridha's SQL in this database is version 1.1, which this library no longer serves" "$WORK/j.out" &&
+	grep -q "HINT:  Update the extension: ALTER EXTENSION gridha UPDATE." "$WORK/j.out" &&
+	! grep -q '^before|' "$WORK/j.out"
+check $? "1.1 SQL: next_batch is refused with RG022, its hint naming ALTER EXTENSION gridha UPDATE"
+grep -q '^after|j1|j1-b1|1$' "$WORK/j.out"
+check $? "1.1 SQL: after ALTER EXTENSION gridha UPDATE in the same session, next_batch hands out the head"
+[ "$FAILED" -eq 0 ] || diag <"$WORK/j.out"
+psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $J WITH (FORCE)" >/dev/null 2>&1
+
+# ---------------------------------------------------------------------------
 # d. pg_regress and pgTAP in the upgraded database
 
 # Empty it to what CREATE EXTENSION leaves (see the header), with the
@@ -760,6 +867,6 @@ fi
 # The plan, printed last as it depends on the inputs: 54 checks, one per
 # test of the Makefile's REGRESS, one per test/pgtap file.
 n_pgtap=$(compgen -G "$REPO/test/pgtap/*.sql" | wc -l)
-plan $((60 + ${#regress_tests[@]} + n_pgtap))
+plan $((68 + ${#regress_tests[@]} + n_pgtap))
 
 [ "$FAILED" -eq 0 ]

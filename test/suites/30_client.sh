@@ -21,10 +21,11 @@
 #   6. a hand-out whose answer was lost: the client finds the batch it does
 #      not have in hand and submits it
 #   7. a target without a status source: accepted means committed
-#   8. the API it speaks: 1.2's typed report_submission and batched
+#   8. the API it speaks: the typed report_submission and batched
 #      report_statuses of rows (pg_stat_user_functions), never their 1.1
-#      forms; and, against a database whose gridha SQL is still 1.1, the
-#      1.1 forms, with which it commits all the same
+#      forms; against a database whose gridha SQL is still 1.1, which the
+#      library refuses (RG022), it stops saying so, and once the database
+#      is updated it commits
 #
 # Words: "victim" is the client a step signals; every wait is a bounded
 # poll, never a sleep standing in for an assertion.
@@ -43,7 +44,7 @@ PIDS=()
 
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
-plan 258
+plan 259
 
 psql_db() {
 	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB" "$@"
@@ -421,8 +422,10 @@ check $? "fire and forget: the ledger accepted each of them once"
 kill -TERM "$C4" 2>/dev/null
 wait "$C4" 2>/dev/null
 
-# 8. a database whose gridha SQL is 1.1 (the 1.2 library installed, ALTER
-#    EXTENSION gridha UPDATE not run yet): the client speaks the 1.1 forms
+# 8. a database whose gridha SQL is 1.1 (this library installed, ALTER
+#    EXTENSION gridha UPDATE not run yet): the library refuses it (RG022)
+#    and the client, which speaks only the 1.3 API, stops at once saying
+#    so; after the update the client commits the batches
 DB11=${DB}_11
 psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB11" \
 	-c "CREATE DATABASE $DB11" >/dev/null
@@ -433,17 +436,26 @@ UPDATE gridha.targets
    SET submit_url = '$LEDGER/batches/{service_id}/{batch_id}',
        status_url = '$LEDGER/batch_statuses?id={batch_ids}'
  WHERE target = 'default';
+EOF
+timeout 30 "$CLIENT" "${COMMON[@]}" --dsn "dbname=$DB11 user=gridha_test_submitter" --max-runtime-s 20 \
+	--log "$WORK/c5.log" 2>"$WORK/c5.err"
+rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
+	grep -q "cannot register an instance: gridha's SQL in this database is version 1.1, which this library no longer serves (RG022)" "$WORK/c5.err"
+check $? "API 1.1: against gridha 1.1 SQL the client stops at once with the library's refusal, RG022 (exit $rc)"
+psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB11" >/dev/null <<EOF
+ALTER EXTENSION gridha UPDATE;
 SELECT gridha.enqueue('old' || s, 'old' || s || '-b' || b, '\x07') FROM generate_series(1, 3) s, generate_series(1, 2) b;
 EOF
 "$CLIENT" "${COMMON[@]}" --dsn "dbname=$DB11 user=gridha_test_submitter" --max-runtime-s 40 \
-	--log "$WORK/c5.log" 2>"$WORK/c5.err" &
+	--log "$WORK/c5.log" 2>>"$WORK/c5.err" &
 C5=$!
 PIDS+=("$C5")
 old_done() {
 	[ "$(psql -X -q -A -t -d "$DB11" -c "SELECT count(*) FILTER (WHERE status = 'committed') FROM gridha.batches")" = 6 ]
 }
 wait_until 30 old_done
-check $? "API 1.1: against gridha 1.1 SQL the client commits its 6 batches (the 1.1 forms)"
+check $? "API 1.1: after ALTER EXTENSION gridha UPDATE the client commits its 6 batches"
 kill -TERM "$C5" 2>/dev/null
 wait "$C5" 2>/dev/null
 psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB11" >/dev/null 2>&1
