@@ -10,7 +10,7 @@ OBJS = src/gridha.o src/settings.o src/generation.o src/spi_util.o src/tables.o 
 # HTTP submission to a ledger (libcurl), shared with client/gridha-client
 OBJS += src/dlt_http.o src/dlt_json.o
 # Background-worker instances
-OBJS += src/slots.o src/worker.o src/submit.o src/targets.o
+OBJS += src/slots.o src/worker.o src/submit.o src/limit.o src/targets.o
 # Section 7: leader lease, ID windows, rate limits
 OBJS += src/leader.o src/idseq.o src/ratelimit.o src/totals.o src/lockcheck.o
 # The version is gridha.control's, the scripts are whatever sql/ holds.
@@ -58,7 +58,7 @@ endif
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers -Wno-sign-compare
 SHLIB_LINK =
 SHLIB_LINK += -lcurl
-EXTRA_CLEAN += client/gridha-client client/test_dlt_http .pg_build gridha-*.zip
+EXTRA_CLEAN += client/gridha-client client/test_dlt_http test/unit/test_limit .pg_build gridha-*.zip
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
@@ -74,7 +74,7 @@ PG_BUILD := $(PG_CONFIG) $(VERSION) hooks=$(GRIDHA_TEST_HOOKS) lockcheck=$(GRIDH
 ifneq ($(PG_BUILD),$(shell cat .pg_build 2>/dev/null))
 $(shell echo '$(PG_BUILD)' >.pg_build)
 endif
-$(OBJS) $(OBJS:.o=.bc) client/gridha-client client/test_dlt_http: .pg_build
+$(OBJS) $(OBJS:.o=.bc) client/gridha-client client/test_dlt_http test/unit/test_limit: .pg_build
 
 # The reference external client and the unit test of src/dlt_http.c: plain
 # programs on libpq and libcurl, built with the extension. src/dlt_json.c
@@ -102,6 +102,13 @@ client/test_dlt_http: client/test_dlt_http.c $(CLIENT_SRCS)
 	$(CC) $(CLIENT_CFLAGS) -o $@ client/test_dlt_http.c src/dlt_http.c src/dlt_json.c \
 		$(CLIENT_PGLIBS) -lcurl
 
+# The unit test of src/limit.c's core (a fake clock, no server, no network):
+# a frontend program too, built by `make test` (not by `all`: a tree copied
+# without test/ still builds), run by test/suites/11_limit_unit.sh
+test/unit/test_limit: test/unit/test_limit.c src/limit.c src/limit.h src/dlt_http.h
+	$(CC) $(CLIENT_CFLAGS) -o $@ test/unit/test_limit.c src/limit.c src/dlt_http.c src/dlt_json.c \
+		$(CLIENT_PGLIBS) -lcurl -lm
+
 .PHONY: test bench demo ha fuzz soak installcheck-pgtap dist meta expected-totals
 
 # The pgTAP files, each file's assertions counted by pg_prove: a
@@ -120,7 +127,7 @@ installcheck-pgtap:
 	pg_prove -d $(PGTAP_DB) $(PGTAP_TESTS)
 	$(bindir)/psql -X -q -d postgres -c 'DROP DATABASE IF EXISTS $(PGTAP_DB)'
 
-test:
+test: test/unit/test_limit
 	bash test/run.sh
 
 # After a full `make test` on each major: write what each part ran into

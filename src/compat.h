@@ -68,6 +68,21 @@ gridha_json_lex_free(JsonLexContext *lex)
 /* The rest is the server's */
 #ifndef FRONTEND
 
+#include "utils/wait_event.h"
+
+/*
+ * PostgreSQL 17: an extension gives its waits names of their own
+ * (WaitEventExtensionNew, shown in pg_stat_activity.wait_event); on 15 and
+ * 16 every wait of an extension is PG_WAIT_EXTENSION ("Extension").
+ * WAIT_EVENT_EXTENSION_NEW(name) is the wait event to pass to WaitLatch or
+ * pgstat_report_wait_start.
+ */
+#if PG_VERSION_NUM >= 170000
+#define WAIT_EVENT_EXTENSION_NEW(name) WaitEventExtensionNew(name)
+#else
+#define WAIT_EVENT_EXTENSION_NEW(name) ((void) (name), PG_WAIT_EXTENSION)
+#endif
+
 #include "access/tableam.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"

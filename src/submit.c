@@ -29,7 +29,9 @@
  *              this worker renews the claim
  *   limit      how many requests (POSTs and status runs) the worker keeps
  *              in flight to one target: adaptive, from 1 up to
- *              gridha.worker_inflight (the ceiling). Additive increase: +1
+ *              gridha.worker_inflight (the ceiling). Slow start first: +1
+ *              per answer in time (doubling every round trip) until the
+ *              first sign of overload (src/limit.c). Then additive increase: +1
  *              after a limit's worth of answers in time while the limit is
  *              at least half used; multiplicative decrease: halved on a
  *              429 or 503, a timeout, a refused or dropped connection, or
@@ -128,6 +130,7 @@
 
 #include "dlt_http.h"
 #include "common.h"
+#include "limit.h"
 #include "ratelimit.h"
 #include "settings.h"
 #include "slots.h"
@@ -135,16 +138,10 @@
 #include "submit.h"
 #include "targets.h"
 #include "totals.h"
+#include "worker.h"
 
 /* Pending batches polled per monitor round */
 #define SUBMIT_MONITOR_BATCHES	1000
-/* A target's first limit, before anything is known of its ledger */
-#define SUBMIT_LIMIT_START		4
-/* The fastest answer of a target is looked for in windows of this long */
-#define SUBMIT_LIMIT_WINDOW_MS	10000
-/* An answer slower than this many times the fastest, plus the slack, halves the limit */
-#define SUBMIT_LATENCY_FACTOR	4
-#define SUBMIT_LATENCY_SLACK_MS 50
 /* A target no request went to for this long is no longer shown */
 #define SUBMIT_LIMIT_SHOWN_MS	60000
 /*
@@ -289,30 +286,6 @@ typedef struct SubmitPending
 	char	   *target;
 } SubmitPending;
 
-/* A target's limit, as this worker keeps it (in TopMemoryContext) */
-typedef struct SubmitLimit
-{
-	char	   *target;
-	double		limit;			/* 1 .. gridha.worker_inflight */
-	int			in_flight;		/* POSTs and status runs out now */
-	int			successes;		/* answers in time since the last increase */
-	long		min_ms;			/* fastest POST answer of this window, -1 */
-	long		prev_min_ms;	/* ... of the window before, -1 */
-	double		avg_ms;			/* moving average of POST answers' times, -1 */
-	int			slow_streak;	/* slow answers in a row */
-	long		streak_min_ms;	/* the fastest of them, -1 */
-	TimestampTz window_at;		/* when this window started */
-	TimestampTz decreased_at;	/* the last halving */
-	double		conn_share;		/* of the requests, how many opened a
-								 * connection (moving average) */
-	double		tokens;			/* connection attempts allowed now */
-	TimestampTz tokens_at;
-	bool		status_running; /* a status run is out */
-	int64		failures;		/* overload signals */
-	TimestampTz used_at;		/* the last request's start */
-	TimestampTz retry_at;		/* no request before this (Retry-After) */
-} SubmitLimit;
-
 /* A pending batch the ledger's status answers left out (see omitted) */
 typedef struct SubmitOmitted
 {
@@ -352,7 +325,6 @@ static List *submit_in_hand = NIL;	/* SubmitBatch * POSTed and not done, in
 static List *submit_waiting = NIL;	/* SubmitBatch * handed out, not POSTed
 									 * yet, in submit_batches_cxt */
 static List *submit_runs = NIL; /* SubmitStatusRun *, in submit_batches_cxt */
-static List *submit_limits = NIL;	/* SubmitLimit *, in TopMemoryContext */
 static TimestampTz submit_last_poll = 0;	/* when the last poll ended */
 static long submit_away_ms = 0; /* how long before this poll nobody looked:
 								 * an answer may have waited that long */
@@ -473,173 +445,6 @@ submit_instance_datum(void)
 	return UUIDPGetDatum(&submit_instance);
 }
 
-/* ----------------------------------------------------------------------
- * Limits per target
- * ----------------------------------------------------------------------
- */
-
-/*
- * submit_limit_of: this worker's limit for a target, made at its first
- * request (SUBMIT_LIMIT_START, under the ceiling).
- */
-static SubmitLimit *
-submit_limit_of(const char *target)
-{
-	SubmitLimit *l;
-	ListCell   *lc;
-	MemoryContext old;
-	TimestampTz now;
-
-	if (target == NULL)
-		target = "";
-	foreach(lc, submit_limits)
-	{
-		l = lfirst(lc);
-		if (strcmp(l->target, target) == 0)
-			return l;
-	}
-	now = GetCurrentTimestamp();
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	l = palloc0(sizeof(SubmitLimit));
-	l->target = pstrdup(target);
-	l->limit = Min(SUBMIT_LIMIT_START, gridha_worker_inflight);
-	l->min_ms = l->prev_min_ms = l->streak_min_ms = -1;
-	l->avg_ms = -1;
-	l->window_at = l->tokens_at = l->used_at = now;
-	l->conn_share = 1.0;
-	l->tokens = Max(1.0, gridha_worker_connect_rate / 20.0);
-	submit_limits = lappend(submit_limits, l);
-	MemoryContextSwitchTo(old);
-	return l;
-}
-
-/*
- * submit_limit_may_start: whether one more request may go to l's target
- * now: a POST needs room under the limit; every request takes its share
- * of a connection attempt from the target's bucket (gridha.worker_connect_rate
- * a second, bursts of a twentieth of a second's worth), its share being how
- * many of the target's requests opened a connection lately: next to none
- * over kept-alive connections. A status run is never refused (one per
- * target at a time): it only takes its share.
- */
-static bool
-submit_limit_may_start(SubmitLimit *l, bool status)
-{
-	double		rate = gridha_worker_connect_rate;
-	TimestampTz now = GetCurrentTimestamp();
-
-	l->limit = Min(l->limit, (double) gridha_worker_inflight);
-	if (now < l->retry_at)
-		return false;
-	if (!status && l->in_flight >= (int) l->limit)
-		return false;
-	if (rate > 0)
-	{
-		l->tokens = Min(Max(1.0, rate / 20.0),
-						l->tokens + rate * (double) (now - l->tokens_at) / USECS_PER_SEC);
-		l->tokens_at = now;
-		if (!status && l->tokens < l->conn_share)
-			return false;
-		l->tokens -= l->conn_share;
-	}
-	l->used_at = now;
-	return true;
-}
-
-/*
- * submit_limit_feedback: a request to l's target finished (started at
- * started_at): the limit follows what its end says of the ledger (see the
- * words at the top).
- */
-static void
-submit_limit_feedback(SubmitLimit *l, const GridhaHttpDone *d, TimestampTz started_at)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	bool		overload = false;
-	bool		in_time = false;
-
-	if (l->in_flight > 0)
-		l->in_flight--;
-	if (d->retry_after_ms > 0)
-		l->retry_at = Max(l->retry_at,
-						  TimestampTzPlusMilliseconds(now, Min(d->retry_after_ms,
-															   GRIDHA_BACKOFF_MAX_MS)));
-	l->conn_share = 0.8 * l->conn_share + (d->connects > 0 ? 0.2 : 0.0);
-	if (TimestampDifferenceExceeds(l->window_at, now, SUBMIT_LIMIT_WINDOW_MS))
-	{
-		l->prev_min_ms = l->min_ms;
-		l->min_ms = -1;
-		l->window_at = now;
-	}
-	if (d->load == GRIDHA_LOAD_ANSWERED && !d->is_status)
-	{
-		long		fastest = l->min_ms;
-		/* the answer may have waited while the worker was in a step */
-		long		elapsed = Max(0, d->elapsed_ms - submit_away_ms);
-		double		threshold;
-
-		if (l->prev_min_ms >= 0 && (fastest < 0 || l->prev_min_ms < fastest))
-			fastest = l->prev_min_ms;
-		if (l->min_ms < 0 || elapsed < l->min_ms)
-			l->min_ms = elapsed;
-		/* one slow answer among fast ones is noise; an accept queue's 1 s is not */
-		l->avg_ms = l->avg_ms < 0 ? elapsed : 0.8 * l->avg_ms + 0.2 * elapsed;
-		threshold = fastest * SUBMIT_LATENCY_FACTOR + SUBMIT_LATENCY_SLACK_MS;
-		if (fastest >= 0 && elapsed > threshold)
-		{
-			if (l->streak_min_ms < 0 || elapsed < l->streak_min_ms)
-				l->streak_min_ms = elapsed;
-			l->slow_streak++;
-		}
-		else
-		{
-			l->slow_streak = 0;
-			l->streak_min_ms = -1;
-		}
-		if (l->slow_streak >= Max(4, (int) l->limit))
-		{
-			/*
-			 * A limit's worth of answers in a row, all slow, even after the
-			 * halving: the ledger itself answers slower now, it is not this
-			 * worker's load. The fastest of them is the new fastest, and
-			 * the limit grows again from where it is.
-			 */
-			l->min_ms = l->prev_min_ms = l->streak_min_ms;
-			l->avg_ms = l->streak_min_ms;
-			l->window_at = now;
-			l->slow_streak = 0;
-			l->streak_min_ms = -1;
-			in_time = true;
-		}
-		else if (fastest >= 0 && l->avg_ms > threshold)
-			overload = true;
-		else
-			in_time = l->slow_streak == 0;
-	}
-	else if (d->load != GRIDHA_LOAD_ANSWERED && d->load != GRIDHA_LOAD_OTHER)
-		overload = true;
-
-	if (overload)
-	{
-		l->failures++;
-		l->successes = 0;
-		if (started_at >= l->decreased_at)
-		{
-			l->limit = Max(1.0, floor(l->limit / 2));
-			l->decreased_at = now;
-			/* the answers to come are judged afresh */
-			if (l->avg_ms >= 0 && l->min_ms >= 0)
-				l->avg_ms = l->min_ms;
-		}
-	}
-	else if (in_time && (l->in_flight + 1) * 2 >= (int) l->limit &&
-			 ++l->successes >= (int) l->limit)
-	{
-		l->limit = Min((double) gridha_worker_inflight, l->limit + 1);
-		l->successes = 0;
-	}
-}
-
 /*
  * submit_publish: shows this worker's POSTs in flight and limits in its
  * slot (gridha.workers, gridha.worker_limits()), and bounds the multi's
@@ -657,9 +462,9 @@ submit_publish(void)
 	int			n = 0;
 	ListCell   *lc;
 
-	foreach(lc, submit_limits)
+	foreach(lc, gridha_limits)
 	{
-		SubmitLimit *l = lfirst(lc);
+		GridhaLimit *l = lfirst(lc);
 
 		if (l->in_flight == 0 &&
 			TimestampDifferenceExceeds(l->used_at, now, SUBMIT_LIMIT_SHOWN_MS))
@@ -703,9 +508,9 @@ submit_handout_room(void)
 	bool		any = false;
 	ListCell   *lc;
 
-	foreach(lc, submit_limits)
+	foreach(lc, gridha_limits)
 	{
-		SubmitLimit *l = lfirst(lc);
+		GridhaLimit *l = lfirst(lc);
 
 		if (l->in_flight == 0 &&
 			TimestampDifferenceExceeds(l->used_at, now, SUBMIT_LIMIT_SHOWN_MS))
@@ -1310,7 +1115,7 @@ submit_http_done(GridhaHttpDone *done)
 {
 	SubmitBatch *b = (SubmitBatch *) done->tag;
 
-	submit_limit_feedback(submit_limit_of(b->target), done, b->started_at);
+	gridha_limit_done(gridha_limit_of(b->target), done, b->started_at, submit_away_ms);
 	if (done->outcome == GRIDHA_SUBMIT_DELAYED && done->http_code != 0)
 	{
 		char		reason[64];
@@ -1329,7 +1134,7 @@ static void submit_status_done(GridhaHttpDone *done);
 
 /*
  * submit_start_waiting: POSTs every waiting batch whose target has room
- * (submit_limit_may_start), in the order they were handed out; the others
+ * (gridha_limit_start), in the order they were handed out; the others
  * keep waiting. Nothing starts once the worker is stopping.
  */
 static void
@@ -1345,9 +1150,9 @@ submit_start_waiting(void)
 	foreach(lc, submit_waiting)
 	{
 		SubmitBatch *b = lfirst(lc);
-		SubmitLimit *l = submit_limit_of(b->target);
+		GridhaLimit *l = gridha_limit_of(b->target);
 
-		if (!submit_limit_may_start(l, false))
+		if (!gridha_limit_start(l, false))
 		{
 			still = lappend(still, b);
 			continue;
@@ -1391,13 +1196,17 @@ gridha_submit_poll(long wait_ms)
 	{
 		if (wait_ms > 0 && submit_waiting != NIL)
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 wait_ms, PG_WAIT_EXTENSION);
+							 wait_ms, gridha_worker_wait_event(GRIDHA_WAIT_LIMIT));
 	}
 	else
 	{
 		do
 		{
+			pgstat_report_wait_start(gridha_worker_wait_event(submit_in_flight > 0 ?
+															  GRIDHA_WAIT_LEDGER_ANSWER :
+															  GRIDHA_WAIT_STATUS_POLL));
 			n = gridha_http_multi_perform(submit_multi, wait_ms, done, lengthof(done));
+			pgstat_report_wait_end();
 			for (i = 0; i < n; i++)
 			{
 				if (done[i].is_status)
@@ -2044,7 +1853,7 @@ submit_apply_statuses(const char *target, SubmitPending *const *rows,
 static void
 submit_status_start(const GridhaTarget *t, const char *target, SubmitPending *const *rows, int n)
 {
-	SubmitLimit *l = submit_limit_of(target);
+	GridhaLimit *l = gridha_limit_of(target);
 	GridhaHttpTarget http = {(const char *const *) t->headers, t->n_headers,
 	t->reject_codes, t->n_reject_codes};
 	MemoryContext cxt;
@@ -2074,7 +1883,7 @@ submit_status_start(const GridhaTarget *t, const char *target, SubmitPending *co
 	}
 	MemoryContextSwitchTo(old);
 
-	(void) submit_limit_may_start(l, true);
+	(void) gridha_limit_start(l, true);
 	run->started_at = GetCurrentTimestamp();
 	if (gridha_http_multi_statuses(submit_multi, run, t->status_url, &http, run->entries, n,
 								   (size_t) gridha_status_url_max_length,
@@ -2100,12 +1909,12 @@ static void
 submit_status_done(GridhaHttpDone *done)
 {
 	SubmitStatusRun *run = (SubmitStatusRun *) done->tag;
-	SubmitLimit *l = submit_limit_of(run->target);
+	GridhaLimit *l = gridha_limit_of(run->target);
 	SubmitPending **rows = palloc(sizeof(SubmitPending *) * Max(run->n, 1));
 	int			k;
 
 	l->status_running = false;
-	submit_limit_feedback(l, done, run->started_at);
+	gridha_limit_done(l, done, run->started_at, submit_away_ms);
 	if (done->failed)
 		(void) gridha_target_note(run->target,
 								  done->http_code == 0 ? "status URL unreachable" : "status poll failed",
@@ -2377,9 +2186,9 @@ gridha_submit_forget(void)
 	submit_runs = NIL;
 	submit_conn_host = submit_conn_total = 0;
 	submit_omitted_sweep(true);
-	foreach(lc, submit_limits)
+	foreach(lc, gridha_limits)
 	{
-		SubmitLimit *l = lfirst(lc);
+		GridhaLimit *l = lfirst(lc);
 
 		l->in_flight = 0;
 		l->status_running = false;

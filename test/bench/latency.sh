@@ -27,10 +27,17 @@
 #   hang       a ledger that accepts connections but never answers status
 #              polls; with a poll of a worker held, SIGTERM to that worker:
 #              how long until it exited (target: within 1 s)
+#   cold_keepalive, cold_http10
+#              as keepalive and http10 from a cold start: the cluster is
+#              restarted first (new workers, whose limits know no ledger
+#              yet), the ledger is new, there is no warm-up, and the
+#              services are ones no worker claimed before; http10's
+#              workload is LAT_HTTP10_SERVICES x LAT_COLD_HTTP10_DEPTH
+#              (300 x 5 = 1,500 batches). Targets: 0.9 and 0.6
 #
-# Each case starts with a new ledger and a warm-up against it (one batch
-# per service, not measured, its time logged), so that the workers meet
-# the ledger before they are measured.
+# Each case but the cold ones starts with a new ledger and a warm-up
+# against it (one batch per service, not measured, its time logged), so
+# that the workers meet the ledger before they are measured.
 #
 # The workload of a case is enqueued in one transaction (batch r of every
 # service before batch r + 1 of any; batch ids unique, as the ledger wants
@@ -53,7 +60,8 @@
 # the C function behind the limits view), so a reader sees them adapt.
 #
 # Environment (defaults in brackets):
-#   LAT_CASES [keepalive http10 jump hang]
+#   LAT_CASES [cold_keepalive keepalive cold_http10 http10 jump hang]
+#   LAT_COLD_HTTP10_DEPTH [5]
 #   LAT_SERVICES [1000]  LAT_DEPTH [10]  LAT_WORKERS [3]  LAT_INFLIGHT [64]
 #   LAT_HTTP10_SERVICES [300]  LAT_HTTP10_DEPTH [10]  LAT_HTTP10_BACKLOG [5]
 #   LAT_JUMP_DEPTH [25]  LAT_JUMP_AT [5]  LAT_JUMP_SECONDS [20]
@@ -66,7 +74,8 @@
 #   GRIDHA_KEEP_TMP [0]    1: keep the cluster's directory (logs)
 set -eu -o pipefail
 
-LAT_CASES=${LAT_CASES:-keepalive http10 jump hang}
+LAT_CASES=${LAT_CASES:-cold_keepalive keepalive cold_http10 http10 jump hang}
+LAT_COLD_HTTP10_DEPTH=${LAT_COLD_HTTP10_DEPTH:-5}
 LAT_SERVICES=${LAT_SERVICES:-1000}
 LAT_DEPTH=${LAT_DEPTH:-10}
 LAT_WORKERS=${LAT_WORKERS:-3}
@@ -172,9 +181,10 @@ t_start=$SECONDS
 gridha_log "workers against ledgers: cases $LAT_CASES; $LAT_WORKERS workers, ceiling $LAT_INFLIGHT," \
 	"latency ${LAT_LATENCY}s, commit delay ${LAT_COMMIT_DELAY}s, monitor ${LAT_MONITOR_MS}ms; $(nproc) cores"
 
-bench_start_cluster shared_preload_libraries=gridha max_worker_processes=$((LAT_WORKERS + 8)) \
-	"gridha.workers=$LAT_WORKERS" "gridha.database=$DB" "gridha.monitor_interval=${LAT_MONITOR_MS}ms" \
-	"gridha.worker_inflight=$LAT_INFLIGHT"
+CLUSTER_OPTS=(shared_preload_libraries=gridha max_worker_processes=$((LAT_WORKERS + 8))
+	"gridha.workers=$LAT_WORKERS" "gridha.database=$DB" "gridha.monitor_interval=${LAT_MONITOR_MS}ms"
+	"gridha.worker_inflight=$LAT_INFLIGHT")
+bench_start_cluster "${CLUSTER_OPTS[@]}"
 bench_gridha_db "$DB"
 q "$DB" "CREATE FUNCTION lat_limits(OUT instance_id uuid, OUT target text, OUT in_flight integer,
                                      OUT inflight_limit integer, OUT failures bigint)
@@ -197,15 +207,30 @@ q "$DB" "CREATE PROCEDURE lat_enqueue(prefix text, n_services bigint, rounds int
                FROM generate_series(1, rounds) AS r, generate_series(1, n_services) AS i
               ORDER BY r, i;
          \$\$" >/dev/null
+# ... of services first .. first + n - 1 (the cold cases' services, never
+# claimed before)
+q "$DB" "CREATE PROCEDURE lat_enqueue(prefix text, first bigint, n_services bigint, rounds int)
+         LANGUAGE sql
+         AS \$\$
+             INSERT INTO gridha.batches (service_id, batch_id, payload)
+             SELECT bench_service(i), prefix || r || '.' || i, bench_payload()
+               FROM generate_series(1, rounds) AS r, generate_series(first, first + n_services - 1) AS i
+              ORDER BY r, i;
+         \$\$" >/dev/null
 
-for _i in $(seq 1 300); do
-	[ "$(q "$DB" "SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL")" -ge "$LAT_WORKERS" ] && break
-	sleep 0.1
-done
-[ "$(q "$DB" "SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL")" -ge "$LAT_WORKERS" ] ||
+# workers_wait: until LAT_WORKERS workers run with an instance
+workers_wait() {
+	local _i
+	for _i in $(seq 1 300); do
+		[ "$(q "$DB" "SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL")" -ge "$LAT_WORKERS" ] && return 0
+		sleep 0.1
+	done
 	die "the workers did not start (server log: $GRIDHA_PGLOG)"
+}
+workers_wait
 
-# run_case PREFIX SERVICES DEPTH: the workload, until drained; a line a
+# run_case PREFIX SERVICES DEPTH [FIRST]: the workload (of services FIRST
+# on when given), until drained; a line a
 # second (rate of that second, each worker's limit) into $TIMELINE. Sets
 # RATE, N, SECS, LEFT, INVALID, RETRIED.
 run_case() {
@@ -213,7 +238,11 @@ run_case() {
 	TIMELINE=$GRIDHA_TEST_DIR/timeline.$prefix
 	: >"$TIMELINE"
 	bench_prepare "$DB" gridha.batches gridha.service_claims gridha.instances
-	q "$DB" "CALL lat_enqueue('$prefix', $2, $3)" >/dev/null
+	if [ -n "${4:-}" ]; then
+		q "$DB" "CALL lat_enqueue('$prefix', $4, $2, $3)" >/dev/null
+	else
+		q "$DB" "CALL lat_enqueue('$prefix', $2, $3)" >/dev/null
+	fi
 	CASE_T0=$(date +%s.%N)
 	while [ $((SECONDS - t0)) -lt "$LAT_TIMEOUT" ]; do
 		sleep 1
@@ -248,6 +277,14 @@ case_warmup() {
 	gridha_log "$1: warm-up against its ledger, $2 batches drained in $((SECONDS - t0))s; limits $(limits)"
 }
 
+# cold_start: the cluster restarted (new workers: their limits know no
+# ledger yet), the workers waited for; a new ledger is the caller's.
+COLD_FIRST=1000001
+cold_start() {
+	gridha_cluster_restart "${CLUSTER_OPTS[@]}" || die "the cluster did not restart"
+	workers_wait
+}
+
 # print_timeline: the case's seconds, four to a line.
 print_timeline() {
 	awk '{ printf "  t=%3ss %5s/s limits %-12s%s", $1, $2, $3, (NR % 4 == 0) ? "\n" : "" }
@@ -278,6 +315,30 @@ for c in $LAT_CASES; do
 				"left $LEFT, invalid $INVALID, handed out again $RETRIED, ledger duplicates $(($(ledger_stat duplicates) - dup0)), connections $(ledger_stat connections)"
 			print_timeline
 			RESULT[keepalive]="$RATE $b $r ≥0.9 $(verdict "$r" 0.9)"
+			;;
+		cold_keepalive)
+			cold_start
+			ledger_start
+			run_case cka_ "$LAT_SERVICES" "$LAT_DEPTH" "$COLD_FIRST"
+			COLD_FIRST=$((COLD_FIRST + LAT_SERVICES))
+			b=$(bound "$LAT_SERVICES")
+			r=$(ratio "$RATE" "$b")
+			gridha_log "cold_keepalive: $RATE batches/s ($N in ${SECS}s), bound $b: $r (target 0.9: $(verdict "$r" 0.9));" \
+				"left $LEFT, invalid $INVALID, handed out again $RETRIED, ledger connections $(ledger_stat connections)"
+			print_timeline
+			RESULT[cold_keepalive]="$RATE $b $r ≥0.9 $(verdict "$r" 0.9)"
+			;;
+		cold_http10)
+			cold_start
+			ledger_start --http10 --backlog "$LAT_HTTP10_BACKLOG"
+			run_case ch10_ "$LAT_HTTP10_SERVICES" "$LAT_COLD_HTTP10_DEPTH" "$COLD_FIRST"
+			COLD_FIRST=$((COLD_FIRST + LAT_HTTP10_SERVICES))
+			b=$(bound "$LAT_HTTP10_SERVICES")
+			r=$(ratio "$RATE" "$b")
+			gridha_log "cold_http10 (backlog $LAT_HTTP10_BACKLOG): $RATE batches/s ($N in ${SECS}s), bound $b: $r (target 0.6: $(verdict "$r" 0.6));" \
+				"left $LEFT, invalid $INVALID, handed out again $RETRIED, ledger connections $(ledger_stat connections)"
+			print_timeline
+			RESULT[cold_http10]="$RATE $b $r ≥0.6 $(verdict "$r" 0.6)"
 			;;
 		http10)
 			ledger_start --http10 --backlog "$LAT_HTTP10_BACKLOG"
@@ -360,9 +421,9 @@ echo "workers against ledgers: $LAT_WORKERS workers, gridha.worker_inflight $LAT
 echo "batches/s: the workload's batches / (last commit - first hand-out), from the rows."
 echo "bound: min(services / (commit delay + monitor interval + 2 x latency), workers x inflight / latency)."
 echo
-printf '  %-12s %9s  %9s  %6s  %-8s %s\n' case batches/s bound ratio target result
+printf '  %-14s %9s  %9s  %6s  %-8s %s\n' case batches/s bound ratio target result
 for c in $LAT_CASES; do
 	read -r rate b r target res <<<"${RESULT[$c]:-- - - - not run}"
-	printf '  %-12s %9s  %9s  %6s  %-8s %s\n' "$c" "$rate" "$b" "$r" "$target" "$res"
+	printf '  %-14s %9s  %9s  %6s  %-8s %s\n' "$c" "$rate" "$b" "$r" "$target" "$res"
 done
 echo "  total bench time: $((SECONDS - t_start))s"

@@ -19,6 +19,10 @@
 #               (53400 with a hint)
 #   faults      503s, then stalls longer than gridha.submit_timeout: all
 #               committed, delayed batches were attempted again
+#   waits       pg_stat_activity.wait_event of a napping worker, of one
+#               whose POSTs the ledger holds and of one whose status poll
+#               it holds: GridhaNap, GridhaLedgerAnswer, GridhaStatusPoll on
+#               PostgreSQL 17, 'Extension' on 15 and 16
 #   invalid     a batch the ledger marks invalid, a batch it rejects (400):
 #               each ends invalid, the next batch of its service commits
 #   functions   targets with submit_function (fire and forget, and with a
@@ -70,7 +74,7 @@ WORKER_OPTS="gridha.workers=2 gridha.database=$DB gridha.naptime=200ms
 
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
-plan 60
+plan 63
 
 psql_db() {
 	psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$DB" "$@"
@@ -436,6 +440,47 @@ check $? "faults: every batch that met a 503 ($n_503) or a stall past the timeou
 
 order_kept faults "service_id ~ '^f'"
 check $? "faults: enqueue order kept at the ledger"
+
+# ---------------------------------------------------------------------------
+# waits: pg_stat_activity names what a worker waits for. On PostgreSQL 17
+# each wait has a name of its own (GridhaNap, GridhaLedgerAnswer,
+# GridhaStatusPoll); on 15 and 16 every one is 'Extension'.
+
+server_major=$(($(psql_db -c "SHOW server_version_num") / 10000))
+# wait_name NAME: what wait_event shows for NAME on this server
+wait_name() {
+	if [ "$server_major" -ge 17 ]; then echo "$1"; else echo Extension; fi
+}
+# a_worker_waits EVENT: a worker of this suite waits on EVENT now
+a_worker_waits() {
+	sql_is t "SELECT EXISTS (SELECT FROM gridha.workers w
+	                           JOIN pg_stat_activity a ON a.pid = w.pid
+	                          WHERE a.wait_event_type = 'Extension' AND a.wait_event = '$1')"
+}
+
+ev=$(wait_name GridhaNap)
+wait_until 20 a_worker_waits "$ev"
+check $? "waits: an idle worker's nap shows as wait_event '$ev' (PostgreSQL $server_major)"
+
+# POSTs held 0.8 s (under gridha.submit_timeout) for the next 4 s
+ev=$(wait_name GridhaLedgerAnswer)
+ledger_control '{"stall_for": 4, "stall_seconds": 0.8}'
+psql_db -c "SELECT gridha.enqueue(format('wt%s', s), format('wt%s-b%s', s, b), '\x0f')
+              FROM generate_series(1, 4) b, generate_series(1, 3) s ORDER BY b, s" >/dev/null
+wait_until 20 a_worker_waits "$ev"
+check $? "waits: a worker with POSTs held by the ledger shows as wait_event '$ev'"
+wait_until 60 sql_is 12 "SELECT count(*) FROM gridha.batches WHERE service_id ~ '^wt' AND status = 'committed'"
+ledger_control '{"clear": true}'
+
+# status GETs held for the next 4 s
+ev=$(wait_name GridhaStatusPoll)
+ledger_control '{"hang_status_for": 4}'
+psql_db -c "SELECT gridha.enqueue(format('ws%s', s), format('ws%s-b1', s), '\x0f')
+              FROM generate_series(1, 3) s" >/dev/null
+wait_until 20 a_worker_waits "$ev"
+check $? "waits: a worker whose status poll the ledger holds shows as wait_event '$ev'"
+wait_until 60 sql_is 3 "SELECT count(*) FROM gridha.batches WHERE service_id ~ '^ws' AND status = 'committed'"
+ledger_control '{"clear": true}'
 
 # ---------------------------------------------------------------------------
 # INVALID and rejected batches end without blocking their service

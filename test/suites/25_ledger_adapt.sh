@@ -14,9 +14,12 @@
 #   up        a workload of 300 services x 100 batches against a ledger
 #             that answers in 100 ms: the limit for the target grows from
 #             its start (4) to at least 8
-#   503       a 4 s window of 503 answers: the limit falls to 2 or less,
+#   503       a 6 s window of 503 answers: the limit falls to 2 or less,
 #             the overload signals are counted; after the window it grows
-#             back to at least 8
+#             back to at least 8. Each 503 carries Retry-After: 1, so the
+#             halvings come at least a second apart: from 16 or more, 3 or
+#             more of them (a 4 s window was once too short on a loaded
+#             machine)
 #   drop      a 4 s window in which the ledger resets every connection
 #             unanswered: the same
 #   quiet     a target whose status URL points at a port nobody listens
@@ -163,16 +166,17 @@ psql_db -c "SELECT target, in_flight, inflight_limit, failures FROM adapt_limits
 # ---------------------------------------------------------------------------
 # 503 and drop windows: the limit goes down, then back up
 
-# window NAME CONTROL: opens the ledger's window, checks the limit falls to
-# 2 or less while it is open, that overload signals were counted, and that
-# it grows back to 8 or more after it.
+# window NAME CONTROL SECONDS: opens the ledger's window (SECONDS long),
+# checks the limit falls to 2 or less while it is open, that overload
+# signals were counted, and that it grows back to 8 or more after it.
 window() {
-	local name=$1 f0 f1 low
+	local name=$1 f0 f1 low l0
 	f0=$(failures)
+	l0=$(limit)
 	ledger_control "$2" || { not_ok "$name: the ledger took the control"; return; }
-	wait_until 4 limit_at_most 2
+	wait_until "$3" limit_at_most 2
 	low=$?
-	check $low "$name: the limit falls to 2 or less while the window is open (now $(limit))"
+	check $low "$name: the limit falls to 2 or less while the window is open (from $l0; now $(limit))"
 	f1=$(failures)
 	[ "$f1" -gt "$f0" ] 2>/dev/null
 	check $? "$name: the overload signals are counted ($f0 before, $f1 after)"
@@ -180,8 +184,8 @@ window() {
 	check $? "$name: after the window the limit grows back to at least 8 (now $(limit))"
 }
 
-window 503 '{"fail_503_for": 4}'
-window drop '{"drop_for": 4}'
+window 503 '{"fail_503_for": 6}' 6
+window drop '{"drop_for": 4}' 4
 [ "$(ledger_stat dropped)" -gt 0 ] 2>/dev/null
 check $? "drop: the ledger reset connections ($(ledger_stat dropped) requests dropped)"
 
