@@ -30,6 +30,8 @@
  */
 #include "postgres.h"
 
+#include "compat.h"
+
 #include "access/xact.h"
 #include "commands/trigger.h"
 #include "fmgr.h"
@@ -667,4 +669,24 @@ gridha_batches_wake(PG_FUNCTION_ARGS)
 		slots_wake_at_commit = true;
 	}
 	return PointerGetDatum(NULL);
+}
+
+static const char *const slots_wait_names[GRIDHA_WAIT_COUNT] = {
+	"GridhaNap", "GridhaLedgerAnswer", "GridhaStatusPoll", "GridhaLimitWait"
+};
+static uint32 slots_wait_events[GRIDHA_WAIT_COUNT];
+
+/*
+ * gridha_wait_event: the wait event of one of the worker's waits:
+ * on PostgreSQL 17 its own name, made at its first use in this process
+ * (WaitEventExtensionNew gives every process the same event for a name);
+ * on 15 and 16 PG_WAIT_EXTENSION (compat.h).
+ */
+uint32
+gridha_wait_event(GridhaWait which)
+{
+	Assert(which >= 0 && which < GRIDHA_WAIT_COUNT);
+	if (slots_wait_events[which] == 0)
+		slots_wait_events[which] = WAIT_EVENT_EXTENSION_NEW(slots_wait_names[which]);
+	return slots_wait_events[which];
 }

@@ -79,4 +79,18 @@ extern pid_t gridha_slot_pid_of(const pg_uuid_t *id);
 extern pid_t gridha_slot_request_stop(const pg_uuid_t *id);
 extern void gridha_slots_wake_all(void);
 
+/* A worker's waits, each with a name of its own on PostgreSQL 17 */
+typedef enum GridhaWait
+{
+	GRIDHA_WAIT_NAP,			/* GridhaNap: between cycles, nothing to do */
+	GRIDHA_WAIT_LEDGER_ANSWER,	/* GridhaLedgerAnswer: POSTs in flight */
+	GRIDHA_WAIT_STATUS_POLL,	/* GridhaStatusPoll: only status runs out */
+	GRIDHA_WAIT_LIMIT,			/* GridhaLimitWait: batches in hand wait for
+								 * room under a limit, the connection bucket
+								 * or a Retry-After, nothing out */
+	GRIDHA_WAIT_COUNT
+} GridhaWait;
+
+extern uint32 gridha_wait_event(GridhaWait which);
+
 #endif							/* GRIDHA_SLOTS_H */

@@ -138,7 +138,6 @@
 #include "submit.h"
 #include "targets.h"
 #include "totals.h"
-#include "worker.h"
 
 /* Pending batches polled per monitor round */
 #define SUBMIT_MONITOR_BATCHES	1000
@@ -1196,13 +1195,13 @@ gridha_submit_poll(long wait_ms)
 	{
 		if (wait_ms > 0 && submit_waiting != NIL)
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							 wait_ms, gridha_worker_wait_event(GRIDHA_WAIT_LIMIT));
+							 wait_ms, gridha_wait_event(GRIDHA_WAIT_LIMIT));
 	}
 	else
 	{
 		do
 		{
-			pgstat_report_wait_start(gridha_worker_wait_event(submit_in_flight > 0 ?
+			pgstat_report_wait_start(gridha_wait_event(submit_in_flight > 0 ?
 															  GRIDHA_WAIT_LEDGER_ANSWER :
 															  GRIDHA_WAIT_STATUS_POLL));
 			n = gridha_http_multi_perform(submit_multi, wait_ms, done, lengthof(done));

@@ -327,26 +327,6 @@ worker_apply_settings(void)
 }
 
 /* The names of the worker's waits (GridhaWait), and their events */
-static const char *const worker_wait_names[GRIDHA_WAIT_COUNT] = {
-	"GridhaNap", "GridhaLedgerAnswer", "GridhaStatusPoll", "GridhaLimitWait"
-};
-static uint32 worker_wait_events[GRIDHA_WAIT_COUNT];
-
-/*
- * gridha_worker_wait_event: the wait event of one of the worker's waits:
- * on PostgreSQL 17 its own name, made at its first use in this process
- * (WaitEventExtensionNew gives every process the same event for a name);
- * on 15 and 16 PG_WAIT_EXTENSION (compat.h).
- */
-uint32
-gridha_worker_wait_event(GridhaWait which)
-{
-	Assert(which >= 0 && which < GRIDHA_WAIT_COUNT);
-	if (worker_wait_events[which] == 0)
-		worker_wait_events[which] = WAIT_EVENT_EXTENSION_NEW(worker_wait_names[which]);
-	return worker_wait_events[which];
-}
-
 /*
  * worker_wait: sleeps until the latch is set or ms pass; reloads the
  * configuration when asked. A cancel request that arrives between steps
@@ -359,7 +339,7 @@ worker_wait(long ms)
 	int			rc;
 
 	rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-				   ms, gridha_worker_wait_event(GRIDHA_WAIT_NAP));
+				   ms, gridha_wait_event(GRIDHA_WAIT_NAP));
 	ResetLatch(MyLatch);
 	QueryCancelPending = false;
 	CHECK_FOR_INTERRUPTS();
