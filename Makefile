@@ -103,8 +103,9 @@ client/test_dlt_http: client/test_dlt_http.c $(CLIENT_SRCS)
 		$(CLIENT_PGLIBS) -lcurl
 
 # The unit test of src/limit.c's core (a fake clock, no server, no network):
-# a frontend program too, built by `make test` (not by `all`: a tree copied
-# without test/ still builds), run by test/suites/11_limit_unit.sh
+# a frontend program too, built and run by test/suites/11_limit_unit.sh
+# (not by `all`: a tree copied without test/ still builds; not before
+# test/run.sh, which installs a fresh machine's compiler and headers first)
 test/unit/test_limit: test/unit/test_limit.c src/limit.c src/limit.h src/dlt_http.h
 	$(CC) $(CLIENT_CFLAGS) -o $@ test/unit/test_limit.c src/limit.c src/dlt_http.c src/dlt_json.c \
 		$(CLIENT_PGLIBS) -lcurl -lm
@@ -127,7 +128,7 @@ installcheck-pgtap:
 	pg_prove -d $(PGTAP_DB) $(PGTAP_TESTS)
 	$(bindir)/psql -X -q -d postgres -c 'DROP DATABASE IF EXISTS $(PGTAP_DB)'
 
-test: test/unit/test_limit
+test:
 	bash test/run.sh
 
 # After a full `make test` on each major: write what each part ran into
