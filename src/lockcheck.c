@@ -133,7 +133,6 @@ typedef struct LockEntry
 } LockEntry;
 
 
-static ExecutorStart_hook_type prev_executor_start = NULL;
 static ExecutorRun_hook_type prev_executor_run = NULL;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static needs_fmgr_hook_type prev_needs_fmgr = NULL;
@@ -691,20 +690,6 @@ lockcheck_executor_run(QueryDesc *qd, ScanDirection direction, uint64 count, boo
 		lockcheck_statement_done(first);
 }
 
-static void
-lockcheck_executor_start(QueryDesc *qd, int eflags)
-{
-	if (prev_executor_start)
-		prev_executor_start(qd, eflags);
-	else
-		standard_ExecutorStart(qd, eflags);
-	if (!(eflags & EXEC_FLAG_EXPLAIN_ONLY) && IsTransactionState())
-	{
-		lockcheck_scope();
-		lockcheck_check_table();
-	}
-}
-
 /* A utility statement a client sent (TRUNCATE, DO, CALL) is a call */
 static void
 lockcheck_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
@@ -813,8 +798,6 @@ gridha_lockcheck_init(void)
 	lockcheck_size = 1024;
 	lockcheck_entries = MemoryContextAlloc(TopMemoryContext,
 										   lockcheck_size * sizeof(LockEntry));
-	prev_executor_start = ExecutorStart_hook;
-	ExecutorStart_hook = lockcheck_executor_start;
 	prev_executor_run = ExecutorRun_hook;
 	ExecutorRun_hook = lockcheck_executor_run;
 	prev_needs_fmgr = needs_fmgr_hook;

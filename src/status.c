@@ -655,6 +655,19 @@ status_settle_write(List *settled)
 }
 
 /*
+ * status_hold_claims_table: every report holds gridha.service_claims
+ * before any row it locks: an acceptance writes the batch row only, and its
+ * totals row after it, which a rename of targets (holding that table) may
+ * be waiting to change (docs/concurrency.md). Taken once per call, by the
+ * SQL entry points, not by each row of a batched report.
+ */
+static void
+status_hold_claims_table(void)
+{
+	gridha_rows_hold_for_write(GRIDHA_CLAIMS);
+}
+
+/*
  * status_report: moves the batch to new_status if this instance holds the
  * service at this epoch and the batch is its head in one of the "from"
  * statuses; raises RG001/RG002/RG003 otherwise. Returns the new status.
@@ -667,12 +680,6 @@ status_report(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 {
 	int			attempt;
 
-	/*
-	 * gridha.service_claims before any row: an acceptance writes the batch
-	 * row only, and its totals row after it, which a rename of targets
-	 * (holding that table) may be waiting to change (docs/concurrency.md).
-	 */
-	gridha_rows_hold_for_write(GRIDHA_CLAIMS);
 	for (attempt = 0; attempt < 2; attempt++)
 	{
 		if (status_try(instance_id, service_id, batch_id, epoch, new_status, detail, from, defer))
@@ -796,6 +803,7 @@ status_report_submission(FunctionCallInfo fcinfo, bool is_enum)
 	gridha_require_writable("report_submission()");
 	new_status = status_of_outcome(status_word(fcinfo, 4, is_enum), PG_ARGISNULL(4));
 	(void) gridha_instance_check(instance_id);
+	status_hold_claims_table();
 	PG_RETURN_DATUM(status_report(instance_id, service_id, batch_id, epoch, new_status,
 								  detail, FROM_SUBMITTING, NULL));
 }
@@ -822,6 +830,7 @@ status_report_status(FunctionCallInfo fcinfo, bool is_enum)
 	gridha_require_writable("report_status()");
 	new_status = status_of_ledger_word(status_word(fcinfo, 4, is_enum), PG_ARGISNULL(4));
 	(void) gridha_instance_check(instance_id);
+	status_hold_claims_table();
 	PG_RETURN_DATUM(status_report(instance_id, service_id, batch_id, epoch, new_status,
 								  NULL, FROM_IN_FLIGHT, NULL));
 }
@@ -1036,6 +1045,8 @@ status_report_rows(FunctionCallInfo fcinfo, Datum instance_id, StatusMany *mp, b
 	int			k;
 
 	(void) gridha_instance_check(instance_id);
+	/* once for every row, outside the rows' subtransactions */
+	status_hold_claims_table();
 	InitMaterializedSRF(fcinfo, 0);
 
 	order = status_order(&m);
