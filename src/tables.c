@@ -16,8 +16,8 @@
  * table, one with inheritance children, a partition, or a table Citus
  * distributes (a Citus table keeps an empty local "shell" of relkind 'r'
  * on the coordinator), gridha would read and write the wrong rows and
- * answer wrongly. So every entry point refuses (RG030) while a table of
- * schema gridha is such a table. The verdict is kept until one of those
+ * answer wrongly. So every entry point refuses (RG030) while one of
+ * gridha's tables is such a table (each looked up by name, in the syscache). The verdict is kept until one of those
  * tables changes (its relcache entry is invalidated: an ALTER, a DROP,
  * Citus distributing it), so the hot path pays one test of a flag.
  *
@@ -47,6 +47,18 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
+
+/*
+ * gridha's tables, in name order (the first bad one names the error): the
+ * check looks each up by name, so its cost does not grow with the
+ * relations of the database.
+ */
+static const char *const tables_names[] = {
+	"batches", "epoch_bands", "id_sequences", "id_windows", "instances",
+	"leases", "maintenance_ticks", "rate_handouts", "service_claims",
+	"service_counts", "target_rate_state", "target_totals", "targets"
+};
 
 /* The caches told of relcache invalidations through the one callback */
 #define TABLES_MAX_CALLBACKS	8
@@ -195,11 +207,8 @@ void
 gridha_check_tables(void)
 {
 	Oid			nsp;
-	Relation	rel;
-	SysScanDesc scan;
-	ScanKeyData key;
-	HeapTuple	tup;
 	List	   *citus;
+	int			i;
 	char	   *bad_name = NULL;
 	const char *bad_what = NULL;
 	uint64		generation;
@@ -212,38 +221,41 @@ gridha_check_tables(void)
 	citus = tables_citus();
 	tables_nwatched = 0;
 
-	ScanKeyInit(&key, Anum_pg_class_relnamespace, BTEqualStrategyNumber, F_OIDEQ,
-				ObjectIdGetDatum(nsp));
-	rel = table_open(RelationRelationId, AccessShareLock);
-	scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &key);
-	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	for (i = 0; i < lengthof(tables_names); i++)
 	{
-		Form_pg_class cls = (Form_pg_class) GETSTRUCT(tup);
+		Oid			relid = get_relname_relid(tables_names[i], nsp);
+		HeapTuple	tup;
+		Form_pg_class cls;
 		const char *what = NULL;
 
+		if (!OidIsValid(relid))
+			continue;			/* a missing table fails where it is used */
+		tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+		if (!HeapTupleIsValid(tup))
+			continue;
+		cls = (Form_pg_class) GETSTRUCT(tup);
 		if (cls->relkind == RELKIND_PARTITIONED_TABLE)
 			what = "a partitioned table";
 		else if (cls->relkind == RELKIND_FOREIGN_TABLE)
 			what = "a foreign table";
 		else if (cls->relkind != RELKIND_RELATION)
-			continue;
+			what = "not a table";
 		else if (cls->relispartition)
 			what = "a partition of another table";
-		else if (list_member_oid(citus, cls->oid))
+		else if (list_member_oid(citus, relid))
 			what = "a Citus table (distributed, reference or Citus local)";
-		else if (cls->relhassubclass && find_inheritance_children(cls->oid, NoLock) != NIL)
+		else if (cls->relhassubclass && find_inheritance_children(relid, NoLock) != NIL)
 			what = "a table with inheritance children";
+		ReleaseSysCache(tup);
 		if (what == NULL)
-			tables_watch(cls->oid);
-		else if (bad_name == NULL || strcmp(NameStr(cls->relname), bad_name) < 0)
+			tables_watch(relid);
+		else if (bad_name == NULL)
 		{
 			/* the first by name, so that the message does not vary */
-			bad_name = pstrdup(NameStr(cls->relname));
+			bad_name = pstrdup(tables_names[i]);
 			bad_what = what;
 		}
 	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
 	list_free(citus);
 	if (bad_what != NULL)
 	{
