@@ -121,6 +121,19 @@ typedef struct RowsLayout
 static RowsLayout rows_layout[GRIDHA_NTABLES];
 static bool rows_callback_registered = false;
 
+/*
+ * Where this backend knows gridha's tables to be: schema gridha's OID and
+ * each table's, looked up by name at first use and again after an
+ * invalidation of the table (a DROP, a rename, a move to another schema:
+ * each invalidates its relcache entry) or of any schema (a syscache
+ * invalidation of pg_namespace). A name looked up in the syscache is
+ * current as of the invalidations taken in, and so is this; but each
+ * command of the hot path no longer pays the lookups.
+ */
+static Oid	rows_nspid = InvalidOid;
+static Oid	rows_relids[GRIDHA_NTABLES];
+static bool rows_names_registered = false;
+
 static GridhaRowsRel *rows_open(GridhaRows *rows, GridhaTable table);
 
 typedef struct RowsKeyDef
@@ -216,6 +229,73 @@ rows_layout_callback(Datum arg, Oid relid)
 	for (i = 0; i < lengthof(rows_partial); i++)
 		if (relid == InvalidOid || rows_partial[i].index == relid || rows_partial[i].table == relid)
 			rows_partial[i].index = InvalidOid;
+}
+
+/*
+ * rows_names_callback, rows_schema_callback: a table changed (or every
+ * table), a schema changed: its OID is looked up by name again.
+ */
+static void
+rows_names_callback(Datum arg, Oid relid)
+{
+	int			i;
+
+	for (i = 0; i < GRIDHA_NTABLES; i++)
+		if (relid == InvalidOid || rows_relids[i] == relid)
+			rows_relids[i] = InvalidOid;
+}
+
+static void
+rows_schema_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	int			i;
+
+	rows_nspid = InvalidOid;
+	for (i = 0; i < GRIDHA_NTABLES; i++)
+		rows_relids[i] = InvalidOid;
+}
+
+static void
+rows_names_register(void)
+{
+	if (rows_names_registered)
+		return;
+	gridha_on_relcache(rows_names_callback, (Datum) 0);
+	CacheRegisterSyscacheCallback(NAMESPACEOID, rows_schema_callback, (Datum) 0);
+	rows_names_registered = true;
+}
+
+/*
+ * rows_schema: schema gridha's OID (an error when there is none).
+ */
+static Oid
+rows_schema(void)
+{
+	rows_names_register();
+	if (!OidIsValid(rows_nspid))
+		rows_nspid = get_namespace_oid("gridha", false);
+	return rows_nspid;
+}
+
+/*
+ * rows_relid: the table's OID, InvalidOid when schema gridha has no such
+ * table.
+ */
+static Oid
+rows_relid(GridhaTable table)
+{
+	Oid			nspid = rows_schema();
+
+	if (!OidIsValid(rows_relids[table]))
+	{
+		Oid			relid = get_relname_relid(rows_tables[table], nspid);
+
+		/* an invalidation taken in by the lookup forgot the schema */
+		if (OidIsValid(rows_nspid))
+			rows_relids[table] = relid;
+		return relid;
+	}
+	return rows_relids[table];
 }
 
 /*
@@ -333,13 +413,32 @@ gridha_status_of(Datum value)
 void
 gridha_rows_hold_for_write(GridhaTable table)
 {
+	Oid			relid;
+
+	/*
+	 * The OID this backend knows, locked: the lock takes in the
+	 * invalidations committed meanwhile, so if it is still known after
+	 * that, it is still the table of that name.
+	 */
+	rows_names_register();
+	relid = rows_relids[table];
+	if (OidIsValid(relid) && OidIsValid(rows_nspid))
+	{
+		LockRelationOid(relid, RowExclusiveLock);
+		if (rows_relids[table] == relid && OidIsValid(rows_nspid))
+			return;
+		UnlockRelationOid(relid, RowExclusiveLock);
+	}
+
 	/*
 	 * By name, locked and looked up again until both agree: a table
 	 * dropped and made again (DROP and CREATE EXTENSION) while the lock
 	 * was waited for is the new one, not the old one's OID.
 	 */
-	(void) RangeVarGetRelid(makeRangeVar("gridha", (char *) rows_tables[table], -1),
-							RowExclusiveLock, false);
+	relid = RangeVarGetRelid(makeRangeVar("gridha", (char *) rows_tables[table], -1),
+							 RowExclusiveLock, false);
+	rows_relids[table] = relid;
+	rows_nspid = get_rel_namespace(relid);
 }
 
 /*
@@ -353,7 +452,7 @@ gridha_rows_begin(GridhaRows *rows, bool write)
 	gridha_require_plain_tables();
 	memset(rows, 0, sizeof(GridhaRows));
 	rows->write = write;
-	rows->nspid = get_namespace_oid("gridha", false);
+	rows->nspid = rows_schema();
 	CommandCounterIncrement();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	rows->snapshot = GetActiveSnapshot();
@@ -393,7 +492,7 @@ rows_open(GridhaRows *rows, GridhaTable table)
 
 	if (r->rel != NULL)
 		return r;
-	relid = get_relname_relid(rows_tables[table], rows->nspid);
+	relid = rows_relid(table);
 	if (!OidIsValid(relid))
 		elog(ERROR, "gridha: table gridha.%s does not exist", rows_tables[table]);
 	r->rel = table_open(relid, rows->write ? RowExclusiveLock : AccessShareLock);

@@ -22,7 +22,7 @@
 -- functions: with one callback per cache (four) the session would end with
 -- "FATAL: out of relcache_callback_list slots". A release build skips it.
 BEGIN;
-SELECT plan(28);
+SELECT plan(30);
 
 \o /dev/null
 SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
@@ -171,6 +171,21 @@ SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-000000000030', 'rg30
           'pending'::gridha.batch_status, 'plain tables again: report_submission runs');
 SELECT is((SELECT status FROM gridha.batches WHERE service_id = 'rg30' AND batch_id = 'b1'),
           'pending'::gridha.batch_status, 'plain tables again: SQL sees what report_submission wrote');
+
+-- ---------------------------------------------------------------------------
+-- gridha.batches replaced by another plain table of that name, after the
+-- report above read it: the reports use the new one (rows.c keeps each
+-- table's OID, forgotten when the table is renamed or dropped)
+-- ---------------------------------------------------------------------------
+SAVEPOINT replaced;
+ALTER TABLE gridha.batches RENAME TO batches_old;
+CREATE TABLE gridha.batches (LIKE gridha.batches_old INCLUDING ALL);
+SELECT throws_ok(format('SELECT gridha.report_status(%L, %L, %L, %s, %L)',
+                        'aaaaaaaa-0000-0000-0000-000000000030', 'rg30', 'b1', :e, 'committed'),
+                 'RG003', NULL, 'replaced gridha.batches: report_status looks for the batch in the new table');
+SELECT is((SELECT status FROM gridha.batches_old WHERE service_id = 'rg30' AND batch_id = 'b1'),
+          'pending'::gridha.batch_status, 'replaced gridha.batches: the batch in the old table is not written');
+ROLLBACK TO SAVEPOINT replaced;
 
 -- The relcache callback slots (test builds): the session got here alive,
 -- having called the hand-out, the reports, the ownership check, the targets
