@@ -46,7 +46,10 @@
 # Environment (defaults in brackets): INSTR_N1 [100], INSTR_N2 [600],
 # INSTR_PORT [56360] (first port probed for the set-up cluster),
 # INSTR_BEFORE [none] (a commit to compare with), INSTR_DEPTH [1000]
-# (batches per service; the services are 64,000 / INSTR_DEPTH).
+# (batches per service; the services are 64,000 / INSTR_DEPTH), INSTR_KEEP
+# [none] (a directory that keeps each counted run's callgrind file, named
+# PROC.N.callgrind: callgrind_annotate --inclusive=yes on the N2 and N1
+# files of a side gives its profile by function).
 set -eu -o pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -117,6 +120,14 @@ if [ "$(gridha_psql -d postgres -c "LOAD 'gridha'" \
 else
 	PROBES=on
 fi
+# Which build is counted: the test build (GRIDHA_TEST_HOOKS=1
+# GRIDHA_LOCK_CHECK=1, make test's, each with a setting of its own) counts
+# about 8% more than a release build (the lock-order checker judges every
+# row lock), so a count says which it is of (72_instructions's record is of
+# the test build).
+BUILD=$(gridha_psql -d postgres -c "LOAD 'gridha'" -c "
+	SELECT CASE count(*) WHEN 2 THEN 'test' WHEN 0 THEN 'release' ELSE 'partial-test' END
+	  FROM pg_settings WHERE name IN ('gridha.lock_check', 'gridha.test_probe_pause')")
 # A single-user backend does not apply ALTER DATABASE's settings: the
 # counted runs are given them on their command line (before, every counted
 # run renewed its claims every 10 s and ran the maintenance duty every
@@ -206,6 +217,9 @@ count() {
 			"$PG_BINDIR/postgres" --single -D "$copy" -c synchronous_commit=off "${SINGLE_OPTS[@]}" "$DB" \
 			>/dev/null 2>>"$GRIDHA_TEST_DIR/single.log" || true
 	rm -rf "$copy"
+	if [ -n "${INSTR_KEEP:-}" ] && [ -s "$out" ]; then
+		cp "$out" "$INSTR_KEEP/$1.$2.callgrind"
+	fi
 	if [ ! -s "$out" ] || grep -q 'ERROR:\|FATAL:\|Unable to start up' "$GRIDHA_TEST_DIR/single.log"; then
 		gridha_log "the counted run of $1($2) failed (valgrind or the single-user backend):"
 		tail -n 20 "$GRIDHA_TEST_DIR/single.log" >&2
@@ -237,7 +251,7 @@ per_cycle() {
 		'BEGIN { printf "%d %.0f %d\n", (t2 - t1) / n, 100 * (s2 - s1) / (t2 - t1), (t2 - t1 - (a2 - a1)) / n }'
 }
 
-gridha_log "instructions per batch (callgrind, one backend, $N1 and $N2 cycles, $((64000 / DEPTH)) services of $DEPTH batches), gridha $EXTVERSION of $PG_BINDIR, clock-driven probes $PROBES"
+gridha_log "instructions per batch (callgrind, one backend, $N1 and $N2 cycles, $((64000 / DEPTH)) services of $DEPTH batches), gridha $EXTVERSION ($BUILD build) of $PG_BINDIR, clock-driven probes $PROBES"
 figures=$(per_cycle gridha_cycles) || exit 1
 read -r g gs gq <<<"$figures"
 figures=$(per_cycle bare_cycles) || exit 1
@@ -251,6 +265,7 @@ if [ -n "${before_rev:-}" ]; then
 	printf '%-50s %12d instructions\n' "... less its periodic claim acquisitions" "$bgq"
 	printf '%-50s %12d instructions, %2d%% starting the executor\n' "bare cycle, beside $before_rev" "$bb" "$bbs"
 fi
+printf '%-50s %12s\n' "gridha build counted" "$BUILD"
 printf '%-50s %12d instructions, %2d%% starting the executor\n' "gridha cycle (3 steps, each committed)" "$g" "$gs"
 printf '%-50s %12d instructions\n' "... less its periodic claim acquisitions" "$gq"
 printf '%-50s %12d instructions, %2d%% starting the executor\n' "bare cycle (3 steps, each committed)" "$b" "$bs"
