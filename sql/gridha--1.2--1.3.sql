@@ -679,6 +679,9 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha.run_maintenance(uuid, text) IS
 'leads the duty if it can and runs the current tick once: sweeps long-gone instances, prunes final batches past gridha.retention, tops up ID windows; outcome ran, not_leader, already_run, clock_behind or lost_lease';
 
+COMMENT ON FUNCTION gridha.report_submission(uuid, text, text, bigint, text, text) IS
+'deprecated since 1.3 (use report_submission(uuid, text, text, bigint, gridha.submission_outcome, text)): records the result of submitting a batch: accepted -> pending, delayed -> delayed with backoff, rejected -> invalid; refused for a stale epoch';
+
 REVOKE ALL ON FUNCTION
     gridha.next_batch(uuid),
     gridha.next_batches(uuid, integer),

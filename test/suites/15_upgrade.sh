@@ -274,7 +274,7 @@ check_is "q1-b1|pending|1" "1.0 SQL: pending_batches lists it for the monitor" \
 check_is "committed" "1.0 SQL: report_status COMMITTED -> committed" \
 	"SELECT gridha.report_status('$S', 'q1', 'q1-b1', 1, 'COMMITTED')"
 check_is "q1-b2|1" "1.0 SQL: the next batch of the service follows" \
-	"SELECT batch_id || '|' || attempts FROM gridha.next_batch('$S')"
+	"SELECT batch_id || '|' || attempt FROM gridha.next_batch('$S')"
 check_is "pending" "1.0 SQL: ... and is reported accepted (left pending for the upgrade)" \
 	"SELECT gridha.report_submission('$S', 'q1', 'q1-b2', 1, 'accepted')"
 check_is "1.0" "1.0 SQL: the cycle ran with the database's SQL still on 1.0" \
