@@ -113,11 +113,11 @@ I32MIN = -2147483648
 
 # Every function signature of the API, by the name the generator uses.
 F = {
-    "register1": "gridha.register_instance(text)",
+    "register1": "gridha.register_instance(text,text[])",
     "register2": "gridha.register_instance(text,text[])",
     "enqueue": "gridha.enqueue(text,text,bytea,text)",
     "renew": "gridha.renew_claims(uuid)",
-    "acquire1": "gridha.acquire_claims(uuid)",
+    "acquire1": "gridha.acquire_claims(uuid,text[])",
     "acquire2": "gridha.acquire_claims(uuid,text[])",
     "claimed": "gridha.claimed_batches(uuid,integer)",
     "next": "gridha.next_batch(uuid)",
@@ -126,8 +126,8 @@ F = {
     "rsub": "gridha.report_submission(uuid,text,text,bigint,text,text)",
     "rsubs": "gridha.report_submissions(uuid,text[],text[],bigint[],text[],text[])",
     "pending": "gridha.pending_batches(uuid,integer)",
-    "rstat": "gridha.report_status(uuid,text,text,bigint,text)",
-    "rstats": "gridha.report_statuses(uuid,text[],text[],bigint[],text[])",
+    "rstat": "gridha.report_status(uuid,text,text,bigint,text,text)",
+    "rstats": "gridha.report_statuses(uuid,text[],text[],bigint[],text[],text[])",
     "release": "gridha.release_claims(uuid)",
     "expiry": "gridha.expiry_settings()",
     "try_lead": "gridha.try_lead(uuid,text)",
@@ -140,15 +140,15 @@ F = {
     "next_id": "gridha.next_id(text)",
     "start_worker": "gridha.start_worker(text)",
     "stop_worker": "gridha.stop_worker(uuid)",
-    "slots": "gridha.worker_slots()",
-    "worker_register": "gridha.worker_register(uuid,text)",
-    "worker_orphans": "gridha.worker_orphans(uuid)",
+    "slots": "gridha_internal.worker_slots()",
+    "worker_register": "gridha_internal.worker_register(uuid,text)",
+    "worker_orphans": "gridha_internal.worker_orphans(uuid)",
     "move_service": "gridha.move_service(text,text)",
     "set_owner": "gridha.set_instance_owner(uuid,regrole)",
-    "limits": "gridha.worker_limit_slots()",
+    "limits": "gridha_internal.worker_limit_slots()",
     # the 1.2 API (issue 30)
     "rsub12": "gridha.report_submission(uuid,text,text,bigint,gridha.submission_outcome,text)",
-    "rstat12": "gridha.report_status(uuid,text,text,bigint,gridha.ledger_status)",
+    "rstat12": "gridha.report_status(uuid,text,text,bigint,gridha.ledger_status,text)",
     "rsubs12": "gridha.report_submissions(uuid,gridha.submission_report[])",
     "rstats12": "gridha.report_statuses(uuid,gridha.status_report[])",
     "lead": "gridha.lead(uuid,text)",
@@ -924,7 +924,7 @@ class Gen:
         if k == 0:
             self.call("expiry_settings", "expiry", "SELECT * FROM gridha.expiry_settings()", [])
         elif k == 1:
-            self.call("worker_slots", "slots", "SELECT * FROM gridha.worker_slots()", [])
+            self.call("worker_slots", "slots", "SELECT * FROM gridha_internal.worker_slots()", [])
         else:
             self.add(Stmt("set", "SET gridha.session_liveness = %s" % self.pick(["on", "off"])))
 
@@ -941,7 +941,7 @@ class Gen:
                            V("gen_random_uuid()"), V("NULL::uuid", None), V("'%s'::uuid" % NIL)])
             self.call("stop_worker", "stop_worker", "SELECT gridha.stop_worker(%s)" % u.sql, [u])
         else:
-            self.call("worker_slots", "slots", "SELECT * FROM gridha.worker_slots()", [])
+            self.call("worker_slots", "slots", "SELECT * FROM gridha_internal.worker_slots()", [])
 
     # -- chaos (superuser) --------------------------------------------------
 
@@ -1414,11 +1414,11 @@ class Gen:
         c("next_id", "next_id", "SELECT gridha.next_id('fz-tour-%s')" % tag, [])
         c("drop_id_sequence", "drop_seq", "SELECT gridha.drop_id_sequence('fz-tour-%s')" % tag, [])
         c("start_worker", "start_worker", "SELECT gridha.start_worker('fz tour') AS sw \\gset", [])
-        c("worker_slots", "slots", "SELECT * FROM gridha.worker_slots()", [])
+        c("worker_slots", "slots", "SELECT * FROM gridha_internal.worker_slots()", [])
         c("stop_worker", "stop_worker", "SELECT gridha.stop_worker(:'sw')", [])
-        c("worker_register", "worker_register", "SELECT gridha.worker_register(gen_random_uuid(), 'fz tour')", [])
-        c("worker_orphans", "worker_orphans", "SELECT * FROM gridha.worker_orphans(:'ri')", [ri])
-        c("worker_limit_slots", "limits", "SELECT * FROM gridha.worker_limit_slots()", [])
+        c("worker_register", "worker_register", "SELECT gridha_internal.worker_register(gen_random_uuid(), 'fz tour')", [])
+        c("worker_orphans", "worker_orphans", "SELECT * FROM gridha_internal.worker_orphans(:'ri')", [ri])
+        c("worker_limit_slots", "limits", "SELECT * FROM gridha_internal.worker_limit_slots()", [])
         c("prune_batches", "prune", "SELECT gridha.prune_batches(10)", [])
         c("move_service", "move_service", "SELECT gridha.move_service('fz-tour', 'default')", [])
         c("set_instance_owner", "set_owner", "SELECT gridha.set_instance_owner(:'ri', current_user::regrole)", [ri])
@@ -2371,10 +2371,10 @@ SELECT i.instance_id, i.kind, coalesce(array_to_string(i.serves, ','), 'any'), i
         """the workers, their limits, and the targets of the batches left"""
         details = ["worker %s" % " | ".join(r) for r in rows(db, """
 SELECT w.instance_id, w.label, w.pid, w.state, w.state_since, coalesce(w.service_id, '-'),
-       coalesce(w.batch_id, '-'), w.in_flight
+       coalesce(w.batch_id, '-'), w.requests_in_flight
   FROM gridha.workers w ORDER BY w.label""")]
         details += ["limit %s" % " | ".join(r) for r in rows(db, """
-SELECT l.instance_id, l.target, l.in_flight, l.inflight_limit, l.failures
+SELECT l.instance_id, l.target, l.requests_in_flight, l.inflight_limit, l.failures
   FROM gridha.worker_limits l ORDER BY l.instance_id, l.target""")]
         details += ["target %s" % " | ".join(r) for r in rows(db, """
 SELECT t.target, coalesce(t.submit_url, '-'), coalesce(t.submit_function, '-'),

@@ -7,7 +7,7 @@
 -- file runs with gridha preloaded, so gridha.workers and gridha.database
 -- exist.
 BEGIN;
-SELECT plan(179);
+SELECT plan(169);
 
 -- The contract's API, one row per function. args: the argument types that
 -- identify it; arguments: pg_get_function_arguments (names and defaults);
@@ -22,8 +22,8 @@ CREATE TEMP TABLE api (
     worker    boolean DEFAULT false
 );
 INSERT INTO api (ord, name, args, arguments, result, returns, worker) VALUES
- (1, 'register_instance', '{text}',
-  'label text DEFAULT NULL::text',
+ (1, 'register_instance', '{text,text[]}',
+  'label text DEFAULT NULL::text, serves text[] DEFAULT NULL::text[]',
   'uuid', 'uuid', false),
  (2, 'enqueue', '{text,text,bytea,text}',
   'service_id text, batch_id text, payload bytea, target text DEFAULT NULL::text',
@@ -31,8 +31,8 @@ INSERT INTO api (ord, name, args, arguments, result, returns, worker) VALUES
  (3, 'renew_claims', '{uuid}',
   'instance_id uuid',
   'integer', 'integer', false),
- (4, 'acquire_claims', '{uuid}',
-  'instance_id uuid',
+ (4, 'acquire_claims', '{uuid,text[]}',
+  'instance_id uuid, serves text[] DEFAULT NULL::text[]',
   'TABLE(service_id text, epoch bigint)', 'setof record', false),
  (5, 'claimed_batches', '{uuid,integer}',
   'instance_id uuid, max_batches integer DEFAULT 100',
@@ -40,11 +40,11 @@ INSERT INTO api (ord, name, args, arguments, result, returns, worker) VALUES
   'setof record', false),
  (6, 'next_batch', '{uuid}',
   'instance_id uuid',
-  'TABLE(service_id text, batch_id text, payload bytea, epoch bigint, attempt integer, attempts integer)',
+  'TABLE(service_id text, batch_id text, payload bytea, epoch bigint, attempts integer)',
   'setof record', false),
  (7, 'next_batches', '{uuid,integer}',
   'instance_id uuid, max_batches integer DEFAULT 100',
-  'TABLE(service_id text, batch_id text, payload bytea, epoch bigint, attempt integer, attempts integer)',
+  'TABLE(service_id text, batch_id text, payload bytea, epoch bigint, attempts integer)',
   'setof record', false),
  (8, 'verify_batch', '{uuid,text,text,bigint}',
   'instance_id uuid, service_id text, batch_id text, epoch bigint',
@@ -56,8 +56,8 @@ INSERT INTO api (ord, name, args, arguments, result, returns, worker) VALUES
   'instance_id uuid, max_batches integer DEFAULT 100',
   'TABLE(service_id text, batch_id text, status gridha.batch_status, epoch bigint, submitted_at timestamp with time zone)',
   'setof record', false),
- (11, 'report_status', '{uuid,text,text,bigint,text}',
-  'instance_id uuid, service_id text, batch_id text, epoch bigint, dlt_status text',
+ (11, 'report_status', '{uuid,text,text,bigint,text,text}',
+  'instance_id uuid, service_id text, batch_id text, epoch bigint, status text, detail text DEFAULT NULL::text',
   'gridha.batch_status', 'gridha.batch_status', false),
  (12, 'release_claims', '{uuid}',
   'instance_id uuid',
@@ -66,16 +66,10 @@ INSERT INTO api (ord, name, args, arguments, result, returns, worker) VALUES
   'instance_id uuid, service_ids text[], batch_ids text[], epochs bigint[], outcomes text[], details text[] DEFAULT NULL::text[]',
   'TABLE(service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)',
   'setof record', false),
- (16, 'report_statuses', '{uuid,text[],text[],bigint[],text[]}',
-  'instance_id uuid, service_ids text[], batch_ids text[], epochs bigint[], dlt_statuses text[]',
+ (16, 'report_statuses', '{uuid,text[],text[],bigint[],text[],text[]}',
+  'instance_id uuid, service_ids text[], batch_ids text[], epochs bigint[], statuses text[], details text[] DEFAULT NULL::text[]',
   'TABLE(service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)',
   'setof record', false),
- (17, 'register_instance', '{text,text[]}',
-  'label text, serves text[]',
-  'uuid', 'uuid', false),
- (18, 'acquire_claims', '{uuid,text[]}',
-  'instance_id uuid, serves text[]',
-  'TABLE(service_id text, epoch bigint)', 'setof record', false),
  (13, 'start_worker', '{text}',
   'label text DEFAULT NULL::text',
   'uuid', 'uuid', true),
@@ -102,7 +96,7 @@ SELECT enum_has_labels('gridha', 'batch_status',
     'gridha.batch_status has exactly the lifecycle labels, in order');
 
 -- ---------------------------------------------------------------------------
--- API functions (16 of them, 5 assertions each)
+-- API functions (14 of them, 5 assertions each)
 -- ---------------------------------------------------------------------------
 
 SELECT has_function('gridha', a.name, a.args,
@@ -183,7 +177,7 @@ INSERT INTO contract_columns (tab, col, typ) VALUES
  ('targets',        'rate_burst',      'integer'),
  ('instances',      'instance_id',     'uuid'),
  ('instances',      'label',           'text'),
- ('instances',      'kind',            'text'),
+ ('instances',      'kind',            'gridha.instance_kind'),
  ('instances',      'last_seen_at',    'timestamp with time zone');
 
 SELECT has_column('gridha', c.tab, c.col, format('gridha.%s has column %s', c.tab, c.col))
@@ -283,8 +277,8 @@ SELECT isnt(current_setting('gridha.database', true), NULL, 'gridha.database exi
 -- The finality guard on every hand-out and report: a row trigger after
 -- UPDATE, with no WHEN clause (a WHEN is read back from its stored text by
 -- every UPDATE statement on the table; the C function tests the status).
-SELECT trigger_is('gridha', 'batches', 'batches_final', 'gridha', 'batches_guard_final',
-                  'batches_final calls gridha.batches_guard_final');
+SELECT trigger_is('gridha', 'batches', 'batches_final', 'gridha_internal', 'batches_guard_final',
+                  'batches_final calls gridha_internal.batches_guard_final');
 SELECT is((SELECT format('%s %s', pg_get_triggerdef(t.oid) ~ ' AFTER UPDATE OF .* FOR EACH ROW EXECUTE',
                          t.tgqual IS NULL)
              FROM pg_trigger t
