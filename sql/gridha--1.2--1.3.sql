@@ -544,3 +544,40 @@ REVOKE ALL ON FUNCTION gridha.instances_owner_stamp(), gridha.instances_restored
 
 COMMENT ON FUNCTION gridha.set_instance_owner(uuid, regrole) IS
 'gives an instance an owner, or confirms a restored instance''s owner on this cluster (administrators): only members of that role may act as it; an instance without an owner, or whose owner is not confirmed here, is refused to everyone but superusers';
+
+-- --- issue 40, API 1.3 (behaviour): a user's duty apart from gridha's own ---
+-- gridha's maintenance duty is gridha.maintenance (a reserved name: lead
+-- refuses gridha.*); 1.2 named it maintenance, which becomes a name like any
+-- other, and lead's default duty is the user's 'default'. The lease and the
+-- ticks of the duty keep their term and history under the new name.
+DELETE FROM gridha.leases WHERE role = 'gridha.maintenance';
+DELETE FROM gridha.maintenance_ticks WHERE role = 'gridha.maintenance';
+UPDATE gridha.leases SET role = 'gridha.maintenance' WHERE role = 'maintenance';
+UPDATE gridha.maintenance_ticks SET role = 'gridha.maintenance' WHERE role = 'maintenance';
+
+CREATE OR REPLACE FUNCTION gridha.try_lead(instance_id uuid, role text DEFAULT 'default')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_try_lead'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+CREATE OR REPLACE FUNCTION gridha.resign(instance_id uuid, role text DEFAULT 'default')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_resign'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+CREATE OR REPLACE FUNCTION gridha.lead(instance_id uuid, duty text DEFAULT 'default')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_lead'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.lead(uuid, text) IS
+'leads the duty (a new term when the leader changes) or renews this instance''s lease on it; returns the term, or NULL while another instance holds an unexpired lease; duties named gridha.* are gridha''s own and refused (RG025)';
+
+CREATE OR REPLACE FUNCTION gridha.resign_lead(instance_id uuid, duty text DEFAULT 'default')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_resign_lead'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
