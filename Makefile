@@ -38,6 +38,16 @@ ifneq ($(GRIDHA_TEST_HOOKS),1)
 ISOLATION := $(filter-out $(HOOK_SPECS),$(ISOLATION))
 endif
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=gridha
+# The tests on PostgreSQL's TAP framework (PostgreSQL::Test::Cluster): each
+# test/t/*.pl starts clusters of its own from the installed programs.
+# `make prove_installcheck` runs them (and `make installcheck` last), as any
+# user but root: initdb refuses root, so a root build leaves them out, and
+# test/run.sh runs them as the postgres user.
+TAP_TESTS = 1
+PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
+ifeq ($(shell id -u),0)
+TAP_TESTS =
+endif
 PGTAP_TESTS = $(sort $(wildcard test/pgtap/*.sql))
 PGTAP_DB = contrib_regression_pgtap
 
@@ -130,6 +140,10 @@ installcheck-pgtap:
 
 test:
 	bash test/run.sh
+
+.PHONY: prove_installcheck
+prove_installcheck:
+	$(prove_installcheck)
 
 # After a full `make test` on each major: write what each part ran into
 # test/expected_totals (the lead's step when merged work adds tests).

@@ -651,10 +651,13 @@ leader_prune_step(int64 limit)
  * service counts is left out when the tick runs inside someone else's
  * transaction (a hand-out's poll duty): counts.c writes a transaction's
  * counts at its commit, so one that created services before would be
- * counted twice.
+ * counted twice. The count rows come last in the lock order, after the
+ * instance rows: the key write the leader's touch left for the end of its
+ * call (an UPDATE of its instance row, which may wait) is made before them.
  */
 static void
-leader_duties(text *role, int64 tick, bool check_counts, int32 *swept, int64 *pruned, int32 *opened)
+leader_duties(Datum instance_id, text *role, int64 tick, bool check_counts,
+			  int32 *swept, int64 *pruned, int32 *opened)
 {
 	Datum		args[2];
 
@@ -670,7 +673,10 @@ leader_duties(text *role, int64 tick, bool check_counts, int32 *swept, int64 *pr
 	*opened = gridha_idseq_top_up();
 	gridha_ratelimit_prune_log();
 	if (check_counts)
+	{
+		gridha_instance_write_key(instance_id);
 		leader_check_counts();
+	}
 
 	args[0] = PointerGetDatum(role);
 	args[1] = Int64GetDatum(tick);
@@ -696,7 +702,7 @@ leader_run_tick(Datum instance_id, text *role, int64 term, bool check_counts,
 	if (SPI_processed == 0)
 		return false;
 	*tick = gridha_col_int64(0, 1);
-	leader_duties(role, *tick, check_counts, swept, pruned, opened);
+	leader_duties(instance_id, role, *tick, check_counts, swept, pruned, opened);
 	args[0] = PointerGetDatum(role);
 	args[1] = Int64GetDatum(*tick);
 	args[2] = Int32GetDatum(*swept);

@@ -366,7 +366,26 @@ gridha_missing_packages() {
 			echo postgresql-15-pgtap
 		fi
 		[ -x /usr/bin/pg_prove ] || echo libtap-parser-sourcehandler-pgtap-perl
+		# test/t/*.pl: PostgreSQL's TAP framework and what it needs
+		perl -MIPC::Run -e 1 2>/dev/null || echo libipc-run-perl
+		[ -n "$(gridha_tap_framework)" ] || echo "postgresql-client-${major:-15}"
 	fi
+}
+
+# gridha_tap_framework: the directory of PostgreSQL's TAP framework
+# (PostgreSQL::Test::Cluster, PostgreSQL::Test::Utils) for PG_CONFIG's
+# PostgreSQL: its PGXS's src/test/perl, or, for a tree built without it
+# (configure without --enable-tap-tests), the newest Debian package's (the
+# framework drives other majors' programs through PATH). Empty when none.
+gridha_tap_framework() {
+	local d
+	d=$(dirname "$(dirname "$("$PG_CONFIG" --pgxs 2>/dev/null)")")/test/perl
+	if [ ! -f "$d/PostgreSQL/Test/Cluster.pm" ]; then
+		d=$(compgen -G '/usr/lib/postgresql/*/lib/pgxs/src/test/perl/PostgreSQL/Test/Cluster.pm' |
+			sort -V | tail -n 1)
+		d=${d%/PostgreSQL/Test/Cluster.pm}
+	fi
+	[ -n "$d" ] && echo "$d"
 }
 
 # gridha_apt_install PKG...: install Debian packages with apt-get, quietly

@@ -17,6 +17,8 @@
 #        pgtap      test/pgtap/*.sql (pg_prove), one database for all files
 #        soak       test/soak/run.sh, the concurrency soak
 #        suites     every executable test/suites/*.sh (see its README)
+#        test/t     every test/t/*.pl, on PostgreSQL's TAP framework
+#                   (PostgreSQL::Test::Cluster), as the postgres user
 #        serverlog  no server process crashed during the run, and no call
 #                   broke the lock order (the test build's checker)
 #
@@ -512,10 +514,53 @@ run_suites() {
 	fi
 }
 
+# run_framework_tests: every test/t/*.pl, each a part of its own named after
+# its file, on PostgreSQL's TAP framework (PostgreSQL::Test::Cluster starts
+# its own clusters, with PG_CONFIG's programs first in PATH). The framework
+# runs initdb, which refuses root: as root, they run as the postgres user.
+# Their clusters' logs go to GRIDHA_LOG_DIR for the crash scan.
+run_framework_tests() {
+	local f name dir fw rc p n s plan log
+	local files=() as
+	for f in test/t/*.pl; do
+		[ -f "$f" ] && want "$(basename "$f" .pl)" && files+=("$f")
+	done
+	[ ${#files[@]} -gt 0 ] || return 0
+	section "phase 2: test/t (PostgreSQL's TAP framework)"
+	fw=$(gridha_tap_framework)
+	for f in "${files[@]}"; do
+		name=$(basename "$f" .pl)
+		echo "--- $f"
+		if [ -z "$fw" ]; then
+			record "$name" 0 1 0 "no PostgreSQL::Test::Cluster found"
+			continue
+		fi
+		dir=$GRIDHA_TEST_DIR/t/$name
+		mkdir -p "$dir"
+		gridha_fix_owner "$GRIDHA_TEST_DIR/t" "$dir"
+		as=()
+		[ "$(id -u)" -eq 0 ] && as=(runuser -u postgres --)
+		rc=0
+		(cd "$dir" && run_logged "$dir/output.log" "$SUITE_TIMEOUT" \
+			"${as[@]}" env PATH="$PG_BINDIR:$PATH" TESTDIR="$dir" \
+			PG_REGRESS="$(dirname "$(dirname "$("$PG_CONFIG" --pgxs)")")/test/regress/pg_regress" \
+			perl -I "$fw" "$REPO/$f") || rc=$?
+		read -r p n s plan < <(count_tap "$dir/output.log" numbered)
+		plan_check "$plan" $((p + n + s))
+		n=$((n + PLAN_FAILED))
+		[ "$rc" -ne 0 ] && [ "$n" -eq 0 ] && n=1
+		for log in "$dir"/tmp_check/log/*.log; do
+			[ -f "$log" ] && cp "$log" "$GRIDHA_LOG_DIR/$name.$(basename "$log")"
+		done
+		[ "$n" -gt 0 ] && note_failures "$name" "$dir/output.log"
+		record "$name" "$p" "$n" "$s" "$PLAN_NOTE$([ "$rc" -ne 0 ] && echo " exit $rc")"
+	done
+}
+
 # check_server_log: one test that no server process crashed during the run
 # (SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, PANIC, failed assertion), in the
 # log of the run's cluster and in every log in GRIDHA_LOG_DIR (the clusters
-# suites started of their own: test/dba/cluster2.sh, 17_pitr, the HA
+# suites started of their own: test/dba/cluster2.sh, test/t, the HA
 # harness). Suites may kill processes on purpose (signal 9, immediate
 # stops); those do not count.
 check_server_log() {
@@ -675,6 +720,7 @@ main() {
 	want pgtap && run_pgtap
 	want soak && run_soak
 	run_suites
+	run_framework_tests
 	check_server_log
 	if [ -z "${GRIDHA_ONLY:-}" ]; then
 		check_totals
