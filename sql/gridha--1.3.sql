@@ -2042,3 +2042,191 @@ CREATE TRIGGER instances_restored
     FOR EACH STATEMENT EXECUTE FUNCTION gridha.instances_restored();
 
 REVOKE ALL ON FUNCTION gridha.instances_owner_stamp(), gridha.instances_restored() FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- issue 40, API 1.3 (surface): internal functions in a schema of their own,
+-- one function with defaults instead of overloads, the deprecated forms as
+-- SQL wrappers, batch status and detail readable by administrators
+-- ---------------------------------------------------------------------------
+--
+-- The same statements end gridha--1.3.sql and gridha--1.2--1.3.sql, so that
+-- a fresh install and an upgraded one are made alike.
+
+-- Trigger functions and the functions behind the worker views are not
+-- part of the API: they move to gridha_internal, created with the
+-- extension. Triggers and views name their functions by OID, so nothing
+-- that uses them changes. No role has USAGE on the schema but
+-- gridha_submitter, whose members include every worker's role: a worker
+-- registers (worker_register) and finds its orphans (worker_orphans) by
+-- name. EXECUTE stays as it was (the trigger functions: nobody's; the
+-- views' functions: the roles that read the views).
+CREATE SCHEMA gridha_internal;
+
+COMMENT ON SCHEMA gridha_internal IS
+'gridha''s internal functions (triggers, the worker views'' slot readers, the worker''s registration): not an API, they may change in any release';
+
+REVOKE ALL ON SCHEMA gridha_internal FROM PUBLIC;
+GRANT USAGE ON SCHEMA gridha_internal TO gridha_submitter;
+
+ALTER FUNCTION gridha.batches_before_insert() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.batches_guard_final() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.batches_guard_delete() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.batches_wake() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.id_sequences_changed() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.instances_changed() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.instances_guard_claims() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.instances_owner_stamp() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.instances_restored() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.service_claims_count() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.targets_before_insert() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.targets_check() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.targets_name_change() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.targets_rate_changed() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.targets_rate_inval() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.targets_totals_follow() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.worker_limit_slots() SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.worker_orphans(uuid) SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.worker_register(uuid, text) SET SCHEMA gridha_internal;
+ALTER FUNCTION gridha.worker_slots() SET SCHEMA gridha_internal;
+
+-- register_instance and acquire_claims: one function each, serves
+-- defaulting to NULL (any kind of target, nothing declared), as the form
+-- without it did. Calls of 1.2 by position or by name keep working.
+DROP FUNCTION gridha.register_instance(text);
+
+CREATE OR REPLACE FUNCTION gridha.register_instance(label text DEFAULT NULL, serves text[] DEFAULT NULL)
+RETURNS uuid
+AS 'MODULE_PATHNAME', 'gridha_register_instance'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.register_instance(text, text[]) IS
+'registers a new external instance, owned by the calling role, and returns its id; serves, when given, declares the kinds of target it serves (submit_url, submit_function, status_url, status_function), NULL: any';
+
+DROP FUNCTION gridha.acquire_claims(uuid);
+
+CREATE OR REPLACE FUNCTION gridha.acquire_claims(instance_id uuid, serves text[] DEFAULT NULL)
+RETURNS TABLE (service_id text, epoch bigint)
+AS 'MODULE_PATHNAME', 'gridha_acquire_claims'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.acquire_claims(uuid, text[]) IS
+'takes free, soft-expired (nothing submitting) and hard-expired claims whose target the instance can serve, up to the fair share when gridha.balance_claims is on (releasing surplus idle claims above it); returns the claims newly taken; serves, when given, first declares which kinds of target the instance can serve (submit_url, submit_function, status_url, status_function) and hands back the claims it can no longer serve';
+
+-- The forms deprecated in 1.2 call the current functions: no C entry
+-- point of their own (the library keeps those symbols for 1.2's SQL).
+-- The batched reports check their arrays as before (NULL, more than one
+-- dimension, lengths that differ: the whole call fails) and read the
+-- words in any case; an unknown word refuses its row alone, with RG004 or
+-- RG005, as before.
+CREATE OR REPLACE FUNCTION gridha.try_lead(instance_id uuid, role text DEFAULT 'default')
+RETURNS bigint
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT gridha.lead(instance_id, role)
+$$;
+
+CREATE OR REPLACE FUNCTION gridha.resign(instance_id uuid, role text DEFAULT 'default')
+RETURNS boolean
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT gridha.resign_lead(instance_id, role)
+$$;
+
+CREATE OR REPLACE FUNCTION gridha.report_submissions(instance_id uuid, service_ids text[], batch_ids text[],
+                                                     epochs bigint[], outcomes text[], details text[] DEFAULT NULL)
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
+LANGUAGE plpgsql VOLATILE ROWS 100
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    n integer := 0;
+    a record;
+BEGIN
+    FOR a IN SELECT * FROM (VALUES (1, 'service_ids', service_ids), (2, 'batch_ids', batch_ids),
+                                   (3, 'epochs', epochs::text[]), (4, 'outcomes', outcomes),
+                                   (5, 'details', details)) v(i, name, arr) ORDER BY i LOOP
+        CONTINUE WHEN a.i = 5 AND a.arr IS NULL;
+        IF a.arr IS NULL THEN
+            RAISE EXCEPTION '% must not be null', a.name USING ERRCODE = '22004';
+        END IF;
+        IF array_ndims(a.arr) > 1 THEN
+            RAISE EXCEPTION '% must be a one-dimensional array', a.name USING ERRCODE = '22023';
+        END IF;
+        IF a.i > 1 AND cardinality(a.arr) <> n THEN
+            RAISE EXCEPTION '% has % elements, service_ids has %', a.name, cardinality(a.arr), n
+                USING ERRCODE = '22023', DETAIL = 'Each array holds one element per batch reported.';
+        END IF;
+        n := cardinality(a.arr);
+    END LOOP;
+    RETURN QUERY
+    SELECT r.service_id, r.batch_id, r.status,
+           CASE WHEN u.w IS NOT NULL AND r.message = 'outcome must not be null' THEN 'RG004' ELSE r.sqlstate END,
+           CASE WHEN u.w IS NOT NULL AND r.message = 'outcome must not be null'
+                THEN format('unknown submission outcome "%s"', u.w) ELSE r.message END
+      FROM ROWS FROM (gridha.report_submissions(instance_id, ARRAY(
+               SELECT ROW(v.s, v.b, v.e,
+                          CASE lower(v.w COLLATE "C") WHEN 'accepted' THEN 'accepted' WHEN 'delayed' THEN 'delayed'
+                               WHEN 'rejected' THEN 'rejected' END::gridha.submission_outcome,
+                          v.d)::gridha.submission_report
+                 FROM unnest(service_ids, batch_ids, epochs, outcomes,
+                             coalesce(details, array_fill(NULL::text, ARRAY[n])))
+                      WITH ORDINALITY AS v(s, b, e, w, d, k)
+                ORDER BY v.k))) WITH ORDINALITY AS r(service_id, batch_id, status, sqlstate, message, k)
+      JOIN unnest(outcomes) WITH ORDINALITY AS u(w, k) ON u.k = r.k
+     ORDER BY r.k;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION gridha.report_statuses(instance_id uuid, service_ids text[], batch_ids text[],
+                                                  epochs bigint[], dlt_statuses text[])
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
+LANGUAGE plpgsql VOLATILE ROWS 100
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    n integer := 0;
+    a record;
+BEGIN
+    FOR a IN SELECT * FROM (VALUES (1, 'service_ids', service_ids), (2, 'batch_ids', batch_ids),
+                                   (3, 'epochs', epochs::text[]), (4, 'dlt_statuses', dlt_statuses)) v(i, name, arr)
+              ORDER BY i LOOP
+        IF a.arr IS NULL THEN
+            RAISE EXCEPTION '% must not be null', a.name USING ERRCODE = '22004';
+        END IF;
+        IF array_ndims(a.arr) > 1 THEN
+            RAISE EXCEPTION '% must be a one-dimensional array', a.name USING ERRCODE = '22023';
+        END IF;
+        IF a.i > 1 AND cardinality(a.arr) <> n THEN
+            RAISE EXCEPTION '% has % elements, service_ids has %', a.name, cardinality(a.arr), n
+                USING ERRCODE = '22023', DETAIL = 'Each array holds one element per batch reported.';
+        END IF;
+        n := cardinality(a.arr);
+    END LOOP;
+    RETURN QUERY
+    SELECT r.service_id, r.batch_id, r.status,
+           CASE WHEN u.w IS NOT NULL AND r.message = 'dlt_status must not be null' THEN 'RG005' ELSE r.sqlstate END,
+           CASE WHEN u.w IS NOT NULL AND r.message = 'dlt_status must not be null'
+                THEN format('unknown ledger status "%s"', u.w) ELSE r.message END
+      FROM ROWS FROM (gridha.report_statuses(instance_id, ARRAY(
+               SELECT ROW(v.s, v.b, v.e,
+                          CASE lower(v.w COLLATE "C") WHEN 'pending' THEN 'pending' WHEN 'valid' THEN 'valid'
+                               WHEN 'committed' THEN 'committed' WHEN 'invalid' THEN 'invalid'
+                               WHEN 'unknown' THEN 'unknown' END::gridha.ledger_status,
+                          NULL)::gridha.status_report
+                 FROM unnest(service_ids, batch_ids, epochs, dlt_statuses) WITH ORDINALITY AS v(s, b, e, w, k)
+                ORDER BY v.k))) WITH ORDINALITY AS r(service_id, batch_id, status, sqlstate, message, k)
+      JOIN unnest(dlt_statuses) WITH ORDINALITY AS u(w, k) ON u.k = r.k
+     ORDER BY r.k;
+END
+$$;
+
+-- Administrators read every batch's place and status, its attempts and the
+-- detail a report stored (why it is retried), not its payload: a grant on
+-- the other columns of gridha.batches.
+GRANT SELECT (service_id, batch_id, seq, status, created_at, epoch, attempts, not_before,
+              instance_id, handed_out_at, submitted_at, finished_at, detail)
+ON gridha.batches TO gridha_admin;

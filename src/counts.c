@@ -409,7 +409,7 @@ gridha_service_claims_count(PG_FUNCTION_ARGS)
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("gridha.service_claims_count() must be called as a trigger")));
+				 errmsg("gridha_internal.service_claims_count() must be called as a trigger")));
 	if (!counts_callbacks_registered)
 	{
 		RegisterXactCallback(counts_xact_callback, NULL);
@@ -443,7 +443,7 @@ gridha_service_claims_count(PG_FUNCTION_ARGS)
 	if (!TRIGGER_FIRED_FOR_ROW(ev) || !TRIGGER_FIRED_AFTER(ev))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("gridha.service_claims_count() must fire after each row or after a truncate")));
+				 errmsg("gridha_internal.service_claims_count() must fire after each row or after a truncate")));
 	if (TRIGGER_FIRED_BY_INSERT(ev))
 		new_target = counts_target(trigdata, trigdata->tg_trigtuple);
 	else if (TRIGGER_FIRED_BY_DELETE(ev))

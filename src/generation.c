@@ -12,7 +12,11 @@
  * relation or function changed (an ALTER EXTENSION UPDATE alters tables
  * and replaces functions; DROP and CREATE EXTENSION drop and create them).
  * Everything that differs between 1.2 and 1.3 asks gridha_sql_generation;
- * nothing else in the library looks at columns or versions to decide.
+ * nothing else in the library looks at columns or versions to decide. (One
+ * such difference: the worker's own functions, worker_register and
+ * worker_orphans, are in schema gridha_internal on 1.3, in gridha on 1.2;
+ * the 1.2 script's C symbols of the deprecated forms stay in the library,
+ * which 1.3 wraps in SQL instead.)
  *
  * SQL 1.0 and 1.1 are refused (RG022) by every function that reads or
  * writes gridha's tables, with a hint to run ALTER EXTENSION gridha

@@ -658,7 +658,7 @@ gridha_batches_wake(PG_FUNCTION_ARGS)
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("gridha.batches_wake() must be called as a trigger")));
+				 errmsg("gridha_internal.batches_wake() must be called as a trigger")));
 	if (slots_shared != NULL)
 	{
 		if (!slots_xact_callback_set)

@@ -130,6 +130,7 @@
 
 #include "dlt_http.h"
 #include "common.h"
+#include "generation.h"
 #include "limit.h"
 #include "ratelimit.h"
 #include "settings.h"
@@ -240,8 +241,16 @@ static GridhaStatement submit_maintenance_stmt = {
 	1, {UUIDOID}
 };
 
-/* This worker's orphans, read as the worker's role */
+/*
+ * This worker's orphans, read as the worker's role: worker_orphans is in
+ * gridha_internal on 1.3's SQL, in gridha on 1.2's (src/generation.c).
+ */
 static GridhaStatement submit_orphans_stmt = {
+	"SELECT o.service_id, o.batch_id, o.epoch FROM gridha_internal.worker_orphans($1) o",
+	1, {UUIDOID}
+};
+
+static GridhaStatement submit_orphans_1_2_stmt = {
 	"SELECT o.service_id, o.batch_id, o.epoch FROM gridha.worker_orphans($1) o",
 	1, {UUIDOID}
 };
@@ -1443,7 +1452,8 @@ submit_orphans_step(void *arg)
 	MemoryContext old;
 
 	args[0] = submit_instance_datum();
-	gridha_exec(&submit_orphans_stmt, args, NULL, true);
+	gridha_exec(gridha_sql_generation() == GRIDHA_SQL_1_2 ? &submit_orphans_1_2_stmt :
+				&submit_orphans_stmt, args, NULL, true);
 	old = MemoryContextSwitchTo(submit_cxt);
 	for (i = 0; i < SPI_processed; i++)
 	{

@@ -1045,7 +1045,7 @@ gridha_targets_check(PG_FUNCTION_ARGS)
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("gridha.targets_check() must be called as a trigger")));
+				 errmsg("gridha_internal.targets_check() must be called as a trigger")));
 
 	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ? trigdata->tg_newtuple : trigdata->tg_trigtuple;
 	desc = trigdata->tg_relation->rd_att;

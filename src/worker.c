@@ -406,8 +406,9 @@ worker_wait_for_extension(void)
  * a new instance with a new id. Without it (the extension was created
  * again) the id is kept.
  *
- * The row is written by gridha.worker_register, called as the worker's
- * role: the function lets only a gridha worker process in. (On SQL older
+ * The row is written by gridha_internal.worker_register (gridha's on 1.2's
+ * SQL), called as the worker's role: the function lets only a gridha
+ * worker process in. (On SQL older
  * than 1.2, which the library does not serve, the worker waits before it
  * comes here: worker_extension_ready.)
  */
@@ -415,6 +416,8 @@ static void
 worker_register_instance(pg_uuid_t *id, const char *label, bool fresh)
 {
 	static const char *by_function =
+		"SELECT gridha_internal.worker_register($1, $2)";
+	static const char *by_function_1_2 =
 		"SELECT gridha.worker_register($1, $2)";
 	Oid			types[2] = {UUIDOID, TEXTOID};
 	bool		done = false;
@@ -431,7 +434,8 @@ worker_register_instance(pg_uuid_t *id, const char *label, bool fresh)
 		PushActiveSnapshot(GetTransactionSnapshot());
 		args[0] = UUIDPGetDatum(id);
 		args[1] = CStringGetTextDatum(label);
-		if (SPI_execute_with_args(by_function, 2, types, args, NULL, false, 1) != SPI_OK_SELECT ||
+		if (SPI_execute_with_args(gridha_sql_generation() == GRIDHA_SQL_1_2 ? by_function_1_2 : by_function,
+								  2, types, args, NULL, false, 1) != SPI_OK_SELECT ||
 			SPI_processed != 1)
 			elog(ERROR, "gridha: could not register the worker instance");
 		done = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) ||

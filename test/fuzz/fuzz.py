@@ -113,11 +113,11 @@ I32MIN = -2147483648
 
 # Every function signature of the API, by the name the generator uses.
 F = {
-    "register1": "gridha.register_instance(text)",
+    "register1": "gridha.register_instance(text,text[])",
     "register2": "gridha.register_instance(text,text[])",
     "enqueue": "gridha.enqueue(text,text,bytea,text)",
     "renew": "gridha.renew_claims(uuid)",
-    "acquire1": "gridha.acquire_claims(uuid)",
+    "acquire1": "gridha.acquire_claims(uuid,text[])",
     "acquire2": "gridha.acquire_claims(uuid,text[])",
     "claimed": "gridha.claimed_batches(uuid,integer)",
     "next": "gridha.next_batch(uuid)",
@@ -140,12 +140,12 @@ F = {
     "next_id": "gridha.next_id(text)",
     "start_worker": "gridha.start_worker(text)",
     "stop_worker": "gridha.stop_worker(uuid)",
-    "slots": "gridha.worker_slots()",
-    "worker_register": "gridha.worker_register(uuid,text)",
-    "worker_orphans": "gridha.worker_orphans(uuid)",
+    "slots": "gridha_internal.worker_slots()",
+    "worker_register": "gridha_internal.worker_register(uuid,text)",
+    "worker_orphans": "gridha_internal.worker_orphans(uuid)",
     "move_service": "gridha.move_service(text,text)",
     "set_owner": "gridha.set_instance_owner(uuid,regrole)",
-    "limits": "gridha.worker_limit_slots()",
+    "limits": "gridha_internal.worker_limit_slots()",
     # the 1.2 API (issue 30)
     "rsub12": "gridha.report_submission(uuid,text,text,bigint,gridha.submission_outcome,text)",
     "rstat12": "gridha.report_status(uuid,text,text,bigint,gridha.ledger_status)",
@@ -924,7 +924,7 @@ class Gen:
         if k == 0:
             self.call("expiry_settings", "expiry", "SELECT * FROM gridha.expiry_settings()", [])
         elif k == 1:
-            self.call("worker_slots", "slots", "SELECT * FROM gridha.worker_slots()", [])
+            self.call("worker_slots", "slots", "SELECT * FROM gridha_internal.worker_slots()", [])
         else:
             self.add(Stmt("set", "SET gridha.session_liveness = %s" % self.pick(["on", "off"])))
 
@@ -941,7 +941,7 @@ class Gen:
                            V("gen_random_uuid()"), V("NULL::uuid", None), V("'%s'::uuid" % NIL)])
             self.call("stop_worker", "stop_worker", "SELECT gridha.stop_worker(%s)" % u.sql, [u])
         else:
-            self.call("worker_slots", "slots", "SELECT * FROM gridha.worker_slots()", [])
+            self.call("worker_slots", "slots", "SELECT * FROM gridha_internal.worker_slots()", [])
 
     # -- chaos (superuser) --------------------------------------------------
 
@@ -1414,11 +1414,11 @@ class Gen:
         c("next_id", "next_id", "SELECT gridha.next_id('fz-tour-%s')" % tag, [])
         c("drop_id_sequence", "drop_seq", "SELECT gridha.drop_id_sequence('fz-tour-%s')" % tag, [])
         c("start_worker", "start_worker", "SELECT gridha.start_worker('fz tour') AS sw \\gset", [])
-        c("worker_slots", "slots", "SELECT * FROM gridha.worker_slots()", [])
+        c("worker_slots", "slots", "SELECT * FROM gridha_internal.worker_slots()", [])
         c("stop_worker", "stop_worker", "SELECT gridha.stop_worker(:'sw')", [])
-        c("worker_register", "worker_register", "SELECT gridha.worker_register(gen_random_uuid(), 'fz tour')", [])
-        c("worker_orphans", "worker_orphans", "SELECT * FROM gridha.worker_orphans(:'ri')", [ri])
-        c("worker_limit_slots", "limits", "SELECT * FROM gridha.worker_limit_slots()", [])
+        c("worker_register", "worker_register", "SELECT gridha_internal.worker_register(gen_random_uuid(), 'fz tour')", [])
+        c("worker_orphans", "worker_orphans", "SELECT * FROM gridha_internal.worker_orphans(:'ri')", [ri])
+        c("worker_limit_slots", "limits", "SELECT * FROM gridha_internal.worker_limit_slots()", [])
         c("prune_batches", "prune", "SELECT gridha.prune_batches(10)", [])
         c("move_service", "move_service", "SELECT gridha.move_service('fz-tour', 'default')", [])
         c("set_instance_owner", "set_owner", "SELECT gridha.set_instance_owner(:'ri', current_user::regrole)", [ri])

@@ -109,7 +109,7 @@ BEGIN
      WHERE c.service_id = NEW.service_id;
     IF w IS NULL OR w !~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' THEN
         SELECT s.instance_id::text INTO w
-          FROM gridha.worker_slots() s
+          FROM gridha_internal.worker_slots() s
          WHERE s.pid = pg_backend_pid();
     END IF;
     INSERT INTO ha.batch_events (service_id, batch_id, old_status, status, epoch,

@@ -7,7 +7,7 @@
 -- file runs with gridha preloaded, so gridha.workers and gridha.database
 -- exist.
 BEGIN;
-SELECT plan(179);
+SELECT plan(169);
 
 -- The contract's API, one row per function. args: the argument types that
 -- identify it; arguments: pg_get_function_arguments (names and defaults);
@@ -22,8 +22,8 @@ CREATE TEMP TABLE api (
     worker    boolean DEFAULT false
 );
 INSERT INTO api (ord, name, args, arguments, result, returns, worker) VALUES
- (1, 'register_instance', '{text}',
-  'label text DEFAULT NULL::text',
+ (1, 'register_instance', '{text,text[]}',
+  'label text DEFAULT NULL::text, serves text[] DEFAULT NULL::text[]',
   'uuid', 'uuid', false),
  (2, 'enqueue', '{text,text,bytea,text}',
   'service_id text, batch_id text, payload bytea, target text DEFAULT NULL::text',
@@ -31,8 +31,8 @@ INSERT INTO api (ord, name, args, arguments, result, returns, worker) VALUES
  (3, 'renew_claims', '{uuid}',
   'instance_id uuid',
   'integer', 'integer', false),
- (4, 'acquire_claims', '{uuid}',
-  'instance_id uuid',
+ (4, 'acquire_claims', '{uuid,text[]}',
+  'instance_id uuid, serves text[] DEFAULT NULL::text[]',
   'TABLE(service_id text, epoch bigint)', 'setof record', false),
  (5, 'claimed_batches', '{uuid,integer}',
   'instance_id uuid, max_batches integer DEFAULT 100',
@@ -70,12 +70,6 @@ INSERT INTO api (ord, name, args, arguments, result, returns, worker) VALUES
   'instance_id uuid, service_ids text[], batch_ids text[], epochs bigint[], dlt_statuses text[]',
   'TABLE(service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)',
   'setof record', false),
- (17, 'register_instance', '{text,text[]}',
-  'label text, serves text[]',
-  'uuid', 'uuid', false),
- (18, 'acquire_claims', '{uuid,text[]}',
-  'instance_id uuid, serves text[]',
-  'TABLE(service_id text, epoch bigint)', 'setof record', false),
  (13, 'start_worker', '{text}',
   'label text DEFAULT NULL::text',
   'uuid', 'uuid', true),
@@ -102,7 +96,7 @@ SELECT enum_has_labels('gridha', 'batch_status',
     'gridha.batch_status has exactly the lifecycle labels, in order');
 
 -- ---------------------------------------------------------------------------
--- API functions (16 of them, 5 assertions each)
+-- API functions (14 of them, 5 assertions each)
 -- ---------------------------------------------------------------------------
 
 SELECT has_function('gridha', a.name, a.args,
@@ -283,8 +277,8 @@ SELECT isnt(current_setting('gridha.database', true), NULL, 'gridha.database exi
 -- The finality guard on every hand-out and report: a row trigger after
 -- UPDATE, with no WHEN clause (a WHEN is read back from its stored text by
 -- every UPDATE statement on the table; the C function tests the status).
-SELECT trigger_is('gridha', 'batches', 'batches_final', 'gridha', 'batches_guard_final',
-                  'batches_final calls gridha.batches_guard_final');
+SELECT trigger_is('gridha', 'batches', 'batches_final', 'gridha_internal', 'batches_guard_final',
+                  'batches_final calls gridha_internal.batches_guard_final');
 SELECT is((SELECT format('%s %s', pg_get_triggerdef(t.oid) ~ ' AFTER UPDATE OF .* FOR EACH ROW EXECUTE',
                          t.tgqual IS NULL)
              FROM pg_trigger t

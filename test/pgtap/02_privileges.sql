@@ -139,10 +139,8 @@ INSERT INTO tap_grants VALUES
  ('producer', 'view',     'gridha.id_sequence_status', 'SELECT'),
  -- submitter: the instance API; reads what it needs to submit
  ('submitter', 'schema',   'gridha', 'USAGE'),
- ('submitter', 'function', 'gridha.register_instance(text)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.register_instance(text, text[])', 'EXECUTE'),
  ('submitter', 'function', 'gridha.renew_claims(uuid)', 'EXECUTE'),
- ('submitter', 'function', 'gridha.acquire_claims(uuid)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.acquire_claims(uuid, text[])', 'EXECUTE'),
  ('submitter', 'function', 'gridha.claimed_batches(uuid, integer)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.next_batch(uuid)', 'EXECUTE'),
@@ -155,11 +153,12 @@ INSERT INTO tap_grants VALUES
  ('submitter', 'function', 'gridha.report_statuses(uuid, text[], text[], bigint[], text[])', 'EXECUTE'),
  ('submitter', 'function', 'gridha.release_claims(uuid)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.expiry_settings()', 'EXECUTE'),
- ('submitter', 'function', 'gridha.worker_slots()', 'EXECUTE'),
- ('submitter', 'function', 'gridha.worker_register(uuid, text)', 'EXECUTE'),
- ('submitter', 'function', 'gridha.worker_limit_slots()', 'EXECUTE'),
+ ('submitter', 'schema',   'gridha_internal', 'USAGE'),
+ ('submitter', 'function', 'gridha_internal.worker_slots()', 'EXECUTE'),
+ ('submitter', 'function', 'gridha_internal.worker_register(uuid, text)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha_internal.worker_limit_slots()', 'EXECUTE'),
  ('submitter', 'view',     'gridha.worker_limits', 'SELECT'),
- ('submitter', 'function', 'gridha.worker_orphans(uuid)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha_internal.worker_orphans(uuid)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.try_lead(uuid, text)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.renew_lead(uuid, text, bigint)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.resign(uuid, text)', 'EXECUTE'),
@@ -192,11 +191,11 @@ INSERT INTO tap_grants VALUES
  ('admin', 'table',    'gridha.targets', 'DELETE'),
  ('admin', 'function', 'gridha.start_worker(text)', 'EXECUTE'),
  ('admin', 'function', 'gridha.stop_worker(uuid)', 'EXECUTE'),
- ('admin', 'function', 'gridha.worker_slots()', 'EXECUTE'),
+ ('admin', 'function', 'gridha_internal.worker_slots()', 'EXECUTE'),
  ('admin', 'function', 'gridha.create_id_sequence(text, bigint, integer)', 'EXECUTE'),
  ('admin', 'function', 'gridha.drop_id_sequence(text)', 'EXECUTE'),
  ('admin', 'function', 'gridha.move_service(text, text)', 'EXECUTE'),
- ('admin', 'function', 'gridha.worker_limit_slots()', 'EXECUTE'),
+ ('admin', 'function', 'gridha_internal.worker_limit_slots()', 'EXECUTE'),
  ('admin', 'view',     'gridha.worker_limits', 'SELECT'),
  ('admin', 'function', 'gridha.set_instance_owner(uuid, regrole)', 'EXECUTE'),
  ('admin', 'function', 'gridha.prune_batches(integer)', 'EXECUTE'),
@@ -208,7 +207,21 @@ INSERT INTO tap_grants VALUES
  ('admin', 'view',     'gridha.leaders', 'SELECT'),
  ('admin', 'view',     'gridha.metrics', 'SELECT'),
  ('admin', 'view',     'gridha.id_sequence_status', 'SELECT'),
- ('admin', 'view',     'gridha.target_rates', 'SELECT');
+ ('admin', 'view',     'gridha.target_rates', 'SELECT'),
+ -- admin: every column of gridha.batches but payload (issue 40)
+ ('admin', 'column',   'gridha.batches(service_id)', 'SELECT'),
+ ('admin', 'column',   'gridha.batches(batch_id)', 'SELECT'),
+ ('admin', 'column',   'gridha.batches(seq)', 'SELECT'),
+ ('admin', 'column',   'gridha.batches(status)', 'SELECT'),
+ ('admin', 'column',   'gridha.batches(created_at)', 'SELECT'),
+ ('admin', 'column',   'gridha.batches(epoch)', 'SELECT'),
+ ('admin', 'column',   'gridha.batches(attempts)', 'SELECT'),
+ ('admin', 'column',   'gridha.batches(not_before)', 'SELECT'),
+ ('admin', 'column',   'gridha.batches(instance_id)', 'SELECT'),
+ ('admin', 'column',   'gridha.batches(handed_out_at)', 'SELECT'),
+ ('admin', 'column',   'gridha.batches(submitted_at)', 'SELECT'),
+ ('admin', 'column',   'gridha.batches(finished_at)', 'SELECT'),
+ ('admin', 'column',   'gridha.batches(detail)', 'SELECT');
 
 -- Every object of the extension, from the catalog: the functions and
 -- relations in schema gridha and those the extension owns elsewhere.
@@ -230,8 +243,9 @@ SELECT CASE WHEN c.relkind = 'S' THEN 'sequence' WHEN c.relkind IN ('v', 'm') TH
 -- Every cell: object x privilege kind (columns: each column of each table
 -- and view, with the privileges a column can carry).
 CREATE TEMP TABLE tap_cells AS
-SELECT 'schema'::text AS kind, 'gridha'::regnamespace::oid AS oid, 0::int2 AS attnum, 'gridha'::text AS obj, k.priv
-  FROM unnest(ARRAY['USAGE', 'CREATE']) AS k(priv)
+SELECT 'schema'::text AS kind, n.oid, 0::int2 AS attnum, n.nspname::text AS obj, k.priv
+  FROM pg_namespace n CROSS JOIN unnest(ARRAY['USAGE', 'CREATE']) AS k(priv)
+ WHERE n.nspname IN ('gridha', 'gridha_internal')
 UNION ALL
 SELECT o.kind, o.oid, 0::int2, o.obj, k.priv
   FROM tap_objects o
@@ -283,7 +297,7 @@ SELECT set_eq(
     $$SELECT CASE WHEN d.classid = 'pg_proc'::regclass THEN 'function'
                   WHEN c.relkind = 'S' THEN 'sequence'
                   WHEN c.relkind IN ('v', 'm') THEN 'view' ELSE 'table' END,
-             CASE WHEN p.oid IS NOT NULL THEN format('gridha.%s(%s)', p.proname, oidvectortypes(p.proargtypes))
+             CASE WHEN p.oid IS NOT NULL THEN format('%s.%s(%s)', p.pronamespace::regnamespace, p.proname, oidvectortypes(p.proargtypes))
                   ELSE format('gridha.%s', c.relname) END
         FROM pg_depend d
         LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
@@ -303,7 +317,9 @@ SELECT set_eq(
   FROM tap_roles r ORDER BY r.ord;
 
 -- The same for EXECUTE, by trying: EXPLAIN starts the executor, which
--- checks EXECUTE (and the schema's USAGE) and runs nothing.
+-- checks EXECUTE (and the schema's USAGE) and runs nothing. An
+-- administrator executes gridha_internal's worker_slots and
+-- worker_limit_slots through the views only (no USAGE on that schema).
 CREATE TEMP TABLE tap_calls AS
 SELECT r.label, o.obj,
        pg_temp.sqlstate_as(r.rolname,
@@ -315,7 +331,9 @@ SELECT r.label, o.obj,
 
 SELECT set_eq(
     $$SELECT label, obj FROM tap_calls WHERE state = 'ok'$$,
-    $$SELECT label, obj FROM tap_expected WHERE kind = 'function' AND label <> 'PUBLIC'$$,
+    $$SELECT e.label, e.obj FROM tap_expected e JOIN tap_roles r ON r.label = e.label
+       WHERE e.kind = 'function' AND e.label <> 'PUBLIC'
+         AND (e.obj NOT LIKE 'gridha\_internal.%' OR has_schema_privilege(r.rolname, 'gridha_internal', 'USAGE'))$$,
     'calling every function as every role: exactly the expected ones may be called');
 SELECT is((SELECT array_agg(DISTINCT state) FROM tap_calls WHERE state <> 'ok'), ARRAY['42501'],
           'every refused call is refused with 42501 (insufficient_privilege)');
@@ -340,7 +358,7 @@ SELECT set_eq(
 -- gridha_client, not any other role).
 SELECT set_eq(
     $$SELECT DISTINCT CASE WHEN e.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(e.grantee)::text END
-        FROM (SELECT nspacl AS acl FROM pg_namespace WHERE nspname = 'gridha'
+        FROM (SELECT nspacl AS acl FROM pg_namespace WHERE nspname IN ('gridha', 'gridha_internal')
               UNION ALL SELECT p.proacl FROM pg_proc p JOIN tap_objects o ON o.oid = p.oid
               UNION ALL SELECT c.relacl FROM pg_class c JOIN tap_objects o ON o.oid = c.oid
               UNION ALL SELECT a.attacl FROM pg_attribute a JOIN tap_objects o ON o.oid = a.attrelid) x
@@ -360,26 +378,26 @@ SELECT set_eq(
 -- cast in the writer's statement did. Neither is SECURITY DEFINER.
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY p.oid::regprocedure::text)
              FROM pg_proc p
-            WHERE p.pronamespace = 'gridha'::regnamespace
+            WHERE p.pronamespace IN ('gridha'::regnamespace, 'gridha_internal'::regnamespace)
               AND NOT coalesce('search_path=pg_catalog, gridha, pg_temp' = ANY (p.proconfig), false)),
-          ARRAY['gridha.batches_guard_final()', 'gridha.targets_check()'],
-          'every function in schema gridha but the C triggers batches_guard_final and targets_check pins search_path = pg_catalog, gridha, pg_temp');
+          ARRAY['gridha_internal.batches_guard_final()', 'gridha_internal.targets_check()'],
+          'every function in schemas gridha and gridha_internal but the C triggers batches_guard_final and targets_check pins search_path = pg_catalog, gridha, pg_temp');
 
 SELECT ok((SELECT l.lanname = 'c' AND NOT p.prosecdef AND p.prorettype = 'trigger'::regtype
                   AND p.proconfig IS NULL
              FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
-            WHERE p.oid = 'gridha.targets_check()'::regprocedure),
-          'gridha.targets_check is a C trigger function, not SECURITY DEFINER, without SET');
+            WHERE p.oid = 'gridha_internal.targets_check()'::regprocedure),
+          'gridha_internal.targets_check is a C trigger function, not SECURITY DEFINER, without SET');
 
 SELECT ok((SELECT l.lanname = 'c' AND NOT p.prosecdef AND p.prorettype = 'trigger'::regtype
                   AND p.proconfig IS NULL
              FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
-            WHERE p.oid = 'gridha.batches_guard_final()'::regprocedure),
-          'gridha.batches_guard_final is a C trigger function, not SECURITY DEFINER, without SET');
+            WHERE p.oid = 'gridha_internal.batches_guard_final()'::regprocedure),
+          'gridha_internal.batches_guard_final is a C trigger function, not SECURITY DEFINER, without SET');
 
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
              FROM pg_proc p
-            WHERE p.pronamespace = 'gridha'::regnamespace AND p.prosecdef
+            WHERE p.pronamespace IN ('gridha'::regnamespace, 'gridha_internal'::regnamespace) AND p.prosecdef
               AND NOT coalesce('search_path=pg_catalog, gridha, pg_temp' = ANY (p.proconfig), false)),
           NULL,
           'no SECURITY DEFINER function of gridha runs with a caller-controlled search_path');
@@ -388,24 +406,21 @@ SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
 -- enqueue trigger, through which a producer's INSERT writes service_claims.
 SELECT set_eq(
     $$SELECT obj FROM tap_objects o JOIN pg_proc p ON p.oid = o.oid WHERE p.prosecdef$$,
-    $$VALUES ('gridha.register_instance(text)'), ('gridha.register_instance(text, text[])'),
+    $$VALUES ('gridha.register_instance(text, text[])'),
              ('gridha.enqueue(text, text, bytea, text)'),
-             ('gridha.renew_claims(uuid)'), ('gridha.acquire_claims(uuid)'),
+             ('gridha.renew_claims(uuid)'),
              ('gridha.acquire_claims(uuid, text[])'), ('gridha.claimed_batches(uuid, integer)'),
              ('gridha.next_batch(uuid)'), ('gridha.next_batches(uuid, integer)'),
              ('gridha.verify_batch(uuid, text, text, bigint)'),
              ('gridha.report_submission(uuid, text, text, bigint, text, text)'),
-             ('gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[])'),
              ('gridha.pending_batches(uuid, integer)'),
              ('gridha.report_status(uuid, text, text, bigint, text)'),
-             ('gridha.report_statuses(uuid, text[], text[], bigint[], text[])'),
              ('gridha.release_claims(uuid)'),
              ('gridha.start_worker(text)'), ('gridha.stop_worker(uuid)'),
-             ('gridha.try_lead(uuid, text)'), ('gridha.renew_lead(uuid, text, bigint)'),
-             ('gridha.resign(uuid, text)'), ('gridha.run_maintenance(uuid, text)'),
+             ('gridha.renew_lead(uuid, text, bigint)'), ('gridha.run_maintenance(uuid, text)'),
              ('gridha.create_id_sequence(text, bigint, integer)'), ('gridha.drop_id_sequence(text)'),
              ('gridha.reserve_ids(text, integer)'), ('gridha.next_id(text)'),
-             ('gridha.worker_register(uuid, text)'), ('gridha.worker_orphans(uuid)'),
+             ('gridha_internal.worker_register(uuid, text)'), ('gridha_internal.worker_orphans(uuid)'),
              ('gridha.move_service(text, text)'), ('gridha.set_instance_owner(uuid, regrole)'),
              ('gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text)'),
              ('gridha.report_status(uuid, text, text, bigint, gridha.ledger_status)'),
@@ -413,21 +428,25 @@ SELECT set_eq(
              ('gridha.report_statuses(uuid, gridha.status_report[])'),
              ('gridha.lead(uuid, text)'), ('gridha.resign_lead(uuid, text)'),
              ('gridha.prune_batches(integer)'),
-             ('gridha.batches_before_insert()'), ('gridha.targets_rate_changed()'),
-             ('gridha.id_sequences_changed()'), ('gridha.targets_name_change()'),
-             ('gridha.targets_totals_follow()')$$,
+             ('gridha_internal.batches_before_insert()'), ('gridha_internal.targets_rate_changed()'),
+             ('gridha_internal.id_sequences_changed()'), ('gridha_internal.targets_name_change()'),
+             ('gridha_internal.targets_totals_follow()')$$,
     'the SECURITY DEFINER functions are the API, the enqueue trigger, the rate-state trigger, the trigger that removes the windows of deleted ID sequences, the one that locks the services before a target rename or delete and the one that moves a target''s totals with it');
 
 SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)
              FROM tap_grants g JOIN tap_objects o ON o.obj = g.obj AND o.kind = 'function'
              JOIN pg_proc p ON p.oid = o.oid
             WHERE NOT p.prosecdef),
-          ARRAY['gridha.expiry_settings()', 'gridha.worker_limit_slots()', 'gridha.worker_slots()'],
-          'every granted function is SECURITY DEFINER but the three that read no table (expiry_settings, worker_limit_slots, worker_slots)');
+          ARRAY['gridha.expiry_settings()',
+                'gridha.report_statuses(uuid, text[], text[], bigint[], text[])',
+                'gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[])',
+                'gridha.resign(uuid, text)', 'gridha.try_lead(uuid, text)',
+                'gridha_internal.worker_limit_slots()', 'gridha_internal.worker_slots()'],
+          'every granted function is SECURITY DEFINER but the three that read no table (expiry_settings, worker_limit_slots, worker_slots) and the 1.2 forms that call the API as the caller (try_lead, resign, the five-array reports)');
 
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
              FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
-            WHERE p.pronamespace = 'gridha'::regnamespace AND p.prosecdef
+            WHERE p.pronamespace IN ('gridha'::regnamespace, 'gridha_internal'::regnamespace) AND p.prosecdef
               AND NOT r.rolsuper),
           NULL,
           'every SECURITY DEFINER function of gridha is owned by a superuser (the extension''s installer)');

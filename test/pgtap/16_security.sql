@@ -132,7 +132,7 @@ SELECT is(pg_temp.as_role('gridha_tap_sec_sub', format('SELECT * FROM gridha.nex
           'ok', 'owners: a submitter''s first call on an unknown id registers it');
 SELECT is((SELECT owner::text FROM gridha.instances WHERE instance_id = current_setting('tap.fresh')::uuid),
           'gridha_tap_sec_sub', 'owners: ... owned by that submitter from its first row on');
-SELECT is(pg_temp.as_role('gridha_tap_sec_sub', format($$SELECT gridha.worker_register(%L, 'forged')$$, gen_random_uuid())),
+SELECT is(pg_temp.as_role('gridha_tap_sec_sub', format($$SELECT gridha_internal.worker_register(%L, 'forged')$$, gen_random_uuid())),
           'RG016: only a gridha background worker may register a worker instance',
           'owners: outside a background worker, worker_register is refused (RG016)');
 SELECT is((SELECT count(*) FROM gridha.instances WHERE kind = 'worker'), 0::bigint,
