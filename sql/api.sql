@@ -31,9 +31,9 @@ SELECT * FROM gridha.claimed_batches(:A) ORDER BY service_id;
 SELECT * FROM gridha.claimed_batches(:A, 1);
 
 -- next_batch hands out one head; next_batches more, one per service
-SELECT service_id, batch_id, payload, epoch, attempt FROM gridha.next_batch(:A) WHERE service_id = 'svc-a';
-SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batches(:A, 10);
-SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batches(:A, 10);
+SELECT service_id, batch_id, payload, epoch, attempts FROM gridha.next_batch(:A) WHERE service_id = 'svc-a';
+SELECT service_id, batch_id, epoch, attempts FROM gridha.next_batches(:A, 10);
+SELECT service_id, batch_id, epoch, attempts FROM gridha.next_batches(:A, 10);
 
 -- verify_batch: true for the holder at its epoch, false otherwise
 SELECT gridha.verify_batch(:A, 'svc-a', 'a1', 1) AS holder,
@@ -54,8 +54,8 @@ SELECT count(*) FROM gridha.pending_batches(:A, 1);
 -- report_status: valid, then committed; the next batch becomes the head
 SELECT gridha.report_status(:A, 'svc-a', 'a1', 1, 'valid');
 SELECT gridha.report_status(:A, 'svc-a', 'a1', 1, 'committed');
-SELECT service_id, head_seq, in_flight, submitting, ready_at IS NOT NULL AS ready FROM gridha.claims ORDER BY service_id;
-SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batch(:A);
+SELECT service_id, head_seq, has_in_flight, submitting, ready_at IS NOT NULL AS ready FROM gridha.claims ORDER BY service_id;
+SELECT service_id, batch_id, epoch, attempts FROM gridha.next_batch(:A);
 
 -- release_claims hands back what has nothing submitting
 SELECT gridha.release_claims(:A);
@@ -74,4 +74,4 @@ RESET gridha.hard_expiry;
 -- the operator views
 SELECT service_id, head_batch_id, head_status, queued, in_flight, retrying, committed, invalid
   FROM gridha.service_queues ORDER BY service_id;
-SELECT instance_id, kind, claims, submitting, health FROM gridha.instance_health WHERE instance_id = :A;
+SELECT instance_id, kind, claims_held, submitting, health FROM gridha.instance_health WHERE instance_id = :A;

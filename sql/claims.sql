@@ -42,7 +42,7 @@ UPDATE gridha.service_claims SET hard_expiry = now() - interval '1 second' WHERE
 SELECT service_id, state FROM gridha.claims WHERE service_id = 's1';
 SELECT * FROM gridha.acquire_claims(:B) ORDER BY service_id;
 SELECT gridha.verify_batch(:A, 's1', 'b1', 1) AS a_may_submit;
-SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batch(:B) WHERE service_id = 's1';
+SELECT service_id, batch_id, epoch, attempts FROM gridha.next_batch(:B) WHERE service_id = 's1';
 SELECT pg_temp.err($$SELECT gridha.report_submission('aaaaaaaa-0000-0000-0000-000000000001', 's1', 'b1', 1, 'accepted')$$);
 SELECT batch_id, status, epoch, attempts FROM gridha.batches WHERE service_id = 's1' ORDER BY seq;
 SELECT gridha.verify_batch(:B, 's1', 'b1', 2) AS b_may_submit;
@@ -55,11 +55,11 @@ SELECT gridha.renew_claims(:A);
 -- release: B hands everything back (nothing submitting), and is "stopped"
 SELECT gridha.release_claims(:B);
 SELECT service_id, claimant, epoch, state FROM gridha.claims ORDER BY service_id;
-SELECT instance_id = :B AS is_b, claims, health FROM gridha.instance_health WHERE instance_id = :B;
+SELECT instance_id = :B AS is_b, claims_held, health FROM gridha.instance_health WHERE instance_id = :B;
 
 -- a submitting batch keeps its claim through release
 SELECT * FROM gridha.acquire_claims(:A) ORDER BY service_id;
-SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batch(:A) WHERE service_id = 's1';
+SELECT service_id, batch_id, epoch, attempts FROM gridha.next_batch(:A) WHERE service_id = 's1';
 SELECT gridha.release_claims(:A);
 SELECT service_id, claimant = :A AS a_holds, state FROM gridha.claims ORDER BY service_id;
 

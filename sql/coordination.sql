@@ -200,7 +200,7 @@ SELECT service_id, target, ready_at < now() AS ready FROM gridha.service_claims 
 SELECT target, slots_taken, next_slot_at = now() AS slot_open_now FROM gridha.target_rates ORDER BY target;
 -- a burst of two: l1 and l2 get the two slots, l3 is skipped, u1 (of
 -- another target) is still handed out
-SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batches(:A, 10) ORDER BY service_id;
+SELECT service_id, batch_id, epoch, attempts FROM gridha.next_batches(:A, 10) ORDER BY service_id;
 SELECT service_id, batch_id, slot_at = b.handed_out_at AS slot_at_hand_out
   FROM gridha.rate_handouts h JOIN gridha.batches b USING (service_id, batch_id) ORDER BY service_id;
 -- the view: the next slot opens an hour after the burst's hand-out
@@ -211,7 +211,7 @@ SELECT service_id, batch_id FROM gridha.next_batch(:A) AS no_slot_for_l3;
 SELECT service_id, status FROM gridha.batches WHERE service_id = 'l3';
 -- an hour passes (the state is moved back instead): l3 gets the slot
 UPDATE gridha.target_rate_state SET tat = tat - interval '1 hour' WHERE target = 'slow';
-SELECT service_id, batch_id, attempt FROM gridha.next_batch(:A);
+SELECT service_id, batch_id, attempts FROM gridha.next_batch(:A);
 SELECT count(*) AS logged_hand_outs, count(DISTINCT service_id) AS services FROM gridha.rate_handouts;
 
 -- rate_burst 0 pauses the target, whatever its state
@@ -224,7 +224,7 @@ SELECT service_id, batch_id FROM gridha.next_batch(:A) AS paused;
 -- un-paused: the head goes out at once
 UPDATE gridha.targets SET rate_burst = 1 WHERE target = 'slow';
 SELECT target, next_slot_at = now() AS slot_open_now FROM gridha.target_rates WHERE target = 'slow';
-SELECT service_id, batch_id, attempt FROM gridha.next_batch(:A);
+SELECT service_id, batch_id, attempts FROM gridha.next_batch(:A);
 SELECT target, slots_taken, next_slot_at > now() + interval '59 minutes' AS next_in_an_hour
   FROM gridha.target_rates WHERE target = 'slow';
 
@@ -238,7 +238,7 @@ SELECT gridha.report_status(:A, 'l1', 'b2', 1, 'committed');
 SELECT gridha.enqueue('l1', 'b3', '\x04');
 UPDATE gridha.targets SET rate_interval = NULL WHERE target = 'slow';
 SELECT target, next_slot_at FROM gridha.target_rates WHERE target = 'slow';
-SELECT service_id, batch_id, attempt FROM gridha.next_batch(:A);
+SELECT service_id, batch_id, attempts FROM gridha.next_batch(:A);
 SELECT count(*) AS logged_hand_outs FROM gridha.rate_handouts;
 
 TRUNCATE gridha.batches, gridha.service_claims, gridha.instances, gridha.rate_handouts;

@@ -683,8 +683,123 @@ BEGIN
 END
 $$;
 
+-- Administrators read every batch's place and status, its attempts and the
+-- detail a report stored (why it is retried), not its payload: a grant on
+-- the other columns of gridha.batches.
+GRANT SELECT (service_id, batch_id, seq, status, created_at, epoch, attempts, not_before,
+              instance_id, handed_out_at, submitted_at, finished_at, detail)
+ON gridha.batches TO gridha_admin;
+
+-- ---------------------------------------------------------------------------
+-- issue 40, API 1.3 (names and types)
+-- ---------------------------------------------------------------------------
+--
+-- States, kinds and outcomes are typed (domains over text); each name means
+-- one thing (in_flight: a count of batches; has_in_flight: a claim's head is
+-- handed out; requests_in_flight: a worker's HTTP requests; claims_held:
+-- the claims an instance holds); report_status says status, not
+-- dlt_status, and takes a detail; next_batch returns attempts only. The
+-- views and functions whose columns or parameters change are dropped and
+-- created again, with their comments and grants.
+
+-- issue 40 (1.3): the states, kinds and outcomes gridha reports are typed:
+-- domains over text, each with its words (a client reads them as text).
+CREATE DOMAIN gridha.instance_kind AS text
+    CHECK (VALUE IN ('external', 'worker'));
+
+COMMENT ON DOMAIN gridha.instance_kind IS
+'how an instance runs: external (a client that registered or called the API) or worker (a background worker inside the server)';
+
+CREATE DOMAIN gridha.claim_state AS text
+    CHECK (VALUE IN ('free', 'held', 'slow', 'soft_expired', 'hard_expired'));
+
+COMMENT ON DOMAIN gridha.claim_state IS
+'a claim''s state in gridha.claims: free, held, slow (soft-expired but submitting: not taken), soft_expired (takeover possible), hard_expired (takeover regardless)';
+
+CREATE DOMAIN gridha.health_state AS text
+    CHECK (VALUE IN ('new', 'healthy', 'slow', 'failed', 'stopped'));
+
+COMMENT ON DOMAIN gridha.health_state IS
+'an instance''s health in gridha.instance_health: new, healthy, slow, failed or stopped';
+
+CREATE DOMAIN gridha.lease_state AS text
+    CHECK (VALUE IN ('vacant', 'held', 'expired'));
+
+COMMENT ON DOMAIN gridha.lease_state IS
+'a duty''s lease in gridha.leaders: vacant (no leader), held (unexpired) or expired';
+
+CREATE DOMAIN gridha.worker_state AS text
+    CHECK (VALUE IN ('starting', 'waiting for database', 'idle', 'handing out', 'submitting',
+                     'reporting', 'monitoring', 'backing off', 'stopping', 'waiting for its role'));
+
+COMMENT ON DOMAIN gridha.worker_state IS
+'what a background worker does now, in gridha.workers';
+
+CREATE DOMAIN gridha.maintenance_outcome AS text
+    CHECK (VALUE IN ('ran', 'not_leader', 'already_run', 'clock_behind', 'lost_lease'));
+
+COMMENT ON DOMAIN gridha.maintenance_outcome IS
+'what gridha.run_maintenance came to: ran, not_leader, already_run, clock_behind or lost_lease';
+
+DROP VIEW gridha.instance_health;
+DROP VIEW gridha.claims;
+DROP VIEW gridha.workers;
+DROP VIEW gridha.worker_limits;
+DROP VIEW gridha.leaders;
+
+ALTER TABLE gridha.instances DROP CONSTRAINT instances_kind_check;
+ALTER TABLE gridha.instances ALTER COLUMN kind DROP DEFAULT;
+ALTER TABLE gridha.instances ALTER COLUMN kind TYPE gridha.instance_kind;
+ALTER TABLE gridha.instances ALTER COLUMN kind SET DEFAULT 'external';
+
+DROP FUNCTION gridha.next_batch(uuid);
+DROP FUNCTION gridha.next_batches(uuid, integer);
+DROP FUNCTION gridha.report_status(uuid, text, text, bigint, text);
+DROP FUNCTION gridha.report_status(uuid, text, text, bigint, gridha.ledger_status);
+DROP FUNCTION gridha.report_statuses(uuid, text[], text[], bigint[], text[]);
+DROP FUNCTION gridha.run_maintenance(uuid, text);
+
+CREATE FUNCTION gridha.next_batch(instance_id uuid)
+RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempts integer)
+AS 'MODULE_PATHNAME', 'gridha_next_batch'
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.next_batch(uuid) IS
+'the queuer cycle: renews and acquires claims when due, hands out the submittable head that has waited longest among this instance''s services and marks it submitting; 0 or 1 row; attempts counts its hand-outs, this one included';
+
+CREATE FUNCTION gridha.next_batches(instance_id uuid, max_batches integer DEFAULT 100)
+RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempts integer)
+AS 'MODULE_PATHNAME', 'gridha_next_batches'
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 10
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.next_batches(uuid, integer) IS
+'like next_batch, up to max_batches batches of distinct services';
+
+CREATE FUNCTION gridha.report_status(instance_id uuid, service_id text, batch_id text, epoch bigint,
+                                     status text, detail text DEFAULT NULL)
+RETURNS gridha.batch_status
+AS 'MODULE_PATHNAME', 'gridha_report_status'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, text, text) IS
+'deprecated since 1.3 (use report_status(uuid, text, text, bigint, gridha.ledger_status, text)): records what the ledger says of an in-flight batch, the status as text: pending, valid, committed, invalid or unknown (any case), with an optional detail stored on the batch; refused for a stale epoch';
+
+CREATE FUNCTION gridha.report_status(instance_id uuid, service_id text, batch_id text, epoch bigint,
+                                     status gridha.ledger_status, detail text DEFAULT NULL)
+RETURNS gridha.batch_status
+AS 'MODULE_PATHNAME', 'gridha_report_status_enum'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, gridha.ledger_status, text) IS
+'records what the ledger says of an in-flight batch, the status typed: pending, valid, committed, invalid or unknown, with an optional detail stored on the batch; refused for a stale epoch';
+
+-- the deprecated array form: a wrapper over the typed rows (issue 40, surface)
 CREATE OR REPLACE FUNCTION gridha.report_statuses(instance_id uuid, service_ids text[], batch_ids text[],
-                                                  epochs bigint[], dlt_statuses text[])
+                                                  epochs bigint[], statuses text[], details text[] DEFAULT NULL)
 RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
 LANGUAGE plpgsql VOLATILE ROWS 100
 SET search_path = pg_catalog, gridha, pg_temp
@@ -694,8 +809,9 @@ DECLARE
     a record;
 BEGIN
     FOR a IN SELECT * FROM (VALUES (1, 'service_ids', service_ids), (2, 'batch_ids', batch_ids),
-                                   (3, 'epochs', epochs::text[]), (4, 'dlt_statuses', dlt_statuses)) v(i, name, arr)
-              ORDER BY i LOOP
+                                   (3, 'epochs', epochs::text[]), (4, 'statuses', statuses),
+                                   (5, 'details', details)) v(i, name, arr) ORDER BY i LOOP
+        CONTINUE WHEN a.i = 5 AND a.arr IS NULL;
         IF a.arr IS NULL THEN
             RAISE EXCEPTION '% must not be null', a.name USING ERRCODE = '22004';
         END IF;
@@ -710,28 +826,171 @@ BEGIN
     END LOOP;
     RETURN QUERY
     SELECT r.service_id, r.batch_id, r.status,
-           CASE WHEN u.w IS NOT NULL AND r.message = 'dlt_status must not be null' THEN 'RG005' ELSE r.sqlstate END,
-           CASE WHEN u.w IS NOT NULL AND r.message = 'dlt_status must not be null'
+           CASE WHEN u.w IS NOT NULL AND r.message = 'status must not be null' THEN 'RG005' ELSE r.sqlstate END,
+           CASE WHEN u.w IS NOT NULL AND r.message = 'status must not be null'
                 THEN format('unknown ledger status "%s"', u.w) ELSE r.message END
       FROM ROWS FROM (gridha.report_statuses(instance_id, ARRAY(
                SELECT ROW(v.s, v.b, v.e,
                           CASE lower(v.w COLLATE "C") WHEN 'pending' THEN 'pending' WHEN 'valid' THEN 'valid'
                                WHEN 'committed' THEN 'committed' WHEN 'invalid' THEN 'invalid'
                                WHEN 'unknown' THEN 'unknown' END::gridha.ledger_status,
-                          NULL)::gridha.status_report
-                 FROM unnest(service_ids, batch_ids, epochs, dlt_statuses) WITH ORDINALITY AS v(s, b, e, w, k)
+                          v.d)::gridha.status_report
+                 FROM unnest(service_ids, batch_ids, epochs, statuses,
+                             coalesce(details, array_fill(NULL::text, ARRAY[n])))
+                      WITH ORDINALITY AS v(s, b, e, w, d, k)
                 ORDER BY v.k))) WITH ORDINALITY AS r(service_id, batch_id, status, sqlstate, message, k)
-      JOIN unnest(dlt_statuses) WITH ORDINALITY AS u(w, k) ON u.k = r.k
+      JOIN unnest(statuses) WITH ORDINALITY AS u(w, k) ON u.k = r.k
      ORDER BY r.k;
 END
 $$;
 
--- Administrators read every batch's place and status, its attempts and the
--- detail a report stored (why it is retried), not its payload: a grant on
--- the other columns of gridha.batches.
-GRANT SELECT (service_id, batch_id, seq, status, created_at, epoch, attempts, not_before,
-              instance_id, handed_out_at, submitted_at, finished_at, detail)
-ON gridha.batches TO gridha_admin;
+COMMENT ON FUNCTION gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[]) IS
+'deprecated since 1.2 (use report_statuses(uuid, gridha.status_report[])): many report_status in one transaction, one element per batch in each array: one row per batch with its new status, or the SQLSTATE and message that refused it';
+
+CREATE FUNCTION gridha.run_maintenance(
+    instance_id uuid,
+    duty text DEFAULT 'maintenance',
+    OUT term bigint,
+    OUT tick bigint,
+    OUT outcome gridha.maintenance_outcome,
+    OUT swept_instances integer,
+    OUT pruned_batches bigint,
+    OUT opened_windows integer)
+RETURNS record
+AS 'MODULE_PATHNAME', 'gridha_run_maintenance'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.run_maintenance(uuid, text) IS
+'leads the duty if it can and runs the current tick once: sweeps long-gone instances, prunes final batches past gridha.retention, tops up ID windows; outcome ran, not_leader, already_run, clock_behind or lost_lease';
+
+COMMENT ON FUNCTION gridha.report_submission(uuid, text, text, bigint, text, text) IS
+'deprecated since 1.3 (use report_submission(uuid, text, text, bigint, gridha.submission_outcome, text)): records the result of submitting a batch: accepted -> pending, delayed -> delayed with backoff, rejected -> invalid; refused for a stale epoch';
+
+REVOKE ALL ON FUNCTION
+    gridha.next_batch(uuid),
+    gridha.next_batches(uuid, integer),
+    gridha.report_status(uuid, text, text, bigint, text, text),
+    gridha.report_status(uuid, text, text, bigint, gridha.ledger_status, text),
+    gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[]),
+    gridha.run_maintenance(uuid, text)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    gridha.next_batch(uuid),
+    gridha.next_batches(uuid, integer),
+    gridha.report_status(uuid, text, text, bigint, text, text),
+    gridha.report_status(uuid, text, text, bigint, gridha.ledger_status, text),
+    gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[]),
+    gridha.run_maintenance(uuid, text)
+TO gridha_submitter;
+
+CREATE VIEW gridha.claims AS
+SELECT c.service_id,
+       c.target,
+       c.claimant,
+       c.epoch,
+       e.soft_expiry,
+       e.hard_expiry,
+       CASE
+           WHEN c.claimant IS NULL THEN 'free'
+           WHEN e.soft_expiry > now() THEN 'held'
+           WHEN e.hard_expiry IS NULL OR e.hard_expiry <= now() THEN 'hard_expired'
+           WHEN h.submitting THEN 'slow'
+           ELSE 'soft_expired'
+       END::gridha.claim_state AS state,
+       c.head_seq,
+       c.tail_seq,
+       c.in_flight AS has_in_flight,
+       h.submitting,
+       c.ready_at
+FROM gridha.service_claims c
+LEFT JOIN gridha.instances i ON i.instance_id = c.claimant
+CROSS JOIN LATERAL (
+    SELECT least(c.soft_expiry, i.soft_expiry) AS soft_expiry,
+           least(c.hard_expiry, i.hard_expiry) AS hard_expiry) e
+CROSS JOIN LATERAL (
+    SELECT c.in_flight AND EXISTS (
+               SELECT 1 FROM gridha.batches b
+                WHERE b.service_id = c.service_id AND b.seq = c.head_seq
+                  AND b.status = 'submitting') AS submitting) h;
+
+COMMENT ON VIEW gridha.claims IS
+'each claim with its effective expiries (its claimant''s lease, or the claim''s own when earlier) and its state: free, held, slow (soft-expired but submitting: not taken), soft_expired (takeover possible), hard_expired (takeover regardless); has_in_flight: its head is handed out (submitting, pending or valid)';
+
+CREATE VIEW gridha.instance_health AS
+SELECT i.instance_id,
+       i.label,
+       i.kind,
+       i.last_seen_at,
+       i.held::bigint AS claims_held,
+       coalesce(x.submitting, false) AS submitting,
+       CASE
+           WHEN i.stopped_at IS NOT NULL AND (i.last_seen_at IS NULL OR i.stopped_at >= i.last_seen_at)
+                AND (i.soft_expiry IS NULL OR i.soft_expiry <= i.stopped_at) THEN 'stopped'
+           WHEN i.last_seen_at IS NULL THEN 'new'
+           WHEN i.soft_expiry IS NULL OR i.hard_expiry <= now() THEN 'failed'
+           WHEN i.soft_expiry > now() THEN 'healthy'
+           WHEN coalesce(x.submitting, false) THEN 'slow'
+           ELSE 'failed'
+       END::gridha.health_state AS health,
+       i.soft_expiry,
+       i.hard_expiry
+FROM gridha.instances i
+LEFT JOIN LATERAL (
+    SELECT bool_or(c.submitting) AS submitting
+      FROM gridha.claims c
+     WHERE c.claimant = i.instance_id AND c.has_in_flight) x ON true;
+
+COMMENT ON VIEW gridha.instance_health IS
+'each instance''s health by the decision tree, from its lease: registered and never seen new; within its lease healthy; past its soft expiry and mid-submission slow (assumed healthy); past it and idle, or past its hard expiry, failed; released its claims since its last cycle: stopped';
+
+CREATE VIEW gridha.workers AS
+SELECT w.instance_id, w.label, w.pid, w.state::gridha.worker_state AS state, w.state_since,
+       w.service_id, w.batch_id, w.started_at, w.in_flight AS requests_in_flight
+FROM gridha_internal.worker_slots() w;
+
+COMMENT ON VIEW gridha.workers IS
+'one row per running background-worker instance: its instance id, pid (as in pg_stat_activity), state, a batch it is busy with, and how many POSTs it has in flight (requests_in_flight)';
+
+CREATE VIEW gridha.worker_limits AS
+SELECT l.instance_id, l.target, l.in_flight AS requests_in_flight, l.inflight_limit, l.failures
+FROM gridha_internal.worker_limit_slots() l;
+
+COMMENT ON VIEW gridha.worker_limits IS
+'one row per running worker and target: requests in flight, the worker''s current concurrency limit (at most gridha.worker_inflight) and the overload signals since it started';
+
+CREATE VIEW gridha.leaders AS
+SELECT l.role,
+       l.leader,
+       l.term,
+       l.acquired_at,
+       l.renewed_at,
+       l.expires_at,
+       CASE
+           WHEN l.leader IS NULL THEN 'vacant'
+           WHEN l.expires_at > now() THEN 'held'
+           ELSE 'expired'
+       END::gridha.lease_state AS state,
+       t.tick AS last_tick,
+       t.started_at AS last_run_at
+FROM gridha.leases l
+LEFT JOIN LATERAL (
+    SELECT m.tick, m.started_at
+    FROM gridha.maintenance_ticks m
+    WHERE m.role = l.role
+    ORDER BY m.tick DESC
+    LIMIT 1
+) t ON true;
+
+COMMENT ON VIEW gridha.leaders IS
+'each role''s leader, term, lease expiry and state (held, expired, vacant), with its latest tick';
+
+REVOKE ALL ON gridha.claims, gridha.instance_health, gridha.workers, gridha.worker_limits,
+    gridha.leaders FROM PUBLIC;
+GRANT SELECT ON gridha.claims, gridha.instance_health, gridha.workers, gridha.worker_limits,
+    gridha.leaders
+TO gridha_submitter, gridha_admin;
+
 -- --- issue 40, API 1.3 (behaviour): a user's duty apart from gridha's own ---
 -- gridha's maintenance duty is gridha.maintenance (a reserved name: lead
 -- refuses gridha.*); 1.2 named it maintenance, which becomes a name like any

@@ -89,6 +89,45 @@ CREATE TYPE gridha.batch_status AS ENUM (
 COMMENT ON TYPE gridha.batch_status IS
 'lifecycle of a batch: queued -> submitting -> pending -> (valid ->) committed | invalid; delayed and unknown send it back for resubmission';
 
+-- issue 40 (1.3): the states, kinds and outcomes gridha reports are typed:
+-- domains over text, each with its words (a client reads them as text).
+CREATE DOMAIN gridha.instance_kind AS text
+    CHECK (VALUE IN ('external', 'worker'));
+
+COMMENT ON DOMAIN gridha.instance_kind IS
+'how an instance runs: external (a client that registered or called the API) or worker (a background worker inside the server)';
+
+CREATE DOMAIN gridha.claim_state AS text
+    CHECK (VALUE IN ('free', 'held', 'slow', 'soft_expired', 'hard_expired'));
+
+COMMENT ON DOMAIN gridha.claim_state IS
+'a claim''s state in gridha.claims: free, held, slow (soft-expired but submitting: not taken), soft_expired (takeover possible), hard_expired (takeover regardless)';
+
+CREATE DOMAIN gridha.health_state AS text
+    CHECK (VALUE IN ('new', 'healthy', 'slow', 'failed', 'stopped'));
+
+COMMENT ON DOMAIN gridha.health_state IS
+'an instance''s health in gridha.instance_health: new, healthy, slow, failed or stopped';
+
+CREATE DOMAIN gridha.lease_state AS text
+    CHECK (VALUE IN ('vacant', 'held', 'expired'));
+
+COMMENT ON DOMAIN gridha.lease_state IS
+'a duty''s lease in gridha.leaders: vacant (no leader), held (unexpired) or expired';
+
+CREATE DOMAIN gridha.worker_state AS text
+    CHECK (VALUE IN ('starting', 'waiting for database', 'idle', 'handing out', 'submitting',
+                     'reporting', 'monitoring', 'backing off', 'stopping', 'waiting for its role'));
+
+COMMENT ON DOMAIN gridha.worker_state IS
+'what a background worker does now, in gridha.workers';
+
+CREATE DOMAIN gridha.maintenance_outcome AS text
+    CHECK (VALUE IN ('ran', 'not_leader', 'already_run', 'clock_behind', 'lost_lease'));
+
+COMMENT ON DOMAIN gridha.maintenance_outcome IS
+'what gridha.run_maintenance came to: ran, not_leader, already_run, clock_behind or lost_lease';
+
 CREATE TABLE gridha.targets (
     target          text PRIMARY KEY CHECK (target <> ''),
     submit_url      text,
@@ -126,8 +165,7 @@ INSERT INTO gridha.targets (target) VALUES ('default');
 CREATE TABLE gridha.instances (
     instance_id   uuid PRIMARY KEY,
     label         text,
-    kind          text NOT NULL DEFAULT 'external'
-                  CHECK (kind IN ('external', 'worker')),
+    kind          gridha.instance_kind NOT NULL DEFAULT 'external',
     registered_at timestamptz NOT NULL DEFAULT now(),
     last_seen_at  timestamptz,
     stopped_at    timestamptz,
@@ -601,16 +639,16 @@ COMMENT ON FUNCTION gridha.claimed_batches(uuid, integer) IS
 'read-only: the head batch of each service this instance holds, submittable ones first, with the claim''s epoch';
 
 CREATE FUNCTION gridha.next_batch(instance_id uuid)
-RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempt integer, attempts integer)
+RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempts integer)
 AS 'MODULE_PATHNAME', 'gridha_next_batch'
 LANGUAGE C VOLATILE SECURITY DEFINER ROWS 1
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.next_batch(uuid) IS
-'the queuer cycle: renews and acquires claims when due, hands out the submittable head that has waited longest among this instance''s services and marks it submitting; 0 or 1 row; attempts counts its hand-outs (attempt, the same count, is its deprecated 1.1 name)';
+'the queuer cycle: renews and acquires claims when due, hands out the submittable head that has waited longest among this instance''s services and marks it submitting; 0 or 1 row; attempts counts its hand-outs, this one included';
 
 CREATE FUNCTION gridha.next_batches(instance_id uuid, max_batches integer DEFAULT 100)
-RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempt integer, attempts integer)
+RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempts integer)
 AS 'MODULE_PATHNAME', 'gridha_next_batches'
 LANGUAGE C VOLATILE SECURITY DEFINER ROWS 10
 SET search_path = pg_catalog, gridha, pg_temp;
@@ -635,7 +673,7 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.report_submission(uuid, text, text, bigint, text, text) IS
-'records the result of submitting a batch: accepted -> pending, delayed -> delayed with backoff, rejected -> invalid; refused for a stale epoch';
+'deprecated since 1.3 (use report_submission(uuid, text, text, bigint, gridha.submission_outcome, text)): records the result of submitting a batch: accepted -> pending, delayed -> delayed with backoff, rejected -> invalid; refused for a stale epoch';
 
 CREATE FUNCTION gridha.pending_batches(instance_id uuid, max_batches integer DEFAULT 100)
 RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, epoch bigint, submitted_at timestamptz)
@@ -646,14 +684,15 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha.pending_batches(uuid, integer) IS
 'what this instance''s DLT monitor must poll: the pending and valid batches of the services it holds, oldest submission first';
 
-CREATE FUNCTION gridha.report_status(instance_id uuid, service_id text, batch_id text, epoch bigint, dlt_status text)
+CREATE FUNCTION gridha.report_status(instance_id uuid, service_id text, batch_id text, epoch bigint,
+                                     status text, detail text DEFAULT NULL)
 RETURNS gridha.batch_status
 AS 'MODULE_PATHNAME', 'gridha_report_status'
 LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
 
-COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, text) IS
-'records what the ledger says of an in-flight batch: pending, valid, committed, invalid or unknown (any case); refused for a stale epoch';
+COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, text, text) IS
+'deprecated since 1.3 (use report_status(uuid, text, text, bigint, gridha.ledger_status, text)): records what the ledger says of an in-flight batch, the status as text: pending, valid, committed, invalid or unknown (any case), with an optional detail stored on the batch; refused for a stale epoch';
 
 CREATE FUNCTION gridha.report_submissions(instance_id uuid, service_ids text[], batch_ids text[],
                                           epochs bigint[], outcomes text[], details text[] DEFAULT NULL)
@@ -666,14 +705,14 @@ COMMENT ON FUNCTION gridha.report_submissions(uuid, text[], text[], bigint[], te
 'deprecated since 1.2 (use report_submissions(uuid, gridha.submission_report[])): many report_submission in one transaction, one element per batch in each array: one row per batch with its new status, or the SQLSTATE and message that refused it (a refused row does not undo the others)';
 
 CREATE FUNCTION gridha.report_statuses(instance_id uuid, service_ids text[], batch_ids text[],
-                                       epochs bigint[], dlt_statuses text[])
+                                       epochs bigint[], statuses text[], details text[] DEFAULT NULL)
 RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
 AS 'MODULE_PATHNAME', 'gridha_report_statuses'
 LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
 SET search_path = pg_catalog, gridha, pg_temp;
 
-COMMENT ON FUNCTION gridha.report_statuses(uuid, text[], text[], bigint[], text[]) IS
-'deprecated since 1.2 (use report_statuses(uuid, gridha.status_report[])): many report_status in one transaction: one row per batch with its new status, or the SQLSTATE and message that refused it';
+COMMENT ON FUNCTION gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[]) IS
+'deprecated since 1.2 (use report_statuses(uuid, gridha.status_report[])): many report_status in one transaction, one element per batch in each array: one row per batch with its new status, or the SQLSTATE and message that refused it';
 
 CREATE FUNCTION gridha.release_claims(instance_id uuid)
 RETURNS integer
@@ -701,10 +740,10 @@ SELECT c.service_id,
            WHEN e.hard_expiry IS NULL OR e.hard_expiry <= now() THEN 'hard_expired'
            WHEN h.submitting THEN 'slow'
            ELSE 'soft_expired'
-       END AS state,
+       END::gridha.claim_state AS state,
        c.head_seq,
        c.tail_seq,
-       c.in_flight,
+       c.in_flight AS has_in_flight,
        h.submitting,
        c.ready_at
 FROM gridha.service_claims c
@@ -719,14 +758,14 @@ CROSS JOIN LATERAL (
                   AND b.status = 'submitting') AS submitting) h;
 
 COMMENT ON VIEW gridha.claims IS
-'each claim with its effective expiries (its claimant''s lease, or the claim''s own when earlier) and its state: free, held, slow (soft-expired but submitting: not taken), soft_expired (takeover possible), hard_expired (takeover regardless)';
+'each claim with its effective expiries (its claimant''s lease, or the claim''s own when earlier) and its state: free, held, slow (soft-expired but submitting: not taken), soft_expired (takeover possible), hard_expired (takeover regardless); has_in_flight: its head is handed out (submitting, pending or valid)';
 
 CREATE VIEW gridha.instance_health AS
 SELECT i.instance_id,
        i.label,
        i.kind,
        i.last_seen_at,
-       i.held::bigint AS claims,
+       i.held::bigint AS claims_held,
        coalesce(x.submitting, false) AS submitting,
        CASE
            WHEN i.stopped_at IS NOT NULL AND (i.last_seen_at IS NULL OR i.stopped_at >= i.last_seen_at)
@@ -736,14 +775,14 @@ SELECT i.instance_id,
            WHEN i.soft_expiry > now() THEN 'healthy'
            WHEN coalesce(x.submitting, false) THEN 'slow'
            ELSE 'failed'
-       END AS health,
+       END::gridha.health_state AS health,
        i.soft_expiry,
        i.hard_expiry
 FROM gridha.instances i
 LEFT JOIN LATERAL (
     SELECT bool_or(c.submitting) AS submitting
       FROM gridha.claims c
-     WHERE c.claimant = i.instance_id AND c.in_flight) x ON true;
+     WHERE c.claimant = i.instance_id AND c.has_in_flight) x ON true;
 
 COMMENT ON VIEW gridha.instance_health IS
 'each instance''s health by the decision tree, from its lease: registered and never seen new; within its lease healthy; past its soft expiry and mid-submission slow (assumed healthy); past it and idle, or past its hard expiry, failed; released its claims since its last cycle: stopped';
@@ -832,12 +871,12 @@ COMMENT ON FUNCTION gridha.worker_slots() IS
 'the running worker instances as their shared-memory slots show them (empty without preload)';
 
 CREATE VIEW gridha.workers AS
-SELECT w.instance_id, w.label, w.pid, w.state, w.state_since,
-       w.service_id, w.batch_id, w.started_at, w.in_flight
+SELECT w.instance_id, w.label, w.pid, w.state::gridha.worker_state AS state, w.state_since,
+       w.service_id, w.batch_id, w.started_at, w.in_flight AS requests_in_flight
 FROM gridha.worker_slots() w;
 
 COMMENT ON VIEW gridha.workers IS
-'one row per running background-worker instance: its instance id, pid (as in pg_stat_activity), state, a batch it is busy with, and how many POSTs it has in flight';
+'one row per running background-worker instance: its instance id, pid (as in pg_stat_activity), state, a batch it is busy with, and how many POSTs it has in flight (requests_in_flight)';
 
 -- A commit that enqueued batches wakes the workers (no-op without preload).
 CREATE FUNCTION gridha.batches_wake()
@@ -921,8 +960,8 @@ GRANT EXECUTE ON FUNCTION
     gridha.report_submission(uuid, text, text, bigint, text, text),
     gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[]),
     gridha.pending_batches(uuid, integer),
-    gridha.report_status(uuid, text, text, bigint, text),
-    gridha.report_statuses(uuid, text[], text[], bigint[], text[]),
+    gridha.report_status(uuid, text, text, bigint, text, text),
+    gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[]),
     gridha.release_claims(uuid),
     gridha.expiry_settings(),
     gridha.worker_slots()
@@ -1022,7 +1061,7 @@ CREATE FUNCTION gridha.run_maintenance(
     duty text DEFAULT 'maintenance',
     OUT term bigint,
     OUT tick bigint,
-    OUT outcome text,
+    OUT outcome gridha.maintenance_outcome,
     OUT swept_instances integer,
     OUT pruned_batches bigint,
     OUT opened_windows integer)
@@ -1045,7 +1084,7 @@ SELECT l.role,
            WHEN l.leader IS NULL THEN 'vacant'
            WHEN l.expires_at > now() THEN 'held'
            ELSE 'expired'
-       END AS state,
+       END::gridha.lease_state AS state,
        t.tick AS last_tick,
        t.started_at AS last_run_at
 FROM gridha.leases l
@@ -1481,7 +1520,7 @@ COMMENT ON FUNCTION gridha.worker_limit_slots() IS
 'each running worker''s requests in flight and concurrency limit per target it talked to lately, with the overload signals it saw (empty without preload)';
 
 CREATE VIEW gridha.worker_limits AS
-SELECT l.instance_id, l.target, l.in_flight, l.inflight_limit, l.failures
+SELECT l.instance_id, l.target, l.in_flight AS requests_in_flight, l.inflight_limit, l.failures
 FROM gridha.worker_limit_slots() l;
 
 COMMENT ON VIEW gridha.worker_limits IS
@@ -1673,14 +1712,14 @@ COMMENT ON FUNCTION gridha.report_submission(uuid, text, text, bigint, gridha.su
 'records the result of submitting a batch, the outcome typed: accepted -> pending, delayed -> delayed with backoff, rejected -> invalid; refused for a stale epoch';
 
 CREATE FUNCTION gridha.report_status(instance_id uuid, service_id text, batch_id text, epoch bigint,
-                                     dlt_status gridha.ledger_status)
+                                     status gridha.ledger_status, detail text DEFAULT NULL)
 RETURNS gridha.batch_status
 AS 'MODULE_PATHNAME', 'gridha_report_status_enum'
 LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
 
-COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, gridha.ledger_status) IS
-'records what the ledger says of an in-flight batch, the status typed: pending, valid, committed, invalid or unknown; refused for a stale epoch';
+COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, gridha.ledger_status, text) IS
+'records what the ledger says of an in-flight batch, the status typed: pending, valid, committed, invalid or unknown, with an optional detail stored on the batch; refused for a stale epoch';
 
 CREATE FUNCTION gridha.report_submissions(instance_id uuid, reports gridha.submission_report[])
 RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
@@ -1720,7 +1759,7 @@ COMMENT ON FUNCTION gridha.resign_lead(uuid, text) IS
 
 REVOKE ALL ON FUNCTION
     gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text),
-    gridha.report_status(uuid, text, text, bigint, gridha.ledger_status),
+    gridha.report_status(uuid, text, text, bigint, gridha.ledger_status, text),
     gridha.report_submissions(uuid, gridha.submission_report[]),
     gridha.report_statuses(uuid, gridha.status_report[]),
     gridha.lead(uuid, text),
@@ -1728,7 +1767,7 @@ REVOKE ALL ON FUNCTION
 FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text),
-    gridha.report_status(uuid, text, text, bigint, gridha.ledger_status),
+    gridha.report_status(uuid, text, text, bigint, gridha.ledger_status, text),
     gridha.report_submissions(uuid, gridha.submission_report[]),
     gridha.report_statuses(uuid, gridha.status_report[]),
     gridha.lead(uuid, text),
@@ -2182,7 +2221,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION gridha.report_statuses(instance_id uuid, service_ids text[], batch_ids text[],
-                                                  epochs bigint[], dlt_statuses text[])
+                                                  epochs bigint[], statuses text[], details text[] DEFAULT NULL)
 RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
 LANGUAGE plpgsql VOLATILE ROWS 100
 SET search_path = pg_catalog, gridha, pg_temp
@@ -2192,8 +2231,9 @@ DECLARE
     a record;
 BEGIN
     FOR a IN SELECT * FROM (VALUES (1, 'service_ids', service_ids), (2, 'batch_ids', batch_ids),
-                                   (3, 'epochs', epochs::text[]), (4, 'dlt_statuses', dlt_statuses)) v(i, name, arr)
-              ORDER BY i LOOP
+                                   (3, 'epochs', epochs::text[]), (4, 'statuses', statuses),
+                                   (5, 'details', details)) v(i, name, arr) ORDER BY i LOOP
+        CONTINUE WHEN a.i = 5 AND a.arr IS NULL;
         IF a.arr IS NULL THEN
             RAISE EXCEPTION '% must not be null', a.name USING ERRCODE = '22004';
         END IF;
@@ -2208,18 +2248,20 @@ BEGIN
     END LOOP;
     RETURN QUERY
     SELECT r.service_id, r.batch_id, r.status,
-           CASE WHEN u.w IS NOT NULL AND r.message = 'dlt_status must not be null' THEN 'RG005' ELSE r.sqlstate END,
-           CASE WHEN u.w IS NOT NULL AND r.message = 'dlt_status must not be null'
+           CASE WHEN u.w IS NOT NULL AND r.message = 'status must not be null' THEN 'RG005' ELSE r.sqlstate END,
+           CASE WHEN u.w IS NOT NULL AND r.message = 'status must not be null'
                 THEN format('unknown ledger status "%s"', u.w) ELSE r.message END
       FROM ROWS FROM (gridha.report_statuses(instance_id, ARRAY(
                SELECT ROW(v.s, v.b, v.e,
                           CASE lower(v.w COLLATE "C") WHEN 'pending' THEN 'pending' WHEN 'valid' THEN 'valid'
                                WHEN 'committed' THEN 'committed' WHEN 'invalid' THEN 'invalid'
                                WHEN 'unknown' THEN 'unknown' END::gridha.ledger_status,
-                          NULL)::gridha.status_report
-                 FROM unnest(service_ids, batch_ids, epochs, dlt_statuses) WITH ORDINALITY AS v(s, b, e, w, k)
+                          v.d)::gridha.status_report
+                 FROM unnest(service_ids, batch_ids, epochs, statuses,
+                             coalesce(details, array_fill(NULL::text, ARRAY[n])))
+                      WITH ORDINALITY AS v(s, b, e, w, d, k)
                 ORDER BY v.k))) WITH ORDINALITY AS r(service_id, batch_id, status, sqlstate, message, k)
-      JOIN unnest(dlt_statuses) WITH ORDINALITY AS u(w, k) ON u.k = r.k
+      JOIN unnest(statuses) WITH ORDINALITY AS u(w, k) ON u.k = r.k
      ORDER BY r.k;
 END
 $$;

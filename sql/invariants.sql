@@ -106,10 +106,10 @@ SELECT target, heads_repaired_total FROM gridha.metrics WHERE scope = 'target' O
 -- about attempt 1 (unknown again, or committed), applied now, is refused:
 -- the batch is submitting, and an earlier attempt of it was accepted.
 INSERT INTO gridha.batches (service_id, batch_id, payload) VALUES ('m', 'm1', '\x01');
-SELECT batch_id, attempt FROM gridha.next_batch(:A);
+SELECT batch_id, attempts FROM gridha.next_batch(:A);
 SELECT gridha.report_submission(:A, 'm', 'm1', 1, 'accepted');
 SELECT gridha.report_status(:A, 'm', 'm1', 1, 'unknown');
-SELECT batch_id, attempt FROM gridha.next_batch(:A);
+SELECT batch_id, attempts FROM gridha.next_batch(:A);
 SELECT gridha.report_status(:A, 'm', 'm1', 1, 'unknown');
 SELECT gridha.report_status(:A, 'm', 'm1', 1, 'committed'::gridha.ledger_status);
 SELECT service_id, batch_id, status, sqlstate FROM gridha.report_statuses(:A,
@@ -121,7 +121,7 @@ SELECT gridha.report_status(:A, 'm', 'm1', 1, 'committed');
 -- a batch never accepted may still go from submitting to a final status
 -- (a synchronous ledger's answer to the POST)
 INSERT INTO gridha.batches (service_id, batch_id, payload) VALUES ('m', 'm2', '\x02');
-SELECT batch_id, attempt FROM gridha.next_batch(:A);
+SELECT batch_id, attempts FROM gridha.next_batch(:A);
 SELECT gridha.report_status(:A, 'm', 'm2', 1, 'committed');
 
 TRUNCATE gridha.batches, gridha.service_claims, gridha.instances, gridha.target_totals;

@@ -10,7 +10,7 @@ $$;
 
 -- queued -> submitting -> pending -> valid -> committed
 SELECT gridha.enqueue('s1', 'b1', '\x01'), gridha.enqueue('s1', 'b2', '\x02'), gridha.enqueue('s1', 'b3', '\x03');
-SELECT batch_id, attempt FROM gridha.next_batch(:A);
+SELECT batch_id, attempts FROM gridha.next_batch(:A);
 SELECT * FROM pg_temp.show('s1');
 -- only one batch of a service is in flight: nothing more to hand out
 SELECT count(*) AS more FROM gridha.next_batch(:A);
@@ -22,7 +22,7 @@ SELECT gridha.report_status(:A, 's1', 'b1', 1, 'COMMITTED');
 SELECT * FROM pg_temp.show('s1');
 
 -- submitting -> delayed: backed off, then resubmitted before any later batch
-SELECT batch_id, attempt FROM gridha.next_batch(:A);
+SELECT batch_id, attempts FROM gridha.next_batch(:A);
 -- (one transaction, so now() stands still and the backoff reads exactly)
 BEGIN;
 SELECT gridha.report_submission(:A, 's1', 'b2', 1, 'delayed', 'http 503');
@@ -31,7 +31,7 @@ SELECT status, detail, not_before - now() AS backoff, ready_at = not_before AS r
 SELECT count(*) AS before_not_before FROM gridha.next_batch(:A);
 COMMIT;
 UPDATE gridha.service_claims SET ready_at = now() - interval '1 ms' WHERE service_id = 's1';
-SELECT batch_id, attempt FROM gridha.next_batch(:A);
+SELECT batch_id, attempts FROM gridha.next_batch(:A);
 SELECT status, not_before FROM gridha.batches WHERE batch_id = 'b2';
 -- the second delay backs off longer: 250 ms + 500 ms
 BEGIN;
@@ -39,18 +39,18 @@ SELECT gridha.report_submission(:A, 's1', 'b2', 1, 'DELAYED');
 SELECT not_before - now() AS second_backoff FROM gridha.batches WHERE batch_id = 'b2';
 COMMIT;
 UPDATE gridha.service_claims SET ready_at = now() - interval '1 ms' WHERE service_id = 's1';
-SELECT batch_id, attempt FROM gridha.next_batch(:A);
+SELECT batch_id, attempts FROM gridha.next_batch(:A);
 
 -- pending -> unknown: resubmitted at once, still before b3
 SELECT gridha.report_submission(:A, 's1', 'b2', 1, 'accepted');
 SELECT gridha.report_status(:A, 's1', 'b2', 1, 'unknown');
 SELECT * FROM pg_temp.show('s1');
-SELECT batch_id, attempt FROM gridha.next_batch(:A);
+SELECT batch_id, attempts FROM gridha.next_batch(:A);
 SELECT gridha.report_submission(:A, 's1', 'b2', 1, 'accepted');
 SELECT gridha.report_status(:A, 's1', 'b2', 1, 'committed');
 
 -- submitting -> invalid (rejected): final, and the service moves on
-SELECT batch_id, attempt FROM gridha.next_batch(:A);
+SELECT batch_id, attempts FROM gridha.next_batch(:A);
 SELECT gridha.report_submission(:A, 's1', 'b3', 1, 'rejected', 'http 400');
 SELECT * FROM pg_temp.show('s1');
 SELECT service_id, head_seq, ready_at, in_flight FROM gridha.service_claims WHERE service_id = 's1';
@@ -58,7 +58,7 @@ SELECT count(*) AS drained FROM gridha.next_batch(:A);
 
 -- pending -> invalid from the ledger; a new batch after an empty queue
 SELECT gridha.enqueue('s1', 'b4', '\x04');
-SELECT batch_id, attempt FROM gridha.next_batch(:A);
+SELECT batch_id, attempts FROM gridha.next_batch(:A);
 SELECT gridha.report_submission(:A, 's1', 'b4', 1, 'accepted');
 SELECT gridha.report_status(:A, 's1', 'b4', 1, 'invalid');
 SELECT * FROM pg_temp.show('s1');

@@ -401,7 +401,7 @@ gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 		out[2] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_PAYLOAD, &outnull[2]);
 		out[3] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_EPOCH, &outnull[3]);
 		out[4] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_ATTEMPTS, &outnull[4]);
-		/* attempts (1.2), the same count under the column's name */
+		/* 1.2 declares attempt and attempts, the same count (1.3: attempts) */
 		out[5] = out[4];
 		outnull[5] = outnull[4];
 		if (outs != NULL)
@@ -409,7 +409,7 @@ gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 			int			c;
 
 			/* kept, and returned in the order given once all are written */
-			for (c = 0; c < 6; c++)
+			for (c = 0; c < rsinfo->setDesc->natts; c++)
 			{
 				outs[i].values[c] = outnull[c] ? (Datum) 0 :
 					datumCopy(out[c], c >= 3, c >= 3 ? sizeof(Datum) : -1);

@@ -772,7 +772,7 @@ status_of_ledger_word(Datum value, bool isnull)
 	if (isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("dlt_status must not be null")));
+				 errmsg("status must not be null")));
 	word = TextDatumGetCString(value);
 	for (i = 0; i < lengthof(words); i++)
 		if (pg_strcasecmp(word, words[i]) == 0)
@@ -827,8 +827,9 @@ status_report_submission(FunctionCallInfo fcinfo, bool is_enum)
 
 /*
  * status_report_status: SQL gridha.report_status(instance_id, service_id,
- * batch_id, epoch, dlt_status) -> batch_status, the status as text (any
- * case) or, since 1.2, a gridha.ledger_status.
+ * batch_id, epoch, status, detail) -> batch_status, the status as text (any
+ * case) or, since 1.2, a gridha.ledger_status; the detail (1.3: the 1.2
+ * declarations have none) is stored on the batch as report_submission's.
  *
  * The batch must be in flight: pending, valid, or submitting under this
  * epoch with no earlier attempt accepted (a status then may be about that
@@ -842,6 +843,7 @@ status_report_status(FunctionCallInfo fcinfo, bool is_enum)
 	text	   *service_id = gridha_arg_id(fcinfo, 1, "service_id");
 	text	   *batch_id = gridha_arg_id(fcinfo, 2, "batch_id");
 	int64		epoch = gridha_arg_epoch(fcinfo, 3);
+	text	   *detail = (PG_NARGS() > 5 && !PG_ARGISNULL(5)) ? PG_GETARG_TEXT_PP(5) : NULL;
 	GridhaStatus new_status;
 
 	gridha_require_writable("report_status()");
@@ -849,7 +851,7 @@ status_report_status(FunctionCallInfo fcinfo, bool is_enum)
 	(void) gridha_instance_check(instance_id);
 	status_hold_claims_table();
 	PG_RETURN_DATUM(status_report(instance_id, service_id, batch_id, epoch, new_status,
-								  NULL, FROM_IN_FLIGHT, NULL));
+								  detail, FROM_IN_FLIGHT, NULL));
 }
 
 PG_FUNCTION_INFO_V1(gridha_report_submission);
@@ -1171,9 +1173,10 @@ status_report_many(FunctionCallInfo fcinfo, bool submissions)
 	status_array(fcinfo, 1, "service_ids", TEXTOID, &m.n, &m.service_ids, &m.service_ids_null);
 	status_array(fcinfo, 2, "batch_ids", TEXTOID, &m.n, &m.batch_ids, &m.batch_ids_null);
 	status_array(fcinfo, 3, "epochs", INT8OID, &m.n, &m.epochs, &m.epochs_null);
-	status_array(fcinfo, 4, submissions ? "outcomes" : "dlt_statuses", TEXTOID, &m.n,
+	status_array(fcinfo, 4, submissions ? "outcomes" : "statuses", TEXTOID, &m.n,
 				 &m.words, &m.words_null);
-	if (submissions && PG_NARGS() > 5 && !PG_ARGISNULL(5))
+	/* details: report_submissions' since 1.1, report_statuses' since 1.3 */
+	if (PG_NARGS() > 5 && !PG_ARGISNULL(5))
 		status_array(fcinfo, 5, "details", TEXTOID, &m.n, &m.details, &m.details_null);
 	status_report_rows(fcinfo, instance_id, &m, submissions);
 }
@@ -1281,8 +1284,8 @@ PG_FUNCTION_INFO_V1(gridha_report_statuses);
 
 /*
  * gridha_report_statuses: SQL gridha.report_statuses(instance_id,
- * service_ids, batch_ids, epochs, dlt_statuses) -> the same rows: many
- * report_status in one call.
+ * service_ids, batch_ids, epochs, statuses, details) -> the same rows: many
+ * report_status in one call (details since 1.3).
  */
 Datum
 gridha_report_statuses(PG_FUNCTION_ARGS)

@@ -2371,10 +2371,10 @@ SELECT i.instance_id, i.kind, coalesce(array_to_string(i.serves, ','), 'any'), i
         """the workers, their limits, and the targets of the batches left"""
         details = ["worker %s" % " | ".join(r) for r in rows(db, """
 SELECT w.instance_id, w.label, w.pid, w.state, w.state_since, coalesce(w.service_id, '-'),
-       coalesce(w.batch_id, '-'), w.in_flight
+       coalesce(w.batch_id, '-'), w.requests_in_flight
   FROM gridha.workers w ORDER BY w.label""")]
         details += ["limit %s" % " | ".join(r) for r in rows(db, """
-SELECT l.instance_id, l.target, l.in_flight, l.inflight_limit, l.failures
+SELECT l.instance_id, l.target, l.requests_in_flight, l.inflight_limit, l.failures
   FROM gridha.worker_limits l ORDER BY l.instance_id, l.target""")]
         details += ["target %s" % " | ".join(r) for r in rows(db, """
 SELECT t.target, coalesce(t.submit_url, '-'), coalesce(t.submit_function, '-'),

@@ -149,8 +149,8 @@ INSERT INTO tap_grants VALUES
  ('submitter', 'function', 'gridha.report_submission(uuid, text, text, bigint, text, text)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[])', 'EXECUTE'),
  ('submitter', 'function', 'gridha.pending_batches(uuid, integer)', 'EXECUTE'),
- ('submitter', 'function', 'gridha.report_status(uuid, text, text, bigint, text)', 'EXECUTE'),
- ('submitter', 'function', 'gridha.report_statuses(uuid, text[], text[], bigint[], text[])', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.report_status(uuid, text, text, bigint, text, text)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[])', 'EXECUTE'),
  ('submitter', 'function', 'gridha.release_claims(uuid)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.expiry_settings()', 'EXECUTE'),
  ('submitter', 'schema',   'gridha_internal', 'USAGE'),
@@ -164,7 +164,7 @@ INSERT INTO tap_grants VALUES
  ('submitter', 'function', 'gridha.resign(uuid, text)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.run_maintenance(uuid, text)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text)', 'EXECUTE'),
- ('submitter', 'function', 'gridha.report_status(uuid, text, text, bigint, gridha.ledger_status)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.report_status(uuid, text, text, bigint, gridha.ledger_status, text)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.report_submissions(uuid, gridha.submission_report[])', 'EXECUTE'),
  ('submitter', 'function', 'gridha.report_statuses(uuid, gridha.status_report[])', 'EXECUTE'),
  ('submitter', 'function', 'gridha.lead(uuid, text)', 'EXECUTE'),
@@ -414,7 +414,7 @@ SELECT set_eq(
              ('gridha.verify_batch(uuid, text, text, bigint)'),
              ('gridha.report_submission(uuid, text, text, bigint, text, text)'),
              ('gridha.pending_batches(uuid, integer)'),
-             ('gridha.report_status(uuid, text, text, bigint, text)'),
+             ('gridha.report_status(uuid, text, text, bigint, text, text)'),
              ('gridha.release_claims(uuid)'),
              ('gridha.start_worker(text)'), ('gridha.stop_worker(uuid)'),
              ('gridha.renew_lead(uuid, text, bigint)'), ('gridha.run_maintenance(uuid, text)'),
@@ -423,7 +423,7 @@ SELECT set_eq(
              ('gridha_internal.worker_register(uuid, text)'), ('gridha_internal.worker_orphans(uuid)'),
              ('gridha.move_service(text, text)'), ('gridha.set_instance_owner(uuid, regrole)'),
              ('gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text)'),
-             ('gridha.report_status(uuid, text, text, bigint, gridha.ledger_status)'),
+             ('gridha.report_status(uuid, text, text, bigint, gridha.ledger_status, text)'),
              ('gridha.report_submissions(uuid, gridha.submission_report[])'),
              ('gridha.report_statuses(uuid, gridha.status_report[])'),
              ('gridha.lead(uuid, text)'), ('gridha.resign_lead(uuid, text)'),
@@ -438,7 +438,7 @@ SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)
              JOIN pg_proc p ON p.oid = o.oid
             WHERE NOT p.prosecdef),
           ARRAY['gridha.expiry_settings()',
-                'gridha.report_statuses(uuid, text[], text[], bigint[], text[])',
+                'gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[])',
                 'gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[])',
                 'gridha.resign(uuid, text)', 'gridha.try_lead(uuid, text)',
                 'gridha_internal.worker_limit_slots()', 'gridha_internal.worker_slots()'],
@@ -515,9 +515,9 @@ SELECT is(pg_temp.as_role_text('gridha_tap_sub_a',
                      current_setting('tap.a1'))),
           'tap-a:1', 'submitter A: acquire_claims(A1) takes tap-a at epoch 1');
 SELECT is(pg_temp.as_role_text('gridha_tap_sub_a',
-              format($$SELECT concat_ws('/', service_id, batch_id, encode(payload, 'hex'), epoch, attempt)
+              format($$SELECT concat_ws('/', service_id, batch_id, encode(payload, 'hex'), epoch, attempts)
                          FROM gridha.next_batch(%L)$$, current_setting('tap.a1'))),
-          'tap-a/a1/0a/1/1', 'submitter A: next_batch(A1) hands out a1 with its payload, epoch 1, attempt 1');
+          'tap-a/a1/0a/1/1', 'submitter A: next_batch(A1) hands out a1 with its payload, epoch 1, attempts 1');
 SELECT is(pg_temp.as_role_text('gridha_tap_sub_a',
               $$SELECT target || ':' || coalesce(request_headers::text, 'no headers') FROM gridha.targets
                  WHERE target = 'default'$$),
@@ -656,7 +656,7 @@ SELECT ok(set_config('tap.b1', pg_temp.as_role_text('gridha_tap_sub_b',
                          $$SELECT gridha.register_instance('tap B1')$$), true) IS NOT NULL,
           'submitter B: register_instance works');
 SELECT is(pg_temp.as_role_text('gridha_tap_sub_b',
-              format($$SELECT concat_ws('/', service_id, batch_id, encode(payload, 'hex'), epoch, attempt)
+              format($$SELECT concat_ws('/', service_id, batch_id, encode(payload, 'hex'), epoch, attempts)
                          FROM gridha.next_batch(%L)$$, current_setting('tap.b1'))),
           'tap-b/b1/0c/1/1', 'submitter B: next_batch(B1) hands out tap-b''s b1');
 SELECT is(pg_temp.as_role_text('gridha_tap_sub_b',

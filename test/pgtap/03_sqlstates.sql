@@ -158,7 +158,7 @@ SELECT throws_ok($$SELECT gridha.report_status('aaaaaaaa-0000-0000-0000-00000000
 SELECT throws_ok($$SELECT gridha.report_status('aaaaaaaa-0000-0000-0000-000000000001', 'err-pend', 'p1', NULL, 'committed')$$,
                  '22004', 'epoch must not be null', 'report_status: NULL epoch -> 22004');
 SELECT throws_ok($$SELECT gridha.report_status('aaaaaaaa-0000-0000-0000-000000000001', 'err-pend', 'p1', 1, NULL)$$,
-                 '22004', 'dlt_status must not be null', 'report_status: NULL dlt_status -> 22004');
+                 '22004', 'status must not be null', 'report_status: NULL status -> 22004');
 
 SELECT is(pg_temp.snapshot(), :'before', '22004 refusals changed nothing');
 

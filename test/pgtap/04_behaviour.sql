@@ -32,7 +32,7 @@ SELECT results_eq(
     'enqueue creates the service: free, epoch 0, target default');
 
 SELECT results_eq(
-    $$SELECT service_id, batch_id, payload, epoch, attempt
+    $$SELECT service_id, batch_id, payload, epoch, attempts
         FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
     $$VALUES ('case'::text, 'c1'::text, convert_to('p1', 'UTF8'), 1::bigint, 1)$$,
     'next_batch: A claims the service (epoch 1) and is handed the head c1, attempt 1');
@@ -63,7 +63,7 @@ SELECT ok((SELECT finished_at = now() FROM gridha.batches WHERE batch_id = 'c1')
 SELECT is_empty($$SELECT * FROM gridha.pending_batches('aaaaaaaa-0000-0000-0000-00000000000a')$$,
                 'pending_batches: nothing left to poll');
 SELECT results_eq(
-    $$SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
+    $$SELECT service_id, batch_id, epoch, attempts FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
     $$VALUES ('case'::text, 'c2'::text, 1::bigint, 1)$$,
     'next_batch: once c1 is committed, c2 is handed out');
 SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'case', 'c2', 1, 'Accepted'),
@@ -102,7 +102,7 @@ DELETE FROM gridha.service_claims WHERE service_id = 'tgt';
 SELECT gridha.enqueue('dly', 'd1', NULL), gridha.enqueue('dly', 'd2', NULL), gridha.enqueue('dly', 'd3', NULL) \g /dev/null
 
 SELECT results_eq(
-    $$SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
+    $$SELECT service_id, batch_id, epoch, attempts FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
     $$VALUES ('dly'::text, 'd1'::text, 1::bigint, 1)$$,
     'next_batch: A takes the new service dly and is handed d1, attempt 1');
 SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'dly', 'd1', 1, 'delayed', 'http 503'),
@@ -125,7 +125,7 @@ UPDATE gridha.batches SET not_before = now() - interval '1 second' WHERE service
 UPDATE gridha.service_claims SET ready_at = now() - interval '1 second' WHERE service_id = 'dly';
 
 SELECT results_eq(
-    $$SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
+    $$SELECT service_id, batch_id, epoch, attempts FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
     $$VALUES ('dly'::text, 'd1'::text, 1::bigint, 2)$$,
     'next_batch: after not_before, d1 is handed out again with attempt 2, before d2');
 SELECT is((SELECT not_before FROM gridha.batches WHERE service_id = 'dly' AND batch_id = 'd1'), NULL,
@@ -139,7 +139,7 @@ UPDATE gridha.batches SET not_before = now() - interval '1 second' WHERE service
 UPDATE gridha.service_claims SET ready_at = now() - interval '1 second' WHERE service_id = 'dly';
 
 SELECT results_eq(
-    $$SELECT batch_id, attempt FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
+    $$SELECT batch_id, attempts FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
     $$VALUES ('d1'::text, 3)$$,
     'next_batch: d1 again, attempt 3');
 SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'dly', 'd1', 1, 'accepted'),
@@ -147,7 +147,7 @@ SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'dly'
 SELECT is(gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'dly', 'd1', 1, 'UNKNOWN'),
           'unknown'::gridha.batch_status, 'report_status: UNKNOWN (the ledger lost it) -> unknown');
 SELECT results_eq(
-    $$SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
+    $$SELECT service_id, batch_id, epoch, attempts FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
     $$VALUES ('dly'::text, 'd1'::text, 1::bigint, 4)$$,
     'next_batch: an unknown batch is handed out again at once (attempt 4), before d2');
 SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'dly', 'd1', 1, 'accepted'),
@@ -155,7 +155,7 @@ SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'dly'
 SELECT is(gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'dly', 'd1', 1, 'committed'),
           'committed'::gridha.batch_status, 'd1 committed');
 SELECT results_eq(
-    $$SELECT batch_id, attempt FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
+    $$SELECT batch_id, attempts FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
     $$VALUES ('d2'::text, 1)$$,
     'next_batch: only now is d2 handed out, attempt 1');
 SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'dly', 'd2', 1, 'Rejected', 'http 400'),
@@ -163,7 +163,7 @@ SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'dly'
 SELECT ok((SELECT finished_at = now() AND detail = 'http 400' FROM gridha.batches WHERE service_id = 'dly' AND batch_id = 'd2'),
           'a rejected batch is finished, with its detail');
 SELECT results_eq(
-    $$SELECT batch_id, attempt FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
+    $$SELECT batch_id, attempts FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
     $$VALUES ('d3'::text, 1)$$,
     'next_batch: after a rejection the next batch, d3, is available at once');
 SELECT ctid::text AS dly_claim_ctid FROM gridha.service_claims WHERE service_id = 'dly' \gset
@@ -198,7 +198,7 @@ SELECT gridha.enqueue('tx-slow', 's1', NULL), gridha.enqueue('tx-slow', 's2', NU
        gridha.enqueue('tx-idle', 'i1', NULL), gridha.enqueue('tx-idle', 'i2', NULL) \g /dev/null
 
 SELECT set_eq(
-    $$SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batches('aaaaaaaa-0000-0000-0000-00000000000a', 10)$$,
+    $$SELECT service_id, batch_id, epoch, attempts FROM gridha.next_batches('aaaaaaaa-0000-0000-0000-00000000000a', 10)$$,
     $$VALUES ('tx-slow'::text, 's1'::text, 1::bigint, 1), ('tx-idle', 'i1', 1, 1)$$,
     'next_batches: A is handed s1 and i1 (distinct services)');
 SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'tx-idle', 'i1', 1, 'accepted'),
@@ -209,7 +209,7 @@ UPDATE gridha.service_claims SET soft_expiry = now() - interval '1 second'
  WHERE service_id IN ('tx-slow', 'tx-idle');
 
 SELECT results_eq(
-    $$SELECT service_id, state FROM gridha.claims WHERE service_id IN ('tx-idle', 'tx-slow') ORDER BY service_id$$,
+    $$SELECT service_id, state::text FROM gridha.claims WHERE service_id IN ('tx-idle', 'tx-slow') ORDER BY service_id$$,
     $$VALUES ('tx-idle'::text, 'soft_expired'::text), ('tx-slow', 'slow')$$,
     'claims: soft-expired and idle is soft_expired; soft-expired and submitting is slow');
 SELECT results_eq(
@@ -234,7 +234,7 @@ SELECT results_eq(
 SELECT is(gridha.report_status('bbbbbbbb-0000-0000-0000-00000000000b', 'tx-idle', 'i1', 2, 'committed'),
           'committed'::gridha.batch_status, 'B reports i1 committed');
 SELECT results_eq(
-    $$SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batch('bbbbbbbb-0000-0000-0000-00000000000b')$$,
+    $$SELECT service_id, batch_id, epoch, attempts FROM gridha.next_batch('bbbbbbbb-0000-0000-0000-00000000000b')$$,
     $$VALUES ('tx-idle'::text, 'i2'::text, 2::bigint, 1)$$,
     'next_batch: B is handed i2 under epoch 2');
 
@@ -252,7 +252,7 @@ SELECT results_eq(
     $$VALUES ('tx-slow'::text, 2::bigint)$$,
     'acquire_claims: B takes the hard-expired claim although a batch is submitting, epoch 2');
 SELECT results_eq(
-    $$SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batch('bbbbbbbb-0000-0000-0000-00000000000b')$$,
+    $$SELECT service_id, batch_id, epoch, attempts FROM gridha.next_batch('bbbbbbbb-0000-0000-0000-00000000000b')$$,
     $$VALUES ('tx-slow'::text, 's1'::text, 2::bigint, 2)$$,
     'next_batch: B is handed s1 again, epoch 2, attempt 2 (before s2)');
 SELECT is(gridha.verify_batch('bbbbbbbb-0000-0000-0000-00000000000b', 'tx-slow', 's1', 2), true,
@@ -272,7 +272,7 @@ SELECT is(gridha.report_submission('bbbbbbbb-0000-0000-0000-00000000000b', 'tx-s
 SELECT is(gridha.report_status('bbbbbbbb-0000-0000-0000-00000000000b', 'tx-slow', 's1', 2, 'committed'),
           'committed'::gridha.batch_status, 'B reports s1 committed');
 SELECT results_eq(
-    $$SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batch('bbbbbbbb-0000-0000-0000-00000000000b')$$,
+    $$SELECT service_id, batch_id, epoch, attempts FROM gridha.next_batch('bbbbbbbb-0000-0000-0000-00000000000b')$$,
     $$VALUES ('tx-slow'::text, 's2'::text, 2::bigint, 1)$$,
     'next_batch: then s2, in order');
 

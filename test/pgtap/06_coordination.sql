@@ -18,7 +18,7 @@ INSERT INTO api7 VALUES
  (2, 'renew_lead', '{uuid,text,bigint}', 'instance_id uuid, duty text, term bigint', 'boolean', true),
  (3, 'resign', '{uuid,text}', 'instance_id uuid, role text DEFAULT ''default''::text', 'boolean', true),
  (4, 'run_maintenance', '{uuid,text}',
-     'instance_id uuid, duty text DEFAULT ''maintenance''::text, OUT term bigint, OUT tick bigint, OUT outcome text, OUT swept_instances integer, OUT pruned_batches bigint, OUT opened_windows integer',
+     'instance_id uuid, duty text DEFAULT ''maintenance''::text, OUT term bigint, OUT tick bigint, OUT outcome gridha.maintenance_outcome, OUT swept_instances integer, OUT pruned_batches bigint, OUT opened_windows integer',
      'record', true),
  (5, 'create_id_sequence', '{text,bigint,integer}',
      'name text, window_size bigint DEFAULT 1000000, min_open_windows integer DEFAULT 4', 'void', false),

@@ -66,7 +66,7 @@ TRUNCATE row_log;
 -- ---------------------------------------------------------------------------
 
 SELECT results_eq(
-    $$SELECT batch_id, epoch, attempt FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
+    $$SELECT batch_id, epoch, attempts FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
     $$VALUES ('r1'::text, 1::bigint, 1)$$,
     'next_batch hands out r1 with user triggers on both tables');
 SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r1', 1, 'accepted'),
@@ -98,7 +98,7 @@ CREATE TRIGGER t_stamp BEFORE UPDATE ON gridha.batches
     FOR EACH ROW EXECUTE FUNCTION pg_temp.stamp_detail();
 
 SELECT results_eq(
-    $$SELECT batch_id, attempt FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
+    $$SELECT batch_id, attempts FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
     $$VALUES ('r2'::text, 1)$$,
     'next_batch hands out r2 with a BEFORE UPDATE trigger on gridha.batches');
 SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r2', 1, 'accepted', 'from the ledger'),
@@ -144,7 +144,7 @@ DROP TRIGGER t_skip ON gridha.batches;
 -- ---------------------------------------------------------------------------
 
 SELECT results_eq(
-    $$SELECT batch_id, attempt FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
+    $$SELECT batch_id, attempts FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
     $$VALUES ('r3'::text, 1)$$,
     'without the trigger r3 is handed out');
 

@@ -32,7 +32,7 @@ SET LOCAL gridha.soft_expiry = '2h';
 -- 1. A's service is done; B has two with work, both ready: A takes the one
 -- that waited longest and hands it out.
 SELECT pg_temp.scenario('{e1}', '{s2,s3}', '{e1}', '{}');
-SELECT results_eq($$SELECT service_id, batch_id, epoch, attempt FROM gridha.next_batch(pg_temp.a())$$,
+SELECT results_eq($$SELECT service_id, batch_id, epoch, attempts FROM gridha.next_batch(pg_temp.a())$$,
                   $$VALUES ('s2', 's2-x1', 2::bigint, 1)$$,
                   'A, with nothing to hand out, takes B''s ready claim that waited longest and hands out its head at epoch 2');
 SELECT results_eq($$SELECT * FROM pg_temp.claims()$$,

@@ -167,10 +167,10 @@ SELECT set_eq(
         JOIN pg_language l ON l.oid = p.prolang
        WHERE p.oid IN ('gridha.try_lead(uuid, text)'::regprocedure, 'gridha.resign(uuid, text)'::regprocedure,
                        'gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[])'::regprocedure,
-                       'gridha.report_statuses(uuid, text[], text[], bigint[], text[])'::regprocedure)$$,
+                       'gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[])'::regprocedure)$$,
     $$VALUES ('gridha.try_lead(uuid,text)', 'sql', false), ('gridha.resign(uuid,text)', 'sql', false),
              ('gridha.report_submissions(uuid,text[],text[],bigint[],text[],text[])', 'plpgsql', false),
-             ('gridha.report_statuses(uuid,text[],text[],bigint[],text[])', 'plpgsql', false)$$,
+             ('gridha.report_statuses(uuid,text[],text[],bigint[],text[],text[])', 'plpgsql', false)$$,
     'try_lead and resign are SQL wrappers, the five-array reports PL/pgSQL ones, all with the caller''s rights');
 
 SELECT is((SELECT gridha.try_lead(s13.none, 's13-duty') FROM s13), 1::bigint,

@@ -691,15 +691,16 @@ else
 	not_ok "from 1.1: pg_dump --schema-only --binary-upgrade of the database upgraded from 1.1"
 fi
 # The 1.1 forms 1.2 keeps, deprecated, as a 1.1 client calls them after the
-# upgrade: next_batch's attempt, the array reports, try_lead and resign.
+# upgrade: the array reports, try_lead and resign (next_batch's attempt is
+# attempts since 1.3: the same count, fifth column).
 old_calls=$(psql -X -q -A -t -d "$H" -c "SET gridha.balance_claims = off" \
 	-c "SELECT gridha.enqueue('h-live', 'h-live-b41', '\x02')" \
-	-c "SELECT attempt FROM gridha.next_batch('$L')" \
+	-c "SELECT attempts FROM gridha.next_batch('$L')" \
 	-c "SELECT status FROM gridha.report_submissions('$L', '{h-live}', '{h-live-b41}', '{1}', '{accepted}')" \
 	-c "SELECT status FROM gridha.report_statuses('$L', '{h-live}', '{h-live-b41}', '{1}', '{COMMITTED}')" \
 	-c "SELECT gridha.try_lead('$L', 'h-duty') IS NOT NULL AND gridha.resign('$L', 'h-duty')" 2>&1 | tr '\n' ' ')
 [ "$old_calls" = "41 1 pending committed t " ]
-check $? "from 1.1: after the upgrade the deprecated 1.1 calls still answer (attempt, array reports, try_lead, resign): $old_calls"
+check $? "from 1.1: after the upgrade the deprecated 1.1 calls still answer (attempts, array reports, try_lead, resign): $old_calls"
 psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $H WITH (FORCE)" >/dev/null 2>&1
 
 # ---------------------------------------------------------------------------

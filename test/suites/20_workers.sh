@@ -501,7 +501,7 @@ psql_db -c "SELECT batch_id, status, attempts, detail, instance_id, epoch FROM g
 if ! sql_is 0 "SELECT count(*) FROM gridha.batches WHERE service_id IN ('v1', 'r1')
                AND status NOT IN ('committed', 'invalid')"; then
 	# what held them up: the claims, the workers, the server's words
-	psql_db -c "SELECT service_id, claimant, epoch, soft_expiry, hard_expiry, ready_at, in_flight, submitting
+	psql_db -c "SELECT service_id, claimant, epoch, soft_expiry, hard_expiry, ready_at, has_in_flight, submitting
 	            FROM gridha.claims WHERE service_id IN ('v1', 'r1')" | diag
 	psql_db -c "SELECT * FROM gridha.workers" | diag
 	log_since "$mark_invalid" | grep -v 'statement:' | tail -n 40 | diag

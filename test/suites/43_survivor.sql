@@ -53,7 +53,7 @@ LANGUAGE sql
 AS $$
     WITH h AS (SELECT * FROM gridha.next_batches(survivor_instance(name), n)),
     l AS (INSERT INTO survivor_log (who, service_id, batch_id, epoch, attempt)
-          SELECT name, service_id, batch_id, epoch, attempt FROM h RETURNING 1)
+          SELECT name, service_id, batch_id, epoch, attempts FROM h RETURNING 1)
     SELECT count(*) FROM l
 $$;
 
@@ -71,7 +71,7 @@ BEGIN
         SELECT * INTO r FROM gridha.next_batch(inst);
         EXIT WHEN r.service_id IS NULL;
         INSERT INTO survivor_log (who, service_id, batch_id, epoch, attempt)
-        VALUES (name, r.service_id, r.batch_id, r.epoch, r.attempt);
+        VALUES (name, r.service_id, r.batch_id, r.epoch, r.attempts);
         PERFORM gridha.report_status(inst, r.service_id, r.batch_id, r.epoch, 'committed');
         total := total + 1;
     END LOOP;
@@ -113,7 +113,7 @@ BEGIN
             PERFORM pg_sleep(idle_ms / 1000.0);
         ELSE
             INSERT INTO survivor_log (who, service_id, batch_id, epoch, attempt)
-            VALUES (name, r.service_id, r.batch_id, r.epoch, r.attempt);
+            VALUES (name, r.service_id, r.batch_id, r.epoch, r.attempts);
             UPDATE survivor_polls SET handed = handed + 1 WHERE who = name;
             COMMIT;
             PERFORM pg_sleep(work_ms / 1000.0);
