@@ -87,7 +87,7 @@ INSERT INTO refusals VALUES
 SELECT q, pg_temp.err(q) FROM refusals;
 SELECT pg_temp.state() = :'before' AS nothing_changed;
 
--- reporting on a queued (not yet handed out) batch, and on a pending one as a submission
+-- reporting on a queued (never handed out: RG023, 1.3) batch, and on a pending one as a submission
 SELECT gridha.enqueue('s1', 'b3', NULL);
 SELECT pg_temp.state() AS before \gset
 SELECT pg_temp.err($$SELECT gridha.report_status('aaaaaaaa-0000-0000-0000-000000000001', 's1', 'b3', 1, 'committed')$$);

@@ -622,7 +622,7 @@ COMMENT ON FUNCTION gridha.acquire_claims(uuid, text[]) IS
 -- dimension, lengths that differ: the whole call fails) and read the
 -- words in any case; an unknown word refuses its row alone, with RG004 or
 -- RG005, as before.
-CREATE OR REPLACE FUNCTION gridha.try_lead(instance_id uuid, role text DEFAULT 'maintenance')
+CREATE OR REPLACE FUNCTION gridha.try_lead(instance_id uuid, role text DEFAULT 'default')
 RETURNS bigint
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, gridha, pg_temp
@@ -630,7 +630,7 @@ AS $$
 SELECT gridha.lead(instance_id, role)
 $$;
 
-CREATE OR REPLACE FUNCTION gridha.resign(instance_id uuid, role text DEFAULT 'maintenance')
+CREATE OR REPLACE FUNCTION gridha.resign(instance_id uuid, role text DEFAULT 'default')
 RETURNS boolean
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, gridha, pg_temp
@@ -990,3 +990,28 @@ REVOKE ALL ON gridha.claims, gridha.instance_health, gridha.workers, gridha.work
 GRANT SELECT ON gridha.claims, gridha.instance_health, gridha.workers, gridha.worker_limits,
     gridha.leaders
 TO gridha_submitter, gridha_admin;
+
+-- --- issue 40, API 1.3 (behaviour): a user's duty apart from gridha's own ---
+-- gridha's maintenance duty is gridha.maintenance (a reserved name: lead
+-- refuses gridha.*); 1.2 named it maintenance, which becomes a name like any
+-- other, and lead's default duty is the user's 'default'. The lease and the
+-- ticks of the duty keep their term and history under the new name.
+DELETE FROM gridha.leases WHERE role = 'gridha.maintenance';
+DELETE FROM gridha.maintenance_ticks WHERE role = 'gridha.maintenance';
+UPDATE gridha.leases SET role = 'gridha.maintenance' WHERE role = 'maintenance';
+UPDATE gridha.maintenance_ticks SET role = 'gridha.maintenance' WHERE role = 'maintenance';
+
+CREATE OR REPLACE FUNCTION gridha.lead(instance_id uuid, duty text DEFAULT 'default')
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_lead'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.lead(uuid, text) IS
+'leads the duty (a new term when the leader changes) or renews this instance''s lease on it; returns the term, or NULL while another instance holds an unexpired lease; duties named gridha.* are gridha''s own and refused (RG025)';
+
+CREATE OR REPLACE FUNCTION gridha.resign_lead(instance_id uuid, duty text DEFAULT 'default')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_resign_lead'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;

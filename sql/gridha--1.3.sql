@@ -1029,7 +1029,7 @@ CREATE TABLE gridha.maintenance_ticks (
 COMMENT ON TABLE gridha.maintenance_ticks IS
 'every run of a role''s duties, keyed by (role, tick): a second leader trying the same tick hits the key and backs off; a tick runs only past every stored tick of its role';
 
-CREATE FUNCTION gridha.try_lead(instance_id uuid, role text DEFAULT 'maintenance')
+CREATE FUNCTION gridha.try_lead(instance_id uuid, role text DEFAULT 'default')
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'gridha_try_lead'
 LANGUAGE C VOLATILE SECURITY DEFINER
@@ -1047,7 +1047,7 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha.renew_lead(uuid, text, bigint) IS
 'renews the lease only if this instance still leads the duty under this term; false once the term has moved on';
 
-CREATE FUNCTION gridha.resign(instance_id uuid, role text DEFAULT 'maintenance')
+CREATE FUNCTION gridha.resign(instance_id uuid, role text DEFAULT 'default')
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'gridha_resign'
 LANGUAGE C VOLATILE SECURITY DEFINER
@@ -1739,16 +1739,16 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha.report_statuses(uuid, gridha.status_report[]) IS
 'many report_status in one transaction, one row per batch with an optional detail: one result row per batch with its new status, or the SQLSTATE and message that refused it';
 
-CREATE FUNCTION gridha.lead(instance_id uuid, duty text DEFAULT 'maintenance')
+CREATE FUNCTION gridha.lead(instance_id uuid, duty text DEFAULT 'default')
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'gridha_lead'
 LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.lead(uuid, text) IS
-'leads the duty (a new term when the leader changes) or renews this instance''s lease on it; returns the term, or NULL while another instance holds an unexpired lease';
+'leads the duty (a new term when the leader changes) or renews this instance''s lease on it; returns the term, or NULL while another instance holds an unexpired lease; duties named gridha.* are gridha''s own and refused (RG025)';
 
-CREATE FUNCTION gridha.resign_lead(instance_id uuid, duty text DEFAULT 'maintenance')
+CREATE FUNCTION gridha.resign_lead(instance_id uuid, duty text DEFAULT 'default')
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'gridha_resign_lead'
 LANGUAGE C VOLATILE SECURITY DEFINER
@@ -2159,7 +2159,7 @@ COMMENT ON FUNCTION gridha.acquire_claims(uuid, text[]) IS
 -- dimension, lengths that differ: the whole call fails) and read the
 -- words in any case; an unknown word refuses its row alone, with RG004 or
 -- RG005, as before.
-CREATE OR REPLACE FUNCTION gridha.try_lead(instance_id uuid, role text DEFAULT 'maintenance')
+CREATE OR REPLACE FUNCTION gridha.try_lead(instance_id uuid, role text DEFAULT 'default')
 RETURNS bigint
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, gridha, pg_temp
@@ -2167,7 +2167,7 @@ AS $$
 SELECT gridha.lead(instance_id, role)
 $$;
 
-CREATE OR REPLACE FUNCTION gridha.resign(instance_id uuid, role text DEFAULT 'maintenance')
+CREATE OR REPLACE FUNCTION gridha.resign(instance_id uuid, role text DEFAULT 'default')
 RETURNS boolean
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, gridha, pg_temp

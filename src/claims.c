@@ -129,6 +129,7 @@
 #include "counts.h"
 #include "common.h"
 #include "instances.h"
+#include "leader.h"
 #include "rows.h"
 #include "settings.h"
 #include "spi_util.h"
@@ -1831,7 +1832,9 @@ PG_FUNCTION_INFO_V1(gridha_release_claims);
  *
  * Hands back every claim with nothing submitting (a submission in hand
  * keeps its claim until it is reported); marks the instance stopped, and
- * ends its lease when it holds nothing any more.
+ * ends its lease when it holds nothing any more. Gives up gridha's
+ * maintenance lease too if it held it (1.3), so that another instance
+ * takes the duty at once rather than at the lease's expiry.
  */
 Datum
 gridha_release_claims(PG_FUNCTION_ARGS)
@@ -1849,6 +1852,7 @@ gridha_release_claims(PG_FUNCTION_ARGS)
 	gridha_exec(&claims_lock_held_stmt, args, NULL, false);
 	gridha_exec(&claims_release_all_stmt, args, NULL, false);
 	n = (int) gridha_col_int64(0, 1);
+	(void) gridha_leader_resign_own(instance_id);
 	SPI_finish();
 	PG_RETURN_INT32(n);
 }

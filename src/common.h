@@ -37,6 +37,12 @@
 #define ERRCODE_GRIDHA_NOT_A_WORKER			MAKE_SQLSTATE('R','G','0','1','6')
 /* 1.3: the database's gridha SQL is older than 1.2 (generation.c) */
 #define ERRCODE_GRIDHA_SQL_NOT_SERVED		MAKE_SQLSTATE('R','G','0','2','2')
+/* 1.3: a report on a batch no attempt was ever handed out for (status.c) */
+#define ERRCODE_GRIDHA_NEVER_HANDED_OUT		MAKE_SQLSTATE('R','G','0','2','3')
+/* 1.3: gridha.unknown_instance = refuse, and the instance id is unknown */
+#define ERRCODE_GRIDHA_UNKNOWN_INSTANCE		MAKE_SQLSTATE('R','G','0','2','4')
+/* 1.3: a duty name reserved for gridha's own leases (leader.c) */
+#define ERRCODE_GRIDHA_RESERVED_DUTY		MAKE_SQLSTATE('R','G','0','2','5')
 /* Section 7: ID windows */
 #define ERRCODE_GRIDHA_UNKNOWN_ID_SEQUENCE	MAKE_SQLSTATE('R','G','0','1','0')
 #define ERRCODE_GRIDHA_ID_COUNT_TOO_LARGE	MAKE_SQLSTATE('R','G','0','1','1')

@@ -490,12 +490,25 @@ instances_callbacks(void)
 static void
 instances_refuse(Datum instance_id, const char *owner, Oid caller)
 {
+	Oid			owner_oid = get_role_oid(owner, true);
+	char	   *id = DatumGetCString(DirectFunctionCall1(uuid_out, instance_id));
+
+	/*
+	 * The hint never suggests membership in a superuser role (that would
+	 * make the caller a superuser's member, not the instance's user), nor
+	 * in a role that does not exist (1.3).
+	 */
 	ereport(ERROR,
 			(errcode(ERRCODE_GRIDHA_NOT_OWNER),
-			 errmsg("instance %s belongs to role \"%s\"",
-					DatumGetCString(DirectFunctionCall1(uuid_out, instance_id)), owner),
+			 errmsg("instance %s belongs to role \"%s\"", id, owner),
 			 errdetail("Role \"%s\" is not a member of \"%s\".",
 					   GetUserNameFromId(caller, false), owner),
+			 !OidIsValid(owner_oid) ?
+			 errhint("Role \"%s\" does not exist here: act only for instances your role registered; an administrator gives this one an owner: SELECT gridha.set_instance_owner('%s', 'role').",
+					 owner, id) :
+			 superuser_arg(owner_oid) ?
+			 errhint("The instance belongs to a superuser: only a superuser acts as it. Act only for instances your role registered; an administrator may give this one another owner: SELECT gridha.set_instance_owner('%s', 'role').",
+					 id) :
 			 errhint("Act only for instances your role registered, or grant your role membership in \"%s\".",
 					 owner)));
 }
@@ -764,7 +777,16 @@ gridha_instance_touch(Datum instance_id)
 		instances_remember(instance_id, caller);
 	}
 	if (!found)
+	{
+		if (gridha_unknown_instance == GRIDHA_UNKNOWN_INSTANCE_REFUSE)
+			ereport(ERROR,
+					(errcode(ERRCODE_GRIDHA_UNKNOWN_INSTANCE),
+					 errmsg("unknown instance %s",
+							DatumGetCString(DirectFunctionCall1(uuid_out, instance_id))),
+					 errdetail("gridha.unknown_instance is refuse: a call does not register an instance id it names."),
+					 errhint("Register the instance first: SELECT gridha.register_instance('label'), and use the id it returns.")));
 		instances_insert_as(instance_id, caller);
+	}
 	instances_liveness(instance_id, key_null, key);
 	return inst;
 }

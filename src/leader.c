@@ -7,10 +7,15 @@
  *		defined with the others (settings.c).
  *
  * Words:
- *   role      a duty: the name of a singleton duty ('maintenance' by
- *             default), called duty in the 1.2 API and role in the tables
- *             (gridha.leases.role) and in 1.1; each has one row in
- *             gridha.leases
+ *   role      a duty: the name of a singleton duty, called duty in the
+ *             1.2 API and role in the tables (gridha.leases.role) and in
+ *             1.1; each has one row in gridha.leases. Names that begin
+ *             with "gridha." are gridha's own (SQL 1.3): lead, try_lead
+ *             and renew_lead refuse them (RG025), so a user's duty never
+ *             shares a lease with gridha's. gridha's own duty is
+ *             'gridha.maintenance' in SQL 1.3 and 'maintenance' in 1.2
+ *             (gridha_maintenance_duty); lead's default duty is the
+ *             user's 'default'.
  *   lease     who leads a role (leader), since when, and until when
  *             (expires_at); it lasts gridha.soft_expiry from its last
  *             renewal, like a claim
@@ -37,7 +42,7 @@
  *             before it, so every batch to prune lies in the walked range
  *   poll duty what every instance's hand-out (next_batch, next_batches)
  *             does at most once per gridha.prune_interval in its backend:
- *             read the 'maintenance' lease, take it when it is free or
+ *             read gridha's maintenance lease, take it when it is free or
  *             expired, and as its leader run the tick when one is due and
  *             one prune step; so retention and the sweep of long-gone
  *             instances need no background worker and no caller of
@@ -53,6 +58,7 @@
 #include "postgres.h"
 
 #include "common.h"
+#include "generation.h"
 #include "idseq.h"
 #include "instances.h"
 #include "leader.h"
@@ -283,6 +289,57 @@ static GridhaStatement leader_record_stmt = {
 
 static bool leader_trylock(text *role);
 
+/* The prefix of the duty names gridha keeps for itself (SQL 1.3) */
+#define LEADER_RESERVED_PREFIX "gridha."
+
+/*
+ * gridha_maintenance_duty: the name of gridha's own maintenance duty in
+ * the database's SQL: 'gridha.maintenance' in 1.3, 'maintenance' in 1.2
+ * (the update script renames its lease and ticks).
+ */
+const char *
+gridha_maintenance_duty(void)
+{
+	return gridha_sql_is_current() ? LEADER_RESERVED_PREFIX "maintenance" : "maintenance";
+}
+
+/*
+ * leader_refuse_reserved: RG025 for a user's duty named in gridha's own
+ * namespace.
+ */
+static void
+leader_refuse_reserved(text *duty)
+{
+	int			len = VARSIZE_ANY_EXHDR(duty);
+	int			plen = strlen(LEADER_RESERVED_PREFIX);
+
+	if (len >= plen && strncmp(VARDATA_ANY(duty), LEADER_RESERVED_PREFIX, plen) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_RESERVED_DUTY),
+				 errmsg("duty \"%s\" is reserved for gridha", text_to_cstring(duty)),
+				 errdetail("Duties whose names begin with \"%s\" are gridha's own; gridha's maintenance runs under \"%s\".",
+						   LEADER_RESERVED_PREFIX, LEADER_RESERVED_PREFIX "maintenance"),
+				 errhint("Name your duty otherwise; to run gridha's maintenance, call gridha.run_maintenance.")));
+}
+
+/*
+ * gridha_leader_resign_own: gives up gridha's maintenance lease if the
+ * instance holds it (release_claims: an instance that leaves hands its
+ * duty on at once, not at the lease's expiry). Inside SPI, after the
+ * call's claim rows (a lease row comes after them, as in a hand-out's poll
+ * duty). Returns whether it held it.
+ */
+bool
+gridha_leader_resign_own(Datum instance_id)
+{
+	Datum		args[2];
+
+	args[0] = instance_id;
+	args[1] = CStringGetTextDatum(gridha_maintenance_duty());
+	gridha_exec(&leader_resign_stmt, args, NULL, false);
+	return SPI_processed > 0;
+}
+
 /*
  * leader_lead: the term under which this instance leads the role now, or
  * -1 when another instance leads it.
@@ -382,6 +439,7 @@ leader_try(FunctionCallInfo fcinfo, const char *fname)
 	text	   *duty = gridha_arg_new_id(fcinfo, 1, "duty");
 	int64		term;
 
+	leader_refuse_reserved(duty);
 	gridha_require_writable(fname);
 	SPI_connect();
 	(void) gridha_instance_touch(instance_id);
@@ -441,6 +499,7 @@ gridha_renew_lead(PG_FUNCTION_ARGS)
 				 errmsg("term must not be null")));
 	term = PG_GETARG_INT64(2);
 
+	leader_refuse_reserved(role);
 	gridha_require_writable("renew_lead()");
 	args[0] = instance_id;
 	args[1] = PointerGetDatum(role);
@@ -684,6 +743,22 @@ gridha_run_maintenance(PG_FUNCTION_ARGS)
 	int32		opened = 0;
 
 	gridha_require_writable("run_maintenance()");
+
+	/*
+	 * gridha's own maintenance is the only duty of the reserved namespace
+	 * it runs; 1.2's name of that duty, which 1.2 callers pass, is that
+	 * duty in SQL 1.3 too, so that they and the hand-outs' poll duty keep
+	 * sharing one lease.
+	 */
+	if (gridha_sql_is_current())
+	{
+		char	   *name = text_to_cstring(role);
+
+		if (strcmp(name, "maintenance") == 0)
+			role = cstring_to_text(gridha_maintenance_duty());
+		else if (strcmp(name, gridha_maintenance_duty()) != 0)
+			leader_refuse_reserved(role);
+	}
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "gridha: run_maintenance must return a record");
 	tupdesc = BlessTupleDesc(tupdesc);
@@ -751,7 +826,7 @@ static TimestampTz leader_poll_next = 0;
 static int64
 leader_poll_duty(Datum instance_id)
 {
-	text	   *role = cstring_to_text("maintenance");
+	text	   *role = cstring_to_text(gridha_maintenance_duty());
 	int64		term;
 	int64		tick;
 	int32		swept = 0;

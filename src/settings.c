@@ -34,6 +34,14 @@ int			gridha_renew_interval_ms = 10 * 1000;
 bool		gridha_balance_claims = true;
 int			gridha_probe_interval_ms = 1000;
 bool		gridha_session_liveness = true;
+int			gridha_unknown_instance = GRIDHA_UNKNOWN_INSTANCE_REGISTER;
+
+/* gridha.unknown_instance's words */
+static const struct config_enum_entry unknown_instance_options[] = {
+	{"register", GRIDHA_UNKNOWN_INSTANCE_REGISTER, false},
+	{"refuse", GRIDHA_UNKNOWN_INSTANCE_REFUSE, false},
+	{NULL, 0, false}
+};
 
 /* Background workers */
 int			gridha_workers = 0;
@@ -136,34 +144,52 @@ gridha_settings_define(void)
 							 PGC_USERSET, 0,
 							 NULL, NULL, NULL);
 
+	DefineCustomEnumVariable("gridha.unknown_instance",
+							 "What a call that names an instance id unknown to gridha.instances does.",
+							 "register: the id becomes a new instance, owned by the calling role (as up to 1.2); refuse: the call fails with RG024 and changes nothing, so only register_instance and the workers create instances.",
+							 &gridha_unknown_instance,
+							 GRIDHA_UNKNOWN_INSTANCE_REGISTER,
+							 unknown_instance_options,
+							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
+
 	/*
-	 * Read once at server start: they exist only when gridha is preloaded
-	 * (a library loaded later may not define them).
+	 * Read once at server start, and used only when gridha is preloaded. A
+	 * library loaded later may not define PGC_POSTMASTER settings, so there
+	 * they are defined as PGC_SIGHUP over storage of their own, which
+	 * nothing reads: the prefix stays reserved (MarkGUCPrefixReserved) and a
+	 * postgresql.conf that names them draws no WARNING from every session
+	 * (issue 40), while the workers' variables keep their defaults.
 	 */
-	if (process_shared_preload_libraries_in_progress)
 	{
+		static int	unloaded_workers = 0;
+		static char *unloaded_database = NULL;
+		static char *unloaded_worker_role = NULL;
+		bool		preloading = process_shared_preload_libraries_in_progress;
+		GucContext	context = preloading ? PGC_POSTMASTER : PGC_SIGHUP;
+
 		DefineCustomIntVariable("gridha.workers",
 								"Background-worker instances started with the server.",
 								"Needs shared_preload_libraries = 'gridha'; each one counts against max_worker_processes.",
-								&gridha_workers,
+								preloading ? &gridha_workers : &unloaded_workers,
 								0, 0, 1024,
-								PGC_POSTMASTER, 0,
+								context, 0,
 								NULL, NULL, NULL);
 
 		DefineCustomStringVariable("gridha.database",
 								   "Database the background workers serve.",
 								   "gridha must be installed there (CREATE EXTENSION gridha); workers wait until it is.",
-								   &gridha_database,
+								   preloading ? &gridha_database : &unloaded_database,
 								   "postgres",
-								   PGC_POSTMASTER, 0,
+								   context, 0,
 								   NULL, NULL, NULL);
 
 		DefineCustomStringVariable("gridha.worker_role",
 								   "The role background workers connect as; target functions run with its privileges.",
 								   "Empty: the bootstrap superuser, as gridha 1.0 did (a WARNING says so at start). Grant the role gridha_submitter.",
-								   &gridha_worker_role,
+								   preloading ? &gridha_worker_role : &unloaded_worker_role,
 								   "",
-								   PGC_POSTMASTER, 0,
+								   context, 0,
 								   NULL, NULL, NULL);
 	}
 

@@ -17,6 +17,14 @@ extern bool gridha_balance_claims;
 extern int	gridha_probe_interval_ms;
 extern bool gridha_session_liveness;
 
+/* gridha.unknown_instance (1.3) */
+typedef enum GridhaUnknownInstance
+{
+	GRIDHA_UNKNOWN_INSTANCE_REGISTER,	/* an unknown id becomes an instance */
+	GRIDHA_UNKNOWN_INSTANCE_REFUSE	/* RG024 */
+} GridhaUnknownInstance;
+extern int	gridha_unknown_instance;
+
 /* Background workers */
 extern int	gridha_workers;
 extern char *gridha_database;

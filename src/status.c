@@ -80,7 +80,7 @@ typedef enum ReportFrom
 /* Why a report changed nothing: the claim and the batch as they are now */
 static GridhaStatement status_diagnose_stmt = {
 	"SELECT c.claimant, c.epoch, c.head_seq, b.seq, b.status::text, b.epoch, c.target,"
-	"       b.submitted_at IS NOT NULL"
+	"       b.submitted_at IS NOT NULL, b.attempts"
 	"  FROM gridha.service_claims c"
 	"  LEFT JOIN gridha.batches b"
 	"         ON b.service_id = c.service_id AND b.batch_id = $2"
@@ -109,10 +109,16 @@ static GridhaStatement status_pending_stmt = {
 
 /*
  * status_diagnose: explains why a report changed nothing, by raising RG003
- * (unknown service), RG001 (stale claim: the instance does not hold the
+ * (unknown service), RG023 (a batch never handed out: no attempt of it
+ * started, so no instance can hold a claim on it to report, and the write
+ * is no stale one; 1.3), RG001 (stale claim: the instance does not hold the
  * service at this epoch, whatever the batch), RG003 (unknown batch) or
  * RG002 (batch not in the state the report needs), in that order. Returns
  * only when the report is valid now.
+ *
+ * A batch id the service never had is RG001 for an instance that does not
+ * hold the service at this epoch, as before 1.3: it cannot be told apart
+ * from a final batch that retention deleted since a stale hand-out.
  */
 static void
 status_diagnose(Datum instance_id, text *service_id, text *batch_id,
@@ -142,6 +148,17 @@ status_diagnose(Datum instance_id, text *service_id, text *batch_id,
 
 	claimant = gridha_col(0, 1, &claimant_null);
 	claim_epoch = gridha_col_int64(0, 2);
+
+	/* never handed out: not stale, and not counted as such (1.3) */
+	d = gridha_col(0, 9, &isnull);
+	if (!isnull && DatumGetInt32(d) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_NEVER_HANDED_OUT),
+				 errmsg("batch \"%s\" of service \"%s\" was never handed out",
+						text_to_cstring(batch_id), text_to_cstring(service_id)),
+				 errdetail("No attempt of it has started: its status is %s, and no instance was given it to submit.",
+						   SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 5)),
+				 errhint("Report only a batch that next_batch or next_batches handed out, with the epoch it came with.")));
 
 	/*
 	 * The fence before the batch: a report of an instance that no longer

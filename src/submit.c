@@ -237,7 +237,7 @@ static GridhaStatement submit_pending_stmt = {
 };
 
 static GridhaStatement submit_maintenance_stmt = {
-	"SELECT outcome FROM gridha.run_maintenance($1, 'maintenance')",
+	"SELECT outcome FROM gridha.run_maintenance($1)",
 	1, {UUIDOID}
 };
 

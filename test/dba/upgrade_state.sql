@@ -39,6 +39,13 @@ CREATE UNLOGGED TABLE upgrade_scratch.snap (
     PRIMARY KEY (tag, kind, key)
 );
 
+-- duty(role): a lease's duty under one name across the update to 1.3,
+-- which renames gridha's own duty 'maintenance' to 'gridha.maintenance'
+CREATE FUNCTION upgrade_scratch.duty(role text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT CASE WHEN role = 'maintenance' THEN 'gridha.maintenance' ELSE role END $$;
+
 CREATE FUNCTION upgrade_scratch.state()
 RETURNS TABLE (kind text, key text, val jsonb)
 LANGUAGE sql STABLE
@@ -74,9 +81,15 @@ AS $$
                               'rate_interval', t.rate_interval, 'rate_burst', t.rate_burst)
       FROM gridha.targets t
     UNION ALL
-    SELECT 'lease', l.role, to_jsonb(l) FROM gridha.leases l
+    -- gridha's own duty: 'maintenance' up to 1.2, 'gridha.maintenance' since
+    -- 1.3 (the update renames its lease and ticks): one name here
+    SELECT 'lease', upgrade_scratch.duty(l.role),
+           to_jsonb(l) || jsonb_build_object('role', upgrade_scratch.duty(l.role))
+      FROM gridha.leases l
     UNION ALL
-    SELECT 'tick', m.role || '/' || m.tick, to_jsonb(m) FROM gridha.maintenance_ticks m
+    SELECT 'tick', upgrade_scratch.duty(m.role) || '/' || m.tick,
+           to_jsonb(m) || jsonb_build_object('role', upgrade_scratch.duty(m.role))
+      FROM gridha.maintenance_ticks m
     UNION ALL
     SELECT 'id_sequence', q.name, to_jsonb(q) FROM gridha.id_sequences q
     UNION ALL

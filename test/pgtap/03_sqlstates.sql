@@ -4,6 +4,7 @@
 --   22004  a NULL argument                 22023  an empty id, a negative count or epoch
 --   RG001  stale claim (instance/epoch)    RG002  batch not in flight / final status change
 --   RG003  unknown service or batch        RG004  unknown submission outcome
+--   RG023  a batch never handed out (1.3)
 --   RG005  unknown ledger status           RG006  unknown target
 --   23505  duplicate batch id in a service
 --
@@ -265,8 +266,8 @@ SELECT throws_ok($$SELECT gridha.report_status('aaaaaaaa-0000-0000-0000-00000000
 SELECT throws_ok($$SELECT gridha.report_status('bbbbbbbb-0000-0000-0000-000000000001', 'err-pend', 'p1', 1, 'committed')$$,
                  'RG001', 'stale claim on service "err-pend"', 'report_status: another instance -> RG001');
 SELECT throws_ok($$SELECT gridha.report_status('aaaaaaaa-0000-0000-0000-000000000001', 'err-b', 'b1', 1, 'committed')$$,
-                 'RG001', 'stale claim on service "err-b"',
-                 'report_status: a service another instance holds -> RG001');
+                 'RG023', 'batch "b1" of service "err-b" was never handed out',
+                 'report_status: a batch never handed out of a service another instance holds -> RG023 (1.3; 1.2: RG001)');
 SELECT is(pg_temp.error_of($$SELECT gridha.report_submission('bbbbbbbb-0000-0000-0000-000000000001', 'err-sub', 's1', 1, 'accepted')$$),
           'RG001|stale claim on service "err-sub"|true|true',
           'RG001 comes with a detail (who holds the claim) and a hint (drop the batch)');
@@ -284,17 +285,17 @@ SELECT is(pg_temp.snapshot(), :'before', 'RG001 refusals changed nothing');
 -- ---------------------------------------------------------------------------
 
 SELECT throws_ok($$SELECT gridha.report_submission('aaaaaaaa-0000-0000-0000-000000000001', 'err-sub', 's2', 1, 'accepted')$$,
-                 'RG002', 'batch "s2" of service "err-sub" is not submitting under this epoch',
-                 'report_submission: a queued batch behind the head -> RG002');
+                 'RG023', 'batch "s2" of service "err-sub" was never handed out',
+                 'report_submission: a queued batch behind the head -> RG023 (1.3; 1.2: RG002)');
 SELECT throws_ok($$SELECT gridha.report_status('aaaaaaaa-0000-0000-0000-000000000001', 'err-sub', 's2', 1, 'committed')$$,
-                 'RG002', 'batch "s2" of service "err-sub" is not in flight',
-                 'report_status: a queued batch behind the head -> RG002');
+                 'RG023', 'batch "s2" of service "err-sub" was never handed out',
+                 'report_status: a queued batch behind the head -> RG023 (1.3; 1.2: RG002)');
 SELECT throws_ok($$SELECT gridha.report_submission('aaaaaaaa-0000-0000-0000-000000000001', 'err-done', 'd3', 1, 'accepted')$$,
-                 'RG002', 'batch "d3" of service "err-done" is not submitting under this epoch',
-                 'report_submission: a queued head never handed out -> RG002');
+                 'RG023', 'batch "d3" of service "err-done" was never handed out',
+                 'report_submission: a queued head never handed out -> RG023 (1.3; 1.2: RG002)');
 SELECT throws_ok($$SELECT gridha.report_status('aaaaaaaa-0000-0000-0000-000000000001', 'err-done', 'd3', 1, 'valid')$$,
-                 'RG002', 'batch "d3" of service "err-done" is not in flight',
-                 'report_status: a queued head never handed out -> RG002');
+                 'RG023', 'batch "d3" of service "err-done" was never handed out',
+                 'report_status: a queued head never handed out -> RG023 (1.3; 1.2: RG002)');
 SELECT throws_ok($$SELECT gridha.report_submission('aaaaaaaa-0000-0000-0000-000000000001', 'err-pend', 'p1', 1, 'accepted')$$,
                  'RG002', 'batch "p1" of service "err-pend" is not submitting under this epoch',
                  'report_submission: a pending batch (reported twice) -> RG002');

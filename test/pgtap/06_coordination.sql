@@ -14,9 +14,9 @@ SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
 
 CREATE TEMP TABLE api7 (ord int, name text, args text[], arguments text, result text, client boolean);
 INSERT INTO api7 VALUES
- (1, 'try_lead', '{uuid,text}', 'instance_id uuid, role text DEFAULT ''maintenance''::text', 'bigint', true),
+ (1, 'try_lead', '{uuid,text}', 'instance_id uuid, role text DEFAULT ''default''::text', 'bigint', true),
  (2, 'renew_lead', '{uuid,text,bigint}', 'instance_id uuid, duty text, term bigint', 'boolean', true),
- (3, 'resign', '{uuid,text}', 'instance_id uuid, role text DEFAULT ''maintenance''::text', 'boolean', true),
+ (3, 'resign', '{uuid,text}', 'instance_id uuid, role text DEFAULT ''default''::text', 'boolean', true),
  (4, 'run_maintenance', '{uuid,text}',
      'instance_id uuid, duty text DEFAULT ''maintenance''::text, OUT term bigint, OUT tick bigint, OUT outcome gridha.maintenance_outcome, OUT swept_instances integer, OUT pruned_batches bigint, OUT opened_windows integer',
      'record', true),
@@ -109,11 +109,11 @@ SELECT throws_ok($$SELECT gridha.create_id_sequence('tap-bad', 0)$$, '22023', NU
 SELECT is(gridha.try_lead('11111111-0000-0000-0000-000000000001'), 1::bigint, 'the first leader gets term 1');
 SELECT is(gridha.try_lead('22222222-0000-0000-0000-000000000002'), NULL::bigint,
           'a second would-be leader gets NULL while the lease runs');
-SELECT is((SELECT outcome FROM gridha.run_maintenance('22222222-0000-0000-0000-000000000002')), 'not_leader',
+SELECT is((SELECT outcome FROM gridha.run_maintenance('22222222-0000-0000-0000-000000000002', 'default')), 'not_leader',
           'run_maintenance of a non-leader does nothing');
-SELECT is((SELECT outcome FROM gridha.run_maintenance('11111111-0000-0000-0000-000000000001')), 'ran',
+SELECT is((SELECT outcome FROM gridha.run_maintenance('11111111-0000-0000-0000-000000000001', 'default')), 'ran',
           'run_maintenance of the leader runs the tick');
-SELECT is((SELECT outcome FROM gridha.run_maintenance('11111111-0000-0000-0000-000000000001')), 'already_run',
+SELECT is((SELECT outcome FROM gridha.run_maintenance('11111111-0000-0000-0000-000000000001', 'default')), 'already_run',
           'the same tick does not run twice');
 SELECT ok(gridha.resign('11111111-0000-0000-0000-000000000001'), 'the leader resigns');
 SELECT is(gridha.try_lead('22222222-0000-0000-0000-000000000002'), 2::bigint,

@@ -182,15 +182,15 @@ SELECT is((SELECT attempts FROM gridha.next_batch(pg_temp.a()) WHERE batch_id = 
 
 CREATE TEMP TABLE terms AS SELECT gridha.lead(pg_temp.a()) AS a_term;
 
-SELECT isnt((SELECT a_term FROM terms), NULL, 'lead(instance) leads the maintenance duty and returns a term');
+SELECT isnt((SELECT a_term FROM terms), NULL, 'lead(instance) leads its default duty and returns a term');
 SELECT is(gridha.try_lead(pg_temp.b()), NULL,
           'try_lead (deprecated) of another instance meets the same lease: NULL');
-SELECT ok(gridha.renew_lead(pg_temp.a(), duty => 'maintenance', term => (SELECT a_term FROM terms)),
+SELECT ok(gridha.renew_lead(pg_temp.a(), duty => 'default', term => (SELECT a_term FROM terms)),
           'renew_lead names its argument duty (named notation)');
 SELECT ok(gridha.resign_lead(pg_temp.a()), 'resign_lead gives the lease up');
-SELECT ok(gridha.lead(pg_temp.b(), duty => 'maintenance') > (SELECT a_term FROM terms),
+SELECT ok(gridha.lead(pg_temp.b(), duty => 'default') > (SELECT a_term FROM terms),
           'lead of the next instance takes the duty under a new term');
-SELECT ok(gridha.resign(pg_temp.b(), 'maintenance'), 'resign (deprecated) still gives the lease up');
+SELECT ok(gridha.resign(pg_temp.b(), 'default'), 'resign (deprecated) still gives the lease up');
 SELECT throws_ok($$SELECT gridha.lead(pg_temp.a(), '')$$, '22023', 'duty must not be empty',
                  'lead refuses an empty duty (22023)');
 SELECT is((SELECT count(*) FROM pg_proc p

@@ -153,10 +153,13 @@ SELECT results_eq($$SELECT claims_taken_over_total FROM gridha.metrics
                   'claims_taken_over_total counts each claim N took from M');
 SELECT throws_ok(format($$SELECT gridha.report_submission(%L, %L, %L, %s, 'accepted')$$,
                         pg_temp.m(), b.service_id,
-                        (SELECT max(batch_id) FROM gridha.batches WHERE service_id = b.service_id),
+                        (SELECT max(batch_id) FROM gridha.batches
+                          WHERE service_id = b.service_id AND attempts > 0),
                         b.epoch),
                  'RG001', NULL, 'M''s report at its old epoch on a service N took is refused as stale')
-  FROM before_take b JOIN taken USING (service_id) ORDER BY b.service_id LIMIT 1;
+  FROM before_take b JOIN taken USING (service_id)
+ WHERE EXISTS (SELECT 1 FROM gridha.batches x WHERE x.service_id = b.service_id AND x.attempts > 0)
+ ORDER BY b.service_id LIMIT 1;
 SELECT results_eq($$SELECT stale_writes_refused_total FROM gridha.metrics
                      WHERE scope = 'target' AND target = 'default'$$,
                   $$VALUES (0::bigint)$$,

@@ -12,6 +12,13 @@
 # test/isolation/expected/settle-prepared_1.out are the outputs that
 # match: the first says it skipped its PREPARE TRANSACTION part, the
 # second shows PostgreSQL refusing it.
+#
+# Then the same cluster restarts without the preload, its postgresql.conf
+# still naming the workers' settings (gridha.workers, gridha.database,
+# gridha.worker_role, defined with PGC_POSTMASTER only when preloaded): a
+# session's first gridha call logs no WARNING about them (issue 40; up to
+# 1.2 every session logged 'invalid configuration parameter name
+# "gridha.database"').
 set -uo pipefail
 
 REPO=${GRIDHA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
@@ -23,7 +30,7 @@ FAILED=0
 . "$LIB"
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
-plan 4
+plan 5
 # shellcheck source-path=SCRIPTDIR source=../dba/cluster2.sh
 . "$REPO/test/dba/cluster2.sh"
 
@@ -70,5 +77,27 @@ part() {
 part pgTAP pgtap REGRESS= ISOLATION=
 part pg_regress regress ISOLATION= PGTAP_TESTS=
 part "the isolation specs" isolation REGRESS= PGTAP_TESTS=
+
+# No preload, and the workers' settings in the configuration; only the
+# log lines written from here on count
+np_from=$(($(wc -l <"$C2_LOG" 2>/dev/null || echo 0) + 1))
+if c2_restart shared_preload_libraries= max_worker_processes=8 gridha.workers=2 \
+		gridha.database=postgres gridha.worker_role=gridha_nobody; then
+	c2_psql -d postgres -c "CREATE EXTENSION IF NOT EXISTS gridha" >/dev/null 2>&1
+	np_out=$(c2_psql -d postgres -c "SET client_min_messages = warning" \
+		-c "SELECT count(*) FROM gridha.expiry_settings()" \
+		-c "SELECT current_setting('gridha.database')" 2>&1)
+	np_rc=$?
+	np_warn=$(tail -n "+$np_from" "$C2_LOG" | grep -c 'invalid configuration parameter')
+	if [ "$np_rc" = 0 ] && [ "${np_warn:-0}" = 0 ] && ! grep -q WARNING <<<"$np_out"; then
+		check 0 "without the preload, a session's first gridha call logs no WARNING about gridha.database"
+	else
+		check 1 "without the preload, a session's first gridha call logs no WARNING about gridha.database"
+		sed 's/^/# /' <<<"$np_out"
+		tail -n "+$np_from" "$C2_LOG" | grep 'invalid configuration parameter' | head -n 5 | sed 's/^/# /'
+	fi
+else
+	check 1 "without the preload, a session's first gridha call logs no WARNING about gridha.database"
+fi
 
 exit "$FAILED"

@@ -290,6 +290,8 @@ def doc_default(text, unit, vartype):
     text = text.strip().strip("`").strip()
     if vartype == "string":
         return "" if text == "empty" else text
+    if vartype == "enum":
+        return text
     if vartype == "bool":
         return {"on": "on", "off": "off", "true": "on", "false": "off"}.get(text)
     m = re.match(r"^(-?\d+(?:\.\d+)?)\s*([A-Za-z]*)$", text)
