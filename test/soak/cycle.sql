@@ -12,7 +12,7 @@ WITH nb AS (
 ), lg AS (
     INSERT INTO soak_log (kind, instance_id, service_id, batch_id, epoch, attempt)
     SELECT 'handout', md5('soak-' || :client_id::text)::uuid,
-           nb.service_id, nb.batch_id, nb.epoch, nb.attempt
+           nb.service_id, nb.batch_id, nb.epoch, nb.attempts
     FROM nb
     RETURNING 1
 )

@@ -303,9 +303,11 @@ SELECT gridha.report_submission('00000000-0000-0000-0000-0000000000aa', service_
                                 'held back by the test')
   FROM h WHERE service_id IN ('x-del', 'x-inv');
 
--- fence: A holds it at epoch 1, its lease runs out, B takes it (epoch 2)
+-- fence: A holds it at epoch 1 and hands its head out, its lease runs out,
+-- B takes it (epoch 2)
 SELECT count(gridha.enqueue('fence', 'fence-b' || b, '\\x0e')) FROM generate_series(1, 2) b;
 SELECT count(*) FROM gridha.acquire_claims('aaaaaaaa-0000-0000-0000-00000000000a');
+SELECT count(*) FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a');
 UPDATE gridha.instances SET soft_expiry = now() - interval '1 hour', hard_expiry = now() - interval '1 minute'
  WHERE instance_id = 'aaaaaaaa-0000-0000-0000-00000000000a';
 SELECT count(*) FROM gridha.acquire_claims('bbbbbbbb-0000-0000-0000-00000000000b');
