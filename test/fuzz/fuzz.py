@@ -1828,7 +1828,11 @@ def privileges(db):
         parts = []
         for o in objs:
             if o.startswith("f:"):
-                parts.append("has_function_privilege('%s', '%s', 'EXECUTE')" % (role, o[2:]))
+                # a function of gridha_internal needs USAGE on that schema too
+                fn = o[2:]
+                usage = " AND has_schema_privilege('%s', '%s', 'USAGE')" % (role, fn.split(".")[0]) \
+                    if fn.startswith("gridha_internal.") else ""
+                parts.append("has_function_privilege('%s', '%s', 'EXECUTE')%s" % (role, fn, usage))
             elif o.startswith("r:"):
                 parts.append("has_table_privilege('%s', '%s', 'SELECT')" % (role, o[2:]))
             else:
