@@ -7,9 +7,10 @@
 # every service at epoch 2 and hands a batch out under it. The backup is
 # recovered to the restore point and promoted (a new timeline). There the
 # claims are A's at epoch 1 again; B's write from the lost history is
-# refused; and the next takeover gives epochs above every epoch an earlier
-# timeline can have given (gridha starts each timeline's epochs at
-# (timeline - 1) << 40), so A's own late write under epoch 1 is refused too.
+# refused (that batch was never handed out on this history, RG023); and the
+# next takeover gives epochs above every epoch an earlier timeline can have
+# given (gridha starts each timeline's epochs at (timeline - 1) << 40), so
+# A's own late write under epoch 1 is refused too (RG001).
 #
 # Runs on PostgreSQL's TAP framework (PostgreSQL::Test::Cluster): its
 # archiving, backup, restore and promotion are the framework's own. Run by
@@ -115,7 +116,8 @@ is($recovered->safe_psql('postgres', 'SELECT count(*) FROM gridha.batches'), '15
 my ($lost_svc, $lost_batch, $lost_epoch) = split / /, $lost;
 is(sqlstate($recovered, qq{
 	SELECT gridha.report_submission('$B', '$lost_svc', '$lost_batch', $lost_epoch, 'accepted')}),
-	'RG001', 'B\'s write under epoch 2 from the lost history is refused (RG001)');
+	'RG023',
+	'B\'s write under epoch 2 from the lost history is refused: on this history that batch was never handed out (RG023)');
 
 # A takeover on the new timeline: epochs start above every earlier
 # timeline's. (C's claims are judged by its lease alone: its session ends
@@ -138,8 +140,8 @@ ok(sqlstate($recovered, "SELECT gridha.next_batch('$B')") eq 'ok'
 		SELECT count(*) FROM gridha.service_claims WHERE claimant = '$B' AND epoch < $base}) eq '0',
 	"B, coming back, holds none of its claims of the lost history: whatever it holds (its work share) it took on timeline $tli, at an epoch from $base on");
 
-is(sqlstate($recovered, qq{SELECT gridha.report_status('$A', 'p2', 'p2-b1', 1, 'committed')}),
-	'RG001', 'A\'s late write under epoch 1 is refused after the takeover (RG001)');
+is(sqlstate($recovered, qq{SELECT gridha.report_status('$A', 'p1', 'p1-b1', 1, 'committed')}),
+	'RG001', 'A\'s late write under epoch 1, on the batch it handed out, is refused after the takeover (RG001)');
 
 $recovered->stop;
 done_testing();
