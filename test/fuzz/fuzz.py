@@ -1469,6 +1469,12 @@ MAINT_WEIGHTS = {"maint_set": 4, "maint": 14, "prepared": 6, "enqueue": 10, "ins
 TXN_MARK = "/* fz:txn */ "
 
 
+def with_txn(lines):
+    """whether an explicit transaction of several calls (its statements
+    carry TXN_MARK) is among the lines of a server-log entry"""
+    return any(TXN_MARK.strip() in l for l in lines)
+
+
 def write_script(path, stmts, nonce):
     """the psql script of a session: each statement, then its SQLSTATE
     echoed (with the error message, or the captured variable)"""
@@ -2065,9 +2071,9 @@ class Run:
             entry = "\n".join(self.log_entry(lines, at))
             procs = re.findall(r"Process (\d+): (.*)", entry)
             mine = [q for pid, q in procs if pid == m.group(1)]
-            if any(TXN_MARK.strip() in q for q in mine):
+            if with_txn(mine):
                 continue         # the loser was in a transaction of several calls
-            if any(TXN_MARK.strip() in q for pid, q in procs if pid != m.group(1)):
+            if with_txn(q for pid, q in procs if pid != m.group(1)):
                 multi += 1
             else:
                 lone += 1
@@ -2090,7 +2096,7 @@ class Run:
                         re.search(r"\bLOG:\s+[0-9A-Z]{5}:\s+gridha worker: .* failed: .* \(40P01\)$", l):
                     entry = self.log_entry(lines, at)
                     partner = " (its partner: an explicit transaction of several calls)" \
-                        if any(TXN_MARK.strip() in x for x in entry) else ""
+                        if with_txn(entry) else ""
                     self._wd.append("worker%s: %s" % (partner, "\n".join(x[:300] for x in entry[:6])))
         return self._wd
 
@@ -2531,7 +2537,7 @@ SELECT a.id, to_char(a.at, 'HH24:MI:SS.MS'), a.xid, a.app, a.tbl, a.op,
                 # (40P01's gate is "multi"; docs/errors.md), which the
                 # invariant deadlocks judges with the other lone calls
                 entry = self.log_entry(lines, at)
-                if code == "40P01" and any(TXN_MARK.strip() in x for x in entry):
+                if code == "40P01" and with_txn(entry):
                     continue
                 if code not in self.codes or GATES.get(code) not in (None, "serverlog", "fnref"):
                     bad.append("\n".join(x[:400] for x in entry[:8]))
