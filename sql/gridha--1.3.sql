@@ -988,10 +988,11 @@ TO gridha_admin;
 -- Section 7: leader lease, ID windows, rate limits
 --
 -- Words used here (see src/leader.c, src/idseq.c, src/ratelimit.c):
---   role     a singleton duty; one lease per role in gridha.leases
---   term     bumped each time a role's leader changes; a lease is renewed
+--   duty     a singleton duty; one lease per duty in gridha.leases (the
+--            column was role until 1.3)
+--   term     bumped each time a duty's leader changes; a lease is renewed
 --            only under its term
---   tick     one run of a role's duties, keyed (role, tick) so that it runs
+--   tick     one run of a duty, keyed (duty, tick) so that it runs
 --            once: the start of its slot of the server clock, in ms since 1970
 --   window   ids [window_start, window_end) of an id sequence, reserved in
 --            blocks from next_id on; the high water is the last id ever
@@ -1001,7 +1002,7 @@ TO gridha_admin;
 --            algorithm)
 
 CREATE TABLE gridha.leases (
-    role        text PRIMARY KEY CHECK (role <> ''),
+    duty        text PRIMARY KEY CHECK (duty <> ''),
     leader      uuid,
     term        bigint NOT NULL DEFAULT 0,
     acquired_at timestamptz,
@@ -1011,10 +1012,10 @@ CREATE TABLE gridha.leases (
 );
 
 COMMENT ON TABLE gridha.leases IS
-'one row per singleton role: its leader (NULL after a resignation), the term it leads under, and when the lease expires (gridha.soft_expiry after its last renewal)';
+'one row per singleton duty: its leader (NULL after a resignation), the term it leads under, and when the lease expires (gridha.soft_expiry after its last renewal)';
 
 CREATE TABLE gridha.maintenance_ticks (
-    role            text NOT NULL,
+    duty            text NOT NULL,
     tick            bigint NOT NULL,
     term            bigint NOT NULL,
     leader          uuid NOT NULL,
@@ -1023,11 +1024,11 @@ CREATE TABLE gridha.maintenance_ticks (
     swept_instances integer,
     pruned_batches  bigint,
     opened_windows  integer,
-    PRIMARY KEY (role, tick)
+    PRIMARY KEY (duty, tick)
 );
 
 COMMENT ON TABLE gridha.maintenance_ticks IS
-'every run of a role''s duties, keyed by (role, tick): a second leader trying the same tick hits the key and backs off; a tick runs only past every stored tick of its role';
+'every run of a duty, keyed by (duty, tick): a second leader trying the same tick hits the key and backs off; a tick runs only past every stored tick of its duty';
 
 CREATE FUNCTION gridha.try_lead(instance_id uuid, role text DEFAULT 'default')
 RETURNS bigint
@@ -1058,7 +1059,7 @@ COMMENT ON FUNCTION gridha.resign(uuid, text) IS
 
 CREATE FUNCTION gridha.run_maintenance(
     instance_id uuid,
-    duty text DEFAULT 'maintenance',
+    duty text DEFAULT 'gridha.maintenance',
     OUT term bigint,
     OUT tick bigint,
     OUT outcome gridha.maintenance_outcome,
@@ -1071,10 +1072,10 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.run_maintenance(uuid, text) IS
-'leads the duty if it can and runs the current tick once: sweeps long-gone instances, prunes final batches past gridha.retention, tops up ID windows; outcome ran, not_leader, already_run, clock_behind or lost_lease';
+'leads the duty (by default gridha''s own, gridha.maintenance; 1.2''s name maintenance is refused) if it can and runs the current tick once: sweeps long-gone instances, prunes final batches past gridha.retention, tops up ID windows; outcome ran, not_leader, already_run, clock_behind or lost_lease';
 
 CREATE VIEW gridha.leaders AS
-SELECT l.role,
+SELECT l.duty,
        l.leader,
        l.term,
        l.acquired_at,
@@ -1091,13 +1092,13 @@ FROM gridha.leases l
 LEFT JOIN LATERAL (
     SELECT m.tick, m.started_at
     FROM gridha.maintenance_ticks m
-    WHERE m.role = l.role
+    WHERE m.duty = l.duty
     ORDER BY m.tick DESC
     LIMIT 1
 ) t ON true;
 
 COMMENT ON VIEW gridha.leaders IS
-'each role''s leader, term, lease expiry and state (held, expired, vacant), with its latest tick';
+'each duty''s leader, term, lease expiry and state (held, expired, vacant), with its latest tick';
 
 CREATE SEQUENCE gridha.id_sequence_serial;
 
@@ -2175,10 +2176,15 @@ AS $$
 SELECT gridha.resign_lead(instance_id, role)
 $$;
 
-CREATE OR REPLACE FUNCTION gridha.report_submissions(instance_id uuid, service_ids text[], batch_ids text[],
-                                                     epochs bigint[], outcomes text[], details text[] DEFAULT NULL)
-RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
-LANGUAGE plpgsql VOLATILE ROWS 100
+-- The array forms' one check of their arrays (both call it; it returns
+-- how many batches they report): an array NULL (details may be), of more
+-- than one dimension, or of another length than service_ids fails the
+-- whole call (22004, 22023). Run with the caller's rights, by the
+-- wrappers' callers only (gridha_submitter, as the wrappers).
+CREATE FUNCTION gridha_internal.report_arrays_check(service_ids text[], batch_ids text[], epochs bigint[],
+                                                    words_name text, words text[], details text[])
+RETURNS integer
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 DECLARE
@@ -2186,7 +2192,7 @@ DECLARE
     a record;
 BEGIN
     FOR a IN SELECT * FROM (VALUES (1, 'service_ids', service_ids), (2, 'batch_ids', batch_ids),
-                                   (3, 'epochs', epochs::text[]), (4, 'outcomes', outcomes),
+                                   (3, 'epochs', epochs::text[]), (4, words_name, words),
                                    (5, 'details', details)) v(i, name, arr) ORDER BY i LOOP
         CONTINUE WHEN a.i = 5 AND a.arr IS NULL;
         IF a.arr IS NULL THEN
@@ -2201,6 +2207,26 @@ BEGIN
         END IF;
         n := cardinality(a.arr);
     END LOOP;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[]) IS
+'the check of the deprecated array forms of report_submissions and report_statuses: the number of batches, or 22004/22023 for the whole call';
+
+REVOKE ALL ON FUNCTION gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[])
+TO gridha_submitter;
+
+CREATE OR REPLACE FUNCTION gridha.report_submissions(instance_id uuid, service_ids text[], batch_ids text[],
+                                                     epochs bigint[], outcomes text[], details text[] DEFAULT NULL)
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
+LANGUAGE plpgsql VOLATILE ROWS 100
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    n integer := gridha_internal.report_arrays_check(service_ids, batch_ids, epochs, 'outcomes', outcomes, details);
+BEGIN
     RETURN QUERY
     SELECT r.service_id, r.batch_id, r.status,
            CASE WHEN u.w IS NOT NULL AND r.message = 'outcome must not be null' THEN 'RG004' ELSE r.sqlstate END,
@@ -2227,25 +2253,8 @@ LANGUAGE plpgsql VOLATILE ROWS 100
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 DECLARE
-    n integer := 0;
-    a record;
+    n integer := gridha_internal.report_arrays_check(service_ids, batch_ids, epochs, 'statuses', statuses, details);
 BEGIN
-    FOR a IN SELECT * FROM (VALUES (1, 'service_ids', service_ids), (2, 'batch_ids', batch_ids),
-                                   (3, 'epochs', epochs::text[]), (4, 'statuses', statuses),
-                                   (5, 'details', details)) v(i, name, arr) ORDER BY i LOOP
-        CONTINUE WHEN a.i = 5 AND a.arr IS NULL;
-        IF a.arr IS NULL THEN
-            RAISE EXCEPTION '% must not be null', a.name USING ERRCODE = '22004';
-        END IF;
-        IF array_ndims(a.arr) > 1 THEN
-            RAISE EXCEPTION '% must be a one-dimensional array', a.name USING ERRCODE = '22023';
-        END IF;
-        IF a.i > 1 AND cardinality(a.arr) <> n THEN
-            RAISE EXCEPTION '% has % elements, service_ids has %', a.name, cardinality(a.arr), n
-                USING ERRCODE = '22023', DETAIL = 'Each array holds one element per batch reported.';
-        END IF;
-        n := cardinality(a.arr);
-    END LOOP;
     RETURN QUERY
     SELECT r.service_id, r.batch_id, r.status,
            CASE WHEN u.w IS NOT NULL AND r.message = 'status must not be null' THEN 'RG005' ELSE r.sqlstate END,
