@@ -1020,7 +1020,8 @@ SET search_path = pg_catalog, gridha, pg_temp;
 -- run_maintenance's default duty is gridha's own by its 1.3 name (1.2's
 -- 'maintenance' is refused by the library on 1.3: it would name one duty
 -- twice). The tables and the view say duty, as the functions do: a column
--- renamed keeps its place, and the CHECK named after it is renamed with it.
+-- renamed keeps its place; the CHECK and the index columns named after it
+-- are renamed with it.
 CREATE OR REPLACE FUNCTION gridha.run_maintenance(
     instance_id uuid,
     duty text DEFAULT 'gridha.maintenance',
@@ -1042,6 +1043,10 @@ ALTER TABLE gridha.leases RENAME COLUMN role TO duty;
 ALTER TABLE gridha.leases RENAME CONSTRAINT leases_role_check TO leases_duty_check;
 ALTER TABLE gridha.maintenance_ticks RENAME COLUMN role TO duty;
 ALTER VIEW gridha.leaders RENAME COLUMN role TO duty;
+-- a primary key's index keeps its own column names (ALTER TABLE names an
+-- index's column; ALTER INDEX has no RENAME COLUMN)
+ALTER TABLE gridha.leases_pkey RENAME COLUMN role TO duty;
+ALTER TABLE gridha.maintenance_ticks_pkey RENAME COLUMN role TO duty;
 
 COMMENT ON TABLE gridha.leases IS
 'one row per singleton duty: its leader (NULL after a resignation), the term it leads under, and when the lease expires (gridha.soft_expiry after its last renewal)';
