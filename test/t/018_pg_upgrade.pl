@@ -244,9 +244,12 @@ sub diag_tail
 sub query
 {
 	my ($node, $sql) = @_;
-	my ($out, $err) = ('', '');
+	my ($out, $err, $timed_out) = ('', '', 0);
 	$node->psql($DB, "SET statement_timeout = '60s';\n$sql",
-		stdout => \$out, stderr => \$err, on_error_stop => 1);
+		stdout => \$out, stderr => \$err, on_error_stop => 1,
+		timeout => $PostgreSQL::Test::Utils::timeout_default,
+		timed_out => \$timed_out);
+	$err .= "psql timed out (a statement that ignored statement_timeout)" if $timed_out;
 	return $err eq '' ? $out : "$out\n$err";
 }
 
@@ -254,9 +257,12 @@ sub query
 sub sqlstate
 {
 	my ($node, $sql) = @_;
-	my ($out, $err) = ('', '');
+	my ($out, $err, $timed_out) = ('', '', 0);
 	$node->psql($DB, $sql, stdout => \$out, stderr => \$err,
-		extra_params => [ '-v', 'VERBOSITY=sqlstate' ]);
+		extra_params => [ '-v', 'VERBOSITY=sqlstate' ],
+		timeout => $PostgreSQL::Test::Utils::timeout_default,
+		timed_out => \$timed_out);
+	return 'timed out' if $timed_out;
 	return 'ok' if $err eq '';
 	return $1 if $err =~ /ERROR:\s+([0-9A-Z]{5})/;
 	return $err;
