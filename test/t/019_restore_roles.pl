@@ -46,6 +46,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use GridhaTest;
 
+plan tests => 16;
+
 my $work = PostgreSQL::Test::Utils::tempdir;
 
 # Both clusters as test/run.sh's: gridha preloaded, the server's own
@@ -249,4 +251,3 @@ foreach my $w ([ 'r19_w1', 'does not exist' ],
 
 $main->stop;
 stop_ledgers();
-done_testing();
