@@ -8,7 +8,7 @@ MODULE_big = gridha
 # Core: claims, hand-out, reports
 OBJS = src/gridha.o src/settings.o src/generation.o src/spi_util.o src/tables.o src/rows.o src/instances.o src/counts.o src/claims.o src/queue.o src/status.o
 # HTTP submission to a ledger (libcurl), shared with client/gridha-client
-OBJS += src/dlt_http.o src/dlt_json.o
+OBJS += src/dlt_http.o src/dlt_url.o src/dlt_json.o
 # Background-worker instances
 OBJS += src/slots.o src/worker.o src/submit.o src/monitor.o src/step.o src/limit.o src/targets.o
 # Section 7: leader lease, ID windows, rate limits
@@ -101,15 +101,15 @@ CLIENT_PGLIBDIR = $(dir $(firstword $(wildcard \
 	$(shell $(PG_CONFIG) --libdir)/libpgcommon.a)))
 CLIENT_PGLIBS = $(CLIENT_PGLIBDIR)libpgcommon.a $(CLIENT_PGLIBDIR)libpgport.a
 CLIENT_LIBS = $(CLIENT_PGLIBS) -L$(shell $(PG_CONFIG) --libdir) -lpq -lcurl
-CLIENT_SRCS = src/dlt_http.c src/dlt_json.c src/dlt_http.h src/compat.h
+CLIENT_SRCS = src/dlt_http.c src/dlt_url.c src/dlt_json.c src/dlt_http.h src/dlt_url.h src/dlt_json.h src/compat.h
 
 all: client/gridha-client client/test_dlt_http
 
 client/gridha-client: client/gridha-client.c $(CLIENT_SRCS)
-	$(CC) $(CLIENT_CFLAGS) -o $@ client/gridha-client.c src/dlt_http.c src/dlt_json.c $(CLIENT_LIBS)
+	$(CC) $(CLIENT_CFLAGS) -o $@ client/gridha-client.c src/dlt_http.c src/dlt_url.c src/dlt_json.c $(CLIENT_LIBS)
 
 client/test_dlt_http: client/test_dlt_http.c $(CLIENT_SRCS)
-	$(CC) $(CLIENT_CFLAGS) -o $@ client/test_dlt_http.c src/dlt_http.c src/dlt_json.c \
+	$(CC) $(CLIENT_CFLAGS) -o $@ client/test_dlt_http.c src/dlt_http.c src/dlt_url.c src/dlt_json.c \
 		$(CLIENT_PGLIBS) -lcurl
 
 # The unit test of src/limit.c's core (a fake clock, no server, no network):
@@ -117,7 +117,7 @@ client/test_dlt_http: client/test_dlt_http.c $(CLIENT_SRCS)
 # (not by `all`: a tree copied without test/ still builds; not before
 # test/run.sh, which installs a fresh machine's compiler and headers first)
 test/unit/test_limit: test/unit/test_limit.c src/limit.c src/limit.h src/dlt_http.h
-	$(CC) $(CLIENT_CFLAGS) -o $@ test/unit/test_limit.c src/limit.c src/dlt_http.c src/dlt_json.c \
+	$(CC) $(CLIENT_CFLAGS) -o $@ test/unit/test_limit.c src/limit.c src/dlt_http.c src/dlt_url.c src/dlt_json.c \
 		$(CLIENT_PGLIBS) -lcurl -lm
 
 .PHONY: test bench demo ha fuzz soak installcheck-pgtap dist meta expected-totals
