@@ -18,8 +18,8 @@
 #   reads the bundle's META.json and creates gridha from it.
 #
 # What it installs is HEAD's gridha, into the run's PostgreSQL: the same as
-# `make install` of a committed tree. Needs git; installs pgxnclient with
-# apt-get when missing (root).
+# `make install` of a committed tree. Needs git and pgxnclient (as root,
+# test/install-debian.sh installs them).
 set -uo pipefail
 
 REPO=${GRIDHA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
@@ -49,7 +49,7 @@ ZIP=gridha-$DISTVERSION.zip
 rm -rf "$WORK/clone" "$WORK/clean"
 
 # make dist in a clone of HEAD
-command -v git >/dev/null || gridha_apt_install git >"$WORK/apt-git.log" 2>&1
+command -v git >/dev/null || gridha_missing_note git | diag
 if git clone -q --no-hardlinks "$REPO" "$WORK/clone" >"$WORK/clone.log" 2>&1 &&
 	env -u MAKEFLAGS -u MAKELEVEL make -s -C "$WORK/clone" dist PG_CONFIG="$PG_CONFIG" >"$WORK/dist.log" 2>&1 &&
 	[ -s "$WORK/clone/$ZIP" ]; then
@@ -142,11 +142,9 @@ got=$(psql -X -q -A -t -v ON_ERROR_STOP=1 -d postgres -c "SET client_min_message
 check $? "CREATE EXTENSION gridha from the installed bundle gives $VERSION (got: $got)"
 
 # pgxnclient, Debian's PGXN client, reads the bundle as PGXN would
-if ! command -v pgxn >/dev/null; then
-	gridha_apt_install pgxnclient >"$WORK/apt.log" 2>&1 || tail -n 5 "$WORK/apt.log" | diag
-fi
 command -v pgxn >/dev/null
 check $? "pgxnclient is installed (pgxn)"
+command -v pgxn >/dev/null || gridha_missing_note pgxnclient | diag
 psql -X -q -d postgres -c "DROP DATABASE IF EXISTS ${DB}_pgxn" -c "CREATE DATABASE ${DB}_pgxn" >/dev/null 2>&1
 pgxn load --yes --pg_config "$PG_CONFIG" -h "$PGHOST" -p "$PGPORT" -U postgres -d "${DB}_pgxn" \
 	"$WORK/clone/$ZIP" >"$WORK/pgxn.log" 2>&1
