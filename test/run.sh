@@ -4,7 +4,8 @@
 # Runs as root on a fresh Debian 12 (test/install-debian.sh installs what it
 # needs), or as any user who can write PG_CONFIG's installation (it installs
 # gridha there) on a machine that has the packages, against the PostgreSQL
-# that PG_CONFIG names (default: Debian's 15, /usr/lib/postgresql/15/bin/pg_config; e.g.
+# that PG_CONFIG names (default: Debian's 15,
+# /usr/lib/postgresql/15/bin/pg_config; e.g.
 # PG_CONFIG=/opt/pg17/bin/pg_config for one built from source). Its bindir,
 # PGXS, pg_regress and pg_isolation_regress are the ones used.
 #
