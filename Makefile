@@ -10,7 +10,7 @@ OBJS = src/gridha.o src/settings.o src/generation.o src/spi_util.o src/tables.o 
 # HTTP submission to a ledger (libcurl), shared with client/gridha-client
 OBJS += src/dlt_http.o src/dlt_json.o
 # Background-worker instances
-OBJS += src/slots.o src/worker.o src/submit.o src/limit.o src/targets.o
+OBJS += src/slots.o src/worker.o src/submit.o src/monitor.o src/step.o src/limit.o src/targets.o
 # Section 7: leader lease, ID windows, rate limits
 OBJS += src/leader.o src/idseq.o src/ratelimit.o src/totals.o src/lockcheck.o
 # The version is gridha.control's, the scripts are whatever sql/ holds.
