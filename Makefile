@@ -20,8 +20,13 @@ DISTVERSION = $(shell echo '$(EXTVERSION)' | awk -F. '{ printf "%s.%s.%s", $$1, 
 DATA = $(sort $(wildcard sql/gridha--*.sql))
 DOCS = README.md
 
+# The pg_regress tests: inputs in test/sql, outputs in expected/ (sql/ holds
+# only the install scripts). pg_regress reads INPUTDIR/sql and, before 16
+# (no --expecteddir), INPUTDIR/expected: test/expected is a symlink to
+# ../expected for 15; 16 and later are pointed at expected/ itself (below,
+# after PGXS), so they need no symlink. docs/testing.md says why.
 REGRESS = api claims lifecycle errors coordination plans counts invariants
-REGRESS_OPTS = --load-extension=gridha
+REGRESS_OPTS = --inputdir=test --load-extension=gridha
 
 # `make installcheck` runs, against the server PGHOST/PGPORT/PGUSER name
 # (gridha installed, and for the specs and pgTAP files preloaded:
@@ -72,6 +77,11 @@ EXTRA_CLEAN += client/gridha-client client/test_dlt_http test/unit/test_limit .p
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# PostgreSQL 16 and later: the expected outputs where they are
+ifeq ($(shell test '$(MAJORVERSION)' -ge 16 2>/dev/null && echo y),y)
+REGRESS_OPTS += --expecteddir=expected
+endif
 
 # PGXS knows no header dependencies: any header change rebuilds every object
 # (after the include, so that PGXS's "all" stays the default goal)
