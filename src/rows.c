@@ -37,6 +37,7 @@
 #include "common.h"
 #include "lockcheck.h"
 #include "rows.h"
+#include "status.h"
 #include "tables.h"
 
 #include "access/genam.h"
@@ -50,6 +51,8 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_enum.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "nodes/makefuncs.h"
@@ -57,6 +60,7 @@
 #include "parser/parsetree.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -482,6 +486,127 @@ gridha_rows_begin(GridhaRows *rows, bool write)
 }
 
 /*
+ * The function of the trigger batches_final (gridha_batches_guard_final),
+ * once recognised by its address, forgotten when any function changes
+ * (a CREATE OR REPLACE may point the same OID at another symbol).
+ */
+static Oid	rows_guard_fn = InvalidOid;
+static bool rows_guard_registered = false;
+
+static void
+rows_guard_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	rows_guard_fn = InvalidOid;
+}
+
+/*
+ * rows_is_guard: whether a trigger of gridha.batches is batches_final as
+ * the extension creates it: an AFTER UPDATE row trigger without a WHEN
+ * clause, arguments or transition tables, calling
+ * gridha_batches_guard_final of this library.
+ */
+static bool
+rows_is_guard(Trigger *trig)
+{
+	FmgrInfo	finfo;
+
+	if (trig->tgtype != (TRIGGER_TYPE_ROW | TRIGGER_TYPE_UPDATE) ||
+		trig->tgqual != NULL || trig->tgnargs != 0 ||
+		trig->tgoldtable != NULL || trig->tgnewtable != NULL)
+		return false;
+	if (!rows_guard_registered)
+	{
+		CacheRegisterSyscacheCallback(PROCOID, rows_guard_callback, (Datum) 0);
+		rows_guard_registered = true;
+	}
+	if (OidIsValid(rows_guard_fn))
+		return trig->tgfoid == rows_guard_fn;
+	fmgr_info(trig->tgfoid, &finfo);
+	if (finfo.fn_addr != gridha_batches_guard_final)
+		return false;
+	rows_guard_fn = trig->tgfoid;
+	return true;
+}
+
+/*
+ * rows_take_guard: takes batches_final out of the triggers the writer's
+ * updates of gridha.batches fire, to test what it tests in
+ * gridha_rows_update instead (rows_check_guard): the same refusal, without
+ * queueing an AFTER trigger event per write and firing it at the end of
+ * the command. Direct SQL writes still fire the trigger.
+ */
+static void
+rows_take_guard(GridhaRowsRel *r)
+{
+	TriggerDesc *td = r->rri->ri_TrigDesc;
+	int			i;
+	int			j;
+
+	if (td == NULL)
+		return;
+	for (i = 0; i < td->numtriggers; i++)
+		if (rows_is_guard(&td->triggers[i]))
+			break;
+	if (i == td->numtriggers)
+		return;
+	/* the descriptor is the ResultRelInfo's own copy */
+	r->guard = td->triggers[i];
+	r->has_guard = true;
+	memmove(&td->triggers[i], &td->triggers[i + 1],
+			(td->numtriggers - i - 1) * sizeof(Trigger));
+	td->numtriggers--;
+	td->trig_update_after_row = false;
+	for (j = 0; j < td->numtriggers; j++)
+		if (TRIGGER_TYPE_MATCHES(td->triggers[j].tgtype, TRIGGER_TYPE_ROW,
+								 TRIGGER_TYPE_AFTER, TRIGGER_TYPE_UPDATE))
+			td->trig_update_after_row = true;
+}
+
+/*
+ * rows_check_guard: what batches_final would do for this update of the
+ * row version r->row held: when the trigger is enabled for this session's
+ * replication role and the update writes a column it names, an old status
+ * committed or invalid is refused (RG002), as gridha_batches_guard_final
+ * refuses it.
+ */
+static void
+rows_check_guard(GridhaRowsRel *r, Bitmapset *updated)
+{
+	Trigger    *trig = &r->guard;
+	bool		isnull;
+	Datum		status;
+	int			i;
+
+	if (SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA)
+	{
+		if (trig->tgenabled == TRIGGER_FIRES_ON_ORIGIN || trig->tgenabled == TRIGGER_DISABLED)
+			return;
+	}
+	else if (trig->tgenabled == TRIGGER_FIRES_ON_REPLICA || trig->tgenabled == TRIGGER_DISABLED)
+		return;
+	if (trig->tgnattr > 0)
+	{
+		for (i = 0; i < trig->tgnattr; i++)
+			if (bms_is_member(trig->tgattr[i] - FirstLowInvalidHeapAttributeNumber, updated))
+				break;
+		if (i == trig->tgnattr)
+			return;
+	}
+	status = slot_getattr(r->row, BATCH_STATUS, &isnull);
+	if (isnull)
+		return;
+	if (DatumGetObjectId(status) == rows_status_oids[GRIDHA_COMMITTED] ||
+		DatumGetObjectId(status) == rows_status_oids[GRIDHA_INVALID])
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_NOT_IN_FLIGHT),
+				 errmsg("batch \"%s\" of service \"%s\" is already %s",
+						TextDatumGetCString(slot_getattr(r->row, BATCH_BATCH_ID, &isnull)),
+						TextDatumGetCString(slot_getattr(r->row, BATCH_SERVICE_ID, &isnull)),
+						rows_status_labels[gridha_status_of(status)]),
+				 errdetail("Committed and invalid are final statuses and never change.")));
+}
+
+/*
  * rows_open: the table, opened on first use in this command.
  */
 static GridhaRowsRel *
@@ -510,6 +635,8 @@ rows_open(GridhaRows *rows, GridhaTable table)
 		estate->es_opened_result_relations =
 			lappend(estate->es_opened_result_relations, r->rri);
 		ExecOpenIndices(r->rri, false);
+		if (table == GRIDHA_BATCHES)
+			rows_take_guard(r);
 		r->row = table_slot_create(r->rel, &estate->es_tupleTable);
 		r->next = table_slot_create(r->rel, &estate->es_tupleTable);
 	}
@@ -1029,6 +1156,8 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 	switch (res)
 	{
 		case TM_Ok:
+			if (r->has_guard)
+				rows_check_guard(r, updated);
 			break;
 		case TM_Updated:
 		case TM_Deleted:
