@@ -219,6 +219,53 @@ static struct
 }			rows_partial[2];
 
 /*
+ * The indexes rows_index found by definition (on a table, these columns,
+ * unique or not), kept so that a command opens the one it scans rather
+ * than every index of the table until the right one; forgotten as
+ * rows_partial are. A few slots: the hot path scans fewer distinct ones.
+ */
+typedef struct RowsKnownIndex
+{
+	Oid			table;			/* InvalidOid: a free slot */
+	Oid			index;			/* InvalidOid: look again */
+	int			n;
+	AttrNumber	attnos[INDEX_MAX_KEYS];
+	bool		unique;
+} RowsKnownIndex;
+
+#define ROWS_KNOWN_INDEXES 8
+static RowsKnownIndex rows_known[ROWS_KNOWN_INDEXES];
+static int	rows_known_next = 0;
+
+/*
+ * rows_known_index: the slot for this table, columns and uniqueness (a
+ * slot taken over when none is, its index InvalidOid).
+ */
+static RowsKnownIndex *
+rows_known_index(Oid table, const AttrNumber *attnos, int n, bool unique)
+{
+	RowsKnownIndex *k;
+	int			i;
+
+	Assert(n <= INDEX_MAX_KEYS);
+	for (i = 0; i < ROWS_KNOWN_INDEXES; i++)
+	{
+		k = &rows_known[i];
+		if (k->table == table && k->n == n && k->unique == unique &&
+			memcmp(k->attnos, attnos, n * sizeof(AttrNumber)) == 0)
+			return k;
+	}
+	k = &rows_known[rows_known_next];
+	rows_known_next = (rows_known_next + 1) % ROWS_KNOWN_INDEXES;
+	k->table = table;
+	k->index = InvalidOid;
+	k->n = n;
+	memcpy(k->attnos, attnos, n * sizeof(AttrNumber));
+	k->unique = unique;
+	return k;
+}
+
+/*
  * rows_layout_callback: a table changed (or every table): its layout is
  * checked again at its next use.
  */
@@ -233,6 +280,9 @@ rows_layout_callback(Datum arg, Oid relid)
 	for (i = 0; i < lengthof(rows_partial); i++)
 		if (relid == InvalidOid || rows_partial[i].index == relid || rows_partial[i].table == relid)
 			rows_partial[i].index = InvalidOid;
+	for (i = 0; i < ROWS_KNOWN_INDEXES; i++)
+		if (relid == InvalidOid || rows_known[i].index == relid || rows_known[i].table == relid)
+			rows_known[i].index = InvalidOid;
 }
 
 /*
@@ -634,7 +684,7 @@ rows_open(GridhaRows *rows, GridhaTable table)
 		/* where the AFTER triggers' firing looks the table up */
 		estate->es_opened_result_relations =
 			lappend(estate->es_opened_result_relations, r->rri);
-		ExecOpenIndices(r->rri, false);
+		/* its indexes: opened by the first update that writes to them */
 		if (table == GRIDHA_BATCHES)
 			rows_take_guard(r);
 		r->row = table_slot_create(r->rel, &estate->es_tupleTable);
@@ -721,7 +771,7 @@ rows_index(GridhaRowsRel *r, const AttrNumber *attnos, int n, bool unique, bool 
 	TupleDesc	desc = RelationGetDescr(r->rel);
 
 	*opened = false;
-	if (r->rri != NULL)
+	if (r->indexes_open)
 	{
 		for (i = 0; i < r->rri->ri_NumIndices; i++)
 			if (rows_index_on(r->rri->ri_IndexRelationDescs[i], attnos, n, unique))
@@ -729,6 +779,26 @@ rows_index(GridhaRowsRel *r, const AttrNumber *attnos, int n, bool unique, bool 
 	}
 	else
 	{
+		RowsKnownIndex *known = rows_known_index(RelationGetRelid(r->rel), attnos, n, unique);
+		Oid			oid = known->index;
+
+		if (OidIsValid(oid))
+		{
+			/* the lock first: it takes in the changes that may forget it */
+			LockRelationOid(oid, AccessShareLock);
+			if (known->index == oid)
+			{
+				Relation	index = index_open(oid, NoLock);
+
+				if (rows_index_on(index, attnos, n, unique))
+				{
+					*opened = true;
+					return index;
+				}
+				index_close(index, NoLock);
+			}
+			UnlockRelationOid(oid, AccessShareLock);
+		}
 		foreach(lc, RelationGetIndexList(r->rel))
 		{
 			Relation	candidate = index_open(lfirst_oid(lc), AccessShareLock);
@@ -736,10 +806,12 @@ rows_index(GridhaRowsRel *r, const AttrNumber *attnos, int n, bool unique, bool 
 			if (rows_index_on(candidate, attnos, n, unique))
 			{
 				*opened = true;
+				known->index = RelationGetRelid(candidate);
 				return candidate;
 			}
 			index_close(candidate, AccessShareLock);
 		}
+		known->index = InvalidOid;
 	}
 	initStringInfo(&cols);
 	for (i = 0; i < n; i++)
@@ -904,7 +976,7 @@ gridha_rows_scan_index(GridhaRows *rows, GridhaPartialIndex which,
 	ListCell   *lc;
 	int			i;
 
-	if (r->rri != NULL)
+	if (r->indexes_open)
 	{
 		for (i = 0; i < r->rri->ri_NumIndices && index == NULL; i++)
 			if (rows_partial_is(r->rri->ri_IndexRelationDescs[i], which, soft, hard))
@@ -1174,6 +1246,16 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 				 (int) res, RelationGetRelationName(r->rel));
 	}
 
+	/*
+	 * A HOT update writes no index entry, so the indexes are opened (and
+	 * locked, as the executor's ExecOpenIndices does) only by the first
+	 * update of the command that needs them.
+	 */
+	if (update_indexes != TU_None && !r->indexes_open)
+	{
+		ExecOpenIndices(r->rri, false);
+		r->indexes_open = true;
+	}
 	if (r->rri->ri_NumIndices > 0 && update_indexes != TU_None)
 		recheck = ExecInsertIndexTuples_compat(r->rri, r->next, estate, true, false, NULL, NIL,
 												update_indexes == TU_Summarizing);
@@ -1209,7 +1291,7 @@ gridha_rows_end(GridhaRows *rows)
 	{
 		AfterTriggerEndQuery(rows->estate);
 		for (i = 0; i < GRIDHA_NTABLES; i++)
-			if (rows->rels[i].rri != NULL)
+			if (rows->rels[i].indexes_open)
 				ExecCloseIndices(rows->rels[i].rri);
 		EvalPlanQualEnd(&rows->epq);
 		/* tables a trigger's firing opened (ours are found first: none) */
