@@ -88,7 +88,7 @@ static void
 check_url_case(const char *tmpl, GridhaUrlKind kind, int want_ok, const char *what)
 {
 	char		err[256] = "";
-	int			rc = gridha_http_check_url(tmpl, kind, err, sizeof(err));
+	int			rc = gridha_url_check(tmpl, kind, err, sizeof(err));
 
 	if (want_ok)
 	{
@@ -157,7 +157,7 @@ expand_case(const char *tmpl, GridhaUrlKind kind, const char *svc, const char *b
 			const char *const *ids, int n, const char *want, const char *what)
 {
 	char		err[256] = "";
-	char	   *url = gridha_http_expand_url(tmpl, kind, svc, batch, ids, n, err, sizeof(err));
+	char	   *url = gridha_url_expand(tmpl, kind, svc, batch, ids, n, err, sizeof(err));
 
 	if (want == NULL)
 		ok(url == NULL && err[0] != '\0', "expand_url refuses %s (%s)", what, err);
@@ -336,7 +336,7 @@ parse_good(const char *body, const char *s1, const char *s2, const char *s3,
 	want[2] = s3;
 	want[3] = s4;
 	fill_entries(e);
-	rc = gridha_http_parse_statuses(body, strlen(body), e, NIDS, err, sizeof(err));
+	rc = gridha_json_parse_statuses(body, strlen(body), e, NIDS, err, sizeof(err));
 	for (i = 0; i < NIDS; i++)
 		same &= strcmp(e[i].status, want[i]) == 0;
 	if (!ok(rc == 0 && same, "parse %s", what))
@@ -355,7 +355,7 @@ parse_bad(const char *body, size_t len, const char *what)
 	int			untouched = 1;
 
 	fill_entries(e);
-	rc = gridha_http_parse_statuses(body, len, e, NIDS, err, sizeof(err));
+	rc = gridha_json_parse_statuses(body, len, e, NIDS, err, sizeof(err));
 	for (i = 0; i < NIDS; i++)
 		untouched &= strcmp(e[i].status, SENTINEL) == 0;
 	if (!ok(rc == -1 && untouched && err[0] != '\0', "parse refuses %s (%s)", what, err))

@@ -6,9 +6,8 @@
  * Linked into the extension (the background worker calls it) and into the
  * reference client, so it is plain C on top of libcurl: no PostgreSQL
  * headers, no palloc, no elog, never a longjmp or an exit. Errors are
- * return values plus a one-line message in a caller buffer. URLs are
- * checked with libcurl's URL API and encoded with curl_easy_escape; status
- * bodies are read in dlt_json.c.
+ * return values plus a one-line message in a caller buffer. URL
+ * templates are src/dlt_url.c's; status bodies are read in src/dlt_json.c.
  *
  * Words used here:
  *   template   a target's submit_url or status_url with its placeholders
@@ -28,17 +27,13 @@
  */
 #include "dlt_http.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <curl/curl.h>
-#include <curl/mprintf.h>
 
-/* Longest URL template we accept. */
-#define HTTP_MAX_URL		65536
 /* Largest status body we read; a bigger one is refused, not truncated. */
 #define HTTP_MAX_BODY		(8 * 1024 * 1024)
 /* Used when a caller passes a timeout of 0 or less. */
@@ -46,11 +41,6 @@
 /* Finished transfers a multi keeps for reuse. */
 #define HTTP_MULTI_SPARE	16
 
-#ifdef __GNUC__
-#define HTTP_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#else
-#define HTTP_PRINTF(f, a)
-#endif
 
 struct HttpMultiRun;
 
@@ -135,37 +125,6 @@ typedef struct HttpMultiRun
 } HttpMultiRun;
 
 static int	http_curl_ready = 0;
-
-/*
- * http_set_err: format a message into a caller's buffer, which may be NULL
- * or empty.
- */
-static void HTTP_PRINTF(3, 4)
-http_set_err(char *err, size_t errlen, const char *fmt,...)
-{
-	va_list		ap;
-
-	if (err == NULL || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
-/* http_equal_ci: are the first len bytes of a and b equal, ignoring ASCII case? */
-static int
-http_equal_ci(const char *a, const char *b, size_t len)
-{
-	for (; len > 0; a++, b++, len--)
-	{
-		int			x = (*a >= 'A' && *a <= 'Z') ? *a + 'a' - 'A' : *a;
-		int			y = (*b >= 'A' && *b <= 'Z') ? *b + 'a' - 'A' : *b;
-
-		if (x != y || x == '\0')
-			return x == y;
-	}
-	return 1;
-}
 
 /*
  * gridha_http_global_init: curl_global_init, once per process.
@@ -339,365 +298,6 @@ gridha_http_outcome_of(long code, const GridhaHttpTarget *target)
 }
 
 /* ----------------------------------------------------------------------
- * URL templates
- * ----------------------------------------------------------------------
- */
-
-/*
- * http_fill: tmpl with every placeholder of kind replaced by its value
- * (svc, batch or ids, used as they are); malloc'd. NULL with a reason in
- * err when a '{' or '}' is not part of a placeholder of kind, or a status
- * template lacks {batch_ids}.
- */
-static char *
-http_fill(const char *tmpl, GridhaUrlKind kind, const char *svc, const char *batch,
-		  const char *ids, char *err, size_t errlen)
-{
-	static const char *const names[] = {"{service_id}", "{batch_id}", "{batch_ids}"};
-	const char *values[3];
-	size_t		longest = 0;
-	size_t		braces = 0;
-	int			uses = 0;
-	const char *p;
-	char	   *url;
-	char	   *w;
-	int			k;
-
-	values[0] = kind == GRIDHA_URL_SUBMIT ? svc : NULL;
-	values[1] = kind == GRIDHA_URL_SUBMIT ? batch : NULL;
-	values[2] = kind == GRIDHA_URL_STATUS ? ids : NULL;
-	for (k = 0; k < 3; k++)
-		longest = (values[k] && strlen(values[k]) > longest) ? strlen(values[k]) : longest;
-	for (p = strchr(tmpl, '{'); p; p = strchr(p + 1, '{'))
-		braces++;
-	url = malloc(strlen(tmpl) + braces * longest + 1);
-	if (url == NULL)
-	{
-		http_set_err(err, errlen, "out of memory");
-		return NULL;
-	}
-	for (p = tmpl, w = url; *p;)
-	{
-		const char *close = strchr(p + 1, '}');
-
-		if (*p != '{' && *p != '}')
-		{
-			*w++ = *p++;
-			continue;
-		}
-		for (k = 0; k < 3; k++)
-		{
-			if (values[k] && strncmp(p, names[k], strlen(names[k])) == 0)
-				break;
-		}
-		if (k < 3)
-		{
-			w += strlen(strcpy(w, values[k]));
-			p += strlen(names[k]);
-			uses++;
-			continue;
-		}
-		if (*p == '}')
-			http_set_err(err, errlen, "URL has a '}' without a '{' at byte %ld",
-						 (long) (p - tmpl));
-		else if (close == NULL || memchr(p + 1, '{', close - p - 1) != NULL)
-			http_set_err(err, errlen, "URL has an unterminated placeholder at byte %ld",
-						 (long) (p - tmpl));
-		else
-			http_set_err(err, errlen, "unknown placeholder %.*s in %s URL (allowed: %s)",
-						 (int) (close - p + 1 > 40 ? 40 : close - p + 1), p,
-						 kind == GRIDHA_URL_SUBMIT ? "submit" : "status",
-						 kind == GRIDHA_URL_SUBMIT ? "{service_id}, {batch_id}" : "{batch_ids}");
-		free(url);
-		return NULL;
-	}
-	*w = '\0';
-	if (kind == GRIDHA_URL_STATUS && uses == 0)
-	{
-		http_set_err(err, errlen, "status URL must contain {batch_ids}");
-		free(url);
-		return NULL;
-	}
-	return url;
-}
-
-/*
- * http_url_open: url taken apart by libcurl; NULL with a reason in err
- * unless it is http:// or https:// with a host and a port from 1 to 65535
- * (or none). The caller frees it with curl_url_cleanup.
- */
-static CURLU *
-http_url_open(const char *url, char *err, size_t errlen)
-{
-	CURLU	   *u = curl_url();
-	CURLUcode	rc;
-	char	   *scheme = NULL;
-	char	   *host = NULL;
-	char	   *port = NULL;
-	int			good = 0;
-
-	if (u == NULL)
-	{
-		http_set_err(err, errlen, "out of memory");
-		return NULL;
-	}
-	rc = curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME);
-	if (strstr(url, "://") == NULL)
-		http_set_err(err, errlen, "URL must start with http:// or https://");
-	else if (rc != CURLUE_OK)
-#if LIBCURL_VERSION_NUM >= 0x075000
-		http_set_err(err, errlen, "URL is malformed: %s", curl_url_strerror(rc));
-#else
-		http_set_err(err, errlen, "URL is malformed (libcurl URL error %d)", (int) rc);
-#endif
-	else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
-			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
-		http_set_err(err, errlen, "URL must start with http:// or https://");
-	/* libcurl takes "http:///x" for "http://x/": we want the "//" and a host */
-	else if (!http_equal_ci(url, scheme, strlen(scheme)) ||
-			 strncmp(url + strlen(scheme), "://", 3) != 0 ||
-			 url[strlen(scheme) + 3] == '/' ||
-			 curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0')
-		http_set_err(err, errlen, "URL has no host");
-	else if (curl_url_get(u, CURLUPART_PORT, &port, 0) == CURLUE_OK && atol(port) < 1)
-		http_set_err(err, errlen, "URL port is out of range");
-	else
-		good = 1;
-	curl_free(scheme);
-	curl_free(host);
-	curl_free(port);
-	if (!good)
-	{
-		curl_url_cleanup(u);
-		return NULL;
-	}
-	return u;
-}
-
-/*
- * http_url_same_authority: do two parsed URLs agree on everything before
- * the path?
- */
-static int
-http_url_same_authority(CURLU *a, CURLU *b)
-{
-	static const CURLUPart parts[] = {
-		CURLUPART_SCHEME, CURLUPART_USER, CURLUPART_PASSWORD, CURLUPART_OPTIONS,
-		CURLUPART_HOST, CURLUPART_PORT, CURLUPART_ZONEID
-	};
-	size_t		i;
-	int			same = 1;
-
-	for (i = 0; same && i < sizeof(parts) / sizeof(parts[0]); i++)
-	{
-		char	   *x = NULL;
-		char	   *y = NULL;
-		CURLUcode	rx = curl_url_get(a, parts[i], &x, 0);
-		CURLUcode	ry = curl_url_get(b, parts[i], &y, 0);
-
-		same = rx == ry && (rx != CURLUE_OK || strcmp(x, y) == 0);
-		curl_free(x);
-		curl_free(y);
-	}
-	return same;
-}
-
-/*
- * gridha_http_check_url: is tmpl a URL template we can use for kind? It is
- * filled in twice, with two different sample values, and both URLs must
- * pass libcurl's URL parser and agree before the path: a placeholder in
- * the scheme, user, host or port would make them differ.
- */
-int
-gridha_http_check_url(const char *tmpl, GridhaUrlKind kind, char *err, size_t errlen)
-{
-	const char *p;
-	char	   *one;
-	char	   *two = NULL;
-	CURLU	   *u1 = NULL;
-	CURLU	   *u2 = NULL;
-	int			rc = -1;
-
-	if (tmpl == NULL || tmpl[0] == '\0')
-	{
-		http_set_err(err, errlen, "URL is empty");
-		return -1;
-	}
-	if (strlen(tmpl) > HTTP_MAX_URL)
-	{
-		http_set_err(err, errlen, "URL is longer than %d bytes", HTTP_MAX_URL);
-		return -1;
-	}
-	for (p = tmpl; *p; p++)
-	{
-		if ((unsigned char) *p <= 0x20 || (unsigned char) *p >= 0x7f)
-		{
-			http_set_err(err, errlen,
-						 "URL contains a space, control or non-ASCII character at byte %ld",
-						 (long) (p - tmpl));
-			return -1;
-		}
-	}
-	one = http_fill(tmpl, kind, "1", "1", "1", err, errlen);
-	if (one != NULL)
-		two = http_fill(tmpl, kind, "2", "2", "2", err, errlen);
-	if (two != NULL && (u1 = http_url_open(one, err, errlen)) != NULL)
-	{
-		u2 = http_url_open(two, NULL, 0);
-		if (u2 == NULL || !http_url_same_authority(u1, u2))
-			http_set_err(err, errlen,
-						 "placeholders are not allowed in the scheme, user, host or port of the URL");
-		else
-			rc = 0;
-	}
-	curl_url_cleanup(u1);
-	curl_url_cleanup(u2);
-	free(one);
-	free(two);
-	return rc;
-}
-
-/*
- * http_escape: s URL-encoded by libcurl (RFC 3986 unreserved characters
- * kept, everything else %XX in upper case); free with curl_free. NULL when
- * out of memory. The handle argument of curl_easy_escape is not used.
- *
- * "." and ".." are dot-segments: put into a path they would name the
- * segment itself or its parent, and send a producer's batch elsewhere on
- * the ledger's host with the target's credentials. They are encoded as
- * %2E and %2E%2E, which no path resolution treats as dot-segments (and the
- * requests are sent with CURLOPT_PATH_AS_IS, so libcurl resolves nothing).
- */
-static char *
-http_escape(const char *s)
-{
-	/* curl_maprintf: allocated by libcurl, so curl_free frees it too */
-	if (strcmp(s, ".") == 0)
-		return curl_maprintf("%s", "%2E");
-	if (strcmp(s, "..") == 0)
-		return curl_maprintf("%s", "%2E%2E");
-	return curl_easy_escape(NULL, s, (int) strlen(s));
-}
-
-/*
- * http_escape_join: the n (at least one) strings URL-encoded and joined by
- * commas; malloc'd, or NULL with a reason in err. With ends, ends[i] gets
- * where the i-th ends in the result, so that any run of them is a piece of
- * it.
- */
-static char *
-http_escape_join(const char *const *s, int n, size_t *ends, char *err, size_t errlen)
-{
-	char	   *out = NULL;
-	size_t		len = 0;
-	size_t		cap = 0;
-	int			i;
-
-	for (i = 0; i < n; i++)
-	{
-		char	   *enc = s[i] ? http_escape(s[i]) : NULL;
-		size_t		need = len + (enc ? strlen(enc) : 0) + 2;
-
-		if (enc != NULL && need > cap)
-		{
-			char	   *grown = realloc(out, 2 * need);
-
-			cap = grown ? 2 * need : cap;
-			out = grown ? grown : out;
-		}
-		if (enc == NULL || need > cap)
-		{
-			if (s[i] == NULL)
-				http_set_err(err, errlen, "batch id %d is missing", i);
-			else
-				http_set_err(err, errlen, "out of memory");
-			curl_free(enc);
-			free(out);
-			return NULL;
-		}
-		if (i > 0)
-			out[len++] = ',';
-		len += strlen(strcpy(out + len, enc));
-		curl_free(enc);
-		if (ends)
-			ends[i] = len;
-	}
-	return out;
-}
-
-/*
- * http_id_alone: whether an id must be asked about in a GET of its own: it
- * contains the comma that separates the ids of {batch_ids}. Encoded, it
- * cannot split a URL; but a ledger that decodes the parameter before it
- * splits it would read it as two ids, and the ids beside it with them.
- */
-static int
-http_id_alone(const char *id)
-{
-	return id != NULL && strchr(id, ',') != NULL;
-}
-
-/*
- * http_build: the template, already checked, filled in with values that
- * are already encoded, and the result checked by libcurl's URL parser;
- * malloc'd, or NULL with a reason in err.
- */
-static char *
-http_build(const char *tmpl, GridhaUrlKind kind, const char *svc, const char *batch,
-		   const char *ids, char *err, size_t errlen)
-{
-	char	   *url = http_fill(tmpl, kind, svc, batch, ids, err, errlen);
-	CURLU	   *u;
-
-	if (url == NULL)
-		return NULL;
-	u = http_url_open(url, err, errlen);
-	if (u == NULL)
-	{
-		free(url);
-		return NULL;
-	}
-	curl_url_cleanup(u);
-	return url;
-}
-
-/*
- * gridha_http_expand_url: the checked template with its placeholders
- * replaced by the encoded values; malloc'd, or NULL with a reason in err.
- */
-char *
-gridha_http_expand_url(const char *tmpl, GridhaUrlKind kind,
-					   const char *service_id, const char *batch_id,
-					   const char *const *batch_ids, int n_ids,
-					   char *err, size_t errlen)
-{
-	char	   *svc = NULL;
-	char	   *batch = NULL;
-	char	   *ids = NULL;
-	char	   *url = NULL;
-
-	if (gridha_http_check_url(tmpl, kind, err, errlen) != 0)
-		return NULL;
-	if (kind == GRIDHA_URL_SUBMIT && (service_id == NULL || batch_id == NULL))
-		http_set_err(err, errlen, "service id and batch id are required");
-	else if (kind == GRIDHA_URL_STATUS && (n_ids < 1 || batch_ids == NULL))
-		http_set_err(err, errlen, "no batch ids to ask for");
-	else if (kind == GRIDHA_URL_STATUS)
-	{
-		if ((ids = http_escape_join(batch_ids, n_ids, NULL, err, errlen)) != NULL)
-			url = http_build(tmpl, kind, NULL, NULL, ids, err, errlen);
-	}
-	else if ((svc = http_escape(service_id)) == NULL || (batch = http_escape(batch_id)) == NULL)
-		http_set_err(err, errlen, "out of memory");
-	else
-		url = http_build(tmpl, kind, svc, batch, NULL, err, errlen);
-	curl_free(svc);
-	curl_free(batch);
-	free(ids);
-	return url;
-}
-
-/* ----------------------------------------------------------------------
  * Requests
  * ----------------------------------------------------------------------
  */
@@ -718,20 +318,20 @@ gridha_http_check_header(const char *line, char *err, size_t errlen)
 
 	if (line == NULL || line[0] == '\0')
 	{
-		http_set_err(err, errlen, "header is empty");
+		gridha_dlt_set_err(err, errlen, "header is empty");
 		return -1;
 	}
 	name_len = strspn(line, "!#$%&'*+-.^_`|~0123456789"
 					  "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz");
 	if (line[name_len] != ':')
 	{
-		http_set_err(err, errlen, "header name is not an HTTP token followed by ':' (byte %ld)",
+		gridha_dlt_set_err(err, errlen, "header name is not an HTTP token followed by ':' (byte %ld)",
 					 (long) name_len);
 		return -1;
 	}
 	if (name_len == 0)
 	{
-		http_set_err(err, errlen, "header has an empty name");
+		gridha_dlt_set_err(err, errlen, "header has an empty name");
 		return -1;
 	}
 	for (i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
@@ -740,16 +340,16 @@ gridha_http_check_header(const char *line, char *err, size_t errlen)
 
 		/* the names in full, X-Gridha- as a prefix */
 		if ((name_len == len || (reserved[i][len - 1] == '-' && name_len > len)) &&
-			http_equal_ci(line, reserved[i], len))
+			gridha_dlt_equal_ci(line, reserved[i], len))
 		{
-			http_set_err(err, errlen, "header %.*s is set by gridha itself",
+			gridha_dlt_set_err(err, errlen, "header %.*s is set by gridha itself",
 						 (int) (name_len > 64 ? 64 : name_len), line);
 			return -1;
 		}
 	}
 	if (strpbrk(line + name_len, "\r\n") != NULL)
 	{
-		http_set_err(err, errlen, "header %.*s has a CR or LF in its value",
+		gridha_dlt_set_err(err, errlen, "header %.*s has a CR or LF in its value",
 					 (int) (name_len > 64 ? 64 : name_len), line);
 		return -1;
 	}
@@ -870,13 +470,13 @@ http_setup(HttpXfer *x, const char *proxy, const char *url,
 	{
 		if (gridha_http_check_header(target->headers[i], why, sizeof(why)) != 0)
 		{
-			http_set_err(err, errlen, "bad header: %s", why);
+			gridha_dlt_set_err(err, errlen, "bad header: %s", why);
 			curl_slist_free_all(headers);
 			return -1;
 		}
 		if (http_add_target_header(&headers, target->headers[i]) != 0)
 		{
-			http_set_err(err, errlen, "out of memory");
+			gridha_dlt_set_err(err, errlen, "out of memory");
 			curl_slist_free_all(headers);
 			return -1;
 		}
@@ -894,7 +494,7 @@ http_setup(HttpXfer *x, const char *proxy, const char *url,
 	/* we live inside a server process: no signals, no alarm() */
 	bad |= curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK;
 	bad |= curl_easy_setopt(c, CURLOPT_URL, url) != CURLE_OK;
-	/* the path is sent as built: no dot-segment is resolved (http_escape) */
+	/* the path is sent as built: no dot-segment is resolved (gridha_url_escape) */
 	bad |= curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L) != CURLE_OK;
 	bad |= curl_easy_setopt(c, CURLOPT_PRIVATE, (void *) x) != CURLE_OK;
 	bad |= curl_easy_setopt(c, CURLOPT_ERRORBUFFER, x->errbuf) != CURLE_OK;
@@ -916,7 +516,7 @@ http_setup(HttpXfer *x, const char *proxy, const char *url,
 	if (bad)
 	{
 		http_finish(x);
-		http_set_err(err, errlen, "curl: could not set request options");
+		gridha_dlt_set_err(err, errlen, "curl: could not set request options");
 		return -1;
 	}
 	return 0;
@@ -929,7 +529,7 @@ http_setup(HttpXfer *x, const char *proxy, const char *url,
 static int
 http_add_escaped(struct curl_slist **list, const char *name, const char *value)
 {
-	char	   *enc = http_escape(value);
+	char	   *enc = gridha_url_escape(value);
 	char	   *line;
 	int			rc = -1;
 
@@ -1002,11 +602,11 @@ http_setup_post(HttpXfer *x, const char *proxy, const char *url_template,
 	char	   *url;
 	int			bad = 0;
 
-	url = gridha_http_expand_url(url_template, GRIDHA_URL_SUBMIT, service_id, batch_id,
+	url = gridha_url_expand(url_template, GRIDHA_URL_SUBMIT, service_id, batch_id,
 								 NULL, 0, reason, sizeof(reason));
 	if (url == NULL)
 	{
-		http_set_err(detail, detail_len, "bad submit_url: %s", reason);
+		gridha_dlt_set_err(detail, detail_len, "bad submit_url: %s", reason);
 		return -1;
 	}
 	bad |= http_add_escaped(&headers, "X-Gridha-Service-Id", service_id);
@@ -1022,7 +622,7 @@ http_setup_post(HttpXfer *x, const char *proxy, const char *url_template,
 	{
 		curl_slist_free_all(headers);
 		free(url);
-		http_set_err(detail, detail_len, "out of memory");
+		gridha_dlt_set_err(detail, detail_len, "out of memory");
 		return -1;
 	}
 	if (http_setup(x, proxy, url, target, timeout_ms, 0, headers, detail, detail_len) != 0)
@@ -1040,7 +640,7 @@ http_setup_post(HttpXfer *x, const char *proxy, const char *url_template,
 	if (x->post == NULL)
 	{
 		http_finish(x);
-		http_set_err(detail, detail_len, "out of memory");
+		gridha_dlt_set_err(detail, detail_len, "out of memory");
 		return -1;
 	}
 	if (x->post_len > 0)
@@ -1054,7 +654,7 @@ http_setup_post(HttpXfer *x, const char *proxy, const char *url_template,
 		curl_easy_setopt(x->curl, CURLOPT_SEEKDATA, (void *) x) != CURLE_OK)
 	{
 		http_finish(x);
-		http_set_err(detail, detail_len, "curl: could not set the payload");
+		gridha_dlt_set_err(detail, detail_len, "curl: could not set the payload");
 		return -1;
 	}
 	return 0;
@@ -1075,28 +675,28 @@ http_result(HttpXfer *x, CURLcode rc, char *detail, size_t detail_len)
 	if (rc == CURLE_OK)
 	{
 		curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &code);
-		http_set_err(detail, detail_len, "http %ld", code);
+		gridha_dlt_set_err(detail, detail_len, "http %ld", code);
 		return code;
 	}
 	switch (rc)
 	{
 		case CURLE_OPERATION_TIMEDOUT:
-			http_set_err(detail, detail_len, "timeout after %ld ms", x->timeout_ms);
+			gridha_dlt_set_err(detail, detail_len, "timeout after %ld ms", x->timeout_ms);
 			break;
 		case CURLE_COULDNT_CONNECT:
 			curl_easy_getinfo(x->curl, CURLINFO_OS_ERRNO, &os_errno);
 			if (os_errno != 0)
-				http_set_err(detail, detail_len, "connect: %s", strerror((int) os_errno));
+				gridha_dlt_set_err(detail, detail_len, "connect: %s", strerror((int) os_errno));
 			else
-				http_set_err(detail, detail_len, "connect: %s",
+				gridha_dlt_set_err(detail, detail_len, "connect: %s",
 							 x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc));
 			break;
 		case CURLE_COULDNT_RESOLVE_HOST:
-			http_set_err(detail, detail_len, "resolve: %s",
+			gridha_dlt_set_err(detail, detail_len, "resolve: %s",
 						 x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc));
 			break;
 		case CURLE_SEND_FAIL_REWIND:
-			http_set_err(detail, detail_len,
+			gridha_dlt_set_err(detail, detail_len,
 						 "connection closed after the request was sent: not sent again");
 			break;
 		default:
@@ -1104,11 +704,11 @@ http_result(HttpXfer *x, CURLcode rc, char *detail, size_t detail_len)
 			{
 				/* an answer came: its code is known, its body was refused */
 				curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &code);
-				http_set_err(detail, detail_len, "http %ld with a body larger than %d bytes",
+				gridha_dlt_set_err(detail, detail_len, "http %ld with a body larger than %d bytes",
 							 code, HTTP_MAX_BODY);
 			}
 			else
-				http_set_err(detail, detail_len, "curl: %s",
+				gridha_dlt_set_err(detail, detail_len, "curl: %s",
 							 x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc));
 			break;
 	}
@@ -1360,7 +960,7 @@ gridha_http_multi_submit(GridhaHttpMulti *m, void *tag,
 
 	if (x->curl == NULL)
 	{
-		http_set_err(d->detail, sizeof(d->detail), "curl: could not create a handle");
+		gridha_dlt_set_err(d->detail, sizeof(d->detail), "curl: could not create a handle");
 		http_multi_queue_done(m, x);
 		return 0;
 	}
@@ -1379,9 +979,9 @@ gridha_http_multi_submit(GridhaHttpMulti *m, void *tag,
 		memcpy(x->reject_codes, target->reject_codes, sizeof(int) * (size_t) x->n_reject_codes);
 	}
 	if (target != NULL && target->reject_codes != NULL && x->reject_codes == NULL)
-		http_set_err(d->detail, sizeof(d->detail), "out of memory");
+		gridha_dlt_set_err(d->detail, sizeof(d->detail), "out of memory");
 	else if (curl_multi_add_handle(m->multi, x->curl) != CURLM_OK)
-		http_set_err(d->detail, sizeof(d->detail), "curl: could not start the transfer");
+		gridha_dlt_set_err(d->detail, sizeof(d->detail), "curl: could not start the transfer");
 	else
 	{
 		x->next = m->running;
@@ -1553,7 +1153,7 @@ static void
 http_run_fail(HttpMultiRun *run, const char *why)
 {
 	if (!run->done.failed)
-		http_set_err(run->done.detail, sizeof(run->done.detail), "%s", why);
+		gridha_dlt_set_err(run->done.detail, sizeof(run->done.detail), "%s", why);
 	run->done.failed = 1;
 }
 
@@ -1578,10 +1178,10 @@ http_run_next(GridhaHttpMulti *m, HttpXfer *x)
 
 		/* these ids are a piece of the joined ones: end it there for a moment */
 		*end = '\0';
-		url = http_build(run->tmpl, GRIDHA_URL_STATUS, NULL, NULL, ids, why, sizeof(why));
+		url = gridha_url_build(run->tmpl, GRIDHA_URL_STATUS, NULL, NULL, ids, why, sizeof(why));
 		*end = saved;
 		if (url != NULL && x->curl == NULL)
-			http_set_err(why, sizeof(why), "curl: could not create a handle");
+			gridha_dlt_set_err(why, sizeof(why), "curl: could not create a handle");
 		if (url == NULL || x->curl == NULL ||
 			http_setup(x, m->proxy, url, &run->target, run->timeout_ms, 1, NULL,
 					   why, sizeof(why)) != 0)
@@ -1634,7 +1234,7 @@ http_run_piece_done(GridhaHttpMulti *m, HttpXfer *x, CURLcode rc)
 			http_run_fail(run, "out of memory");
 	}
 	else if (rc != CURLE_OK || code < 200 || code > 299 ||
-			 gridha_http_parse_statuses(x->body ? x->body : "", x->body_len,
+			 gridha_json_parse_statuses(x->body ? x->body : "", x->body_len,
 										run->entries + from, count,
 										why, sizeof(why)) != 0)
 		http_run_fail(run, why);
@@ -1685,7 +1285,7 @@ gridha_http_multi_statuses(GridhaHttpMulti *m, void *tag, const char *url_templa
 		http_run_next(m, x);
 		return 0;
 	}
-	if (gridha_http_check_url(url_template, GRIDHA_URL_STATUS, why, sizeof(why)) != 0)
+	if (gridha_url_check(url_template, GRIDHA_URL_STATUS, why, sizeof(why)) != 0)
 	{
 		http_run_fail(run, why);
 		http_run_next(m, x);
@@ -1712,7 +1312,7 @@ gridha_http_multi_statuses(GridhaHttpMulti *m, void *tag, const char *url_templa
 	run->target.headers = (const char *const *) run->headers;
 	for (from = 0; from < n; from++)
 		ids[from] = entries[from].batch_id;
-	run->ids = http_escape_join(ids, n, run->ends, why, sizeof(why));
+	run->ids = gridha_url_escape_join(ids, n, run->ends, why, sizeof(why));
 	free(ids);
 	if (run->ids == NULL)
 	{
@@ -1730,8 +1330,8 @@ gridha_http_multi_statuses(GridhaHttpMulti *m, void *tag, const char *url_templa
 		size_t		start = from > 0 ? run->ends[from - 1] + 1 : 0;
 
 		to = from + 1;
-		while (to < n && !http_id_alone(entries[from].batch_id) &&
-			   !http_id_alone(entries[to].batch_id) &&
+		while (to < n && !gridha_url_id_alone(entries[from].batch_id) &&
+			   !gridha_url_id_alone(entries[to].batch_id) &&
 			   (max_url_len == 0 || base + uses * (run->ends[to] - start) <= max_url_len))
 			to++;
 		if (http_run_push(run, from, to - from) != 0)
@@ -1781,7 +1381,7 @@ http_status_get(HttpStatusRun *run, int from, int count)
 
 	/* these ids are a piece of the joined ones: end it there for a moment */
 	*end = '\0';
-	url = http_build(run->tmpl, GRIDHA_URL_STATUS, NULL, NULL, ids, why, sizeof(why));
+	url = gridha_url_build(run->tmpl, GRIDHA_URL_STATUS, NULL, NULL, ids, why, sizeof(why));
 	*end = saved;
 	if (url == NULL ||
 		http_setup(x, run->h->proxy, url, run->target, run->timeout_ms, 1, NULL,
@@ -1801,12 +1401,12 @@ http_status_get(HttpStatusRun *run, int from, int count)
 		http_status_get(run, from + count / 2, count - count / 2);
 	}
 	else if (rc != CURLE_OK || code < 200 || code > 299 ||
-			 gridha_http_parse_statuses(x->body ? x->body : "", x->body_len,
+			 gridha_json_parse_statuses(x->body ? x->body : "", x->body_len,
 										run->entries + from, count,
 										why, sizeof(why)) != 0)
 	{
 		if (!run->failed)
-			http_set_err(run->err, run->errlen, "%s", why);
+			gridha_dlt_set_err(run->err, run->errlen, "%s", why);
 		run->failed = 1;
 	}
 }
@@ -1832,18 +1432,18 @@ gridha_http_statuses(GridhaHttp *h, const char *url_template,
 
 	if (n <= 0)
 		return 0;
-	if (gridha_http_check_url(url_template, GRIDHA_URL_STATUS, err, errlen) != 0)
+	if (gridha_url_check(url_template, GRIDHA_URL_STATUS, err, errlen) != 0)
 		return -1;
 	memset(&run, 0, sizeof(run));
 	ids = malloc(sizeof(char *) * (size_t) n);
 	run.ends = malloc(sizeof(size_t) * (size_t) n);
 	if (ids == NULL || run.ends == NULL)
-		http_set_err(err, errlen, "out of memory");
+		gridha_dlt_set_err(err, errlen, "out of memory");
 	else
 	{
 		for (from = 0; from < n; from++)
 			ids[from] = entries[from].batch_id;
-		run.ids = http_escape_join(ids, n, run.ends, err, errlen);
+		run.ids = gridha_url_escape_join(ids, n, run.ends, err, errlen);
 	}
 	free(ids);
 	if (run.ids == NULL)
@@ -1868,8 +1468,8 @@ gridha_http_statuses(GridhaHttp *h, const char *url_template,
 		size_t		start = from > 0 ? run.ends[from - 1] + 1 : 0;
 
 		to = from + 1;
-		while (to < n && !http_id_alone(entries[from].batch_id) &&
-			   !http_id_alone(entries[to].batch_id) &&
+		while (to < n && !gridha_url_id_alone(entries[from].batch_id) &&
+			   !gridha_url_id_alone(entries[to].batch_id) &&
 			   (max_url_len == 0 || base + uses * (run.ends[to] - start) <= max_url_len))
 			to++;
 		http_status_get(&run, from, to - from);

@@ -7,9 +7,8 @@
  * client (client/gridha-client), so it is plain C on top of libcurl: no
  * palloc, no elog, no longjmp, no exit. Every failure comes back as a
  * return value with a one-line message in a buffer the caller supplies.
- * URLs are checked and taken apart by libcurl's URL API (curl_url); status
- * bodies are read by PostgreSQL's own JSON parser (common/jsonapi.h, see
- * dlt_json.c).
+ * URL templates are src/dlt_url.c's (libcurl's URL API); status bodies
+ * are read by src/dlt_json.c (PostgreSQL's own JSON parser).
  *
  * Words used here:
  *   template   a target's submit_url or status_url, with placeholders
@@ -33,6 +32,9 @@
 
 #include <stddef.h>
 
+#include "dlt_json.h"
+#include "dlt_url.h"
+
 /* One per process; reuses one curl easy handle, so connections stay open. */
 typedef struct GridhaHttp GridhaHttp;
 
@@ -50,33 +52,6 @@ extern void gridha_http_destroy(GridhaHttp *h);
  */
 extern int	gridha_http_set_proxy(GridhaHttp *h, const char *proxy);
 
-typedef enum GridhaUrlKind
-{
-	GRIDHA_URL_SUBMIT,
-	GRIDHA_URL_STATUS
-} GridhaUrlKind;
-
-/*
- * 0 when tmpl is an acceptable URL template: http:// or https://, a host,
- * no spaces or control characters, placeholders only {service_id} and
- * {batch_id} for SUBMIT, only {batch_ids} for STATUS (which must contain
- * it), no unknown {...}, none in the host. Otherwise -1 and a one-line
- * reason in err.
- */
-extern int	gridha_http_check_url(const char *tmpl, GridhaUrlKind kind,
-								  char *err, size_t errlen);
-
-/*
- * The URL for a request: tmpl checked as above, then its placeholders
- * replaced by the URL-encoded values (RFC 3986 unreserved characters kept,
- * everything else %XX). For SUBMIT, service_id and batch_id are used; for
- * STATUS, the n_ids ids in batch_ids, each encoded, joined by commas.
- * Returns a malloc'd string the caller frees, or NULL with a reason in err.
- */
-extern char *gridha_http_expand_url(const char *tmpl, GridhaUrlKind kind,
-									const char *service_id, const char *batch_id,
-									const char *const *batch_ids, int n_ids,
-									char *err, size_t errlen);
 
 /*
  * 0 when line is a request header a target may carry: "Name: value" with
@@ -127,7 +102,7 @@ extern GridhaSubmitOutcome gridha_http_outcome_of(long code,
  * and the target's own headers. Redirects are not followed.
  *
  * The outcome is gridha_http_outcome_of(the answer's code); a timeout, a
- * connection error or a template that does not pass gridha_http_check_url
+ * connection error or a template that does not pass gridha_url_check
  * is DELAYED (it is the target's configuration or the network, not the
  * batch, that is wrong). *http_code (may be NULL) gets the answer's code,
  * 0 without one. detail gets a short text: "http 202", "http 503",
@@ -237,8 +212,6 @@ extern int	gridha_http_multi_pending(const GridhaHttpMulti *m);
 extern void gridha_http_multi_set_connections(GridhaHttpMulti *m, long max_host,
 											  long max_total);
 
-typedef struct GridhaStatusEntry GridhaStatusEntry;
-
 /*
  * A status run in the multi: what gridha_http_statuses does (the same
  * GETs, the same splitting by max_url_len and on 414 or 431, the same
@@ -255,11 +228,6 @@ extern int	gridha_http_multi_statuses(GridhaHttpMulti *m, void *tag,
 									   GridhaStatusEntry *entries, int n,
 									   size_t max_url_len, long timeout_ms);
 
-struct GridhaStatusEntry
-{
-	const char *batch_id;
-	char		status[16];
-};
 
 /*
  * GET the status template with {batch_ids} = the ids, each URL-encoded,
@@ -287,14 +255,5 @@ extern int	gridha_http_statuses(GridhaHttp *h, const char *url_template,
 								 GridhaStatusEntry *entries, int n,
 								 size_t max_url_len, long timeout_ms,
 								 char *err, size_t errlen);
-
-/*
- * The body parser behind gridha_http_statuses, on its own (dlt_json.c):
- * same result rules, for a body already in memory (len bytes, need not end
- * in NUL).
- */
-extern int	gridha_http_parse_statuses(const char *body, size_t len,
-									   GridhaStatusEntry *entries, int n,
-									   char *err, size_t errlen);
 
 #endif							/* GRIDHA_DLT_HTTP_H */

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * dlt_json.c
- *		Reading a ledger's status body: gridha_http_parse_statuses.
+ *		Reading a ledger's status body: gridha_json_parse_statuses.
  *
  * The body is read by PostgreSQL's own JSON parser (common/jsonapi.h), in
  * three passes: the lexer alone bounds the nesting (the parser recurses
@@ -42,7 +42,7 @@
 #endif
 
 #include "compat.h"
-#include "dlt_http.h"
+#include "dlt_json.h"
 
 /* Nesting depth a status body may have; deeper is refused. */
 #define JSON_MAX_DEPTH		64
@@ -498,13 +498,13 @@ json_parse_body(const char *body, size_t len, GridhaStatusEntry *entries, int n,
 }
 
 /*
- * gridha_http_parse_statuses: parse a whole status body of either dialect
+ * gridha_json_parse_statuses: parse a whole status body of either dialect
  * (see dlt_http.h). In the server it never raises: any error becomes a -1
  * return with its message, and what the parse allocated is freed with its
  * private memory context.
  */
 int
-gridha_http_parse_statuses(const char *body, size_t len,
+gridha_json_parse_statuses(const char *body, size_t len,
 						   GridhaStatusEntry *entries, int n,
 						   char *err, size_t errlen)
 {

@@ -3,16 +3,14 @@
  * submit.c
  *		What a background worker does in one cycle: hand out batches, submit
  *		them to their targets outside any transaction (many POSTs in flight
- *		at once), report the outcomes, poll the ledger for the batches it
- *		has pending (the DLT monitor), and try the maintenance tick.
+ *		at once), report the outcomes and the ledger monitor's answers
+ *		(src/monitor.c asks the ledger), and try the maintenance tick. Each
+ *		transaction is a step (src/step.c).
  *
  * Words:
  *   cycle      one call of gridha_submit_cycle
- *   step       one transaction of the cycle (a hand-out, the reports, the
- *              pending list, a call of a target function); each commits on
- *              its own, runs under gridha.worker_statement_timeout (and the
- *              session's lock timeout), and can be cancelled by SIGTERM. An
- *              error in one is logged, and the cycle carries on
+ *   step       one transaction of the cycle (src/step.c): a hand-out, the
+ *              reports, the pending list, a call of a target function
  *   in flight  a batch handed out to this worker and POSTed (libcurl multi,
  *              at most gridha.worker_inflight at once, one per service),
  *              whose outcome is not reported yet
@@ -45,37 +43,11 @@
  *   waiting    a handed-out batch whose target's limit (or connection rate,
  *              gridha.worker_connect_rate) has no room yet; in hand, POSTed
  *              as soon as there is
- *   status run the GETs that ask one target about this worker's pending
- *              batches (src/dlt_http.c), in the same libcurl multi as the
- *              POSTs, never blocking; one per target at a time, counted in
- *              its limit
- *   omitted    a pending batch that a well-formed status answer left out
- *              (the ledger spoke of other batches, or split its id): it is
- *              counted (gridha.metrics' status_omitted_total), logged a
- *              line a minute per target at most, and asked about again
- *              after a pause that doubles each time, from twice
- *              gridha.monitor_interval up to 30 s, until an answer
- *              speaks of it again (its resubmissions do not reset the
- *              pause). After gridha.status_omitted_limit such answers in a
- *              row it is reported unknown: the ledger does not know it,
- *              and it is submitted again (the ledger dedupes it by its id)
+ *   status run, omitted: the ledger monitor's words (src/monitor.c)
  *   retry-after the time a 429 or 503 answer's Retry-After names (up to
  *              the backoff's ceiling, a minute): no request of this worker
  *              goes to that target before it; the batches handed out
  *              meanwhile wait in hand
- *   target call a call of a target's submit_function or status_function,
- *              in a step of its own (submit_call_begin / submit_call_end):
- *              the function is called by the OID the target was judged
- *              with (an overload added since cannot change or break the
- *              call), with search_path GRIDHA_TARGET_SEARCH_PATH, the
- *              deferred triggers it queued fired before the call ends, and
- *              nothing of it is left in the session afterwards: its
- *              settings are undone, its temporary objects dropped and its
- *              prepared statements deallocated
- *   watchdog   while a target call runs: a call that goes on
- *              SUBMIT_CANCEL_GRACE_MS past its cancel (the statement
- *              timeout's, or SIGTERM's) swallowed it, and the worker ends
- *              itself (FATAL, which no PL/pgSQL handler catches)
  *
  * The worker never waits on the network: every request is moved on by
  * gridha_submit_poll, which waits at most the time it is given (the worker
@@ -96,95 +68,38 @@
  */
 #include "postgres.h"
 
-#include <math.h>
-
-#include "access/xact.h"
-#include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
-#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
-#include "common/hashfn.h"
-#include "commands/prepare.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
-#include "funcapi.h"
-#include "lib/stringinfo.h"
-#include "miscadmin.h"
-#include "pgstat.h"
-#include "storage/ipc.h"
-#include "storage/lmgr.h"
-#include "utils/array.h"
-#include "nodes/makefuncs.h"
-#include "utils/builtins.h"
-#include "utils/formatting.h"
-#include "utils/guc.h"
-#include "utils/hsearch.h"
-#include "utils/lsyscache.h"
-#include "utils/memutils.h"
-#include "utils/snapmgr.h"
-#include "utils/syscache.h"
-#include "utils/timeout.h"
-#include "utils/timestamp.h"
 #include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "pgstat.h"
 #include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
 
-#include "dlt_http.h"
 #include "common.h"
+#include "dlt_http.h"
 #include "generation.h"
 #include "limit.h"
+#include "monitor.h"
 #include "ratelimit.h"
 #include "settings.h"
 #include "slots.h"
 #include "spi_util.h"
+#include "step.h"
 #include "submit.h"
 #include "targets.h"
-#include "totals.h"
 
-/* Pending batches polled per monitor round */
-#define SUBMIT_MONITOR_BATCHES	1000
 /* A target no request went to for this long is no longer shown */
 #define SUBMIT_LIMIT_SHOWN_MS	60000
-/*
- * The longest pause before a batch a status answer left out is asked about
- * again: short enough that it is answered within 40 s of the ledger
- * behaving again
- */
-#define SUBMIT_OMITTED_MAX_MS	30000
-/* The status of an entry no well-formed answer spoke of yet (a GET failed) */
-#define SUBMIT_NOT_ANSWERED		"?"
 /* How long a stopping worker waits for the answers of its POSTs in flight */
 #define SUBMIT_STOP_DRAIN_MS	300
-/* How long a target call may run past its cancel before the worker ends */
-#define SUBMIT_CANCEL_GRACE_MS	2000
-/* How often the watchdog looks, while a target call runs */
-#define SUBMIT_WATCHDOG_MS		100
 /* The most of a submit function's unknown answer a batch's detail shows */
 #define SUBMIT_ANSWER_MAX_BYTES 200
-
-/*
- * The longest lock wait of a stopping worker (see
- * gridha_submit_bound_lock_wait): below deadlock_timeout's default (1 s),
- * so a stopping worker gives a wait up before a deadlock check runs in it
- * and never ends its life as a deadlock's victim; what it could not hand
- * back is taken over when its session ends.
- */
-#define SUBMIT_STOP_LOCK_TIMEOUT_MS 200
-
-/*
- * How long a commit of a stopping worker waits for a synchronous standby.
- * A backend that is terminated gives that wait up at once, its commit made
- * on this server only; a stopping worker gives the standby this long, then
- * does the same (submit_stop_sync_expired), so a standby that is gone
- * cannot hold a fast shutdown up.
- */
-#define SUBMIT_STOP_SYNC_WAIT_MS 1000
-
-volatile sig_atomic_t gridha_submit_in_step = false;
-volatile sig_atomic_t gridha_submit_stopping = false;
-volatile sig_atomic_t gridha_submit_committing = false;
-volatile sig_atomic_t gridha_submit_cancelled = false;
-
-static TimeoutId submit_stop_sync_timeout = MAX_TIMEOUTS;
 
 static GridhaStatement submit_handout_stmt = {
 	"SELECT service_id, batch_id, payload, epoch, attempts FROM gridha.next_batches($1, $2)",
@@ -226,14 +141,6 @@ static GridhaStatement submit_statuses_stmt = {
 	"           FROM unnest($2, $3, $4, $5) WITH ORDINALITY AS u(s, b, e, w, n)"
 	"          ORDER BY u.n)) r",
 	5, {UUIDOID, TEXTARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID}
-};
-
-static GridhaStatement submit_pending_stmt = {
-	"SELECT p.service_id, p.batch_id, p.status::text, p.epoch, c.target"
-	"  FROM gridha.pending_batches($1, $2) p"
-	"  JOIN gridha.service_claims c ON c.service_id OPERATOR(pg_catalog.=) p.service_id"
-	" ORDER BY c.target, p.submitted_at",
-	2, {UUIDOID, INT4OID}
 };
 
 static GridhaStatement submit_maintenance_stmt = {
@@ -284,44 +191,6 @@ typedef struct SubmitReport
 	bool		commit_after;	/* accepted by a fire-and-forget target */
 } SubmitReport;
 
-/* A pending batch to ask the ledger about */
-typedef struct SubmitPending
-{
-	char	   *service_id;
-	char	   *batch_id;
-	char	   *status;
-	int64		epoch;
-	char	   *target;
-} SubmitPending;
-
-/* A pending batch the ledger's status answers left out (see omitted) */
-typedef struct SubmitOmitted
-{
-	uint64		key;			/* submit_omitted_key: the hash key */
-	char	   *service_id;		/* in TopMemoryContext */
-	char	   *batch_id;
-	int64		epoch;
-	int			count;			/* answers in a row that left it out since
-								 * it was last reported unknown */
-	int			total;			/* ... since an answer last spoke of it */
-	TimestampTz next_at;		/* not asked about before this */
-	TimestampTz seen_at;		/* last read as pending, or left out */
-} SubmitOmitted;
-
-/* A status run in flight, with everything it needs at its end */
-typedef struct SubmitStatusRun
-{
-	MemoryContext cxt;			/* everything of the run; deleted with it */
-	char	   *target;
-	SubmitPending *rows;		/* the pending batches asked about */
-	GridhaStatusEntry *entries;
-	int			n;
-	TimestampTz started_at;
-} SubmitStatusRun;
-
-/* A step: what it runs inside its transaction */
-typedef void (*SubmitStepFn) (void *arg);
-
 static MemoryContext submit_cxt = NULL; /* reset every cycle */
 static MemoryContext submit_batches_cxt = NULL; /* parent of in-flight batches */
 static GridhaHttp *submit_http = NULL;
@@ -332,7 +201,6 @@ static List *submit_in_hand = NIL;	/* SubmitBatch * POSTed and not done, in
 									 * submit_batches_cxt */
 static List *submit_waiting = NIL;	/* SubmitBatch * handed out, not POSTed
 									 * yet, in submit_batches_cxt */
-static List *submit_runs = NIL; /* SubmitStatusRun *, in submit_batches_cxt */
 static TimestampTz submit_last_poll = 0;	/* when the last poll ended */
 static long submit_away_ms = 0; /* how long before this poll nobody looked:
 								 * an answer may have waited that long */
@@ -343,79 +211,10 @@ static List *submit_statuses = NIL;
 static TimestampTz submit_last_monitor = 0;
 static TimestampTz submit_last_maintenance = 0;
 static bool submit_orphans_due = true;	/* look for orphans next cycle */
-static bool submit_failed = false;	/* a step failed since last asked */
-static bool submit_superuser = true;	/* the worker's role is a superuser, as
-										 * of the last step (looked up only in
-										 * a transaction) */
 static long submit_slot_ms = -1;	/* ms until a rate-limited target of a
 									 * ready head has a slot; -1: none */
-static HTAB *submit_omitted = NULL; /* SubmitOmitted, in TopMemoryContext */
 
-/* The watchdog of target calls (see the words at the top) */
-static TimeoutId submit_watchdog_timeout = MAX_TIMEOUTS;
-static bool submit_watchdog_armed = false;
-static TimestampTz submit_call_deadline = 0;	/* statement timeout + grace */
-static TimestampTz submit_cancel_seen = 0;	/* when it saw SIGTERM's cancel */
-static volatile sig_atomic_t submit_call_ended = false; /* it ended the worker */
-static const char *submit_call_target_name = NULL;	/* the target called */
 
-/*
- * submit_stop_sync_expired: a stopping worker's commit waited
- * SUBMIT_STOP_SYNC_WAIT_MS for its synchronous standby; the wait checks for
- * a cancel request and gives up (a timeout handler: flags and the latch
- * only).
- */
-static void
-submit_stop_sync_expired(void)
-{
-	QueryCancelPending = true;
-	InterruptPending = true;
-	SetLatch(MyLatch);
-}
-
-/*
- * gridha_submit_commit: commits the worker's transaction. A wait for a
- * synchronous standby is bounded: SIGTERM cancels it (worker.c), and once
- * the worker is stopping a commit waits SUBMIT_STOP_SYNC_WAIT_MS at most.
- * Either way the commit stands on this server, as a terminated backend's
- * does.
- */
-void
-gridha_submit_commit(void)
-{
-	if (submit_stop_sync_timeout == MAX_TIMEOUTS)
-		submit_stop_sync_timeout = RegisterTimeout(USER_TIMEOUT, submit_stop_sync_expired);
-	if (gridha_submit_stopping)
-		enable_timeout_after(submit_stop_sync_timeout, SUBMIT_STOP_SYNC_WAIT_MS);
-	gridha_submit_committing = true;
-	PG_TRY();
-	{
-		CommitTransactionCommand();
-	}
-	PG_FINALLY();
-	{
-		gridha_submit_committing = false;
-		disable_timeout(submit_stop_sync_timeout, false);
-	}
-	PG_END_TRY();
-	/* committed: a cancel that came too late to end the wait has nothing to end */
-	QueryCancelPending = false;
-}
-
-/*
- * submit_exit_log: at the worker's exit, says why when the watchdog ended it
- * (the FATAL before says only "due to administrator command").
- */
-static void
-submit_exit_log(int code, Datum arg)
-{
-	if (submit_call_ended)
-		ereport(LOG,
-				(errmsg("gridha worker ended itself: a function of target \"%s\" ran on %d ms after it was cancelled",
-						submit_call_target_name ? submit_call_target_name : "?",
-						SUBMIT_CANCEL_GRACE_MS),
-				 errdetail("A target function that catches query_canceled cannot be stopped otherwise; the worker is started again unless an administrator stopped it or the server is shutting down.")));
-}
 
 /*
  * gridha_submit_init: the worker's HTTP handles and memory.
@@ -424,7 +223,7 @@ void
 gridha_submit_init(const pg_uuid_t *instance_id)
 {
 	submit_instance = *instance_id;
-	before_shmem_exit(submit_exit_log, (Datum) 0);
+	gridha_step_init();
 	submit_cxt = AllocSetContextCreate(TopMemoryContext, "gridha worker cycle",
 									   ALLOCSET_DEFAULT_SIZES);
 	submit_batches_cxt = AllocSetContextCreate(TopMemoryContext, "gridha batches in flight",
@@ -531,211 +330,6 @@ submit_handout_room(void)
 	return budget - submit_in_flight - list_length(submit_waiting);
 }
 
-/*
- * submit_watchdog: a timeout handler (flags and the latch only), every
- * SUBMIT_WATCHDOG_MS while a target call runs. When the call has run
- * SUBMIT_CANCEL_GRACE_MS past the statement timeout, or past the cancel
- * SIGTERM sent it, it swallowed that cancel: the worker ends (ProcDiePending
- * makes the next interrupt check raise FATAL, which ends the process; no
- * exception handler of the function can catch it).
- */
-static void
-submit_watchdog(void)
-{
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (gridha_submit_cancelled && submit_cancel_seen == 0)
-		submit_cancel_seen = now;
-	if ((submit_call_deadline != 0 && now >= submit_call_deadline) ||
-		(submit_cancel_seen != 0 &&
-		 TimestampDifferenceExceeds(submit_cancel_seen, now, SUBMIT_CANCEL_GRACE_MS)))
-	{
-		submit_call_ended = true;
-		ProcDiePending = true;
-		InterruptPending = true;
-		SetLatch(MyLatch);
-	}
-}
-
-/*
- * submit_watchdog_arm: starts the watchdog for a target call of the
- * running step, whose statement timeout (when set) was armed at its start.
- */
-static void
-submit_watchdog_arm(void)
-{
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (submit_watchdog_timeout == MAX_TIMEOUTS)
-		submit_watchdog_timeout = RegisterTimeout(USER_TIMEOUT, submit_watchdog);
-	submit_cancel_seen = 0;
-	submit_call_deadline = 0;
-	if (get_timeout_active(STATEMENT_TIMEOUT))
-		submit_call_deadline = TimestampTzPlusMilliseconds(get_timeout_finish_time(STATEMENT_TIMEOUT),
-														   SUBMIT_CANCEL_GRACE_MS);
-	enable_timeout_every(submit_watchdog_timeout,
-						 TimestampTzPlusMilliseconds(now, SUBMIT_WATCHDOG_MS), SUBMIT_WATCHDOG_MS);
-	submit_watchdog_armed = true;
-}
-
-/* submit_watchdog_disarm: the target call ended (any way); idempotent */
-static void
-submit_watchdog_disarm(void)
-{
-	if (!submit_watchdog_armed)
-		return;
-	disable_timeout(submit_watchdog_timeout, false);
-	submit_watchdog_armed = false;
-	submit_call_target_name = NULL;
-}
-
-/*
- * gridha_submit_bound_lock_wait: once the worker is stopping (SIGTERM), a
- * lock wait of the current transaction ends after at most
- * SUBMIT_STOP_LOCK_TIMEOUT_MS (gridha.worker_lock_timeout when that is
- * shorter), even with no lock timeout set: a report or the release at stop
- * that cannot lock its row gives up, and the claims' expiry does the rest.
- * Until the transaction ends.
- */
-void
-gridha_submit_bound_lock_wait(void)
-{
-	char		value[32];
-
-	if (!gridha_submit_stopping ||
-		(gridha_worker_lock_timeout_ms > 0 &&
-		 gridha_worker_lock_timeout_ms <= SUBMIT_STOP_LOCK_TIMEOUT_MS))
-		return;
-	snprintf(value, sizeof(value), "%d", SUBMIT_STOP_LOCK_TIMEOUT_MS);
-	(void) set_config_option("lock_timeout", value, PGC_SUSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
-}
-
-/*
- * gridha_submit_pin_settings: the settings every statement of the worker
- * runs with, applied again when they differ (at each step, at start, after
- * a reload): the lock timeout, and a search_path through which no object
- * planted in another schema can take part in its statements. Nothing a
- * target function sets survives its call (submit_call_end), and this puts
- * back what anything else may have changed.
- */
-void
-gridha_submit_pin_settings(void)
-{
-	char		value[32];
-	const char *now;
-
-	snprintf(value, sizeof(value), "%d", gridha_worker_lock_timeout_ms);
-	now = GetConfigOption("lock_timeout", true, false);
-	if (now == NULL || strcmp(now, value) != 0)
-		SetConfigOption("lock_timeout", value, PGC_SUSET, PGC_S_SESSION);
-	now = GetConfigOption("search_path", true, false);
-	if (now == NULL || strcmp(now, GRIDHA_WORKER_SEARCH_PATH) != 0)
-		SetConfigOption("search_path", GRIDHA_WORKER_SEARCH_PATH, PGC_USERSET, PGC_S_SESSION);
-}
-
-/*
- * submit_step: runs fn in a transaction of its own, under the statement
- * timeout, with the worker's settings pinned; SIGTERM cancels it (see
- * worker.c). Returns true when it
- * committed; otherwise the error is logged, the transaction rolled back,
- * and *sqlstate (when given) says which error it was.
- */
-static bool
-submit_step(SubmitStepFn fn, void *arg, const char *what, int *sqlstate)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile bool ok = true;
-	volatile bool unconfirmed = false;
-
-	if (sqlstate)
-		*sqlstate = 0;
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	gridha_submit_cancelled = false;
-	gridha_submit_in_step = true;
-	PG_TRY();
-	{
-		gridha_submit_pin_settings();
-		gridha_submit_bound_lock_wait();
-		submit_superuser = superuser();
-		if (gridha_worker_statement_timeout_ms > 0)
-			enable_timeout_after(STATEMENT_TIMEOUT, gridha_worker_statement_timeout_ms);
-		SPI_connect();
-		PushActiveSnapshot(GetTransactionSnapshot());
-		fn(arg);
-		submit_watchdog_disarm();
-		SPI_finish();
-		PopActiveSnapshot();
-		disable_timeout(STATEMENT_TIMEOUT, false);
-		gridha_submit_commit();
-		unconfirmed = ProcDiePending;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		submit_watchdog_disarm();
-		disable_timeout(STATEMENT_TIMEOUT, false);
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		if (sqlstate)
-			*sqlstate = edata->sqlerrcode;
-		if (edata->sqlerrcode == ERRCODE_GRIDHA_STALE_CLAIM ||
-			edata->sqlerrcode == ERRCODE_GRIDHA_NOT_IN_FLIGHT)
-			ereport(LOG,
-					(errcode(edata->sqlerrcode),
-					 errmsg("gridha worker dropped a batch: %s refused: %s", what, edata->message),
-					 edata->detail ? errdetail_internal("%s", edata->detail) : 0));
-		else
-			ereport(LOG,
-					(errcode(edata->sqlerrcode),
-					 errmsg("gridha worker: %s failed: %s", what, edata->message),
-					 edata->detail ? errdetail_internal("%s", edata->detail) : 0,
-					 edata->detail_log ? errdetail_log("%s", edata->detail_log) : 0));
-		/* a refusal says nothing of the database; anything else may */
-		if (edata->sqlerrcode != ERRCODE_GRIDHA_STALE_CLAIM &&
-			edata->sqlerrcode != ERRCODE_GRIDHA_NOT_IN_FLIGHT)
-			submit_failed = true;
-		FreeErrorData(edata);
-		ok = false;
-	}
-	PG_END_TRY();
-
-	/*
-	 * A commit that waits for a synchronous standby gives up when the
-	 * postmaster dies, committed here only (SyncRepWaitForLSN sets
-	 * ProcDiePending): this server may be gone for good, and what the step
-	 * handed out with it. Nothing of it may go out: the worker ends here,
-	 * before any POST.
-	 */
-	if (unconfirmed)
-	{
-		ereport(LOG,
-				(errmsg("gridha worker: %s committed without its synchronous standby's confirmation: ending", what)));
-		proc_exit(1);
-	}
-	gridha_submit_in_step = false;
-	QueryCancelPending = false;
-	MemoryContextSwitchTo(cxt);
-	pgstat_report_stat(false);
-	return ok;
-}
-
-/*
- * gridha_submit_take_failure: whether a step failed since the last call
- * (the worker then checks that the extension is still there).
- */
-bool
-gridha_submit_take_failure(void)
-{
-	bool		failed = submit_failed;
-
-	submit_failed = false;
-	return failed;
-}
 
 static char *
 submit_text_col(int row, int col, MemoryContext cxt)
@@ -943,114 +537,6 @@ typedef struct SubmitCall
 	char	   *outcome;		/* in submit_cxt */
 } SubmitCall;
 
-/*
- * submit_call_begin: a target call starts (see the words at the top): a GUC
- * nest level of its own with search_path GRIDHA_TARGET_SEARCH_PATH, so
- * every setting the function changes, SET LOCAL or SET or
- * set_config(..., false) alike, is undone when the call ends (an error
- * undoes them with the transaction); no prepared statement a call left
- * (PREPARE is not undone by an error) is there for it; the watchdog runs.
- *
- * The path is gridha's, never a role's, a database's or "$user": pg_catalog
- * first, pg_temp last, and no schema anyone else may write to. It is the
- * path PostgreSQL 17 runs index expressions and materialized views with
- * during maintenance. A function that needs other schemas names them, or
- * sets its own path (CREATE FUNCTION ... SET search_path).
- *
- * Target functions run only as a role that is not a superuser: a worker
- * connected as one (gridha.worker_role empty or a superuser) never gets
- * here (submit_refuses_functions). Returns the nest level.
- */
-static int
-submit_call_begin(const char *target)
-{
-	int			nest = NewGUCNestLevel();
-
-	(void) set_config_option("search_path", GRIDHA_TARGET_SEARCH_PATH, PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	DropAllPreparedStatements();
-	submit_watchdog_arm();
-	submit_call_target_name = target;
-	return nest;
-}
-
-/*
- * submit_call_end: a target call returned: the deferred triggers it queued
- * fire now, under its time limit and watchdog (not at the commit, which
- * runs with neither); then its settings are undone and its temporary
- * objects dropped (as DISCARD TEMP does) and its prepared statements
- * deallocated, in the step's transaction, so that none of them is ever
- * committed: no later call, of this target or another, finds a table,
- * trigger or function it made in pg_temp. Errors go up as the call's own.
- */
-static void
-submit_call_end(int nest)
-{
-	CommandCounterIncrement();
-	if (SPI_execute("SET CONSTRAINTS ALL IMMEDIATE", false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "gridha: could not fire the deferred triggers of a target call");
-	submit_watchdog_disarm();
-	AtEOXact_GUC(false, nest);
-	ResetTempTableNamespace();
-	DropAllPreparedStatements();
-	CommandCounterIncrement();
-}
-
-/*
- * submit_refuses_functions: the worker calls no target function while it
- * runs as a superuser (gridha.worker_role empty or a superuser): whoever
- * owns a function an administrator points a target at would run code with
- * superuser rights. The reason, when it refuses. Asked between steps, so
- * it answers as of the last step: superuser() may read the catalog, which
- * needs a transaction.
- */
-static const char *
-submit_refuses_functions(void)
-{
-	if (submit_superuser)
-		return "target functions are not called while the worker runs as a superuser: set gridha.worker_role to a role that is not one";
-	return NULL;
-}
-
-/*
- * submit_function_lock: fn exists and has the shape of a submit (set
- * false) or status (set true) function, or an error: the worker never
- * calls what it could not find. The function is locked (as a DROP FUNCTION
- * would find it: AccessShareLock on the object) until the step's
- * transaction ends, so it cannot be dropped between this look-up and the
- * call: a drop committed meanwhile would make the call fail with "cache
- * lookup failed" instead of this error. It is called by this OID, never by
- * its name: an overload someone adds to its schema changes nothing.
- */
-static void
-submit_function_lock(Oid fn, const char *column, const char *target, bool set)
-{
-	HeapTuple	tup;
-	bool		shaped;
-
-	LockDatabaseObject(ProcedureRelationId, fn, 0, AccessShareLock);
-	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
-	if (!HeapTupleIsValid(tup))
-		ereport(ERROR,
-				(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
-				 errmsg("%s of target \"%s\" (OID %u) does not exist", column, target, fn)));
-	shaped = ((Form_pg_proc) GETSTRUCT(tup))->proretset == set &&
-		((Form_pg_proc) GETSTRUCT(tup))->pronargs == (set ? 1 : 4) &&
-		((Form_pg_proc) GETSTRUCT(tup))->prokind == PROKIND_FUNCTION;
-	ReleaseSysCache(tup);
-	if (!shaped)
-		ereport(ERROR,
-				(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
-				 errmsg("%s of target \"%s\" (OID %u) is not a %s function", column, target, fn,
-						set ? "status" : "submit")));
-}
-
-/* submit_text_const: a text constant (NULL: a null one) */
-static Const *
-submit_text_const(Oid type, Datum value, bool isnull)
-{
-	return makeConst(type, -1, DEFAULT_COLLATION_OID, -1, value, isnull, false);
-}
 
 static void
 submit_function_step(void *arg)
@@ -1065,9 +551,9 @@ submit_function_step(void *arg)
 	bool		isnull;
 	int			nest;
 
-	submit_function_lock(b->submit_function, "submit_function", b->target, false);
-	args = list_make4(submit_text_const(TEXTOID, CStringGetTextDatum(b->service_id), false),
-					  submit_text_const(TEXTOID, CStringGetTextDatum(b->batch_id), false),
+	gridha_step_function_lock(b->submit_function, "submit_function", b->target, false);
+	args = list_make4(gridha_step_text_const(TEXTOID, CStringGetTextDatum(b->service_id), false),
+					  gridha_step_text_const(TEXTOID, CStringGetTextDatum(b->batch_id), false),
 					  makeConst(BYTEAOID, -1, InvalidOid, -1,
 								b->payload ? PointerGetDatum(b->payload) : (Datum) 0,
 								b->payload == NULL, false),
@@ -1076,13 +562,13 @@ submit_function_step(void *arg)
 	expr = makeFuncExpr(b->submit_function, TEXTOID, args, InvalidOid,
 						DEFAULT_COLLATION_OID, COERCE_EXPLICIT_CALL);
 	econtext = CreateStandaloneExprContext();
-	nest = submit_call_begin(b->target);
+	nest = gridha_step_call_begin(b->target);
 	/* the executor checks EXECUTE, and runs a SECURITY DEFINER's as its owner */
 	state = ExecInitExpr((Expr *) expr, NULL);
 	result = ExecEvalExprSwitchContext(state, econtext, &isnull);
 	call->outcome = isnull ? NULL : MemoryContextStrdup(submit_cxt, TextDatumGetCString(result));
 	FreeExprContext(econtext, true);
-	submit_call_end(nest);
+	gridha_step_call_end(nest);
 }
 
 /*
@@ -1097,7 +583,7 @@ submit_by_function(SubmitBatch *b)
 	char	   *detail;
 
 	gridha_slot_set_state(GRIDHA_WS_SUBMITTING, b->service_id, b->batch_id);
-	if (submit_step(submit_function_step, &call, "submit function", NULL) &&
+	if (gridha_step_run(submit_function_step, &call, "submit function", NULL) &&
 		call.outcome != NULL &&
 		(strcmp(call.outcome, "accepted") == 0 || strcmp(call.outcome, "delayed") == 0 ||
 		 strcmp(call.outcome, "rejected") == 0))
@@ -1138,8 +624,6 @@ submit_http_done(GridhaHttpDone *done)
 	submit_batch_done(b, gridha_http_outcome_name(done->outcome), done->detail);
 }
 
-static void submit_status_done(GridhaHttpDone *done);
-
 /*
  * submit_start_waiting: POSTs every waiting batch whose target has room
  * (gridha_limit_start), in the order they were handed out; the others
@@ -1152,7 +636,7 @@ submit_start_waiting(void)
 	ListCell   *lc;
 	MemoryContext old;
 
-	if (submit_waiting == NIL || submit_multi == NULL || gridha_submit_stopping)
+	if (submit_waiting == NIL || submit_multi == NULL || gridha_step_stopping)
 		return;
 	old = MemoryContextSwitchTo(submit_batches_cxt);
 	foreach(lc, submit_waiting)
@@ -1218,7 +702,7 @@ gridha_submit_poll(long wait_ms)
 			for (i = 0; i < n; i++)
 			{
 				if (done[i].is_status)
-					submit_status_done(&done[i]);
+					gridha_monitor_done(&done[i], submit_away_ms);
 				else
 					submit_http_done(&done[i]);
 			}
@@ -1239,7 +723,7 @@ gridha_submit_poll(long wait_ms)
 int
 gridha_submit_in_flight(void)
 {
-	return submit_in_flight + list_length(submit_waiting) + list_length(submit_runs);
+	return submit_in_flight + list_length(submit_waiting) + gridha_monitor_runs();
 }
 
 /*
@@ -1252,8 +736,8 @@ submit_start(SubmitBatch *b)
 {
 	MemoryContext old;
 
-	if (b->problem == NULL && b->submit_url == NULL && submit_refuses_functions() != NULL)
-		b->problem = MemoryContextStrdup(b->cxt, submit_refuses_functions());
+	if (b->problem == NULL && b->submit_url == NULL && gridha_step_refuses_functions() != NULL)
+		b->problem = MemoryContextStrdup(b->cxt, gridha_step_refuses_functions());
 	if (b->problem != NULL)
 	{
 		if (b->target != NULL)
@@ -1386,7 +870,7 @@ submit_send(List *reports, bool status)
 	if (reports == NIL)
 		return NIL;
 	gridha_slot_set_state(GRIDHA_WS_REPORTING, NULL, NULL);
-	if (submit_step(submit_flush_step, &flush,
+	if (gridha_step_run(submit_flush_step, &flush,
 					status ? "report_statuses" : "report_submissions", &sqlstate))
 		return flush.committed;
 	if (sqlstate != ERRCODE_LOCK_NOT_AVAILABLE || list_length(reports) == 1)
@@ -1400,7 +884,7 @@ submit_send(List *reports, bool status)
 		/* one row per statement: a refused row is logged by the step */
 		SubmitFlush one = {list_make1(lfirst(lc)), status, NIL};
 
-		if (submit_step(submit_flush_step, &one, status ? "report_status" : "report_submission",
+		if (gridha_step_run(submit_flush_step, &one, status ? "report_status" : "report_submission",
 						&sqlstate))
 			flush.committed = list_concat(flush.committed, one.committed);
 		else
@@ -1418,9 +902,17 @@ static int
 submit_flush(void)
 {
 	List	   *committed;
-	int			n = list_length(submit_submissions) + list_length(submit_statuses);
+	int			n;
 	ListCell   *lc;
 
+	/* the ledger's answers the monitor has gathered since the last flush */
+	foreach(lc, gridha_monitor_take_answers(submit_cxt))
+	{
+		GridhaAnswer *a = lfirst(lc);
+
+		submit_add_report(true, a->service_id, a->batch_id, a->epoch, a->status, NULL, false);
+	}
+	n = list_length(submit_submissions) + list_length(submit_statuses);
 	committed = submit_send(submit_submissions, false);
 	submit_submissions = NIL;
 	foreach(lc, committed)
@@ -1513,7 +1005,7 @@ submit_recover_orphans(void)
 	List	   *orphans = NIL;
 	ListCell   *lc;
 
-	if (!submit_step(submit_orphans_step, &orphans, "looking for batches not in hand", NULL))
+	if (!gridha_step_run(submit_orphans_step, &orphans, "looking for batches not in hand", NULL))
 		return;					/* submit_orphans_due stays set: next cycle */
 	submit_orphans_due = false;
 	foreach(lc, orphans)
@@ -1530,511 +1022,6 @@ submit_recover_orphans(void)
 	}
 }
 
-/* Step: the pending batches of this instance; arg is a List ** */
-static void
-submit_pending_step(void *arg)
-{
-	List	  **out = (List **) arg;
-	Datum		args[2];
-	uint64		i;
-	MemoryContext old;
-
-	/* first: a refresh runs SQL of its own, which would replace the rows */
-	gridha_targets_refresh();
-	args[0] = submit_instance_datum();
-	args[1] = Int32GetDatum(SUBMIT_MONITOR_BATCHES);
-	gridha_exec(&submit_pending_stmt, args, NULL, true);
-	old = MemoryContextSwitchTo(submit_cxt);
-	for (i = 0; i < SPI_processed; i++)
-	{
-		SubmitPending *p = palloc0(sizeof(SubmitPending));
-
-		p->service_id = submit_text_col(i, 1, submit_cxt);
-		p->batch_id = submit_text_col(i, 2, submit_cxt);
-		p->status = submit_text_col(i, 3, submit_cxt);
-		p->epoch = gridha_col_int64(i, 4);
-		p->target = submit_text_col(i, 5, submit_cxt);
-		*out = lappend(*out, p);
-	}
-	MemoryContextSwitchTo(old);
-}
-
-/* Step: call a target's status_function for some batch ids */
-typedef struct SubmitStatusCall
-{
-	Oid			function;
-	const char *target;
-	GridhaStatusEntry *entries;
-	int			n;
-	bool		malformed;
-} SubmitStatusCall;
-
-static void
-submit_status_function_step(void *arg)
-{
-	static const char *const words[] = {"pending", "valid", "committed", "invalid", "unknown"};
-	SubmitStatusCall *call = (SubmitStatusCall *) arg;
-	Datum	   *ids = palloc(sizeof(Datum) * call->n);
-	FuncExpr   *expr;
-	ExprContext *econtext;
-	SetExprState *state;
-	MemoryContext argcxt;
-	Tuplestorestate *rows;
-	TupleTableSlot *slot;
-	TupleDesc	desc;
-	Oid			rettype;
-	List	   *got_ids = NIL;
-	List	   *got_words = NIL;
-	ListCell   *lc;
-	ListCell   *lw;
-	int			nest;
-	int			k;
-
-	submit_function_lock(call->function, "status_function", call->target, true);
-	if (get_func_result_type(call->function, &rettype, &desc) != TYPEFUNC_COMPOSITE ||
-		desc->natts != 2 || TupleDescAttr(desc, 0)->atttypid != TEXTOID ||
-		TupleDescAttr(desc, 1)->atttypid != TEXTOID)
-		ereport(ERROR,
-				(errcode(ERRCODE_GRIDHA_INVALID_TARGET),
-				 errmsg("status_function of target \"%s\" (OID %u) is not a status function",
-						call->target, call->function)));
-	for (k = 0; k < call->n; k++)
-		ids[k] = CStringGetTextDatum(call->entries[k].batch_id);
-	expr = makeFuncExpr(call->function, rettype,
-						list_make1(submit_text_const(TEXTARRAYOID, gridha_text_array(ids, call->n), false)),
-						InvalidOid, DEFAULT_COLLATION_OID, COERCE_EXPLICIT_CALL);
-	expr->funcretset = true;
-	econtext = CreateStandaloneExprContext();
-	argcxt = AllocSetContextCreate(CurrentMemoryContext, "gridha status function arguments",
-								   ALLOCSET_DEFAULT_SIZES);
-	nest = submit_call_begin(call->target);
-	state = ExecInitTableFunctionResult((Expr *) expr, econtext, NULL);
-	rows = ExecMakeTableFunctionResult(state, econtext, argcxt, desc, false);
-	slot = MakeSingleTupleTableSlot(desc, &TTSOpsMinimalTuple);
-	while (tuplestore_gettupleslot(rows, true, false, slot))
-	{
-		bool		isnull;
-		Datum		d;
-		char	   *w = NULL;
-
-		d = slot_getattr(slot, 1, &isnull);
-		got_ids = lappend(got_ids, isnull ? NULL : TextDatumGetCString(d));
-		d = slot_getattr(slot, 2, &isnull);
-		if (!isnull)
-		{
-			w = TextDatumGetCString(d);
-			w = str_tolower(w, strlen(w), DEFAULT_COLLATION_OID);
-		}
-		got_words = lappend(got_words, w);
-	}
-	ExecDropSingleTupleTableSlot(slot);
-	tuplestore_end(rows);
-	FreeExprContext(econtext, true);
-	MemoryContextDelete(argcxt);
-	submit_call_end(nest);
-
-	/* check every row first: an unknown word means nothing is applied */
-	foreach(lw, got_words)
-	{
-		char	   *w = lfirst(lw);
-		bool		known = false;
-
-		for (k = 0; k < lengthof(words); k++)
-			if (w != NULL && strcmp(w, words[k]) == 0)
-				known = true;
-		if (!known)
-		{
-			call->malformed = true;
-			return;
-		}
-	}
-	forboth(lc, got_ids, lw, got_words)
-	{
-		char	   *id = lfirst(lc);
-
-		for (k = 0; k < call->n; k++)
-			if (id != NULL && strcmp(id, call->entries[k].batch_id) == 0)
-				strlcpy(call->entries[k].status, lfirst(lw), sizeof(call->entries[k].status));
-	}
-}
-
-/* ----------------------------------------------------------------------
- * Batches the status answers left out
- * ----------------------------------------------------------------------
- */
-
-/* submit_omitted_key: the hash key of a batch */
-static uint64
-submit_omitted_key(const char *service_id, const char *batch_id)
-{
-	uint64		h = hash_bytes_extended((const unsigned char *) service_id,
-										(int) strlen(service_id), 0);
-
-	return hash_bytes_extended((const unsigned char *) batch_id, (int) strlen(batch_id), h);
-}
-
-/*
- * submit_omitted_find: the entry of a batch, NULL when it has none; with
- * create, a new entry (count 0) when it has none. Two batches of the same
- * key (a hash collision) share the entry: the newer one takes it over.
- */
-static SubmitOmitted *
-submit_omitted_find(const char *service_id, const char *batch_id, bool create)
-{
-	uint64		key = submit_omitted_key(service_id, batch_id);
-	SubmitOmitted *o;
-	bool		found;
-
-	if (submit_omitted == NULL)
-	{
-		HASHCTL		ctl;
-
-		if (!create)
-			return NULL;
-		memset(&ctl, 0, sizeof(ctl));
-		ctl.keysize = sizeof(uint64);
-		ctl.entrysize = sizeof(SubmitOmitted);
-		ctl.hcxt = TopMemoryContext;
-		submit_omitted = hash_create("gridha omitted batches", 64, &ctl,
-									 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	}
-	o = hash_search(submit_omitted, &key, create ? HASH_ENTER : HASH_FIND, &found);
-	if (o == NULL)
-		return NULL;
-	if (found && strcmp(o->service_id, service_id) == 0 && strcmp(o->batch_id, batch_id) == 0)
-		return o;
-	if (!create)
-		return NULL;
-	if (found)
-	{
-		pfree(o->service_id);
-		pfree(o->batch_id);
-	}
-	o->service_id = MemoryContextStrdup(TopMemoryContext, service_id);
-	o->batch_id = MemoryContextStrdup(TopMemoryContext, batch_id);
-	o->epoch = 0;
-	o->count = 0;
-	o->total = 0;
-	o->next_at = 0;
-	o->seen_at = GetCurrentTimestamp();
-	return o;
-}
-
-/* submit_omitted_drop: the batch's entry goes */
-static void
-submit_omitted_drop(SubmitOmitted *o)
-{
-	uint64		key = o->key;
-
-	pfree(o->service_id);
-	pfree(o->batch_id);
-	(void) hash_search(submit_omitted, &key, HASH_REMOVE, NULL);
-}
-
-/*
- * submit_omitted_sweep: the entries of batches not read as pending for
- * twice the longest pause go (they moved on: committed, or taken by
- * another worker); with all, every entry goes.
- */
-static void
-submit_omitted_sweep(bool all)
-{
-	HASH_SEQ_STATUS seq;
-	SubmitOmitted *o;
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (submit_omitted == NULL)
-		return;
-	hash_seq_init(&seq, submit_omitted);
-	while ((o = hash_seq_search(&seq)) != NULL)
-	{
-		if (all || TimestampDifferenceExceeds(o->seen_at, now, 2 * GRIDHA_BACKOFF_MAX_MS))
-			submit_omitted_drop(o);
-	}
-}
-
-/*
- * submit_omitted_note: a well-formed status answer of target left out the
- * pending batch p: counted, logged (a line a minute per target at most),
- * asked about again after a pause that doubles each time; after
- * gridha.status_omitted_limit such answers in a row, reported unknown.
- */
-static void
-submit_omitted_note(const char *target, const SubmitPending *p, TimestampTz now)
-{
-	SubmitOmitted *o = submit_omitted_find(p->service_id, p->batch_id, true);
-	char		detail[256];
-	int64		ms;
-
-	if (o->epoch != p->epoch)
-	{
-		o->epoch = p->epoch;
-		o->count = 0;
-		o->total = 0;
-	}
-	o->count++;
-	o->total++;
-	o->seen_at = now;
-	ms = Min((int64) gridha_monitor_interval_ms << Min(o->total, 16), SUBMIT_OMITTED_MAX_MS);
-	o->next_at = TimestampTzPlusMilliseconds(now, ms);
-	gridha_totals_note(target, GRIDHA_TOTAL_STATUS_OMITTED);
-	if (gridha_status_omitted_limit > 0 && o->count >= gridha_status_omitted_limit)
-	{
-		snprintf(detail, sizeof(detail),
-				 "batch \"%s\" of service \"%s\", left out %d times in a row",
-				 p->batch_id, p->service_id, o->total);
-		(void) gridha_target_note(target,
-								  "a batch the status answers kept leaving out is reported unknown and submitted again",
-								  detail);
-		submit_add_report(true, p->service_id, p->batch_id, p->epoch, "unknown", NULL, false);
-		o->count = 0;
-		return;
-	}
-	snprintf(detail, sizeof(detail),
-			 "batch \"%s\" of service \"%s\" (%d in a row; asked again in " INT64_FORMAT " ms)",
-			 p->batch_id, p->service_id, o->total, ms);
-	(void) gridha_target_note(target, "a status answer left out a batch asked about", detail);
-}
-
-/*
- * submit_omitted_resting: whether p is left out of this round's questions:
- * an answer left it out, and its pause has not passed. Marks its entry as
- * seen this round.
- */
-static bool
-submit_omitted_resting(const SubmitPending *p, TimestampTz now)
-{
-	SubmitOmitted *o = submit_omitted_find(p->service_id, p->batch_id, false);
-
-	if (o == NULL)
-		return false;
-	o->seen_at = now;
-	if (o->epoch != p->epoch)
-	{
-		o->epoch = p->epoch;
-		o->count = 0;
-		o->total = 0;
-		o->next_at = 0;
-	}
-	return now < o->next_at;
-}
-
-/*
- * submit_apply_statuses: queues a report for each of the n pending
- * batches of target whose status the ledger's word in entries changes. An
- * entry no answer spoke of (SUBMIT_NOT_ANSWERED: its GET failed) is left
- * for the next round; one a well-formed answer left out ("") is omitted.
- */
-static void
-submit_apply_statuses(const char *target, SubmitPending *const *rows,
-					  GridhaStatusEntry *entries, int n)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	int			k;
-
-	for (k = 0; k < n; k++)
-	{
-		const SubmitPending *p = rows[k];
-		SubmitOmitted *o;
-
-		if (strcmp(entries[k].status, SUBMIT_NOT_ANSWERED) == 0)
-			continue;
-		if (entries[k].status[0] == '\0')
-		{
-			submit_omitted_note(target, p, now);
-			continue;
-		}
-		if ((o = submit_omitted_find(p->service_id, p->batch_id, false)) != NULL)
-			submit_omitted_drop(o);
-		if (strcmp(entries[k].status, p->status) == 0)
-			continue;
-		submit_add_report(true, p->service_id, p->batch_id, p->epoch,
-						  entries[k].status, NULL, false);
-	}
-}
-
-/*
- * submit_status_start: starts a status run for n pending batches of a
- * target with a status_url, unless one is still out for it (the batches
- * are asked about again next round). The rows are copied: the run
- * outlives the cycle.
- */
-static void
-submit_status_start(const GridhaTarget *t, const char *target, SubmitPending *const *rows, int n)
-{
-	GridhaLimit *l = gridha_limit_of(target);
-	GridhaHttpTarget http = {(const char *const *) t->headers, t->n_headers,
-	t->reject_codes, t->n_reject_codes};
-	MemoryContext cxt;
-	MemoryContext old;
-	SubmitStatusRun *run;
-	int			k;
-
-	if (l->status_running || submit_multi == NULL || gridha_submit_stopping ||
-		GetCurrentTimestamp() < l->retry_at)
-		return;
-	cxt = AllocSetContextCreate(submit_batches_cxt, "gridha status run", ALLOCSET_SMALL_SIZES);
-	old = MemoryContextSwitchTo(cxt);
-	run = palloc0(sizeof(SubmitStatusRun));
-	run->cxt = cxt;
-	run->target = pstrdup(target);
-	run->n = n;
-	run->rows = palloc0(sizeof(SubmitPending) * n);
-	run->entries = palloc0(sizeof(GridhaStatusEntry) * n);
-	for (k = 0; k < n; k++)
-	{
-		run->rows[k].service_id = pstrdup(rows[k]->service_id);
-		run->rows[k].batch_id = pstrdup(rows[k]->batch_id);
-		run->rows[k].status = pstrdup(rows[k]->status);
-		run->rows[k].epoch = rows[k]->epoch;
-		run->entries[k].batch_id = run->rows[k].batch_id;
-		strlcpy(run->entries[k].status, SUBMIT_NOT_ANSWERED, sizeof(run->entries[k].status));
-	}
-	MemoryContextSwitchTo(old);
-
-	(void) gridha_limit_start(l, true);
-	run->started_at = GetCurrentTimestamp();
-	if (gridha_http_multi_statuses(submit_multi, run, t->status_url, &http, run->entries, n,
-								   (size_t) gridha_status_url_max_length,
-								   gridha_submit_timeout_ms) != 0)
-	{
-		MemoryContextDelete(cxt);
-		return;
-	}
-	l->status_running = true;
-	l->in_flight++;
-	old = MemoryContextSwitchTo(submit_batches_cxt);
-	submit_runs = lappend(submit_runs, run);
-	MemoryContextSwitchTo(old);
-}
-
-/*
- * submit_status_done: a status run came back: its target's limit learns
- * from it, a failure is counted and logged quietly (the batches it did not
- * answer for are asked about again next round), and the answers that came
- * are applied either way.
- */
-static void
-submit_status_done(GridhaHttpDone *done)
-{
-	SubmitStatusRun *run = (SubmitStatusRun *) done->tag;
-	GridhaLimit *l = gridha_limit_of(run->target);
-	SubmitPending **rows = palloc(sizeof(SubmitPending *) * Max(run->n, 1));
-	int			k;
-
-	l->status_running = false;
-	gridha_limit_done(l, done, run->started_at, submit_away_ms);
-	if (done->failed)
-		(void) gridha_target_note(run->target,
-								  done->http_code == 0 ? "status URL unreachable" : "status poll failed",
-								  done->detail);
-	for (k = 0; k < run->n; k++)
-		rows[k] = &run->rows[k];
-	submit_apply_statuses(run->target, rows, run->entries, run->n);
-	pfree(rows);
-	submit_runs = list_delete_ptr(submit_runs, run);
-	MemoryContextDelete(run->cxt);
-}
-
-/*
- * submit_ask_ledger: asks a target about n pending batches: a status run
- * for a status_url (its answers are applied when it comes back), or at
- * once for a status_function or a target without a status source.
- */
-static void
-submit_ask_ledger(const char *target, SubmitPending *const *rows, int n)
-{
-	const GridhaTarget *t = gridha_target_get(target);
-	GridhaStatusEntry *entries;
-	int			k;
-
-	if (t == NULL || t->unusable != NULL)
-	{
-		gridha_target_warn(target, t ? t->unusable : "the target row is missing");
-		return;
-	}
-	if (t->status_url != NULL)
-	{
-		submit_status_start(t, target, rows, n);
-		return;
-	}
-	entries = palloc0(sizeof(GridhaStatusEntry) * n);
-	for (k = 0; k < n; k++)
-		entries[k].batch_id = rows[k]->batch_id;
-	if (OidIsValid(t->status_function))
-	{
-		SubmitStatusCall call = {t->status_function, target, entries, n, false};
-
-		if (submit_refuses_functions() != NULL)
-		{
-			gridha_target_warn(target, submit_refuses_functions());
-			return;
-		}
-		if (!submit_step(submit_status_function_step, &call, "status function", NULL))
-			return;
-		if (call.malformed)
-		{
-			(void) gridha_target_note(target, "status function returned an unknown status word",
-									  "nothing was applied; the poll is repeated");
-			return;
-		}
-	}
-	else
-	{
-		/*
-		 * No status source: an accepted batch is committed, and was reported
-		 * so at submission; one still pending here is one whose report
-		 * failed then.
-		 */
-		for (k = 0; k < n; k++)
-			strlcpy(entries[k].status, "committed", sizeof(entries[k].status));
-	}
-	submit_apply_statuses(target, rows, entries, n);
-}
-
-/*
- * submit_monitor: asks each target about this instance's pending batches;
- * a report is queued for each one whose status changed (for a status_url,
- * when its status run comes back).
- */
-static void
-submit_monitor(void)
-{
-	List	   *pending = NIL;
-	SubmitPending **rows;
-	TimestampTz now;
-	int			start = 0;
-	int			npending = 0;
-	ListCell   *lc;
-
-	gridha_slot_set_state(GRIDHA_WS_MONITORING, NULL, NULL);
-	if (!submit_step(submit_pending_step, &pending, "pending_batches", NULL))
-		return;
-	/* the batches an answer left out wait out their pause */
-	now = GetCurrentTimestamp();
-	rows = palloc(sizeof(SubmitPending *) * Max(list_length(pending), 1));
-	foreach(lc, pending)
-	{
-		SubmitPending *p = lfirst(lc);
-
-		if (!submit_omitted_resting(p, now))
-			rows[npending++] = p;
-	}
-	submit_omitted_sweep(false);
-	if (npending == 0)
-		return;
-
-	/* one run of batches per target (the rows are sorted by target) */
-	while (start < npending)
-	{
-		int			end = start + 1;
-
-		while (end < npending && strcmp(rows[end]->target, rows[start]->target) == 0)
-			end++;
-		submit_ask_ledger(rows[start]->target, rows + start, end - start);
-		start = end;
-	}
-}
 
 /*
  * Step: the maintenance tick, when this worker leads the role (see
@@ -2078,12 +1065,12 @@ gridha_submit_cycle(void)
 	if (submit_orphans_due)
 		submit_recover_orphans();
 
-	if (submit_handout_room() > 0 && !gridha_submit_stopping)
+	if (submit_handout_room() > 0 && !gridha_step_stopping)
 	{
 		SubmitHandout handout = {submit_handout_room(), NIL};
 
 		gridha_slot_set_state(GRIDHA_WS_HANDING_OUT, NULL, NULL);
-		if (submit_step(submit_handout_step, &handout, "next_batches", NULL))
+		if (gridha_step_run(submit_handout_step, &handout, "next_batches", NULL))
 		{
 			foreach(lc, handout.batches)
 				submit_start((SubmitBatch *) lfirst(lc));
@@ -2115,7 +1102,7 @@ gridha_submit_cycle(void)
 		if (submit_flush() > 0)
 			busy = true;
 		submit_last_monitor = now;
-		submit_monitor();
+		gridha_monitor_round(submit_instance_datum(), submit_multi);
 	}
 	if (submit_flush() > 0)
 		busy = true;
@@ -2123,7 +1110,7 @@ gridha_submit_cycle(void)
 	if (TimestampDifferenceExceeds(submit_last_maintenance, now, gridha_maintenance_interval_ms))
 	{
 		submit_last_maintenance = now;
-		(void) submit_step(submit_maintenance_step, NULL, "run_maintenance", NULL);
+		(void) gridha_step_run(submit_maintenance_step, NULL, "run_maintenance", NULL);
 	}
 	gridha_target_notes_flush();
 	submit_publish();
@@ -2163,7 +1150,7 @@ gridha_submit_drain(void)
 						  "no answer before the worker stopped: submitted again");
 	submit_in_hand = NIL;
 	submit_in_flight = 0;
-	submit_runs = NIL;
+	gridha_monitor_forget(false);
 	(void) submit_flush();
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(submit_cxt);
@@ -2192,9 +1179,8 @@ gridha_submit_forget(void)
 	submit_in_flight = 0;
 	submit_in_hand = NIL;
 	submit_waiting = NIL;
-	submit_runs = NIL;
+	gridha_monitor_forget(true);
 	submit_conn_host = submit_conn_total = 0;
-	submit_omitted_sweep(true);
 	foreach(lc, gridha_limits)
 	{
 		GridhaLimit *l = lfirst(lc);

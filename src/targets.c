@@ -305,7 +305,7 @@ targets_side_problem(const char *target, bool submit, const char *url, Oid fn,
 		return psprintf("target \"%s\" has both %s and %s", target, url_col, fn_col);
 	if (url != NULL)
 	{
-		if (gridha_http_check_url(url, submit ? GRIDHA_URL_SUBMIT : GRIDHA_URL_STATUS,
+		if (gridha_url_check(url, submit ? GRIDHA_URL_SUBMIT : GRIDHA_URL_STATUS,
 								  err, sizeof(err)) != 0)
 			return psprintf("invalid %s of target \"%s\": %s", url_col, target, err);
 		*kind = submit ? GRIDHA_SERVES_SUBMIT_URL : GRIDHA_SERVES_STATUS_URL;

@@ -23,7 +23,7 @@
  * reported (a POST that got no answer as delayed), the claims are released,
  * and the worker exits within a second. A target function that swallows
  * the cancel is not waited for: the worker ends itself (FATAL) once it has
- * run past the cancel by SUBMIT_CANCEL_GRACE_MS (submit.c). The worker
+ * run past the cancel by STEP_CANCEL_GRACE_MS (submit.c). The worker
  * never blocks on a ledger: while requests are out it moves them on 20 ms
  * at a time (gridha_submit_poll) and looks at its latch in between, so
  * SIGTERM, postmaster death and new work are seen however a ledger
@@ -90,6 +90,7 @@
 #include "settings.h"
 #include "slots.h"
 #include "spi_util.h"
+#include "step.h"
 #include "submit.h"
 #include "worker.h"
 
@@ -218,19 +219,19 @@ worker_sigterm(SIGNAL_ARGS)
 	 * cancelled the report of a batch whose target function the first one
 	 * had cancelled, and that batch waited, submitting, for a takeover.
 	 * The cancel also ends a commit's wait for a synchronous standby, in a
-	 * step or not (gridha_submit_commit); commits made while stopping
+	 * step or not (gridha_step_commit); commits made while stopping
 	 * bound that wait themselves.
 	 */
-	if ((gridha_submit_in_step || gridha_submit_committing) && !gridha_submit_stopping)
+	if ((gridha_step_running || gridha_step_committing) && !gridha_step_stopping)
 	{
 		QueryCancelPending = true;
 		InterruptPending = true;
 		/* a target function that swallows it is ended (submit.c) */
-		if (gridha_submit_in_step)
-			gridha_submit_cancelled = true;
+		if (gridha_step_running)
+			gridha_step_cancelled = true;
 	}
 	worker_got_sigterm = true;
-	gridha_submit_stopping = true;
+	gridha_step_stopping = true;
 	SetLatch(MyLatch);
 	errno = save_errno;
 }
@@ -318,12 +319,12 @@ worker_exit(void)
 
 /*
  * worker_apply_settings: the session settings every step runs with (see
- * gridha_submit_pin_settings, which applies them again at each step).
+ * gridha_step_pin_settings, which applies them again at each step).
  */
 static void
 worker_apply_settings(void)
 {
-	gridha_submit_pin_settings();
+	gridha_step_pin_settings();
 }
 
 /* The names of the worker's waits (GridhaWait), and their events */
@@ -429,7 +430,7 @@ worker_register_instance(pg_uuid_t *id, const char *label, bool fresh)
 
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
-		gridha_submit_pin_settings();
+		gridha_step_pin_settings();
 		SPI_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		args[0] = UUIDPGetDatum(id);
@@ -442,7 +443,7 @@ worker_register_instance(pg_uuid_t *id, const char *label, bool fresh)
 			!fresh;
 		SPI_finish();
 		PopActiveSnapshot();
-		gridha_submit_commit();
+		gridha_step_commit();
 		if (!done)
 			worker_random_uuid(id);
 	}
@@ -451,7 +452,7 @@ worker_register_instance(pg_uuid_t *id, const char *label, bool fresh)
 
 /*
  * worker_release: hands back the claims at shutdown, waiting for a row lock
- * only briefly (gridha_submit_bound_lock_wait). A failure is logged; the
+ * only briefly (gridha_step_bound_lock_wait). A failure is logged; the
  * claims then expire as usual.
  */
 static void
@@ -466,15 +467,15 @@ worker_release(pg_uuid_t *id)
 	{
 		SetCurrentStatementStartTimestamp();
 		StartTransactionCommand();
-		gridha_submit_pin_settings();
-		gridha_submit_bound_lock_wait();
+		gridha_step_pin_settings();
+		gridha_step_bound_lock_wait();
 		SPI_connect();
 		PushActiveSnapshot(GetTransactionSnapshot());
 		args[0] = UUIDPGetDatum(id);
 		(void) SPI_execute_with_args(sql, 1, types, args, NULL, false, 0);
 		SPI_finish();
 		PopActiveSnapshot();
-		gridha_submit_commit();
+		gridha_step_commit();
 	}
 	PG_CATCH();
 	{
@@ -502,7 +503,7 @@ worker_serve(void)
 		busy = gridha_submit_cycle();
 		pgstat_report_activity(STATE_IDLE, NULL);
 		pgstat_report_stat(false);
-		if (gridha_submit_take_failure() && !worker_extension_ready())
+		if (gridha_step_take_failure() && !worker_extension_ready())
 			return false;
 		if (worker_got_sigterm)
 			break;

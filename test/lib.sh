@@ -315,6 +315,7 @@ gridha_pgtap_source() {
 # gridha_install_pgtap: copy pgTAP's files into PG_CONFIG's installation
 # when it has none (a PostgreSQL not from Debian's packages). Needs the
 # files of a Debian pgTAP package (gridha_missing_packages pgtap names it).
+# test/install-debian.sh calls it.
 gridha_install_pgtap() {
 	local dest src
 	dest=$(gridha_pgtap_dir) || return 1
@@ -388,28 +389,11 @@ gridha_tap_framework() {
 	[ -n "$d" ] && echo "$d"
 }
 
-# gridha_apt_install PKG...: install Debian packages with apt-get, quietly
-# (apt-get update first, once per call). Needs root. Shows apt-get's
-# warnings and errors, and all of its output when it fails; returns
-# non-zero then. Nothing to install: returns at once.
-gridha_apt_install() {
-	[ $# -gt 0 ] || return 0
-	if [ "$(id -u)" -ne 0 ]; then
-		echo "missing packages ($*): run as root, or install them" >&2
-		return 1
-	fi
-	local log rc=0
-	log=$(mktemp /tmp/gridha-apt.XXXXXX)
-	if ! DEBIAN_FRONTEND=noninteractive apt-get update -qq >"$log" 2>&1 ||
-		! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			--no-install-recommends "$@" >>"$log" 2>&1; then
-		cat "$log" >&2
-		rc=1
-	else
-		grep -E '^(E|W):' "$log" >&2 || true
-	fi
-	rm -f "$log"
-	return "$rc"
+# gridha_missing_note PKG...: the message for a part that lacks Debian
+# packages: which, and that test/install-debian.sh (as root) installs them.
+# Nothing but that script installs packages.
+gridha_missing_note() {
+	echo "missing packages ($*): as root, test/install-debian.sh installs them"
 }
 
 # gridha_relocated_copy DEST: a copy of the PostgreSQL installation

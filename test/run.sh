@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # test/run.sh: gridha's one test command (`make test`).
 #
-# Runs as root on a fresh Debian 12, against the PostgreSQL that PG_CONFIG
-# names (default: Debian's 15, /usr/lib/postgresql/15/bin/pg_config; e.g.
+# Runs as root on a fresh Debian 12 (test/install-debian.sh installs what it
+# needs), or as any user who can write PG_CONFIG's installation (it installs
+# gridha there) on a machine that has the packages, against the PostgreSQL
+# that PG_CONFIG names (default: Debian's 15,
+# /usr/lib/postgresql/15/bin/pg_config; e.g.
 # PG_CONFIG=/opt/pg17/bin/pg_config for one built from source). Its bindir,
 # PGXS, pg_regress and pg_isolation_regress are the ones used.
 #
-#   0. install the missing build/test packages (apt-get, only if missing);
-#      pgTAP into PG_CONFIG's installation when it has none
+#   0. as root: test/install-debian.sh (the missing build/test packages with
+#      apt-get; pgTAP into PG_CONFIG's installation when it has none; Citus)
 #   1. build with -Werror (the Makefile sets it) and install
 #   2. phase 1, a throwaway cluster WITHOUT shared_preload_libraries:
 #        regress    pg_regress suite (make installcheck): the SQL API needs
@@ -231,45 +234,42 @@ run_logged() {
 # ---------------------------------------------------------------------------
 # Steps
 
-# install_prerequisites: apt-get install what is missing; apt-get update
-# only then, and only once.
+# install_prerequisites: as root on Debian, test/install-debian.sh installs
+# every package any part needs (apt-get, only what is missing), pgTAP into
+# a PostgreSQL built from source and Citus (GRIDHA_INSTALL_PACKAGES=0 leaves
+# it out). As any other user nothing is installed: what the build needs
+# must be there (a failure naming the packages), and a part whose package
+# is missing skips or fails saying which.
 install_prerequisites() {
 	local missing
+	if [ "$(id -u)" -eq 0 ] && [ "${GRIDHA_INSTALL_PACKAGES:-1}" != 0 ] &&
+			command -v apt-get >/dev/null; then
+		section "packages (test/install-debian.sh)"
+		bash "$REPO/test/install-debian.sh" || fatal setup "test/install-debian.sh failed"
+	fi
+	missing=$(gridha_missing_packages | tr '\n' ' ')
+	missing=${missing% }
+	[ -z "$missing" ] ||
+		fatal setup "missing packages ($missing): as root, test/install-debian.sh installs them"
 	missing=$(gridha_missing_packages pgtap | tr '\n' ' ')
 	missing=${missing% }
-	[ -z "$missing" ] && return 0
-
-	section "installing $missing"
-	if [ "$(id -u)" -ne 0 ]; then
-		fatal setup "missing packages ($missing); run as root or install them"
+	if [ -n "$missing" ]; then
+		echo "note: missing packages ($missing): the parts that need them fail or skip;" \
+			"as root, test/install-debian.sh installs them"
 	fi
-	local log
-	log=$(mktemp /tmp/gridha-apt.XXXXXX)
-	export DEBIAN_FRONTEND=noninteractive
-	# shellcheck disable=SC2086
-	if ! apt-get update -qq >"$log" 2>&1 ||
-		! apt-get install -y -qq --no-install-recommends $missing >>"$log" 2>&1; then
-		cat "$log" >&2
-		rm -f "$log"
-		fatal setup "apt-get could not install $missing"
-	fi
-	# Keep the quiet output quiet, but not its warnings and errors.
-	grep -E '^(E|W):' "$log" >&2 || true
-	rm -f "$log"
-	missing=$(gridha_missing_packages pgtap | tr '\n' ' ')
-	missing=${missing% }
-	[ -z "$missing" ] || fatal setup "still missing after apt-get: $missing"
 }
 
 # check_postgres: PG_CONFIG's installation is complete (one built from
-# source is not apt-get's to install) and has pgTAP; say which it is.
+# source is not apt-get's to install); say which it is, and whether it has
+# pgTAP (test/install-debian.sh copies it into one built from source).
 check_postgres() {
 	local f
 	for f in "$PG_CONFIG" "$PG_BINDIR/postgres" "$PG_BINDIR/pgbench"; do
 		[ -x "$f" ] || fatal setup "no $f (PG_CONFIG=$PG_CONFIG)"
 	done
-	gridha_install_pgtap || fatal setup "could not install pgTAP into $(gridha_pgtap_dir)"
 	echo "$("$PG_CONFIG" --version) ($PG_CONFIG)"
+	[ -f "$(gridha_pgtap_dir)/pgtap.control" ] ||
+		echo "note: no pgTAP in $(gridha_pgtap_dir): the pgtap part fails (as root, test/install-debian.sh copies it)"
 }
 
 # build: compile (the Makefile adds -Werror) and install the extension.
@@ -284,6 +284,13 @@ build() {
 		rm -f "$log"
 		fatal build "make failed"
 	fi
+	local d
+	for d in "$("$PG_CONFIG" --pkglibdir)" "$(gridha_pgtap_dir)"; do
+		if [ ! -w "$d" ]; then
+			rm -f "$log"
+			fatal build "$(id -un) cannot write $d: make test installs gridha into PG_CONFIG's installation; run as its owner (or root), or against a copy you own"
+		fi
+	done
 	if ! make install PG_CONFIG="$PG_CONFIG" GRIDHA_TEST_HOOKS=1 GRIDHA_LOCK_CHECK=1 >"$log" 2>&1; then
 		tail -n 40 "$log"
 		rm -f "$log"
@@ -432,6 +439,12 @@ run_pgtap() {
 	local db=gridha_pgtap out=$GRIDHA_TEST_DIR/pgtap log rc
 	local p s n plan tp=0 tf=0 ts=0 bad=0
 	mkdir -p "$out"
+	if [ ! -f "$(gridha_pgtap_dir)/pgtap.control" ] || ! command -v pg_prove >/dev/null; then
+		echo "FAILED  no pgTAP in $(gridha_pgtap_dir) or no pg_prove (postgresql-15-pgtap," \
+			"libtap-parser-sourcehandler-pgtap-perl; as root, test/install-debian.sh installs them)"
+		record pgtap 0 1 0 "no pgTAP or pg_prove"
+		return 0
+	fi
 	if ! gridha_psql -d postgres -c "SET client_min_messages = warning" \
 			-c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" ||
 		! gridha_psql -d "$db" -c "CREATE EXTENSION pgtap" -c "CREATE EXTENSION gridha"; then

@@ -112,7 +112,7 @@ die() {
 	exit 1
 }
 
-# gridha_as_pg, gridha_missing_packages, gridha_apt_install, gridha_free_port;
+# gridha_as_pg, gridha_missing_packages, gridha_missing_note, gridha_free_port;
 # PG_CONFIG (default Debian's 15) and its PG_BINDIR
 # shellcheck source=../lib.sh
 . "$ROOT/test/lib.sh"
@@ -125,9 +125,8 @@ install_missing_packages() {
 	local need
 	need=$(gridha_missing_packages | tr '\n' ' ')
 	if [ -n "${need% }" ]; then
-		log "installing ${need% }"
 		# shellcheck disable=SC2086 # one word per package
-		gridha_apt_install $need || die "apt-get could not install ${need% }"
+		die "$(gridha_missing_note $need)"
 	fi
 	if [ "$BENCH_PROFILE" = 1 ] &&
 			[ ! -f "$("$PG_CONFIG" --pkglibdir)/pg_stat_statements.so" ]; then

@@ -183,7 +183,10 @@ else
 		[ -x /usr/bin/patroni ] || missing+=(patroni)
 		[ -x /usr/bin/etcd ] || missing+=(etcd-server)
 		[ -x /usr/bin/etcdctl ] || missing+=(etcd-client)
-		gridha_apt_install "${missing[@]}" || exit 2
+		if [ "${#missing[@]}" -gt 0 ]; then
+			echo "test/ha: the patroni topology needs Patroni and etcd: $(gridha_missing_note "${missing[@]}") (test/install-debian.sh --ha)" >&2
+			exit 2
+		fi
 	fi
 	# No libpq setting of the caller's may leak into the servers or clients.
 	unset PGHOST PGPORT PGUSER PGDATA PGDATABASE PGOPTIONS PGPASSWORD PGPASSFILE PGSERVICE PGSSLMODE

@@ -69,7 +69,8 @@
 #               lock_timeout of 1 s against a transaction that holds
 #               gridha.instances, the upgrade fails with 55P03 and leaves
 #               the database on 1.0
-#   d. suites   pg_regress (the Makefile's REGRESS list, sql/ and expected/)
+#   d. suites   pg_regress (the Makefile's REGRESS list and REGRESS_OPTS:
+#               test/sql and expected/)
 #               with --use-existing and pg_prove over test/pgtap/*.sql, both
 #               in the upgraded database; one TAP line per regress test and
 #               per pgTAP file. They run after e, since they create objects
@@ -831,7 +832,7 @@ read -r -a regress_opts <<<"$(make_var REGRESS_OPTS)"
 mkdir -p "$WORK/regress"
 regress_rc=1
 if [ "${#regress_tests[@]}" -gt 0 ]; then
-	(cd "$REPO" && "$PG_REGRESS" --inputdir="$REPO" --outputdir="$WORK/regress" --bindir="$PG_BINDIR" \
+	(cd "$REPO" && "$PG_REGRESS" --outputdir="$WORK/regress" --bindir="$PG_BINDIR" \
 		--host="$PGHOST" --port="$PGPORT" --user=postgres --use-existing \
 		"${regress_opts[@]}" --dbname="$DB" "${regress_tests[@]}") >"$WORK/regress/run.log" 2>&1
 	regress_rc=$?

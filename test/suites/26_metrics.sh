@@ -74,9 +74,7 @@ need=()
 [ -x "$PROMETHEUS" ] || need+=(prometheus)
 command -v curl >/dev/null || need+=(curl)
 if [ "${#need[@]}" -gt 0 ]; then
-	gridha_log "metrics: installing ${need[*]}"
-	gridha_apt_install "${need[@]}" >"$WORK/apt.log" 2>&1 ||
-		skip_all "could not install ${need[*]} (see $WORK/apt.log)"
+	skip_all "$(gridha_missing_note "${need[@]}")"
 fi
 
 # The database: a target function that accepts everything (fire and forget:

@@ -48,7 +48,10 @@
 #               of debian/control's Build-Depends that is a library
 #               (lib*-dev) and postgresql-server-dev-N of a supported N;
 #               every "postgresql-N-gridha" package named in README.md and
-#               docs/**/*.md is of a supported major
+#               docs/**/*.md is of a supported major; no script of
+#               test/ or demo/ but test/install-debian.sh runs apt-get
+#               (docs/testing.md; 81_deb's install of the package under
+#               test in its overlay aside)
 #   repository  the "<!-- repository -->" lines of README.md and
 #               docs/install.md say the same; they name every address
 #               META.json (resources) and debian/control (Homepage, Vcs-*)
@@ -546,6 +549,34 @@ for rel in docs:
         if int(n) not in supported:
             bad.append("%s names postgresql-%s-gridha; supported: %s" % (rel, n, sorted(supported)))
 check(not bad, "every postgresql-N-gridha package the docs name is of a supported major", *dict.fromkeys(bad))
+
+# docs/testing.md: test/install-debian.sh is the one script that installs
+# packages; no other script of the tests, benchmarks or demo runs apt-get
+# (81_deb's install and purge of the package under test, inside its
+# overlay, aside: that is what it tests)
+bad = []
+for top in ("test", "demo"):
+    for d, _, files in os.walk(os.path.join(REPO, top)):
+        for name in files:
+            path = os.path.join(d, name)
+            rel = os.path.relpath(path, REPO)
+            if rel == "test/install-debian.sh" or not name.endswith((".sh", ".py", ".pl", ".pm")):
+                continue
+            try:
+                with open(path, encoding="utf-8") as f:
+                    lines = f.read().splitlines()
+            except (OSError, UnicodeDecodeError):
+                continue
+            for i, line in enumerate(lines, 1):
+                # the command, not a comment or a string that names it
+                code = "" if line.lstrip().startswith("#") else re.sub(r'"[^"]*"|\'[^\']*\'', '""', line)
+                if not re.search(r"\bapt(-get)?\s+(-\S+\s+)*(install|update|upgrade|dist-upgrade|purge|remove|build-dep)\b"
+                                 r"|gridha_apt_install", code):
+                    continue
+                if rel == "test/suites/81_deb.sh" and re.match(r"\s*(if\s+)?in_ovl\b", code):
+                    continue
+                bad.append("%s:%d: %s" % (rel, i, line.strip()[:120]))
+check(not bad, "no script of test/ or demo/ but test/install-debian.sh runs apt-get", *bad)
 
 # the repository address
 declared = []

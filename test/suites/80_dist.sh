@@ -7,7 +7,9 @@
 #   <version> being gridha.control's default_version as a semantic version
 #   (1.1 -> 1.1.0, as PGXN wants); the zip holds one top directory
 #   gridha-<version>/ with the committed files only (no
-#   object, library or build output). Unpacked with python3's zipfile in a
+#   object, library or build output); its sql/ holds only the install
+#   scripts, the regress tests being in test/sql and expected/ (with
+#   test/expected a symlink to ../expected). Unpacked with python3's zipfile in a
 #   clean directory: its META.json is valid against the PGXN Meta Spec and
 #   gives that version (test/pgxn_meta.py, the bundle's own); `make` and
 #   `make install` there (PG_CONFIG of the run) build and install it;
@@ -16,8 +18,8 @@
 #   reads the bundle's META.json and creates gridha from it.
 #
 # What it installs is HEAD's gridha, into the run's PostgreSQL: the same as
-# `make install` of a committed tree. Needs git; installs pgxnclient with
-# apt-get when missing (root).
+# `make install` of a committed tree. Needs git and pgxnclient (as root,
+# test/install-debian.sh installs them).
 set -uo pipefail
 
 REPO=${GRIDHA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
@@ -29,7 +31,7 @@ DB=gridha_dist
 . "$LIB"
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
-plan 9
+plan 10
 
 WORK=${GRIDHA_SUITE_DIR:-$(mktemp -d /tmp/gridha-dist.XXXXXX)}
 mkdir -p "$WORK"
@@ -47,7 +49,7 @@ ZIP=gridha-$DISTVERSION.zip
 rm -rf "$WORK/clone" "$WORK/clean"
 
 # make dist in a clone of HEAD
-command -v git >/dev/null || gridha_apt_install git >"$WORK/apt-git.log" 2>&1
+command -v git >/dev/null || gridha_missing_note git | diag
 if git clone -q --no-hardlinks "$REPO" "$WORK/clone" >"$WORK/clone.log" 2>&1 &&
 	env -u MAKEFLAGS -u MAKELEVEL make -s -C "$WORK/clone" dist PG_CONFIG="$PG_CONFIG" >"$WORK/dist.log" 2>&1 &&
 	[ -s "$WORK/clone/$ZIP" ]; then
@@ -74,6 +76,39 @@ print("%d files, all under %s, the same as git ls-files" % (len(files), top))
 EOF
 check $? "the zip holds HEAD's committed files under gridha-$DISTVERSION/ and nothing built"
 diag <"$WORK/zip.check"
+
+# install scripts and regress tests apart (issue 42): sql/ holds only the
+# install scripts; each test of the Makefile's REGRESS has its input in
+# test/sql and its output in expected/, which test/expected (a symlink, for
+# PostgreSQL 15's pg_regress) names
+python3 - "$WORK/clone/$ZIP" "gridha-$DISTVERSION/" >"$WORK/layout.check" 2>&1 <<'EOF'
+import re, stat, sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+top = sys.argv[2]
+info = {i.filename[len(top):]: i for i in z.infolist()}
+bad = []
+scripts = sorted(n for n in info if re.fullmatch(r"sql/gridha--[^/]+\.sql", n))
+others = sorted(n for n in info if re.fullmatch(r"sql/[^/]+", n) and n not in scripts)
+if others:
+    bad.append("sql/ holds more than install scripts: %s" % ", ".join(others))
+m = re.search(r"^REGRESS\s*=\s*(.*)$", z.read(top + "Makefile").decode(), re.M)
+tests = m.group(1).split() if m else []
+if not tests:
+    bad.append("the Makefile has no REGRESS list")
+for t in tests:
+    for f in ("test/sql/%s.sql" % t, "expected/%s.out" % t):
+        if f not in info:
+            bad.append("no %s" % f)
+link = info.get("test/expected")
+if link is None or not stat.S_ISLNK(link.external_attr >> 16) or z.read(link) != b"../expected":
+    bad.append("test/expected is not a symlink to ../expected")
+print("; ".join(bad) if bad else
+      "%d regress tests in test/sql with expected/NAME.out; sql/ holds %d install scripts"
+      % (len(tests), len(scripts)))
+sys.exit(1 if bad else 0)
+EOF
+check $? "in the zip, sql/ holds only install scripts and the regress tests are in test/sql and expected/"
+diag <"$WORK/layout.check"
 
 mkdir -p "$WORK/clean"
 python3 -m zipfile -e "$WORK/clone/$ZIP" "$WORK/clean" >"$WORK/unzip.log" 2>&1
@@ -107,11 +142,9 @@ got=$(psql -X -q -A -t -v ON_ERROR_STOP=1 -d postgres -c "SET client_min_message
 check $? "CREATE EXTENSION gridha from the installed bundle gives $VERSION (got: $got)"
 
 # pgxnclient, Debian's PGXN client, reads the bundle as PGXN would
-if ! command -v pgxn >/dev/null; then
-	gridha_apt_install pgxnclient >"$WORK/apt.log" 2>&1 || tail -n 5 "$WORK/apt.log" | diag
-fi
 command -v pgxn >/dev/null
 check $? "pgxnclient is installed (pgxn)"
+command -v pgxn >/dev/null || gridha_missing_note pgxnclient | diag
 psql -X -q -d postgres -c "DROP DATABASE IF EXISTS ${DB}_pgxn" -c "CREATE DATABASE ${DB}_pgxn" >/dev/null 2>&1
 pgxn load --yes --pg_config "$PG_CONFIG" -h "$PGHOST" -p "$PGPORT" -U postgres -d "${DB}_pgxn" \
 	"$WORK/clone/$ZIP" >"$WORK/pgxn.log" 2>&1
