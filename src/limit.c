@@ -37,6 +37,18 @@
  *              worth of answers in time (additive increase) and is halved
  *              at each overload, once a round trip (multiplicative
  *              decrease)
+ *   regrowth   after a halving by slow answers (not by a refusal, a
+ *              timeout or a lost connection), once a limit's worth of
+ *              answers in time has added one, the limit grows by one per
+ *              answer in time up to three quarters of where it was (as in
+ *              slow start, and not against a target whose requests open a
+ *              connection each); then additively again
+ *
+ * An answer's time is taken less the time the worker was away (in a step)
+ * to judge it, but the fastest is taken from answers' own times: less the
+ * time away, it can be under what the ledger ever takes. The answers of
+ * requests sent before the last halving do not move the average that
+ * judges the next one.
  *
  *-------------------------------------------------------------------------
  */
@@ -129,6 +141,7 @@ gridha_limit_feedback(GridhaLimit *l, const GridhaHttpDone *d, TimestampTz start
 					  TimestampTz now, long away_ms, int ceiling)
 {
 	bool		overload = false;
+	bool		by_latency = false;
 	bool		in_time = false;
 
 	if (l->in_flight > 0)
@@ -153,10 +166,25 @@ gridha_limit_feedback(GridhaLimit *l, const GridhaHttpDone *d, TimestampTz start
 
 		if (l->prev_min_ms >= 0 && (fastest < 0 || l->prev_min_ms < fastest))
 			fastest = l->prev_min_ms;
-		if (l->min_ms < 0 || elapsed < l->min_ms)
-			l->min_ms = elapsed;
-		/* one slow answer among fast ones is noise; an accept queue's 1 s is not */
-		l->avg_ms = l->avg_ms < 0 ? elapsed : 0.8 * l->avg_ms + 0.2 * elapsed;
+
+		/*
+		 * The fastest is the answer's own time, not less the time away: the
+		 * answer may have come at any moment of the worker's step, so the
+		 * difference can be less than the ledger ever takes, and a fastest
+		 * under the truth makes answers of a normal load look slow.
+		 */
+		if (l->min_ms < 0 || d->elapsed_ms < l->min_ms)
+			l->min_ms = d->elapsed_ms;
+
+		/*
+		 * One slow answer among fast ones is noise; an accept queue's 1 s is
+		 * not. The answers of requests sent before the last halving speak
+		 * of the load before it: they do not move the average that judges
+		 * the next one (it would halve again at the first answer after it,
+		 * however fast).
+		 */
+		if (started_at >= l->decreased_at || l->avg_ms < 0)
+			l->avg_ms = l->avg_ms < 0 ? elapsed : 0.8 * l->avg_ms + 0.2 * elapsed;
 		threshold = fastest * GRIDHA_LIMIT_LATENCY_FACTOR + GRIDHA_LIMIT_LATENCY_SLACK_MS;
 		if (fastest >= 0 && elapsed > threshold)
 		{
@@ -187,7 +215,7 @@ gridha_limit_feedback(GridhaLimit *l, const GridhaHttpDone *d, TimestampTz start
 			in_time = true;
 		}
 		else if (fastest >= 0 && l->avg_ms > threshold)
-			overload = true;
+			overload = by_latency = true;
 		else
 			in_time = l->slow_streak == 0;
 	}
@@ -201,7 +229,18 @@ gridha_limit_feedback(GridhaLimit *l, const GridhaHttpDone *d, TimestampTz start
 		l->slow_start = false;
 		if (started_at >= l->decreased_at)
 		{
+			/*
+			 * Slow answers are a soft sign (a burst of work at once moves
+			 * the average as well as a ledger at its end does): once a
+			 * limit's worth of answers in time has lifted the limit by one
+			 * (the overload is over), it comes back fast, one per answer
+			 * in time, to three quarters of where it was. A refusal, a
+			 * timeout or a lost connection is a hard sign: from there,
+			 * additive increase only.
+			 */
+			l->regrow_to = by_latency ? floor(l->limit * 3 / 4) : 0;
 			l->limit = Max(1.0, floor(l->limit / 2));
+			l->halved_to = l->limit;
 			l->decreased_at = now;
 			/* the answers to come are judged afresh */
 			if (l->avg_ms >= 0 && l->min_ms >= 0)
@@ -209,7 +248,9 @@ gridha_limit_feedback(GridhaLimit *l, const GridhaHttpDone *d, TimestampTz start
 		}
 	}
 	else if (in_time && (l->in_flight + 1) * 2 >= (int) l->limit &&
-			 ((l->slow_start && l->conn_share < GRIDHA_LIMIT_SLOW_START_CONN) ||
+			 (((l->slow_start ||
+				(l->limit > l->halved_to && l->limit < l->regrow_to)) &&
+			   l->conn_share < GRIDHA_LIMIT_SLOW_START_CONN) ||
 			  ++l->successes >= (int) l->limit))
 	{
 		l->limit = Min((double) ceiling, l->limit + 1);

@@ -48,6 +48,11 @@ typedef struct GridhaLimit
 	TimestampTz retry_at;		/* no request before this (Retry-After) */
 	bool		slow_start;		/* no sign of overload yet: the limit
 								 * doubles every round trip */
+	double		regrow_to;		/* after a halving by slow answers: three
+								 * quarters of the limit before it, where
+								 * answers in time bring it back fast; 0:
+								 * none */
+	double		halved_to;		/* the limit that halving left */
 } GridhaLimit;
 
 /* The core: pure, the clock (now) and the settings passed in */

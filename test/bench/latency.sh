@@ -232,11 +232,14 @@ workers_wait
 # run_case PREFIX SERVICES DEPTH [FIRST]: the workload (of services FIRST
 # on when given), until drained; a line a
 # second (rate of that second, each worker's limit) into $TIMELINE. Sets
-# RATE, N, SECS, LEFT, INVALID, RETRIED.
+# RATE, N, SECS, LEFT, INVALID, RETRIED, LOAD (the load average when it
+# started).
 run_case() {
 	local prefix=$1 t0=$SECONDS done0=0 d row secs_since
 	TIMELINE=$GRIDHA_TEST_DIR/timeline.$prefix
 	: >"$TIMELINE"
+	# the machine's load when the case starts (others may share it)
+	LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 	bench_prepare "$DB" gridha.batches gridha.service_claims gridha.instances
 	if [ -n "${4:-}" ]; then
 		q "$DB" "CALL lat_enqueue('$prefix', $4, $2, $3)" >/dev/null
@@ -312,7 +315,7 @@ for c in $LAT_CASES; do
 			b=$(bound "$LAT_SERVICES")
 			r=$(ratio "$RATE" "$b")
 			gridha_log "keepalive: $RATE batches/s ($N in ${SECS}s), bound $b: $r (target 0.9: $(verdict "$r" 0.9));" \
-				"left $LEFT, invalid $INVALID, handed out again $RETRIED, ledger duplicates $(($(ledger_stat duplicates) - dup0)), connections $(ledger_stat connections)"
+				"left $LEFT, invalid $INVALID, handed out again $RETRIED, ledger duplicates $(($(ledger_stat duplicates) - dup0)), connections $(ledger_stat connections); load average $LOAD"
 			print_timeline
 			RESULT[keepalive]="$RATE $b $r ≥0.9 $(verdict "$r" 0.9)"
 			;;
@@ -324,7 +327,7 @@ for c in $LAT_CASES; do
 			b=$(bound "$LAT_SERVICES")
 			r=$(ratio "$RATE" "$b")
 			gridha_log "cold_keepalive: $RATE batches/s ($N in ${SECS}s), bound $b: $r (target 0.9: $(verdict "$r" 0.9));" \
-				"left $LEFT, invalid $INVALID, handed out again $RETRIED, ledger connections $(ledger_stat connections)"
+				"left $LEFT, invalid $INVALID, handed out again $RETRIED, ledger connections $(ledger_stat connections); load average $LOAD"
 			print_timeline
 			RESULT[cold_keepalive]="$RATE $b $r ≥0.9 $(verdict "$r" 0.9)"
 			;;
@@ -336,7 +339,7 @@ for c in $LAT_CASES; do
 			b=$(bound "$LAT_HTTP10_SERVICES")
 			r=$(ratio "$RATE" "$b")
 			gridha_log "cold_http10 (backlog $LAT_HTTP10_BACKLOG): $RATE batches/s ($N in ${SECS}s), bound $b: $r (target 0.6: $(verdict "$r" 0.6));" \
-				"left $LEFT, invalid $INVALID, handed out again $RETRIED, ledger connections $(ledger_stat connections)"
+				"left $LEFT, invalid $INVALID, handed out again $RETRIED, ledger connections $(ledger_stat connections); load average $LOAD"
 			print_timeline
 			RESULT[cold_http10]="$RATE $b $r ≥0.6 $(verdict "$r" 0.6)"
 			;;
@@ -347,7 +350,7 @@ for c in $LAT_CASES; do
 			b=$(bound "$LAT_HTTP10_SERVICES")
 			r=$(ratio "$RATE" "$b")
 			gridha_log "http10 (backlog $LAT_HTTP10_BACKLOG): $RATE batches/s ($N in ${SECS}s), bound $b: $r (target 0.6: $(verdict "$r" 0.6));" \
-				"left $LEFT, invalid $INVALID, handed out again $RETRIED, ledger connections $(ledger_stat connections)"
+				"left $LEFT, invalid $INVALID, handed out again $RETRIED, ledger connections $(ledger_stat connections); load average $LOAD"
 			print_timeline
 			RESULT[http10]="$RATE $b $r ≥0.6 $(verdict "$r" 0.6)"
 			;;

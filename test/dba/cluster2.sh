@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # test/dba/cluster2.sh: a second throwaway PostgreSQL cluster beside the one
-# of test/lib.sh, for tests that move a database from one cluster to
-# another (test/suites/16_dump_restore.sh). Source it after test/lib.sh,
+# of test/lib.sh, for suites that need another cluster
+# (test/suites/12_installcheck_defaults.sh). Source it after test/lib.sh,
 # whose helpers it uses (gridha_as_pg, gridha_free_port,
 # gridha_conf_quote, gridha_server_log); lib.sh's own cluster and variables are left alone.
 #

@@ -1,12 +1,12 @@
 -- test/dba/dump_state.sql: everything gridha keeps in a database that a
 -- logical backup must carry, as rows (kind, key, val) with val a JSON
--- object of every column, for test/suites/16_dump_restore.sh.
+-- object of every column, for test/t/016_dump_restore.pl.
 --
--- One SELECT without a final semicolon, so that the suite can wrap it:
+-- One SELECT without a final semicolon, so that the test can wrap it:
 -- COPY (<this>) TO STDOUT under the dump's snapshot (what the dump holds),
 -- and the same in a restored database (what the restore made of it).
 -- Sorted, so that two outputs compare with diff. jsonb prints its keys in
--- one order, and timestamps in the session's time zone (the suite sets
+-- one order, and timestamps in the session's time zone (the test sets
 -- PGTZ=UTC for every session).
 --
 -- kinds: batch (every column; the payload as its md5), claim, instance,

@@ -547,6 +547,121 @@ test_bucket(void)
 	is_int(n, 64, "kept-alive connections: the bucket no longer holds POSTs back");
 }
 
+/*
+ * the fastest is the answer's own time, never less the time away: an
+ * answer read after a step (elapsed 25 ms, 12 of them away) does not make
+ * the fastest 13 ms, under what the ledger takes
+ */
+static void
+test_fastest_raw(void)
+{
+	GridhaLimit l = fresh(CEILING, 0);
+	GridhaHttpDone fast = done(GRIDHA_LOAD_ANSWERED, 20);
+	GridhaHttpDone away = done(GRIDHA_LOAD_ANSWERED, 25);
+	GridhaHttpDone loaded = done(GRIDHA_LOAD_ANSWERED, 120);
+	int			i;
+
+	l.slow_start = false;
+	l.limit = 32;
+	l.in_flight = 32;
+	clock_now += 20 * MS;
+	gridha_limit_feedback(&l, &fast, clock_now - 20 * MS, clock_now, 0, CEILING);
+	clock_now += 25 * MS;
+	gridha_limit_feedback(&l, &away, clock_now - 25 * MS, clock_now, 12, CEILING);
+	is_int(l.min_ms, 20, "an answer's time less the time away does not lower the fastest (20 ms, not 13)");
+	/* a loaded ledger's 120 ms: over 4 x 13 + 50 = 102, under 4 x 20 + 50 = 130 */
+	for (i = 0; i < 20; i++)
+	{
+		l.in_flight = 32;
+		clock_now += 120 * MS;
+		gridha_limit_feedback(&l, &loaded, clock_now - 120 * MS, clock_now, 0, CEILING);
+	}
+	is_int((long) l.limit, 32, "... so answers of 120 ms (under 4 x 20 + 50) do not halve the limit");
+}
+
+/*
+ * after a halving, the answers of requests sent before it do not move the
+ * average: a backlog of slow answers, then a fast one of a request sent
+ * after the halving, halves nothing more
+ */
+static void
+test_halving_backlog(void)
+{
+	GridhaLimit l = fresh(CEILING, 0);
+	GridhaHttpDone fast = done(GRIDHA_LOAD_ANSWERED, 20);
+	GridhaHttpDone slow = done(GRIDHA_LOAD_ANSWERED, 1000);
+	TimestampTz before;
+	TimestampTz halved;
+	int			i;
+
+	l.slow_start = false;
+	l.limit = 64;
+	l.in_flight = 64;
+	clock_now += 20 * MS;
+	gridha_limit_feedback(&l, &fast, clock_now - 20 * MS, clock_now, 0, CEILING);
+	before = clock_now;
+	clock_now += 1000 * MS;
+	gridha_limit_feedback(&l, &slow, before, clock_now, 0, CEILING);
+	is_int((long) l.limit, 32, "a 1 s answer among 20 ms ones halves the limit (64 to 32)");
+	halved = clock_now;
+	/* the rest of the burst sent before the halving: slow too */
+	for (i = 0; i < 10; i++)
+	{
+		clock_now += MS;
+		gridha_limit_feedback(&l, &slow, before, clock_now, 0, CEILING);
+	}
+	is_int((long) l.avg_ms, 20, "the slow answers of requests sent before the halving leave the average alone");
+	clock_now += 30 * MS;
+	gridha_limit_feedback(&l, &fast, halved + MS, clock_now, 0, CEILING);
+	is_int((long) l.limit, 32, "... so a fast answer of a request sent after it halves nothing (32, not 16)");
+}
+
+/*
+ * after a halving by slow answers, a limit's worth of answers in time
+ * lifts the limit by one, then it comes back one per answer in time to
+ * three quarters of where it was (48 of 64), then grows by one a round
+ * trip again; after a 503 it grows by one a round trip only
+ */
+static void
+test_regrow(void)
+{
+	GridhaLimit l = fresh(CEILING, 0);
+	GridhaLimit busy = fresh(CEILING, 0);
+	GridhaHttpDone fast = done(GRIDHA_LOAD_ANSWERED, 20);
+	GridhaHttpDone slow = done(GRIDHA_LOAD_ANSWERED, 1000);
+	GridhaHttpDone b = done(GRIDHA_LOAD_BUSY, 20);
+	long		trace[16];
+	long		want[] = {33, 48, 49};
+	long		want_busy[] = {33, 34, 35, 36};
+	int			n;
+
+	l.slow_start = false;
+	l.limit = 64;
+	l.in_flight = 64;
+	clock_now += 20 * MS;
+	gridha_limit_feedback(&l, &fast, clock_now - 20 * MS, clock_now, 0, CEILING);
+	clock_now += 1000 * MS;
+	gridha_limit_feedback(&l, &slow, clock_now - 1000 * MS, clock_now, 0, CEILING);
+	is_int((long) l.limit, 32, "a slow answer halves the limit (64 to 32)");
+	l.in_flight = 0;
+	clock_now += MS;
+	n = pipeline(&l, 20, 32 + 33 + 48, 0, CEILING, trace, lengthof(trace));
+	trace_is(trace, n, want, lengthof(want),
+			 "after slow answers: one more after a limit's worth in time, then back to 48 in a round trip");
+
+	busy.slow_start = false;
+	busy.limit = 64;
+	busy.in_flight = 64;
+	clock_now += 20 * MS;
+	gridha_limit_feedback(&busy, &b, clock_now - 20 * MS, clock_now, 0, CEILING);
+	is_int((long) busy.limit, 32, "a 503 halves the limit (64 to 32)");
+	busy.in_flight = 0;
+	clock_now += MS;
+	n = pipeline(&busy, 20, 32 + 33 + 34 + 35, 0, CEILING, trace, lengthof(trace));
+	trace_is(trace, n, want_busy, lengthof(want_busy),
+			 "after a 503: one more a round trip only");
+}
+
 int
 main(void)
 {
@@ -564,6 +679,9 @@ main(void)
 	test_ceiling();
 	test_retry_after();
 	test_bucket();
+	test_fastest_raw();
+	test_halving_backlog();
+	test_regrow();
 	printf("1..%d\n", test_count);
 	return test_failed > 0 ? 1 : 0;
 }

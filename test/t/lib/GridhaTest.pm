@@ -1,0 +1,103 @@
+# test/t/lib/GridhaTest.pm: what gridha's tests on PostgreSQL's TAP
+# framework (test/t/*.pl) share beyond PostgreSQL::Test::Cluster: the
+# repository's root, bounded waits, reading a server log from an offset,
+# and the test ledger (test/dlt/ledger.py) as a child process.
+#
+# A test loads it with
+#	use FindBin;
+#	use lib "$FindBin::RealBin/lib";
+#	use GridhaTest;
+#
+# Each sub that another test file adds goes below the others, under a
+# comment naming the file that needs it.
+
+package GridhaTest;
+
+use strict;
+use warnings FATAL => 'all';
+
+use Exporter 'import';
+use File::Basename qw(dirname);
+use File::Spec;
+use IPC::Run;
+use PostgreSQL::Test::Utils;
+use Time::HiRes qw(usleep);
+
+our @EXPORT = qw(gridha_repo wait_until log_size log_since start_ledger
+  stop_ledgers);
+
+my @ledgers;
+
+# gridha_repo(): the repository's root (test/t/lib is three levels down).
+sub gridha_repo
+{
+	return File::Spec->rel2abs(dirname(__FILE__) . '/../../..');
+}
+
+# wait_until($seconds, $sub): call $sub every 0.2 s until it returns true or
+# $seconds have passed; then its last result (true or false).
+sub wait_until
+{
+	my ($seconds, $check) = @_;
+	my $deadline = time() + $seconds;
+	while (time() < $deadline)
+	{
+		return 1 if $check->();
+		usleep(200_000);
+	}
+	return $check->() ? 1 : 0;
+}
+
+# log_size($file): the size of a server log now, to read from later.
+sub log_size
+{
+	return -s $_[0] // 0;
+}
+
+# log_since($file, $offset): what the log got after $offset.
+sub log_since
+{
+	my ($file, $offset) = @_;
+	return slurp_file($file, $offset);
+}
+
+# start_ledger($dir, @args): test/dlt/ledger.py on a free port with @args,
+# logging to $dir/ledger.log (its output in $dir/ledger.out). Returns a hash
+# with url, log (the JSON-lines event log) and the handle. Dies when it does
+# not start within 15 s. stop_ledgers() ends every ledger started here
+# (also at exit).
+sub start_ledger
+{
+	my ($dir, @args) = @_;
+	my $port_file = "$dir/ledger.port";
+	unlink $port_file;
+	my $h = IPC::Run::start(
+		[
+			'python3', gridha_repo() . '/test/dlt/ledger.py',
+			'--port', '0', '--port-file', $port_file, '--log', "$dir/ledger.log", @args
+		],
+		'<', \undef, '>', "$dir/ledger.out", '2>&1');
+	push @ledgers, $h;
+	wait_until(15, sub { -s $port_file })
+	  or die "the test ledger did not start: " . slurp_file("$dir/ledger.out");
+	my $port = slurp_file($port_file);
+	$port =~ s/\s+//g;
+	return { url => "http://127.0.0.1:$port", log => "$dir/ledger.log", handle => $h };
+}
+
+sub stop_ledgers
+{
+	foreach my $h (@ledgers)
+	{
+		eval { $h->signal('TERM'); $h->finish; };
+	}
+	@ledgers = ();
+}
+
+END
+{
+	local $?;
+	stop_ledgers();
+}
+
+1;
