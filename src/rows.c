@@ -37,6 +37,7 @@
 #include "common.h"
 #include "lockcheck.h"
 #include "rows.h"
+#include "status.h"
 #include "tables.h"
 
 #include "access/genam.h"
@@ -50,6 +51,8 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_enum.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "nodes/makefuncs.h"
@@ -57,6 +60,7 @@
 #include "parser/parsetree.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -215,6 +219,53 @@ static struct
 }			rows_partial[2];
 
 /*
+ * The indexes rows_index found by definition (on a table, these columns,
+ * unique or not), kept so that a command opens the one it scans rather
+ * than every index of the table until the right one; forgotten as
+ * rows_partial are. A few slots: the hot path scans fewer distinct ones.
+ */
+typedef struct RowsKnownIndex
+{
+	Oid			table;			/* InvalidOid: a free slot */
+	Oid			index;			/* InvalidOid: look again */
+	int			n;
+	AttrNumber	attnos[INDEX_MAX_KEYS];
+	bool		unique;
+} RowsKnownIndex;
+
+#define ROWS_KNOWN_INDEXES 8
+static RowsKnownIndex rows_known[ROWS_KNOWN_INDEXES];
+static int	rows_known_next = 0;
+
+/*
+ * rows_known_index: the slot for this table, columns and uniqueness (a
+ * slot taken over when none is, its index InvalidOid).
+ */
+static RowsKnownIndex *
+rows_known_index(Oid table, const AttrNumber *attnos, int n, bool unique)
+{
+	RowsKnownIndex *k;
+	int			i;
+
+	Assert(n <= INDEX_MAX_KEYS);
+	for (i = 0; i < ROWS_KNOWN_INDEXES; i++)
+	{
+		k = &rows_known[i];
+		if (k->table == table && k->n == n && k->unique == unique &&
+			memcmp(k->attnos, attnos, n * sizeof(AttrNumber)) == 0)
+			return k;
+	}
+	k = &rows_known[rows_known_next];
+	rows_known_next = (rows_known_next + 1) % ROWS_KNOWN_INDEXES;
+	k->table = table;
+	k->index = InvalidOid;
+	k->n = n;
+	memcpy(k->attnos, attnos, n * sizeof(AttrNumber));
+	k->unique = unique;
+	return k;
+}
+
+/*
  * rows_layout_callback: a table changed (or every table): its layout is
  * checked again at its next use.
  */
@@ -229,6 +280,9 @@ rows_layout_callback(Datum arg, Oid relid)
 	for (i = 0; i < lengthof(rows_partial); i++)
 		if (relid == InvalidOid || rows_partial[i].index == relid || rows_partial[i].table == relid)
 			rows_partial[i].index = InvalidOid;
+	for (i = 0; i < ROWS_KNOWN_INDEXES; i++)
+		if (relid == InvalidOid || rows_known[i].index == relid || rows_known[i].table == relid)
+			rows_known[i].index = InvalidOid;
 }
 
 /*
@@ -482,6 +536,127 @@ gridha_rows_begin(GridhaRows *rows, bool write)
 }
 
 /*
+ * The function of the trigger batches_final (gridha_batches_guard_final),
+ * once recognised by its address, forgotten when any function changes
+ * (a CREATE OR REPLACE may point the same OID at another symbol).
+ */
+static Oid	rows_guard_fn = InvalidOid;
+static bool rows_guard_registered = false;
+
+static void
+rows_guard_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	rows_guard_fn = InvalidOid;
+}
+
+/*
+ * rows_is_guard: whether a trigger of gridha.batches is batches_final as
+ * the extension creates it: an AFTER UPDATE row trigger without a WHEN
+ * clause, arguments or transition tables, calling
+ * gridha_batches_guard_final of this library.
+ */
+static bool
+rows_is_guard(Trigger *trig)
+{
+	FmgrInfo	finfo;
+
+	if (trig->tgtype != (TRIGGER_TYPE_ROW | TRIGGER_TYPE_UPDATE) ||
+		trig->tgqual != NULL || trig->tgnargs != 0 ||
+		trig->tgoldtable != NULL || trig->tgnewtable != NULL)
+		return false;
+	if (!rows_guard_registered)
+	{
+		CacheRegisterSyscacheCallback(PROCOID, rows_guard_callback, (Datum) 0);
+		rows_guard_registered = true;
+	}
+	if (OidIsValid(rows_guard_fn))
+		return trig->tgfoid == rows_guard_fn;
+	fmgr_info(trig->tgfoid, &finfo);
+	if (finfo.fn_addr != gridha_batches_guard_final)
+		return false;
+	rows_guard_fn = trig->tgfoid;
+	return true;
+}
+
+/*
+ * rows_take_guard: takes batches_final out of the triggers the writer's
+ * updates of gridha.batches fire, to test what it tests in
+ * gridha_rows_update instead (rows_check_guard): the same refusal, without
+ * queueing an AFTER trigger event per write and firing it at the end of
+ * the command. Direct SQL writes still fire the trigger.
+ */
+static void
+rows_take_guard(GridhaRowsRel *r)
+{
+	TriggerDesc *td = r->rri->ri_TrigDesc;
+	int			i;
+	int			j;
+
+	if (td == NULL)
+		return;
+	for (i = 0; i < td->numtriggers; i++)
+		if (rows_is_guard(&td->triggers[i]))
+			break;
+	if (i == td->numtriggers)
+		return;
+	/* the descriptor is the ResultRelInfo's own copy */
+	r->guard = td->triggers[i];
+	r->has_guard = true;
+	memmove(&td->triggers[i], &td->triggers[i + 1],
+			(td->numtriggers - i - 1) * sizeof(Trigger));
+	td->numtriggers--;
+	td->trig_update_after_row = false;
+	for (j = 0; j < td->numtriggers; j++)
+		if (TRIGGER_TYPE_MATCHES(td->triggers[j].tgtype, TRIGGER_TYPE_ROW,
+								 TRIGGER_TYPE_AFTER, TRIGGER_TYPE_UPDATE))
+			td->trig_update_after_row = true;
+}
+
+/*
+ * rows_check_guard: what batches_final would do for this update of the
+ * row version r->row held: when the trigger is enabled for this session's
+ * replication role and the update writes a column it names, an old status
+ * committed or invalid is refused (RG002), as gridha_batches_guard_final
+ * refuses it.
+ */
+static void
+rows_check_guard(GridhaRowsRel *r, Bitmapset *updated)
+{
+	Trigger    *trig = &r->guard;
+	bool		isnull;
+	Datum		status;
+	int			i;
+
+	if (SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA)
+	{
+		if (trig->tgenabled == TRIGGER_FIRES_ON_ORIGIN || trig->tgenabled == TRIGGER_DISABLED)
+			return;
+	}
+	else if (trig->tgenabled == TRIGGER_FIRES_ON_REPLICA || trig->tgenabled == TRIGGER_DISABLED)
+		return;
+	if (trig->tgnattr > 0)
+	{
+		for (i = 0; i < trig->tgnattr; i++)
+			if (bms_is_member(trig->tgattr[i] - FirstLowInvalidHeapAttributeNumber, updated))
+				break;
+		if (i == trig->tgnattr)
+			return;
+	}
+	status = slot_getattr(r->row, BATCH_STATUS, &isnull);
+	if (isnull)
+		return;
+	if (DatumGetObjectId(status) == rows_status_oids[GRIDHA_COMMITTED] ||
+		DatumGetObjectId(status) == rows_status_oids[GRIDHA_INVALID])
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_NOT_IN_FLIGHT),
+				 errmsg("batch \"%s\" of service \"%s\" is already %s",
+						TextDatumGetCString(slot_getattr(r->row, BATCH_BATCH_ID, &isnull)),
+						TextDatumGetCString(slot_getattr(r->row, BATCH_SERVICE_ID, &isnull)),
+						rows_status_labels[gridha_status_of(status)]),
+				 errdetail("Committed and invalid are final statuses and never change.")));
+}
+
+/*
  * rows_open: the table, opened on first use in this command.
  */
 static GridhaRowsRel *
@@ -509,7 +684,9 @@ rows_open(GridhaRows *rows, GridhaTable table)
 		/* where the AFTER triggers' firing looks the table up */
 		estate->es_opened_result_relations =
 			lappend(estate->es_opened_result_relations, r->rri);
-		ExecOpenIndices(r->rri, false);
+		/* its indexes: opened by the first update that writes to them */
+		if (table == GRIDHA_BATCHES)
+			rows_take_guard(r);
 		r->row = table_slot_create(r->rel, &estate->es_tupleTable);
 		r->next = table_slot_create(r->rel, &estate->es_tupleTable);
 	}
@@ -594,7 +771,7 @@ rows_index(GridhaRowsRel *r, const AttrNumber *attnos, int n, bool unique, bool 
 	TupleDesc	desc = RelationGetDescr(r->rel);
 
 	*opened = false;
-	if (r->rri != NULL)
+	if (r->indexes_open)
 	{
 		for (i = 0; i < r->rri->ri_NumIndices; i++)
 			if (rows_index_on(r->rri->ri_IndexRelationDescs[i], attnos, n, unique))
@@ -602,6 +779,26 @@ rows_index(GridhaRowsRel *r, const AttrNumber *attnos, int n, bool unique, bool 
 	}
 	else
 	{
+		RowsKnownIndex *known = rows_known_index(RelationGetRelid(r->rel), attnos, n, unique);
+		Oid			oid = known->index;
+
+		if (OidIsValid(oid))
+		{
+			/* the lock first: it takes in the changes that may forget it */
+			LockRelationOid(oid, AccessShareLock);
+			if (known->index == oid)
+			{
+				Relation	index = index_open(oid, NoLock);
+
+				if (rows_index_on(index, attnos, n, unique))
+				{
+					*opened = true;
+					return index;
+				}
+				index_close(index, NoLock);
+			}
+			UnlockRelationOid(oid, AccessShareLock);
+		}
 		foreach(lc, RelationGetIndexList(r->rel))
 		{
 			Relation	candidate = index_open(lfirst_oid(lc), AccessShareLock);
@@ -609,10 +806,12 @@ rows_index(GridhaRowsRel *r, const AttrNumber *attnos, int n, bool unique, bool 
 			if (rows_index_on(candidate, attnos, n, unique))
 			{
 				*opened = true;
+				known->index = RelationGetRelid(candidate);
 				return candidate;
 			}
 			index_close(candidate, AccessShareLock);
 		}
+		known->index = InvalidOid;
 	}
 	initStringInfo(&cols);
 	for (i = 0; i < n; i++)
@@ -777,7 +976,7 @@ gridha_rows_scan_index(GridhaRows *rows, GridhaPartialIndex which,
 	ListCell   *lc;
 	int			i;
 
-	if (r->rri != NULL)
+	if (r->indexes_open)
 	{
 		for (i = 0; i < r->rri->ri_NumIndices && index == NULL; i++)
 			if (rows_partial_is(r->rri->ri_IndexRelationDescs[i], which, soft, hard))
@@ -1029,6 +1228,8 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 	switch (res)
 	{
 		case TM_Ok:
+			if (r->has_guard)
+				rows_check_guard(r, updated);
 			break;
 		case TM_Updated:
 		case TM_Deleted:
@@ -1045,6 +1246,16 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 				 (int) res, RelationGetRelationName(r->rel));
 	}
 
+	/*
+	 * A HOT update writes no index entry, so the indexes are opened (and
+	 * locked, as the executor's ExecOpenIndices does) only by the first
+	 * update of the command that needs them.
+	 */
+	if (update_indexes != TU_None && !r->indexes_open)
+	{
+		ExecOpenIndices(r->rri, false);
+		r->indexes_open = true;
+	}
 	if (r->rri->ri_NumIndices > 0 && update_indexes != TU_None)
 		recheck = ExecInsertIndexTuples_compat(r->rri, r->next, estate, true, false, NULL, NIL,
 												update_indexes == TU_Summarizing);
@@ -1080,7 +1291,7 @@ gridha_rows_end(GridhaRows *rows)
 	{
 		AfterTriggerEndQuery(rows->estate);
 		for (i = 0; i < GRIDHA_NTABLES; i++)
-			if (rows->rels[i].rri != NULL)
+			if (rows->rels[i].indexes_open)
 				ExecCloseIndices(rows->rels[i].rri);
 		EvalPlanQualEnd(&rows->epq);
 		/* tables a trigger's firing opened (ours are found first: none) */

@@ -108,6 +108,9 @@ typedef struct GridhaRowsRel
 	TupleTableSlot *row;		/* the row found last (locked, for writers) */
 	TupleTableSlot *next;		/* the new version being written */
 	Index		rti;			/* its range table entry */
+	Trigger		guard;			/* batches_final, checked here (rows.c) */
+	bool		has_guard;		/* guard taken out of rri's triggers */
+	bool		indexes_open;	/* rri's indexes opened (an update needed them) */
 } GridhaRowsRel;
 
 /* A set of reads and writes done as one command (see rows.c) */

@@ -1350,6 +1350,8 @@ PG_FUNCTION_INFO_V1(gridha_batches_guard_final);
  * PostgreSQL reads a WHEN back from its stored text for every UPDATE
  * statement on the table, and every hand-out and report is one. It runs no
  * SQL, so it needs no pinned search_path either (see the install script).
+ * gridha's own writes (rows.c) do not fire it: rows_check_guard makes the
+ * same test, with the same error, right after each write.
  */
 Datum
 gridha_batches_guard_final(PG_FUNCTION_ARGS)
