@@ -1015,3 +1015,142 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'gridha_resign_lead'
 LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
+
+-- --- issue 40, API 1.3 (finish): one name for gridha's duty; duty, not role ---
+-- run_maintenance's default duty is gridha's own by its 1.3 name (1.2's
+-- 'maintenance' is refused by the library on 1.3: it would name one duty
+-- twice). The tables and the view say duty, as the functions do: a column
+-- renamed keeps its place; the CHECK and the index columns named after it
+-- are renamed with it.
+CREATE OR REPLACE FUNCTION gridha.run_maintenance(
+    instance_id uuid,
+    duty text DEFAULT 'gridha.maintenance',
+    OUT term bigint,
+    OUT tick bigint,
+    OUT outcome gridha.maintenance_outcome,
+    OUT swept_instances integer,
+    OUT pruned_batches bigint,
+    OUT opened_windows integer)
+RETURNS record
+AS 'MODULE_PATHNAME', 'gridha_run_maintenance'
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha.run_maintenance(uuid, text) IS
+'leads the duty (by default gridha''s own, gridha.maintenance; 1.2''s name maintenance is refused) if it can and runs the current tick once: sweeps long-gone instances, prunes final batches past gridha.retention, tops up ID windows; outcome ran, not_leader, already_run, clock_behind or lost_lease';
+
+ALTER TABLE gridha.leases RENAME COLUMN role TO duty;
+ALTER TABLE gridha.leases RENAME CONSTRAINT leases_role_check TO leases_duty_check;
+ALTER TABLE gridha.maintenance_ticks RENAME COLUMN role TO duty;
+ALTER VIEW gridha.leaders RENAME COLUMN role TO duty;
+-- a primary key's index keeps its own column names (ALTER TABLE names an
+-- index's column; ALTER INDEX has no RENAME COLUMN)
+ALTER TABLE gridha.leases_pkey RENAME COLUMN role TO duty;
+ALTER TABLE gridha.maintenance_ticks_pkey RENAME COLUMN role TO duty;
+
+COMMENT ON TABLE gridha.leases IS
+'one row per singleton duty: its leader (NULL after a resignation), the term it leads under, and when the lease expires (gridha.soft_expiry after its last renewal)';
+COMMENT ON TABLE gridha.maintenance_ticks IS
+'every run of a duty, keyed by (duty, tick): a second leader trying the same tick hits the key and backs off; a tick runs only past every stored tick of its duty';
+COMMENT ON VIEW gridha.leaders IS
+'each duty''s leader, term, lease expiry and state (held, expired, vacant), with its latest tick';
+
+-- --- issue 40, API 1.3 (finish): one check for the array report wrappers ---
+-- The array forms' one check of their arrays (both call it; it returns
+-- how many batches they report): an array NULL (details may be), of more
+-- than one dimension, or of another length than service_ids fails the
+-- whole call (22004, 22023). Run with the caller's rights, by the
+-- wrappers' callers only (gridha_submitter, as the wrappers).
+CREATE FUNCTION gridha_internal.report_arrays_check(service_ids text[], batch_ids text[], epochs bigint[],
+                                                    words_name text, words text[], details text[])
+RETURNS integer
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    n integer := 0;
+    a record;
+BEGIN
+    FOR a IN SELECT * FROM (VALUES (1, 'service_ids', service_ids), (2, 'batch_ids', batch_ids),
+                                   (3, 'epochs', epochs::text[]), (4, words_name, words),
+                                   (5, 'details', details)) v(i, name, arr) ORDER BY i LOOP
+        CONTINUE WHEN a.i = 5 AND a.arr IS NULL;
+        IF a.arr IS NULL THEN
+            RAISE EXCEPTION '% must not be null', a.name USING ERRCODE = '22004';
+        END IF;
+        IF array_ndims(a.arr) > 1 THEN
+            RAISE EXCEPTION '% must be a one-dimensional array', a.name USING ERRCODE = '22023';
+        END IF;
+        IF a.i > 1 AND cardinality(a.arr) <> n THEN
+            RAISE EXCEPTION '% has % elements, service_ids has %', a.name, cardinality(a.arr), n
+                USING ERRCODE = '22023', DETAIL = 'Each array holds one element per batch reported.';
+        END IF;
+        n := cardinality(a.arr);
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[]) IS
+'the check of the deprecated array forms of report_submissions and report_statuses: the number of batches, or 22004/22023 for the whole call';
+
+REVOKE ALL ON FUNCTION gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[])
+TO gridha_submitter;
+
+CREATE OR REPLACE FUNCTION gridha.report_submissions(instance_id uuid, service_ids text[], batch_ids text[],
+                                                     epochs bigint[], outcomes text[], details text[] DEFAULT NULL)
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
+LANGUAGE plpgsql VOLATILE ROWS 100
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    n integer := gridha_internal.report_arrays_check(service_ids, batch_ids, epochs, 'outcomes', outcomes, details);
+BEGIN
+    RETURN QUERY
+    SELECT r.service_id, r.batch_id, r.status,
+           CASE WHEN u.w IS NOT NULL AND r.message = 'outcome must not be null' THEN 'RG004' ELSE r.sqlstate END,
+           CASE WHEN u.w IS NOT NULL AND r.message = 'outcome must not be null'
+                THEN format('unknown submission outcome "%s"', u.w) ELSE r.message END
+      FROM ROWS FROM (gridha.report_submissions(instance_id, ARRAY(
+               SELECT ROW(v.s, v.b, v.e,
+                          CASE lower(v.w COLLATE "C") WHEN 'accepted' THEN 'accepted' WHEN 'delayed' THEN 'delayed'
+                               WHEN 'rejected' THEN 'rejected' END::gridha.submission_outcome,
+                          v.d)::gridha.submission_report
+                 FROM unnest(service_ids, batch_ids, epochs, outcomes,
+                             coalesce(details, array_fill(NULL::text, ARRAY[n])))
+                      WITH ORDINALITY AS v(s, b, e, w, d, k)
+                ORDER BY v.k))) WITH ORDINALITY AS r(service_id, batch_id, status, sqlstate, message, k)
+      JOIN unnest(outcomes) WITH ORDINALITY AS u(w, k) ON u.k = r.k
+     ORDER BY r.k;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION gridha.report_statuses(instance_id uuid, service_ids text[], batch_ids text[],
+                                                  epochs bigint[], statuses text[], details text[] DEFAULT NULL)
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
+LANGUAGE plpgsql VOLATILE ROWS 100
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    n integer := gridha_internal.report_arrays_check(service_ids, batch_ids, epochs, 'statuses', statuses, details);
+BEGIN
+    RETURN QUERY
+    SELECT r.service_id, r.batch_id, r.status,
+           CASE WHEN u.w IS NOT NULL AND r.message = 'status must not be null' THEN 'RG005' ELSE r.sqlstate END,
+           CASE WHEN u.w IS NOT NULL AND r.message = 'status must not be null'
+                THEN format('unknown ledger status "%s"', u.w) ELSE r.message END
+      FROM ROWS FROM (gridha.report_statuses(instance_id, ARRAY(
+               SELECT ROW(v.s, v.b, v.e,
+                          CASE lower(v.w COLLATE "C") WHEN 'pending' THEN 'pending' WHEN 'valid' THEN 'valid'
+                               WHEN 'committed' THEN 'committed' WHEN 'invalid' THEN 'invalid'
+                               WHEN 'unknown' THEN 'unknown' END::gridha.ledger_status,
+                          v.d)::gridha.status_report
+                 FROM unnest(service_ids, batch_ids, epochs, statuses,
+                             coalesce(details, array_fill(NULL::text, ARRAY[n])))
+                      WITH ORDINALITY AS v(s, b, e, w, d, k)
+                ORDER BY v.k))) WITH ORDINALITY AS r(service_id, batch_id, status, sqlstate, message, k)
+      JOIN unnest(statuses) WITH ORDINALITY AS u(w, k) ON u.k = r.k
+     ORDER BY r.k;
+END
+$$;

@@ -73,6 +73,17 @@ BEGIN
 END
 $schema$;
 
+-- Trigger functions, the functions behind the worker views and the
+-- worker's own functions are not part of the API: they live in
+-- gridha_internal, created with the extension. No role has USAGE on it
+-- but gridha_submitter, whose members include every worker's role: a
+-- worker registers (worker_register) and finds its orphans
+-- (worker_orphans) by name (the privileges section).
+CREATE SCHEMA gridha_internal;
+
+COMMENT ON SCHEMA gridha_internal IS
+'gridha''s internal functions (triggers, the worker views'' slot readers, the worker''s registration): not an API, they may change in any release';
+
 -- The two final statuses come last: the guard triggers on gridha.batches
 -- test "status >= 'committed'". A new status goes before 'committed'.
 CREATE TYPE gridha.batch_status AS ENUM (
@@ -197,6 +208,9 @@ COMMENT ON COLUMN gridha.instances.soft_expiry IS
 COMMENT ON COLUMN gridha.instances.held IS
 'how many claims the instance holds, kept by every statement that moves a claim';
 
+COMMENT ON COLUMN gridha.instances.owner_cluster IS
+'the system identifier of the cluster on which the owner was set (registration, first use, set_instance_owner): on another cluster, unless this database ran there before (gridha.epoch_bands), the owner is not confirmed and only superusers may act as the instance';
+
 -- Live leases and the expired ones still holding claims, in lease order;
 -- an instance that holds nothing any more has no lease and is not here.
 CREATE INDEX instances_lease ON gridha.instances (soft_expiry) WHERE soft_expiry IS NOT NULL;
@@ -206,18 +220,138 @@ CREATE INDEX instances_lease ON gridha.instances (soft_expiry) WHERE soft_expiry
  * backend; a change of owner, a delete or a truncate makes every backend
  * ask again.
  */
-CREATE FUNCTION gridha.instances_changed()
+CREATE FUNCTION gridha_internal.instances_changed()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'gridha_instances_changed'
 LANGUAGE C
 SET search_path = pg_catalog, gridha, pg_temp;
 
-COMMENT ON FUNCTION gridha.instances_changed() IS
+COMMENT ON FUNCTION gridha_internal.instances_changed() IS
 'trigger: a change of owner, a delete or a truncate of gridha.instances makes every backend check ownership again';
 
 CREATE TRIGGER instances_changed
     AFTER UPDATE OF owner OR DELETE OR TRUNCATE ON gridha.instances
-    FOR EACH STATEMENT EXECUTE FUNCTION gridha.instances_changed();
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha_internal.instances_changed();
+
+/*
+ * instances_guard_claims: a claim is held only by an instance whose row
+ * exists. Its lease is what the claim expires with, and the takeovers of
+ * expired claims start from expired leases: a claim whose holder's row was
+ * deleted would never be taken again. So an instance that holds claims
+ * cannot be deleted, and gridha.instances cannot be truncated while any
+ * claim is held (the sweep of long-unseen instances deletes only instances
+ * that hold nothing; a call whose instance row is deleted while it takes
+ * claims fails, its takes undone: src/claims.c).
+ */
+CREATE FUNCTION gridha_internal.instances_guard_claims()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        IF EXISTS (SELECT 1 FROM gridha.service_claims c WHERE c.claimant = OLD.instance_id) THEN
+            RAISE EXCEPTION 'instance % holds claims and cannot be deleted', OLD.instance_id
+                USING ERRCODE = 'RG021',
+                      DETAIL = 'A claim expires with its holder''s lease: the claims of a deleted instance would never be taken over.',
+                      HINT = 'Release them first (gridha.release_claims), or move them: UPDATE gridha.service_claims SET claimant = NULL WHERE claimant = ''' || OLD.instance_id || '''.';
+        END IF;
+    ELSIF EXISTS (SELECT 1 FROM gridha.service_claims c WHERE c.claimant IS NOT NULL) THEN
+        RAISE EXCEPTION 'gridha.instances cannot be truncated while claims are held'
+            USING ERRCODE = 'RG021',
+                  DETAIL = 'A claim expires with its holder''s lease: the claims of a deleted instance would never be taken over.',
+                  HINT = 'Truncate gridha.service_claims in the same statement, or free the claims first.';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.instances_guard_claims() IS
+'trigger: refuses to delete an instance that holds claims, or to truncate gridha.instances while any claim is held';
+
+REVOKE ALL ON FUNCTION gridha_internal.instances_guard_claims() FROM PUBLIC;
+
+CREATE TRIGGER instances_guard_claims
+    AFTER DELETE ON gridha.instances
+    FOR EACH ROW EXECUTE FUNCTION gridha_internal.instances_guard_claims();
+
+CREATE TRIGGER instances_guard_truncate
+    AFTER TRUNCATE ON gridha.instances
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha_internal.instances_guard_claims();
+
+/*
+ * instances_owner_stamp: an owner set here (a registration, a first use,
+ * set_instance_owner) is set on this cluster. A row that arrives with the
+ * cluster it was owned on (a restore) keeps it.
+ */
+CREATE FUNCTION gridha_internal.instances_owner_stamp()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'gridha_instances_owner_stamp'
+LANGUAGE C
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.instances_owner_stamp() IS
+'trigger: an owner written on this cluster (INSERT without owner_cluster, UPDATE OF owner) gets this cluster''s system identifier in owner_cluster';
+
+CREATE TRIGGER instances_owner_stamp
+    BEFORE INSERT OR UPDATE OF owner ON gridha.instances
+    FOR EACH ROW EXECUTE FUNCTION gridha_internal.instances_owner_stamp();
+
+/*
+ * instances_restored: a statement that brings instances owned on another
+ * cluster (a restore's COPY) says, once, whose owners are missing here or
+ * only share a name with a role here, and how an administrator confirms
+ * them. Until then only superusers act as those instances.
+ */
+CREATE FUNCTION gridha_internal.instances_restored()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    here      bigint := (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s);
+    missing   text;
+    ambiguous text;
+    fix       text;
+    n         bigint;
+BEGIN
+    WITH unconfirmed AS (
+        SELECT r.owner, count(*) AS instances,
+               EXISTS (SELECT 1 FROM pg_catalog.pg_roles p WHERE p.rolname = r.owner) AS exists_here
+          FROM restored r
+         WHERE r.owner IS NOT NULL
+           AND r.owner_cluster IS DISTINCT FROM here
+           AND NOT EXISTS (SELECT 1 FROM gridha.epoch_bands e
+                            WHERE e.system_identifier = r.owner_cluster)
+         GROUP BY r.owner)
+    SELECT sum(u.instances),
+           string_agg(format('%I (%s)', u.owner, u.instances), ', ' ORDER BY u.owner)
+               FILTER (WHERE NOT u.exists_here),
+           string_agg(format('%I (%s)', u.owner, u.instances), ', ' ORDER BY u.owner)
+               FILTER (WHERE u.exists_here),
+           string_agg(format('SELECT gridha.set_instance_owner(instance_id, %L) FROM gridha.instances WHERE owner = %L;',
+                             quote_ident(u.owner), u.owner), ' ' ORDER BY u.owner)
+      INTO n, missing, ambiguous, fix
+      FROM unconfirmed u;
+    IF n > 0 THEN
+        RAISE WARNING 'the owners of % restored gridha instances are not confirmed on this cluster', n
+            USING DETAIL = format('Owner roles missing here (instances): %s. Owner roles that exist here, but may be other roles of the same name (instances): %s. Until an administrator confirms an owner, only superusers may act as its instances.',
+                                  coalesce(missing, 'none'), coalesce(ambiguous, 'none')),
+                  HINT = format('Create each missing role, check that each role is the one that owned the instances, then: %s', fix);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.instances_restored() IS
+'trigger: a statement that brings instances owned on another cluster (a restore) warns once which owners are missing or ambiguous here, with the set_instance_owner commands that confirm them';
+
+CREATE TRIGGER instances_restored
+    AFTER INSERT ON gridha.instances
+    REFERENCING NEW TABLE AS restored
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha_internal.instances_restored();
+
+REVOKE ALL ON FUNCTION gridha_internal.instances_owner_stamp(), gridha_internal.instances_restored() FROM PUBLIC;
 
 CREATE TABLE gridha.service_claims (
     service_id  text PRIMARY KEY,
@@ -343,28 +477,28 @@ COMMENT ON TABLE gridha.epoch_bands IS
 
 REVOKE ALL ON gridha.epoch_bands FROM PUBLIC;
 
-CREATE FUNCTION gridha.service_claims_count()
+CREATE FUNCTION gridha_internal.service_claims_count()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'gridha_service_claims_count'
 LANGUAGE C
 SET search_path = pg_catalog, gridha, pg_temp;
 
-COMMENT ON FUNCTION gridha.service_claims_count() IS
+COMMENT ON FUNCTION gridha_internal.service_claims_count() IS
 'trigger: keeps gridha.service_counts as services are created, moved to another target and removed, written once per target at commit';
 
 CREATE TRIGGER service_claims_counted
     AFTER INSERT OR DELETE ON gridha.service_claims
-    FOR EACH ROW EXECUTE FUNCTION gridha.service_claims_count();
+    FOR EACH ROW EXECUTE FUNCTION gridha_internal.service_claims_count();
 
 -- No WHEN clause: the hand-out's and the reports' row writes never change
 -- the target, so the column list alone keeps this trigger off their path.
 CREATE TRIGGER service_claims_target_counted
     AFTER UPDATE OF target ON gridha.service_claims
-    FOR EACH ROW EXECUTE FUNCTION gridha.service_claims_count();
+    FOR EACH ROW EXECUTE FUNCTION gridha_internal.service_claims_count();
 
 CREATE TRIGGER service_claims_truncated
     AFTER TRUNCATE ON gridha.service_claims
-    FOR EACH STATEMENT EXECUTE FUNCTION gridha.service_claims_count();
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha_internal.service_claims_count();
 
 CREATE TABLE gridha.batches (
     service_id    text NOT NULL,
@@ -399,7 +533,7 @@ COMMENT ON TABLE gridha.batches IS
  * per service the seq order is the commit order of the enqueues: a batch
  * can never become visible behind a head that has already moved past it.
  */
-CREATE FUNCTION gridha.batches_before_insert()
+CREATE FUNCTION gridha_internal.batches_before_insert()
 RETURNS trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -497,12 +631,12 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION gridha.batches_before_insert() IS
+COMMENT ON FUNCTION gridha_internal.batches_before_insert() IS
 'trigger: places a new batch at the tail of its service''s queue, creating the service when it is new';
 
 CREATE TRIGGER batches_enqueue
     BEFORE INSERT ON gridha.batches
-    FOR EACH ROW EXECUTE FUNCTION gridha.batches_before_insert();
+    FOR EACH ROW EXECUTE FUNCTION gridha_internal.batches_before_insert();
 
 /*
  * batches_guard_final: committed and invalid are final, whoever writes.
@@ -519,25 +653,25 @@ CREATE TRIGGER batches_enqueue
  * one function of the schema without the pinned path, and pgTAP checks both
  * facts. The DELETE guard is off the hot path and keeps its WHEN.
  */
-CREATE FUNCTION gridha.batches_guard_final()
+CREATE FUNCTION gridha_internal.batches_guard_final()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'gridha_batches_guard_final'
 LANGUAGE C;
 
-COMMENT ON FUNCTION gridha.batches_guard_final() IS
+COMMENT ON FUNCTION gridha_internal.batches_guard_final() IS
 'trigger: refuses any change to a batch whose status is final';
 
 CREATE TRIGGER batches_final
     AFTER UPDATE OF status, service_id, batch_id, seq ON gridha.batches
     FOR EACH ROW
-    EXECUTE FUNCTION gridha.batches_guard_final();
+    EXECUTE FUNCTION gridha_internal.batches_guard_final();
 
 /*
  * batches_guard_delete: only a finished batch may be deleted. A queued or
  * in-flight batch is part of its service's gap-free sequence: the next head
  * after a final batch is always seq + 1.
  */
-CREATE FUNCTION gridha.batches_guard_delete()
+CREATE FUNCTION gridha_internal.batches_guard_delete()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, gridha, pg_temp
@@ -549,14 +683,14 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION gridha.batches_guard_delete() IS
+COMMENT ON FUNCTION gridha_internal.batches_guard_delete() IS
 'trigger: refuses to delete a batch that is not final';
 
 CREATE TRIGGER batches_unfinished
     AFTER DELETE ON gridha.batches
     FOR EACH ROW
     WHEN (OLD.status < 'committed')
-    EXECUTE FUNCTION gridha.batches_guard_delete();
+    EXECUTE FUNCTION gridha_internal.batches_guard_delete();
 
 -- Settings as the server sees them now, as intervals; used by the views.
 CREATE FUNCTION gridha.expiry_settings(
@@ -575,23 +709,14 @@ COMMENT ON FUNCTION gridha.expiry_settings() IS
 -- API
 -- ---------------------------------------------------------------------------
 
-CREATE FUNCTION gridha.register_instance(label text DEFAULT NULL)
-RETURNS uuid
-AS 'MODULE_PATHNAME', 'gridha_register_instance'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
-
-COMMENT ON FUNCTION gridha.register_instance(text) IS
-'registers a new external instance, owned by the calling role, and returns its id';
-
-CREATE FUNCTION gridha.register_instance(label text, serves text[])
+CREATE FUNCTION gridha.register_instance(label text DEFAULT NULL, serves text[] DEFAULT NULL)
 RETURNS uuid
 AS 'MODULE_PATHNAME', 'gridha_register_instance'
 LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.register_instance(text, text[]) IS
-'registers a new external instance, owned by the calling role, that serves the kinds of target given (submit_url, submit_function, status_url, status_function), and returns its id';
+'registers a new external instance, owned by the calling role, and returns its id; serves, when given, declares the kinds of target it serves (submit_url, submit_function, status_url, status_function), NULL: any';
 
 CREATE FUNCTION gridha.enqueue(service_id text, batch_id text, payload bytea, target text DEFAULT NULL)
 RETURNS bigint
@@ -611,23 +736,14 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha.renew_claims(uuid) IS
 'extends the instance''s lease (one row: every claim it holds expires with it) and returns how many claims it holds';
 
-CREATE FUNCTION gridha.acquire_claims(instance_id uuid)
-RETURNS TABLE (service_id text, epoch bigint)
-AS 'MODULE_PATHNAME', 'gridha_acquire_claims'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
-
-COMMENT ON FUNCTION gridha.acquire_claims(uuid) IS
-'takes free, soft-expired (nothing submitting) and hard-expired claims whose target the instance can serve, up to the fair share when gridha.balance_claims is on (releasing surplus idle claims above it); returns the claims newly taken';
-
-CREATE FUNCTION gridha.acquire_claims(instance_id uuid, serves text[])
+CREATE FUNCTION gridha.acquire_claims(instance_id uuid, serves text[] DEFAULT NULL)
 RETURNS TABLE (service_id text, epoch bigint)
 AS 'MODULE_PATHNAME', 'gridha_acquire_claims'
 LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.acquire_claims(uuid, text[]) IS
-'acquire_claims, declaring first which kinds of target the instance can serve (submit_url, submit_function, status_url, status_function): it claims only services whose target it can serve, and hands back those it can no longer serve';
+'takes free, soft-expired (nothing submitting) and hard-expired claims whose target the instance can serve, up to the fair share when gridha.balance_claims is on (releasing surplus idle claims above it); returns the claims newly taken; serves, when given, first declares which kinds of target the instance can serve (submit_url, submit_function, status_url, status_function) and hands back the claims it can no longer serve';
 
 CREATE FUNCTION gridha.claimed_batches(instance_id uuid, max_batches integer DEFAULT 100)
 RETURNS TABLE (service_id text, batch_id text, seq bigint, status gridha.batch_status, epoch bigint)
@@ -694,22 +810,109 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, text, text) IS
 'deprecated since 1.3 (use report_status(uuid, text, text, bigint, gridha.ledger_status, text)): records what the ledger says of an in-flight batch, the status as text: pending, valid, committed, invalid or unknown (any case), with an optional detail stored on the batch; refused for a stale epoch';
 
+-- The forms deprecated in 1.2 call the current functions: no C entry
+-- point of their own (the library keeps those symbols for 1.2's SQL).
+-- The batched reports check their arrays as before (NULL, more than one
+-- dimension, lengths that differ: the whole call fails) and read the
+-- words in any case; an unknown word refuses its row alone, with RG004 or
+-- RG005, as before.
+-- The array forms' one check of their arrays (both call it; it returns
+-- how many batches they report): an array NULL (details may be), of more
+-- than one dimension, or of another length than service_ids fails the
+-- whole call (22004, 22023). Run with the caller's rights, by the
+-- wrappers' callers only (gridha_submitter, as the wrappers).
+CREATE FUNCTION gridha_internal.report_arrays_check(service_ids text[], batch_ids text[], epochs bigint[],
+                                                    words_name text, words text[], details text[])
+RETURNS integer
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    n integer := 0;
+    a record;
+BEGIN
+    FOR a IN SELECT * FROM (VALUES (1, 'service_ids', service_ids), (2, 'batch_ids', batch_ids),
+                                   (3, 'epochs', epochs::text[]), (4, words_name, words),
+                                   (5, 'details', details)) v(i, name, arr) ORDER BY i LOOP
+        CONTINUE WHEN a.i = 5 AND a.arr IS NULL;
+        IF a.arr IS NULL THEN
+            RAISE EXCEPTION '% must not be null', a.name USING ERRCODE = '22004';
+        END IF;
+        IF array_ndims(a.arr) > 1 THEN
+            RAISE EXCEPTION '% must be a one-dimensional array', a.name USING ERRCODE = '22023';
+        END IF;
+        IF a.i > 1 AND cardinality(a.arr) <> n THEN
+            RAISE EXCEPTION '% has % elements, service_ids has %', a.name, cardinality(a.arr), n
+                USING ERRCODE = '22023', DETAIL = 'Each array holds one element per batch reported.';
+        END IF;
+        n := cardinality(a.arr);
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[]) IS
+'the check of the deprecated array forms of report_submissions and report_statuses: the number of batches, or 22004/22023 for the whole call';
+
 CREATE FUNCTION gridha.report_submissions(instance_id uuid, service_ids text[], batch_ids text[],
-                                          epochs bigint[], outcomes text[], details text[] DEFAULT NULL)
+                                                     epochs bigint[], outcomes text[], details text[] DEFAULT NULL)
 RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
-AS 'MODULE_PATHNAME', 'gridha_report_submissions'
-LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE ROWS 100
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    n integer := gridha_internal.report_arrays_check(service_ids, batch_ids, epochs, 'outcomes', outcomes, details);
+BEGIN
+    RETURN QUERY
+    SELECT r.service_id, r.batch_id, r.status,
+           CASE WHEN u.w IS NOT NULL AND r.message = 'outcome must not be null' THEN 'RG004' ELSE r.sqlstate END,
+           CASE WHEN u.w IS NOT NULL AND r.message = 'outcome must not be null'
+                THEN format('unknown submission outcome "%s"', u.w) ELSE r.message END
+      FROM ROWS FROM (gridha.report_submissions(instance_id, ARRAY(
+               SELECT ROW(v.s, v.b, v.e,
+                          CASE lower(v.w COLLATE "C") WHEN 'accepted' THEN 'accepted' WHEN 'delayed' THEN 'delayed'
+                               WHEN 'rejected' THEN 'rejected' END::gridha.submission_outcome,
+                          v.d)::gridha.submission_report
+                 FROM unnest(service_ids, batch_ids, epochs, outcomes,
+                             coalesce(details, array_fill(NULL::text, ARRAY[n])))
+                      WITH ORDINALITY AS v(s, b, e, w, d, k)
+                ORDER BY v.k))) WITH ORDINALITY AS r(service_id, batch_id, status, sqlstate, message, k)
+      JOIN unnest(outcomes) WITH ORDINALITY AS u(w, k) ON u.k = r.k
+     ORDER BY r.k;
+END
+$$;
 
 COMMENT ON FUNCTION gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[]) IS
 'deprecated since 1.2 (use report_submissions(uuid, gridha.submission_report[])): many report_submission in one transaction, one element per batch in each array: one row per batch with its new status, or the SQLSTATE and message that refused it (a refused row does not undo the others)';
 
 CREATE FUNCTION gridha.report_statuses(instance_id uuid, service_ids text[], batch_ids text[],
-                                       epochs bigint[], statuses text[], details text[] DEFAULT NULL)
+                                                  epochs bigint[], statuses text[], details text[] DEFAULT NULL)
 RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
-AS 'MODULE_PATHNAME', 'gridha_report_statuses'
-LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE ROWS 100
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    n integer := gridha_internal.report_arrays_check(service_ids, batch_ids, epochs, 'statuses', statuses, details);
+BEGIN
+    RETURN QUERY
+    SELECT r.service_id, r.batch_id, r.status,
+           CASE WHEN u.w IS NOT NULL AND r.message = 'status must not be null' THEN 'RG005' ELSE r.sqlstate END,
+           CASE WHEN u.w IS NOT NULL AND r.message = 'status must not be null'
+                THEN format('unknown ledger status "%s"', u.w) ELSE r.message END
+      FROM ROWS FROM (gridha.report_statuses(instance_id, ARRAY(
+               SELECT ROW(v.s, v.b, v.e,
+                          CASE lower(v.w COLLATE "C") WHEN 'pending' THEN 'pending' WHEN 'valid' THEN 'valid'
+                               WHEN 'committed' THEN 'committed' WHEN 'invalid' THEN 'invalid'
+                               WHEN 'unknown' THEN 'unknown' END::gridha.ledger_status,
+                          v.d)::gridha.status_report
+                 FROM unnest(service_ids, batch_ids, epochs, statuses,
+                             coalesce(details, array_fill(NULL::text, ARRAY[n])))
+                      WITH ORDINALITY AS v(s, b, e, w, d, k)
+                ORDER BY v.k))) WITH ORDINALITY AS r(service_id, batch_id, status, sqlstate, message, k)
+      JOIN unnest(statuses) WITH ORDINALITY AS u(w, k) ON u.k = r.k
+     ORDER BY r.k;
+END
+$$;
 
 COMMENT ON FUNCTION gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[]) IS
 'deprecated since 1.2 (use report_statuses(uuid, gridha.status_report[])): many report_status in one transaction, one element per batch in each array: one row per batch with its new status, or the SQLSTATE and message that refused it';
@@ -852,7 +1055,7 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha.stop_worker(uuid) IS
 'asks a running worker instance to stop: it reports the batch in hand, releases its claims and exits; false when no running worker has this id';
 
-CREATE FUNCTION gridha.worker_slots(
+CREATE FUNCTION gridha_internal.worker_slots(
     OUT instance_id uuid,
     OUT label text,
     OUT pid integer,
@@ -867,46 +1070,46 @@ AS 'MODULE_PATHNAME', 'gridha_worker_slots'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, gridha, pg_temp;
 
-COMMENT ON FUNCTION gridha.worker_slots() IS
+COMMENT ON FUNCTION gridha_internal.worker_slots() IS
 'the running worker instances as their shared-memory slots show them (empty without preload)';
 
 CREATE VIEW gridha.workers AS
 SELECT w.instance_id, w.label, w.pid, w.state::gridha.worker_state AS state, w.state_since,
        w.service_id, w.batch_id, w.started_at, w.in_flight AS requests_in_flight
-FROM gridha.worker_slots() w;
+FROM gridha_internal.worker_slots() w;
 
 COMMENT ON VIEW gridha.workers IS
 'one row per running background-worker instance: its instance id, pid (as in pg_stat_activity), state, a batch it is busy with, and how many POSTs it has in flight (requests_in_flight)';
 
 -- A commit that enqueued batches wakes the workers (no-op without preload).
-CREATE FUNCTION gridha.batches_wake()
+CREATE FUNCTION gridha_internal.batches_wake()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'gridha_batches_wake'
 LANGUAGE C
 SET search_path = pg_catalog, gridha, pg_temp;
 
-COMMENT ON FUNCTION gridha.batches_wake() IS
+COMMENT ON FUNCTION gridha_internal.batches_wake() IS
 'trigger: wakes the background workers when the enqueuing transaction commits';
 
 CREATE TRIGGER batches_wake
     AFTER INSERT ON gridha.batches
-    FOR EACH STATEMENT EXECUTE FUNCTION gridha.batches_wake();
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha_internal.batches_wake();
 
 -- A target a worker could not use is refused when it is written (RG007).
 -- Without SET search_path (1.3): it resolves the functions the writer
 -- names with the writer's search_path, as a regprocedure cast in the
 -- writer's statement did; it runs no SQL and resolves nothing else.
-CREATE FUNCTION gridha.targets_check()
+CREATE FUNCTION gridha_internal.targets_check()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'gridha_targets_check'
 LANGUAGE C;
 
-COMMENT ON FUNCTION gridha.targets_check() IS
+COMMENT ON FUNCTION gridha_internal.targets_check() IS
 'trigger: refuses malformed URLs, two sources of one kind, and functions that do not exist or have the wrong signature in gridha.targets; stores each function as its schema-qualified signature';
 
 CREATE TRIGGER targets_check
     BEFORE INSERT OR UPDATE ON gridha.targets
-    FOR EACH ROW EXECUTE FUNCTION gridha.targets_check();
+    FOR EACH ROW EXECUTE FUNCTION gridha_internal.targets_check();
 
 -- ---------------------------------------------------------------------------
 -- Privileges: nothing for PUBLIC. Four roles (created when missing):
@@ -921,6 +1124,7 @@ CREATE TRIGGER targets_check
 
 REVOKE ALL ON ALL TABLES IN SCHEMA gridha FROM PUBLIC;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA gridha FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA gridha_internal FROM PUBLIC;
 
 DO $$
 DECLARE
@@ -937,6 +1141,8 @@ $$;
 GRANT gridha_producer, gridha_submitter TO gridha_client;
 
 GRANT USAGE ON SCHEMA gridha TO gridha_producer, gridha_submitter, gridha_admin;
+REVOKE ALL ON SCHEMA gridha_internal FROM PUBLIC;
+GRANT USAGE ON SCHEMA gridha_internal TO gridha_submitter;
 
 -- Producers: enqueue, and nothing of the claims
 GRANT EXECUTE ON FUNCTION
@@ -948,10 +1154,8 @@ GRANT SELECT ON gridha.queue_progress TO gridha_producer;
 
 -- Submitters: the instance API
 GRANT EXECUTE ON FUNCTION
-    gridha.register_instance(text),
     gridha.register_instance(text, text[]),
     gridha.renew_claims(uuid),
-    gridha.acquire_claims(uuid),
     gridha.acquire_claims(uuid, text[]),
     gridha.claimed_batches(uuid, integer),
     gridha.next_batch(uuid),
@@ -964,7 +1168,9 @@ GRANT EXECUTE ON FUNCTION
     gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[]),
     gridha.release_claims(uuid),
     gridha.expiry_settings(),
-    gridha.worker_slots()
+    gridha_internal.worker_slots()
+TO gridha_submitter;
+GRANT EXECUTE ON FUNCTION gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[])
 TO gridha_submitter;
 GRANT SELECT ON gridha.claims, gridha.instance_health, gridha.service_queues,
     gridha.queue_progress, gridha.workers
@@ -979,19 +1185,26 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON gridha.targets TO gridha_admin;
 GRANT EXECUTE ON FUNCTION
     gridha.start_worker(text),
     gridha.stop_worker(uuid),
-    gridha.worker_slots()
+    gridha_internal.worker_slots()
 TO gridha_admin;
 GRANT SELECT ON gridha.claims, gridha.instance_health, gridha.service_queues,
     gridha.queue_progress, gridha.workers
 TO gridha_admin;
+-- Administrators read every batch's place and status, its attempts and the
+-- detail a report stored (why it is retried), not its payload: a grant on
+-- the other columns of gridha.batches.
+GRANT SELECT (service_id, batch_id, seq, status, created_at, epoch, attempts, not_before,
+              instance_id, handed_out_at, submitted_at, finished_at, detail)
+ON gridha.batches TO gridha_admin;
 
 -- Section 7: leader lease, ID windows, rate limits
 --
 -- Words used here (see src/leader.c, src/idseq.c, src/ratelimit.c):
---   role     a singleton duty; one lease per role in gridha.leases
---   term     bumped each time a role's leader changes; a lease is renewed
+--   duty     a singleton duty; one lease per duty in gridha.leases (the
+--            column was role until 1.3)
+--   term     bumped each time a duty's leader changes; a lease is renewed
 --            only under its term
---   tick     one run of a role's duties, keyed (role, tick) so that it runs
+--   tick     one run of a duty, keyed (duty, tick) so that it runs
 --            once: the start of its slot of the server clock, in ms since 1970
 --   window   ids [window_start, window_end) of an id sequence, reserved in
 --            blocks from next_id on; the high water is the last id ever
@@ -1001,7 +1214,7 @@ TO gridha_admin;
 --            algorithm)
 
 CREATE TABLE gridha.leases (
-    role        text PRIMARY KEY CHECK (role <> ''),
+    duty        text PRIMARY KEY CHECK (duty <> ''),
     leader      uuid,
     term        bigint NOT NULL DEFAULT 0,
     acquired_at timestamptz,
@@ -1011,10 +1224,10 @@ CREATE TABLE gridha.leases (
 );
 
 COMMENT ON TABLE gridha.leases IS
-'one row per singleton role: its leader (NULL after a resignation), the term it leads under, and when the lease expires (gridha.soft_expiry after its last renewal)';
+'one row per singleton duty: its leader (NULL after a resignation), the term it leads under, and when the lease expires (gridha.soft_expiry after its last renewal)';
 
 CREATE TABLE gridha.maintenance_ticks (
-    role            text NOT NULL,
+    duty            text NOT NULL,
     tick            bigint NOT NULL,
     term            bigint NOT NULL,
     leader          uuid NOT NULL,
@@ -1023,17 +1236,19 @@ CREATE TABLE gridha.maintenance_ticks (
     swept_instances integer,
     pruned_batches  bigint,
     opened_windows  integer,
-    PRIMARY KEY (role, tick)
+    PRIMARY KEY (duty, tick)
 );
 
 COMMENT ON TABLE gridha.maintenance_ticks IS
-'every run of a role''s duties, keyed by (role, tick): a second leader trying the same tick hits the key and backs off; a tick runs only past every stored tick of its role';
+'every run of a duty, keyed by (duty, tick): a second leader trying the same tick hits the key and backs off; a tick runs only past every stored tick of its duty';
 
 CREATE FUNCTION gridha.try_lead(instance_id uuid, role text DEFAULT 'default')
 RETURNS bigint
-AS 'MODULE_PATHNAME', 'gridha_try_lead'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT gridha.lead(instance_id, role)
+$$;
 
 COMMENT ON FUNCTION gridha.try_lead(uuid, text) IS
 'deprecated since 1.2 (use lead): leads the duty named role (a new term when the leader changes) or renews this instance''s lease; returns the term, or NULL while another instance holds an unexpired lease';
@@ -1049,16 +1264,18 @@ COMMENT ON FUNCTION gridha.renew_lead(uuid, text, bigint) IS
 
 CREATE FUNCTION gridha.resign(instance_id uuid, role text DEFAULT 'default')
 RETURNS boolean
-AS 'MODULE_PATHNAME', 'gridha_resign'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT gridha.resign_lead(instance_id, role)
+$$;
 
 COMMENT ON FUNCTION gridha.resign(uuid, text) IS
 'deprecated since 1.2 (use resign_lead): gives up this instance''s lease on the duty named role at once; true if it held it';
 
 CREATE FUNCTION gridha.run_maintenance(
     instance_id uuid,
-    duty text DEFAULT 'maintenance',
+    duty text DEFAULT 'gridha.maintenance',
     OUT term bigint,
     OUT tick bigint,
     OUT outcome gridha.maintenance_outcome,
@@ -1071,10 +1288,10 @@ LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.run_maintenance(uuid, text) IS
-'leads the duty if it can and runs the current tick once: sweeps long-gone instances, prunes final batches past gridha.retention, tops up ID windows; outcome ran, not_leader, already_run, clock_behind or lost_lease';
+'leads the duty (by default gridha''s own, gridha.maintenance; 1.2''s name maintenance is refused) if it can and runs the current tick once: sweeps long-gone instances, prunes final batches past gridha.retention, tops up ID windows; outcome ran, not_leader, already_run, clock_behind or lost_lease';
 
 CREATE VIEW gridha.leaders AS
-SELECT l.role,
+SELECT l.duty,
        l.leader,
        l.term,
        l.acquired_at,
@@ -1091,13 +1308,13 @@ FROM gridha.leases l
 LEFT JOIN LATERAL (
     SELECT m.tick, m.started_at
     FROM gridha.maintenance_ticks m
-    WHERE m.role = l.role
+    WHERE m.duty = l.duty
     ORDER BY m.tick DESC
     LIMIT 1
 ) t ON true;
 
 COMMENT ON VIEW gridha.leaders IS
-'each role''s leader, term, lease expiry and state (held, expired, vacant), with its latest tick';
+'each duty''s leader, term, lease expiry and state (held, expired, vacant), with its latest tick';
 
 CREATE SEQUENCE gridha.id_sequence_serial;
 
@@ -1136,18 +1353,18 @@ COMMENT ON TABLE gridha.id_windows IS
 
 -- Runs as the extension's owner, as the foreign key's cascade did: a role
 -- an administrator let delete sequence rows needs no right on id_windows.
-CREATE FUNCTION gridha.id_sequences_changed()
+CREATE FUNCTION gridha_internal.id_sequences_changed()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'gridha_id_sequences_changed'
 LANGUAGE C SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
 
-COMMENT ON FUNCTION gridha.id_sequences_changed() IS
+COMMENT ON FUNCTION gridha_internal.id_sequences_changed() IS
 'trigger: rows of gridha.id_sequences deleted by hand take their windows with them and make every backend look its next_id names up again';
 
 CREATE TRIGGER id_sequences_changed
     AFTER DELETE OR TRUNCATE ON gridha.id_sequences
-    FOR EACH STATEMENT EXECUTE FUNCTION gridha.id_sequences_changed();
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha_internal.id_sequences_changed();
 
 CREATE FUNCTION gridha.create_id_sequence(name text, window_size bigint DEFAULT 1000000,
                                           min_open_windows integer DEFAULT 4)
@@ -1235,7 +1452,7 @@ COMMENT ON TABLE gridha.rate_handouts IS
  * transition table, which a trigger that names columns cannot have: the
  * trigger is on every UPDATE, and its WHEN picks the rate changes.
  */
-CREATE FUNCTION gridha.targets_rate_changed()
+CREATE FUNCTION gridha_internal.targets_rate_changed()
 RETURNS trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -1259,7 +1476,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION gridha.targets_rate_changed() IS
+COMMENT ON FUNCTION gridha_internal.targets_rate_changed() IS
 'trigger: rescales a target''s rate state when its rate_interval changes, so the new rate applies at once';
 
 CREATE TRIGGER targets_rate_changed
@@ -1267,7 +1484,7 @@ CREATE TRIGGER targets_rate_changed
     REFERENCING NEW TABLE AS targets_rate_new
     FOR EACH ROW
     WHEN (OLD.rate_interval IS DISTINCT FROM NEW.rate_interval)
-    EXECUTE FUNCTION gridha.targets_rate_changed();
+    EXECUTE FUNCTION gridha_internal.targets_rate_changed();
 
 /*
  * targets_name_change: a statement that renames targets (UPDATE OF target;
@@ -1283,7 +1500,7 @@ CREATE TRIGGER targets_rate_changed
  * those cycles. Renames and deletes are rare; while one waits or runs,
  * the calls of every target wait for it (docs/concurrency.md).
  */
-CREATE FUNCTION gridha.targets_name_change()
+CREATE FUNCTION gridha_internal.targets_name_change()
 RETURNS trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -1295,15 +1512,15 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION gridha.targets_name_change() IS
+COMMENT ON FUNCTION gridha_internal.targets_name_change() IS
 'trigger: a statement that may rename or delete targets first takes gridha.service_claims in SHARE ROW EXCLUSIVE mode, so that its cascades never deadlock with a hand-out, a report or a backend''s totals row';
 
-REVOKE ALL ON FUNCTION gridha.targets_name_change() FROM PUBLIC;
+REVOKE ALL ON FUNCTION gridha_internal.targets_name_change() FROM PUBLIC;
 
 CREATE TRIGGER targets_name_change
     BEFORE UPDATE OF target OR DELETE ON gridha.targets
     FOR EACH STATEMENT
-    EXECUTE FUNCTION gridha.targets_name_change();
+    EXECUTE FUNCTION gridha_internal.targets_name_change();
 
 /*
  * targets_totals_follow: a target's running totals (gridha.target_totals,
@@ -1315,7 +1532,7 @@ CREATE TRIGGER targets_name_change
  * transaction that began before the rename) are added to. The default
  * row that an INSERT of 'default' replaces (a restore) keeps its rows.
  */
-CREATE FUNCTION gridha.targets_totals_follow()
+CREATE FUNCTION gridha_internal.targets_totals_follow()
 RETURNS trigger
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -1356,33 +1573,33 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION gridha.targets_totals_follow() IS
+COMMENT ON FUNCTION gridha_internal.targets_totals_follow() IS
 'trigger: a renamed target''s rows of gridha.target_totals move to its new name; a deleted target''s rows go with it';
 
-REVOKE ALL ON FUNCTION gridha.targets_totals_follow() FROM PUBLIC;
+REVOKE ALL ON FUNCTION gridha_internal.targets_totals_follow() FROM PUBLIC;
 
 CREATE TRIGGER targets_totals_follow
     AFTER UPDATE OF target OR DELETE ON gridha.targets
     FOR EACH ROW
-    EXECUTE FUNCTION gridha.targets_totals_follow();
+    EXECUTE FUNCTION gridha_internal.targets_totals_follow();
 
 /*
  * targets_rate_inval: a hand-out takes the rate-limited path only while
  * some target is limited, which each backend remembers; every change of
  * gridha.targets makes it ask again once the change commits.
  */
-CREATE FUNCTION gridha.targets_rate_inval()
+CREATE FUNCTION gridha_internal.targets_rate_inval()
 RETURNS trigger
 AS 'MODULE_PATHNAME', 'gridha_targets_rate_inval'
 LANGUAGE C
 SET search_path = pg_catalog, gridha, pg_temp;
 
-COMMENT ON FUNCTION gridha.targets_rate_inval() IS
+COMMENT ON FUNCTION gridha_internal.targets_rate_inval() IS
 'trigger: a change of gridha.targets makes every backend check again, at its commit, whether any target is rate-limited';
 
 CREATE TRIGGER targets_rate_inval
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON gridha.targets
-    FOR EACH STATEMENT EXECUTE FUNCTION gridha.targets_rate_inval();
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha_internal.targets_rate_inval();
 
 CREATE VIEW gridha.target_rates AS
 SELECT t.target,
@@ -1413,9 +1630,9 @@ REVOKE ALL ON FUNCTION
     gridha.drop_id_sequence(text),
     gridha.reserve_ids(text, integer),
     gridha.next_id(text),
-    gridha.id_sequences_changed(),
-    gridha.targets_rate_changed(),
-    gridha.targets_rate_inval()
+    gridha_internal.id_sequences_changed(),
+    gridha_internal.targets_rate_changed(),
+    gridha_internal.targets_rate_inval()
 FROM PUBLIC;
 
 -- Submitters lead and run maintenance (as instances they own); producers
@@ -1458,7 +1675,7 @@ GRANT SELECT ON gridha.id_sequence_status TO gridha_producer;
  * it. While that row is untouched (as CREATE EXTENSION made it) and no
  * service uses it, an INSERT of a row named 'default' replaces it.
  */
-CREATE FUNCTION gridha.targets_before_insert()
+CREATE FUNCTION gridha_internal.targets_before_insert()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, gridha, pg_temp
@@ -1477,15 +1694,15 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION gridha.targets_before_insert() IS
+COMMENT ON FUNCTION gridha_internal.targets_before_insert() IS
 'trigger: an INSERT of a row named default replaces the untouched default row CREATE EXTENSION made (what a restore does)';
 
 CREATE TRIGGER targets_restore_default
     BEFORE INSERT ON gridha.targets
-    FOR EACH ROW EXECUTE FUNCTION gridha.targets_before_insert();
+    FOR EACH ROW EXECUTE FUNCTION gridha_internal.targets_before_insert();
 
-REVOKE ALL ON FUNCTION gridha.targets_before_insert(), gridha.service_claims_count(),
-    gridha.instances_changed() FROM PUBLIC;
+REVOKE ALL ON FUNCTION gridha_internal.targets_before_insert(), gridha_internal.service_claims_count(),
+    gridha_internal.instances_changed() FROM PUBLIC;
 REVOKE ALL ON gridha.service_counts, gridha.target_totals, gridha.queue_progress FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
@@ -1505,7 +1722,7 @@ REVOKE ALL ON SEQUENCE gridha.session_keys FROM PUBLIC;
  * worker_limit_slots: each running worker's concurrency limit per target
  * (docs/workers.md), from its shared-memory slot.
  */
-CREATE FUNCTION gridha.worker_limit_slots(
+CREATE FUNCTION gridha_internal.worker_limit_slots(
     OUT instance_id uuid,
     OUT target text,
     OUT in_flight integer,
@@ -1516,19 +1733,19 @@ AS 'MODULE_PATHNAME', 'gridha_worker_limits'
 LANGUAGE C VOLATILE
 SET search_path = pg_catalog, gridha, pg_temp;
 
-COMMENT ON FUNCTION gridha.worker_limit_slots() IS
+COMMENT ON FUNCTION gridha_internal.worker_limit_slots() IS
 'each running worker''s requests in flight and concurrency limit per target it talked to lately, with the overload signals it saw (empty without preload)';
 
 CREATE VIEW gridha.worker_limits AS
 SELECT l.instance_id, l.target, l.in_flight AS requests_in_flight, l.inflight_limit, l.failures
-FROM gridha.worker_limit_slots() l;
+FROM gridha_internal.worker_limit_slots() l;
 
 COMMENT ON VIEW gridha.worker_limits IS
 'one row per running worker and target: requests in flight, the worker''s current concurrency limit (at most gridha.worker_inflight) and the overload signals since it started';
 
-REVOKE ALL ON FUNCTION gridha.worker_limit_slots() FROM PUBLIC;
+REVOKE ALL ON FUNCTION gridha_internal.worker_limit_slots() FROM PUBLIC;
 REVOKE ALL ON gridha.worker_limits FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION gridha.worker_limit_slots() TO gridha_submitter, gridha_admin;
+GRANT EXECUTE ON FUNCTION gridha_internal.worker_limit_slots() TO gridha_submitter, gridha_admin;
 GRANT SELECT ON gridha.worker_limits TO gridha_submitter, gridha_admin;
 
 /*
@@ -1537,13 +1754,13 @@ GRANT SELECT ON gridha.worker_limits TO gridha_submitter, gridha_admin;
  * (the function checks the process, not the role), so no SQL client can
  * make an instance of kind worker.
  */
-CREATE FUNCTION gridha.worker_register(instance_id uuid, label text)
+CREATE FUNCTION gridha_internal.worker_register(instance_id uuid, label text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'gridha_worker_register'
 LANGUAGE C VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp;
 
-COMMENT ON FUNCTION gridha.worker_register(uuid, text) IS
+COMMENT ON FUNCTION gridha_internal.worker_register(uuid, text) IS
 'registers the calling background worker''s instance (kind worker, owned by the worker''s role); refused outside a gridha worker; false when the id has a row already';
 
 /*
@@ -1551,7 +1768,7 @@ COMMENT ON FUNCTION gridha.worker_register(uuid, text) IS
  * submitting under its claim, for the worker to find those whose report
  * failed (it reports them delayed). Read by the worker as its own role.
  */
-CREATE FUNCTION gridha.worker_orphans(instance_id uuid)
+CREATE FUNCTION gridha_internal.worker_orphans(instance_id uuid)
 RETURNS TABLE (service_id text, batch_id text, epoch bigint)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp
@@ -1563,7 +1780,7 @@ SELECT b.service_id, b.batch_id, b.epoch
    AND b.status = 'submitting' AND b.epoch = c.epoch AND b.instance_id = $1
 $$;
 
-COMMENT ON FUNCTION gridha.worker_orphans(uuid) IS
+COMMENT ON FUNCTION gridha_internal.worker_orphans(uuid) IS
 'the heads an instance handed out that are still submitting under its claim and epoch (a worker reports those it does not have in hand delayed)';
 
 /*
@@ -1648,10 +1865,10 @@ $$;
 COMMENT ON FUNCTION gridha.set_instance_owner(uuid, regrole) IS
 'gives an instance an owner, or confirms a restored instance''s owner on this cluster (administrators): only members of that role may act as it; an instance without an owner, or whose owner is not confirmed here, is refused to everyone but superusers';
 
-REVOKE ALL ON FUNCTION gridha.worker_register(uuid, text), gridha.worker_orphans(uuid),
+REVOKE ALL ON FUNCTION gridha_internal.worker_register(uuid, text), gridha_internal.worker_orphans(uuid),
     gridha.move_service(text, text),
     gridha.set_instance_owner(uuid, regrole) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION gridha.worker_register(uuid, text), gridha.worker_orphans(uuid)
+GRANT EXECUTE ON FUNCTION gridha_internal.worker_register(uuid, text), gridha_internal.worker_orphans(uuid)
 TO gridha_submitter;
 GRANT EXECUTE ON FUNCTION gridha.move_service(text, text), gridha.set_instance_owner(uuid, regrole)
 TO gridha_admin;
@@ -1950,325 +2167,3 @@ COMMENT ON VIEW gridha.metrics IS
 
 REVOKE ALL ON gridha.metrics FROM PUBLIC;
 GRANT SELECT ON gridha.metrics TO gridha_submitter, gridha_admin;
-
--- ---------------------------------------------------------------------------
--- 1.3 (each change is made the same way in gridha--1.2--1.3.sql)
--- ---------------------------------------------------------------------------
-
--- issue 38: claims are held only by instances whose row exists
-
-/*
- * instances_guard_claims: a claim is held only by an instance whose row
- * exists. Its lease is what the claim expires with, and the takeovers of
- * expired claims start from expired leases: a claim whose holder's row was
- * deleted would never be taken again. So an instance that holds claims
- * cannot be deleted, and gridha.instances cannot be truncated while any
- * claim is held (the sweep of long-unseen instances deletes only instances
- * that hold nothing; a call whose instance row is deleted while it takes
- * claims fails, its takes undone: src/claims.c).
- */
-CREATE FUNCTION gridha.instances_guard_claims()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-BEGIN
-    IF TG_OP = 'DELETE' THEN
-        IF EXISTS (SELECT 1 FROM gridha.service_claims c WHERE c.claimant = OLD.instance_id) THEN
-            RAISE EXCEPTION 'instance % holds claims and cannot be deleted', OLD.instance_id
-                USING ERRCODE = 'RG021',
-                      DETAIL = 'A claim expires with its holder''s lease: the claims of a deleted instance would never be taken over.',
-                      HINT = 'Release them first (gridha.release_claims), or move them: UPDATE gridha.service_claims SET claimant = NULL WHERE claimant = ''' || OLD.instance_id || '''.';
-        END IF;
-    ELSIF EXISTS (SELECT 1 FROM gridha.service_claims c WHERE c.claimant IS NOT NULL) THEN
-        RAISE EXCEPTION 'gridha.instances cannot be truncated while claims are held'
-            USING ERRCODE = 'RG021',
-                  DETAIL = 'A claim expires with its holder''s lease: the claims of a deleted instance would never be taken over.',
-                  HINT = 'Truncate gridha.service_claims in the same statement, or free the claims first.';
-    END IF;
-    RETURN NULL;
-END
-$$;
-
-COMMENT ON FUNCTION gridha.instances_guard_claims() IS
-'trigger: refuses to delete an instance that holds claims, or to truncate gridha.instances while any claim is held';
-
-REVOKE ALL ON FUNCTION gridha.instances_guard_claims() FROM PUBLIC;
-
-CREATE TRIGGER instances_guard_claims
-    AFTER DELETE ON gridha.instances
-    FOR EACH ROW EXECUTE FUNCTION gridha.instances_guard_claims();
-
-CREATE TRIGGER instances_guard_truncate
-    AFTER TRUNCATE ON gridha.instances
-    FOR EACH STATEMENT EXECUTE FUNCTION gridha.instances_guard_claims();
-
--- --- issue 39: restores by any superuser; restored instances' owners ---
-
-COMMENT ON COLUMN gridha.instances.owner_cluster IS
-'the system identifier of the cluster on which the owner was set (registration, first use, set_instance_owner): on another cluster, unless this database ran there before (gridha.epoch_bands), the owner is not confirmed and only superusers may act as the instance';
-
-/*
- * instances_owner_stamp: an owner set here (a registration, a first use,
- * set_instance_owner) is set on this cluster. A row that arrives with the
- * cluster it was owned on (a restore) keeps it.
- */
-CREATE FUNCTION gridha.instances_owner_stamp()
-RETURNS trigger
-AS 'MODULE_PATHNAME', 'gridha_instances_owner_stamp'
-LANGUAGE C
-SET search_path = pg_catalog, gridha, pg_temp;
-
-COMMENT ON FUNCTION gridha.instances_owner_stamp() IS
-'trigger: an owner written on this cluster (INSERT without owner_cluster, UPDATE OF owner) gets this cluster''s system identifier in owner_cluster';
-
-CREATE TRIGGER instances_owner_stamp
-    BEFORE INSERT OR UPDATE OF owner ON gridha.instances
-    FOR EACH ROW EXECUTE FUNCTION gridha.instances_owner_stamp();
-
-/*
- * instances_restored: a statement that brings instances owned on another
- * cluster (a restore's COPY) says, once, whose owners are missing here or
- * only share a name with a role here, and how an administrator confirms
- * them. Until then only superusers act as those instances.
- */
-CREATE FUNCTION gridha.instances_restored()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-DECLARE
-    here      bigint := (SELECT s.system_identifier FROM pg_catalog.pg_control_system() s);
-    missing   text;
-    ambiguous text;
-    fix       text;
-    n         bigint;
-BEGIN
-    WITH unconfirmed AS (
-        SELECT r.owner, count(*) AS instances,
-               EXISTS (SELECT 1 FROM pg_catalog.pg_roles p WHERE p.rolname = r.owner) AS exists_here
-          FROM restored r
-         WHERE r.owner IS NOT NULL
-           AND r.owner_cluster IS DISTINCT FROM here
-           AND NOT EXISTS (SELECT 1 FROM gridha.epoch_bands e
-                            WHERE e.system_identifier = r.owner_cluster)
-         GROUP BY r.owner)
-    SELECT sum(u.instances),
-           string_agg(format('%I (%s)', u.owner, u.instances), ', ' ORDER BY u.owner)
-               FILTER (WHERE NOT u.exists_here),
-           string_agg(format('%I (%s)', u.owner, u.instances), ', ' ORDER BY u.owner)
-               FILTER (WHERE u.exists_here),
-           string_agg(format('SELECT gridha.set_instance_owner(instance_id, %L) FROM gridha.instances WHERE owner = %L;',
-                             quote_ident(u.owner), u.owner), ' ' ORDER BY u.owner)
-      INTO n, missing, ambiguous, fix
-      FROM unconfirmed u;
-    IF n > 0 THEN
-        RAISE WARNING 'the owners of % restored gridha instances are not confirmed on this cluster', n
-            USING DETAIL = format('Owner roles missing here (instances): %s. Owner roles that exist here, but may be other roles of the same name (instances): %s. Until an administrator confirms an owner, only superusers may act as its instances.',
-                                  coalesce(missing, 'none'), coalesce(ambiguous, 'none')),
-                  HINT = format('Create each missing role, check that each role is the one that owned the instances, then: %s', fix);
-    END IF;
-    RETURN NULL;
-END
-$$;
-
-COMMENT ON FUNCTION gridha.instances_restored() IS
-'trigger: a statement that brings instances owned on another cluster (a restore) warns once which owners are missing or ambiguous here, with the set_instance_owner commands that confirm them';
-
-CREATE TRIGGER instances_restored
-    AFTER INSERT ON gridha.instances
-    REFERENCING NEW TABLE AS restored
-    FOR EACH STATEMENT EXECUTE FUNCTION gridha.instances_restored();
-
-REVOKE ALL ON FUNCTION gridha.instances_owner_stamp(), gridha.instances_restored() FROM PUBLIC;
-
--- ---------------------------------------------------------------------------
--- issue 40, API 1.3 (surface): internal functions in a schema of their own,
--- one function with defaults instead of overloads, the deprecated forms as
--- SQL wrappers, batch status and detail readable by administrators
--- ---------------------------------------------------------------------------
---
--- The same statements end gridha--1.3.sql and gridha--1.2--1.3.sql, so that
--- a fresh install and an upgraded one are made alike.
-
--- Trigger functions and the functions behind the worker views are not
--- part of the API: they move to gridha_internal, created with the
--- extension. Triggers and views name their functions by OID, so nothing
--- that uses them changes. No role has USAGE on the schema but
--- gridha_submitter, whose members include every worker's role: a worker
--- registers (worker_register) and finds its orphans (worker_orphans) by
--- name. EXECUTE stays as it was (the trigger functions: nobody's; the
--- views' functions: the roles that read the views).
-CREATE SCHEMA gridha_internal;
-
-COMMENT ON SCHEMA gridha_internal IS
-'gridha''s internal functions (triggers, the worker views'' slot readers, the worker''s registration): not an API, they may change in any release';
-
-REVOKE ALL ON SCHEMA gridha_internal FROM PUBLIC;
-GRANT USAGE ON SCHEMA gridha_internal TO gridha_submitter;
-
-ALTER FUNCTION gridha.batches_before_insert() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.batches_guard_final() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.batches_guard_delete() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.batches_wake() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.id_sequences_changed() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.instances_changed() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.instances_guard_claims() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.instances_owner_stamp() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.instances_restored() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.service_claims_count() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.targets_before_insert() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.targets_check() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.targets_name_change() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.targets_rate_changed() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.targets_rate_inval() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.targets_totals_follow() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.worker_limit_slots() SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.worker_orphans(uuid) SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.worker_register(uuid, text) SET SCHEMA gridha_internal;
-ALTER FUNCTION gridha.worker_slots() SET SCHEMA gridha_internal;
-
--- register_instance and acquire_claims: one function each, serves
--- defaulting to NULL (any kind of target, nothing declared), as the form
--- without it did. Calls of 1.2 by position or by name keep working.
-DROP FUNCTION gridha.register_instance(text);
-
-CREATE OR REPLACE FUNCTION gridha.register_instance(label text DEFAULT NULL, serves text[] DEFAULT NULL)
-RETURNS uuid
-AS 'MODULE_PATHNAME', 'gridha_register_instance'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
-
-COMMENT ON FUNCTION gridha.register_instance(text, text[]) IS
-'registers a new external instance, owned by the calling role, and returns its id; serves, when given, declares the kinds of target it serves (submit_url, submit_function, status_url, status_function), NULL: any';
-
-DROP FUNCTION gridha.acquire_claims(uuid);
-
-CREATE OR REPLACE FUNCTION gridha.acquire_claims(instance_id uuid, serves text[] DEFAULT NULL)
-RETURNS TABLE (service_id text, epoch bigint)
-AS 'MODULE_PATHNAME', 'gridha_acquire_claims'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
-
-COMMENT ON FUNCTION gridha.acquire_claims(uuid, text[]) IS
-'takes free, soft-expired (nothing submitting) and hard-expired claims whose target the instance can serve, up to the fair share when gridha.balance_claims is on (releasing surplus idle claims above it); returns the claims newly taken; serves, when given, first declares which kinds of target the instance can serve (submit_url, submit_function, status_url, status_function) and hands back the claims it can no longer serve';
-
--- The forms deprecated in 1.2 call the current functions: no C entry
--- point of their own (the library keeps those symbols for 1.2's SQL).
--- The batched reports check their arrays as before (NULL, more than one
--- dimension, lengths that differ: the whole call fails) and read the
--- words in any case; an unknown word refuses its row alone, with RG004 or
--- RG005, as before.
-CREATE OR REPLACE FUNCTION gridha.try_lead(instance_id uuid, role text DEFAULT 'default')
-RETURNS bigint
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-SELECT gridha.lead(instance_id, role)
-$$;
-
-CREATE OR REPLACE FUNCTION gridha.resign(instance_id uuid, role text DEFAULT 'default')
-RETURNS boolean
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-SELECT gridha.resign_lead(instance_id, role)
-$$;
-
-CREATE OR REPLACE FUNCTION gridha.report_submissions(instance_id uuid, service_ids text[], batch_ids text[],
-                                                     epochs bigint[], outcomes text[], details text[] DEFAULT NULL)
-RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
-LANGUAGE plpgsql VOLATILE ROWS 100
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-DECLARE
-    n integer := 0;
-    a record;
-BEGIN
-    FOR a IN SELECT * FROM (VALUES (1, 'service_ids', service_ids), (2, 'batch_ids', batch_ids),
-                                   (3, 'epochs', epochs::text[]), (4, 'outcomes', outcomes),
-                                   (5, 'details', details)) v(i, name, arr) ORDER BY i LOOP
-        CONTINUE WHEN a.i = 5 AND a.arr IS NULL;
-        IF a.arr IS NULL THEN
-            RAISE EXCEPTION '% must not be null', a.name USING ERRCODE = '22004';
-        END IF;
-        IF array_ndims(a.arr) > 1 THEN
-            RAISE EXCEPTION '% must be a one-dimensional array', a.name USING ERRCODE = '22023';
-        END IF;
-        IF a.i > 1 AND cardinality(a.arr) <> n THEN
-            RAISE EXCEPTION '% has % elements, service_ids has %', a.name, cardinality(a.arr), n
-                USING ERRCODE = '22023', DETAIL = 'Each array holds one element per batch reported.';
-        END IF;
-        n := cardinality(a.arr);
-    END LOOP;
-    RETURN QUERY
-    SELECT r.service_id, r.batch_id, r.status,
-           CASE WHEN u.w IS NOT NULL AND r.message = 'outcome must not be null' THEN 'RG004' ELSE r.sqlstate END,
-           CASE WHEN u.w IS NOT NULL AND r.message = 'outcome must not be null'
-                THEN format('unknown submission outcome "%s"', u.w) ELSE r.message END
-      FROM ROWS FROM (gridha.report_submissions(instance_id, ARRAY(
-               SELECT ROW(v.s, v.b, v.e,
-                          CASE lower(v.w COLLATE "C") WHEN 'accepted' THEN 'accepted' WHEN 'delayed' THEN 'delayed'
-                               WHEN 'rejected' THEN 'rejected' END::gridha.submission_outcome,
-                          v.d)::gridha.submission_report
-                 FROM unnest(service_ids, batch_ids, epochs, outcomes,
-                             coalesce(details, array_fill(NULL::text, ARRAY[n])))
-                      WITH ORDINALITY AS v(s, b, e, w, d, k)
-                ORDER BY v.k))) WITH ORDINALITY AS r(service_id, batch_id, status, sqlstate, message, k)
-      JOIN unnest(outcomes) WITH ORDINALITY AS u(w, k) ON u.k = r.k
-     ORDER BY r.k;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION gridha.report_statuses(instance_id uuid, service_ids text[], batch_ids text[],
-                                                  epochs bigint[], statuses text[], details text[] DEFAULT NULL)
-RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
-LANGUAGE plpgsql VOLATILE ROWS 100
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-DECLARE
-    n integer := 0;
-    a record;
-BEGIN
-    FOR a IN SELECT * FROM (VALUES (1, 'service_ids', service_ids), (2, 'batch_ids', batch_ids),
-                                   (3, 'epochs', epochs::text[]), (4, 'statuses', statuses),
-                                   (5, 'details', details)) v(i, name, arr) ORDER BY i LOOP
-        CONTINUE WHEN a.i = 5 AND a.arr IS NULL;
-        IF a.arr IS NULL THEN
-            RAISE EXCEPTION '% must not be null', a.name USING ERRCODE = '22004';
-        END IF;
-        IF array_ndims(a.arr) > 1 THEN
-            RAISE EXCEPTION '% must be a one-dimensional array', a.name USING ERRCODE = '22023';
-        END IF;
-        IF a.i > 1 AND cardinality(a.arr) <> n THEN
-            RAISE EXCEPTION '% has % elements, service_ids has %', a.name, cardinality(a.arr), n
-                USING ERRCODE = '22023', DETAIL = 'Each array holds one element per batch reported.';
-        END IF;
-        n := cardinality(a.arr);
-    END LOOP;
-    RETURN QUERY
-    SELECT r.service_id, r.batch_id, r.status,
-           CASE WHEN u.w IS NOT NULL AND r.message = 'status must not be null' THEN 'RG005' ELSE r.sqlstate END,
-           CASE WHEN u.w IS NOT NULL AND r.message = 'status must not be null'
-                THEN format('unknown ledger status "%s"', u.w) ELSE r.message END
-      FROM ROWS FROM (gridha.report_statuses(instance_id, ARRAY(
-               SELECT ROW(v.s, v.b, v.e,
-                          CASE lower(v.w COLLATE "C") WHEN 'pending' THEN 'pending' WHEN 'valid' THEN 'valid'
-                               WHEN 'committed' THEN 'committed' WHEN 'invalid' THEN 'invalid'
-                               WHEN 'unknown' THEN 'unknown' END::gridha.ledger_status,
-                          v.d)::gridha.status_report
-                 FROM unnest(service_ids, batch_ids, epochs, statuses,
-                             coalesce(details, array_fill(NULL::text, ARRAY[n])))
-                      WITH ORDINALITY AS v(s, b, e, w, d, k)
-                ORDER BY v.k))) WITH ORDINALITY AS r(service_id, batch_id, status, sqlstate, message, k)
-      JOIN unnest(statuses) WITH ORDINALITY AS u(w, k) ON u.k = r.k
-     ORDER BY r.k;
-END
-$$;
-
--- Administrators read every batch's place and status, its attempts and the
--- detail a report stored (why it is retried), not its payload: a grant on
--- the other columns of gridha.batches.
-GRANT SELECT (service_id, batch_id, seq, status, created_at, epoch, attempts, not_before,
-              instance_id, handed_out_at, submitted_at, finished_at, detail)
-ON gridha.batches TO gridha_admin;

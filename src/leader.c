@@ -8,8 +8,9 @@
  *
  * Words:
  *   role      a duty: the name of a singleton duty, called duty in the
- *             1.2 API and role in the tables (gridha.leases.role) and in
- *             1.1; each has one row in gridha.leases. Names that begin
+ *             API since 1.2 and in the tables since 1.3 (gridha.leases.duty;
+ *             role in 1.1 and in 1.2's tables, LEADER_GEN); each has one
+ *             row in gridha.leases. Names that begin
  *             with "gridha." are gridha's own (SQL 1.3): lead, try_lead
  *             and renew_lead refuse them (RG025), so a user's duty never
  *             shares a lease with gridha's. gridha's own duty is
@@ -82,46 +83,64 @@
 #include "utils/timestamp.h"
 
 
-static GridhaStatement leader_read_stmt = {
-	"SELECT coalesce(l.leader = $1, false), l.term,"
-	"       coalesce(l.expires_at > now(), false),"
-	"       coalesce(l.renewed_at <= now() - $3 * interval '1 millisecond', true)"
-	"  FROM gridha.leases l"
-	" WHERE l.role = $2",
-	3, {UUIDOID, TEXTOID, INT8OID}
+#define LEADER_READ_SQL(D) \
+	"SELECT coalesce(l.leader = $1, false), l.term," \
+	"       coalesce(l.expires_at > now(), false)," \
+	"       coalesce(l.renewed_at <= now() - $3 * interval '1 millisecond', true)" \
+	"  FROM gridha.leases l" \
+	" WHERE l." D " = $2"
+/*
+ * The column that names a duty is duty in SQL 1.3 and role in 1.2
+ * (gridha.leases, gridha.maintenance_ticks): each statement that names it
+ * comes in two forms, [0] for 1.3 and [1] for 1.2, made from one text.
+ */
+#define LEADER_GEN (gridha_sql_is_current() ? 0 : 1)
+
+static GridhaStatement leader_read_stmt[2] = {
+	{LEADER_READ_SQL("duty"), 3, {UUIDOID, TEXTOID, INT8OID}},
+	{LEADER_READ_SQL("role"), 3, {UUIDOID, TEXTOID, INT8OID}}
 };
 
 /*
  * Take or renew: the row lock of the upsert and the re-check of its WHERE
  * on the newest row version make two would-be leaders agree on one.
  */
-static GridhaStatement leader_take_stmt = {
-	"INSERT INTO gridha.leases AS l"
-	"       (role, leader, term, acquired_at, renewed_at, expires_at)"
-	" VALUES ($2, $1, 1, now(), now(), now() + $3 * interval '1 millisecond')"
-	" ON CONFLICT (role) DO UPDATE"
-	"   SET leader = $1,"
-	"       term = CASE WHEN l.leader = $1 THEN l.term ELSE l.term + 1 END,"
-	"       acquired_at = CASE WHEN l.leader = $1 THEN l.acquired_at ELSE now() END,"
-	"       renewed_at = now(),"
-	"       expires_at = EXCLUDED.expires_at"
-	" WHERE l.leader = $1 OR l.leader IS NULL OR l.expires_at <= now()"
-	" RETURNING l.term",
-	3, {UUIDOID, TEXTOID, INT8OID}
+#define LEADER_TAKE_SQL(D) \
+	"INSERT INTO gridha.leases AS l" \
+	"       (" D ", leader, term, acquired_at, renewed_at, expires_at)" \
+	" VALUES ($2, $1, 1, now(), now(), now() + $3 * interval '1 millisecond')" \
+	" ON CONFLICT (" D ") DO UPDATE" \
+	"   SET leader = $1," \
+	"       term = CASE WHEN l.leader = $1 THEN l.term ELSE l.term + 1 END," \
+	"       acquired_at = CASE WHEN l.leader = $1 THEN l.acquired_at ELSE now() END," \
+	"       renewed_at = now()," \
+	"       expires_at = EXCLUDED.expires_at" \
+	" WHERE l.leader = $1 OR l.leader IS NULL OR l.expires_at <= now()" \
+	" RETURNING l.term"
+
+static GridhaStatement leader_take_stmt[2] = {
+	{LEADER_TAKE_SQL("duty"), 3, {UUIDOID, TEXTOID, INT8OID}},
+	{LEADER_TAKE_SQL("role"), 3, {UUIDOID, TEXTOID, INT8OID}}
 };
 
-static GridhaStatement leader_renew_stmt = {
-	"UPDATE gridha.leases"
-	"   SET renewed_at = now(), expires_at = now() + $4 * interval '1 millisecond'"
-	" WHERE role = $2 AND leader = $1 AND term = $3",
-	4, {UUIDOID, TEXTOID, INT8OID, INT8OID}
+#define LEADER_RENEW_SQL(D) \
+	"UPDATE gridha.leases" \
+	"   SET renewed_at = now(), expires_at = now() + $4 * interval '1 millisecond'" \
+	" WHERE " D " = $2 AND leader = $1 AND term = $3"
+
+static GridhaStatement leader_renew_stmt[2] = {
+	{LEADER_RENEW_SQL("duty"), 4, {UUIDOID, TEXTOID, INT8OID, INT8OID}},
+	{LEADER_RENEW_SQL("role"), 4, {UUIDOID, TEXTOID, INT8OID, INT8OID}}
 };
 
-static GridhaStatement leader_resign_stmt = {
-	"UPDATE gridha.leases"
-	"   SET leader = NULL, expires_at = NULL, renewed_at = now()"
-	" WHERE role = $2 AND leader = $1",
-	2, {UUIDOID, TEXTOID}
+#define LEADER_RESIGN_SQL(D) \
+	"UPDATE gridha.leases" \
+	"   SET leader = NULL, expires_at = NULL, renewed_at = now()" \
+	" WHERE " D " = $2 AND leader = $1"
+
+static GridhaStatement leader_resign_stmt[2] = {
+	{LEADER_RESIGN_SQL("duty"), 2, {UUIDOID, TEXTOID}},
+	{LEADER_RESIGN_SQL("role"), 2, {UUIDOID, TEXTOID}}
 };
 
 /*
@@ -131,40 +150,49 @@ static GridhaStatement leader_resign_stmt = {
  * the hand-out's transaction), and the lease row, when there is one, is
  * not locked.
  */
-static GridhaStatement leader_row_free_stmt = {
-	"SELECT NOT EXISTS (SELECT 1 FROM gridha.leases l WHERE l.role = $1)"
-	"       OR EXISTS (SELECT 1 FROM gridha.leases l WHERE l.role = $1"
-	"                     FOR UPDATE SKIP LOCKED)",
-	1, {TEXTOID}
+#define LEADER_ROW_FREE_SQL(D) \
+	"SELECT NOT EXISTS (SELECT 1 FROM gridha.leases l WHERE l." D " = $1)" \
+	"       OR EXISTS (SELECT 1 FROM gridha.leases l WHERE l." D " = $1" \
+	"                     FOR UPDATE SKIP LOCKED)"
+
+static GridhaStatement leader_row_free_stmt[2] = {
+	{LEADER_ROW_FREE_SQL("duty"), 1, {TEXTOID}},
+	{LEADER_ROW_FREE_SQL("role"), 1, {TEXTOID}}
 };
 
 /* The current tick: the start of now()'s slot, in ms since 1970. */
 #define LEADER_TICK_EXPR \
 	"(floor(extract(epoch FROM now()) * 1000 / $4) * $4)::int8"
 
-static GridhaStatement leader_tick_stmt = {
-	"INSERT INTO gridha.maintenance_ticks AS m (role, tick, term, leader, started_at)"
-	" SELECT $1, t.tick, $3, $2, now()"
-	"   FROM (SELECT " LEADER_TICK_EXPR " AS tick) t"
-	"  WHERE EXISTS (SELECT 1 FROM gridha.leases l"
-	"                 WHERE l.role = $1 AND l.leader = $2 AND l.term = $3"
-	"                   AND l.expires_at > now())"
-	"    AND NOT EXISTS (SELECT 1 FROM gridha.maintenance_ticks p"
-	"                     WHERE p.role = $1 AND p.tick >= t.tick)"
-	" ON CONFLICT (role, tick) DO NOTHING"
-	" RETURNING m.tick",
-	4, {TEXTOID, UUIDOID, INT8OID, INT8OID}
+#define LEADER_TICK_SQL(D) \
+	"INSERT INTO gridha.maintenance_ticks AS m (" D ", tick, term, leader, started_at)" \
+	" SELECT $1, t.tick, $3, $2, now()" \
+	"   FROM (SELECT " LEADER_TICK_EXPR " AS tick) t" \
+	"  WHERE EXISTS (SELECT 1 FROM gridha.leases l" \
+	"                 WHERE l." D " = $1 AND l.leader = $2 AND l.term = $3" \
+	"                   AND l.expires_at > now())" \
+	"    AND NOT EXISTS (SELECT 1 FROM gridha.maintenance_ticks p" \
+	"                     WHERE p." D " = $1 AND p.tick >= t.tick)" \
+	" ON CONFLICT (" D ", tick) DO NOTHING" \
+	" RETURNING m.tick"
+
+static GridhaStatement leader_tick_stmt[2] = {
+	{LEADER_TICK_SQL("duty"), 4, {TEXTOID, UUIDOID, INT8OID, INT8OID}},
+	{LEADER_TICK_SQL("role"), 4, {TEXTOID, UUIDOID, INT8OID, INT8OID}}
 };
 
 /* Why no tick was run: the current tick, the highest stored, the lease. */
-static GridhaStatement leader_why_stmt = {
-	"SELECT t.tick,"
-	"       (SELECT max(p.tick) FROM gridha.maintenance_ticks p WHERE p.role = $1),"
-	"       EXISTS (SELECT 1 FROM gridha.leases l"
-	"                WHERE l.role = $1 AND l.leader = $2 AND l.term = $3"
-	"                  AND l.expires_at > now())"
-	"  FROM (SELECT " LEADER_TICK_EXPR " AS tick) t",
-	4, {TEXTOID, UUIDOID, INT8OID, INT8OID}
+#define LEADER_WHY_SQL(D) \
+	"SELECT t.tick," \
+	"       (SELECT max(p.tick) FROM gridha.maintenance_ticks p WHERE p." D " = $1)," \
+	"       EXISTS (SELECT 1 FROM gridha.leases l" \
+	"                WHERE l." D " = $1 AND l.leader = $2 AND l.term = $3" \
+	"                  AND l.expires_at > now())" \
+	"  FROM (SELECT " LEADER_TICK_EXPR " AS tick) t"
+
+static GridhaStatement leader_why_stmt[2] = {
+	{LEADER_WHY_SQL("duty"), 4, {TEXTOID, UUIDOID, INT8OID, INT8OID}},
+	{LEADER_WHY_SQL("role"), 4, {TEXTOID, UUIDOID, INT8OID, INT8OID}}
 };
 
 /*
@@ -273,18 +301,24 @@ static GridhaStatement leader_counts_stmt = {
 };
 
 /* Old tick rows go after a day; the newest one of the role always stays. */
-static GridhaStatement leader_prune_ticks_stmt = {
-	"DELETE FROM gridha.maintenance_ticks"
-	" WHERE role = $1 AND tick < $2 AND started_at < now() - interval '1 day'",
-	2, {TEXTOID, INT8OID}
+#define LEADER_PRUNE_TICKS_SQL(D) \
+	"DELETE FROM gridha.maintenance_ticks" \
+	" WHERE " D " = $1 AND tick < $2 AND started_at < now() - interval '1 day'"
+
+static GridhaStatement leader_prune_ticks_stmt[2] = {
+	{LEADER_PRUNE_TICKS_SQL("duty"), 2, {TEXTOID, INT8OID}},
+	{LEADER_PRUNE_TICKS_SQL("role"), 2, {TEXTOID, INT8OID}}
 };
 
-static GridhaStatement leader_record_stmt = {
-	"UPDATE gridha.maintenance_ticks"
-	"   SET finished_at = clock_timestamp(), swept_instances = $3,"
-	"       pruned_batches = $4, opened_windows = $5"
-	" WHERE role = $1 AND tick = $2",
-	5, {TEXTOID, INT8OID, INT4OID, INT8OID, INT4OID}
+#define LEADER_RECORD_SQL(D) \
+	"UPDATE gridha.maintenance_ticks" \
+	"   SET finished_at = clock_timestamp(), swept_instances = $3," \
+	"       pruned_batches = $4, opened_windows = $5" \
+	" WHERE " D " = $1 AND tick = $2"
+
+static GridhaStatement leader_record_stmt[2] = {
+	{LEADER_RECORD_SQL("duty"), 5, {TEXTOID, INT8OID, INT4OID, INT8OID, INT4OID}},
+	{LEADER_RECORD_SQL("role"), 5, {TEXTOID, INT8OID, INT4OID, INT8OID, INT4OID}}
 };
 
 static bool leader_trylock(text *role);
@@ -336,7 +370,7 @@ gridha_leader_resign_own(Datum instance_id)
 
 	args[0] = instance_id;
 	args[1] = CStringGetTextDatum(gridha_maintenance_duty());
-	gridha_exec(&leader_resign_stmt, args, NULL, false);
+	gridha_exec(&leader_resign_stmt[LEADER_GEN], args, NULL, false);
 	return SPI_processed > 0;
 }
 
@@ -360,7 +394,7 @@ leader_lead(Datum instance_id, text *role, bool force, bool nowait)
 	args[0] = instance_id;
 	args[1] = PointerGetDatum(role);
 	args[2] = Int64GetDatum(t.renew_ms);
-	gridha_exec(&leader_read_stmt, args, NULL, true);
+	gridha_exec(&leader_read_stmt[LEADER_GEN], args, NULL, true);
 	if (SPI_processed > 0)
 	{
 		bool		isnull;
@@ -395,7 +429,7 @@ leader_lead(Datum instance_id, text *role, bool force, bool nowait)
 	if (nowait && !leader_trylock(role))
 		return -1;
 	args[2] = Int64GetDatum(t.soft_ms);
-	gridha_exec(&leader_take_stmt, args, NULL, false);
+	gridha_exec(&leader_take_stmt[LEADER_GEN], args, NULL, false);
 	if (SPI_processed == 0)
 		return -1;
 	return gridha_col_int64(0, 1);
@@ -423,7 +457,7 @@ leader_trylock(text *role)
 	if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 		return false;
 	role_arg[0] = PointerGetDatum(role);
-	gridha_exec(&leader_row_free_stmt, role_arg, NULL, false);
+	gridha_exec(&leader_row_free_stmt[LEADER_GEN], role_arg, NULL, false);
 	return DatumGetBool(gridha_col(0, 1, &isnull)) && !isnull;
 }
 
@@ -507,7 +541,7 @@ gridha_renew_lead(PG_FUNCTION_ARGS)
 	args[3] = Int64GetDatum(t.soft_ms);
 	SPI_connect();
 	(void) gridha_instance_check(instance_id);
-	gridha_exec(&leader_renew_stmt, args, NULL, false);
+	gridha_exec(&leader_renew_stmt[LEADER_GEN], args, NULL, false);
 	ok = SPI_processed > 0;
 	SPI_finish();
 	PG_RETURN_BOOL(ok);
@@ -531,7 +565,7 @@ leader_resign(FunctionCallInfo fcinfo, const char *fname)
 	args[1] = PointerGetDatum(duty);
 	SPI_connect();
 	(void) gridha_instance_check(instance_id);
-	gridha_exec(&leader_resign_stmt, args, NULL, false);
+	gridha_exec(&leader_resign_stmt[LEADER_GEN], args, NULL, false);
 	ok = SPI_processed > 0;
 	SPI_finish();
 	PG_RETURN_BOOL(ok);
@@ -680,7 +714,7 @@ leader_duties(Datum instance_id, text *role, int64 tick, bool check_counts,
 
 	args[0] = PointerGetDatum(role);
 	args[1] = Int64GetDatum(tick);
-	gridha_exec(&leader_prune_ticks_stmt, args, NULL, false);
+	gridha_exec(&leader_prune_ticks_stmt[LEADER_GEN], args, NULL, false);
 }
 
 /*
@@ -698,7 +732,7 @@ leader_run_tick(Datum instance_id, text *role, int64 term, bool check_counts,
 	args[1] = instance_id;
 	args[2] = Int64GetDatum(term);
 	args[3] = Int64GetDatum(gridha_maintenance_interval_ms);
-	gridha_exec(&leader_tick_stmt, args, NULL, false);
+	gridha_exec(&leader_tick_stmt[LEADER_GEN], args, NULL, false);
 	if (SPI_processed == 0)
 		return false;
 	*tick = gridha_col_int64(0, 1);
@@ -708,7 +742,7 @@ leader_run_tick(Datum instance_id, text *role, int64 term, bool check_counts,
 	args[2] = Int32GetDatum(*swept);
 	args[3] = Int64GetDatum(*pruned);
 	args[4] = Int32GetDatum(*opened);
-	gridha_exec(&leader_record_stmt, args, NULL, false);
+	gridha_exec(&leader_record_stmt[LEADER_GEN], args, NULL, false);
 	return true;
 }
 
@@ -745,18 +779,29 @@ gridha_run_maintenance(PG_FUNCTION_ARGS)
 	gridha_require_writable("run_maintenance()");
 
 	/*
-	 * gridha's own maintenance is the only duty of the reserved namespace
-	 * it runs; 1.2's name of that duty, which 1.2 callers pass, is that
-	 * duty in SQL 1.3 too, so that they and the hand-outs' poll duty keep
-	 * sharing one lease.
+	 * SQL 1.3: gridha's own maintenance, 'gridha.maintenance' (the default
+	 * duty), is the only duty of the reserved namespace it runs. 1.2's name
+	 * of that duty, 'maintenance', is refused rather than taken either
+	 * way: as gridha's duty it would give one duty two names, and as a
+	 * user's duty of that name it would run gridha's maintenance under a
+	 * lease apart from the one the hand-outs' poll duty takes, which is
+	 * not what a 1.2 caller that names it means. A 1.2 schema's calls
+	 * (default 'maintenance') name that schema's duty as they are.
 	 */
 	if (gridha_sql_is_current())
 	{
 		char	   *name = text_to_cstring(role);
 
 		if (strcmp(name, "maintenance") == 0)
-			role = cstring_to_text(gridha_maintenance_duty());
-		else if (strcmp(name, gridha_maintenance_duty()) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("gridha's maintenance duty is \"%s\", not \"maintenance\"",
+							gridha_maintenance_duty()),
+					 errdetail("Since gridha 1.3, \"maintenance\" is a name like any other for a user's duty, and gridha's own maintenance runs under \"%s\".",
+							   gridha_maintenance_duty()),
+					 errhint("Call gridha.run_maintenance(instance_id) without a duty, or name the duty \"%s\".",
+							 gridha_maintenance_duty())));
+		if (strcmp(name, gridha_maintenance_duty()) != 0)
 			leader_refuse_reserved(role);
 	}
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
@@ -785,7 +830,7 @@ gridha_run_maintenance(PG_FUNCTION_ARGS)
 			args[1] = instance_id;
 			args[2] = Int64GetDatum(term);
 			args[3] = Int64GetDatum(gridha_maintenance_interval_ms);
-			gridha_exec(&leader_why_stmt, args, NULL, false);
+			gridha_exec(&leader_why_stmt[LEADER_GEN], args, NULL, false);
 			tick = gridha_col_int64(0, 1);
 			latest = DatumGetInt64(gridha_col(0, 2, &isnull));
 			if (isnull)

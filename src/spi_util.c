@@ -307,15 +307,13 @@ spi_schema_changed(Datum arg, int cacheid, uint32 hashvalue)
 }
 
 /*
- * gridha_require_safe_schema: refuses (RG015) to run gridha's functions
- * while schema gridha belongs to a role that is not a superuser, or grants
- * CREATE to a role other than its owner: such a role could place an
- * operator, function or type there that gridha's SECURITY DEFINER code
- * would resolve and run with the extension owner's rights. The verdict is
- * kept until a schema or a role changes, so the hot path pays nothing.
+ * spi_check_schema: refuses (RG015) when the schema named nspname belongs
+ * to a role that is not a superuser, or grants CREATE to a role other than
+ * its owner that is not a superuser (or to PUBLIC). A schema that does not
+ * exist passes: the caller fails on its own.
  */
-void
-gridha_require_safe_schema(void)
+static void
+spi_check_schema(const char *nspname)
 {
 	Oid			nspid;
 	HeapTuple	tup;
@@ -326,18 +324,9 @@ gridha_require_safe_schema(void)
 	bool		owner_bad = false;
 	bool		create_bad = false;
 
-	gridha_require_plain_tables();
-	if (spi_schema_safe)
-		return;
-	if (!spi_schema_callbacks)
-	{
-		CacheRegisterSyscacheCallback(NAMESPACEOID, spi_schema_changed, (Datum) 0);
-		CacheRegisterSyscacheCallback(AUTHOID, spi_schema_changed, (Datum) 0);
-		spi_schema_callbacks = true;
-	}
-	nspid = get_namespace_oid("gridha", true);
+	nspid = get_namespace_oid(nspname, true);
 	if (!OidIsValid(nspid))
-		return;					/* nothing to run; the caller fails on its own */
+		return;
 	tup = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(nspid));
 	if (!HeapTupleIsValid(tup))
 		return;
@@ -367,17 +356,48 @@ gridha_require_safe_schema(void)
 	if (owner_bad)
 		ereport(ERROR,
 				(errcode(ERRCODE_GRIDHA_UNSAFE_SCHEMA),
-				 errmsg("schema gridha belongs to role \"%s\", which is not a superuser",
+				 errmsg("schema %s belongs to role \"%s\", which is not a superuser",
+						nspname,
 						GetUserNameFromId(bad, true) ? GetUserNameFromId(bad, true) : "?"),
 				 errdetail("Objects that role placed in the schema would run with the extension's rights, so gridha refuses to run."),
-				 errhint("Check the schema for objects gridha did not create, then ALTER SCHEMA gridha OWNER TO a superuser.")));
+				 errhint("Check the schema for objects gridha did not create, then ALTER SCHEMA %s OWNER TO a superuser.",
+						 nspname)));
 	if (create_bad)
 		ereport(ERROR,
 				(errcode(ERRCODE_GRIDHA_UNSAFE_SCHEMA),
-				 errmsg("schema gridha grants CREATE to %s",
+				 errmsg("schema %s grants CREATE to %s", nspname,
 						bad == ACL_ID_PUBLIC ? "PUBLIC" :
 						psprintf("role \"%s\"", GetUserNameFromId(bad, true) ? GetUserNameFromId(bad, true) : "?")),
 				 errdetail("Objects that role placed in the schema would run with the extension's rights, so gridha refuses to run."),
-				 errhint("REVOKE CREATE ON SCHEMA gridha FROM every role but its owner.")));
+				 errhint("REVOKE CREATE ON SCHEMA %s FROM every role but its owner.", nspname)));
+}
+
+/*
+ * gridha_require_safe_schema: refuses (RG015) to run gridha's functions
+ * while schema gridha, or on SQL 1.3 schema gridha_internal (the trigger
+ * functions and the worker's own functions, SECURITY DEFINER too), belongs
+ * to a role that is not a superuser, or grants CREATE to a role other than
+ * its owner: such a role could place an operator, function or type there
+ * that gridha's SECURITY DEFINER code would resolve and run with the
+ * extension owner's rights. The verdict is kept until a schema or a role
+ * changes, so the hot path pays nothing.
+ */
+void
+gridha_require_safe_schema(void)
+{
+	gridha_require_plain_tables();
+	if (spi_schema_safe)
+		return;
+	if (!spi_schema_callbacks)
+	{
+		CacheRegisterSyscacheCallback(NAMESPACEOID, spi_schema_changed, (Datum) 0);
+		CacheRegisterSyscacheCallback(AUTHOID, spi_schema_changed, (Datum) 0);
+		spi_schema_callbacks = true;
+	}
+	if (!OidIsValid(get_namespace_oid("gridha", true)))
+		return;					/* nothing to run; the caller fails on its own */
+	spi_check_schema("gridha");
+	if (gridha_sql_is_current())
+		spi_check_schema("gridha_internal");
 	spi_schema_safe = true;
 }

@@ -56,7 +56,8 @@ extern bool gridha_uuid_equal(Datum a, Datum b);
 /* Write paths refuse read-only transactions and hot standbys (25006) */
 extern void gridha_require_writable(const char *what);
 
-/* Schema gridha is a superuser's and nobody else may create in it (RG015) */
+/* Schemas gridha and (1.3) gridha_internal are a superuser's and nobody else
+ * may create in them (RG015) */
 extern void gridha_require_safe_schema(void);
 
 #endif							/* GRIDHA_SPI_UTIL_H */

@@ -25,9 +25,9 @@ SELECT kind, key, val FROM (
     UNION ALL
     SELECT 'target', t.target, to_jsonb(t) FROM gridha.targets t
     UNION ALL
-    SELECT 'lease', l.role, to_jsonb(l) FROM gridha.leases l
+    SELECT 'lease', l.duty, to_jsonb(l) FROM gridha.leases l
     UNION ALL
-    SELECT 'tick', m.role || '/' || m.tick, to_jsonb(m) FROM gridha.maintenance_ticks m
+    SELECT 'tick', m.duty || '/' || m.tick, to_jsonb(m) FROM gridha.maintenance_ticks m
     UNION ALL
     SELECT 'id_sequence', q.name, to_jsonb(q) FROM gridha.id_sequences q
     UNION ALL

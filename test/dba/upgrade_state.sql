@@ -82,13 +82,16 @@ AS $$
       FROM gridha.targets t
     UNION ALL
     -- gridha's own duty: 'maintenance' up to 1.2, 'gridha.maintenance' since
-    -- 1.3 (the update renames its lease and ticks): one name here
-    SELECT 'lease', upgrade_scratch.duty(l.role),
-           to_jsonb(l) || jsonb_build_object('role', upgrade_scratch.duty(l.role))
+    -- 1.3 (the update renames its lease and ticks), in a column named role
+    -- up to 1.2 and duty since 1.3: one name and one key here
+    SELECT 'lease', upgrade_scratch.duty(coalesce(to_jsonb(l) ->> 'duty', to_jsonb(l) ->> 'role')),
+           (to_jsonb(l) - 'duty' - 'role')
+           || jsonb_build_object('role', upgrade_scratch.duty(coalesce(to_jsonb(l) ->> 'duty', to_jsonb(l) ->> 'role')))
       FROM gridha.leases l
     UNION ALL
-    SELECT 'tick', upgrade_scratch.duty(m.role) || '/' || m.tick,
-           to_jsonb(m) || jsonb_build_object('role', upgrade_scratch.duty(m.role))
+    SELECT 'tick', upgrade_scratch.duty(coalesce(to_jsonb(m) ->> 'duty', to_jsonb(m) ->> 'role')) || '/' || m.tick,
+           (to_jsonb(m) - 'duty' - 'role')
+           || jsonb_build_object('role', upgrade_scratch.duty(coalesce(to_jsonb(m) ->> 'duty', to_jsonb(m) ->> 'role')))
       FROM gridha.maintenance_ticks m
     UNION ALL
     SELECT 'id_sequence', q.name, to_jsonb(q) FROM gridha.id_sequences q

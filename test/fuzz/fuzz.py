@@ -1296,7 +1296,7 @@ class Gen:
         the poll duty"""
         k = self.r.randrange(4)
         if k == 0:
-            vals = [V("'%s'::uuid" % self.own()), V(lit(self.pick(["maintenance", "fz-maint"])))]
+            vals = [V("'%s'::uuid" % self.own()), V(lit(self.pick(["gridha.maintenance", "maintenance", "fz-maint"])))]
             self.call("run_maintenance", "maint", "SELECT * FROM gridha.run_maintenance(%s)" % self.args(vals), vals)
         elif k == 1:
             n = V("'%d'::int4" % self.pick([1, 10, 1000]))

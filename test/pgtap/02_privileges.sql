@@ -159,6 +159,7 @@ INSERT INTO tap_grants VALUES
  ('submitter', 'function', 'gridha_internal.worker_limit_slots()', 'EXECUTE'),
  ('submitter', 'view',     'gridha.worker_limits', 'SELECT'),
  ('submitter', 'function', 'gridha_internal.worker_orphans(uuid)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[])', 'EXECUTE'),
  ('submitter', 'function', 'gridha.try_lead(uuid, text)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.renew_lead(uuid, text, bigint)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.resign(uuid, text)', 'EXECUTE'),
@@ -441,8 +442,9 @@ SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)
                 'gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[])',
                 'gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[])',
                 'gridha.resign(uuid, text)', 'gridha.try_lead(uuid, text)',
+                'gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[])',
                 'gridha_internal.worker_limit_slots()', 'gridha_internal.worker_slots()'],
-          'every granted function is SECURITY DEFINER but the three that read no table (expiry_settings, worker_limit_slots, worker_slots) and the 1.2 forms that call the API as the caller (try_lead, resign, the five-array reports)');
+          'every granted function is SECURITY DEFINER but the four that read no table (expiry_settings, worker_limit_slots, worker_slots, report_arrays_check) and the 1.2 forms that call the API as the caller (try_lead, resign, the five-array reports)');
 
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
              FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
@@ -555,8 +557,8 @@ LANGUAGE sql AS $$
         (SELECT string_agg(b::text, '|' ORDER BY b.service_id, b.batch_id) FROM gridha.batches b),
         (SELECT string_agg(c::text, '|' ORDER BY c.service_id) FROM gridha.service_claims c),
         (SELECT string_agg(i::text, '|' ORDER BY i.instance_id) FROM gridha.instances i),
-        (SELECT string_agg(l::text, '|' ORDER BY l.role) FROM gridha.leases l),
-        (SELECT string_agg(m::text, '|' ORDER BY m.role, m.tick) FROM gridha.maintenance_ticks m)))
+        (SELECT string_agg(l::text, '|' ORDER BY l.duty) FROM gridha.leases l),
+        (SELECT string_agg(m::text, '|' ORDER BY m.duty, m.tick) FROM gridha.maintenance_ticks m)))
 $$;
 
 SELECT is(pg_temp.a1_state(),

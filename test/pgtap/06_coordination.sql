@@ -18,7 +18,7 @@ INSERT INTO api7 VALUES
  (2, 'renew_lead', '{uuid,text,bigint}', 'instance_id uuid, duty text, term bigint', 'boolean', true),
  (3, 'resign', '{uuid,text}', 'instance_id uuid, role text DEFAULT ''default''::text', 'boolean', true),
  (4, 'run_maintenance', '{uuid,text}',
-     'instance_id uuid, duty text DEFAULT ''maintenance''::text, OUT term bigint, OUT tick bigint, OUT outcome gridha.maintenance_outcome, OUT swept_instances integer, OUT pruned_batches bigint, OUT opened_windows integer',
+     'instance_id uuid, duty text DEFAULT ''gridha.maintenance''::text, OUT term bigint, OUT tick bigint, OUT outcome gridha.maintenance_outcome, OUT swept_instances integer, OUT pruned_batches bigint, OUT opened_windows integer',
      'record', true),
  (5, 'create_id_sequence', '{text,bigint,integer}',
      'name text, window_size bigint DEFAULT 1000000, min_open_windows integer DEFAULT 4', 'void', false),
@@ -54,9 +54,9 @@ SELECT ok(coalesce((SELECT CASE WHEN a.name IN ('try_lead', 'resign')
 SELECT has_view('gridha', v, format('view gridha.%s exists', v))
   FROM unnest(ARRAY['leaders', 'id_sequence_status', 'target_rates']) AS v;
 SELECT columns_are('gridha', 'leaders',
-       ARRAY['role', 'leader', 'term', 'acquired_at', 'renewed_at', 'expires_at', 'state',
+       ARRAY['duty', 'leader', 'term', 'acquired_at', 'renewed_at', 'expires_at', 'state',
              'last_tick', 'last_run_at'],
-       'gridha.leaders shows each role''s leader, term, expiry and last tick');
+       'gridha.leaders shows each duty''s leader, term, expiry and last tick');
 
 -- ---------------------------------------------------------------------------
 -- Privileges (8 + 3)

@@ -30,7 +30,7 @@ LANGUAGE sql AS $$
         (SELECT string_agg(b::text, '|' ORDER BY b.service_id, b.batch_id) FROM gridha.batches b),
         (SELECT string_agg(c::text, '|' ORDER BY c.service_id) FROM gridha.service_claims c),
         (SELECT string_agg(i::text, '|' ORDER BY i.instance_id) FROM gridha.instances i),
-        (SELECT string_agg(l::text, '|' ORDER BY l.role) FROM gridha.leases l),
+        (SELECT string_agg(l::text, '|' ORDER BY l.duty) FROM gridha.leases l),
         (SELECT string_agg(s::text, '|' ORDER BY s.name) FROM gridha.id_sequences s),
         (SELECT string_agg(w::text, '|' ORDER BY w.name, w.window_start) FROM gridha.id_windows w),
         (SELECT string_agg(t::text, '|' ORDER BY t.target) FROM gridha.targets t)))

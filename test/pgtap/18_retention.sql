@@ -74,9 +74,9 @@ SELECT is((SELECT count(*) FROM gridha.instances WHERE instance_id = (SELECT gon
           'its maintenance tick swept the long-gone instance');
 
 -- What ran (2)
-SELECT is((SELECT leader FROM gridha.leases WHERE role = 'gridha.maintenance'), (SELECT x FROM ids),
+SELECT is((SELECT leader FROM gridha.leases WHERE duty = 'gridha.maintenance'), (SELECT x FROM ids),
           'the polling instance took the free maintenance lease');
-SELECT is((SELECT pruned_batches FROM gridha.maintenance_ticks WHERE role = 'gridha.maintenance'), 3::bigint,
+SELECT is((SELECT pruned_batches FROM gridha.maintenance_ticks WHERE duty = 'gridha.maintenance'), 3::bigint,
           'the tick it ran records the batches pruned');
 
 -- At most once per gridha.prune_interval (1 h here) in a backend (1)

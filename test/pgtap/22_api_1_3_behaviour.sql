@@ -149,7 +149,7 @@ SELECT throws_ok($$SELECT gridha.lead('77777777-0000-0000-0000-000000000002', 'm
                  'RG024', NULL,
                  'refuse: lead of an unknown id is refused (RG024)');
 SELECT ok(NOT EXISTS (SELECT 1 FROM gridha.instances WHERE instance_id = '77777777-0000-0000-0000-000000000002')
-          AND NOT EXISTS (SELECT 1 FROM gridha.leases WHERE role = 'mine'),
+          AND NOT EXISTS (SELECT 1 FROM gridha.leases WHERE duty = 'mine'),
           'refuse: and changes nothing');
 SELECT lives_ok($$SELECT gridha.next_batch(gridha.register_instance('registered'))$$,
                 'refuse: an instance registered with register_instance is served');
@@ -159,7 +159,7 @@ SET LOCAL gridha.unknown_instance = register;
 -- Duties: the user's apart from gridha's own (5)
 -- ---------------------------------------------------------------------------
 -- B's hand-outs ran this backend's poll duty: B leads gridha's maintenance
-SELECT is((SELECT leader FROM gridha.leases WHERE role = 'gridha.maintenance'), pg_temp.b(),
+SELECT is((SELECT leader FROM gridha.leases WHERE duty = 'gridha.maintenance'), pg_temp.b(),
           'the poll duty of a hand-out leads gridha''s own duty, gridha.maintenance');
 SELECT isnt(gridha.lead(pg_temp.a()), NULL,
             'a user''s first lead() with the default duty returns a term meanwhile');
@@ -176,11 +176,11 @@ SELECT is((SELECT outcome FROM gridha.run_maintenance(pg_temp.a())), 'not_leader
 -- release_claims gives gridha's maintenance lease up (2)
 -- ---------------------------------------------------------------------------
 SELECT gridha.release_claims(pg_temp.b()) \g /dev/null
-SELECT is((SELECT leader FROM gridha.leases WHERE role = 'gridha.maintenance'), NULL,
+SELECT is((SELECT leader FROM gridha.leases WHERE duty = 'gridha.maintenance'), NULL,
           'release_claims gave gridha''s maintenance lease up');
 CREATE TEMP TABLE a_runs AS SELECT outcome FROM gridha.run_maintenance(pg_temp.a());
 SELECT ok((SELECT outcome <> 'not_leader' FROM a_runs)
-          AND (SELECT leader FROM gridha.leases WHERE role = 'gridha.maintenance') = pg_temp.a(),
+          AND (SELECT leader FROM gridha.leases WHERE duty = 'gridha.maintenance') = pg_temp.a(),
           'and another instance takes the duty at once');
 
 SELECT * FROM finish();

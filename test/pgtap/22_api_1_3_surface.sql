@@ -65,8 +65,9 @@ SELECT set_eq(
              ('gridha_internal.targets_name_change()'), ('gridha_internal.targets_rate_changed()'),
              ('gridha_internal.targets_rate_inval()'), ('gridha_internal.targets_totals_follow()'),
              ('gridha_internal.worker_limit_slots()'), ('gridha_internal.worker_orphans(uuid)'),
-             ('gridha_internal.worker_register(uuid,text)'), ('gridha_internal.worker_slots()')$$,
-    'gridha_internal holds the 16 trigger functions and the four worker functions');
+             ('gridha_internal.worker_register(uuid,text)'), ('gridha_internal.worker_slots()'),
+             ('gridha_internal.report_arrays_check(text[],text[],bigint[],text,text[],text[])')$$,
+    'gridha_internal holds the 16 trigger functions, the four worker functions and the array reports'' check');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass
@@ -175,7 +176,7 @@ SELECT set_eq(
 
 SELECT is((SELECT gridha.try_lead(s13.none, 's13-duty') FROM s13), 1::bigint,
           'try_lead leads the duty (term 1)');
-SELECT is((SELECT term FROM gridha.leaders WHERE role = 's13-duty'), 1::bigint,
+SELECT is((SELECT term FROM gridha.leaders WHERE duty = 's13-duty'), 1::bigint,
           '... the same lease lead takes');
 SELECT ok((SELECT gridha.resign(s13.none, 's13-duty') FROM s13), 'resign gives it up');
 

@@ -31,18 +31,18 @@ SELECT gridha.try_lead(:A) AS a_leads;
 SELECT gridha.try_lead(:B) AS b_is_refused;
 SELECT gridha.try_lead(:A) AS a_renews_same_term;
 SELECT gridha.try_lead(:B, 'other-role') AS b_leads_another_role;
-SELECT role, leader = :A AS a, term, state FROM gridha.leaders ORDER BY role;
+SELECT duty, leader = :A AS a, term, state FROM gridha.leaders ORDER BY duty;
 -- A's lease expires: B takes it under a new term; A's old term cannot renew
-UPDATE gridha.leases SET expires_at = now() - interval '1 second' WHERE role = 'default';
+UPDATE gridha.leases SET expires_at = now() - interval '1 second' WHERE duty = 'default';
 SELECT gridha.try_lead(:B) AS b_takes_over;
 SELECT gridha.renew_lead(:A, 'default', 1) AS a_stale_renewal;
 SELECT gridha.try_lead(:A) AS a_is_refused;
 SELECT gridha.renew_lead(:B, 'default', 2) AS b_renews_its_term;
 -- an expired lease nobody took is still renewed under its own term
-UPDATE gridha.leases SET expires_at = now() - interval '1 second' WHERE role = 'default';
+UPDATE gridha.leases SET expires_at = now() - interval '1 second' WHERE duty = 'default';
 SELECT gridha.renew_lead(:B, 'default', 2) AS b_renews_expired_term;
 SELECT gridha.resign(:A) AS a_cannot_resign, gridha.resign(:B) AS b_resigns;
-SELECT role, leader, term, state FROM gridha.leaders WHERE role = 'default';
+SELECT duty, leader, term, state FROM gridha.leaders WHERE duty = 'default';
 SELECT gridha.try_lead(:A) AS a_leads_after_resignation;
 SELECT pg_temp.err($$SELECT gridha.try_lead(NULL)$$);
 SELECT pg_temp.err($$SELECT gridha.try_lead('aaaaaaaa-0000-0000-0000-00000000000a', '')$$);

@@ -165,8 +165,8 @@ SELECT * FROM pg_temp.counts() WHERE target = 'default';
 
 -- leave nothing queued behind (the upgrade suite runs pgTAP next, in the
 -- same database)
-DELETE FROM gridha.maintenance_ticks WHERE role LIKE 'counts_check%';
-DELETE FROM gridha.leases WHERE role LIKE 'counts_check%';
+DELETE FROM gridha.maintenance_ticks WHERE duty LIKE 'counts_check%';
+DELETE FROM gridha.leases WHERE duty LIKE 'counts_check%';
 TRUNCATE gridha.batches, gridha.service_claims, gridha.instances;
 DELETE FROM gridha.targets WHERE target = 'other';
 SELECT count(*) AS count_rows FROM gridha.service_counts;

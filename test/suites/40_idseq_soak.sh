@@ -89,7 +89,7 @@ check_sql "$DB" "the two would-be leaders ran ticks, each once" \
 # One more tick, at once: the stored ticks are removed and the lease handed
 # over, as if the clock had moved on.
 gridha_psql -d "$DB" -o /dev/null \
-	-c "SELECT gridha.resign_lead(leader, role) FROM gridha.leases WHERE leader IS NOT NULL" \
+	-c "SELECT gridha.resign_lead(leader, duty) FROM gridha.leases WHERE leader IS NOT NULL" \
 	-c "DELETE FROM gridha.maintenance_ticks"
 check_sql "$DB" "a tick of the window agent runs after the load" \
 	"SELECT outcome = 'ran' FROM gridha.run_maintenance('00000000-0000-0000-0000-00000000aaaa')"
