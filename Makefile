@@ -80,8 +80,19 @@ include $(PGXS)
 
 # PostgreSQL 16 and later: the expected outputs where they are
 ifeq ($(shell test '$(MAJORVERSION)' -ge 16 2>/dev/null && echo y),y)
-REGRESS_OPTS += --expecteddir=expected
+# (pg_regress reads EXPECTEDDIR/expected/NAME.out, and falls back to
+# INPUTDIR/expected when that is missing: the top directory, not expected/)
+REGRESS_OPTS += --expecteddir=.
+else
+# Before 16 pg_regress reads test/expected, the symlink. An unpacker that
+# does not restore symlinks (pgxnclient's, Python's zipfile) leaves a file
+# that holds the link's target: installcheck makes it the link again.
+installcheck: test-expected-link
 endif
+
+.PHONY: test-expected-link
+test-expected-link:
+	@[ -L test/expected ] || { rm -f test/expected && ln -s ../expected test/expected; }
 
 # PGXS knows no header dependencies: any header change rebuilds every object
 # (after the include, so that PGXS's "all" stays the default goal)
@@ -126,7 +137,7 @@ client/test_dlt_http: client/test_dlt_http.c $(CLIENT_SRCS)
 # a frontend program too, built and run by test/suites/11_limit_unit.sh
 # (not by `all`: a tree copied without test/ still builds; not before
 # test/run.sh, which installs a fresh machine's compiler and headers first)
-test/unit/test_limit: test/unit/test_limit.c src/limit.c src/limit.h src/dlt_http.h
+test/unit/test_limit: test/unit/test_limit.c src/limit.c src/limit.h $(CLIENT_SRCS)
 	$(CC) $(CLIENT_CFLAGS) -o $@ test/unit/test_limit.c src/limit.c src/dlt_http.c src/dlt_url.c src/dlt_json.c \
 		$(CLIENT_PGLIBS) -lcurl -lm
 
