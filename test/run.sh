@@ -315,7 +315,7 @@ run_regress() {
 	local out=$GRIDHA_TEST_DIR/regress log rc=0 p f
 	mkdir -p "$out"
 	log=$out/make.log
-	run_logged "$log" "$SUITE_TIMEOUT" make -s installcheck ISOLATION= PGTAP_TESTS= PG_CONFIG="$PG_CONFIG" \
+	run_logged "$log" "$SUITE_TIMEOUT" make -s installcheck ISOLATION= PGTAP_TESTS= TAP_TESTS= PG_CONFIG="$PG_CONFIG" \
 		PGHOST="$PGHOST" PGPORT="$PGPORT" PGUSER=postgres \
 		EXTRA_REGRESS_OPTS="--outputdir=$out" || rc=$?
 	read -r p f < <(count_pg_regress "$log")

@@ -97,7 +97,7 @@ my $dump = "$work/r19.dump";
 my $dump_err;
 IPC::Run::run([ 'pg_dump', '-Fc', '-d', $main->connstr('r19_src'), '-f', $dump ],
 	'2>', \$dump_err)
-  or BAIL_OUT("pg_dump: $dump_err");
+  or die "pg_dump: $dump_err";
 
 # --- other, no-owner -------------------------------------------------------
 
