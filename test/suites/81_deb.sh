@@ -138,9 +138,12 @@ need=()
 # (iproute2: `ip`, which brings the install's network namespace's loopback
 # up; a fresh machine may lack it, and the autopkgtest connects over TCP)
 for p in build-essential debhelper dpkg-dev fakeroot postgresql-server-dev-all postgresql-server-dev-15 \
-	libcurl4-openssl-dev libpq-dev make gcc iproute2; do
+	libpq-dev make gcc iproute2; do
 	dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
+# libcurl's headers: either flavour, as debian/control says
+dpkg -s libcurl4-openssl-dev >/dev/null 2>&1 || dpkg -s libcurl4-gnutls-dev >/dev/null 2>&1 ||
+	need+=(libcurl4-openssl-dev)
 if [ "${#need[@]}" -eq 0 ]; then
 	ok "${TESTS[1]}"
 else
