@@ -41,7 +41,6 @@
 /* Finished transfers a multi keeps for reuse. */
 #define HTTP_MULTI_SPARE	16
 
-
 struct HttpMultiRun;
 
 typedef struct HttpXfer

@@ -52,7 +52,6 @@ extern void gridha_http_destroy(GridhaHttp *h);
  */
 extern int	gridha_http_set_proxy(GridhaHttp *h, const char *proxy);
 
-
 /*
  * 0 when line is a request header a target may carry: "Name: value" with
  * Name an HTTP token (RFC 9110: letters, digits and !#$%&'*+-.^_`|~), not
@@ -227,7 +226,6 @@ extern int	gridha_http_multi_statuses(GridhaHttpMulti *m, void *tag,
 									   const GridhaHttpTarget *target,
 									   GridhaStatusEntry *entries, int n,
 									   size_t max_url_len, long timeout_ms);
-
 
 /*
  * GET the status template with {batch_ids} = the ids, each URL-encoded,

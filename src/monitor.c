@@ -198,6 +198,7 @@ void
 gridha_monitor_forget(bool all)
 {
 	monitor_runs = NIL;
+	monitor_multi = NULL;
 	if (monitor_runs_cxt != NULL)
 		MemoryContextReset(monitor_runs_cxt);
 	if (all)

@@ -214,8 +214,6 @@ static bool submit_orphans_due = true;	/* look for orphans next cycle */
 static long submit_slot_ms = -1;	/* ms until a rate-limited target of a
 									 * ready head has a slot; -1: none */
 
-
-
 /*
  * gridha_submit_init: the worker's HTTP handles and memory.
  */
@@ -329,7 +327,6 @@ submit_handout_room(void)
 		budget = gridha_worker_inflight;
 	return budget - submit_in_flight - list_length(submit_waiting);
 }
-
 
 static char *
 submit_text_col(int row, int col, MemoryContext cxt)
@@ -536,7 +533,6 @@ typedef struct SubmitCall
 	SubmitBatch *batch;
 	char	   *outcome;		/* in submit_cxt */
 } SubmitCall;
-
 
 static void
 submit_function_step(void *arg)
@@ -1021,7 +1017,6 @@ submit_recover_orphans(void)
 						  "its report had failed: submitted again", false);
 	}
 }
-
 
 /*
  * Step: the maintenance tick, when this worker leads the role (see

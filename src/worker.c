@@ -23,7 +23,7 @@
  * reported (a POST that got no answer as delayed), the claims are released,
  * and the worker exits within a second. A target function that swallows
  * the cancel is not waited for: the worker ends itself (FATAL) once it has
- * run past the cancel by STEP_CANCEL_GRACE_MS (submit.c). The worker
+ * run past the cancel by STEP_CANCEL_GRACE_MS (step.c). The worker
  * never blocks on a ledger: while requests are out it moves them on 20 ms
  * at a time (gridha_submit_poll) and looks at its latch in between, so
  * SIGTERM, postmaster death and new work are seen however a ledger
@@ -47,7 +47,7 @@
  * the server gave it before it connected (worker_drop_role_settings).
  * Its own statements run with search_path pinned to pg_catalog, gridha,
  * pg_temp and its own lock timeout, both applied again at every step; its
- * steps run under gridha.worker_statement_timeout (see submit.c; target
+ * steps run under gridha.worker_statement_timeout (see step.c; target
  * functions are called with search_path pg_catalog, pg_temp). It never
  * runs SQL as a superuser once its session may have run a target's code:
  * its instance is registered through gridha.worker_register, as the worker
@@ -226,7 +226,7 @@ worker_sigterm(SIGNAL_ARGS)
 	{
 		QueryCancelPending = true;
 		InterruptPending = true;
-		/* a target function that swallows it is ended (submit.c) */
+		/* a target function that swallows it is ended (step.c) */
 		if (gridha_step_running)
 			gridha_step_cancelled = true;
 	}

@@ -21,7 +21,7 @@
 # Then, when PG_CONFIG's PostgreSQL is not Debian's (one built from source),
 # pgTAP's SQL files into its extension directory (gridha_install_pgtap); and
 # Citus into Debian's PostgreSQL 15 from ../shared/citus when that
-# directory holds its tarball (31_citus; test/install/citus.sh's
+# directory holds its tarball (031_citus; test/install/citus.sh's
 # install_citus when the project has it).
 #
 # --dry-run prints what it would install and changes nothing (as any user).
@@ -59,7 +59,7 @@ PACKAGES=(
 	# for the install's network namespace
 	build-essential debhelper dpkg-dev fakeroot postgresql-server-dev-all
 	postgresql-server-dev-15 libpq-dev iproute2
-	# 81_deb and 31_citus: Debian's PostgreSQL 15 whatever PG_CONFIG is
+	# 81_deb and 031_citus: Debian's PostgreSQL 15 whatever PG_CONFIG is
 	postgresql-15
 )
 # make ha HA_DB=patroni (test/ha/run.sh)
@@ -148,7 +148,7 @@ if [ -z "$(gridha_debian_major)" ] && [ -x "$PG_CONFIG" ]; then
 fi
 
 # ---------------------------------------------------------------------------
-# Citus into Debian's PostgreSQL 15 (31_citus), from ../shared/citus
+# Citus into Debian's PostgreSQL 15 (031_citus), from ../shared/citus
 
 CITUS_CFG=${GRIDHA_CITUS_PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 CITUS_BUILDS=${GRIDHA_CITUS_BUILDS:-$REPO/../shared/citus}
@@ -171,7 +171,7 @@ if [ -d "$CITUS_BUILDS" ] && [ -x "$CITUS_CFG" ] &&
 		# root of the tree that holds that path, / for Debian's
 		root=${CITUS_CFG%/usr/lib/postgresql/15/bin/pg_config}
 		if [ -z "$tarball" ]; then
-			say "no Citus tarball in $CITUS_BUILDS: 31_citus will skip"
+			say "no Citus tarball in $CITUS_BUILDS: 031_citus will skip"
 		elif [ "$root/usr/lib/postgresql/15/bin/pg_config" != "$CITUS_CFG" ]; then
 			say "$CITUS_CFG is not a PostgreSQL 15 at .../usr/lib/postgresql/15: no Citus"
 		elif [ "$DRY" = 1 ]; then

@@ -148,7 +148,7 @@ fsync = off
 synchronous_commit = off
 full_page_writes = off
 max_connections = 100
-# sql/counts.sql prepares transactions
+# test/sql/counts.sql prepares transactions
 max_prepared_transactions = 4
 log_line_prefix = '%m [%p] %q%a '
 log_min_messages = warning
@@ -349,7 +349,7 @@ gridha_missing_packages() {
 	[ -f /usr/include/stdio.h ] || echo libc6-dev
 	# test/lib.sh, the test ledger (test/dlt) and the fault harness are Python 3.
 	command -v python3 >/dev/null || echo python3
-	# 18_pg_upgrade unpacks the newer majors' trees (../shared/pg, .tar.xz)
+	# 018_pg_upgrade unpacks the newer majors' trees (../shared/pg, .tar.xz)
 	if [ "${1:-}" = pgtap ]; then
 		command -v xz >/dev/null || echo xz-utils
 		# 72_instructions counts the cycle's instructions (callgrind)

@@ -4,7 +4,7 @@
 # role or a database owner sets, calls the function it was given however
 # someone overloads its name, ends within the statement timeout plus a
 # margin whatever the function catches, and cannot keep a worker from being
-# started again or the server from stopping (src/submit.c, src/worker.c,
+# started again or the server from stopping (src/step.c, src/worker.c,
 # src/slots.c; issue 38, findings 4 to 8).
 #
 # The cluster is restarted with one static worker serving this suite's

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test/suites/29_ledger_answers.sh: a background worker against a hostile
-# ledger (issue 39, item 4: no batch is stuck without a sign; src/submit.c,
+# ledger (issue 39, item 4: no batch is stuck without a sign; src/monitor.c,
 # src/dlt_http.c, src/totals.c), the test ledger's answer modes
 # (test/dlt/ledger.py: omit_pattern, decode_split, retry_after,
 # close_kept_alive_for, malformed_kind huge).
