@@ -29,6 +29,11 @@
  * UPDATE, a write locks nothing before it writes, so it adds no WAL
  * record of its own.
  *
+ * The finality guard lives here too: the trigger batches_final
+ * (gridha_batches_guard_final: committed and invalid never change, whoever
+ * writes) and, for the hot path's own writes, the same test made in C
+ * after each write instead of the trigger (rows_check_guard).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -37,7 +42,6 @@
 #include "common.h"
 #include "lockcheck.h"
 #include "rows.h"
-#include "status.h"
 #include "tables.h"
 
 #include "access/genam.h"
@@ -55,6 +59,7 @@
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
+#include "executor/spi.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "parser/parsetree.h"
@@ -536,7 +541,71 @@ gridha_rows_begin(GridhaRows *rows, bool write)
 }
 
 /*
- * The function of the trigger batches_final (gridha_batches_guard_final),
+ * rows_status_is_final: whether a gridha.batch_status value (an enum label's
+ * OID) is committed or invalid.
+ */
+static bool
+rows_status_is_final(Datum status)
+{
+	HeapTuple	tup = SearchSysCache1(ENUMOID, status);
+	const char *label;
+	bool		final;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "gridha: no enum label with OID %u", DatumGetObjectId(status));
+	label = NameStr(((Form_pg_enum) GETSTRUCT(tup))->enumlabel);
+	final = strcmp(label, "committed") == 0 || strcmp(label, "invalid") == 0;
+	ReleaseSysCache(tup);
+	return final;
+}
+
+PG_FUNCTION_INFO_V1(gridha_batches_guard_final);
+
+/*
+ * gridha_batches_guard_final: the AFTER UPDATE row trigger batches_final on
+ * gridha.batches: committed and invalid are final, whoever writes. The
+ * error undoes the whole statement.
+ *
+ * It tests the old status itself, in C, rather than through a WHEN clause:
+ * PostgreSQL reads a WHEN back from its stored text for every UPDATE
+ * statement on the table, and every hand-out and report is one. It runs no
+ * SQL, so it needs no pinned search_path either (see the install script).
+ * gridha's own writes (rows.c) do not fire it: rows_check_guard makes the
+ * same test, with the same error, right after each write.
+ */
+Datum
+gridha_batches_guard_final(PG_FUNCTION_ARGS)
+{
+	TriggerData *td = (TriggerData *) fcinfo->context;
+	TupleDesc	desc;
+	HeapTuple	old;
+	int			attno;
+	bool		isnull;
+	Datum		status;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) || !TRIGGER_FIRED_BY_UPDATE(td->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(td->tg_event))
+		elog(ERROR, "gridha: batches_guard_final must be called as a row trigger on UPDATE");
+	desc = RelationGetDescr(td->tg_relation);
+	old = td->tg_trigtuple;
+	attno = SPI_fnumber(desc, "status");
+	if (attno <= 0)
+		elog(ERROR, "gridha: batches_guard_final: the table has no status column");
+	status = heap_getattr(old, attno, desc, &isnull);
+	if (!isnull && rows_status_is_final(status))
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_NOT_IN_FLIGHT),
+				 errmsg("batch \"%s\" of service \"%s\" is already %s",
+						SPI_getvalue(old, desc, SPI_fnumber(desc, "batch_id")),
+						SPI_getvalue(old, desc, SPI_fnumber(desc, "service_id")),
+						SPI_getvalue(old, desc, attno)),
+				 errdetail("Committed and invalid are final statuses and never change.")));
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * The function of the trigger batches_final (gridha_batches_guard_final,
+ * above),
  * once recognised by its address, forgotten when any function changes
  * (a CREATE OR REPLACE may point the same OID at another symbol).
  */

@@ -11,9 +11,4 @@
 
 #include "postgres.h"
 
-#include "fmgr.h"
-
-/* the trigger batches_final (rows.c recognises it by its address) */
-extern PGDLLEXPORT Datum gridha_batches_guard_final(PG_FUNCTION_ARGS);
-
 #endif							/* GRIDHA_STATUS_H */
