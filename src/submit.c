@@ -27,19 +27,10 @@
  *              this worker renews the claim
  *   limit      how many requests (POSTs and status runs) the worker keeps
  *              in flight to one target: adaptive, from 1 up to
- *              gridha.worker_inflight (the ceiling). Slow start first: +1
- *              per answer in time (doubling every round trip) until the
- *              first sign of overload (src/limit.c). Then additive increase: +1
- *              after a limit's worth of answers in time while the limit is
- *              at least half used; multiplicative decrease: halved on a
- *              429 or 503, a timeout, a refused or dropped connection, or
- *              answers far slower than the fastest of the last 10 to 20 s
- *              (their moving average: one slow answer among fast ones is
- *              noise; each answer's time less the time the worker spent in
- *              a step before it looked) (once per round trip: what started
- *              before the last halving does not halve it again). A limit's worth of slow answers
- *              in a row means the ledger itself got slower: the slow
- *              becomes the fastest, and the limit stops falling
+ *              gridha.worker_inflight (the ceiling): a slow start, then
+ *              additive increase and multiplicative decrease, with a quick
+ *              regrowth after a halving by slow answers. The rules and
+ *              their words are src/limit.c's
  *   waiting    a handed-out batch whose target's limit (or connection rate,
  *              gridha.worker_connect_rate) has no room yet; in hand, POSTed
  *              as soon as there is
