@@ -45,6 +45,7 @@
 #include "tables.h"
 
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/relscan.h"
 #include "access/skey.h"
 #include "access/stratnum.h"
@@ -55,6 +56,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_enum.h"
+#include "catalog/pg_language.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
@@ -620,16 +622,25 @@ rows_guard_callback(Datum arg, int cacheid, uint32 hashvalue)
 
 /*
  * rows_is_guard: whether a trigger of gridha.batches is batches_final as
- * the extension creates it: an AFTER UPDATE row trigger without a WHEN
- * clause, arguments or transition tables, calling
- * gridha_batches_guard_final of this library.
+ * the extension creates it: an enabled AFTER UPDATE row trigger without a
+ * WHEN clause, arguments or transition tables, calling
+ * gridha_batches_guard_final of this library. Only a C function of that
+ * symbol is loaded to compare addresses: another trigger's function (a
+ * disabled one's, or one whose library is gone) is never loaded here, so
+ * it breaks no write that firing it would not break.
  */
 static bool
 rows_is_guard(Trigger *trig)
 {
 	FmgrInfo	finfo;
+	HeapTuple	tup;
+	Form_pg_proc proc;
+	bool		candidate;
+	bool		isnull;
+	Datum		src;
 
 	if (trig->tgtype != (TRIGGER_TYPE_ROW | TRIGGER_TYPE_UPDATE) ||
+		trig->tgenabled == TRIGGER_DISABLED ||
 		trig->tgqual != NULL || trig->tgnargs != 0 ||
 		trig->tgoldtable != NULL || trig->tgnewtable != NULL)
 		return false;
@@ -640,6 +651,20 @@ rows_is_guard(Trigger *trig)
 	}
 	if (OidIsValid(rows_guard_fn))
 		return trig->tgfoid == rows_guard_fn;
+	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(trig->tgfoid));
+	if (!HeapTupleIsValid(tup))
+		return false;
+	proc = (Form_pg_proc) GETSTRUCT(tup);
+	candidate = proc->prolang == ClanguageId && !proc->prosecdef &&
+		heap_attisnull(tup, Anum_pg_proc_proconfig, NULL);
+	if (candidate)
+	{
+		src = SysCacheGetAttr(PROCOID, tup, Anum_pg_proc_prosrc, &isnull);
+		candidate = !isnull && strcmp(TextDatumGetCString(src), "gridha_batches_guard_final") == 0;
+	}
+	ReleaseSysCache(tup);
+	if (!candidate)
+		return false;
 	fmgr_info(trig->tgfoid, &finfo);
 	if (finfo.fn_addr != gridha_batches_guard_final)
 		return false;
@@ -1322,7 +1347,11 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 	 */
 	if (update_indexes != TU_None && !r->indexes_open)
 	{
+		/* in the command's memory, whatever context the caller is in */
+		MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);
+
 		ExecOpenIndices(r->rri, false);
+		MemoryContextSwitchTo(old);
 		r->indexes_open = true;
 	}
 	if (r->rri->ri_NumIndices > 0 && update_indexes != TU_None)

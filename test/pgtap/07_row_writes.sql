@@ -9,7 +9,7 @@
 --
 -- Instance: A = aaaaaaaa-0000-0000-0000-00000000000a.
 BEGIN;
-SELECT plan(16);
+SELECT plan(19);
 
 DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
@@ -211,6 +211,37 @@ SELECT results_eq(
     'and what it returned is exactly what was stored');
 SELECT is(gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r4', 1, 'committed'),
           'committed'::gridha.batch_status, 'the swapped batch is reported like any other');
+
+-- ---------------------------------------------------------------------------
+-- A disabled trigger whose function cannot be loaded (its library is gone)
+-- never fires, so it breaks no hand-out or report: the hot path's look for
+-- batches_final loads no function but a C one of that symbol (the PROCOID
+-- change of the CREATE FUNCTION makes the look start afresh)
+-- ---------------------------------------------------------------------------
+
+-- (a C function is checked when it is created: it is made on a library that
+-- exists, then pointed at one that does not, as a library removed since)
+CREATE FUNCTION public.gridha_test_lost_library() RETURNS trigger
+    LANGUAGE c AS '$libdir/gridha', 'gridha_instances_changed';
+UPDATE pg_catalog.pg_proc SET probin = '/nonexistent/gridha_test_lost'
+ WHERE oid = 'public.gridha_test_lost_library()'::regprocedure;
+CREATE TRIGGER a_lost_library AFTER UPDATE ON gridha.batches
+    FOR EACH ROW EXECUTE FUNCTION public.gridha_test_lost_library();
+ALTER TABLE gridha.batches DISABLE TRIGGER a_lost_library;
+
+\o /dev/null
+SELECT gridha.enqueue('r', 'r5', '\x05');
+\o
+
+SELECT results_eq(
+    $$SELECT batch_id FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a')$$,
+    $$VALUES ('r5'::text)$$,
+    'a disabled trigger whose library is gone: next_batch hands the batch out');
+SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r5', 1, 'accepted'),
+          'pending'::gridha.batch_status, '... report_submission takes its outcome');
+SELECT is(gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r5', 1, 'committed'),
+          'committed'::gridha.batch_status, '... and report_status commits it');
+DROP TRIGGER a_lost_library ON gridha.batches;
 
 SELECT * FROM finish();
 ROLLBACK;
