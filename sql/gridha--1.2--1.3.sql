@@ -1225,3 +1225,24 @@ SELECT coalesce((SELECT c.claimant = $1 AND c.epoch = $4
                    LEFT JOIN gridha.instances i ON i.instance_id = c.claimant
                   WHERE c.service_id = $2), false)
 $$;
+
+-- Each in-flight claim's head is looked up by its key (LATERAL ... LIMIT 1
+-- keeps that a per-claim lookup whatever the statistics say), so a poll
+-- costs what the instance has in flight, never a scan of gridha.batches.
+CREATE OR REPLACE FUNCTION gridha.pending_batches(instance_id uuid, max_batches integer DEFAULT 100)
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, epoch bigint, submitted_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT gridha_internal.instance_check($1, $2);
+SELECT c.service_id, h.batch_id, h.status, c.epoch, h.submitted_at
+  FROM gridha.service_claims c
+ CROSS JOIN LATERAL (
+  SELECT b.batch_id, b.status, b.submitted_at FROM gridha.batches b
+   WHERE b.service_id = c.service_id AND b.seq = c.head_seq
+     AND b.status IN ('pending', 'valid')
+   LIMIT 1) h
+ WHERE c.claimant = $1 AND c.in_flight
+ ORDER BY h.submitted_at, c.service_id
+ LIMIT $2
+$$;

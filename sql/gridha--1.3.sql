@@ -845,11 +845,26 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha.report_submission(uuid, text, text, bigint, text, text) IS
 'deprecated since 1.3 (use report_submission(uuid, text, text, bigint, gridha.submission_outcome, text)): records the result of submitting a batch: accepted -> pending, delayed -> delayed with backoff, rejected -> invalid; refused for a stale epoch';
 
+-- Each in-flight claim's head is looked up by its key (LATERAL ... LIMIT 1
+-- keeps that a per-claim lookup whatever the statistics say), so a poll
+-- costs what the instance has in flight, never a scan of gridha.batches.
 CREATE FUNCTION gridha.pending_batches(instance_id uuid, max_batches integer DEFAULT 100)
 RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, epoch bigint, submitted_at timestamptz)
-AS 'MODULE_PATHNAME', 'gridha_pending_batches'
-LANGUAGE C STABLE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT gridha_internal.instance_check($1, $2);
+SELECT c.service_id, h.batch_id, h.status, c.epoch, h.submitted_at
+  FROM gridha.service_claims c
+ CROSS JOIN LATERAL (
+  SELECT b.batch_id, b.status, b.submitted_at FROM gridha.batches b
+   WHERE b.service_id = c.service_id AND b.seq = c.head_seq
+     AND b.status IN ('pending', 'valid')
+   LIMIT 1) h
+ WHERE c.claimant = $1 AND c.in_flight
+ ORDER BY h.submitted_at, c.service_id
+ LIMIT $2
+$$;
 
 COMMENT ON FUNCTION gridha.pending_batches(uuid, integer) IS
 'what this instance''s DLT monitor must poll: the pending and valid batches of the services it holds, oldest submission first';

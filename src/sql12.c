@@ -60,6 +60,21 @@ static GridhaStatement sql12_claimed_stmt = {
 	2, {UUIDOID, INT8OID}
 };
 
+/* ... as gridha.pending_batches of the 1.3 script */
+static GridhaStatement sql12_pending_stmt = {
+	"SELECT c.service_id, h.batch_id, h.status, c.epoch, h.submitted_at"
+	"  FROM gridha.service_claims c"
+	" CROSS JOIN LATERAL ("
+	"  SELECT b.batch_id, b.status, b.submitted_at FROM gridha.batches b"
+	"   WHERE b.service_id = c.service_id AND b.seq = c.head_seq"
+	"     AND b.status IN ('pending', 'valid')"
+	"   LIMIT 1) h"
+	" WHERE c.claimant = $1 AND c.in_flight"
+	" ORDER BY h.submitted_at, c.service_id"
+	" LIMIT $2",
+	2, {UUIDOID, INT8OID}
+};
+
 /*
  * sql12_listing: a read-only listing of this instance's claims
  * (instance_id, max_batches), its rows the statement's, five columns.
@@ -127,4 +142,16 @@ gridha_verify_batch(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	PG_RETURN_BOOL(ok);
+}
+
+PG_FUNCTION_INFO_V1(gridha_pending_batches);
+
+/*
+ * gridha_pending_batches: SQL 1.2 gridha.pending_batches(instance_id,
+ * max_batches).
+ */
+Datum
+gridha_pending_batches(PG_FUNCTION_ARGS)
+{
+	return sql12_listing(fcinfo, &sql12_pending_stmt);
 }

@@ -2,9 +2,10 @@
  *
  * status.c
  *		What happens to a batch after its hand-out: gridha.report_submission
- *		(the submitter's word), gridha.report_status (the ledger's word, via
- *		the DLT monitor) and gridha.pending_batches (what the monitor polls);
- *		and the trigger that keeps a final status final, whoever writes.
+ *		(the submitter's word) and gridha.report_status (the ledger's word,
+ *		via the DLT monitor). (gridha.pending_batches, what the monitor
+ *		polls, is SQL of the install script since 1.3; src/sql12.c serves
+ *		its 1.2 form.)
  *
  * Words:
  *   in flight   submitting (under the current epoch), pending or valid
@@ -86,25 +87,6 @@ static GridhaStatement status_diagnose_stmt = {
 	"         ON b.service_id = c.service_id AND b.batch_id = $2"
 	" WHERE c.service_id = $1",
 	2, {TEXTOID, TEXTOID}
-};
-
-/*
- * Each in-flight claim's head is looked up by its key (LATERAL ... LIMIT 1
- * keeps that a per-claim lookup whatever the statistics say), so a poll
- * costs what the instance has in flight, never a scan of gridha.batches.
- */
-static GridhaStatement status_pending_stmt = {
-	"SELECT c.service_id, h.batch_id, h.status, c.epoch, h.submitted_at"
-	"  FROM gridha.service_claims c"
-	" CROSS JOIN LATERAL ("
-	"  SELECT b.batch_id, b.status, b.submitted_at FROM gridha.batches b"
-	"   WHERE b.service_id = c.service_id AND b.seq = c.head_seq"
-	"     AND b.status IN ('pending', 'valid')"
-	"   LIMIT 1) h"
-	" WHERE c.claimant = $1 AND c.in_flight"
-	" ORDER BY h.submitted_at, c.service_id"
-	" LIMIT $2",
-	2, {UUIDOID, INT8OID}
 };
 
 /*
@@ -1291,31 +1273,5 @@ Datum
 gridha_report_statuses(PG_FUNCTION_ARGS)
 {
 	status_report_many(fcinfo, false);
-	return (Datum) 0;
-}
-
-PG_FUNCTION_INFO_V1(gridha_pending_batches);
-
-/*
- * gridha_pending_batches: SQL gridha.pending_batches(instance_id,
- * max_batches): the pending and valid heads of this instance's services,
- * oldest submission first. Read-only.
- */
-Datum
-gridha_pending_batches(PG_FUNCTION_ARGS)
-{
-	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	int32		max_batches = gridha_arg_count(fcinfo, 1, "max_batches");
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum		args[2];
-
-	InitMaterializedSRF(fcinfo, 0);
-	SPI_connect();
-	(void) gridha_instance_check(instance_id);
-	args[0] = instance_id;
-	args[1] = Int64GetDatum(max_batches);
-	gridha_exec(&status_pending_stmt, args, NULL, true);
-	gridha_put_rows(rsinfo, 5);
-	SPI_finish();
 	return (Datum) 0;
 }
