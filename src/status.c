@@ -836,51 +836,25 @@ status_report_status(FunctionCallInfo fcinfo, bool is_enum)
 								  detail, FROM_IN_FLIGHT, NULL));
 }
 
-PG_FUNCTION_INFO_V1(gridha_report_submission);
-
 /*
- * gridha_report_submission: report_submission with the outcome as text.
+ * The reports' four C entry points, one per overload of SQL
+ * gridha.report_submission and gridha.report_status: the word as text
+ * (any case), or as the 1.2 enum gridha.submission_outcome or
+ * gridha.ledger_status (_enum). Each is status_report_submission or
+ * status_report_status with is_enum.
  */
-Datum
-gridha_report_submission(PG_FUNCTION_ARGS)
-{
-	return status_report_submission(fcinfo, false);
-}
+#define STATUS_ENTRY_POINT(name, report, is_enum) \
+	PG_FUNCTION_INFO_V1(name); \
+	Datum \
+	name(PG_FUNCTION_ARGS) \
+	{ \
+		return report(fcinfo, is_enum); \
+	}
 
-PG_FUNCTION_INFO_V1(gridha_report_submission_enum);
-
-/*
- * gridha_report_submission_enum: report_submission with the outcome as a
- * gridha.submission_outcome (1.2).
- */
-Datum
-gridha_report_submission_enum(PG_FUNCTION_ARGS)
-{
-	return status_report_submission(fcinfo, true);
-}
-
-PG_FUNCTION_INFO_V1(gridha_report_status);
-
-/*
- * gridha_report_status: report_status with the ledger's status as text.
- */
-Datum
-gridha_report_status(PG_FUNCTION_ARGS)
-{
-	return status_report_status(fcinfo, false);
-}
-
-PG_FUNCTION_INFO_V1(gridha_report_status_enum);
-
-/*
- * gridha_report_status_enum: report_status with the ledger's status as a
- * gridha.ledger_status (1.2).
- */
-Datum
-gridha_report_status_enum(PG_FUNCTION_ARGS)
-{
-	return status_report_status(fcinfo, true);
-}
+STATUS_ENTRY_POINT(gridha_report_submission, status_report_submission, false)
+STATUS_ENTRY_POINT(gridha_report_submission_enum, status_report_submission, true)
+STATUS_ENTRY_POINT(gridha_report_status, status_report_status, false)
+STATUS_ENTRY_POINT(gridha_report_status_enum, status_report_status, true)
 
 /* The arrays of a batched report, one element per batch */
 typedef struct StatusMany
@@ -1218,60 +1192,26 @@ status_report_composite(FunctionCallInfo fcinfo, bool submissions)
 	status_report_rows(fcinfo, instance_id, &m, submissions);
 }
 
-PG_FUNCTION_INFO_V1(gridha_report_submission_rows);
-
 /*
- * gridha_report_submission_rows: SQL gridha.report_submissions(instance_id,
- * reports gridha.submission_report[]) -> the rows of report_submissions:
- * many report_submission in one call, one composite row per batch.
+ * The batched reports' four C entry points: SQL gridha.report_submissions
+ * and gridha.report_statuses (instance_id, reports gridha.submission_report[]
+ * or gridha.status_report[]) -> TABLE(service_id, batch_id, status,
+ * sqlstate, message), one composite row per batch (_rows); and the five
+ * arrays of 1.2's SQL (service_ids, batch_ids, epochs, outcomes or
+ * statuses, details; 1.3 wraps those in PL/pgSQL). Many reports in one
+ * call, one row per batch: its new status, or the SQLSTATE that refused it
+ * (a refused row does not undo the others).
  */
-Datum
-gridha_report_submission_rows(PG_FUNCTION_ARGS)
-{
-	status_report_composite(fcinfo, true);
-	return (Datum) 0;
-}
+#define STATUS_MANY_ENTRY_POINT(name, report, submissions) \
+	PG_FUNCTION_INFO_V1(name); \
+	Datum \
+	name(PG_FUNCTION_ARGS) \
+	{ \
+		report(fcinfo, submissions); \
+		return (Datum) 0; \
+	}
 
-PG_FUNCTION_INFO_V1(gridha_report_status_rows);
-
-/*
- * gridha_report_status_rows: SQL gridha.report_statuses(instance_id,
- * reports gridha.status_report[]) -> the same rows: many report_status in
- * one call, with a detail per batch.
- */
-Datum
-gridha_report_status_rows(PG_FUNCTION_ARGS)
-{
-	status_report_composite(fcinfo, false);
-	return (Datum) 0;
-}
-
-PG_FUNCTION_INFO_V1(gridha_report_submissions);
-
-/*
- * gridha_report_submissions: SQL gridha.report_submissions(instance_id,
- * service_ids, batch_ids, epochs, outcomes, details) -> TABLE(service_id,
- * batch_id, status, sqlstate, message): many report_submission in one
- * call, one row per batch: its new status, or the SQLSTATE that refused
- * it (a refused row does not undo the others).
- */
-Datum
-gridha_report_submissions(PG_FUNCTION_ARGS)
-{
-	status_report_many(fcinfo, true);
-	return (Datum) 0;
-}
-
-PG_FUNCTION_INFO_V1(gridha_report_statuses);
-
-/*
- * gridha_report_statuses: SQL gridha.report_statuses(instance_id,
- * service_ids, batch_ids, epochs, statuses, details) -> the same rows: many
- * report_status in one call (details since 1.3).
- */
-Datum
-gridha_report_statuses(PG_FUNCTION_ARGS)
-{
-	status_report_many(fcinfo, false);
-	return (Datum) 0;
-}
+STATUS_MANY_ENTRY_POINT(gridha_report_submission_rows, status_report_composite, true)
+STATUS_MANY_ENTRY_POINT(gridha_report_status_rows, status_report_composite, false)
+STATUS_MANY_ENTRY_POINT(gridha_report_submissions, status_report_many, true)
+STATUS_MANY_ENTRY_POINT(gridha_report_statuses, status_report_many, false)
