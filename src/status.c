@@ -756,80 +756,63 @@ status_word(FunctionCallInfo fcinfo, int argno, bool is_enum)
 }
 
 /*
- * status_report_submission: SQL gridha.report_submission(instance_id,
- * service_id, batch_id, epoch, outcome, detail) -> batch_status, the
- * outcome as text (any case) or, since 1.2, a gridha.submission_outcome.
+ * status_report_one: one report, the submitter's or the ledger's.
  *
- * The batch must be submitting under this epoch. accepted -> pending,
- * delayed -> delayed (handed out again after the backoff), rejected ->
- * invalid (final; the service moves on).
- */
-static Datum
-status_report_submission(FunctionCallInfo fcinfo, bool is_enum)
-{
-	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	text	   *service_id = gridha_arg_id(fcinfo, 1, "service_id");
-	text	   *batch_id = gridha_arg_id(fcinfo, 2, "batch_id");
-	int64		epoch = gridha_arg_epoch(fcinfo, 3);
-	text	   *detail = PG_ARGISNULL(5) ? NULL : PG_GETARG_TEXT_PP(5);
-	GridhaStatus new_status;
-
-	gridha_require_writable("report_submission()");
-	new_status = status_of_outcome(status_word(fcinfo, 4, is_enum), PG_ARGISNULL(4));
-	(void) gridha_instance_check(instance_id);
-	status_hold_claims_table();
-	PG_RETURN_DATUM(status_report(instance_id, service_id, batch_id, epoch, new_status,
-								  detail, FROM_SUBMITTING, NULL));
-}
-
-/*
- * status_report_status: SQL gridha.report_status(instance_id, service_id,
- * batch_id, epoch, status, detail) -> batch_status, the status as text (any
- * case) or, since 1.2, a gridha.ledger_status; the detail (1.3: the 1.2
+ * With submission, SQL gridha.report_submission(instance_id, service_id,
+ * batch_id, epoch, outcome, detail) -> batch_status, the outcome as text
+ * (any case) or, since 1.2, a gridha.submission_outcome. The batch must be
+ * submitting under this epoch. accepted -> pending, delayed -> delayed
+ * (handed out again after the backoff), rejected -> invalid (final; the
+ * service moves on).
+ *
+ * Without, SQL gridha.report_status(instance_id, service_id, batch_id,
+ * epoch, status, detail) -> batch_status, the status as text (any case)
+ * or, since 1.2, a gridha.ledger_status; the detail (1.3: the 1.2
  * declarations have none) is stored on the batch as report_submission's.
- *
  * The batch must be in flight: pending, valid, or submitting under this
  * epoch with no earlier attempt accepted (a status then may be about that
  * attempt, and never moves a later one). committed and invalid are final;
  * unknown sends it back for resubmission at once.
  */
 static Datum
-status_report_status(FunctionCallInfo fcinfo, bool is_enum)
+status_report_one(FunctionCallInfo fcinfo, bool is_enum, bool submission)
 {
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
 	text	   *service_id = gridha_arg_id(fcinfo, 1, "service_id");
 	text	   *batch_id = gridha_arg_id(fcinfo, 2, "batch_id");
 	int64		epoch = gridha_arg_epoch(fcinfo, 3);
 	text	   *detail = (PG_NARGS() > 5 && !PG_ARGISNULL(5)) ? PG_GETARG_TEXT_PP(5) : NULL;
+	Datum		word;
 	GridhaStatus new_status;
 
-	gridha_require_writable("report_status()");
-	new_status = status_of_ledger_word(status_word(fcinfo, 4, is_enum), PG_ARGISNULL(4));
+	gridha_require_writable(submission ? "report_submission()" : "report_status()");
+	word = status_word(fcinfo, 4, is_enum);
+	new_status = submission ? status_of_outcome(word, PG_ARGISNULL(4)) :
+		status_of_ledger_word(word, PG_ARGISNULL(4));
 	(void) gridha_instance_check(instance_id);
 	status_hold_claims_table();
 	PG_RETURN_DATUM(status_report(instance_id, service_id, batch_id, epoch, new_status,
-								  detail, FROM_IN_FLIGHT, NULL));
+								  detail, submission ? FROM_SUBMITTING : FROM_IN_FLIGHT, NULL));
 }
 
 /*
  * The reports' four C entry points, one per overload of SQL
  * gridha.report_submission and gridha.report_status: the word as text
  * (any case), or as the 1.2 enum gridha.submission_outcome or
- * gridha.ledger_status (_enum). Each is status_report_submission or
- * status_report_status with is_enum.
+ * gridha.ledger_status (_enum).
  */
-#define STATUS_ENTRY_POINT(name, report, is_enum) \
+#define STATUS_ENTRY_POINT(name, is_enum, submission) \
 	PG_FUNCTION_INFO_V1(name); \
 	Datum \
 	name(PG_FUNCTION_ARGS) \
 	{ \
-		return report(fcinfo, is_enum); \
+		return status_report_one(fcinfo, is_enum, submission); \
 	}
 
-STATUS_ENTRY_POINT(gridha_report_submission, status_report_submission, false)
-STATUS_ENTRY_POINT(gridha_report_submission_enum, status_report_submission, true)
-STATUS_ENTRY_POINT(gridha_report_status, status_report_status, false)
-STATUS_ENTRY_POINT(gridha_report_status_enum, status_report_status, true)
+STATUS_ENTRY_POINT(gridha_report_submission, false, true)
+STATUS_ENTRY_POINT(gridha_report_submission_enum, true, true)
+STATUS_ENTRY_POINT(gridha_report_status, false, false)
+STATUS_ENTRY_POINT(gridha_report_status_enum, true, false)
 
 /* The arrays of a batched report, one element per batch */
 typedef struct StatusMany
