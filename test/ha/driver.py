@@ -90,7 +90,7 @@ import time
 import urllib.request
 import uuid
 
-import topology
+import nodes
 
 # The kinds that need no second server; a topology adds its own (restart,
 # failover, switchover: topology.py).
@@ -759,7 +759,7 @@ class Driver:
     def close(self):
         """close: stop the servers of a two-node topology and gather every
         node's server log into postgres.log (single: run.sh does both)."""
-        if self.topo.kind == "single":
+        if not getattr(self.topo, "owns_servers", True) or self.topo.kind == "single":
             return
         for name, text in self.topo.configs():
             with open(os.path.join(self.out, name), "w", encoding="utf-8") as fh:
@@ -785,7 +785,10 @@ def parse_args(argv):
     p.add_argument("--out", required=True)
     p.add_argument("--repo", required=True)
     p.add_argument("--bindir", required=True)
-    p.add_argument("--topology", choices=("single", "replica", "patroni"), default="single")
+    p.add_argument("--topology", choices=("framework", "single", "replica", "patroni"),
+                   default="framework")
+    p.add_argument("--nodes-file", help="framework: the servers the test started (nodes.py)")
+    p.add_argument("--control-dir", help="framework: where the test takes fault requests")
     p.add_argument("--replica", choices=("sync", "async"), default="sync",
                    help="two nodes: synchronous or asynchronous replication")
     p.add_argument("--topo-dir", help="two nodes: where their servers live")
@@ -832,13 +835,20 @@ def parse_args(argv):
         a.settings.append((name, value))
     if a.topology == "single" and not (a.pgdata and a.pglog and a.pghost):
         p.error("the single topology needs --pgdata, --pglog and --pghost (or PGHOST)")
-    if a.topology != "single" and not a.topo_dir:
+    if a.topology == "framework" and not (a.nodes_file and a.control_dir):
+        p.error("the framework topology needs --nodes-file and --control-dir")
+    if a.topology in ("replica", "patroni") and not a.topo_dir:
         p.error("a two-node topology needs --topo-dir")
     return a
 
 
 def make_topology(a, say):
-    """make_topology: the topology object of the arguments (topology.py)."""
+    """make_topology: the topology object of the arguments: the servers of
+    a test on PostgreSQL's TAP framework (nodes.py), or (make ha) servers
+    of topology.py's."""
+    if a.topology == "framework":
+        return nodes.FrameworkNodes(a.bindir, say, a.nodes_file, a.control_dir)
+    import topology                                 # pylint: disable=import-outside-toplevel
     if a.topology == "single":
         return topology.SingleNode(a.bindir, say, a.pgdata, a.pglog, a.pgport, a.pghost)
     if a.topology == "replica":
