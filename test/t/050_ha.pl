@@ -42,6 +42,10 @@ plan skip_all => 'client/gridha-client is not built (run make)'
   unless -x "$repo/client/gridha-client";
 plan tests => 14;
 
+# make ha (test/ha/run.sh) runs this test longer: HA_DURATION seconds of
+# random faults after the first round; HA_KINDS, HA_SEED
+my $DURATION = $ENV{HA_DURATION} // 0;
+
 my $work = PostgreSQL::Test::Utils::tempdir('ha');
 my $run  = "$work/run";
 my $NAME = 'ha';
@@ -55,8 +59,11 @@ my $rc = ha_run(
 	run     => $run,
 	nodes   => [$node],
 	primary => 0,
-	timeout => $ENV{HA_TIMEOUT} // 600,
-	args    => [ '--duration', 0, $ENV{HA_SEED} ? ('--seed', $ENV{HA_SEED}) : () ],
+	timeout => $ENV{HA_TIMEOUT} // 600 + $DURATION,
+	args    => [
+		'--duration', $DURATION, $ENV{HA_SEED} ? ('--seed', $ENV{HA_SEED}) : (),
+		$ENV{HA_KINDS} ? ('--kinds', $ENV{HA_KINDS}) : ()
+	],
 	faults  => { restart => sub { ha_restart($node) } });
 $node->stop('fast', fail_ok => 1);
 ha_gather_logs($run, $node);

@@ -15,6 +15,16 @@
 # (test/ha/check.py) reads the history the driver recorded; its verdicts
 # become the .pl's tests.
 #
+# Why not the other split, the .pl running the server faults in sequence
+# while the driver runs the load in the background: the driver interleaves
+# the server faults with those of instances in one seeded order (HA_SEED
+# replays a run), probes the standby just before each promotion, holds
+# the producer across it with asynchronous replication and reconciles at
+# the promotion; each fault's record (faults.jsonl) is written where the
+# schedule is. Two schedules in two processes would lose the replay and
+# need the same hand-shake anyway. The protocol is a file per step in
+# the run directory, so it needs no port and leaves a trace.
+#
 # A test loads it with
 #	use FindBin;
 #	use lib "$FindBin::RealBin/lib";
