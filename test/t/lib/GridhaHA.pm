@@ -45,6 +45,11 @@ use Test::More;
 use Time::HiRes qw(usleep);
 use GridhaTest;
 
+# A test stopped by a signal (prove's timeout, make test's, ^C) dies, so
+# that the END blocks run: the driver's here (TERM: it stops its clients
+# and ledger) and the framework's (its servers stopped).
+$SIG{TERM} = $SIG{INT} = $SIG{HUP} = sub { die "stopped by signal $_[0]\n"; };
+
 our @EXPORT = qw(ha_settings ha_write_json ha_read_jsonl ha_run ha_restart
   ha_gather_logs ha_check ha_expect_flag ha_child_pids ha_wait_gone);
 
