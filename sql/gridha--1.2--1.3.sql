@@ -1239,15 +1239,6 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha_internal.counts_check_due() IS
 'whether this backend checks the service counts now (at its first tick, then once an hour), noting the check';
 
-CREATE FUNCTION gridha_internal.id_windows_top_up()
-RETURNS integer
-AS 'MODULE_PATHNAME', 'gridha_id_windows_top_up'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, gridha, pg_temp;
-
-COMMENT ON FUNCTION gridha_internal.id_windows_top_up() IS
-'the ID window agent''s maintenance step: retires windows without room for a block and opens windows up to each sequence''s min_open_windows; returns how many it opened';
-
 CREATE FUNCTION gridha_internal.rate_handouts_prune()
 RETURNS void
 AS 'MODULE_PATHNAME', 'gridha_rate_handouts_prune'
@@ -1607,7 +1598,6 @@ REVOKE ALL ON FUNCTION
     gridha_internal.prune_from(),
     gridha_internal.prune_from_set(timestamptz),
     gridha_internal.counts_check_due(),
-    gridha_internal.id_windows_top_up(),
     gridha_internal.rate_handouts_prune(),
     gridha_internal.lease_take(uuid, text, boolean, boolean),
     gridha_internal.lease_resign(uuid, text),
@@ -1722,5 +1712,171 @@ SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 BEGIN
     RETURN gridha_internal.prune_step(gridha_internal.lease_call('prune_batches()', NULL, NULL, max_batches));
+END
+$$;
+
+-- ID sequences: create_id_sequence, drop_id_sequence and the window
+-- agent (their statements leave src/idseq.c; reserve_ids and next_id stay C).
+
+/*
+ * The ID sequences' statements (issue 42.1: they were C string literals
+ * in src/idseq.c, which keeps reserve_ids and next_id, served on SQL 1.2
+ * too, and the helpers below).
+ */
+CREATE FUNCTION gridha_internal.id_sequence_call(call text, name text, window_size bigint DEFAULT NULL,
+                                                 min_open_windows integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_id_sequence_call'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.id_sequence_call(text, text, bigint, integer) IS
+'the checks create_id_sequence() and drop_id_sequence() make first: the name, the window size and min_open_windows, a writable transaction';
+
+CREATE FUNCTION gridha_internal.id_sequences_invalidate(others boolean)
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_id_sequences_invalidate'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.id_sequences_invalidate(boolean) IS
+'a sequence was created or dropped: this backend looks its next_id names up again at once, with others every backend at commit';
+
+CREATE FUNCTION gridha_internal.id_block_size()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_idseq_block_size'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.id_block_size() IS
+'gridha.id_block_size: the block next_id reserves, and the room a window needs to count as open';
+
+/*
+ * id_windows_open: the agent's opening: windows up to min_open_windows
+ * (of one sequence, or of all when seq_name is NULL), counting those with room
+ * for a block of block ids (at most the window). A sequence whose row is
+ * locked (being dropped, or a reservation opening a window) is skipped:
+ * the agent has just retired windows, whose locks it holds, and a drop
+ * locks the sequence before its windows. Returns the windows opened.
+ */
+CREATE FUNCTION gridha_internal.id_windows_open(seq_name text, block bigint)
+RETURNS integer
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+WITH s AS (
+    SELECT q.name,
+           q.min_open_windows - (SELECT count(*) FROM gridha.id_windows w
+                                  WHERE w.name = q.name
+                                    AND w.window_end - w.next_id >= least($2, q.window_size))::int4 AS need
+      FROM gridha.id_sequences q
+     WHERE NOT q.dropped AND ($1 IS NULL OR q.name = $1)
+), u AS (
+    UPDATE gridha.id_sequences q
+       SET high_water = q.high_water + s.need * q.window_size
+      FROM s
+     WHERE q.name = s.name AND s.need > 0 AND NOT q.dropped
+       AND q.name IN (SELECT x.name FROM s JOIN gridha.id_sequences x ON x.name = s.name
+                       WHERE s.need > 0 FOR UPDATE OF x SKIP LOCKED)
+    RETURNING q.name, q.window_size, q.high_water - s.need * q.window_size AS base, s.need
+), i AS (
+    INSERT INTO gridha.id_windows (name, window_start, window_end, next_id)
+    SELECT u.name, u.base + (g - 1) * u.window_size + 1,
+           u.base + g * u.window_size + 1, u.base + (g - 1) * u.window_size + 1
+      FROM u, generate_series(1, u.need) AS g
+    RETURNING 1
+)
+SELECT count(*)::int4 FROM i
+$$;
+
+COMMENT ON FUNCTION gridha_internal.id_windows_open(text, bigint) IS
+'opens windows past the high water up to min_open_windows with room for a block of block ids (one sequence, or all for NULL), skipping sequences locked by others; returns how many';
+
+/*
+ * id_windows_top_up: the window agent, a maintenance duty: windows without
+ * room for a block of gridha.id_block_size ids are retired (full ones too;
+ * the high water remembers them, and their last few ids become a gap
+ * instead of lingering; windows in use right now are left alone), then
+ * every live sequence gets min_open_windows windows with room.
+ */
+CREATE FUNCTION gridha_internal.id_windows_top_up()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    block bigint := gridha_internal.id_block_size();
+BEGIN
+    DELETE FROM gridha.id_windows w
+     WHERE (w.name, w.window_start) IN (
+        SELECT f.name, f.window_start FROM gridha.id_windows f
+          JOIN gridha.id_sequences q ON q.name = f.name
+         WHERE f.window_end - f.next_id < least(block, q.window_size)
+           FOR UPDATE OF f SKIP LOCKED);
+    RETURN gridha_internal.id_windows_open(NULL, block);
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.id_windows_top_up() IS
+'the ID window agent''s maintenance step: retires windows without room for a block and opens windows up to each sequence''s min_open_windows; returns how many it opened';
+
+REVOKE ALL ON FUNCTION
+    gridha_internal.id_sequence_call(text, text, bigint, integer),
+    gridha_internal.id_sequences_invalidate(boolean),
+    gridha_internal.id_block_size(),
+    gridha_internal.id_windows_open(text, bigint),
+    gridha_internal.id_windows_top_up()
+FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION gridha.create_id_sequence(name text, window_size bigint DEFAULT 1000000,
+                                          min_open_windows integer DEFAULT 4)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM gridha_internal.id_sequence_call('create_id_sequence()', create_id_sequence.name,
+                                             create_id_sequence.window_size, create_id_sequence.min_open_windows);
+    -- a name dropped before is created again above everything its earlier
+    -- incarnation handed out: its row, high water and all, is kept
+    INSERT INTO gridha.id_sequences AS q (name, window_size, min_open_windows)
+    VALUES (create_id_sequence.name, create_id_sequence.window_size, create_id_sequence.min_open_windows)
+    ON CONFLICT (name) DO UPDATE
+       SET serial = nextval('gridha.id_sequence_serial'),
+           window_size = EXCLUDED.window_size,
+           min_open_windows = EXCLUDED.min_open_windows,
+           dropped = false, created_at = now()
+     WHERE q.dropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'id sequence "%" already exists', create_id_sequence.name
+            USING ERRCODE = 'RG012',
+                  HINT = 'Use it as it is, or drop it first with gridha.drop_id_sequence().';
+    END IF;
+    -- its first windows (a fresh window counts whatever the block size)
+    PERFORM gridha_internal.id_windows_open(create_id_sequence.name, create_id_sequence.window_size);
+    PERFORM gridha_internal.id_sequences_invalidate(true);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION gridha.drop_id_sequence(name text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM gridha_internal.id_sequence_call('drop_id_sequence()', drop_id_sequence.name);
+    -- the row and its high water stay, so that a sequence created again
+    -- under the name never repeats an id; its windows go
+    UPDATE gridha.id_sequences q SET dropped = true
+     WHERE q.name = drop_id_sequence.name AND NOT q.dropped;
+    IF NOT FOUND THEN
+        PERFORM gridha_internal.id_sequences_invalidate(false);
+        RETURN false;
+    END IF;
+    DELETE FROM gridha.id_windows w WHERE w.name = drop_id_sequence.name;
+    PERFORM gridha_internal.id_sequences_invalidate(true);
+    RETURN true;
 END
 $$;

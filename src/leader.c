@@ -51,7 +51,6 @@
 
 #include "common.h"
 #include "generation.h"
-#include "idseq.h"
 #include "instances.h"
 #include "leader.h"
 #include "ratelimit.h"
@@ -463,24 +462,6 @@ gridha_counts_check_due(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(false);
 	leader_counts_checked_at = now;
 	PG_RETURN_BOOL(true);
-}
-
-PG_FUNCTION_INFO_V1(gridha_id_windows_top_up);
-
-/*
- * gridha_id_windows_top_up: SQL gridha_internal.id_windows_top_up() ->
- * integer: the ID window agent's maintenance step (idseq.c): the windows
- * it opened.
- */
-Datum
-gridha_id_windows_top_up(PG_FUNCTION_ARGS)
-{
-	int32		opened;
-
-	SPI_connect();
-	opened = gridha_idseq_top_up();
-	SPI_finish();
-	PG_RETURN_INT32(opened);
 }
 
 PG_FUNCTION_INFO_V1(gridha_rate_handouts_prune);

@@ -799,7 +799,7 @@ psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $J WITH (FORCE)" >/dev/null 2
 #    whose statements are functions of the 1.3 script since, are refused
 #    (RG022, the hint naming ALTER EXTENSION gridha UPDATE) while the
 #    cycle works (register, enqueue, next_batch with its poll duty, report,
-#    reserve_ids, release_claims with its resignation); after the update
+#    reserve_ids on a sequence inserted by hand, release_claims with its resignation); after the update
 #    in the same session, lead and run_maintenance answer
 
 K=${DB}_k
@@ -814,7 +814,9 @@ SELECT gridha.register_instance('k') AS k \gset
 SELECT 'enqueued', gridha.enqueue('k1', 'k1-b1', '\x01');
 SELECT 'handed', service_id, batch_id, epoch FROM gridha.next_batch(:'k');
 SELECT 'reported', gridha.report_status(:'k', 'k1', 'k1-b1', 1, 'committed');
-SELECT gridha.create_id_sequence('k-ids', 100, 1);
+SELECT 'create_id_sequence', gridha.create_id_sequence('k-ids', 100, 1);
+SELECT 'drop_id_sequence', gridha.drop_id_sequence('k-ids');
+INSERT INTO gridha.id_sequences (name, window_size, min_open_windows) VALUES ('k-ids', 100, 1);
 SELECT 'ids', gridha.reserve_ids('k-ids', 10);
 SELECT 'lead', gridha.lead(:'k', 'k-duty');
 SELECT 'try_lead', gridha.try_lead(:'k', 'k-duty');
@@ -830,12 +832,12 @@ SELECT 'lead-1.3', gridha.lead(:'k', 'k-duty');
 SELECT 'maintenance-1.3', outcome FROM gridha.run_maintenance(:'k');
 EOF
 refused=0
-for f in lead try_lead renew_lead resign_lead resign run_maintenance prune_batches; do
+for f in lead try_lead renew_lead resign_lead resign run_maintenance prune_batches create_id_sequence drop_id_sequence; do
 	grep -q "ERROR:  RG022: gridha\.$f() is not served on gridha's SQL version 1.2" "$WORK/k.out" &&
 		! grep -q "^$f|" "$WORK/k.out" && refused=$((refused + 1))
 done
-[ "$refused" = 7 ] && [ "$(grep -c "HINT:  Update the extension: ALTER EXTENSION gridha UPDATE." "$WORK/k.out")" = 7 ]
-check $? "1.2 SQL: lead, try_lead, renew_lead, resign_lead, resign, run_maintenance and prune_batches are refused with RG022, each hint naming ALTER EXTENSION gridha UPDATE ($refused of 7)"
+[ "$refused" = 9 ] && [ "$(grep -c "HINT:  Update the extension: ALTER EXTENSION gridha UPDATE." "$WORK/k.out")" = 9 ]
+check $? "1.2 SQL: lead, try_lead, renew_lead, resign_lead, resign, run_maintenance, prune_batches, create_id_sequence and drop_id_sequence are refused with RG022, each hint naming ALTER EXTENSION gridha UPDATE ($refused of 9)"
 grep -q '^handed|k1|k1-b1|1$' "$WORK/k.out" && grep -q '^reported|committed$' "$WORK/k.out" &&
 	grep -q '^ids|\[1,11)$' "$WORK/k.out" && grep -q '^leases|0$' "$WORK/k.out" &&
 	grep -q '^released|' "$WORK/k.out"
