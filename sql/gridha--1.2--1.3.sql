@@ -1239,15 +1239,6 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha_internal.counts_check_due() IS
 'whether this backend checks the service counts now (at its first tick, then once an hour), noting the check';
 
-CREATE FUNCTION gridha_internal.rate_handouts_prune()
-RETURNS void
-AS 'MODULE_PATHNAME', 'gridha_rate_handouts_prune'
-LANGUAGE C VOLATILE
-SET search_path = pg_catalog, gridha, pg_temp;
-
-COMMENT ON FUNCTION gridha_internal.rate_handouts_prune() IS
-'forgets the rows of gridha.rate_handouts older than a day';
-
 /*
  * lease_take: the term under which the instance leads the duty now, or
  * NULL when another instance leads it. Take or renew: the row lock of the
@@ -1598,7 +1589,6 @@ REVOKE ALL ON FUNCTION
     gridha_internal.prune_from(),
     gridha_internal.prune_from_set(timestamptz),
     gridha_internal.counts_check_due(),
-    gridha_internal.rate_handouts_prune(),
     gridha_internal.lease_take(uuid, text, boolean, boolean),
     gridha_internal.lease_resign(uuid, text),
     gridha_internal.prune_step(bigint),
@@ -1880,3 +1870,44 @@ BEGIN
     RETURN true;
 END
 $$;
+
+-- Rate limits: the hand-out log's pruning and the worker's wait (their
+-- statements leave src/ratelimit.c; the hand-out's stay C).
+
+/*
+ * The rate limits' statements off the hand-out (issue 42.1: they were C
+ * string literals in src/ratelimit.c, which keeps the hand-out's own:
+ * which targets are closed, the slots, the log). A worker calls
+ * rate_wait_ms as its own role, as it calls worker_orphans: it reads
+ * gridha's tables as their owner.
+ */
+CREATE FUNCTION gridha_internal.rate_wait_ms(instance_id uuid)
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT ceil(extract(epoch FROM min(r.next_slot_at) - clock_timestamp()) * 1000)::int8
+  FROM gridha.target_rates r
+ WHERE r.next_slot_at < 'infinity'
+   AND EXISTS (SELECT 1 FROM gridha.service_claims c
+                WHERE c.claimant = $1 AND c.target = r.target
+                  AND c.ready_at <= now()
+                  AND coalesce(c.soft_expiry, 'infinity') > now())
+$$;
+
+COMMENT ON FUNCTION gridha_internal.rate_wait_ms(uuid) IS
+'for an instance handed nothing: ms until the next slot opens for a rate-limited target of one of its ready heads (NULL: none); a worker sleeps no longer';
+
+CREATE FUNCTION gridha_internal.rate_handouts_prune()
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DELETE FROM gridha.rate_handouts WHERE slot_at < now() - interval '1 day'
+$$;
+
+COMMENT ON FUNCTION gridha_internal.rate_handouts_prune() IS
+'forgets the rows of gridha.rate_handouts older than a day';
+
+REVOKE ALL ON FUNCTION gridha_internal.rate_wait_ms(uuid), gridha_internal.rate_handouts_prune() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION gridha_internal.rate_wait_ms(uuid) TO gridha_submitter;

@@ -53,7 +53,6 @@
 #include "generation.h"
 #include "instances.h"
 #include "leader.h"
-#include "ratelimit.h"
 #include "spi_util.h"
 
 #include "access/htup_details.h"
@@ -462,21 +461,6 @@ gridha_counts_check_due(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(false);
 	leader_counts_checked_at = now;
 	PG_RETURN_BOOL(true);
-}
-
-PG_FUNCTION_INFO_V1(gridha_rate_handouts_prune);
-
-/*
- * gridha_rate_handouts_prune: SQL gridha_internal.rate_handouts_prune():
- * maintenance forgets hand-out log rows older than a day (ratelimit.c).
- */
-Datum
-gridha_rate_handouts_prune(PG_FUNCTION_ARGS)
-{
-	SPI_connect();
-	gridha_ratelimit_prune_log();
-	SPI_finish();
-	PG_RETURN_VOID();
 }
 
 /*

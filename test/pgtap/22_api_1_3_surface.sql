@@ -78,8 +78,9 @@ SELECT set_eq(
              ('gridha_internal.maintenance_poll(uuid)'),
              ('gridha_internal.id_sequence_call(text,text,bigint,integer)'),
              ('gridha_internal.id_sequences_invalidate(boolean)'), ('gridha_internal.id_block_size()'),
-             ('gridha_internal.id_windows_open(text,bigint)')$$,
-    'gridha_internal holds the 16 trigger functions, the four worker functions, the array reports'' check and the lease, maintenance and ID sequence functions with their helpers (issue 42.1)');
+             ('gridha_internal.id_windows_open(text,bigint)'),
+             ('gridha_internal.rate_wait_ms(uuid)')$$,
+    'gridha_internal holds the 16 trigger functions, the four worker functions, the array reports'' check and the lease, maintenance, ID sequence and rate limit functions with their helpers (issue 42.1)');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass
