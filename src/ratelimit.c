@@ -266,6 +266,12 @@ gridha_ratelimit_log(Datum instance_id, Datum *targets, Datum *service_ids,
  * limited, and on SQL 1.2 (the statement is the 1.3 script's: until ALTER
  * EXTENSION gridha UPDATE a worker sleeps its naptime, woken by new
  * batches as ever). Inside SPI.
+ *
+ * The worker asks it as gridha.worker_role, whose gridha_submitter reads
+ * only service_id and target of gridha.service_claims: the statement,
+ * gridha_internal.rate_wait_ms, is SECURITY DEFINER, a fixed read of
+ * gridha's own tables that runs as their owner, as the hand-out's own
+ * reads do.
  */
 long
 gridha_ratelimit_wait_ms(Datum instance_id)
