@@ -255,7 +255,8 @@ queue_next_batch(GridhaRows *rows, void *arg)
  * hand-out of the instance. So the head moves to the service's next
  * unfinished batch: *seq is set to it and true returned, with that batch
  * the current row; or, when there is none, the service's queue is empty,
- * its claim row is written so, and false is returned. Either way a
+ * its claim row is written so and settled (gridha_totals_settle_claim, as
+ * a report that empties a queue settles it), and false is returned. Either way a
  * WARNING (RG020) names the service and the target's heads_repaired
  * counter grows by one (gridha.metrics). The caller holds the claim row's
  * lock, so the snapshot of this command sees every batch committed under
@@ -285,15 +286,23 @@ queue_repair_head(GridhaRows *rows, Datum service_id, Datum *seq)
 	target = isnull ? pstrdup("default") : TextDatumGetCString(d);
 	if (!next.found)
 	{
-		GridhaColumn claim[3] = {
+		/* the queue runs dry here: settled, as a report that empties it is */
+		GridhaColumn claim[3 + GRIDHA_TOTALS_NSETTLED] = {
 			{CLAIM_HEAD_SEQ, (Datum) 0, true},
 			{CLAIM_READY_AT, (Datum) 0, true},
 			{CLAIM_IN_FLIGHT, BoolGetDatum(false), false}
 		};
+		int			nclaim = 3;
+		int64		delta[GRIDHA_TOTALS_NSETTLED];
+		int			k;
 
-		if (gridha_rows_update(rows, GRIDHA_CLAIMS, claim, lengthof(claim)) != GRIDHA_ROW_UPDATED)
+		gridha_totals_settle_claim(rows, 0, 0, claim, &nclaim, delta);
+		if (gridha_rows_update(rows, GRIDHA_CLAIMS, claim, nclaim) != GRIDHA_ROW_UPDATED)
 			elog(ERROR, "gridha: the claim on service \"%s\" changed during its hand-out",
 				 TextDatumGetCString(service_id));
+		for (k = 0; k < GRIDHA_TOTALS_NSETTLED; k++)
+			if (delta[k] != 0)
+				gridha_totals_add(target, GRIDHA_TOTAL_SETTLED_ENQUEUED + k, delta[k]);
 		queue_heads_emptied++;
 	}
 	ereport(WARNING,

@@ -265,52 +265,27 @@ status_judge_batch(GridhaRows *rows, int64 epoch, ReportFrom from, int64 *seq, i
  * gridha.target_totals (see src/totals.c): the service's counters since it
  * last ran dry, in GridhaTotal's order from GRIDHA_TOTAL_SETTLED_ENQUEUED
  */
-#define STATUS_NSETTLED 4
-
-StaticAssertDecl(GRIDHA_TOTAL_SETTLED_RESUBMITTED == GRIDHA_TOTAL_SETTLED_ENQUEUED + STATUS_NSETTLED - 1,
-				 "the settled totals follow each other in GridhaTotal");
-
 typedef struct StatusSettle
 {
 	bool		due;			/* the report empties the queue */
 	char	   *target;
-	int64		delta[STATUS_NSETTLED];
+	int64		delta[GRIDHA_TOTALS_NSETTLED];
 } StatusSettle;
 
 /*
  * status_judge_settle: when the report empties the queue, the service's
- * counters as it leaves them (its enqueued one is tail_seq) marked settled
- * on its row, and what they grew by since it last ran dry. Appends to claim.
+ * counters as it leaves them (this report's own final status counted)
+ * marked settled on its row, and what they grew by since it last ran dry
+ * (gridha_totals_settle_claim). Appends to claim.
  */
 static void
 status_judge_settle(GridhaRows *rows, GridhaStatus new_status, GridhaColumn *claim,
 					int *nclaim, StatusSettle *settle)
 {
-	/* the first, enqueued, is tail_seq, a column of every version */
-	static const GridhaOptionalColumn totals[STATUS_NSETTLED] = {
-		GRIDHA_NOPTIONAL, CLAIM_COMMITTED_TOTAL, CLAIM_INVALID_TOTAL, CLAIM_RESUBMITTED_TOTAL
-	};
-	static const GridhaOptionalColumn settled[STATUS_NSETTLED] = {
-		CLAIM_SETTLED_SEQ, CLAIM_SETTLED_COMMITTED, CLAIM_SETTLED_INVALID,
-		CLAIM_SETTLED_RESUBMITTED
-	};
 	bool		isnull;
-	int			k;
 
-	for (k = 0; k < STATUS_NSETTLED; k++)
-	{
-		AttrNumber	from = k == 0 ? CLAIM_TAIL_SEQ : gridha_rows_attno(rows, totals[k]);
-		AttrNumber	to = gridha_rows_attno(rows, settled[k]);
-		Datum		d = gridha_rows_get(rows, GRIDHA_CLAIMS, from, &isnull);
-		int64		value = isnull ? 0 : DatumGetInt64(d);
-
-		if ((k == 1 && new_status == GRIDHA_COMMITTED) ||
-			(k == 2 && new_status == GRIDHA_INVALID))
-			value++;			/* this report's own */
-		d = gridha_rows_get(rows, GRIDHA_CLAIMS, to, &isnull);
-		settle->delta[k] = value - (isnull ? 0 : DatumGetInt64(d));
-		claim[(*nclaim)++] = (GridhaColumn) {to, Int64GetDatum(value), false};
-	}
+	gridha_totals_settle_claim(rows, new_status == GRIDHA_COMMITTED ? 1 : 0,
+							   new_status == GRIDHA_INVALID ? 1 : 0, claim, nclaim, settle->delta);
 	settle->target = TextDatumGetCString(gridha_rows_get(rows, GRIDHA_CLAIMS, CLAIM_TARGET, &isnull));
 	settle->due = true;
 }
@@ -468,7 +443,7 @@ static void
 status_write_settle(GridhaRows *rows, const StatusSettle *settle)
 {
 	Datum		key[2];
-	GridhaColumn cols[STATUS_NSETTLED];
+	GridhaColumn cols[GRIDHA_TOTALS_NSETTLED];
 	GridhaUpdateResult res = GRIDHA_ROW_DELETED;
 	bool		isnull;
 	int			k;
@@ -479,14 +454,14 @@ status_write_settle(GridhaRows *rows, const StatusSettle *settle)
 	{
 		do
 		{
-			for (k = 0; k < STATUS_NSETTLED; k++)
+			for (k = 0; k < GRIDHA_TOTALS_NSETTLED; k++)
 			{
 				Datum		d = gridha_rows_get(rows, GRIDHA_TOTALS, TOTALS_SETTLED_ENQUEUED + k, &isnull);
 
 				cols[k] = (GridhaColumn) {TOTALS_SETTLED_ENQUEUED + k,
 					Int64GetDatum((isnull ? 0 : DatumGetInt64(d)) + settle->delta[k]), false};
 			}
-			res = gridha_rows_update(rows, GRIDHA_TOTALS, cols, STATUS_NSETTLED);
+			res = gridha_rows_update(rows, GRIDHA_TOTALS, cols, GRIDHA_TOTALS_NSETTLED);
 		} while (res == GRIDHA_ROW_CHANGED);
 	}
 	if (res == GRIDHA_ROW_UPDATED)
@@ -494,7 +469,7 @@ status_write_settle(GridhaRows *rows, const StatusSettle *settle)
 		status_totals_remember(rows, settle->target);
 		return;
 	}
-	for (k = 0; k < STATUS_NSETTLED; k++)
+	for (k = 0; k < GRIDHA_TOTALS_NSETTLED; k++)
 		if (settle->delta[k] != 0)
 			gridha_totals_add(settle->target, GRIDHA_TOTAL_SETTLED_ENQUEUED + k, settle->delta[k]);
 }
@@ -536,7 +511,7 @@ status_try(Datum instance_id, text *service_id, text *batch_id, int64 epoch,
 	int64		now_seq;
 	int32		attempts;
 	GridhaColumn batch[4];
-	GridhaColumn claim[4 + STATUS_NSETTLED];
+	GridhaColumn claim[4 + GRIDHA_TOTALS_NSETTLED];
 	StatusSettle settle = {0};
 	int			nclaim;
 	int			nbatch;
@@ -633,7 +608,7 @@ status_settle_add(List *settled, const StatusSettle *settle)
 		e = (StatusSettle *) lfirst(lc);
 		if (strcmp(e->target, settle->target) == 0)
 		{
-			for (k = 0; k < STATUS_NSETTLED; k++)
+			for (k = 0; k < GRIDHA_TOTALS_NSETTLED; k++)
 				e->delta[k] += settle->delta[k];
 			return settled;
 		}
@@ -662,7 +637,7 @@ status_settle_write(List *settled)
 	{
 		StatusSettle *e = (StatusSettle *) lfirst(lc);
 
-		for (k = 0; k < STATUS_NSETTLED; k++)
+		for (k = 0; k < GRIDHA_TOTALS_NSETTLED; k++)
 			if (e->delta[k] != 0)
 				gridha_totals_add(e->target, GRIDHA_TOTAL_SETTLED_ENQUEUED + k, e->delta[k]);
 	}

@@ -26,11 +26,13 @@
  *   noted      counted in backend memory, not written yet
  *
  *   settled    a service's counters (enqueued, committed, invalid,
- *              resubmitted) up to the report that last emptied its queue:
- *              that report adds what the service counted since it last ran
- *              dry to the settled_* columns here and marks it on the
- *              service's row (src/status.c), so that gridha.metrics sums
- *              these rows and the services with work, never the idle ones
+ *              resubmitted) up to the write that last emptied its queue
+ *              (a report, src/status.c, or a hand-out that repaired its
+ *              head, src/queue.c): that write adds what the service counted
+ *              since it last ran dry to the settled_* columns here and
+ *              marks it on the service's row (gridha_totals_settle_claim),
+ *              so that gridha.metrics sums these rows and the services
+ *              with work, never the idle ones
  *
  * A settlement is written by the report itself, into the backend's row of
  * the target, in the same command as the service's row (src/status.c);
@@ -287,6 +289,47 @@ gridha_totals_slot(void)
 	}
 	CurrentResourceOwner = owner;
 	return totals_slot;
+}
+
+/*
+ * gridha_totals_settle_claim: a service's queue runs dry (the claim row
+ * rows holds is its current version, locked by this transaction). Its
+ * counters as they stand, its enqueued one being tail_seq, plus what the
+ * write that empties the queue adds to them (committed, invalid: a
+ * report's own final status), go to its settled_* columns, appended to
+ * claim (*nclaim grows by GRIDHA_TOTALS_NSETTLED); delta gets what each
+ * grew by since it last ran dry, which the caller adds to the target's
+ * settled totals. Whoever empties a queue settles it: gridha.metrics
+ * reads only the services with work (see the file header).
+ */
+void
+gridha_totals_settle_claim(GridhaRows *rows, int64 committed, int64 invalid,
+						   GridhaColumn *claim, int *nclaim,
+						   int64 delta[GRIDHA_TOTALS_NSETTLED])
+{
+	/* the first, enqueued, is tail_seq, a column of every version */
+	static const GridhaOptionalColumn totals[GRIDHA_TOTALS_NSETTLED] = {
+		GRIDHA_NOPTIONAL, CLAIM_COMMITTED_TOTAL, CLAIM_INVALID_TOTAL, CLAIM_RESUBMITTED_TOTAL
+	};
+	static const GridhaOptionalColumn settled[GRIDHA_TOTALS_NSETTLED] = {
+		CLAIM_SETTLED_SEQ, CLAIM_SETTLED_COMMITTED, CLAIM_SETTLED_INVALID,
+		CLAIM_SETTLED_RESUBMITTED
+	};
+	const int64 own[GRIDHA_TOTALS_NSETTLED] = {0, committed, invalid, 0};
+	bool		isnull;
+	int			k;
+
+	for (k = 0; k < GRIDHA_TOTALS_NSETTLED; k++)
+	{
+		AttrNumber	from = k == 0 ? CLAIM_TAIL_SEQ : gridha_rows_attno(rows, totals[k]);
+		AttrNumber	to = gridha_rows_attno(rows, settled[k]);
+		Datum		d = gridha_rows_get(rows, GRIDHA_CLAIMS, from, &isnull);
+		int64		value = (isnull ? 0 : DatumGetInt64(d)) + own[k];
+
+		d = gridha_rows_get(rows, GRIDHA_CLAIMS, to, &isnull);
+		delta[k] = value - (isnull ? 0 : DatumGetInt64(d));
+		claim[(*nclaim)++] = (GridhaColumn) {to, Int64GetDatum(value), false};
+	}
 }
 
 /*

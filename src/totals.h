@@ -12,6 +12,8 @@
 
 #include "postgres.h"
 
+#include "rows.h"
+
 typedef enum GridhaTotal
 {
 	GRIDHA_TOTAL_TAKEN_OVER,	/* a claim taken from another instance */
@@ -28,6 +30,15 @@ typedef enum GridhaTotal
 	GRIDHA_NTOTALS
 } GridhaTotal;
 
+/* the settled counters, GRIDHA_TOTAL_SETTLED_ENQUEUED and the three after it */
+#define GRIDHA_TOTALS_NSETTLED 4
+
+StaticAssertDecl(GRIDHA_TOTAL_SETTLED_RESUBMITTED == GRIDHA_TOTAL_SETTLED_ENQUEUED + GRIDHA_TOTALS_NSETTLED - 1,
+				 "the settled totals follow each other in GridhaTotal");
+
+extern void gridha_totals_settle_claim(GridhaRows *rows, int64 committed, int64 invalid,
+									   GridhaColumn *claim, int *nclaim,
+									   int64 delta[GRIDHA_TOTALS_NSETTLED]);
 extern void gridha_totals_note(const char *target, GridhaTotal which);
 extern void gridha_totals_add(const char *target, GridhaTotal which, int64 n);
 extern bool gridha_totals_noted(void);

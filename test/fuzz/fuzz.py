@@ -1787,6 +1787,27 @@ END
 $fz$;
 CREATE TRIGGER fz_pruned AFTER DELETE ON gridha.batches
     FOR EACH ROW EXECUTE FUNCTION public.fz_pruned_row();
+
+-- What a deleted target's running totals held when it went (its rows of
+-- gridha.target_totals go with it, docs/operations.md): the settled counts
+-- of services that moved away from it before. The invariant "counts" adds
+-- them (test/fuzz/invariants.py). A BEFORE trigger, so that it reads the
+-- rows before targets_totals_follow deletes them, and goes with a delete
+-- that fails.
+CREATE TABLE public.fz_totals_gone (target text, enq bigint, com bigint, inv bigint, res bigint,
+                                    at timestamptz DEFAULT clock_timestamp());
+CREATE FUNCTION public.fz_totals_gone_row() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $fz$
+BEGIN
+    INSERT INTO public.fz_totals_gone (target, enq, com, inv, res)
+    SELECT OLD.target, coalesce(sum(o.settled_enqueued), 0), coalesce(sum(o.settled_committed), 0),
+           coalesce(sum(o.settled_invalid), 0), coalesce(sum(o.settled_resubmitted), 0)
+      FROM gridha.target_totals o WHERE o.target = OLD.target;
+    RETURN OLD;
+END
+$fz$;
+CREATE TRIGGER fz_totals_gone BEFORE DELETE ON gridha.targets
+    FOR EACH ROW EXECUTE FUNCTION public.fz_totals_gone_row();
 """
 
 

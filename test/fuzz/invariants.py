@@ -131,8 +131,9 @@ SELECT 'counts', 'metrics target ' || encode(convert_to(t.target, 'UTF8'), 'hex'
                         FILTER (WHERE head_seq IS NOT NULL AND ready_at IS NULL AND NOT in_flight) AS wedged
                FROM gridha.service_claims GROUP BY target) r USING (target)
  WHERE m.backlog IS DISTINCT FROM coalesce(r.backlog, 0) OR m.in_flight IS DISTINCT FROM coalesce(r.f, 0);
--- counts: metrics, counters (summed over the targets; what target_totals
--- keeps of a target since deleted is not in gridha.metrics)
+-- counts: metrics, counters (summed over the targets; what a deleted
+-- target's totals held when it went, public.fz_totals_gone, and what
+-- target_totals keeps of a target since deleted are not in gridha.metrics)
 WITH m AS (
     SELECT sum(enqueued_total) AS enq, sum(committed_total) AS com, sum(invalid_total) AS inv,
            sum(resubmitted_total) AS res
@@ -140,7 +141,11 @@ WITH m AS (
 gone AS (
     SELECT coalesce(sum(settled_enqueued), 0) AS enq, coalesce(sum(settled_committed), 0) AS com,
            coalesce(sum(settled_invalid), 0) AS inv, coalesce(sum(settled_resubmitted), 0) AS res
-      FROM gridha.target_totals o WHERE NOT EXISTS (SELECT 1 FROM gridha.targets t WHERE t.target = o.target)),
+      FROM (SELECT o.settled_enqueued, o.settled_committed, o.settled_invalid, o.settled_resubmitted
+              FROM gridha.target_totals o
+             WHERE NOT EXISTS (SELECT 1 FROM gridha.targets t WHERE t.target = o.target)
+            UNION ALL
+            SELECT g.enq, g.com, g.inv, g.res FROM public.fz_totals_gone g) d),
 r AS (
     SELECT coalesce(sum(tail_seq), 0) AS enq, coalesce(sum(committed_total), 0) AS com,
            coalesce(sum(invalid_total), 0) AS inv, coalesce(sum(resubmitted_total), 0) AS res

@@ -96,9 +96,19 @@ SELECT gridha.report_status(:A, 't', 't1', 1, 'committed');
 -- t's head (seq 2, no row) waited longer than u's
 UPDATE gridha.service_claims SET ready_at = now() - interval '1 h' WHERE service_id = 't';
 SELECT * FROM pg_temp.queue('t');
+SELECT sum(enqueued_total) AS enq_before, sum(committed_total) AS com_before
+  FROM gridha.metrics WHERE scope = 'target' \gset
 SELECT service_id, batch_id FROM gridha.next_batch(:A);
 SELECT * FROM pg_temp.queue('t');
 SELECT target, heads_repaired_total FROM gridha.metrics WHERE scope = 'target' ORDER BY target;
+-- the queue that ran dry at the repair is settled, as a report that
+-- empties it is: gridha.metrics reads only the services with work, so
+-- without that its counters would drop t's 2 enqueued and 1 committed
+SELECT service_id, tail_seq, settled_seq, committed_total, settled_committed
+  FROM gridha.service_claims WHERE service_id = 't';
+SELECT sum(enqueued_total) - :enq_before AS enqueued_change,
+       sum(committed_total) - :com_before AS committed_change
+  FROM gridha.metrics WHERE scope = 'target';
 
 -- A late ledger answer never moves a newer hand-out (issue 38, item 3).
 -- Attempt 1 is accepted (pending); the ledger says unknown, so the batch
