@@ -204,9 +204,10 @@ demo:
 # The fault-injection harness, long version: HA_DURATION seconds of random
 # faults after one round of every kind (make ha HA_DURATION=1800). The
 # database is one server unless told: HA_TOPOLOGY=replica (a primary and a
-# hot standby; HA_REPLICA=sync or async; failover and switchover faults) or
-# HA_DB=patroni (two nodes under Patroni with etcd). test/ha/run.sh lists
-# the rest (HA_SEED, HA_KINDS, HA_FAILOVER_LAG, HA_KEEP, ...).
+# hot standby; HA_REPLICA=sync or async; failover and switchover faults):
+# test/t/050_ha.pl or 051_failover.pl, run longer; or HA_DB=patroni (two
+# nodes under Patroni with etcd). test/ha/run.sh lists the rest (HA_SEED,
+# HA_KINDS, HA_FAILOVER_LAG, HA_KEEP, ...).
 HA_DURATION ?= 300
 HA_TOPOLOGY ?= single
 HA_REPLICA ?= sync

@@ -60,10 +60,16 @@
 #include "spi_util.h"
 #include "targets.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 
 static GridhaStatement ratelimit_prune_stmt = {
 	"DELETE FROM gridha.rate_handouts WHERE slot_at < now() - interval '1 day'",
@@ -276,10 +282,38 @@ gridha_ratelimit_log(Datum instance_id, Datum *targets, Datum *service_ids,
 }
 
 /*
+ * ratelimit_claims_owner: the owner of gridha.service_claims (the
+ * extension's), InvalidOid when there is none.
+ */
+static Oid
+ratelimit_claims_owner(void)
+{
+	Oid			nsp = get_namespace_oid("gridha", true);
+	Oid			relid = OidIsValid(nsp) ? get_relname_relid("service_claims", nsp) : InvalidOid;
+	Oid			owner = InvalidOid;
+	HeapTuple	tup;
+
+	if (!OidIsValid(relid))
+		return InvalidOid;
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (HeapTupleIsValid(tup))
+	{
+		owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+		ReleaseSysCache(tup);
+	}
+	return owner;
+}
+
+/*
  * gridha_ratelimit_wait_ms: for an instance that was handed nothing, the
  * ms until the next slot opens for a limited target of one of its ready
  * heads (at least 10); -1 when there is no such head or nothing is
  * limited. Inside SPI.
+ *
+ * The worker asks it as gridha.worker_role, whose gridha_submitter reads
+ * only service_id and target of gridha.service_claims: the statement, a
+ * fixed read of gridha's own tables under the worker's pinned search_path
+ * (src/step.c), runs as their owner, as the hand-out's own reads do.
  */
 long
 gridha_ratelimit_wait_ms(Datum instance_id)
@@ -287,12 +321,21 @@ gridha_ratelimit_wait_ms(Datum instance_id)
 	Datum		args[1];
 	bool		isnull;
 	Datum		d;
+	Oid			owner;
+	Oid			save_userid;
+	int			save_sec_context;
 
 	gridha_targets_refresh();
 	if (!gridha_targets_any_limited())
 		return -1;
+	owner = ratelimit_claims_owner();
+	if (!OidIsValid(owner))
+		return -1;
 	args[0] = instance_id;
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	gridha_exec(&ratelimit_wait_stmt, args, NULL, true);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
 	if (SPI_processed == 0)
 		return -1;
 	d = gridha_col(0, 1, &isnull);

@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
 """test/ha/driver.py: the fault harness's driver. Runs a workload over the
 harness's database servers, injects faults on a schedule, and records the
-history the checker (check.py) reads. test/ha/run.sh starts it.
+history the checker (check.py) reads. test/t/050_ha.pl and
+051_failover.pl start it (test/t/lib/GridhaHA.pm), or test/ha/run.sh for
+make ha HA_DB=patroni.
 
 Words used here:
   run directory   where everything is recorded (--out): enqueued.tsv,
                   faults.jsonl, instances.jsonl, clients/*.log, ledger.log,
                   db_*.csv, nodes.jsonl, standby.jsonl, postgres.log,
                   driver.log, run.json
-  topology        the database servers (topology.py): single (the cluster
-                  run.sh started), replica (a primary and a hot standby
-                  built here, --replica sync|async) or patroni (two nodes
-                  under Patroni); the driver always knows which node is the
-                  primary, and every statement of its own goes there
+  topology        the database servers: framework (one server, or a
+                  primary and a hot standby, --replica sync|async, that a
+                  test on PostgreSQL's TAP framework started and changes
+                  when asked: nodes.py) or patroni (two nodes under
+                  Patroni, patroni.py); the driver always knows which node
+                  is the primary, and every statement of its own goes there
   client          an external instance: client/gridha-client, started with
                   its own instance id (also its PGAPPNAME, so audit.sql can
                   name it as a writer), its JSON-lines log and the
@@ -37,8 +40,8 @@ Words used here:
                   (pg_terminate_backend, and a new worker started), stop-worker
                   (SIGSTOP of a worker backend longer than hard_expiry), 503
                   (ledger answers 503), stall (ledger holds requests longer
-                  than the submit timeout), restart (pg_ctl stop -m immediate
-                  of the primary, then start); with two nodes also failover
+                  than the submit timeout), restart (an immediate stop of
+                  the primary, then start); with two nodes also failover
                   (kill -9 of the primary's postmaster -- and of its Patroni
                   --, the standby promoted, the old primary back as a
                   standby) and switchover (a clean stop of the primary, the
@@ -46,17 +49,18 @@ Words used here:
                   fault record carries the times of each step (down,
                   promoted, rejoined, synced), the new timeline and how the
                   old primary rejoined (rewind, no rewind required,
-                  basebackup, patroni). --failover-lag S (replica): the
-                  primary's WAL sender is stopped S seconds before a
-                  failover, which then kills every process of the primary
-                  at once (a standby that lags when the primary's machine
-                  dies). --kinds chooses among the kinds the topology has
+                  patroni). The framework's test may make the standby lag
+                  before a failover (051_failover.pl, HA_FAILOVER_LAG: the
+                  primary's WAL sender stopped S seconds, then every process
+                  of the primary killed at once, a standby that lags when
+                  the primary's machine dies); --failover-lag S records it.
+                  --kinds chooses among the kinds the topology has
                   (all of them by default; patroni has no restart)
   reconcile       after a promotion, the enqueued batches the new primary
                   does not have (acknowledged by the old primary, never
                   replicated: asynchronous replication only) are counted;
                   with async replication the producer is held from just
-                  before the fault until they are enqueued again in their
+                  before the fault (framework: from the request) until they are enqueued again in their
                   order, as an application that knows its database may
                   lose acknowledged writes would do; with sync replication
                   they are only counted (the checker wants 0)
@@ -74,8 +78,8 @@ Words used here:
                   the first round only
 
 Every loop is bounded; every process it starts is stopped before it exits,
-on any exit (the servers of a two-node topology too, after the database's
-history has been dumped). Python 3 standard library only.
+on any exit (the servers of the patroni topology too, after the
+database's history has been dumped; a framework test stops its own). Python 3 standard library only.
 """
 
 import argparse
@@ -90,10 +94,10 @@ import time
 import urllib.request
 import uuid
 
-import topology
+import nodes
 
 # The kinds that need no second server; a topology adds its own (restart,
-# failover, switchover: topology.py).
+# failover, switchover: nodes.py, patroni.py).
 INSTANCE_KINDS = ("kill9-off", "kill9-on", "stop-client", "term-worker", "stop-worker",
                   "503", "stall")
 DB_CHANGES = ("failover", "switchover")
@@ -513,7 +517,7 @@ class Driver:
         self.fault("restart", t0, **rec)
 
     def change_primary(self, kind):
-        """change_primary: a failover or a switchover (topology.py); the
+        """change_primary: a failover or a switchover (nodes.py, patroni.py); the
         standby is probed first; with async replication the producer is
         held from the fault (after the lag, if any) until the reconcile is
         done."""
@@ -759,7 +763,7 @@ class Driver:
     def close(self):
         """close: stop the servers of a two-node topology and gather every
         node's server log into postgres.log (single: run.sh does both)."""
-        if self.topo.kind == "single":
+        if not getattr(self.topo, "owns_servers", True) or self.topo.kind == "single":
             return
         for name, text in self.topo.configs():
             with open(os.path.join(self.out, name), "w", encoding="utf-8") as fh:
@@ -785,22 +789,19 @@ def parse_args(argv):
     p.add_argument("--out", required=True)
     p.add_argument("--repo", required=True)
     p.add_argument("--bindir", required=True)
-    p.add_argument("--topology", choices=("single", "replica", "patroni"), default="single")
+    p.add_argument("--topology", choices=("framework", "patroni"), default="framework")
+    p.add_argument("--nodes-file", help="framework: the servers the test started (nodes.py)")
+    p.add_argument("--control-dir", help="framework: where the test takes fault requests")
     p.add_argument("--replica", choices=("sync", "async"), default="sync",
                    help="two nodes: synchronous or asynchronous replication")
-    p.add_argument("--topo-dir", help="two nodes: where their servers live")
+    p.add_argument("--topo-dir", help="patroni: where its servers live")
     p.add_argument("--port-base", type=int, default=56400,
-                   help="two nodes: the first port tried for their servers")
+                   help="patroni: the first port tried for its servers")
     p.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
-                   help="two nodes: a server setting of both (repeatable)")
+                   help="patroni: a server setting of both (repeatable)")
     p.add_argument("--failover-lag", type=float, default=0.0,
-                   help="replica: seconds the standby lags before a failover (topology.py)")
-    p.add_argument("--pgdata", help="single: the cluster's data directory")
-    p.add_argument("--pglog", help="single: its server log")
-    p.add_argument("--pghost", default=os.environ.get("PGHOST"),
-                   help="single: its socket directory (PGHOST)")
-    p.add_argument("--pgport", type=int, default=int(os.environ.get("PGPORT", "5432")),
-                   help="single: its port (PGPORT)")
+                   help="framework, two nodes: the seconds the test let the standby lag"
+                        " before a failover (recorded in run.json)")
     p.add_argument("--kinds", help="comma-separated fault kinds (default: every kind the"
                                    " topology has)")
     p.add_argument("--database", default="gridha_ha")
@@ -830,21 +831,21 @@ def parse_args(argv):
         if not eq or not name:
             p.error("--setting wants NAME=VALUE, got %r" % opt)
         a.settings.append((name, value))
-    if a.topology == "single" and not (a.pgdata and a.pglog and a.pghost):
-        p.error("the single topology needs --pgdata, --pglog and --pghost (or PGHOST)")
-    if a.topology != "single" and not a.topo_dir:
-        p.error("a two-node topology needs --topo-dir")
+    if a.topology == "framework" and not (a.nodes_file and a.control_dir):
+        p.error("the framework topology needs --nodes-file and --control-dir")
+    if a.topology == "patroni" and not a.topo_dir:
+        p.error("the patroni topology needs --topo-dir")
     return a
 
 
 def make_topology(a, say):
-    """make_topology: the topology object of the arguments (topology.py)."""
-    if a.topology == "single":
-        return topology.SingleNode(a.bindir, say, a.pgdata, a.pglog, a.pgport, a.pghost)
-    if a.topology == "replica":
-        return topology.ReplicaPair(a.bindir, say, a.topo_dir, a.port_base, a.settings, a.sync,
-                                    a.failover_lag)
-    return topology.PatroniPair(a.bindir, say, a.topo_dir, a.port_base, a.settings, a.sync)
+    """make_topology: the topology object of the arguments: the servers of
+    a test on PostgreSQL's TAP framework (nodes.py), or two under Patroni
+    (patroni.py, make ha HA_DB=patroni)."""
+    if a.topology == "framework":
+        return nodes.FrameworkNodes(a.bindir, say, a.nodes_file, a.control_dir)
+    import patroni                                  # pylint: disable=import-outside-toplevel
+    return patroni.PatroniPair(a.bindir, say, a.topo_dir, a.port_base, a.settings, a.sync)
 
 
 def main(argv):

@@ -1,64 +1,31 @@
 #!/usr/bin/env python3
-"""test/ha/topology.py: the database side of the fault harness: which
-PostgreSQL servers a run has, which one is the primary at any moment, and
-the faults that change it. test/ha/driver.py uses one of three:
-
-  single    the cluster test/ha/run.sh started with test/lib.sh (one
-            server); `restart` is its only database fault
-  replica   two servers on loopback built here: node1 the primary, node2
-            a hot standby made with pg_basebackup -R, streaming
-            replication, synchronous (synchronous_standby_names on the
-            primary names the standby's application_name) or asynchronous
-  patroni   two servers under Patroni 3 with a single-node etcd (v3 API),
-            all on 127.0.0.1; Patroni decides who is primary
+"""test/ha/patroni.py: the fault harness's Patroni topology (make ha
+HA_DB=patroni): two PostgreSQL servers under Patroni 3 with a single-node
+etcd (v3 API), all on 127.0.0.1; Patroni decides who is primary.
+test/ha/driver.py uses it with --topology patroni. The harness's other
+servers (one server, a primary and a hot standby) are PostgreSQL's TAP
+framework's, in test/t/050_ha.pl and test/t/051_failover.pl
+(test/ha/nodes.py); Patroni is not the framework's, so its nodes stay here.
 
 Words used here:
-  node        one server: its name (node1, node2; also its
-              application_name as a standby and its cluster_name), port,
-              socket directory, data directory and log
+  node        one server: its name (node1, node2), port, socket directory,
+              data directory and log
   primary     the node that accepts writes; the driver asks primary() for
               every statement that writes or reads the shared state
   multi-host  the connection string every external instance uses:
               host=<sock1>,<sock2> port=<p1>,<p2> target_session_attrs=
               read-write, so that libpq finds the primary by itself
-  node.conf   (replica) the per-node settings, in each data directory and
-              included last by postgresql.conf: port, socket directory,
-              cluster_name, synchronous_standby_names. pg_basebackup and
-              pg_rewind copy the source's, so it is written again after
-              each; a standby's always names no synchronous standby, so a
-              freshly promoted node never waits for the node it replaces
-  failover    (replica) kill -9 of the primary's postmaster (with a lag
-              set, HA_FAILOVER_LAG: the primary's WAL sender is first
-              SIGSTOPped for that many seconds, then the postmaster and
-              all its children are killed at once -- a primary whose
-              machine dies while its standby lags: with async replication
-              what it acknowledged meanwhile is lost, with sync its commits
-              wait and are never acknowledged); pg_ctl promote of the
-              standby; the old primary's orphaned backends are
-              waited for (and the killed postmaster to leave the process
-              table: a lock file naming a pid that exists stops a server
-              from starting); a CHECKPOINT on the new primary (pg_rewind
-              reads the source's timeline from its control file); the old
-              primary comes back as a standby of the new primary by
-              pg_rewind --source-server ... -R (a fresh pg_basebackup -R if
-              pg_rewind fails); in sync mode synchronous_standby_names on
-              the new primary then names it and the driver waits for
-              sync_state 'sync'
-              (patroni) kill -9 of the leader's patroni and postmaster (the
-              standby must be the synchronous one first, in sync mode);
-              Patroni promotes the other after the leader key's ttl; the
-              killed node's patroni is started again and rejoins (Patroni
-              runs pg_rewind)
-  switchover  (replica) pg_ctl stop -m fast of the primary (it sends all of
-              its WAL to the standby before it stops), promote, rejoin as
-              above; (patroni) patronictl switchover (the fault's time is
-              when the old primary stops answering as a primary, Patroni
-              acting at its next loop; "requested" when patronictl ran)
-  restart     pg_ctl stop -m immediate of the primary, then start (single,
-              replica)
+  failover    kill -9 of the leader's patroni and postmaster (the standby
+              must be the synchronous one first, in sync mode); Patroni
+              promotes the other after the leader key's ttl; the killed
+              node's patroni is started again and rejoins (Patroni runs
+              pg_rewind)
+  switchover  patronictl switchover (the fault's time is when the old
+              primary stops answering as a primary, Patroni acting at its
+              next loop; "requested" when patronictl ran)
 
 Every wait is bounded; every server command runs as the postgres user
-(runuser when we are root, as test/lib.sh does). Python 3 standard library.
+(Patroni needs root to start it so). Python 3 standard library.
 """
 
 import os
@@ -69,31 +36,6 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-
-# Settings of the two-node topologies besides the harness's own list (the
-# gridha.* settings and the rest run.sh passes): what streaming replication
-# and pg_rewind need. fsync stays off as in test/lib.sh: the faults kill
-# processes, never the machine, so the page cache keeps what was written.
-#
-# The nodes listen on their sockets only: every connection here goes through
-# them, and a node restarted minutes after its port was chosen could find
-# that port taken on 127.0.0.1 by some program's outgoing connection (an
-# ephemeral port) and not start.
-REPLICA_BASE = [
-    ("listen_addresses", ""),
-    ("log_line_prefix", "%m [%p] %q%a "),
-    ("fsync", "off"),
-    ("full_page_writes", "on"),          # pg_rewind needs it
-    ("wal_log_hints", "on"),             # pg_rewind needs it (or checksums)
-    ("wal_level", "replica"),
-    ("max_wal_senders", "10"),
-    ("wal_keep_size", "512MB"),
-    ("hot_standby", "on"),
-    ("wal_sender_timeout", "10s"),
-    ("wal_receiver_timeout", "10s"),
-    ("wal_receiver_status_interval", "1s"),
-    ("wal_retrieve_retry_interval", "1s"),
-]
 
 
 def now():
@@ -123,10 +65,6 @@ def free_ports(base, n, taken=()):
     if len(out) < n:
         raise RuntimeError("no %d free ports in %d..%d" % (n, base, base + 199))
     return out
-
-
-def conf_quote(value):
-    return "'%s'" % str(value).replace("'", "''")
 
 
 def child_pids(ppid):
@@ -193,10 +131,10 @@ class Node:
 
 
 class Topology:
-    """Topology: the common part; see the module's docstring."""
+    """Topology: the driver's view of the servers; PatroniPair is the one."""
 
-    kind = "single"
-    faults = ("restart",)
+    kind = "patroni"
+    faults = ()
 
     def __init__(self, bindir, say):
         self.bindir = bindir
@@ -297,301 +235,6 @@ class Topology:
     def shutdown(self):
         pass
 
-    def start(self, node, timeout=60):
-        rc, out = self.run_pg([self.bin("pg_ctl"), "start", "-w", "-t", str(timeout),
-                               "-D", node.pgdata, "-l", node.log], timeout=timeout + 30)
-        if rc != 0:
-            raise RuntimeError("%s did not start: %s" % (node.name, out))
-
-    def stop(self, node, mode="fast", timeout=60):
-        rc, out = self.run_pg([self.bin("pg_ctl"), "stop", "-w", "-t", str(timeout),
-                               "-m", mode, "-D", node.pgdata], timeout=timeout + 30)
-        return rc == 0 or "Is server running?" in out
-
-    def restart(self):
-        """restart: an immediate stop of the primary, then start. Returns
-        the fault's times."""
-        node = self.primary()
-        t0 = now()
-        self.stop(node, "immediate", 30)
-        t_down = now()
-        time.sleep(1)
-        self.start(node)
-        self.wait_until(30, lambda: self.in_recovery(node) is False)
-        return {"t": t0, "down": t_down, "up": now(), "node": node.name}
-
-
-class SingleNode(Topology):
-    """SingleNode: the cluster run.sh started; the driver only restarts it."""
-
-    kind = "single"
-
-    def __init__(self, bindir, say, pgdata, pglog, port, sockdir):
-        super().__init__(bindir, say)
-        self.nodes = [Node("node1", port, sockdir, pgdata, pglog)]
-
-
-class ReplicaPair(Topology):
-    """ReplicaPair: a primary and a hot standby built here (see the module's
-    docstring)."""
-
-    kind = "replica"
-    faults = ("restart", "failover", "switchover")
-
-    def __init__(self, bindir, say, topo_dir, port_base, settings, sync, lag=0.0):
-        super().__init__(bindir, say)
-        self.dir = topo_dir
-        self.settings = settings
-        self.sync = sync
-        self.lag = lag
-        ports = free_ports(port_base, 2)
-        for i, port in enumerate(ports, 1):
-            d = os.path.join(topo_dir, "node%d" % i)
-            self.nodes.append(Node("node%d" % i, port, d, os.path.join(d, "data"),
-                                   os.path.join(d, "postgres.log")))
-
-    # --- building -----------------------------------------------------------
-
-    def mkdir(self, path, mode):
-        os.makedirs(path, exist_ok=True)
-        os.chmod(path, mode)
-        if os.geteuid() == 0:
-            shutil.chown(path, "postgres", "postgres")
-
-    def write_file(self, path, text):
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        if os.geteuid() == 0:
-            shutil.chown(path, "postgres", "postgres")
-
-    def write_node_conf(self, node, sync_with=None):
-        """write_node_conf: node.conf of node; sync_with names the standby
-        the node (a primary) waits for, None for none."""
-        text = ("# test/ha/topology.py: this node's own settings (rewritten after\n"
-                "# every pg_basebackup and pg_rewind, which copy the source's)\n"
-                "port = %d\nunix_socket_directories = %s\ncluster_name = %s\n"
-                "synchronous_standby_names = %s\n"
-                % (node.port, conf_quote(node.sockdir), conf_quote(node.name),
-                   conf_quote(sync_with.name if sync_with is not None else "")))
-        self.write_file(os.path.join(node.pgdata, "node.conf"), text)
-
-    def setup(self):
-        n1, n2 = self.nodes
-        for n in self.nodes:
-            self.mkdir(n.sockdir, 0o755)
-        rc, out = self.run_pg([self.bin("initdb"), "--auth=trust", "-U", "postgres",
-                               "--encoding=UTF8", "--locale=C.UTF-8", "--no-sync",
-                               "-D", n1.pgdata])
-        if rc != 0:
-            raise RuntimeError("initdb failed: %s" % out)
-        lines = ["", "# --- gridha fault harness, replica topology (test/ha/topology.py) ---"]
-        for k, v in REPLICA_BASE + list(self.settings):
-            lines.append("%s = %s" % (k, conf_quote(v)))
-        lines.append("include_if_exists = 'node.conf'")
-        with open(os.path.join(n1.pgdata, "postgresql.conf"), "a", encoding="utf-8") as fh:
-            fh.write("\n".join(lines) + "\n")
-        self.write_node_conf(n1)
-        self.start(n1)
-        self.primary_i = 0
-        self.say("replica: %s primary on port %d" % (n1.name, n1.port))
-        self.build_standby(n2, n1)
-        self.start(n2)
-        if not self.wait_streaming(n1, n2, 60):
-            raise RuntimeError("%s does not stream from %s" % (n2.name, n1.name))
-        if self.sync:
-            self.set_sync(n1, n2)
-        self.say("replica: %s standby on port %d (%s)"
-                 % (n2.name, n2.port, "synchronous" if self.sync else "asynchronous"))
-
-    def build_standby(self, node, source):
-        """build_standby: node's data directory afresh from source with
-        pg_basebackup -R (primary_conninfo names node as application_name)."""
-        if os.path.isdir(node.pgdata):
-            shutil.rmtree(node.pgdata)
-        rc, out = self.run_pg([self.bin("pg_basebackup"), "-D", node.pgdata, "-R",
-                               "-X", "stream", "-c", "fast", "--no-sync",
-                               "-d", "host=%s port=%d user=postgres application_name=%s"
-                               % (source.sockdir, source.port, node.name)], timeout=300)
-        if rc != 0:
-            raise RuntimeError("pg_basebackup of %s from %s failed: %s"
-                               % (node.name, source.name, out))
-        self.write_node_conf(node)
-
-    def replication(self, primary):
-        """replication: {application_name: (state, sync_state)} on primary."""
-        out = self.psql(primary, "SELECT application_name, state, sync_state"
-                                 " FROM pg_stat_replication", timeout=5)
-        rows = {}
-        for line in (out or "").splitlines():
-            parts = line.split("|")
-            if len(parts) == 3:
-                rows[parts[0]] = (parts[1], parts[2])
-        return rows
-
-    def wait_streaming(self, primary, standby, seconds):
-        return self.wait_until(seconds, lambda: self.replication(primary).get(
-            standby.name, ("", ""))[0] == "streaming", step=0.25)
-
-    def set_sync(self, primary, standby, seconds=30):
-        """set_sync: synchronous replication of primary pointed at standby,
-        and wait until the standby is the synchronous one."""
-        self.write_node_conf(primary, standby)
-        self.psql(primary, "SELECT pg_reload_conf()")
-        ok = self.wait_until(seconds, lambda: self.replication(primary).get(
-            standby.name, ("", ""))[1] == "sync", step=0.25)
-        if not ok:
-            raise RuntimeError("%s is not the synchronous standby of %s after %ds"
-                               % (standby.name, primary.name, seconds))
-
-    # --- faults -------------------------------------------------------------
-
-    def promote(self, node):
-        rc, out = self.run_pg([self.bin("pg_ctl"), "promote", "-w", "-t", "60",
-                               "-D", node.pgdata], timeout=90)
-        if rc != 0:
-            raise RuntimeError("pg_ctl promote of %s failed: %s" % (node.name, out))
-        if not self.wait_until(30, lambda: self.in_recovery(node) is False):
-            raise RuntimeError("%s still in recovery after promote" % node.name)
-
-    def wait_gone(self, pids, seconds):
-        """wait_gone: wait for pids to exit; kill -9 those that do not
-        (they are the children of a postmaster we killed). Returns how
-        many had to be killed."""
-        self.wait_until(seconds, lambda: not any(alive(p) for p in pids), step=0.1)
-        left = [p for p in pids if alive(p)]
-        for p in left:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.wait_until(10, lambda: not any(alive(p) for p in left), step=0.1)
-        return len(left)
-
-    def rejoin(self, node, primary):
-        """rejoin: the stopped node follows primary: pg_rewind -R, or a
-        fresh pg_basebackup -R when pg_rewind fails. Returns (how, detail)."""
-        how = "rewind"
-        # pg_rewind reads the source's timeline from its control file, which
-        # a promotion updates only at its next checkpoint: without this it
-        # would find both on the same timeline and rewind nothing
-        self.psql(primary, "CHECKPOINT", timeout=120)
-        rc, out = self.run_pg([self.bin("pg_rewind"), "--target-pgdata", node.pgdata, "-R",
-                               "--source-server",
-                               "host=%s port=%d user=postgres dbname=postgres application_name=%s"
-                               % (primary.sockdir, primary.port, node.name)], timeout=300)
-        detail = " / ".join(line for line in out.splitlines()
-                            if "diverged" in line or "rewind" in line.lower()
-                            or "error" in line.lower() or "fatal" in line.lower())[:500]
-        if rc != 0:
-            self.say("replica: pg_rewind of %s failed (%s); a fresh pg_basebackup instead"
-                     % (node.name, out.splitlines()[-1] if out else rc))
-            how = "basebackup"
-            self.build_standby(node, primary)
-        elif "no rewind required" in out:
-            how = "no rewind required"
-        if not os.path.exists(os.path.join(node.pgdata, "standby.signal")):
-            self.write_file(os.path.join(node.pgdata, "standby.signal"), "")
-        self.write_node_conf(node)
-        self.start(node)
-        if not self.wait_streaming(primary, node, 90):
-            raise RuntimeError("%s does not stream from %s after %s" % (node.name, primary.name, how))
-        return how, detail
-
-    def change_primary(self, kind, on_promoted=None, before_fault=None):
-        """change_primary: failover (kill -9) or switchover (clean stop) of
-        the primary to the standby, then the old primary rejoins. Returns
-        the fault's times and details."""
-        old = self.primary()
-        new = self.other(old)
-        rec = {"old_primary": old.name, "new_primary": new.name}
-        pm = old.postmaster_pid()
-        if kind == "failover":
-            children = child_pids(pm) if pm else []
-            sender = None
-            if self.lag > 0:
-                out = self.psql(old, "SELECT pid FROM pg_stat_replication WHERE application_name = '%s'"
-                                % new.name, timeout=5)
-                sender = int(out.strip()) if out and out.strip().isdigit() else None
-            if sender:
-                # the standby lags: the primary's WAL sender stops (what it
-                # has not sent stays on the primary), then the primary's
-                # machine dies: every process of it at once
-                os.kill(sender, signal.SIGSTOP)
-                rec["lag"] = self.lag
-                time.sleep(self.lag)
-                if before_fault is not None:
-                    before_fault()
-                children = child_pids(pm) if pm else []
-                rec["t"] = now()
-                for p in [pm] + children:
-                    try:
-                        os.kill(p, signal.SIGKILL)
-                    except (ProcessLookupError, TypeError):
-                        pass
-            else:
-                if before_fault is not None:
-                    before_fault()
-                rec["t"] = now()
-                if pm:
-                    os.kill(pm, signal.SIGKILL)
-        else:
-            children = []
-            if before_fault is not None:
-                before_fault()
-            rec["t"] = now()
-            self.stop(old, "fast", 60)
-        rec["down"] = now()
-        self.promote(new)
-        self.primary_i = self.nodes.index(new)
-        rec["promoted"] = now()
-        rec["tli"] = self.timeline(new)
-        if on_promoted is not None:
-            on_promoted(rec)
-        if kind == "failover":
-            rec["orphans_killed"] = self.wait_gone(children, 30)
-            if pm and not self.wait_until(30, lambda: not exists(pm), step=0.1):
-                raise RuntimeError("the killed postmaster %d of %s is still in the process"
-                                   " table" % (pm, old.name))
-        how, detail = self.rejoin(old, new)
-        rec["rejoin"] = how
-        rec["rewind"] = detail
-        rec["rejoined"] = now()
-        if self.sync:
-            self.set_sync(new, old)
-            rec["synced"] = now()
-        return rec
-
-    def failover(self, on_promoted=None, before_fault=None):
-        return self.change_primary("failover", on_promoted, before_fault)
-
-    def switchover(self, on_promoted=None, before_fault=None):
-        return self.change_primary("switchover", on_promoted, before_fault)
-
-    def configs(self):
-        """configs: each node's settings as the run left them: the
-        harness's part of postgresql.conf, node.conf, postgresql.auto.conf
-        (primary_conninfo from -R)."""
-        out = []
-        for n in self.nodes:
-            for f in ("postgresql.conf", "node.conf", "postgresql.auto.conf"):
-                try:
-                    with open(os.path.join(n.pgdata, f), encoding="utf-8") as fh:
-                        text = fh.read()
-                except OSError:
-                    continue
-                mark = text.find("# --- gridha fault harness")
-                out.append(("%s-%s" % (n.name, f), text[mark:] if mark >= 0 else text))
-        return out
-
-    def shutdown(self):
-        """shutdown: stop both servers (the primary first), fast, else
-        immediately."""
-        for node in [self.primary()] + self.standbys():
-            if node.postmaster_pid() is None:
-                continue
-            if not self.stop(node, "fast", 30):
-                self.stop(node, "immediate", 30)
-
 
 class PatroniPair(Topology):
     """PatroniPair: two nodes under Patroni with a one-member etcd (see the
@@ -669,7 +312,7 @@ class PatroniPair(Topology):
                                ("wal_sender_timeout", "10s"), ("wal_receiver_timeout", "10s"),
                                ("fsync", "off")] + list(self.settings)]
         node = self.nodes[i - 1]
-        return """# test/ha/topology.py: Patroni configuration of %(name)s
+        return """# test/ha/patroni.py: Patroni configuration of %(name)s
 scope: %(scope)s
 namespace: /service/
 name: %(name)s
