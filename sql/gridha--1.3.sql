@@ -397,7 +397,15 @@ COMMENT ON COLUMN gridha.service_claims.soft_expiry IS
 --
 -- Takeovers find the claims of an expired or gone instance through the
 -- claimant prefix too: they cost what moves, never a scan of every claim.
-CREATE INDEX service_claims_claimant_ready ON gridha.service_claims (claimant, ready_at);
+--
+-- No deduplication (1.3): every hand-out leaves its claim's old entry dead,
+-- and a scan marks a dead entry so that the next one skips it; but in a
+-- posting list (claims that became ready at the same time: an enqueue of
+-- many services in one transaction) an entry is marked only once all of
+-- its list is dead, so every hand-out visited the dead claims before it
+-- again.
+CREATE INDEX service_claims_claimant_ready ON gridha.service_claims (claimant, ready_at)
+    WITH (deduplicate_items = off);
 
 -- The few claims whose own expiry was set (normally none): found without
 -- reading the others.
