@@ -1154,9 +1154,14 @@ rows_memo_fetch(GridhaRows *rows, GridhaRowsRel *r, GridhaKey key, const Datum *
 		return false;
 	tid = m->tid;
 	/* a TRUNCATE, rewrite or vacuum since may have left fewer blocks */
-	if (ItemPointerGetBlockNumber(&tid) >= RelationGetNumberOfBlocks(rel) ||
-		!table_tuple_fetch_row_version(rel, &tid, rows->snapshot, r->row))
+	if (ItemPointerGetBlockNumber(&tid) >= RelationGetNumberOfBlocks(rel))
 		return false;
+	if (!table_tuple_fetch_row_version(rel, &tid, rows->snapshot, r->row))
+	{
+		/* a version the snapshot does not see leaves the slot half set */
+		ExecClearTuple(r->row);
+		return false;
+	}
 	for (i = 0; i < def->nkeys; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), def->attnos[i] - 1);
@@ -1410,7 +1415,11 @@ gridha_rows_fetch_tid(GridhaRows *rows, GridhaTable table, ItemPointer tid)
 	if (!ItemPointerIsValid(tid) ||
 		ItemPointerGetBlockNumber(tid) >= RelationGetNumberOfBlocks(r->rel))
 		return false;
-	return table_tuple_fetch_row_version(r->rel, tid, rows->snapshot, r->row);
+	if (table_tuple_fetch_row_version(r->rel, tid, rows->snapshot, r->row))
+		return true;
+	/* a version the snapshot does not see leaves the slot half set */
+	ExecClearTuple(r->row);
+	return false;
 }
 
 /*
