@@ -1154,3 +1154,101 @@ BEGIN
      ORDER BY r.k;
 END
 $$;
+
+-- --- issue 42.1: instances, queues, status, totals, counts, targets, cold claims (SQL out of C) ---
+
+-- The checks of the read-only calls whose statement is SQL since 1.3
+-- (claimed_batches, pending_batches, verify_batch): their arguments, as the
+-- C calls check theirs (22004, 22023), then whether the calling role may act
+-- as the instance (RG008), with the library's cache of that verdict. An
+-- unknown instance passes: it owns nothing. C, as the hot path shares it.
+CREATE FUNCTION gridha_internal.instance_check(instance_id uuid, max_batches integer)
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_instance_check_sql'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.instance_check(uuid, integer) IS
+'the checks of claimed_batches and pending_batches before their statement: instance_id given, max_batches given and not negative, the calling role may act as the instance (RG008)';
+
+CREATE FUNCTION gridha_internal.instance_check(instance_id uuid, service_id text, batch_id text, epoch bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_instance_check_sql'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.instance_check(uuid, text, text, bigint) IS
+'the checks of verify_batch before its statement: instance_id, service_id, batch_id and epoch given, ids not empty, epoch not negative, the calling role may act as the instance (RG008)';
+
+REVOKE ALL ON FUNCTION gridha_internal.instance_check(uuid, integer),
+                       gridha_internal.instance_check(uuid, text, text, bigint) FROM PUBLIC;
+
+-- The claims are picked first and each one's head is then looked up by its
+-- key (LATERAL ... LIMIT 1 keeps that a per-claim lookup whatever the
+-- statistics say): the cost follows the instance's claims, never the number
+-- of batches.
+CREATE OR REPLACE FUNCTION gridha.claimed_batches(instance_id uuid, max_batches integer DEFAULT 100)
+RETURNS TABLE (service_id text, batch_id text, seq bigint, status gridha.batch_status, epoch bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT gridha_internal.instance_check($1, $2);
+SELECT c.service_id, h.batch_id, h.seq, h.status, c.epoch
+  FROM (SELECT c.service_id, c.head_seq, c.epoch, c.ready_at
+          FROM gridha.service_claims c
+         WHERE c.claimant = $1 AND c.head_seq IS NOT NULL
+         ORDER BY c.ready_at, c.service_id
+         LIMIT $2) c
+ CROSS JOIN LATERAL (
+  SELECT b.batch_id, b.seq, b.status FROM gridha.batches b
+   WHERE b.service_id = c.service_id AND b.seq = c.head_seq
+   LIMIT 1) h
+ ORDER BY c.ready_at, c.service_id
+$$;
+
+-- True only while this instance holds the claim at this epoch, the claim
+-- has not hard-expired (the hard expiry is the lease's, or the claim's own
+-- when earlier), and the batch is the head, submitting under this epoch. An
+-- unknown batch is simply not this instance's: false.
+CREATE OR REPLACE FUNCTION gridha.verify_batch(instance_id uuid, service_id text, batch_id text, epoch bigint)
+RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT gridha_internal.instance_check($1, $2, $3, $4);
+SELECT coalesce((SELECT c.claimant = $1 AND c.epoch = $4
+                        AND least(c.hard_expiry, i.hard_expiry) > now()
+                        AND b.seq = c.head_seq AND b.status = 'submitting' AND b.epoch = $4
+                        AND b.instance_id = $1
+                   FROM gridha.service_claims c
+                   JOIN gridha.batches b ON b.service_id = c.service_id AND b.batch_id = $3
+                   LEFT JOIN gridha.instances i ON i.instance_id = c.claimant
+                  WHERE c.service_id = $2), false)
+$$;
+
+-- Each in-flight claim's head is looked up by its key (LATERAL ... LIMIT 1
+-- keeps that a per-claim lookup whatever the statistics say), so a poll
+-- costs what the instance has in flight, never a scan of gridha.batches.
+CREATE OR REPLACE FUNCTION gridha.pending_batches(instance_id uuid, max_batches integer DEFAULT 100)
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, epoch bigint, submitted_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT gridha_internal.instance_check($1, $2);
+SELECT c.service_id, h.batch_id, h.status, c.epoch, h.submitted_at
+  FROM gridha.service_claims c
+ CROSS JOIN LATERAL (
+  SELECT b.batch_id, b.status, b.submitted_at FROM gridha.batches b
+   WHERE b.service_id = c.service_id AND b.seq = c.head_seq
+     AND b.status IN ('pending', 'valid')
+   LIMIT 1) h
+ WHERE c.claimant = $1 AND c.in_flight
+ ORDER BY h.submitted_at, c.service_id
+ LIMIT $2
+$$;
+
+-- --- issue 41.1: cheaper cycle ---
+-- The hand-out's index keeps no posting lists: a dead entry in one is not
+-- marked until the whole list is dead, and every hand-out visited it again
+-- (existing lists split as their entries go).
+ALTER INDEX gridha.service_claims_claimant_ready SET (deduplicate_items = off);

@@ -397,7 +397,15 @@ COMMENT ON COLUMN gridha.service_claims.soft_expiry IS
 --
 -- Takeovers find the claims of an expired or gone instance through the
 -- claimant prefix too: they cost what moves, never a scan of every claim.
-CREATE INDEX service_claims_claimant_ready ON gridha.service_claims (claimant, ready_at);
+--
+-- No deduplication (1.3): every hand-out leaves its claim's old entry dead,
+-- and a scan marks a dead entry so that the next one skips it; but in a
+-- posting list (claims that became ready at the same time: an enqueue of
+-- many services in one transaction) an entry is marked only once all of
+-- its list is dead, so every hand-out visited the dead claims before it
+-- again.
+CREATE INDEX service_claims_claimant_ready ON gridha.service_claims (claimant, ready_at)
+    WITH (deduplicate_items = off);
 
 -- The few claims whose own expiry was set (normally none): found without
 -- reading the others.
@@ -745,11 +753,51 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha.acquire_claims(uuid, text[]) IS
 'takes free, soft-expired (nothing submitting) and hard-expired claims whose target the instance can serve, up to the fair share when gridha.balance_claims is on (releasing surplus idle claims above it); returns the claims newly taken; serves, when given, first declares which kinds of target the instance can serve (submit_url, submit_function, status_url, status_function) and hands back the claims it can no longer serve';
 
+-- The checks of the read-only calls whose statement is SQL since 1.3
+-- (claimed_batches, pending_batches, verify_batch): their arguments, as the
+-- C calls check theirs (22004, 22023), then whether the calling role may act
+-- as the instance (RG008), with the library's cache of that verdict. An
+-- unknown instance passes: it owns nothing. C, as the hot path shares it.
+CREATE FUNCTION gridha_internal.instance_check(instance_id uuid, max_batches integer)
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_instance_check_sql'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.instance_check(uuid, integer) IS
+'the checks of claimed_batches and pending_batches before their statement: instance_id given, max_batches given and not negative, the calling role may act as the instance (RG008)';
+
+CREATE FUNCTION gridha_internal.instance_check(instance_id uuid, service_id text, batch_id text, epoch bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_instance_check_sql'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.instance_check(uuid, text, text, bigint) IS
+'the checks of verify_batch before its statement: instance_id, service_id, batch_id and epoch given, ids not empty, epoch not negative, the calling role may act as the instance (RG008)';
+
+-- The claims are picked first and each one's head is then looked up by its
+-- key (LATERAL ... LIMIT 1 keeps that a per-claim lookup whatever the
+-- statistics say): the cost follows the instance's claims, never the number
+-- of batches.
 CREATE FUNCTION gridha.claimed_batches(instance_id uuid, max_batches integer DEFAULT 100)
 RETURNS TABLE (service_id text, batch_id text, seq bigint, status gridha.batch_status, epoch bigint)
-AS 'MODULE_PATHNAME', 'gridha_claimed_batches'
-LANGUAGE C STABLE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT gridha_internal.instance_check($1, $2);
+SELECT c.service_id, h.batch_id, h.seq, h.status, c.epoch
+  FROM (SELECT c.service_id, c.head_seq, c.epoch, c.ready_at
+          FROM gridha.service_claims c
+         WHERE c.claimant = $1 AND c.head_seq IS NOT NULL
+         ORDER BY c.ready_at, c.service_id
+         LIMIT $2) c
+ CROSS JOIN LATERAL (
+  SELECT b.batch_id, b.seq, b.status FROM gridha.batches b
+   WHERE b.service_id = c.service_id AND b.seq = c.head_seq
+   LIMIT 1) h
+ ORDER BY c.ready_at, c.service_id
+$$;
 
 COMMENT ON FUNCTION gridha.claimed_batches(uuid, integer) IS
 'read-only: the head batch of each service this instance holds, submittable ones first, with the claim''s epoch';
@@ -772,11 +820,25 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha.next_batches(uuid, integer) IS
 'like next_batch, up to max_batches batches of distinct services';
 
+-- True only while this instance holds the claim at this epoch, the claim
+-- has not hard-expired (the hard expiry is the lease's, or the claim's own
+-- when earlier), and the batch is the head, submitting under this epoch. An
+-- unknown batch is simply not this instance's: false.
 CREATE FUNCTION gridha.verify_batch(instance_id uuid, service_id text, batch_id text, epoch bigint)
 RETURNS boolean
-AS 'MODULE_PATHNAME', 'gridha_verify_batch'
-LANGUAGE C STABLE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT gridha_internal.instance_check($1, $2, $3, $4);
+SELECT coalesce((SELECT c.claimant = $1 AND c.epoch = $4
+                        AND least(c.hard_expiry, i.hard_expiry) > now()
+                        AND b.seq = c.head_seq AND b.status = 'submitting' AND b.epoch = $4
+                        AND b.instance_id = $1
+                   FROM gridha.service_claims c
+                   JOIN gridha.batches b ON b.service_id = c.service_id AND b.batch_id = $3
+                   LEFT JOIN gridha.instances i ON i.instance_id = c.claimant
+                  WHERE c.service_id = $2), false)
+$$;
 
 COMMENT ON FUNCTION gridha.verify_batch(uuid, text, text, bigint) IS
 'true while the batch is still this instance''s to submit: it holds the claim at this epoch and the batch is submitting under it';
@@ -791,11 +853,26 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha.report_submission(uuid, text, text, bigint, text, text) IS
 'deprecated since 1.3 (use report_submission(uuid, text, text, bigint, gridha.submission_outcome, text)): records the result of submitting a batch: accepted -> pending, delayed -> delayed with backoff, rejected -> invalid; refused for a stale epoch';
 
+-- Each in-flight claim's head is looked up by its key (LATERAL ... LIMIT 1
+-- keeps that a per-claim lookup whatever the statistics say), so a poll
+-- costs what the instance has in flight, never a scan of gridha.batches.
 CREATE FUNCTION gridha.pending_batches(instance_id uuid, max_batches integer DEFAULT 100)
 RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, epoch bigint, submitted_at timestamptz)
-AS 'MODULE_PATHNAME', 'gridha_pending_batches'
-LANGUAGE C STABLE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT gridha_internal.instance_check($1, $2);
+SELECT c.service_id, h.batch_id, h.status, c.epoch, h.submitted_at
+  FROM gridha.service_claims c
+ CROSS JOIN LATERAL (
+  SELECT b.batch_id, b.status, b.submitted_at FROM gridha.batches b
+   WHERE b.service_id = c.service_id AND b.seq = c.head_seq
+     AND b.status IN ('pending', 'valid')
+   LIMIT 1) h
+ WHERE c.claimant = $1 AND c.in_flight
+ ORDER BY h.submitted_at, c.service_id
+ LIMIT $2
+$$;
 
 COMMENT ON FUNCTION gridha.pending_batches(uuid, integer) IS
 'what this instance''s DLT monitor must poll: the pending and valid batches of the services it holds, oldest submission first';

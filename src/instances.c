@@ -844,6 +844,35 @@ gridha_instance_check(Datum instance_id)
 	instances_remember(instance_id, caller);
 }
 
+PG_FUNCTION_INFO_V1(gridha_instance_check_sql);
+
+/*
+ * gridha_instance_check_sql: SQL gridha_internal.instance_check(instance_id,
+ * max_batches) and (instance_id, service_id, batch_id, epoch) (1.3), the
+ * checks of the read-only calls whose statement is SQL (claimed_batches,
+ * pending_batches, verify_batch): their arguments, in their order and with
+ * the messages of the C calls' checks (22004, 22023), then
+ * gridha_instance_check. Returns nothing.
+ */
+Datum
+gridha_instance_check_sql(PG_FUNCTION_ARGS)
+{
+	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+
+	if (PG_NARGS() == 2)
+		(void) gridha_arg_count(fcinfo, 1, "max_batches");
+	else
+	{
+		(void) gridha_arg_id(fcinfo, 1, "service_id");
+		(void) gridha_arg_id(fcinfo, 2, "batch_id");
+		(void) gridha_arg_epoch(fcinfo, 3);
+	}
+	SPI_connect();
+	gridha_instance_check(instance_id);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
 PG_FUNCTION_INFO_V1(gridha_instances_changed);
 
 /*

@@ -86,9 +86,11 @@
 #include "utils/lsyscache.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
+#include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 typedef enum LockKind
@@ -150,6 +152,14 @@ static int	lockcheck_size = 0;
  */
 #define LOCKCHECK_KEYLEN 600
 static HTAB *lockcheck_keys = NULL;
+static int	lockcheck_keyed_n = 0;	/* locks held with a key known */
+
+/*
+ * Up to this many locks with a key, the call's own records are searched
+ * (a hand-out or a report holds a few): the hash is made when a call
+ * holds more.
+ */
+#define LOCKCHECK_HASH_FROM 16
 static int	lockcheck_kind_n[LK_COUNT + 1];
 static int	lockcheck_keyless_n[LK_COUNT + 1];
 static int	lockcheck_n = 0;
@@ -178,6 +188,7 @@ lockcheck_new_scope(void)
 	lockcheck_table_seen = false;
 	MemoryContextReset(lockcheck_cxt);
 	lockcheck_keys = NULL;
+	lockcheck_keyed_n = 0;
 	memset(lockcheck_kind_n, 0, sizeof(lockcheck_kind_n));
 	memset(lockcheck_keyless_n, 0, sizeof(lockcheck_keyless_n));
 }
@@ -188,39 +199,62 @@ lockcheck_key_of(char *buf, LockKind kind, const char *key)
 	snprintf(buf, LOCKCHECK_KEYLEN, "%d|%s", (int) kind, key);
 }
 
-/* lockcheck_note: counts a lock the call now holds */
 static void
-lockcheck_note(const LockEntry *e)
+lockcheck_hash_key(const LockEntry *e)
 {
 	char		buf[LOCKCHECK_KEYLEN];
 
+	lockcheck_key_of(buf, e->kind, e->key);
+	(void) hash_search(lockcheck_keys, buf, HASH_ENTER, NULL);
+}
+
+/*
+ * lockcheck_note: counts a lock the call now holds (recorded already in
+ * lockcheck_entries, where lockcheck_holds_key looks for it while the
+ * call holds few).
+ */
+static void
+lockcheck_note(const LockEntry *e)
+{
 	lockcheck_kind_n[e->kind]++;
 	if (e->key == NULL)
 	{
 		lockcheck_keyless_n[e->kind]++;
 		return;
 	}
-	if (lockcheck_keys == NULL)
+	lockcheck_keyed_n++;
+	if (lockcheck_keys != NULL)
+		lockcheck_hash_key(e);
+	else if (lockcheck_keyed_n > LOCKCHECK_HASH_FROM)
 	{
 		HASHCTL		ctl;
+		int			i;
 
 		ctl.keysize = LOCKCHECK_KEYLEN;
 		ctl.entrysize = LOCKCHECK_KEYLEN;
 		ctl.hcxt = lockcheck_cxt;
 		lockcheck_keys = hash_create("gridha lock check keys", 256, &ctl,
 									 HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+		for (i = 0; i < lockcheck_n; i++)
+			if (lockcheck_entries[i].key != NULL)
+				lockcheck_hash_key(&lockcheck_entries[i]);
 	}
-	lockcheck_key_of(buf, e->kind, e->key);
-	(void) hash_search(lockcheck_keys, buf, HASH_ENTER, NULL);
 }
 
 static bool
 lockcheck_holds_key(LockKind kind, const char *key)
 {
 	char		buf[LOCKCHECK_KEYLEN];
+	int			i;
 
 	if (lockcheck_keys == NULL)
+	{
+		for (i = 0; i < lockcheck_n; i++)
+			if (lockcheck_entries[i].kind == kind && lockcheck_entries[i].key != NULL &&
+				strcmp(lockcheck_entries[i].key, key) == 0)
+				return true;
 		return false;
+	}
 	lockcheck_key_of(buf, kind, key);
 	return hash_search(lockcheck_keys, buf, HASH_FIND, NULL) != NULL;
 }
@@ -234,13 +268,14 @@ lockcheck_scope(void)
 }
 
 static LockKind
-lockcheck_kind(Oid relid, AttrNumber *keyatt)
+lockcheck_kind_lookup(Oid relid, AttrNumber *keyatt)
 {
 	Oid			nsp = get_rel_namespace(relid);
 	char	   *nspname;
 	char	   *relname;
 	int			i;
 
+	*keyatt = InvalidAttrNumber;
 	if (!OidIsValid(nsp))
 		return LK_NONE;
 	nspname = get_namespace_name(nsp);
@@ -250,11 +285,73 @@ lockcheck_kind(Oid relid, AttrNumber *keyatt)
 	for (i = 0; i < lengthof(lockcheck_tables); i++)
 		if (relname != NULL && strcmp(relname, lockcheck_tables[i].table) == 0)
 		{
-			if (keyatt != NULL)
-				*keyatt = get_attnum(relid, lockcheck_tables[i].key);
+			*keyatt = get_attnum(relid, lockcheck_tables[i].key);
 			return lockcheck_tables[i].kind;
 		}
 	return LK_NONE;
+}
+
+/*
+ * What lockcheck_kind found of the relations it was asked about last
+ * (their schema, name and key column: each row lock asked the catalog
+ * caches four times), and the OID of gridha.service_claims; forgotten
+ * when the relation changes (a relcache invalidation) or any schema does
+ * (a rename).
+ */
+#define LOCKCHECK_KNOWN 8
+static struct
+{
+	Oid			relid;			/* InvalidOid: a free slot */
+	LockKind	kind;
+	AttrNumber	keyatt;
+}			lockcheck_known[LOCKCHECK_KNOWN];
+static int	lockcheck_known_next = 0;
+static Oid	lockcheck_claims_relid = InvalidOid;
+
+static void
+lockcheck_relcache_callback(Datum arg, Oid relid)
+{
+	int			i;
+
+	for (i = 0; i < LOCKCHECK_KNOWN; i++)
+		if (relid == InvalidOid || lockcheck_known[i].relid == relid)
+			lockcheck_known[i].relid = InvalidOid;
+	if (relid == InvalidOid || lockcheck_claims_relid == relid)
+		lockcheck_claims_relid = InvalidOid;
+}
+
+static void
+lockcheck_schema_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	lockcheck_relcache_callback((Datum) 0, InvalidOid);
+}
+
+static LockKind
+lockcheck_kind(Oid relid, AttrNumber *keyatt)
+{
+	AttrNumber	att;
+	LockKind	kind;
+	int			i;
+
+	for (i = 0; i < LOCKCHECK_KNOWN; i++)
+		if (lockcheck_known[i].relid == relid && OidIsValid(relid))
+		{
+			if (keyatt != NULL)
+				*keyatt = lockcheck_known[i].keyatt;
+			return lockcheck_known[i].kind;
+		}
+	kind = lockcheck_kind_lookup(relid, &att);
+	if (OidIsValid(relid))
+	{
+		i = lockcheck_known_next;
+		lockcheck_known_next = (lockcheck_known_next + 1) % LOCKCHECK_KNOWN;
+		lockcheck_known[i].relid = relid;
+		lockcheck_known[i].kind = kind;
+		lockcheck_known[i].keyatt = att;
+	}
+	if (keyatt != NULL)
+		*keyatt = att;
+	return kind;
 }
 
 static const char *
@@ -301,20 +398,26 @@ lockcheck_rel_locked(Oid relid, LOCKMODE mode)
 	return held;
 }
 
+/* gridha.service_claims's OID (InvalidOid: none), kept once found */
+static Oid
+lockcheck_claims(void)
+{
+	if (!OidIsValid(lockcheck_claims_relid))
+		lockcheck_claims_relid = get_relname_relid("service_claims",
+												   get_namespace_oid("gridha", true));
+	return lockcheck_claims_relid;
+}
+
 static bool
 lockcheck_table_held(void)
 {
-	return lockcheck_rel_locked(get_relname_relid("service_claims",
-												  get_namespace_oid("gridha", true)),
-								RowExclusiveLock);
+	return lockcheck_rel_locked(lockcheck_claims(), RowExclusiveLock);
 }
 
 static bool
 lockcheck_claims_exclusive(void)
 {
-	return lockcheck_rel_locked(get_relname_relid("service_claims",
-												  get_namespace_oid("gridha", true)),
-								ExclusiveLock);
+	return lockcheck_rel_locked(lockcheck_claims(), ExclusiveLock);
 }
 
 /*
@@ -784,6 +887,7 @@ lockcheck_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	if (lockcheck_keys != NULL)
 		hash_destroy(lockcheck_keys);
 	lockcheck_keys = NULL;
+	lockcheck_keyed_n = 0;
 	memset(lockcheck_kind_n, 0, sizeof(lockcheck_kind_n));
 	memset(lockcheck_keyless_n, 0, sizeof(lockcheck_keyless_n));
 	for (i = 0; i < lockcheck_n; i++)
@@ -808,6 +912,8 @@ gridha_lockcheck_init(void)
 	ProcessUtility_hook = lockcheck_process_utility;
 	RegisterXactCallback(lockcheck_xact_callback, NULL);
 	RegisterSubXactCallback(lockcheck_subxact_callback, NULL);
+	CacheRegisterRelcacheCallback(lockcheck_relcache_callback, (Datum) 0);
+	CacheRegisterSyscacheCallback(NAMESPACEOID, lockcheck_schema_callback, (Datum) 0);
 }
 
 #endif							/* GRIDHA_LOCK_CHECK */

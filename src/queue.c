@@ -2,7 +2,8 @@
  *
  * queue.c
  *		Enqueue and the ordered hand-out: gridha.enqueue, next_batch,
- *		next_batches, claimed_batches, verify_batch.
+ *		next_batches. (claimed_batches and verify_batch are SQL of the
+ *		install script since 1.3; src/sql12.c serves their 1.2 forms.)
  *
  * Words:
  *   head      a service's oldest batch that is not final (service_claims.
@@ -128,40 +129,6 @@ static GridhaStatement queue_insert_stmt = {
 	"INSERT INTO gridha.batches (service_id, batch_id, payload)"
 	" VALUES ($1, $2, $3) RETURNING seq",
 	3, {TEXTOID, TEXTOID, BYTEAOID}
-};
-
-/*
- * The claims are picked first and each one's head is then looked up by its
- * key (LATERAL ... LIMIT 1 keeps that a per-claim lookup whatever the
- * statistics say): the cost follows the instance's claims, never the number
- * of batches.
- */
-static GridhaStatement queue_claimed_stmt = {
-	"SELECT c.service_id, h.batch_id, h.seq, h.status, c.epoch"
-	"  FROM (SELECT c.service_id, c.head_seq, c.epoch, c.ready_at"
-	"          FROM gridha.service_claims c"
-	"         WHERE c.claimant = $1 AND c.head_seq IS NOT NULL"
-	"         ORDER BY c.ready_at, c.service_id"
-	"         LIMIT $2) c"
-	" CROSS JOIN LATERAL ("
-	"  SELECT b.batch_id, b.seq, b.status FROM gridha.batches b"
-	"   WHERE b.service_id = c.service_id AND b.seq = c.head_seq"
-	"   LIMIT 1) h"
-	" ORDER BY c.ready_at, c.service_id",
-	2, {UUIDOID, INT8OID}
-};
-
-/* ... the hard expiry is the lease's, or the claim's own when earlier */
-static GridhaStatement queue_verify_stmt = {
-	"SELECT c.claimant = $3 AND c.epoch = $4"
-	"       AND least(c.hard_expiry, i.hard_expiry) > now()"
-	"       AND b.seq = c.head_seq AND b.status = 'submitting' AND b.epoch = $4"
-	"       AND b.instance_id = $3"
-	"  FROM gridha.service_claims c"
-	"  JOIN gridha.batches b ON b.service_id = c.service_id AND b.batch_id = $2"
-	"  LEFT JOIN gridha.instances i ON i.instance_id = c.claimant"
-	" WHERE c.service_id = $1",
-	4, {TEXTOID, TEXTOID, UUIDOID, INT8OID}
 };
 
 /* A handed-out row kept until all are written (gridha_queue_write) */
@@ -1008,68 +975,4 @@ gridha_enqueue(PG_FUNCTION_ARGS)
 
 	SPI_finish();
 	PG_RETURN_INT64(seq);
-}
-
-PG_FUNCTION_INFO_V1(gridha_claimed_batches);
-
-/*
- * gridha_claimed_batches: SQL gridha.claimed_batches(instance_id,
- * max_batches): the head of every service this instance holds, ready ones
- * first (longest waiting first). Read-only.
- */
-Datum
-gridha_claimed_batches(PG_FUNCTION_ARGS)
-{
-	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	int32		max_batches = gridha_arg_count(fcinfo, 1, "max_batches");
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum		args[2];
-
-	InitMaterializedSRF(fcinfo, 0);
-	SPI_connect();
-	(void) gridha_instance_check(instance_id);
-	args[0] = instance_id;
-	args[1] = Int64GetDatum(max_batches);
-	gridha_exec(&queue_claimed_stmt, args, NULL, true);
-	gridha_put_rows(rsinfo, 5);
-	SPI_finish();
-	return (Datum) 0;
-}
-
-PG_FUNCTION_INFO_V1(gridha_verify_batch);
-
-/*
- * gridha_verify_batch: SQL gridha.verify_batch(instance_id, service_id,
- * batch_id, epoch) -> boolean.
- *
- * True only while this instance holds the claim at this epoch, the claim
- * has not hard-expired, and the batch is the head, submitting under this
- * epoch. An unknown batch is simply not this instance's: false.
- */
-Datum
-gridha_verify_batch(PG_FUNCTION_ARGS)
-{
-	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	text	   *service_id = gridha_arg_id(fcinfo, 1, "service_id");
-	text	   *batch_id = gridha_arg_id(fcinfo, 2, "batch_id");
-	int64		epoch = gridha_arg_epoch(fcinfo, 3);
-	Datum		args[4];
-	bool		ok = false;
-
-	SPI_connect();
-	gridha_instance_check(instance_id);
-	args[0] = PointerGetDatum(service_id);
-	args[1] = PointerGetDatum(batch_id);
-	args[2] = instance_id;
-	args[3] = Int64GetDatum(epoch);
-	gridha_exec(&queue_verify_stmt, args, NULL, true);
-	if (SPI_processed > 0)
-	{
-		bool		isnull;
-		Datum		d = gridha_col(0, 1, &isnull);
-
-		ok = !isnull && DatumGetBool(d);
-	}
-	SPI_finish();
-	PG_RETURN_BOOL(ok);
 }

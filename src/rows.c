@@ -60,6 +60,7 @@
 #include "catalog/pg_proc.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
+#include "common/hashfn.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "nodes/makefuncs.h"
@@ -995,6 +996,198 @@ rows_scan_keys(Relation index, ScanKey skey, const StrategyNumber *strategies,
 }
 
 /*
+ * The row memo: where this backend last found or wrote each row by key
+ * (a fetch, a lock, an update). A hand-out writes its claim and head
+ * batch, the reports that follow fetch the same rows by key: each such
+ * fetch tries the version at the remembered place first, and goes through
+ * the index only when that is not the row. A hit costs a page read where
+ * the index fetch cost a descent of the index and, behind each of a
+ * claim's dead entries, a visit of a dead version.
+ *
+ * A remembered place is only a guess, and is judged as rows_find's answer
+ * would be: the version there must be seen by the command's snapshot and
+ * carry the key asked for, compared byte by byte. Under MVCC a snapshot
+ * sees at most one version of the row of a unique key, so a version seen
+ * there with the key is the one the index would have found. Anything else
+ * (a version written since by another transaction, pruned, vacuumed away,
+ * a table truncated or rewritten, a slot another key took over) is a miss.
+ * The key's unique index must still be known (rows_known_index: a
+ * dropped or changed index makes the next fetch look for it, and RG014
+ * says when it is gone), and SERIALIZABLE transactions fetch through the
+ * index always, so that their predicate locks are the index scan's.
+ *
+ * Direct-mapped by a hash of the key: a collision replaces a slot.
+ */
+#define ROWS_MEMO_SLOTS 1024
+
+typedef struct RowsMemo
+{
+	Oid			relid;			/* InvalidOid: empty */
+	uint32		hash;			/* of the key kind and its values */
+	GridhaKey	key;
+	ItemPointerData tid;
+}			RowsMemo;
+
+static RowsMemo rows_memo[ROWS_MEMO_SLOTS];
+
+/*
+ * rows_key_bytes: the bytes a key column's value is compared and hashed
+ * by: a text's data, a fixed-length value's bytes, a by-value value as
+ * an int64.
+ */
+static const char *
+rows_key_bytes(Form_pg_attribute att, Datum value, int64 *buf, int *len)
+{
+	if (att->attlen == -1)
+	{
+		text	   *t = DatumGetTextPP(value);
+
+		*len = VARSIZE_ANY_EXHDR(t);
+		return VARDATA_ANY(t);
+	}
+	if (!att->attbyval)
+	{
+		*len = att->attlen;
+		return DatumGetPointer(value);
+	}
+	switch (att->attlen)
+	{
+		case 8:
+			*buf = DatumGetInt64(value);
+			break;
+		case 4:
+			*buf = DatumGetInt32(value);
+			break;
+		case 2:
+			*buf = DatumGetInt16(value);
+			break;
+		default:
+			*buf = DatumGetChar(value);
+			break;
+	}
+	*len = sizeof(int64);
+	return (const char *) buf;
+}
+
+/*
+ * rows_memo_hash: the hash of a key kind and its values.
+ */
+static uint32
+rows_memo_hash(Relation rel, GridhaKey key, const Datum *values)
+{
+	const RowsKeyDef *def = &rows_keys[key];
+	uint32		h = (uint32) key;
+	int			i;
+
+	for (i = 0; i < def->nkeys; i++)
+	{
+		int64		buf;
+		int			len;
+		const char *bytes = rows_key_bytes(TupleDescAttr(RelationGetDescr(rel), def->attnos[i] - 1),
+										   values[i], &buf, &len);
+
+		h = hash_combine(h, hash_bytes((const unsigned char *) bytes, len));
+	}
+	return h;
+}
+
+/*
+ * rows_memo_note: the row version in slot (where it is: its tts_tid) is
+ * the row of each unique key of the table it is a version of.
+ */
+static void
+rows_memo_note(Relation rel, GridhaTable table, TupleTableSlot *slot)
+{
+	int			k;
+
+	if (!ItemPointerIsValid(&slot->tts_tid))
+		return;
+	for (k = 0; k < GRIDHA_NKEYS; k++)
+	{
+		const RowsKeyDef *def = &rows_keys[k];
+		Datum		values[2];
+		bool		isnull;
+		int			i;
+		uint32		h;
+		RowsMemo   *m;
+
+		if (def->table != table)
+			continue;
+		for (i = 0; i < def->nkeys; i++)
+		{
+			values[i] = slot_getattr(slot, def->attnos[i], &isnull);
+			if (isnull)
+				break;
+		}
+		if (i < def->nkeys)
+			continue;
+		h = rows_memo_hash(rel, (GridhaKey) k, values);
+		m = &rows_memo[h % ROWS_MEMO_SLOTS];
+		m->relid = RelationGetRelid(rel);
+		m->hash = h;
+		m->key = (GridhaKey) k;
+		m->tid = slot->tts_tid;
+	}
+}
+
+/*
+ * rows_memo_fetch: the row of the key with these values into r->row from
+ * its remembered place, if the snapshot sees the version there and it is
+ * that row's (see above); false otherwise (r->row empty then).
+ */
+static bool
+rows_memo_fetch(GridhaRows *rows, GridhaRowsRel *r, GridhaKey key, const Datum *values)
+{
+	const RowsKeyDef *def = &rows_keys[key];
+	Relation	rel = r->rel;
+	uint32		h;
+	RowsMemo   *m;
+	ItemPointerData tid;
+	int			i;
+
+	if (IsolationIsSerializable() ||
+		!OidIsValid(rows_known_index(RelationGetRelid(rel), def->attnos, def->nkeys, true)->index))
+		return false;
+	h = rows_memo_hash(rel, key, values);
+	m = &rows_memo[h % ROWS_MEMO_SLOTS];
+	if (m->relid != RelationGetRelid(rel) || m->hash != h || m->key != key)
+		return false;
+	tid = m->tid;
+	/* a TRUNCATE, rewrite or vacuum since may have left fewer blocks */
+	if (ItemPointerGetBlockNumber(&tid) >= RelationGetNumberOfBlocks(rel))
+		return false;
+	if (!table_tuple_fetch_row_version(rel, &tid, rows->snapshot, r->row))
+	{
+		/* a version the snapshot does not see leaves the slot half set */
+		ExecClearTuple(r->row);
+		return false;
+	}
+	for (i = 0; i < def->nkeys; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), def->attnos[i] - 1);
+		bool		isnull;
+		Datum		d = slot_getattr(r->row, def->attnos[i], &isnull);
+		int64		buf1,
+					buf2;
+		int			len1,
+					len2;
+		const char *b1,
+				   *b2;
+
+		if (isnull)
+			break;
+		b1 = rows_key_bytes(att, d, &buf1, &len1);
+		b2 = rows_key_bytes(att, values[i], &buf2, &len2);
+		if (len1 != len2 || memcmp(b1, b2, len1) != 0)
+			break;
+	}
+	if (i == def->nkeys)
+		return true;
+	ExecClearTuple(r->row);
+	return false;
+}
+
+/*
  * rows_find: the row with these key values as the snapshot sees it, into
  * r->row; false if there is none.
  */
@@ -1015,6 +1208,8 @@ rows_find(GridhaRows *rows, GridhaRowsRel *r, const RowsKeyDef *def, Datum *valu
 	index_endscan(scan);
 	if (opened)
 		index_close(index, AccessShareLock);
+	if (found)
+		rows_memo_note(r->rel, def->table, r->row);
 	return found;
 }
 
@@ -1157,6 +1352,7 @@ rows_lock(GridhaRows *rows, GridhaRowsRel *r, bool for_update, bool skip_locked,
 	{
 		case TM_Ok:
 			*traversed = tmfd.traversed;
+			rows_memo_note(r->rel, (GridhaTable) (r - rows->rels), r->row);
 			return GRIDHA_ROW_LOCKED;
 		case TM_WouldBlock:
 			return GRIDHA_ROW_SKIPPED;
@@ -1194,8 +1390,11 @@ bool
 gridha_rows_fetch(GridhaRows *rows, GridhaKey key, Datum *values)
 {
 	const RowsKeyDef *def = &rows_keys[key];
+	GridhaRowsRel *r = rows_open(rows, def->table);
 
-	return rows_find(rows, rows_open(rows, def->table), def, values);
+	if (rows_memo_fetch(rows, r, key, values))
+		return true;
+	return rows_find(rows, r, def, values);
 }
 
 /*
@@ -1216,7 +1415,11 @@ gridha_rows_fetch_tid(GridhaRows *rows, GridhaTable table, ItemPointer tid)
 	if (!ItemPointerIsValid(tid) ||
 		ItemPointerGetBlockNumber(tid) >= RelationGetNumberOfBlocks(r->rel))
 		return false;
-	return table_tuple_fetch_row_version(r->rel, tid, rows->snapshot, r->row);
+	if (table_tuple_fetch_row_version(r->rel, tid, rows->snapshot, r->row))
+		return true;
+	/* a version the snapshot does not see leaves the slot half set */
+	ExecClearTuple(r->row);
+	return false;
 }
 
 /*
@@ -1359,6 +1562,7 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 												update_indexes == TU_Summarizing);
 	ExecARUpdateTriggers(estate, r->rri, NULL, NULL, &tid, NULL, r->next, recheck, NULL, false);
 	list_free(recheck);
+	rows_memo_note(r->rel, table, r->next);
 	return GRIDHA_ROW_UPDATED;
 }
 

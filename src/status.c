@@ -2,9 +2,10 @@
  *
  * status.c
  *		What happens to a batch after its hand-out: gridha.report_submission
- *		(the submitter's word), gridha.report_status (the ledger's word, via
- *		the DLT monitor) and gridha.pending_batches (what the monitor polls);
- *		and the trigger that keeps a final status final, whoever writes.
+ *		(the submitter's word) and gridha.report_status (the ledger's word,
+ *		via the DLT monitor). (gridha.pending_batches, what the monitor
+ *		polls, is SQL of the install script since 1.3; src/sql12.c serves
+ *		its 1.2 form.)
  *
  * Words:
  *   in flight   submitting (under the current epoch), pending or valid
@@ -86,25 +87,6 @@ static GridhaStatement status_diagnose_stmt = {
 	"         ON b.service_id = c.service_id AND b.batch_id = $2"
 	" WHERE c.service_id = $1",
 	2, {TEXTOID, TEXTOID}
-};
-
-/*
- * Each in-flight claim's head is looked up by its key (LATERAL ... LIMIT 1
- * keeps that a per-claim lookup whatever the statistics say), so a poll
- * costs what the instance has in flight, never a scan of gridha.batches.
- */
-static GridhaStatement status_pending_stmt = {
-	"SELECT c.service_id, h.batch_id, h.status, c.epoch, h.submitted_at"
-	"  FROM gridha.service_claims c"
-	" CROSS JOIN LATERAL ("
-	"  SELECT b.batch_id, b.status, b.submitted_at FROM gridha.batches b"
-	"   WHERE b.service_id = c.service_id AND b.seq = c.head_seq"
-	"     AND b.status IN ('pending', 'valid')"
-	"   LIMIT 1) h"
-	" WHERE c.claimant = $1 AND c.in_flight"
-	" ORDER BY h.submitted_at, c.service_id"
-	" LIMIT $2",
-	2, {UUIDOID, INT8OID}
 };
 
 /*
@@ -774,106 +756,63 @@ status_word(FunctionCallInfo fcinfo, int argno, bool is_enum)
 }
 
 /*
- * status_report_submission: SQL gridha.report_submission(instance_id,
- * service_id, batch_id, epoch, outcome, detail) -> batch_status, the
- * outcome as text (any case) or, since 1.2, a gridha.submission_outcome.
+ * status_report_one: one report, the submitter's or the ledger's.
  *
- * The batch must be submitting under this epoch. accepted -> pending,
- * delayed -> delayed (handed out again after the backoff), rejected ->
- * invalid (final; the service moves on).
- */
-static Datum
-status_report_submission(FunctionCallInfo fcinfo, bool is_enum)
-{
-	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	text	   *service_id = gridha_arg_id(fcinfo, 1, "service_id");
-	text	   *batch_id = gridha_arg_id(fcinfo, 2, "batch_id");
-	int64		epoch = gridha_arg_epoch(fcinfo, 3);
-	text	   *detail = PG_ARGISNULL(5) ? NULL : PG_GETARG_TEXT_PP(5);
-	GridhaStatus new_status;
-
-	gridha_require_writable("report_submission()");
-	new_status = status_of_outcome(status_word(fcinfo, 4, is_enum), PG_ARGISNULL(4));
-	(void) gridha_instance_check(instance_id);
-	status_hold_claims_table();
-	PG_RETURN_DATUM(status_report(instance_id, service_id, batch_id, epoch, new_status,
-								  detail, FROM_SUBMITTING, NULL));
-}
-
-/*
- * status_report_status: SQL gridha.report_status(instance_id, service_id,
- * batch_id, epoch, status, detail) -> batch_status, the status as text (any
- * case) or, since 1.2, a gridha.ledger_status; the detail (1.3: the 1.2
+ * With submission, SQL gridha.report_submission(instance_id, service_id,
+ * batch_id, epoch, outcome, detail) -> batch_status, the outcome as text
+ * (any case) or, since 1.2, a gridha.submission_outcome. The batch must be
+ * submitting under this epoch. accepted -> pending, delayed -> delayed
+ * (handed out again after the backoff), rejected -> invalid (final; the
+ * service moves on).
+ *
+ * Without, SQL gridha.report_status(instance_id, service_id, batch_id,
+ * epoch, status, detail) -> batch_status, the status as text (any case)
+ * or, since 1.2, a gridha.ledger_status; the detail (1.3: the 1.2
  * declarations have none) is stored on the batch as report_submission's.
- *
  * The batch must be in flight: pending, valid, or submitting under this
  * epoch with no earlier attempt accepted (a status then may be about that
  * attempt, and never moves a later one). committed and invalid are final;
  * unknown sends it back for resubmission at once.
  */
 static Datum
-status_report_status(FunctionCallInfo fcinfo, bool is_enum)
+status_report_one(FunctionCallInfo fcinfo, bool is_enum, bool submission)
 {
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
 	text	   *service_id = gridha_arg_id(fcinfo, 1, "service_id");
 	text	   *batch_id = gridha_arg_id(fcinfo, 2, "batch_id");
 	int64		epoch = gridha_arg_epoch(fcinfo, 3);
 	text	   *detail = (PG_NARGS() > 5 && !PG_ARGISNULL(5)) ? PG_GETARG_TEXT_PP(5) : NULL;
+	Datum		word;
 	GridhaStatus new_status;
 
-	gridha_require_writable("report_status()");
-	new_status = status_of_ledger_word(status_word(fcinfo, 4, is_enum), PG_ARGISNULL(4));
+	gridha_require_writable(submission ? "report_submission()" : "report_status()");
+	word = status_word(fcinfo, 4, is_enum);
+	new_status = submission ? status_of_outcome(word, PG_ARGISNULL(4)) :
+		status_of_ledger_word(word, PG_ARGISNULL(4));
 	(void) gridha_instance_check(instance_id);
 	status_hold_claims_table();
 	PG_RETURN_DATUM(status_report(instance_id, service_id, batch_id, epoch, new_status,
-								  detail, FROM_IN_FLIGHT, NULL));
+								  detail, submission ? FROM_SUBMITTING : FROM_IN_FLIGHT, NULL));
 }
-
-PG_FUNCTION_INFO_V1(gridha_report_submission);
 
 /*
- * gridha_report_submission: report_submission with the outcome as text.
+ * The reports' four C entry points, one per overload of SQL
+ * gridha.report_submission and gridha.report_status: the word as text
+ * (any case), or as the 1.2 enum gridha.submission_outcome or
+ * gridha.ledger_status (_enum).
  */
-Datum
-gridha_report_submission(PG_FUNCTION_ARGS)
-{
-	return status_report_submission(fcinfo, false);
-}
+#define STATUS_ENTRY_POINT(name, is_enum, submission) \
+	PG_FUNCTION_INFO_V1(name); \
+	Datum \
+	name(PG_FUNCTION_ARGS) \
+	{ \
+		return status_report_one(fcinfo, is_enum, submission); \
+	}
 
-PG_FUNCTION_INFO_V1(gridha_report_submission_enum);
-
-/*
- * gridha_report_submission_enum: report_submission with the outcome as a
- * gridha.submission_outcome (1.2).
- */
-Datum
-gridha_report_submission_enum(PG_FUNCTION_ARGS)
-{
-	return status_report_submission(fcinfo, true);
-}
-
-PG_FUNCTION_INFO_V1(gridha_report_status);
-
-/*
- * gridha_report_status: report_status with the ledger's status as text.
- */
-Datum
-gridha_report_status(PG_FUNCTION_ARGS)
-{
-	return status_report_status(fcinfo, false);
-}
-
-PG_FUNCTION_INFO_V1(gridha_report_status_enum);
-
-/*
- * gridha_report_status_enum: report_status with the ledger's status as a
- * gridha.ledger_status (1.2).
- */
-Datum
-gridha_report_status_enum(PG_FUNCTION_ARGS)
-{
-	return status_report_status(fcinfo, true);
-}
+STATUS_ENTRY_POINT(gridha_report_submission, false, true)
+STATUS_ENTRY_POINT(gridha_report_submission_enum, true, true)
+STATUS_ENTRY_POINT(gridha_report_status, false, false)
+STATUS_ENTRY_POINT(gridha_report_status_enum, true, false)
 
 /* The arrays of a batched report, one element per batch */
 typedef struct StatusMany
@@ -1211,86 +1150,26 @@ status_report_composite(FunctionCallInfo fcinfo, bool submissions)
 	status_report_rows(fcinfo, instance_id, &m, submissions);
 }
 
-PG_FUNCTION_INFO_V1(gridha_report_submission_rows);
-
 /*
- * gridha_report_submission_rows: SQL gridha.report_submissions(instance_id,
- * reports gridha.submission_report[]) -> the rows of report_submissions:
- * many report_submission in one call, one composite row per batch.
+ * The batched reports' four C entry points: SQL gridha.report_submissions
+ * and gridha.report_statuses (instance_id, reports gridha.submission_report[]
+ * or gridha.status_report[]) -> TABLE(service_id, batch_id, status,
+ * sqlstate, message), one composite row per batch (_rows); and the five
+ * arrays of 1.2's SQL (service_ids, batch_ids, epochs, outcomes or
+ * statuses, details; 1.3 wraps those in PL/pgSQL). Many reports in one
+ * call, one row per batch: its new status, or the SQLSTATE that refused it
+ * (a refused row does not undo the others).
  */
-Datum
-gridha_report_submission_rows(PG_FUNCTION_ARGS)
-{
-	status_report_composite(fcinfo, true);
-	return (Datum) 0;
-}
+#define STATUS_MANY_ENTRY_POINT(name, report, submissions) \
+	PG_FUNCTION_INFO_V1(name); \
+	Datum \
+	name(PG_FUNCTION_ARGS) \
+	{ \
+		report(fcinfo, submissions); \
+		return (Datum) 0; \
+	}
 
-PG_FUNCTION_INFO_V1(gridha_report_status_rows);
-
-/*
- * gridha_report_status_rows: SQL gridha.report_statuses(instance_id,
- * reports gridha.status_report[]) -> the same rows: many report_status in
- * one call, with a detail per batch.
- */
-Datum
-gridha_report_status_rows(PG_FUNCTION_ARGS)
-{
-	status_report_composite(fcinfo, false);
-	return (Datum) 0;
-}
-
-PG_FUNCTION_INFO_V1(gridha_report_submissions);
-
-/*
- * gridha_report_submissions: SQL gridha.report_submissions(instance_id,
- * service_ids, batch_ids, epochs, outcomes, details) -> TABLE(service_id,
- * batch_id, status, sqlstate, message): many report_submission in one
- * call, one row per batch: its new status, or the SQLSTATE that refused
- * it (a refused row does not undo the others).
- */
-Datum
-gridha_report_submissions(PG_FUNCTION_ARGS)
-{
-	status_report_many(fcinfo, true);
-	return (Datum) 0;
-}
-
-PG_FUNCTION_INFO_V1(gridha_report_statuses);
-
-/*
- * gridha_report_statuses: SQL gridha.report_statuses(instance_id,
- * service_ids, batch_ids, epochs, statuses, details) -> the same rows: many
- * report_status in one call (details since 1.3).
- */
-Datum
-gridha_report_statuses(PG_FUNCTION_ARGS)
-{
-	status_report_many(fcinfo, false);
-	return (Datum) 0;
-}
-
-PG_FUNCTION_INFO_V1(gridha_pending_batches);
-
-/*
- * gridha_pending_batches: SQL gridha.pending_batches(instance_id,
- * max_batches): the pending and valid heads of this instance's services,
- * oldest submission first. Read-only.
- */
-Datum
-gridha_pending_batches(PG_FUNCTION_ARGS)
-{
-	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	int32		max_batches = gridha_arg_count(fcinfo, 1, "max_batches");
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum		args[2];
-
-	InitMaterializedSRF(fcinfo, 0);
-	SPI_connect();
-	(void) gridha_instance_check(instance_id);
-	args[0] = instance_id;
-	args[1] = Int64GetDatum(max_batches);
-	gridha_exec(&status_pending_stmt, args, NULL, true);
-	gridha_put_rows(rsinfo, 5);
-	SPI_finish();
-	return (Datum) 0;
-}
+STATUS_MANY_ENTRY_POINT(gridha_report_submission_rows, status_report_composite, true)
+STATUS_MANY_ENTRY_POINT(gridha_report_status_rows, status_report_composite, false)
+STATUS_MANY_ENTRY_POINT(gridha_report_submissions, status_report_many, true)
+STATUS_MANY_ENTRY_POINT(gridha_report_statuses, status_report_many, false)

@@ -533,7 +533,7 @@ run_suites() {
 # runs initdb, which refuses root: as root, they run as the postgres user.
 # Their clusters' logs go to GRIDHA_LOG_DIR for the crash scan.
 run_framework_tests() {
-	local f name dir fw rc p n s plan log
+	local f name dir fw rc p n s plan log skip_all
 	local files=() as
 	for f in test/t/*.pl; do
 		[ -f "$f" ] && want "$(basename "$f" .pl)" && files+=("$f")
@@ -559,7 +559,15 @@ run_framework_tests() {
 			PG_REGRESS="$(dirname "$(dirname "$("$PG_CONFIG" --pgxs)")")/test/regress/pg_regress" \
 			perl -I "$fw" "$REPO/$f") || rc=$?
 		read -r p n s plan < <(count_tap "$dir/output.log" numbered)
+		# a file that skips as a whole ("1..0 # SKIP why") is one test
+		# skipped, never none
+		skip_all=$(sed -n -E 's/^1\.\.0[[:space:]]*#[[:space:]]*[Ss][Kk][Ii][Pp][[:space:]]*//p' "$dir/output.log" | head -n 1)
+		if [ "$plan" -eq 0 ] && [ $((p + n + s)) -eq 0 ] && grep -qiE '^1\.\.0[[:space:]]*#[[:space:]]*skip' "$dir/output.log"; then
+			s=1
+			plan=1
+		fi
 		plan_check "$plan" $((p + n + s))
+		[ "$s" -eq 1 ] && [ -n "$skip_all" ] && [ -z "$PLAN_NOTE" ] && PLAN_NOTE="skipped: $skip_all"
 		n=$((n + PLAN_FAILED))
 		[ "$rc" -ne 0 ] && [ "$n" -eq 0 ] && n=1
 		for log in "$dir"/tmp_check/log/*.log; do

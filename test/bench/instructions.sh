@@ -46,7 +46,10 @@
 # Environment (defaults in brackets): INSTR_N1 [100], INSTR_N2 [600],
 # INSTR_PORT [56360] (first port probed for the set-up cluster),
 # INSTR_BEFORE [none] (a commit to compare with), INSTR_DEPTH [1000]
-# (batches per service; the services are 64,000 / INSTR_DEPTH), INSTR_KEEP
+# (batches per service; the services are 64,000 / INSTR_DEPTH), INSTR_IDLE
+# [0] (that many idle services besides them, claimed by the same instance:
+# services with an empty queue, as a deployment with many quiet services
+# has; the shape "idle" of test/suites/72_instructions.sh), INSTR_KEEP
 # [none] (a directory that keeps each counted run's callgrind file, named
 # PROC.N.callgrind: callgrind_annotate --inclusive=yes on the N2 and N1
 # files of a side gives its profile by function).
@@ -57,6 +60,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 N1=${INSTR_N1:-100}
 N2=${INSTR_N2:-600}
 DEPTH=${INSTR_DEPTH:-1000}
+IDLE=${INSTR_IDLE:-0}
 export GRIDHA_BASE_PORT=${INSTR_PORT:-56360}
 DB=gridha_instr
 INSTANCE=00000000-0000-4000-8000-000000000001
@@ -141,6 +145,9 @@ INSERT INTO gridha.batches (service_id, batch_id, payload)
 SELECT 's' || lpad(s::text, 5, '0'), 'b' || lpad(g::text, 9, '0'), decode(repeat('ab', 100), 'hex')
   FROM generate_series(1, 64000 / $DEPTH) s, generate_series(1, $DEPTH) g
  ORDER BY 1, 2;
+-- idle services (INSTR_IDLE): a claim row each, its queue empty
+INSERT INTO gridha.service_claims (service_id)
+SELECT 'i' || lpad(g::text, 7, '0') FROM generate_series(1, $IDLE) g;
 
 \i $HERE/bare_schema.sql
 INSERT INTO bench_bare (service_id, batch_id, payload)
@@ -251,7 +258,7 @@ per_cycle() {
 		'BEGIN { printf "%d %.0f %d\n", (t2 - t1) / n, 100 * (s2 - s1) / (t2 - t1), (t2 - t1 - (a2 - a1)) / n }'
 }
 
-gridha_log "instructions per batch (callgrind, one backend, $N1 and $N2 cycles, $((64000 / DEPTH)) services of $DEPTH batches), gridha $EXTVERSION ($BUILD build) of $PG_BINDIR, clock-driven probes $PROBES"
+gridha_log "instructions per batch (callgrind, one backend, $N1 and $N2 cycles, $((64000 / DEPTH)) services of $DEPTH batches, $IDLE idle services), gridha $EXTVERSION ($BUILD build) of $PG_BINDIR, clock-driven probes $PROBES"
 figures=$(per_cycle gridha_cycles) || exit 1
 read -r g gs gq <<<"$figures"
 figures=$(per_cycle bare_cycles) || exit 1

@@ -9,7 +9,7 @@
 --
 -- Instance: A = aaaaaaaa-0000-0000-0000-00000000000a.
 BEGIN;
-SELECT plan(19);
+SELECT plan(24);
 
 DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
@@ -242,6 +242,39 @@ SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 
 SELECT is(gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r5', 1, 'committed'),
           'committed'::gridha.batch_status, '... and report_status commits it');
 DROP TRIGGER a_lost_library ON gridha.batches;
+
+-- ---------------------------------------------------------------------------
+-- The row memo (rows.c): a fetch by key tries where this backend last
+-- found or wrote the row. A version written since by a statement, or a
+-- place in a file a TRUNCATE replaced, is not the row: the fetch goes
+-- through the index and the reports write the newest version.
+-- ---------------------------------------------------------------------------
+
+\o /dev/null
+SELECT gridha.enqueue('r', 'r6', '\x06');
+SELECT * FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a');
+SELECT gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r6', 1, 'accepted');
+\o
+UPDATE gridha.batches SET detail = 'by hand' WHERE service_id = 'r' AND batch_id = 'r6';
+SELECT is(gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r6', 1, 'committed'),
+          'committed'::gridha.batch_status,
+          'a batch rewritten by a statement after its acceptance: report_status finds its newest version');
+SELECT is((SELECT status::text || ' / ' || detail FROM gridha.batches WHERE batch_id = 'r6'),
+          'committed / by hand', '... and writes it, keeping what the statement wrote');
+
+TRUNCATE gridha.batches, gridha.service_claims;
+\o /dev/null
+SELECT gridha.enqueue('r', 'r7', '\x07');
+\o
+CREATE TEMP TABLE handed7 AS SELECT * FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a');
+SELECT is((SELECT batch_id FROM handed7), 'r7',
+          'after a TRUNCATE of both tables, next_batch hands out the new batch');
+SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r7',
+                                   (SELECT epoch FROM handed7), 'accepted'),
+          'pending'::gridha.batch_status, '... report_submission finds it in the new file');
+SELECT is(gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r7',
+                               (SELECT epoch FROM handed7), 'committed'),
+          'committed'::gridha.batch_status, '... and report_status commits it');
 
 SELECT * FROM finish();
 ROLLBACK;

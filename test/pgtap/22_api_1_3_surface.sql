@@ -66,8 +66,10 @@ SELECT set_eq(
              ('gridha_internal.targets_rate_inval()'), ('gridha_internal.targets_totals_follow()'),
              ('gridha_internal.worker_limit_slots()'), ('gridha_internal.worker_orphans(uuid)'),
              ('gridha_internal.worker_register(uuid,text)'), ('gridha_internal.worker_slots()'),
-             ('gridha_internal.report_arrays_check(text[],text[],bigint[],text,text[],text[])')$$,
-    'gridha_internal holds the 16 trigger functions, the four worker functions and the array reports'' check');
+             ('gridha_internal.report_arrays_check(text[],text[],bigint[],text,text[],text[])'),
+             ('gridha_internal.instance_check(uuid,integer)'),
+             ('gridha_internal.instance_check(uuid,text,text,bigint)')$$,
+    'gridha_internal holds the 16 trigger functions, the four worker functions, the array reports'' check and the two instance checks');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass

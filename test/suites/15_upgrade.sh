@@ -739,6 +739,12 @@ SELECT count(gridha.enqueue(s, s || '-b' || b, '\x01', t))
 SELECT 'claimed-1.2', string_agg(service_id, ',' ORDER BY service_id)
   FROM gridha.acquire_claims(:'f', '{submit_function,status_function}');
 SELECT 'handed-1.2', service_id, batch_id FROM gridha.next_batch(:'f');
+SELECT 'fleet-1.2', gridha.verify_batch(:'f', 'i1', 'i1-b1', 1),
+       (SELECT string_agg(batch_id || ':' || status, ',') FROM gridha.claimed_batches(:'f')),
+       (SELECT lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+         WHERE p.oid = 'gridha.claimed_batches(uuid, integer)'::regprocedure);
+SELECT 'accepted-1.2', gridha.report_submission(:'f', 'i1', 'i1-b1', 1, 'accepted'::text);
+SELECT 'pending-1.2', batch_id, status FROM gridha.pending_batches(:'f');
 SELECT 'report-1.2', gridha.report_status(:'f', 'i1', 'i1-b1', 1, 'committed');
 ALTER EXTENSION gridha UPDATE;
 SELECT 'types', string_agg(format_type(atttypid, atttypmod), ',' ORDER BY attname)
@@ -747,6 +753,12 @@ SELECT 'types', string_agg(format_type(atttypid, atttypmod), ',' ORDER BY attnam
 SELECT 'row', target, coalesce(submit_function, '(null)'), coalesce(status_function, '(null)')
   FROM gridha.targets WHERE target LIKE 'i-%' ORDER BY target;
 SELECT 'handed-1.3', service_id, batch_id FROM gridha.next_batch(:'f');
+SELECT 'fleet-1.3', gridha.verify_batch(:'f', 'i1', 'i1-b2', 1),
+       (SELECT string_agg(batch_id || ':' || status, ',') FROM gridha.claimed_batches(:'f')),
+       (SELECT string_agg(DISTINCT lanname, ',') FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+         WHERE p.oid IN ('gridha.claimed_batches(uuid, integer)'::regprocedure,
+                         'gridha.pending_batches(uuid, integer)'::regprocedure,
+                         'gridha.verify_batch(uuid, text, text, bigint)'::regprocedure));
 EOF
 gone_oid=$(sed -n 's/^gone-oid|//p' "$WORK/i.out")
 grep -q '^claimed-1.2|i1$' "$WORK/i.out" && grep -q '^handed-1.2|i1|i1-b1$' "$WORK/i.out"
@@ -758,6 +770,10 @@ grep -q '^types|text,text$' "$WORK/i.out" &&
 check $? "1.2 functions: the update makes the columns text, each function its schema-qualified signature (written unqualified on 1.2), a dropped one's OID digits ($gone_oid), none ('-') NULL"
 grep -q '^handed-1.3|i1|i1-b2$' "$WORK/i.out"
 check $? "1.2 functions: after the update, in the same session, the library reads the signatures and hands out the function target's next batch"
+grep -q '^fleet-1.2|t|i1-b1:submitting|c$' "$WORK/i.out" && grep -q '^pending-1.2|i1-b1|pending$' "$WORK/i.out"
+check $? "1.2 SQL, issue 42: verify_batch, claimed_batches and pending_batches (C entry points of 1.2's SQL, src/sql12.c) answer as before"
+grep -q '^fleet-1.3|t|i1-b2:submitting|sql$' "$WORK/i.out"
+check $? "1.2 SQL, issue 42: after the update, in the same session, verify_batch, claimed_batches and pending_batches are the 1.3 script's SQL and answer the same"
 got=$(psql_i -c "SELECT count(*) FROM gridha.acquire_claims(gridha.register_instance('fn only 2', '{submit_function}'),
                                                                '{submit_function}')
                  WHERE service_id = 'i2'" 2>&1)
@@ -866,9 +882,9 @@ else
 	not_ok "CREATE EXTENSION pgtap in the upgraded database"
 fi
 
-# The plan, printed last as it depends on the inputs: 54 checks, one per
+# The plan, printed last as it depends on the inputs: 70 checks, one per
 # test of the Makefile's REGRESS, one per test/pgtap file.
 n_pgtap=$(compgen -G "$REPO/test/pgtap/*.sql" | wc -l)
-plan $((68 + ${#regress_tests[@]} + n_pgtap))
+plan $((70 + ${#regress_tests[@]} + n_pgtap))
 
 [ "$FAILED" -eq 0 ]

@@ -9,6 +9,8 @@
 #   default  64 services of 1,000 batches
 #   depth1   64,000 services of one batch (INSTR_DEPTH=1: every report
 #            empties its queue and settles the service's counters)
+#   idle     the default shape with 100,000 idle services (an empty queue
+#            each) claimed by the same instance besides (INSTR_IDLE)
 #
 # Each count must stay within 2% above its record in
 # test/bench/instructions.expected ("SHAPE COUNT" lines). A change that
@@ -24,7 +26,7 @@ set -uo pipefail
 REPO=${GRIDHA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 LIB=${GRIDHA_LIB:-$REPO/test/lib.sh}
 EXPECTED=${GRIDHA_INSTR_EXPECTED:-$REPO/test/bench/instructions.expected}
-SHAPES=${GRIDHA_INSTR_SHAPES:-default depth1}
+SHAPES=${GRIDHA_INSTR_SHAPES:-default depth1 idle}
 FAILED=0
 
 # shellcheck source-path=SCRIPTDIR source=../lib.sh
@@ -39,16 +41,18 @@ suite_work instructions
 MAJOR=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
 
 for shape in "$@"; do
+	idle=0
 	case $shape in
 		default) depth=1000 ;;
 		depth1) depth=1 ;;
+		idle) depth=1000 idle=100000 ;;
 	esac
 	want=$(awk -v m="$MAJOR" -v s="$shape" '$1 == m && $2 == s { print $3 }' "$EXPECTED")
 	if [ -z "$want" ]; then
 		not_ok "budget $shape: a record for PostgreSQL $MAJOR in test/bench/instructions.expected"
 		continue
 	fi
-	INSTR_DEPTH=$depth INSTR_PORT=$((${GRIDHA_BASE_PORT:-55432} + 150)) \
+	INSTR_DEPTH=$depth INSTR_IDLE=$idle INSTR_PORT=$((${GRIDHA_BASE_PORT:-55432} + 150)) \
 		bash "$REPO/test/bench/instructions.sh" >"$WORK/$shape.out" 2>"$WORK/$shape.err"
 	rc=$?
 	got=$(sed -n 's/^gridha cycle (3 steps, each committed) *\([0-9][0-9]*\) instructions.*/\1/p' "$WORK/$shape.out")

@@ -516,11 +516,17 @@ my @after_lock =
 	  && ($_->{result} // '') =~ /^(accepted|duplicate)$/
   } @events;
 my @odd = grep { !/ accepted submitting$/ } @after_lock;
-ok(!@odd,
-	'stop: every POST the ledger applied after the dump\'s lock ('
-	  . scalar(@after_lock)
-	  . ') was accepted, of a batch the dump holds as submitting')
-  or diag(join("\n", @odd[ 0 .. ($#odd < 9 ? $#odd : 9) ]));
+SKIP:
+{
+	# with no POST after the lock the test would pass without judging one
+	skip 'stop: no POST reached the ledger after the dump\'s lock in this run', 1
+	  unless @after_lock;
+	ok(!@odd,
+		'stop: every POST the ledger applied after the dump\'s lock ('
+		  . scalar(@after_lock)
+		  . ') was accepted, of a batch the dump holds as submitting')
+	  or diag(join("\n", @odd[ 0 .. ($#odd < 9 ? $#odd : 9) ]));
+}
 
 # the batches the dump holds as submitting whose POST the ledger has
 # accepted (their reports were still to come), X's aside

@@ -284,8 +284,9 @@ sub ha_gather_logs
 }
 
 # ha_check($run, $name): the checker over the run: each of its verdicts
-# ("ok - NAME: property (detail)") is one test here. Returns the number
-# of verdicts.
+# ("ok - NAME: property (detail)") is one test here, and one more that
+# fails when the checker stopped without judging (its exit status).
+# Returns the number of tests.
 sub ha_check
 {
 	my ($run, $name) = @_;
@@ -296,6 +297,7 @@ sub ha_check
 			'--tap', '--hard-expiry', HA_HARD, '--name', $name, $run
 		],
 		'<', \undef, '>', \$out, '2>', \$err);
+	my $rc = $? >> 8;
 	my $n = 0;
 	foreach my $line (split /\n/, $out)
 	{
@@ -310,6 +312,14 @@ sub ha_check
 		}
 	}
 	diag $err if $err ne '';
+	# check.py exits 1 when a verdict is "not ok", 2 when it could not
+	# judge: a checker that stopped before its verdicts fails here too (a
+	# run without a fixed plan would not miss them)
+	if ($rc > 1 || ($rc == 1 && $out !~ /^not ok - /m))
+	{
+		fail("$name checker: judged the run to its end (exit $rc)");
+		$n++;
+	}
 	return $n;
 }
 
