@@ -211,6 +211,13 @@ BEGIN
 END
 \$\$;
 
+-- The workers call w_submit, w_status and w_flaky as the worker role
+-- (gridha.worker_role; test/tap.sh makes it a member of gridha_submitter
+-- only): the functions' own tables are the user's to grant.
+GRANT SELECT, INSERT, UPDATE ON w_applied TO $SUITE_WORKER_ROLE;
+GRANT USAGE ON SEQUENCE w_applied_pos_seq TO $SUITE_WORKER_ROLE;
+GRANT SELECT ON w_fail TO $SUITE_WORKER_ROLE;
+
 CREATE FUNCTION w_wrong(batch_id text) RETURNS text LANGUAGE sql AS 'SELECT \$1';
 
 INSERT INTO gridha.targets (target, submit_function) VALUES

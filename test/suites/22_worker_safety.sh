@@ -361,6 +361,12 @@ CREATE ROLE $WROLE LOGIN IN ROLE gridha_submitter;
 ALTER ROLE $WROLE SET search_path = public, pg_catalog;
 GRANT SELECT, INSERT, UPDATE ON w_applied, w_arm, w_gate TO $WROLE;
 GRANT USAGE ON SEQUENCE w_applied_pos_seq TO $WROLE;
+-- The other steps' workers run as the suites' worker role (test/tap.sh), a
+-- member of gridha_submitter only: what the target functions read and
+-- write is granted to it here, as a user would.
+GRANT SELECT, INSERT, UPDATE ON w_applied, w_arm, w_gate TO $SUITE_WORKER_ROLE;
+GRANT SELECT ON w_done TO $SUITE_WORKER_ROLE;
+GRANT USAGE ON SEQUENCE w_applied_pos_seq TO $SUITE_WORKER_ROLE;
 CREATE FUNCTION public.w_eq(text, text) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS \$\$
 BEGIN

@@ -132,6 +132,14 @@ start_ledger --commit-delay 0.05 --max-lifetime $((SECONDS_WANTED + 900)) \
 psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $DB" \
 	-c "CREATE DATABASE $DB" >/dev/null || exit 1
 psql_db -c "CREATE EXTENSION gridha" >/dev/null || exit 1
+# The workers run as the suites' worker role (test/tap.sh), a member of
+# gridha_submitter only. Two of the generated submit functions read gridha's
+# tables to misbehave (release the service's claimant's claims, report
+# their own batch): the columns they read are granted here, as a user
+# would, or they would fail with 42501 instead of misbehaving.
+psql_db -c "GRANT SELECT (service_id, claimant) ON gridha.service_claims TO $SUITE_WORKER_ROLE" \
+	-c "GRANT SELECT (service_id, batch_id, instance_id, epoch) ON gridha.batches TO $SUITE_WORKER_ROLE" \
+	>/dev/null || exit 1
 
 RESTARTED=1
 # shellcheck disable=SC2086 # the options are words
