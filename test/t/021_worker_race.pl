@@ -33,14 +33,7 @@ use Test::More;
 
 my $db = 'gridha_race_test';
 
-my $node = PostgreSQL::Test::Cluster->new('race');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'gridha'
-max_worker_processes = 32
-log_min_messages = warning
-});
-$node->start;
+my $node = gridha_node('race');
 
 $node->safe_psql('postgres', "CREATE DATABASE $db");
 $node->safe_psql($db, q{

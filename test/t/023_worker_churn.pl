@@ -41,14 +41,7 @@ my $db = 'gridha_churn_test';
 my $churn_seconds = $ENV{CHURN_SECONDS} // 30;
 my $work = PostgreSQL::Test::Utils::tempdir;
 
-my $node = PostgreSQL::Test::Cluster->new('churn');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'gridha'
-max_worker_processes = 32
-log_min_messages = warning
-});
-$node->start;
+my $node = gridha_node('churn');
 
 my $ledger = start_ledger($work, '--latency', '0.005', '--commit-delay', '0.1',
 	'--max-lifetime', $churn_seconds + 300);

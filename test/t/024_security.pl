@@ -34,14 +34,7 @@ use Test::More;
 my $db = 'gridha_security_test';
 my $dbo = 'gridha_security_dbo';
 
-my $node = PostgreSQL::Test::Cluster->new('security');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'gridha'
-max_worker_processes = 32
-log_min_messages = warning
-});
-$node->start;
+my $node = gridha_node('security');
 # the bootstrap superuser: whoever runs the test
 my $su = $node->safe_psql('postgres', 'SELECT current_user');
 

@@ -32,16 +32,10 @@ use Time::HiRes qw(time);
 my $db = 'gridha_upgrade_history';
 my $history = $ENV{GRIDHA_UPGRADE_HISTORY} // 2000000;
 
-my $node = PostgreSQL::Test::Cluster->new('history');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'gridha'
-max_worker_processes = 32
-log_min_messages = warning
+my $node = gridha_node('history', qq{
 log_statement = none
 jit = off
 });
-$node->start;
 $node->safe_psql('postgres', "CREATE DATABASE $db");
 
 # query($sql): what psql printed and its errors

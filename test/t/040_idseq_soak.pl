@@ -33,15 +33,9 @@ my $clients = $ENV{IDSOAK_CLIENTS} // 8;
 my $window = $ENV{IDSOAK_WINDOW} // 40;
 my $db = 'gridha_idseq_soak';
 
-my $node = PostgreSQL::Test::Cluster->new('idseq');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'gridha'
-max_worker_processes = 32
+my $node = gridha_node('idseq', qq{
 max_connections = 100
-log_min_messages = warning
 });
-$node->start;
 
 $node->safe_psql('postgres', "CREATE DATABASE $db");
 $node->safe_psql('postgres', qq{

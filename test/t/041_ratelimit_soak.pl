@@ -65,15 +65,9 @@ my $db = 'gridha_ratelimit_soak';
 my $die = 'dddddddd-0000-0000-0000-00000000dead';
 my $work = PostgreSQL::Test::Utils::tempdir;
 
-my $node = PostgreSQL::Test::Cluster->new('ratelimit');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'gridha'
-max_worker_processes = 32
-log_min_messages = warning
+my $node = gridha_node('ratelimit', qq{
 log_statement = none
 });
-$node->start;
 
 # fill($sql, name => value ...): $sql with each @name@ replaced
 sub fill

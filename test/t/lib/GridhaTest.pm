@@ -20,11 +20,12 @@ use Exporter 'import';
 use File::Basename qw(dirname);
 use File::Spec;
 use IPC::Run;
+use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(gridha_repo wait_until log_size log_since start_ledger
-  stop_ledgers);
+  stop_ledgers gridha_node);
 
 my @ledgers;
 
@@ -92,6 +93,24 @@ sub stop_ledgers
 		eval { $h->signal('TERM'); $h->finish; };
 	}
 	@ledgers = ();
+}
+
+# gridha_node($name, $conf): a new cluster of the framework's, started, as
+# the tests moved from test/suites run on (021_worker_race and the ones
+# after it): gridha preloaded, room for workers, the server's own messages
+# from WARNING up, and $conf (postgresql.conf lines) after that.
+sub gridha_node
+{
+	my ($name, $conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'gridha'
+max_worker_processes = 32
+log_min_messages = warning
+} . ($conf // ''));
+	$node->start;
+	return $node;
 }
 
 END
