@@ -148,20 +148,3 @@ gridha_require_served(void)
 			 errdetail("This gridha library serves the SQL of gridha 1.2 and 1.3 only."),
 			 errhint("Update the extension: ALTER EXTENSION gridha UPDATE.")));
 }
-
-/*
- * gridha_refuse_not_served: refuses (RG022) a call whose statements the
- * library no longer holds: since SQL 1.3 it is a function of the install
- * script, and the database's SQL is older (a 1.2 script's C symbol).
- */
-void
-gridha_refuse_not_served(const char *call)
-{
-	(void) gridha_sql_generation();
-	ereport(ERROR,
-			(errcode(ERRCODE_GRIDHA_SQL_NOT_SERVED),
-			 errmsg("%s is not served on gridha's SQL version %s", call,
-					generation_version[0] != '\0' ? generation_version : "?"),
-			 errdetail("Since gridha 1.3 it is a function of the extension's install script, which this database's SQL does not have yet."),
-			 errhint("Update the extension: ALTER EXTENSION gridha UPDATE.")));
-}

@@ -21,7 +21,6 @@ typedef enum GridhaGeneration
 
 extern GridhaGeneration gridha_sql_generation(void);
 extern void gridha_require_served(void);
-extern void gridha_refuse_not_served(const char *call);
 
 /* Whether the installed SQL is 1.3 (after gridha_require_served) */
 static inline bool

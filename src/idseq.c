@@ -417,27 +417,154 @@ gridha_idseq_block_size(PG_FUNCTION_ARGS)
 }
 
 /*
- * The C symbols of create_id_sequence and drop_id_sequence that SQL 1.2's
- * script names: since SQL 1.3 they are functions of its script, and on a
- * 1.2 schema (before ALTER EXTENSION gridha UPDATE) they are refused with
- * RG022 (docs/operations.md). reserve_ids and next_id are served on both.
+ * SQL 1.2's create_id_sequence and drop_id_sequence, served until ALTER
+ * EXTENSION gridha UPDATE (since SQL 1.3 they are functions of its
+ * script, which call gridha_internal.id_sequence_call and
+ * id_sequences_invalidate here): 1.2's own code and statements.
  */
+static GridhaStatement idseq_create_stmt = {
+	"INSERT INTO gridha.id_sequences AS q (name, window_size, min_open_windows)"
+	" VALUES ($1, $2, $3)"
+	" ON CONFLICT (name) DO UPDATE"
+	"   SET serial = nextval('gridha.id_sequence_serial'),"
+	"       window_size = EXCLUDED.window_size,"
+	"       min_open_windows = EXCLUDED.min_open_windows,"
+	"       dropped = false, created_at = now()"
+	" WHERE q.dropped"
+	" RETURNING q.serial",
+	3, {TEXTOID, INT8OID, INT4OID}
+};
+
+static GridhaStatement idseq_drop_stmt = {
+	"WITH d AS ("
+	"  UPDATE gridha.id_sequences SET dropped = true"
+	"   WHERE name = $1 AND NOT dropped"
+	"  RETURNING name"
+	"), w AS ("
+	"  DELETE FROM gridha.id_windows w USING d WHERE w.name = d.name"
+	")"
+	" SELECT count(*) FROM d",
+	1, {TEXTOID}
+};
+
+/*
+ * The first windows of a sequence 1.2's create_id_sequence makes ($1 the
+ * name, $2 the room a window needs): as the window agent opens them.
+ */
+static GridhaStatement idseq_create_windows_stmt = {
+	"WITH s AS ("
+	"  SELECT q.name,"
+	"         q.min_open_windows - (SELECT count(*) FROM gridha.id_windows w"
+	"                                WHERE w.name = q.name"
+	"                                  AND w.window_end - w.next_id >= least($2, q.window_size))::int4 AS need"
+	"    FROM gridha.id_sequences q"
+	"   WHERE NOT q.dropped AND ($1::text IS NULL OR q.name = $1)"
+	"), u AS ("
+	"  UPDATE gridha.id_sequences q"
+	"     SET high_water = q.high_water + s.need * q.window_size"
+	"    FROM s"
+	"   WHERE q.name = s.name AND s.need > 0 AND NOT q.dropped"
+	"     AND q.name IN (SELECT x.name FROM s JOIN gridha.id_sequences x ON x.name = s.name"
+	"                     WHERE s.need > 0 FOR UPDATE OF x SKIP LOCKED)"
+	"  RETURNING q.name, q.window_size, q.high_water - s.need * q.window_size AS base, s.need"
+	"), i AS ("
+	"  INSERT INTO gridha.id_windows (name, window_start, window_end, next_id)"
+	"  SELECT u.name, u.base + (g - 1) * u.window_size + 1,"
+	"         u.base + g * u.window_size + 1, u.base + (g - 1) * u.window_size + 1"
+	"    FROM u, generate_series(1, u.need) AS g"
+	"  RETURNING 1"
+	")"
+	" SELECT count(*)::int4 FROM i",
+	2, {TEXTOID, INT8OID}
+};
+
 PG_FUNCTION_INFO_V1(gridha_create_id_sequence);
 
+/*
+ * gridha_create_id_sequence: SQL gridha.create_id_sequence(name,
+ * window_size, min_open_windows), and opens its first windows.
+ *
+ * A name dropped before is created again above everything its earlier
+ * incarnation handed out.
+ */
 Datum
 gridha_create_id_sequence(PG_FUNCTION_ARGS)
 {
-	gridha_refuse_not_served("gridha.create_id_sequence()");
+	text	   *name = gridha_arg_new_id(fcinfo, 0, "name");
+	int64		window_size;
+	int32		min_open;
+	Datum		args[3];
+
+	if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("window_size and min_open_windows must not be null")));
+	window_size = PG_GETARG_INT64(1);
+	min_open = PG_GETARG_INT32(2);
+	if (window_size <= 0 || window_size > PG_INT32_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("window_size must be between 1 and %d", PG_INT32_MAX),
+				 errdetail("The value given was " INT64_FORMAT ".", window_size)));
+	if (min_open < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("min_open_windows must not be negative"),
+				 errdetail("The value given was %d.", min_open)));
+	/* each open window is a row, opened at once and kept by maintenance */
+	if (min_open > IDSEQ_MAX_OPEN_WINDOWS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("min_open_windows must be at most %d", IDSEQ_MAX_OPEN_WINDOWS),
+				 errdetail("The value given was %d.", min_open)));
+
+	gridha_require_writable("create_id_sequence()");
+	SPI_connect();
+	args[0] = PointerGetDatum(name);
+	args[1] = Int64GetDatum(window_size);
+	args[2] = Int32GetDatum(min_open);
+	gridha_exec(&idseq_create_stmt, args, NULL, false);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_ID_SEQUENCE_EXISTS),
+				 errmsg("id sequence \"%s\" already exists", text_to_cstring(name)),
+				 errhint("Use it as it is, or drop it first with gridha.drop_id_sequence().")));
+	args[1] = Int64GetDatum(window_size);	/* a fresh window counts */
+	gridha_exec(&idseq_create_windows_stmt, args, NULL, false);
+	SPI_finish();
+	idseq_invalidate();
 	PG_RETURN_VOID();
 }
 
 PG_FUNCTION_INFO_V1(gridha_drop_id_sequence);
 
+/*
+ * gridha_drop_id_sequence: SQL gridha.drop_id_sequence(name) -> boolean.
+ *
+ * Deletes its windows; the name keeps its high water so that a sequence
+ * created again under it never repeats an id. False when there was none.
+ */
 Datum
 gridha_drop_id_sequence(PG_FUNCTION_ARGS)
 {
-	gridha_refuse_not_served("gridha.drop_id_sequence()");
-	PG_RETURN_VOID();
+	text	   *name = gridha_arg_id(fcinfo, 0, "name");
+	Datum		args[1];
+	bool		dropped;
+	int			i;
+
+	gridha_require_writable("drop_id_sequence()");
+	SPI_connect();
+	args[0] = PointerGetDatum(name);
+	gridha_exec(&idseq_drop_stmt, args, NULL, false);
+	dropped = gridha_col_int64(0, 1) > 0;
+	SPI_finish();
+
+	/* This backend checks its names again at once, the others at commit. */
+	for (i = 0; i < idseq_nblocks; i++)
+		idseq_blocks[i].checked = 0;
+	if (dropped)
+		idseq_invalidate();
+	PG_RETURN_BOOL(dropped);
 }
 
 PG_FUNCTION_INFO_V1(gridha_reserve_ids);

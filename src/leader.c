@@ -8,9 +8,9 @@
  *		gridha_internal functions they call, lease_take, maintenance_tick,
  *		prune_step, maintenance_poll, lease_resign); this file holds the
  *		hand-out's poll duty (when it runs and its subtransaction), the
- *		resignation of release_claims, the C helpers those functions call,
- *		and the 1.2 script's C symbols of these calls, which refuse with
- *		RG022 until ALTER EXTENSION gridha UPDATE.
+ *		resignation of release_claims and the C helpers those functions
+ *		call. On SQL 1.2 (until ALTER EXTENSION gridha UPDATE) 1.2's own
+ *		calls serve them: src/leader12.c.
  *
  * Words (the script's section 7 says more):
  *   duty      the name of a singleton duty; each has one row in
@@ -53,6 +53,7 @@
 #include "generation.h"
 #include "instances.h"
 #include "leader.h"
+#include "leader12.h"
 #include "spi_util.h"
 
 #include "access/htup_details.h"
@@ -161,9 +162,8 @@ leader_refuse_maintenance_name(text *duty)
  * instance holds it (release_claims: an instance that leaves hands its
  * duty on at once, not at the lease's expiry). Inside SPI, after the
  * call's claim rows (a lease row comes after them, as in a hand-out's poll
- * duty). Returns whether it held it. On SQL 1.2 nothing: maintenance does
- * not run there (see gridha_leader_poll), and a lease held from before
- * expires at its soft expiry.
+ * duty). Returns whether it held it. On SQL 1.2, 1.2's own
+ * (src/leader12.c).
  */
 bool
 gridha_leader_resign_own(Datum instance_id)
@@ -172,7 +172,7 @@ gridha_leader_resign_own(Datum instance_id)
 	bool		isnull;
 
 	if (!gridha_sql_is_current())
-		return false;
+		return gridha_leader12_resign_own(instance_id);
 	args[0] = instance_id;
 	args[1] = CStringGetTextDatum(LEADER_MAINTENANCE_DUTY);
 	gridha_exec(&leader_resign_stmt, args, NULL, false);
@@ -190,9 +190,9 @@ static TimestampTz leader_poll_next = 0;
  * at most once per gridha.prune_interval in this backend; when its prune
  * step found a full chunk (retention is behind) the next may come after a
  * tenth of that. Cheap otherwise: one clock read. Only in a READ COMMITTED
- * transaction (below), and only on SQL 1.3, whose script holds the duty's
- * statements (gridha_internal.maintenance_poll): on 1.2 maintenance waits
- * for ALTER EXTENSION gridha UPDATE. Call it inside SPI, once the
+ * transaction (below). On SQL 1.3 its statements are the script's
+ * (gridha_internal.maintenance_poll); on 1.2 it is 1.2's own
+ * (src/leader12.c). Call it inside SPI, once the
  * hand-out's own rows are written. It never raises an error: a failure is
  * undone with its subtransaction and logged.
  */
@@ -203,6 +203,13 @@ gridha_leader_poll(Datum instance_id)
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
 	volatile int64 pruned = 0;
+
+	/* SQL 1.2's own, with its own clock (src/leader12.c) */
+	if (!gridha_sql_is_current())
+	{
+		gridha_leader12_poll(instance_id);
+		return;
+	}
 
 	/*
 	 * Only under READ COMMITTED: in a REPEATABLE READ or SERIALIZABLE
@@ -216,8 +223,6 @@ gridha_leader_poll(Datum instance_id)
 	if (now < leader_poll_next)
 		return;
 	leader_poll_next = TimestampTzPlusMilliseconds(now, gridha_prune_interval_ms);
-	if (!gridha_sql_is_current())
-		return;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
@@ -462,28 +467,3 @@ gridha_counts_check_due(PG_FUNCTION_ARGS)
 	leader_counts_checked_at = now;
 	PG_RETURN_BOOL(true);
 }
-
-/*
- * The C symbols of the lease and maintenance calls that SQL 1.2's script
- * names. Since SQL 1.3 they are functions of its script; on a 1.2 schema
- * (before ALTER EXTENSION gridha UPDATE) they are refused with RG022
- * (docs/upgrading.md): a caller of lead or try_lead gets no term, so no
- * duty gets a second leader, and maintenance (retention, the sweep, the ID
- * window agent) waits for the update.
- */
-#define LEADER_NOT_SERVED(sym, call) \
-PG_FUNCTION_INFO_V1(sym); \
-Datum \
-sym(PG_FUNCTION_ARGS) \
-{ \
-	gridha_refuse_not_served(call); \
-	PG_RETURN_NULL(); \
-}
-
-LEADER_NOT_SERVED(gridha_lead, "gridha.lead()")
-LEADER_NOT_SERVED(gridha_try_lead, "gridha.try_lead()")
-LEADER_NOT_SERVED(gridha_renew_lead, "gridha.renew_lead()")
-LEADER_NOT_SERVED(gridha_resign_lead, "gridha.resign_lead()")
-LEADER_NOT_SERVED(gridha_resign, "gridha.resign()")
-LEADER_NOT_SERVED(gridha_run_maintenance, "gridha.run_maintenance()")
-LEADER_NOT_SERVED(gridha_prune_batches, "gridha.prune_batches()")

@@ -1011,17 +1011,14 @@ submit_recover_orphans(void)
 
 /*
  * Step: the maintenance tick, when this worker leads the role (see
- * leader.c); run_maintenance itself decides whether a tick is due. On SQL
- * 1.2 maintenance waits for ALTER EXTENSION gridha UPDATE (run_maintenance
- * is a function of the 1.3 script).
+ * leader.c); run_maintenance itself decides whether a tick is due (a
+ * function of the 1.3 script, or SQL 1.2's C symbol: src/leader12.c).
  */
 static void
 submit_maintenance_step(void *arg)
 {
 	Datum		args[1];
 
-	if (!gridha_sql_is_current())
-		return;
 	args[0] = submit_instance_datum();
 	gridha_exec(&submit_maintenance_stmt, args, NULL, false);
 }
