@@ -38,12 +38,8 @@
  * its own (a lock timeout, say) is logged and undone, never the
  * hand-out's.
  *
- * On SQL 1.2 (before the update) nothing of this runs: the hand-outs'
- * poll duty, the workers' maintenance step and release_claims' resignation
- * are skipped, and the calls are refused (RG022). Nothing depends on them
- * for safety: the claims' leases and epochs fence the owners, a lease of
- * the maintenance duty guards only maintenance, and reservations open
- * their own ID windows.
+ * On SQL 1.2 (before the update) 1.2's own code serves these calls, the
+ * poll duty and the resignation (src/leader12.c).
  *
  *-------------------------------------------------------------------------
  */

@@ -76,9 +76,9 @@
 	"  FROM gridha.leases l" \
 	" WHERE l." D " = $2"
 /*
- * The column that names a duty is duty in SQL 1.3 and role in 1.2
- * (gridha.leases, gridha.maintenance_ticks): each statement that names it
- * comes in two forms, [0] for 1.3 and [1] for 1.2, made from one text.
+ * The column that names a duty is role in SQL 1.2 (gridha.leases,
+ * gridha.maintenance_ticks); the statements are made from texts that name
+ * it, as 1.2's library made both generations' forms.
  */
 
 static GridhaStatement leader_read_stmt = {
@@ -408,7 +408,7 @@ leader_refuse_reserved(text *duty)
 }
 
 /*
- * gridha_leader_resign_own: gives up gridha's maintenance lease if the
+ * gridha_leader12_resign_own: gives up gridha's maintenance lease if the
  * instance holds it (release_claims: an instance that leaves hands its
  * duty on at once, not at the lease's expiry). Inside SPI, after the
  * call's claim rows (a lease row comes after them, as in a hand-out's poll
@@ -912,7 +912,7 @@ leader_poll_duty(Datum instance_id)
 }
 
 /*
- * gridha_leader_poll: the poll duty of a hand-out (see the words above),
+ * gridha_leader12_poll: the poll duty of a hand-out (see the words above),
  * at most once per gridha.prune_interval in this backend; when its prune
  * step found a full chunk (retention is behind) the next may come after a
  * tenth of that. Cheap otherwise: one clock read. Only in a READ COMMITTED

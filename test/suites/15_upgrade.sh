@@ -843,9 +843,14 @@ SELECT 'resign_lead', gridha.resign_lead(:'k', 'k-duty');
 SELECT 'resign', gridha.resign(:'k', 'k-duty');
 SELECT 'run_maintenance', outcome FROM gridha.run_maintenance(:'k');
 SELECT 'prune_batches', gridha.prune_batches();
+SELECT 'create_id_sequence2', gridha.create_id_sequence('k-ids2', 100, 1);
+SELECT 'next_id', gridha.next_id('k-ids2');
 SELECT 'released', gridha.release_claims(:'k');
+SELECT 'after_release', count(*) FROM gridha.leases WHERE role = 'maintenance' AND leader IS NOT NULL;
 SELECT 'end-1.2';
 ALTER EXTENSION gridha UPDATE;
+SELECT 'enqueued-1.3', gridha.enqueue('k1', 'k1-b2', '\x02');
+SELECT 'handed-1.3', batch_id FROM gridha.next_batch(:'k');
 SELECT 'lead-1.3', gridha.lead(:'k', 'k-duty');
 SELECT 'maintenance-1.3', outcome FROM gridha.run_maintenance(:'k');
 EOF
@@ -859,11 +864,13 @@ done
 	! sed -n '1,/^end-1.2$/p' "$WORK/k.out" | grep -q 'ERROR'
 check $? "1.2 SQL: lead, try_lead, renew_lead, resign_lead, resign, run_maintenance, prune_batches, create_id_sequence and drop_id_sequence answer as 1.2's library answered them ($answered of 9, no error)"
 grep -q '^handed|k1|k1-b1|1$' "$WORK/k.out" && grep -q '^reported|committed$' "$WORK/k.out" &&
-	grep -q '^ids|\[1,11)$' "$WORK/k.out" && grep -q '^poll_lease|1$' "$WORK/k.out" &&
-	grep -q '^released|' "$WORK/k.out"
-check $? "1.2 SQL: meanwhile the cycle works: next_batch (its poll duty takes 1.2's maintenance lease), report_status, reserve_ids, release_claims"
-grep -qE '^lead-1.3\|[0-9]+$' "$WORK/k.out" && grep -qE '^maintenance-1.3\|(ran|already_run)$' "$WORK/k.out"
-check $? "1.2 SQL: after ALTER EXTENSION gridha UPDATE in the same session, lead and run_maintenance answer"
+	grep -q '^ids|\[1,11)$' "$WORK/k.out" && grep -q '^next_id|1$' "$WORK/k.out" &&
+	grep -q '^poll_lease|1$' "$WORK/k.out" && grep -q '^released|' "$WORK/k.out" &&
+	grep -q '^after_release|0$' "$WORK/k.out"
+check $? "1.2 SQL: meanwhile the cycle works: next_batch (its poll duty takes 1.2's maintenance lease), report_status, reserve_ids, next_id, release_claims (which resigns that lease)"
+grep -q '^handed-1.3|k1-b2$' "$WORK/k.out" &&
+	grep -qE '^lead-1.3\|[0-9]+$' "$WORK/k.out" && grep -qE '^maintenance-1.3\|(ran|already_run)$' "$WORK/k.out"
+check $? "1.2 SQL: after ALTER EXTENSION gridha UPDATE in the same session, next_batch (and its poll duty), lead and run_maintenance answer"
 [ "$FAILED" -eq 0 ] || diag <"$WORK/k.out"
 psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $K WITH (FORCE)" >/dev/null 2>&1
 
