@@ -1319,6 +1319,440 @@ CREATE TABLE gridha.maintenance_ticks (
 COMMENT ON TABLE gridha.maintenance_ticks IS
 'every run of a duty, keyed by (duty, tick): a second leader trying the same tick hits the key and backs off; a tick runs only past every stored tick of its duty';
 
+/*
+ * The lease and maintenance functions (issue 42.1: their statements were
+ * C string literals in src/leader.c). What needs C stays there, as the
+ * gridha_internal helpers below: the checks of a call's arguments and of
+ * its instance (ownership, with its cache), the settings, the duty's lock
+ * and a backend's state. All of gridha_internal's are executable by the
+ * extension's owner only; the API functions that call them run as it.
+ */
+CREATE FUNCTION gridha_internal.lease_call(call text, instance_id uuid, duty text, n bigint DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_lease_call'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.lease_call(text, uuid, text, bigint) IS
+'the checks a lease or maintenance call (lead(), renew_lead(), resign_lead(), run_maintenance(), prune_batches()) makes first: its arguments, a writable transaction, the instance''s owner (touched or checked); for prune_batches() the step''s limit';
+
+CREATE FUNCTION gridha_internal.lease_done(instance_id uuid)
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_lease_done'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.lease_done(uuid) IS
+'the end of a lease call that touched its instance: the write to the instance''s row the touch left for the end, if any';
+
+CREATE FUNCTION gridha_internal.lease_settings(
+    OUT soft_ms bigint,
+    OUT renew_ms bigint,
+    OUT interval_ms bigint,
+    OUT retention_s bigint,
+    OUT prune_chunk bigint,
+    OUT sweep_after_s bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'gridha_lease_settings'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.lease_settings() IS
+'the settings as leases and maintenance apply them: gridha.soft_expiry and the renewal interval (ms), gridha.maintenance_interval (ms), gridha.retention (s), gridha.prune_chunk, gridha.sweep_instances_after (s)';
+
+CREATE FUNCTION gridha_internal.lease_trylock(duty text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_lease_trylock'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.lease_trylock(text) IS
+'the duty''s lock for this transaction, without waiting (a lock no user''s SQL can take); false when another transaction holds it';
+
+CREATE FUNCTION gridha_internal.prune_from()
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'gridha_prune_from'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.prune_from() IS
+'where this backend''s next prune step starts in batches_created (-infinity: from the oldest)';
+
+CREATE FUNCTION gridha_internal.prune_from_set(next_from timestamptz)
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_prune_from_set'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.prune_from_set(timestamptz) IS
+'sets where this backend''s next prune step starts (NULL: from the oldest)';
+
+CREATE FUNCTION gridha_internal.counts_check_due()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_counts_check_due'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.counts_check_due() IS
+'whether this backend checks the service counts now (at its first tick, then once an hour), noting the check';
+
+/*
+ * lease_take: the term under which the instance leads the duty now, or
+ * NULL when another instance leads it. Take or renew: the row lock of the
+ * upsert and the re-check of its WHERE on the newest row version make two
+ * would-be leaders agree on one. With force, a held lease is always
+ * renewed (lead); without it, only once the renewal interval has passed
+ * since its last renewal, so a leader that runs maintenance often does not
+ * write its lease every time. With nowait (the hand-outs' poll duty), a
+ * lease that would have to wait for another transaction to be written is
+ * treated as another's: the duty's lock (lease_trylock, held to the end
+ * of the transaction) and its row, when there is one, must be free.
+ * Another session of this instance may be running the duty right now (two
+ * submitter threads of one instance): without the lock, both would write
+ * the same tick row, and the second would wait for the first's
+ * transaction.
+ */
+CREATE FUNCTION gridha_internal.lease_take(instance_id uuid, duty text, force boolean, nowait boolean)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    s     record;
+    mine  boolean;
+    held  bigint;
+    live  boolean;
+    due   boolean;
+    keep  boolean := false;
+    taken bigint;
+BEGIN
+    SELECT * INTO s FROM gridha_internal.lease_settings();
+    SELECT coalesce(l.leader = lease_take.instance_id, false), l.term,
+           coalesce(l.expires_at > now(), false),
+           coalesce(l.renewed_at <= now() - s.renew_ms * interval '1 millisecond', true)
+      INTO mine, held, live, due
+      FROM gridha.leases l
+     WHERE l.duty = lease_take.duty;
+    IF FOUND THEN
+        IF live AND NOT mine THEN
+            RETURN NULL;
+        END IF;
+        keep := live AND mine AND NOT lease_take.force AND NOT due;
+    ELSIF octet_length(lease_take.duty) > 512 THEN
+        -- a new duty (run_maintenance creates one too): ids are index keys
+        RAISE EXCEPTION 'duty is too long'
+            USING ERRCODE = '22023',
+                  DETAIL = format('It has %s bytes; an id has at most 512.', octet_length(lease_take.duty));
+    END IF;
+    IF lease_take.nowait THEN
+        IF NOT gridha_internal.lease_trylock(lease_take.duty) THEN
+            RETURN NULL;
+        END IF;
+        IF NOT (NOT EXISTS (SELECT 1 FROM gridha.leases l WHERE l.duty = lease_take.duty)
+                OR EXISTS (SELECT 1 FROM gridha.leases l WHERE l.duty = lease_take.duty
+                              FOR UPDATE SKIP LOCKED)) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    IF keep THEN
+        RETURN held;
+    END IF;
+    INSERT INTO gridha.leases AS l (duty, leader, term, acquired_at, renewed_at, expires_at)
+    VALUES (lease_take.duty, lease_take.instance_id, 1, now(), now(),
+            now() + s.soft_ms * interval '1 millisecond')
+    ON CONFLICT (duty) DO UPDATE
+       SET leader = EXCLUDED.leader,
+           term = CASE WHEN l.leader = EXCLUDED.leader THEN l.term ELSE l.term + 1 END,
+           acquired_at = CASE WHEN l.leader = EXCLUDED.leader THEN l.acquired_at ELSE now() END,
+           renewed_at = now(),
+           expires_at = EXCLUDED.expires_at
+     WHERE l.leader = EXCLUDED.leader OR l.leader IS NULL OR l.expires_at <= now()
+    RETURNING l.term INTO taken;
+    RETURN taken;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.lease_take(uuid, text, boolean, boolean) IS
+'the term under which the instance leads the duty now (taken or renewed: always with force, else once the renewal interval has passed), NULL when another instance leads it; with nowait, NULL rather than wait for another transaction';
+
+/*
+ * lease_resign: gives up the instance's lease on the duty at once (true if
+ * it held it); the next leader takes the duty under a new term.
+ */
+CREATE FUNCTION gridha_internal.lease_resign(instance_id uuid, duty text)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+WITH r AS (
+    UPDATE gridha.leases l
+       SET leader = NULL, expires_at = NULL, renewed_at = now()
+     WHERE l.duty = $2 AND l.leader = $1
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM r)
+$$;
+
+COMMENT ON FUNCTION gridha_internal.lease_resign(uuid, text) IS
+'gives up the instance''s lease on the duty at once; true if it held it';
+
+/*
+ * prune_step: one bounded DELETE of final batches finished longer than
+ * gridha.retention ago, oldest first (none while it is -1); returns how
+ * many it deleted. scan looks at the next batches by creation time (at
+ * most max_batches * 2, from where this backend's last step stopped, all
+ * created before the cutoff), old keeps the oldest max_batches final ones
+ * among them finished before the cutoff, picked from scan's rows (so the
+ * table is read by row address only, whatever the planner thinks of
+ * sorting), locked (rows another transaction holds are skipped, not waited
+ * for), and d deletes them by their row address. The status is checked
+ * again on the row deleted; the batches_unfinished trigger would refuse
+ * the rest anyway. The index is on created_at, which no rewrite of a batch
+ * changes (every rewrite stays a HOT update); a batch finished after the
+ * retention was created before it, so every batch to prune lies in the
+ * walked range. The next step starts after the newest deleted (a full
+ * chunk) or the newest looked at (all it may), so consecutive steps walk
+ * on instead of over what the previous ones deleted or kept; from the
+ * oldest again after a step that reached the cutoff.
+ *
+ * The SET clauses walk batches_created in order and stop at the limit,
+ * whatever the statistics say: without them (a table just upgraded or
+ * restored) the planner may read every old batch through a bitmap and
+ * sort them, at each step; the plan then looks costly, and is never
+ * JIT-compiled.
+ */
+CREATE FUNCTION gridha_internal.prune_step(max_batches bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off
+SET jit = off
+AS $$
+DECLARE
+    s              record;
+    from_at        timestamptz := gridha_internal.prune_from();
+    pruned         bigint;
+    scanned        bigint;
+    newest_scanned timestamptz;
+    newest_pruned  timestamptz;
+BEGIN
+    SELECT * INTO s FROM gridha_internal.lease_settings();
+    IF s.retention_s < 0 OR max_batches <= 0 THEN
+        RETURN 0;
+    END IF;
+    WITH scan AS MATERIALIZED (
+        SELECT b.ctid, b.created_at, b.status, b.finished_at FROM gridha.batches b
+         WHERE b.created_at >= from_at
+           AND b.created_at < now() - s.retention_s * interval '1 second'
+         ORDER BY b.created_at
+         LIMIT max_batches * 2
+    ), old AS (
+        SELECT b.ctid FROM gridha.batches b
+         WHERE b.ctid = ANY (ARRAY(SELECT c.ctid FROM scan c
+                                    WHERE c.status IN ('committed', 'invalid')
+                                      AND c.finished_at < now() - s.retention_s * interval '1 second'
+                                    ORDER BY c.created_at
+                                    LIMIT max_batches))
+           AND b.status IN ('committed', 'invalid')
+         FOR UPDATE OF b SKIP LOCKED
+    ), d AS (
+        DELETE FROM gridha.batches b
+         WHERE b.ctid = ANY (ARRAY(SELECT old.ctid FROM old))
+           AND b.status IN ('committed', 'invalid')
+        RETURNING b.created_at
+    )
+    SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM scan),
+           (SELECT max(c.created_at) FROM scan c), (SELECT max(d.created_at) FROM d)
+      INTO pruned, scanned, newest_scanned, newest_pruned;
+    PERFORM gridha_internal.prune_from_set(CASE WHEN pruned >= max_batches THEN newest_pruned
+                                                WHEN scanned >= max_batches * 2 THEN newest_scanned
+                                           END);
+    RETURN pruned;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.prune_step(bigint) IS
+'one prune step: deletes at most max_batches committed or invalid batches finished longer than gridha.retention ago, oldest first, walking batches_created on from this backend''s last step; returns how many';
+
+/*
+ * maintenance_tick: runs the current tick's duties under this term if no
+ * tick at or past it has run, recording the tick's counts; tick_run is
+ * NULL when it ran none. The tick is the start of now()'s slot of
+ * gridha.maintenance_interval in ms since 1970; a second, stale leader
+ * that tries the same tick hits the key and backs off, and a tick that is
+ * not past every stored tick of its duty is not run at all (the clock went
+ * back: wait). After a jump forward, only the current tick runs. The
+ * duties happen in the same transaction as the tick row: a run that fails
+ * leaves no tick behind and is retried at the next call. Every duty is
+ * idempotent and bounded:
+ *
+ *   the sweep of long-unseen instances deletes those that hold nothing
+ *   (no claim, no lease of a duty), each locked first and skipped when
+ *   another transaction holds it: an instance taking claims as the sweep
+ *   runs writes its row before it commits. A delete that commits first
+ *   makes that take fail instead (claims.c). A take that committed after
+ *   the statement's snapshot is not seen by its NOT EXISTS: the
+ *   instances_guard_claims trigger then refuses the delete, and the tick
+ *   is undone and runs again at the next, which sees the claims;
+ *
+ *   a prune step, the ID window agent, the hand-out log's pruning;
+ *
+ *   with check_counts (not when the tick runs inside someone else's
+ *   transaction, a hand-out's poll duty: counts.c writes a transaction's
+ *   counts at its commit, so one that created services before would be
+ *   counted twice), at the first tick of a backend and then once an hour,
+ *   the service counts checked against the services there are, and a
+ *   count gone wrong repaired (counts.c explains how one can drift): the
+ *   difference, as the statement's snapshot sees both, is added to shard
+ *   0's row of the target, rows written in target order as counts.c
+ *   writes them. The count rows come last in the lock order, after the
+ *   instance rows: the key write the leader's touch left for the end of
+ *   its call (an UPDATE of its instance row, which may wait) is made
+ *   before them;
+ *
+ *   old tick rows go after a day; the newest one of the duty always stays.
+ */
+CREATE FUNCTION gridha_internal.maintenance_tick(
+    instance_id uuid,
+    duty text,
+    term bigint,
+    check_counts boolean,
+    OUT tick_run bigint,
+    OUT swept integer,
+    OUT pruned bigint,
+    OUT opened integer)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    s        record;
+    repaired text;
+BEGIN
+    SELECT * INTO s FROM gridha_internal.lease_settings();
+    INSERT INTO gridha.maintenance_ticks AS m (duty, tick, term, leader, started_at)
+    SELECT maintenance_tick.duty, t.tick, maintenance_tick.term, maintenance_tick.instance_id, now()
+      FROM (SELECT (floor(extract(epoch FROM now()) * 1000 / s.interval_ms) * s.interval_ms)::int8 AS tick) t
+     WHERE EXISTS (SELECT 1 FROM gridha.leases l
+                    WHERE l.duty = maintenance_tick.duty AND l.leader = maintenance_tick.instance_id
+                      AND l.term = maintenance_tick.term AND l.expires_at > now())
+       AND NOT EXISTS (SELECT 1 FROM gridha.maintenance_ticks p
+                        WHERE p.duty = maintenance_tick.duty AND p.tick >= t.tick)
+    ON CONFLICT (duty, tick) DO NOTHING
+    RETURNING m.tick INTO tick_run;
+    IF tick_run IS NULL THEN
+        RETURN;
+    END IF;
+
+    swept := 0;
+    IF s.sweep_after_s >= 0 THEN
+        WITH gone AS (
+            SELECT i.instance_id FROM gridha.instances i
+             WHERE greatest(i.registered_at, i.last_seen_at, i.stopped_at)
+                   < now() - s.sweep_after_s * interval '1 second'
+               AND NOT EXISTS (SELECT 1 FROM gridha.service_claims c
+                                WHERE c.claimant = i.instance_id)
+               AND NOT EXISTS (SELECT 1 FROM gridha.leases l
+                                WHERE l.leader = i.instance_id)
+             FOR UPDATE OF i SKIP LOCKED
+        ), d AS (
+            DELETE FROM gridha.instances i USING gone
+             WHERE i.instance_id = gone.instance_id
+            RETURNING 1
+        )
+        SELECT count(*)::int4 INTO swept FROM d;
+    END IF;
+    pruned := gridha_internal.prune_step(s.prune_chunk);
+    opened := gridha_internal.id_windows_top_up();
+    PERFORM gridha_internal.rate_handouts_prune();
+    IF check_counts THEN
+        PERFORM gridha_internal.lease_done(maintenance_tick.instance_id);
+        IF gridha_internal.counts_check_due() THEN
+            WITH a AS (
+                SELECT c.target, count(*)::int8 AS n FROM gridha.service_claims c GROUP BY c.target
+            ), k AS (
+                SELECT c.target, sum(c.services)::int8 AS n FROM gridha.service_counts c GROUP BY c.target
+            ), d AS (
+                SELECT coalesce(a.target, k.target) AS target, coalesce(a.n, 0) - coalesce(k.n, 0) AS diff
+                  FROM a FULL JOIN k ON k.target = a.target
+            ), w AS (
+                INSERT INTO gridha.service_counts AS c (target, shard, services)
+                SELECT d.target, 0, d.diff FROM d WHERE d.diff <> 0
+                 ORDER BY d.target COLLATE "C"
+                ON CONFLICT (target, shard) DO UPDATE SET services = c.services + EXCLUDED.services
+                RETURNING c.target
+            )
+            SELECT string_agg(w.target, ', ' ORDER BY w.target) INTO repaired FROM w;
+            IF repaired IS NOT NULL THEN
+                RAISE LOG 'gridha: repaired the service counts of targets %', repaired
+                    USING DETAIL = 'The counts did not match the services there are.';
+            END IF;
+        END IF;
+    END IF;
+
+    DELETE FROM gridha.maintenance_ticks m
+     WHERE m.duty = maintenance_tick.duty AND m.tick < tick_run
+       AND m.started_at < now() - interval '1 day';
+    UPDATE gridha.maintenance_ticks m
+       SET finished_at = clock_timestamp(), swept_instances = swept,
+           pruned_batches = pruned, opened_windows = opened
+     WHERE m.duty = maintenance_tick.duty AND m.tick = tick_run;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.maintenance_tick(uuid, text, bigint, boolean) IS
+'runs the current tick of the duty under this term once (sweep, prune step, ID windows, hand-out log, with check_counts the service counts), recording it; tick_run NULL when no tick ran';
+
+/*
+ * maintenance_poll: the poll duty of a hand-out (src/leader.c calls it at
+ * most once per gridha.prune_interval): leads gridha's maintenance duty
+ * when it is this instance's or free, without waiting for anyone, then
+ * runs the tick when one is due (its duties include a prune step) or else
+ * one prune step. Returns the batches pruned.
+ */
+CREATE FUNCTION gridha_internal.maintenance_poll(instance_id uuid)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    t bigint;
+    r record;
+BEGIN
+    t := gridha_internal.lease_take(instance_id, 'gridha.maintenance', false, true);
+    IF t IS NULL THEN
+        RETURN 0;
+    END IF;
+    SELECT * INTO r FROM gridha_internal.maintenance_tick(instance_id, 'gridha.maintenance', t, false);
+    IF r.tick_run IS NOT NULL THEN
+        RETURN r.pruned;
+    END IF;
+    RETURN gridha_internal.prune_step((SELECT s.prune_chunk FROM gridha_internal.lease_settings() s));
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.maintenance_poll(uuid) IS
+'the poll duty of a hand-out: leads gridha''s maintenance duty if it can without waiting, runs a due tick or else one prune step; returns the batches pruned';
+
+REVOKE ALL ON FUNCTION
+    gridha_internal.lease_call(text, uuid, text, bigint),
+    gridha_internal.lease_done(uuid),
+    gridha_internal.lease_settings(),
+    gridha_internal.lease_trylock(text),
+    gridha_internal.prune_from(),
+    gridha_internal.prune_from_set(timestamptz),
+    gridha_internal.counts_check_due(),
+    gridha_internal.lease_take(uuid, text, boolean, boolean),
+    gridha_internal.lease_resign(uuid, text),
+    gridha_internal.prune_step(bigint),
+    gridha_internal.maintenance_tick(uuid, text, bigint, boolean),
+    gridha_internal.maintenance_poll(uuid)
+FROM PUBLIC;
+
 CREATE FUNCTION gridha.try_lead(instance_id uuid, role text DEFAULT 'default')
 RETURNS bigint
 LANGUAGE sql VOLATILE
@@ -1332,9 +1766,21 @@ COMMENT ON FUNCTION gridha.try_lead(uuid, text) IS
 
 CREATE FUNCTION gridha.renew_lead(instance_id uuid, duty text, term bigint)
 RETURNS boolean
-AS 'MODULE_PATHNAME', 'gridha_renew_lead'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    soft_ms bigint;
+BEGIN
+    PERFORM gridha_internal.lease_call('renew_lead()', renew_lead.instance_id, renew_lead.duty, renew_lead.term);
+    SELECT s.soft_ms INTO soft_ms FROM gridha_internal.lease_settings() s;
+    UPDATE gridha.leases l
+       SET renewed_at = now(), expires_at = now() + soft_ms * interval '1 millisecond'
+     WHERE l.duty = renew_lead.duty AND l.leader = renew_lead.instance_id AND l.term = renew_lead.term;
+    RETURN FOUND;
+END
+$$;
 
 COMMENT ON FUNCTION gridha.renew_lead(uuid, text, bigint) IS
 'renews the lease only if this instance still leads the duty under this term; false once the term has moved on';
@@ -1360,9 +1806,50 @@ CREATE FUNCTION gridha.run_maintenance(
     OUT pruned_batches bigint,
     OUT opened_windows integer)
 RETURNS record
-AS 'MODULE_PATHNAME', 'gridha_run_maintenance'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r        record;
+    s        record;
+    latest   bigint;
+    lease_ok boolean;
+BEGIN
+    PERFORM gridha_internal.lease_call('run_maintenance()', run_maintenance.instance_id, run_maintenance.duty);
+    swept_instances := 0;
+    pruned_batches := 0;
+    opened_windows := 0;
+    term := gridha_internal.lease_take(run_maintenance.instance_id, run_maintenance.duty, false, false);
+    IF term IS NULL THEN
+        outcome := 'not_leader';
+    ELSE
+        SELECT * INTO r
+          FROM gridha_internal.maintenance_tick(run_maintenance.instance_id, run_maintenance.duty, term, true);
+        IF r.tick_run IS NOT NULL THEN
+            tick := r.tick_run;
+            swept_instances := r.swept;
+            pruned_batches := r.pruned;
+            opened_windows := r.opened;
+            outcome := 'ran';
+        ELSE
+            -- why no tick ran: the current tick, the highest stored, the lease
+            SELECT * INTO s FROM gridha_internal.lease_settings();
+            SELECT t.tick,
+                   (SELECT max(p.tick) FROM gridha.maintenance_ticks p WHERE p.duty = run_maintenance.duty),
+                   EXISTS (SELECT 1 FROM gridha.leases l
+                            WHERE l.duty = run_maintenance.duty AND l.leader = run_maintenance.instance_id
+                              AND l.term = run_maintenance.term AND l.expires_at > now())
+              INTO tick, latest, lease_ok
+              FROM (SELECT (floor(extract(epoch FROM now()) * 1000 / s.interval_ms) * s.interval_ms)::int8 AS tick) t;
+            outcome := CASE WHEN NOT lease_ok THEN 'lost_lease'
+                            WHEN latest > tick THEN 'clock_behind'
+                            ELSE 'already_run' END;
+        END IF;
+    END IF;
+    PERFORM gridha_internal.lease_done(run_maintenance.instance_id);
+END
+$$;
 
 COMMENT ON FUNCTION gridha.run_maintenance(uuid, text) IS
 'leads the duty (by default gridha''s own, gridha.maintenance; 1.2''s name maintenance is refused) if it can and runs the current tick once: sweeps long-gone instances, prunes final batches past gridha.retention, tops up ID windows; outcome ran, not_leader, already_run, clock_behind or lost_lease';
@@ -1443,21 +1930,171 @@ CREATE TRIGGER id_sequences_changed
     AFTER DELETE OR TRUNCATE ON gridha.id_sequences
     FOR EACH STATEMENT EXECUTE FUNCTION gridha_internal.id_sequences_changed();
 
+/*
+ * The ID sequences' statements (issue 42.1: they were C string literals
+ * in src/idseq.c, which keeps reserve_ids and next_id, served on SQL 1.2
+ * too, and the helpers below).
+ */
+CREATE FUNCTION gridha_internal.id_sequence_call(call text, name text, window_size bigint DEFAULT NULL,
+                                                 min_open_windows integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_id_sequence_call'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.id_sequence_call(text, text, bigint, integer) IS
+'the checks create_id_sequence() and drop_id_sequence() make first: the name, the window size and min_open_windows, a writable transaction';
+
+CREATE FUNCTION gridha_internal.id_sequences_invalidate(others boolean)
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_id_sequences_invalidate'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.id_sequences_invalidate(boolean) IS
+'a sequence was created or dropped: this backend looks its next_id names up again at once, with others every backend at commit';
+
+CREATE FUNCTION gridha_internal.id_block_size()
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'gridha_idseq_block_size'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.id_block_size() IS
+'gridha.id_block_size: the block next_id reserves, and the room a window needs to count as open';
+
+/*
+ * id_windows_open: the agent's opening: windows up to min_open_windows
+ * (of one sequence, or of all when seq_name is NULL), counting those with room
+ * for a block of block ids (at most the window). A sequence whose row is
+ * locked (being dropped, or a reservation opening a window) is skipped:
+ * the agent has just retired windows, whose locks it holds, and a drop
+ * locks the sequence before its windows. Returns the windows opened.
+ */
+CREATE FUNCTION gridha_internal.id_windows_open(seq_name text, block bigint)
+RETURNS integer
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+WITH s AS (
+    SELECT q.name,
+           q.min_open_windows - (SELECT count(*) FROM gridha.id_windows w
+                                  WHERE w.name = q.name
+                                    AND w.window_end - w.next_id >= least($2, q.window_size))::int4 AS need
+      FROM gridha.id_sequences q
+     WHERE NOT q.dropped AND ($1 IS NULL OR q.name = $1)
+), u AS (
+    UPDATE gridha.id_sequences q
+       SET high_water = q.high_water + s.need * q.window_size
+      FROM s
+     WHERE q.name = s.name AND s.need > 0 AND NOT q.dropped
+       AND q.name IN (SELECT x.name FROM s JOIN gridha.id_sequences x ON x.name = s.name
+                       WHERE s.need > 0 FOR UPDATE OF x SKIP LOCKED)
+    RETURNING q.name, q.window_size, q.high_water - s.need * q.window_size AS base, s.need
+), i AS (
+    INSERT INTO gridha.id_windows (name, window_start, window_end, next_id)
+    SELECT u.name, u.base + (g - 1) * u.window_size + 1,
+           u.base + g * u.window_size + 1, u.base + (g - 1) * u.window_size + 1
+      FROM u, generate_series(1, u.need) AS g
+    RETURNING 1
+)
+SELECT count(*)::int4 FROM i
+$$;
+
+COMMENT ON FUNCTION gridha_internal.id_windows_open(text, bigint) IS
+'opens windows past the high water up to min_open_windows with room for a block of block ids (one sequence, or all for NULL), skipping sequences locked by others; returns how many';
+
+/*
+ * id_windows_top_up: the window agent, a maintenance duty: windows without
+ * room for a block of gridha.id_block_size ids are retired (full ones too;
+ * the high water remembers them, and their last few ids become a gap
+ * instead of lingering; windows in use right now are left alone), then
+ * every live sequence gets min_open_windows windows with room.
+ */
+CREATE FUNCTION gridha_internal.id_windows_top_up()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    block bigint := gridha_internal.id_block_size();
+BEGIN
+    DELETE FROM gridha.id_windows w
+     WHERE (w.name, w.window_start) IN (
+        SELECT f.name, f.window_start FROM gridha.id_windows f
+          JOIN gridha.id_sequences q ON q.name = f.name
+         WHERE f.window_end - f.next_id < least(block, q.window_size)
+           FOR UPDATE OF f SKIP LOCKED);
+    RETURN gridha_internal.id_windows_open(NULL, block);
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.id_windows_top_up() IS
+'the ID window agent''s maintenance step: retires windows without room for a block and opens windows up to each sequence''s min_open_windows; returns how many it opened';
+
+REVOKE ALL ON FUNCTION
+    gridha_internal.id_sequence_call(text, text, bigint, integer),
+    gridha_internal.id_sequences_invalidate(boolean),
+    gridha_internal.id_block_size(),
+    gridha_internal.id_windows_open(text, bigint),
+    gridha_internal.id_windows_top_up()
+FROM PUBLIC;
+
 CREATE FUNCTION gridha.create_id_sequence(name text, window_size bigint DEFAULT 1000000,
                                           min_open_windows integer DEFAULT 4)
 RETURNS void
-AS 'MODULE_PATHNAME', 'gridha_create_id_sequence'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM gridha_internal.id_sequence_call('create_id_sequence()', create_id_sequence.name,
+                                             create_id_sequence.window_size, create_id_sequence.min_open_windows);
+    -- a name dropped before is created again above everything its earlier
+    -- incarnation handed out: its row, high water and all, is kept
+    INSERT INTO gridha.id_sequences AS q (name, window_size, min_open_windows)
+    VALUES (create_id_sequence.name, create_id_sequence.window_size, create_id_sequence.min_open_windows)
+    ON CONFLICT (name) DO UPDATE
+       SET serial = nextval('gridha.id_sequence_serial'),
+           window_size = EXCLUDED.window_size,
+           min_open_windows = EXCLUDED.min_open_windows,
+           dropped = false, created_at = now()
+     WHERE q.dropped;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'id sequence "%" already exists', create_id_sequence.name
+            USING ERRCODE = 'RG012',
+                  HINT = 'Use it as it is, or drop it first with gridha.drop_id_sequence().';
+    END IF;
+    -- its first windows (a fresh window counts whatever the block size)
+    PERFORM gridha_internal.id_windows_open(create_id_sequence.name, create_id_sequence.window_size);
+    PERFORM gridha_internal.id_sequences_invalidate(true);
+END
+$$;
 
 COMMENT ON FUNCTION gridha.create_id_sequence(text, bigint, integer) IS
 'creates an ID sequence and opens its first min_open_windows windows; a name dropped before continues above its old ids';
 
 CREATE FUNCTION gridha.drop_id_sequence(name text)
 RETURNS boolean
-AS 'MODULE_PATHNAME', 'gridha_drop_id_sequence'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    PERFORM gridha_internal.id_sequence_call('drop_id_sequence()', drop_id_sequence.name);
+    -- the row and its high water stay, so that a sequence created again
+    -- under the name never repeats an id; its windows go
+    UPDATE gridha.id_sequences q SET dropped = true
+     WHERE q.name = drop_id_sequence.name AND NOT q.dropped;
+    IF NOT FOUND THEN
+        PERFORM gridha_internal.id_sequences_invalidate(false);
+        RETURN false;
+    END IF;
+    DELETE FROM gridha.id_windows w WHERE w.name = drop_id_sequence.name;
+    PERFORM gridha_internal.id_sequences_invalidate(true);
+    RETURN true;
+END
+$$;
 
 COMMENT ON FUNCTION gridha.drop_id_sequence(text) IS
 'drops an ID sequence and its windows (its high water is kept); false if there was none';
@@ -1693,6 +2330,44 @@ LEFT JOIN gridha.target_rate_state s ON s.target = t.target;
 
 COMMENT ON VIEW gridha.target_rates IS
 'each target''s rate limit and when its next hand-out slot opens (NULL: not limited; infinity: rate_burst 0 pauses it)';
+
+/*
+ * The rate limits' statements off the hand-out (issue 42.1: they were C
+ * string literals in src/ratelimit.c, which keeps the hand-out's own:
+ * which targets are closed, the slots, the log). A worker calls
+ * rate_wait_ms as its own role, as it calls worker_orphans: it reads
+ * gridha's tables as their owner.
+ */
+CREATE FUNCTION gridha_internal.rate_wait_ms(instance_id uuid)
+RETURNS bigint
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT ceil(extract(epoch FROM min(r.next_slot_at) - clock_timestamp()) * 1000)::int8
+  FROM gridha.target_rates r
+ WHERE r.next_slot_at < 'infinity'
+   AND EXISTS (SELECT 1 FROM gridha.service_claims c
+                WHERE c.claimant = $1 AND c.target = r.target
+                  AND c.ready_at <= now()
+                  AND coalesce(c.soft_expiry, 'infinity') > now())
+$$;
+
+COMMENT ON FUNCTION gridha_internal.rate_wait_ms(uuid) IS
+'for an instance handed nothing: ms until the next slot opens for a rate-limited target of one of its ready heads (NULL: none); a worker sleeps no longer';
+
+CREATE FUNCTION gridha_internal.rate_handouts_prune()
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DELETE FROM gridha.rate_handouts WHERE slot_at < now() - interval '1 day'
+$$;
+
+COMMENT ON FUNCTION gridha_internal.rate_handouts_prune() IS
+'forgets the rows of gridha.rate_handouts older than a day';
+
+REVOKE ALL ON FUNCTION gridha_internal.rate_wait_ms(uuid), gridha_internal.rate_handouts_prune() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION gridha_internal.rate_wait_ms(uuid) TO gridha_submitter;
 
 REVOKE ALL ON gridha.leases, gridha.maintenance_ticks, gridha.id_sequences, gridha.id_windows,
     gridha.target_rate_state, gridha.rate_handouts, gridha.leaders, gridha.id_sequence_status,
@@ -2035,18 +2710,32 @@ COMMENT ON FUNCTION gridha.report_statuses(uuid, gridha.status_report[]) IS
 
 CREATE FUNCTION gridha.lead(instance_id uuid, duty text DEFAULT 'default')
 RETURNS bigint
-AS 'MODULE_PATHNAME', 'gridha_lead'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    t bigint;
+BEGIN
+    PERFORM gridha_internal.lease_call('lead()', lead.instance_id, lead.duty);
+    t := gridha_internal.lease_take(lead.instance_id, lead.duty, true, false);
+    PERFORM gridha_internal.lease_done(lead.instance_id);
+    RETURN t;
+END
+$$;
 
 COMMENT ON FUNCTION gridha.lead(uuid, text) IS
 'leads the duty (a new term when the leader changes) or renews this instance''s lease on it; returns the term, or NULL while another instance holds an unexpired lease; duties named gridha.* are gridha''s own and refused (RG025)';
 
 CREATE FUNCTION gridha.resign_lead(instance_id uuid, duty text DEFAULT 'default')
 RETURNS boolean
-AS 'MODULE_PATHNAME', 'gridha_resign_lead'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    PERFORM gridha_internal.lease_call('resign_lead()', resign_lead.instance_id, resign_lead.duty);
+    RETURN gridha_internal.lease_resign(resign_lead.instance_id, resign_lead.duty);
+END
+$$;
 
 COMMENT ON FUNCTION gridha.resign_lead(uuid, text) IS
 'gives up this instance''s lease on the duty at once; true if it held it';
@@ -2094,9 +2783,13 @@ CREATE INDEX batches_created ON gridha.batches (created_at);
 
 CREATE FUNCTION gridha.prune_batches(max_batches integer DEFAULT NULL)
 RETURNS bigint
-AS 'MODULE_PATHNAME', 'gridha_prune_batches'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    RETURN gridha_internal.prune_step(gridha_internal.lease_call('prune_batches()', NULL, NULL, max_batches));
+END
+$$;
 
 COMMENT ON FUNCTION gridha.prune_batches(integer) IS
 'one prune step by hand: deletes at most max_batches (NULL: gridha.prune_chunk) committed or invalid batches finished longer than gridha.retention ago, oldest first; returns how many (administrators)';

@@ -1,9 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * idseq.c
- *		ID windows, a distributed hi-lo: gridha.create_id_sequence,
- *		drop_id_sequence, reserve_ids, next_id, and the window agent that
- *		maintenance runs (gridha_idseq_top_up).
+ *		ID windows, a distributed hi-lo: gridha.reserve_ids and next_id
+ *		(served on SQL 1.3 and 1.2), and the C helpers of the 1.3 script's
+ *		create_id_sequence, drop_id_sequence and window agent
+ *		(gridha_internal.id_windows_top_up, which maintenance runs), whose
+ *		statements are the script's (section 7).
  *
  * Words:
  *   sequence    a row of gridha.id_sequences: a name, a window size, how
@@ -43,7 +45,7 @@
 
 #include "compat.h"
 #include "common.h"
-#include "idseq.h"
+#include "generation.h"
 #include "settings.h"
 #include "spi_util.h"
 #include "tables.h"
@@ -98,54 +100,6 @@ static GridhaStatement idseq_open_stmt = {
 };
 
 /*
- * The agent: open windows up to min_open_windows ($1: one sequence or all),
- * counting those with room for a block of $2 ids. A sequence whose row is
- * locked (being dropped, or a reservation opening a window) is skipped: the
- * agent has just retired windows, whose locks it holds, and a drop locks
- * the sequence before its windows.
- */
-static GridhaStatement idseq_top_up_stmt = {
-	"WITH s AS ("
-	"  SELECT q.name,"
-	"         q.min_open_windows - (SELECT count(*) FROM gridha.id_windows w"
-	"                                WHERE w.name = q.name"
-	"                                  AND w.window_end - w.next_id >= least($2, q.window_size))::int4 AS need"
-	"    FROM gridha.id_sequences q"
-	"   WHERE NOT q.dropped AND ($1::text IS NULL OR q.name = $1)"
-	"), u AS ("
-	"  UPDATE gridha.id_sequences q"
-	"     SET high_water = q.high_water + s.need * q.window_size"
-	"    FROM s"
-	"   WHERE q.name = s.name AND s.need > 0 AND NOT q.dropped"
-	"     AND q.name IN (SELECT x.name FROM s JOIN gridha.id_sequences x ON x.name = s.name"
-	"                     WHERE s.need > 0 FOR UPDATE OF x SKIP LOCKED)"
-	"  RETURNING q.name, q.window_size, q.high_water - s.need * q.window_size AS base, s.need"
-	"), i AS ("
-	"  INSERT INTO gridha.id_windows (name, window_start, window_end, next_id)"
-	"  SELECT u.name, u.base + (g - 1) * u.window_size + 1,"
-	"         u.base + g * u.window_size + 1, u.base + (g - 1) * u.window_size + 1"
-	"    FROM u, generate_series(1, u.need) AS g"
-	"  RETURNING 1"
-	")"
-	" SELECT count(*)::int4 FROM i",
-	2, {TEXTOID, INT8OID}
-};
-
-/*
- * Windows without room for a block of $1 ids are retired (full ones too);
- * the high water remembers them. Windows in use right now are left alone.
- */
-static GridhaStatement idseq_retire_stmt = {
-	"DELETE FROM gridha.id_windows w"
-	" WHERE (w.name, w.window_start) IN ("
-	"   SELECT f.name, f.window_start FROM gridha.id_windows f"
-	"     JOIN gridha.id_sequences q ON q.name = f.name"
-	"    WHERE f.window_end - f.next_id < least($1, q.window_size)"
-	"    FOR UPDATE OF f SKIP LOCKED)",
-	1, {INT8OID}
-};
-
-/*
  * The windows of sequences whose row is gone (deleted or truncated by
  * hand). gridha.id_windows has no foreign key to gridha.id_sequences on
  * purpose: the key-share lock each new window's check would take on its
@@ -160,31 +114,6 @@ static GridhaStatement idseq_orphans_stmt = {
 	"DELETE FROM gridha.id_windows w"
 	" WHERE NOT EXISTS (SELECT 1 FROM gridha.id_sequences q WHERE q.name = w.name)",
 	0, {InvalidOid}
-};
-
-static GridhaStatement idseq_create_stmt = {
-	"INSERT INTO gridha.id_sequences AS q (name, window_size, min_open_windows)"
-	" VALUES ($1, $2, $3)"
-	" ON CONFLICT (name) DO UPDATE"
-	"   SET serial = nextval('gridha.id_sequence_serial'),"
-	"       window_size = EXCLUDED.window_size,"
-	"       min_open_windows = EXCLUDED.min_open_windows,"
-	"       dropped = false, created_at = now()"
-	" WHERE q.dropped"
-	" RETURNING q.serial",
-	3, {TEXTOID, INT8OID, INT4OID}
-};
-
-static GridhaStatement idseq_drop_stmt = {
-	"WITH d AS ("
-	"  UPDATE gridha.id_sequences SET dropped = true"
-	"   WHERE name = $1 AND NOT dropped"
-	"  RETURNING name"
-	"), w AS ("
-	"  DELETE FROM gridha.id_windows w USING d WHERE w.name = d.name"
-	")"
-	" SELECT count(*) FROM d",
-	1, {TEXTOID}
 };
 
 /*
@@ -401,24 +330,153 @@ idseq_reserve(text *name, int32 count, int64 *lo, int64 *hi)
 	*hi = gridha_col_int64(0, 2);
 }
 
-/*
- * gridha_idseq_top_up: the window agent; retires windows without room for
- * a block, then opens windows so every live sequence has at least
- * min_open_windows with room. Returns how many windows it opened. Inside
- * SPI.
- */
-int32
-gridha_idseq_top_up(void)
-{
-	Datum		args[2];
-	char		nulls[3] = "n ";
+PG_FUNCTION_INFO_V1(gridha_id_sequence_call);
 
-	args[0] = Int64GetDatum(gridha_id_block_size);
-	gridha_exec(&idseq_retire_stmt, args, NULL, false);
-	args[1] = Int64GetDatum(gridha_id_block_size);
-	gridha_exec(&idseq_top_up_stmt, args, nulls, false);
-	return (int32) gridha_col_int64(0, 1);
+/*
+ * gridha_id_sequence_call: SQL gridha_internal.id_sequence_call(call,
+ * name, window_size, min_open_windows): the checks create_id_sequence()
+ * and drop_id_sequence() make before they write (the statements are the
+ * 1.3 script's), in the order their C functions of 1.2 made them: the
+ * name (a new id for create), for create the window size (1 to 2^31 - 1)
+ * and min_open_windows (0 to IDSEQ_MAX_OPEN_WINDOWS: each open window is
+ * a row, opened at once and kept by maintenance), a writable transaction.
+ */
+Datum
+gridha_id_sequence_call(PG_FUNCTION_ARGS)
+{
+	char	   *call;
+
+	if (PG_ARGISNULL(0))
+		elog(ERROR, "gridha: id_sequence_call needs the call's name");
+	call = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	if (strcmp(call, "create_id_sequence()") == 0)
+	{
+		int64		window_size;
+		int32		min_open;
+
+		(void) gridha_arg_new_id(fcinfo, 1, "name");
+		if (PG_ARGISNULL(2) || PG_ARGISNULL(3))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("window_size and min_open_windows must not be null")));
+		window_size = PG_GETARG_INT64(2);
+		min_open = PG_GETARG_INT32(3);
+		if (window_size <= 0 || window_size > PG_INT32_MAX)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("window_size must be between 1 and %d", PG_INT32_MAX),
+					 errdetail("The value given was " INT64_FORMAT ".", window_size)));
+		if (min_open < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("min_open_windows must not be negative"),
+					 errdetail("The value given was %d.", min_open)));
+		if (min_open > IDSEQ_MAX_OPEN_WINDOWS)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("min_open_windows must be at most %d", IDSEQ_MAX_OPEN_WINDOWS),
+					 errdetail("The value given was %d.", min_open)));
+	}
+	else
+		(void) gridha_arg_id(fcinfo, 1, "name");
+	gridha_require_writable(call);
+	PG_RETURN_VOID();
 }
+
+PG_FUNCTION_INFO_V1(gridha_id_sequences_invalidate);
+
+/*
+ * gridha_id_sequences_invalidate: SQL
+ * gridha_internal.id_sequences_invalidate(others): a sequence was created
+ * or dropped (or a drop found none): this backend checks its next_id
+ * names again at once, and with others every backend at commit.
+ */
+Datum
+gridha_id_sequences_invalidate(PG_FUNCTION_ARGS)
+{
+	int			i;
+
+	for (i = 0; i < idseq_nblocks; i++)
+		idseq_blocks[i].checked = 0;
+	if (!PG_ARGISNULL(0) && PG_GETARG_BOOL(0))
+		idseq_invalidate();
+	PG_RETURN_VOID();
+}
+
+PG_FUNCTION_INFO_V1(gridha_idseq_block_size);
+
+/*
+ * gridha_idseq_block_size: SQL gridha_internal.id_block_size() -> bigint:
+ * gridha.id_block_size, the block next_id reserves and the room a window
+ * needs to count as open.
+ */
+Datum
+gridha_idseq_block_size(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT64((int64) gridha_id_block_size);
+}
+
+/*
+ * SQL 1.2's create_id_sequence and drop_id_sequence, served until ALTER
+ * EXTENSION gridha UPDATE (since SQL 1.3 they are functions of its
+ * script, which call gridha_internal.id_sequence_call and
+ * id_sequences_invalidate here): 1.2's own code and statements.
+ */
+static GridhaStatement idseq_create_stmt = {
+	"INSERT INTO gridha.id_sequences AS q (name, window_size, min_open_windows)"
+	" VALUES ($1, $2, $3)"
+	" ON CONFLICT (name) DO UPDATE"
+	"   SET serial = nextval('gridha.id_sequence_serial'),"
+	"       window_size = EXCLUDED.window_size,"
+	"       min_open_windows = EXCLUDED.min_open_windows,"
+	"       dropped = false, created_at = now()"
+	" WHERE q.dropped"
+	" RETURNING q.serial",
+	3, {TEXTOID, INT8OID, INT4OID}
+};
+
+static GridhaStatement idseq_drop_stmt = {
+	"WITH d AS ("
+	"  UPDATE gridha.id_sequences SET dropped = true"
+	"   WHERE name = $1 AND NOT dropped"
+	"  RETURNING name"
+	"), w AS ("
+	"  DELETE FROM gridha.id_windows w USING d WHERE w.name = d.name"
+	")"
+	" SELECT count(*) FROM d",
+	1, {TEXTOID}
+};
+
+/*
+ * The first windows of a sequence 1.2's create_id_sequence makes ($1 the
+ * name, $2 the room a window needs): as the window agent opens them.
+ */
+static GridhaStatement idseq_create_windows_stmt = {
+	"WITH s AS ("
+	"  SELECT q.name,"
+	"         q.min_open_windows - (SELECT count(*) FROM gridha.id_windows w"
+	"                                WHERE w.name = q.name"
+	"                                  AND w.window_end - w.next_id >= least($2, q.window_size))::int4 AS need"
+	"    FROM gridha.id_sequences q"
+	"   WHERE NOT q.dropped AND ($1::text IS NULL OR q.name = $1)"
+	"), u AS ("
+	"  UPDATE gridha.id_sequences q"
+	"     SET high_water = q.high_water + s.need * q.window_size"
+	"    FROM s"
+	"   WHERE q.name = s.name AND s.need > 0 AND NOT q.dropped"
+	"     AND q.name IN (SELECT x.name FROM s JOIN gridha.id_sequences x ON x.name = s.name"
+	"                     WHERE s.need > 0 FOR UPDATE OF x SKIP LOCKED)"
+	"  RETURNING q.name, q.window_size, q.high_water - s.need * q.window_size AS base, s.need"
+	"), i AS ("
+	"  INSERT INTO gridha.id_windows (name, window_start, window_end, next_id)"
+	"  SELECT u.name, u.base + (g - 1) * u.window_size + 1,"
+	"         u.base + g * u.window_size + 1, u.base + (g - 1) * u.window_size + 1"
+	"    FROM u, generate_series(1, u.need) AS g"
+	"  RETURNING 1"
+	")"
+	" SELECT count(*)::int4 FROM i",
+	2, {TEXTOID, INT8OID}
+};
 
 PG_FUNCTION_INFO_V1(gridha_create_id_sequence);
 
@@ -472,7 +530,7 @@ gridha_create_id_sequence(PG_FUNCTION_ARGS)
 				 errmsg("id sequence \"%s\" already exists", text_to_cstring(name)),
 				 errhint("Use it as it is, or drop it first with gridha.drop_id_sequence().")));
 	args[1] = Int64GetDatum(window_size);	/* a fresh window counts */
-	gridha_exec(&idseq_top_up_stmt, args, NULL, false);
+	gridha_exec(&idseq_create_windows_stmt, args, NULL, false);
 	SPI_finish();
 	idseq_invalidate();
 	PG_RETURN_VOID();

@@ -11,7 +11,6 @@
 #include "postgres.h"
 
 extern void gridha_leader_poll(Datum instance_id);
-extern const char *gridha_maintenance_duty(void);
 extern bool gridha_leader_resign_own(Datum instance_id);
 
 #endif							/* GRIDHA_LEADER_H */

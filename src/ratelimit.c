@@ -4,6 +4,9 @@
  *		Per-target rate limits, enforced at hand-out across all instances.
  *		This file only answers: which limited targets have no slot now, and
  *		how many slots a hand-out gets; the hand-out itself is queue.c's.
+ *		Its statements off the hand-out (the log's pruning, the worker's
+ *		wait) are the 1.3 script's (gridha_internal.rate_handouts_prune,
+ *		rate_wait_ms).
  *
  * Words:
  *   limited   a target with a rate_interval; rate_burst = 0 pauses it
@@ -56,25 +59,15 @@
 #include "postgres.h"
 
 #include "common.h"
+#include "generation.h"
 #include "ratelimit.h"
 #include "spi_util.h"
 #include "targets.h"
 
-#include "access/htup_details.h"
 #include "access/xact.h"
-#include "catalog/namespace.h"
-#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
-#include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 #include "utils/memutils.h"
-#include "utils/syscache.h"
-
-static GridhaStatement ratelimit_prune_stmt = {
-	"DELETE FROM gridha.rate_handouts WHERE slot_at < now() - interval '1 day'",
-	0, {InvalidOid}
-};
 
 /* Step 1: the limited targets with no slot now */
 static GridhaStatement ratelimit_closed_stmt = {
@@ -142,16 +135,11 @@ static GridhaStatement ratelimit_log_stmt = {
 
 /*
  * For the background worker's wait: how many ms until the next slot of a
- * limited target for which this instance holds a ready head.
+ * limited target for which this instance holds a ready head (the 1.3
+ * script's statement, SQL 1.3 only).
  */
 static GridhaStatement ratelimit_wait_stmt = {
-	"SELECT ceil(extract(epoch FROM min(r.next_slot_at) - clock_timestamp()) * 1000)::int8"
-	"  FROM gridha.target_rates r"
-	" WHERE r.next_slot_at < 'infinity'"
-	"   AND EXISTS (SELECT 1 FROM gridha.service_claims c"
-	"                WHERE c.claimant = $1 AND c.target = r.target"
-	"                  AND c.ready_at <= now()"
-	"                  AND coalesce(c.soft_expiry, 'infinity') > now())",
+	"SELECT gridha_internal.rate_wait_ms($1)",
 	1, {UUIDOID}
 };
 
@@ -176,16 +164,6 @@ ratelimit_xact_callback(XactEvent event, void *arg)
 			pfree(ratelimit_held_max);
 		ratelimit_held_max = NULL;
 	}
-}
-
-/*
- * gridha_ratelimit_prune_log: maintenance forgets hand-out log rows older
- * than a day. Inside SPI.
- */
-void
-gridha_ratelimit_prune_log(void)
-{
-	gridha_exec(&ratelimit_prune_stmt, NULL, NULL, false);
 }
 
 /*
@@ -282,38 +260,18 @@ gridha_ratelimit_log(Datum instance_id, Datum *targets, Datum *service_ids,
 }
 
 /*
- * ratelimit_claims_owner: the owner of gridha.service_claims (the
- * extension's), InvalidOid when there is none.
- */
-static Oid
-ratelimit_claims_owner(void)
-{
-	Oid			nsp = get_namespace_oid("gridha", true);
-	Oid			relid = OidIsValid(nsp) ? get_relname_relid("service_claims", nsp) : InvalidOid;
-	Oid			owner = InvalidOid;
-	HeapTuple	tup;
-
-	if (!OidIsValid(relid))
-		return InvalidOid;
-	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	if (HeapTupleIsValid(tup))
-	{
-		owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
-		ReleaseSysCache(tup);
-	}
-	return owner;
-}
-
-/*
  * gridha_ratelimit_wait_ms: for an instance that was handed nothing, the
  * ms until the next slot opens for a limited target of one of its ready
  * heads (at least 10); -1 when there is no such head or nothing is
- * limited. Inside SPI.
+ * limited, and on SQL 1.2 (the statement is the 1.3 script's: until ALTER
+ * EXTENSION gridha UPDATE a worker sleeps its naptime, woken by new
+ * batches as ever). Inside SPI.
  *
  * The worker asks it as gridha.worker_role, whose gridha_submitter reads
- * only service_id and target of gridha.service_claims: the statement, a
- * fixed read of gridha's own tables under the worker's pinned search_path
- * (src/step.c), runs as their owner, as the hand-out's own reads do.
+ * only service_id and target of gridha.service_claims: the statement,
+ * gridha_internal.rate_wait_ms, is SECURITY DEFINER, a fixed read of
+ * gridha's own tables that runs as their owner, as the hand-out's own
+ * reads do.
  */
 long
 gridha_ratelimit_wait_ms(Datum instance_id)
@@ -321,21 +279,14 @@ gridha_ratelimit_wait_ms(Datum instance_id)
 	Datum		args[1];
 	bool		isnull;
 	Datum		d;
-	Oid			owner;
-	Oid			save_userid;
-	int			save_sec_context;
 
+	if (!gridha_sql_is_current())
+		return -1;
 	gridha_targets_refresh();
 	if (!gridha_targets_any_limited())
 		return -1;
-	owner = ratelimit_claims_owner();
-	if (!OidIsValid(owner))
-		return -1;
 	args[0] = instance_id;
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	gridha_exec(&ratelimit_wait_stmt, args, NULL, true);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
 	if (SPI_processed == 0)
 		return -1;
 	d = gridha_col(0, 1, &isnull);

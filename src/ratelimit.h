@@ -12,7 +12,6 @@
 #include "fmgr.h"
 #include "nodes/pg_list.h"
 
-extern void gridha_ratelimit_prune_log(void);
 extern List *gridha_ratelimit_closed(void);
 extern int	gridha_ratelimit_take(const char *target, int want);
 extern void gridha_ratelimit_log(Datum instance_id, Datum *targets, Datum *service_ids,

@@ -1011,7 +1011,8 @@ submit_recover_orphans(void)
 
 /*
  * Step: the maintenance tick, when this worker leads the role (see
- * leader.c); run_maintenance itself decides whether a tick is due.
+ * leader.c); run_maintenance itself decides whether a tick is due (a
+ * function of the 1.3 script, or SQL 1.2's C symbol: src/leader12.c).
  */
 static void
 submit_maintenance_step(void *arg)

@@ -68,8 +68,21 @@ SELECT set_eq(
              ('gridha_internal.worker_register(uuid,text)'), ('gridha_internal.worker_slots()'),
              ('gridha_internal.report_arrays_check(text[],text[],bigint[],text,text[],text[])'),
              ('gridha_internal.instance_check(uuid,integer)'),
-             ('gridha_internal.instance_check(uuid,text,text,bigint)')$$,
-    'gridha_internal holds the 16 trigger functions, the four worker functions, the array reports'' check and the two instance checks');
+             ('gridha_internal.instance_check(uuid,text,text,bigint)'),
+             -- issue 42.1: the lease and maintenance functions and their C helpers
+             ('gridha_internal.lease_call(text,uuid,text,bigint)'), ('gridha_internal.lease_done(uuid)'),
+             ('gridha_internal.lease_settings()'), ('gridha_internal.lease_trylock(text)'),
+             ('gridha_internal.prune_from()'), ('gridha_internal.prune_from_set(timestamp with time zone)'),
+             ('gridha_internal.counts_check_due()'), ('gridha_internal.id_windows_top_up()'),
+             ('gridha_internal.rate_handouts_prune()'), ('gridha_internal.lease_take(uuid,text,boolean,boolean)'),
+             ('gridha_internal.lease_resign(uuid,text)'), ('gridha_internal.prune_step(bigint)'),
+             ('gridha_internal.maintenance_tick(uuid,text,bigint,boolean)'),
+             ('gridha_internal.maintenance_poll(uuid)'),
+             ('gridha_internal.id_sequence_call(text,text,bigint,integer)'),
+             ('gridha_internal.id_sequences_invalidate(boolean)'), ('gridha_internal.id_block_size()'),
+             ('gridha_internal.id_windows_open(text,bigint)'),
+             ('gridha_internal.rate_wait_ms(uuid)')$$,
+    'gridha_internal holds the 16 trigger functions, the four worker functions, the array reports'' check, the two instance checks and the lease, maintenance, ID sequence and rate limit functions with their helpers (issue 42.1)');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass

@@ -69,6 +69,10 @@
 #               lock_timeout of 1 s against a transaction that holds
 #               gridha.instances, the upgrade fails with 55P03 and leaves
 #               the database on 1.0
+#   k. 1.2 SQL  a database on 1.2 (issue 42.1): the lease, maintenance and
+#               ID sequence calls answer as 1.2's library answered them,
+#               and the cycle works; after ALTER EXTENSION gridha UPDATE in
+#               the same session they answer from the 1.3 script
 #   d. suites   pg_regress (the Makefile's REGRESS list and REGRESS_OPTS:
 #               test/sql and expected/)
 #               with --use-existing and pg_prove over test/pgtap/*.sql, both
@@ -813,6 +817,69 @@ check $? "1.1 SQL: after ALTER EXTENSION gridha UPDATE in the same session, next
 psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $J WITH (FORCE)" >/dev/null 2>&1
 
 # ---------------------------------------------------------------------------
+# k. one session on 1.2 SQL (issue 42.1): the lease, maintenance and ID
+#    sequence calls, whose statements are functions of the 1.3 script since,
+#    answer on 1.2 as 1.2's library answered them (src/leader12.c and
+#    idseq.c keep 1.2's code: the new library serves the old SQL until
+#    ALTER EXTENSION gridha UPDATE), the hand-out's poll duty takes 1.2's
+#    maintenance lease, and the cycle works; after the update in the same
+#    session, lead and run_maintenance answer from the 1.3 script
+
+K=${DB}_k
+psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $K" \
+	-c "CREATE DATABASE $K" >/dev/null
+psql -X -q -A -t -v VERBOSITY=verbose -d "$K" >"$WORK/k.out" 2>&1 <<'EOF'
+SET client_min_messages = error;
+SET gridha.balance_claims = off;
+SET gridha.prune_interval = 0;
+CREATE EXTENSION gridha VERSION '1.2';
+SELECT gridha.register_instance('k') AS k \gset
+SELECT 'enqueued', gridha.enqueue('k1', 'k1-b1', '\x01');
+SELECT 'handed', service_id, batch_id, epoch FROM gridha.next_batch(:'k');
+SELECT 'reported', gridha.report_status(:'k', 'k1', 'k1-b1', 1, 'committed');
+SELECT 'poll_lease', count(*) FROM gridha.leases WHERE role = 'maintenance' AND leader = :'k';
+SELECT 'create_id_sequence', gridha.create_id_sequence('k-ids', 100, 1);
+SELECT 'ids', gridha.reserve_ids('k-ids', 10);
+SELECT 'drop_id_sequence', gridha.drop_id_sequence('k-ids');
+SELECT 'lead', gridha.lead(:'k', 'k-duty');
+SELECT 'try_lead', gridha.try_lead(:'k', 'k-duty');
+SELECT 'renew_lead', gridha.renew_lead(:'k', 'k-duty', 1);
+SELECT 'resign_lead', gridha.resign_lead(:'k', 'k-duty');
+SELECT 'resign', gridha.resign(:'k', 'k-duty');
+SELECT 'run_maintenance', outcome FROM gridha.run_maintenance(:'k');
+SELECT 'prune_batches', gridha.prune_batches();
+SELECT 'create_id_sequence2', gridha.create_id_sequence('k-ids2', 100, 1);
+SELECT 'next_id', gridha.next_id('k-ids2');
+SELECT 'released', gridha.release_claims(:'k');
+SELECT 'after_release', count(*) FROM gridha.leases WHERE role = 'maintenance' AND leader IS NOT NULL;
+SELECT 'end-1.2';
+ALTER EXTENSION gridha UPDATE;
+SELECT 'enqueued-1.3', gridha.enqueue('k1', 'k1-b2', '\x02');
+SELECT 'handed-1.3', batch_id FROM gridha.next_batch(:'k');
+SELECT 'lead-1.3', gridha.lead(:'k', 'k-duty');
+SELECT 'maintenance-1.3', outcome FROM gridha.run_maintenance(:'k');
+EOF
+answered=0
+for f in lead try_lead renew_lead resign_lead resign run_maintenance prune_batches create_id_sequence drop_id_sequence; do
+	grep -q "^$f|" "$WORK/k.out" && answered=$((answered + 1))
+done
+[ "$answered" = 9 ] && grep -q '^lead|1$' "$WORK/k.out" && grep -q '^try_lead|1$' "$WORK/k.out" &&
+	grep -q '^renew_lead|t$' "$WORK/k.out" && grep -q '^resign_lead|t$' "$WORK/k.out" &&
+	grep -q '^drop_id_sequence|t$' "$WORK/k.out" && grep -qE '^run_maintenance\|(ran|already_run)$' "$WORK/k.out" &&
+	! sed -n '1,/^end-1.2$/p' "$WORK/k.out" | grep -q 'ERROR'
+check $? "1.2 SQL: lead, try_lead, renew_lead, resign_lead, resign, run_maintenance, prune_batches, create_id_sequence and drop_id_sequence answer as 1.2's library answered them ($answered of 9, no error)"
+grep -q '^handed|k1|k1-b1|1$' "$WORK/k.out" && grep -q '^reported|committed$' "$WORK/k.out" &&
+	grep -q '^ids|\[1,11)$' "$WORK/k.out" && grep -q '^next_id|1$' "$WORK/k.out" &&
+	grep -q '^poll_lease|1$' "$WORK/k.out" && grep -q '^released|' "$WORK/k.out" &&
+	grep -q '^after_release|0$' "$WORK/k.out"
+check $? "1.2 SQL: meanwhile the cycle works: next_batch (its poll duty takes 1.2's maintenance lease), report_status, reserve_ids, next_id, release_claims (which resigns that lease)"
+grep -q '^handed-1.3|k1-b2$' "$WORK/k.out" &&
+	grep -qE '^lead-1.3\|[0-9]+$' "$WORK/k.out" && grep -qE '^maintenance-1.3\|(ran|already_run)$' "$WORK/k.out"
+check $? "1.2 SQL: after ALTER EXTENSION gridha UPDATE in the same session, next_batch (and its poll duty), lead and run_maintenance answer"
+[ "$FAILED" -eq 0 ] || diag <"$WORK/k.out"
+psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $K WITH (FORCE)" >/dev/null 2>&1
+
+# ---------------------------------------------------------------------------
 # d. pg_regress and pgTAP in the upgraded database
 
 # Empty it to what CREATE EXTENSION leaves (see the header), with the
@@ -890,6 +957,6 @@ fi
 # The plan, printed last as it depends on the inputs: 70 checks, one per
 # test of the Makefile's REGRESS, one per test/pgtap file.
 n_pgtap=$(compgen -G "$REPO/test/pgtap/*.sql" | wc -l)
-plan $((70 + ${#regress_tests[@]} + n_pgtap))
+plan $((73 + ${#regress_tests[@]} + n_pgtap))
 
 [ "$FAILED" -eq 0 ]
