@@ -46,6 +46,7 @@
 #include "compat.h"
 #include "common.h"
 #include "generation.h"
+#include "idseq.h"
 #include "settings.h"
 #include "spi_util.h"
 #include "tables.h"
@@ -448,10 +449,27 @@ static GridhaStatement idseq_drop_stmt = {
 };
 
 /*
- * The first windows of a sequence 1.2's create_id_sequence makes ($1 the
- * name, $2 the room a window needs): as the window agent opens them.
+ * Windows without room for a block of $1 ids are retired (full ones too);
+ * the high water remembers them. Windows in use right now are left alone.
  */
-static GridhaStatement idseq_create_windows_stmt = {
+static GridhaStatement idseq_retire_stmt = {
+	"DELETE FROM gridha.id_windows w"
+	" WHERE (w.name, w.window_start) IN ("
+	"   SELECT f.name, f.window_start FROM gridha.id_windows f"
+	"     JOIN gridha.id_sequences q ON q.name = f.name"
+	"    WHERE f.window_end - f.next_id < least($1, q.window_size)"
+	"    FOR UPDATE OF f SKIP LOCKED)",
+	1, {INT8OID}
+};
+
+/*
+ * 1.2's window agent: open windows up to min_open_windows ($1: one sequence
+ * or all), counting those with room for a block of $2 ids; also the first
+ * windows of a sequence 1.2's create_id_sequence makes. A sequence whose
+ * row is locked (being dropped, or a reservation opening a window) is
+ * skipped.
+ */
+static GridhaStatement idseq12_top_up_stmt = {
 	"WITH s AS ("
 	"  SELECT q.name,"
 	"         q.min_open_windows - (SELECT count(*) FROM gridha.id_windows w"
@@ -477,6 +495,25 @@ static GridhaStatement idseq_create_windows_stmt = {
 	" SELECT count(*)::int4 FROM i",
 	2, {TEXTOID, INT8OID}
 };
+
+/*
+ * gridha_idseq12_top_up: the window agent of a tick on SQL 1.2
+ * (src/leader12.c): retires windows without room for a block, then opens
+ * windows so every live sequence has at least min_open_windows with room.
+ * Returns how many windows it opened. Inside SPI.
+ */
+int32
+gridha_idseq12_top_up(void)
+{
+	Datum		args[2];
+	char		nulls[3] = "n ";
+
+	args[0] = Int64GetDatum(gridha_id_block_size);
+	gridha_exec(&idseq_retire_stmt, args, NULL, false);
+	args[1] = Int64GetDatum(gridha_id_block_size);
+	gridha_exec(&idseq12_top_up_stmt, args, nulls, false);
+	return (int32) gridha_col_int64(0, 1);
+}
 
 PG_FUNCTION_INFO_V1(gridha_create_id_sequence);
 
@@ -530,7 +567,7 @@ gridha_create_id_sequence(PG_FUNCTION_ARGS)
 				 errmsg("id sequence \"%s\" already exists", text_to_cstring(name)),
 				 errhint("Use it as it is, or drop it first with gridha.drop_id_sequence().")));
 	args[1] = Int64GetDatum(window_size);	/* a fresh window counts */
-	gridha_exec(&idseq_create_windows_stmt, args, NULL, false);
+	gridha_exec(&idseq12_top_up_stmt, args, NULL, false);
 	SPI_finish();
 	idseq_invalidate();
 	PG_RETURN_VOID();

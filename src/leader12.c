@@ -48,6 +48,7 @@
 
 #include "common.h"
 #include "generation.h"
+#include "idseq.h"
 #include "instances.h"
 #include "leader12.h"
 #include "spi_util.h"
@@ -297,81 +298,11 @@ static GridhaStatement leader_record_stmt = {
 	LEADER_RECORD_SQL("role"), 5, {TEXTOID, INT8OID, INT4OID, INT8OID, INT4OID}
 };
 
-/*
- * The ID window agent of a tick, as 1.2's library ran it (src/idseq.c had
- * it then; SQL 1.3's is gridha_internal.id_windows_top_up).
- */
-/*
- * Windows without room for a block of $1 ids are retired (full ones too);
- * the high water remembers them. Windows in use right now are left alone.
- */
-static GridhaStatement idseq_retire_stmt = {
-	"DELETE FROM gridha.id_windows w"
-	" WHERE (w.name, w.window_start) IN ("
-	"   SELECT f.name, f.window_start FROM gridha.id_windows f"
-	"     JOIN gridha.id_sequences q ON q.name = f.name"
-	"    WHERE f.window_end - f.next_id < least($1, q.window_size)"
-	"    FOR UPDATE OF f SKIP LOCKED)",
-	1, {INT8OID}
-};
-
-/*
- * The agent: open windows up to min_open_windows ($1: one sequence or all),
- * counting those with room for a block of $2 ids. A sequence whose row is
- * locked (being dropped, or a reservation opening a window) is skipped: the
- * agent has just retired windows, whose locks it holds, and a drop locks
- * the sequence before its windows.
- */
-static GridhaStatement idseq_top_up_stmt = {
-	"WITH s AS ("
-	"  SELECT q.name,"
-	"         q.min_open_windows - (SELECT count(*) FROM gridha.id_windows w"
-	"                                WHERE w.name = q.name"
-	"                                  AND w.window_end - w.next_id >= least($2, q.window_size))::int4 AS need"
-	"    FROM gridha.id_sequences q"
-	"   WHERE NOT q.dropped AND ($1::text IS NULL OR q.name = $1)"
-	"), u AS ("
-	"  UPDATE gridha.id_sequences q"
-	"     SET high_water = q.high_water + s.need * q.window_size"
-	"    FROM s"
-	"   WHERE q.name = s.name AND s.need > 0 AND NOT q.dropped"
-	"     AND q.name IN (SELECT x.name FROM s JOIN gridha.id_sequences x ON x.name = s.name"
-	"                     WHERE s.need > 0 FOR UPDATE OF x SKIP LOCKED)"
-	"  RETURNING q.name, q.window_size, q.high_water - s.need * q.window_size AS base, s.need"
-	"), i AS ("
-	"  INSERT INTO gridha.id_windows (name, window_start, window_end, next_id)"
-	"  SELECT u.name, u.base + (g - 1) * u.window_size + 1,"
-	"         u.base + g * u.window_size + 1, u.base + (g - 1) * u.window_size + 1"
-	"    FROM u, generate_series(1, u.need) AS g"
-	"  RETURNING 1"
-	")"
-	" SELECT count(*)::int4 FROM i",
-	2, {TEXTOID, INT8OID}
-};
-
 /* The rate limits' hand-out log keeps a day (SQL 1.3: rate_handouts_prune) */
 static GridhaStatement leader12_rate_prune_stmt = {
 	"DELETE FROM gridha.rate_handouts WHERE slot_at < now() - interval '1 day'",
 	0, {InvalidOid}
 };
-
-/*
- * leader12_idseq_top_up: retires windows without room for a block, then
- * opens windows so every live sequence has at least min_open_windows with
- * room. Returns how many windows it opened. Inside SPI.
- */
-static int32
-leader12_idseq_top_up(void)
-{
-	Datum		args[2];
-	char		nulls[3] = "n ";
-
-	args[0] = Int64GetDatum(gridha_id_block_size);
-	gridha_exec(&idseq_retire_stmt, args, NULL, false);
-	args[1] = Int64GetDatum(gridha_id_block_size);
-	gridha_exec(&idseq_top_up_stmt, args, nulls, false);
-	return (int32) gridha_col_int64(0, 1);
-}
 
 /* leader12_rate_log_prune: the hand-out log's rows older than a day go */
 static void
@@ -755,7 +686,7 @@ leader_duties(Datum instance_id, text *role, int64 tick, bool check_counts,
 		*swept = (int32) gridha_col_int64(0, 1);
 	}
 	*pruned = leader_prune_step(gridha_prune_chunk);
-	*opened = leader12_idseq_top_up();
+	*opened = gridha_idseq12_top_up();
 	leader12_rate_log_prune();
 	if (check_counts)
 	{
