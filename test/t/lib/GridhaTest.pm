@@ -113,6 +113,24 @@ log_min_messages = warning
 	return $node;
 }
 
+# --- test/t/030_client.pl ---------------------------------------------------
+
+use HTTP::Tiny;
+
+push @EXPORT, 'ledger_control';
+
+# ledger_control($ledger, $json): POST $json to /control of a ledger that
+# start_ledger started (stalls, failures, clear; see test/dlt/ledger.py).
+# Dies when the ledger does not take it.
+sub ledger_control
+{
+	my ($ledger, $json) = @_;
+	my $r = HTTP::Tiny->new(timeout => 10)->post("$ledger->{url}/control",
+		{ content => $json, headers => { 'Content-Type' => 'application/json' } });
+	die "ledger control $json: $r->{status} $r->{content}" unless $r->{success};
+	return;
+}
+
 END
 {
 	local $?;
