@@ -50,7 +50,7 @@
 # test/expected_totals.
 #
 # GRIDHA_ONLY='words' runs only the parts named (regress isolation pgtap soak
-# and the suite names, e.g. 20_workers); a developer's shortcut, not CI's
+# and the suite names, e.g. 020_workers); a developer's shortcut, not CI's
 # (no totals check).
 set -euo pipefail
 
