@@ -280,17 +280,10 @@ sub hold_close
 	return;
 }
 
-# ledger_control($json): POST /control to the ledger
+# the test ledger (start_ledger) and its URL; ledger_control($ledger,
+# $json) of GridhaTest.pm steers it
 my $ledger;
 my $LEDGER;
-
-sub ledger_control
-{
-	my $r = $http->post("$LEDGER/control",
-		{ content => $_[0], headers => { 'Content-Type' => 'application/json' } });
-	die "ledger control $_[0]: $r->{status} $r->{content}" unless $r->{success};
-	return;
-}
 
 # ledger_stats(): the ledger's /stats
 sub ledger_stats
@@ -882,16 +875,16 @@ sub code_answered
 # 301, 401, 403, 404, 414 in turn, POSTs and status GETs alike; each code
 # stays until the ledger has answered it
 $h0 = hist_mark();
-ledger_control('{"fail_code": 301, "fail_code_applies": "both", "fail_code_for": 120}');
+ledger_control($ledger, '{"fail_code": 301, "fail_code_applies": "both", "fail_code_for": 120}');
 query(q{SELECT gridha.enqueue('k' || s, 'k' || s || '-b' || b, '\x0b', 'ledger')
         FROM generate_series(1, 4) b, generate_series(1, 5) s ORDER BY b, s});
 my $met = '';
 foreach my $code (301, 401, 403, 404, 414)
 {
-	ledger_control(qq({"fail_code": $code}));
+	ledger_control($ledger, qq({"fail_code": $code}));
 	$met .= " $code" if wait_until(20, sub { code_answered($code) });
 }
-ledger_control('{"fail_code_for": 0}');
+ledger_control($ledger, '{"fail_code_for": 0}');
 ok($met eq ' 301 401 403 404 414', "codes: the ledger answered 301, 401, 403, 404 and 414 in turn (met:$met)");
 
 ok( wait_until(
@@ -918,7 +911,7 @@ query(qq{INSERT INTO gridha.targets (target, submit_url, status_url, reject_code
 $h0 = hist_mark();
 foreach my $code (400, 422, 404)
 {
-	ledger_control(qq({"fail_code": $code, "fail_code_applies": "post", "fail_code_for": 60}));
+	ledger_control($ledger, qq({"fail_code": $code, "fail_code_applies": "post", "fail_code_for": 60}));
 	query(qq{SELECT gridha.enqueue('rd$code', 'rd$code-b1', '\\x0c', 'ledger'),
 	                gridha.enqueue('ro$code', 'ro$code-b1', '\\x0c', 'ledger404')});
 	# both met the code: a final status, or a delay naming it
@@ -929,7 +922,7 @@ foreach my $code (400, 422, 404)
 			             AND (b.status = 'invalid' OR EXISTS (SELECT 1 FROM w_history h WHERE h.id > $h0
 			                  AND h.batch_id = b.batch_id AND h.detail = 'http $code'))});
 		});
-	ledger_control('{"fail_code_for": 0}');
+	ledger_control($ledger, '{"fail_code_for": 0}');
 	# both final before the next code: a delayed one retried under the
 	# next window would meet that code instead
 	wait_until(
@@ -1047,14 +1040,14 @@ sub pending_n
 
 # 1. gridha.status_url_max_length 512, the ledger answers 414 past 512: the
 # 24 pending ids go in GETs of at most CAP_GRIDHA ids, none refused
-ledger_control(qq({"max_url": $URL_LIMIT, "fail_code": 503, "fail_code_applies": "get", "fail_code_for": 60}));
+ledger_control($ledger, qq({"max_url": $URL_LIMIT, "fail_code": 503, "fail_code_applies": "get", "fail_code_for": 60}));
 ok(reload_worker("gridha.status_url_max_length=$URL_LIMIT"),
 	"urls: the worker runs with gridha.status_url_max_length = $URL_LIMIT (reloaded)");
 enqueue_long('ua');
 ok(wait_until(30, sub { pending_n('ua', 24) }),
 	'urls: while status GETs get 503, 24 batches with 40-byte ids are accepted and pending');
 my $lm = ledger_mark();
-ledger_control('{"fail_code_for": 0}');
+ledger_control($ledger, '{"fail_code_for": 0}');
 ok(wait_until(30, sub { all_committed('ua') }), 'urls: once the GETs are answered, the 24 are committed');
 my @gets = status_gets($lm);
 my $n414 = grep { $_->[0] eq '414' } @gets;
@@ -1078,10 +1071,10 @@ diag(gets_text(@gets[ 0 .. ($#gets < 5 ? $#gets : 5) ]));
 ok(reload_worker('gridha.status_url_max_length=1MB'),
 	'urls: the worker runs with gridha.status_url_max_length = 1MB (reloaded)');
 $lm = ledger_mark();
-ledger_control('{"fail_code_for": 60}');
+ledger_control($ledger, '{"fail_code_for": 60}');
 enqueue_long('ub');
 ok(wait_until(30, sub { pending_n('ub', 24) }), 'urls: while status GETs get 503, 24 more are accepted and pending');
-ledger_control('{"fail_code_for": 0}');
+ledger_control($ledger, '{"fail_code_for": 0}');
 ok(wait_until(30, sub { all_committed('ub') }),
 	'urls: once the GETs are answered, the 24 are committed, the ledger answering 414 to long ones');
 @gets = status_gets($lm);
@@ -1119,7 +1112,7 @@ diag(gets_text(@gets[ 0 .. ($#gets < 11 ? $#gets : 11) ]));
 
 # 3. every status GET answered 431: a poll of 8 pending batches halves down
 # to single ids, depth first
-ledger_control('{"max_url": 0, "fail_code": 431, "fail_code_applies": "get", "fail_code_for": 60}');
+ledger_control($ledger, '{"max_url": 0, "fail_code": 431, "fail_code_applies": "get", "fail_code_for": 60}');
 query(q{SELECT gridha.enqueue('uc' || g, 'uc' || g || '-' || repeat('u', 36), '\x0e', 'ledger')
         FROM generate_series(1, 8) g});
 ok(wait_until(30, sub { pending_n('uc', 8) }), 'urls: while status GETs get 431, 8 batches are accepted and pending');
@@ -1138,7 +1131,7 @@ sub tree_431
 	return join(' ', @ids);
 }
 wait_until(20, sub { scalar(split / /, tree_431()) >= 15 });
-ledger_control('{"fail_code_for": 0}');
+ledger_control($ledger, '{"fail_code_for": 0}');
 my $got = tree_431();
 ok($got eq '8 4 2 1 1 2 1 1 4 2 1 1 2 1 1',
 	"urls: a poll answered 431 is asked again in halves down to single ids (ids per GET: $got)");
