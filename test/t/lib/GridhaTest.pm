@@ -26,6 +26,8 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(gridha_repo wait_until log_size log_since start_ledger
   stop_ledgers gridha_node);
+# 029_ledger_answers, 025_ledger_adapt
+push @EXPORT, qw(control_ledger log_count);
 
 my @ledgers;
 
@@ -111,6 +113,28 @@ log_min_messages = warning
 } . ($conf // ''));
 	$node->start;
 	return $node;
+}
+
+# --- 029_ledger_answers (and 025_ledger_adapt) ---
+
+# control_ledger($ledger, $json): POST $json to /control of a ledger that
+# start_ledger started; dies when the ledger does not take it.
+sub control_ledger
+{
+	my ($ledger, $json) = @_;
+	require HTTP::Tiny;
+	my $r = HTTP::Tiny->new(timeout => 10)->post("$ledger->{url}/control",
+		{ content => $json, headers => { 'Content-Type' => 'application/json' } });
+	die "ledger control $json: $r->{status} $r->{content}" unless $r->{success};
+	return;
+}
+
+# log_count($file, $offset, $regex): the lines a server log got after
+# $offset that match $regex.
+sub log_count
+{
+	my ($file, $offset, $re) = @_;
+	return scalar(grep { /$re/ } split /\n/, log_since($file, $offset));
 }
 
 END
