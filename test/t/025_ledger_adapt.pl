@@ -45,9 +45,7 @@ use warnings FATAL => 'all';
 use FindBin;
 use lib "$FindBin::RealBin/lib";
 use GridhaTest;
-use HTTP::Tiny;
 use IO::Socket::INET;
-use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More tests => 13;
@@ -102,14 +100,6 @@ sub query
 wait_until(30, sub { query('SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL') eq '1' })
   or die 'the worker did not register within 30 s';
 
-# ledger_stat($name): one count of the ledger's GET /stats
-sub ledger_stat
-{
-	my $r = HTTP::Tiny->new(timeout => 10)->get("$led/stats");
-	die "ledger stats: $r->{status}" unless $r->{success};
-	return decode_json($r->{content})->{ $_[0] };
-}
-
 # limit(): the worker's current limit for target default (0 when none shown)
 sub limit
 {
@@ -160,7 +150,7 @@ sub window
 	my ($name, $control, $seconds) = @_;
 	my $f0 = failures();
 	my $l0 = limit();
-	control_ledger($ledger, $control);
+	ledger_control($ledger, $control);
 	ok(wait_until($seconds, sub { limit_at_most(2) }),
 		"$name: the limit falls to 2 or less while the window is open (from $l0; now " . limit() . ')');
 	my $f1 = failures();
@@ -173,7 +163,7 @@ sub window
 
 window('503', '{"fail_503_for": 6}', 6);
 window('drop', '{"drop_for": 4}', 4);
-my $dropped = ledger_stat('dropped');
+my $dropped = ledger_stat($ledger, 'dropped');
 ok($dropped > 0, "drop: the ledger reset connections ($dropped requests dropped)");
 
 # ---------------------------------------------------------------------------
@@ -206,11 +196,11 @@ diag(join("\n", grep { defined } (grep { /\Qtarget "quiet"\E/ } split /\n/, log_
 # ---------------------------------------------------------------------------
 # sigterm: a status poll held by the ledger does not delay the stop
 
-my $hung0 = ledger_stat('hung');
-control_ledger($ledger, '{"hang_status_for": 120}');
+my $hung0 = ledger_stat($ledger, 'hung');
+ledger_control($ledger, '{"hang_status_for": 120}');
 $node->safe_psql($db, qq{
 UPDATE gridha.targets SET status_url = '$led/batch_statuses?id={batch_ids}' WHERE target = 'default'});
-my $held = wait_until(20, sub { ledger_stat('hung') > $hung0 });
+my $held = wait_until(20, sub { ledger_stat($ledger, 'hung') > $hung0 });
 my $pid = query('SELECT pid FROM gridha.workers');
 $pid = 0 unless $pid =~ /^[1-9]\d*$/;
 $mark = log_size($log);
@@ -225,6 +215,6 @@ ok($held && $pid && !kill(0, $pid) && $ms <= 1000,
 	"sigterm: with a status poll held by the ledger, the worker exits within 1 s of SIGTERM (${ms} ms)");
 ok(wait_until(5, sub { log_count($log, $mark, qr/stopped and released its claims/) >= 1 }),
 	'sigterm: the worker released its claims on the way out');
-control_ledger($ledger, '{"hang_status_for": 0}');
+ledger_control($ledger, '{"hang_status_for": 0}');
 
 $node->stop;

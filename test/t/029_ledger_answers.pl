@@ -166,7 +166,7 @@ my $log = $node->logfile;
 # ---------------------------------------------------------------------------
 # omit: answers that leave the batch out
 
-control_ledger($ledger, '{"omit_pattern": "^om-"}');
+ledger_control($ledger, '{"omit_pattern": "^om-"}');
 my $mark = log_size($log);
 my $t0 = time();
 $node->safe_psql($db,
@@ -205,7 +205,7 @@ ok( $first == 1 && $lines <= 4,
 );
 diag(join("\n", grep { defined } (grep { /\Qtarget "omit"\E/ } split /\n/, log_since($log, $mark))[ 0 .. 4 ]));
 
-control_ledger($ledger, '{"omit_pattern": null}');
+ledger_control($ledger, '{"omit_pattern": null}');
 my $t1 = time();
 if (wait_until(40, sub { committed('om-1.1', 'om-1.2') }))
 {
@@ -222,7 +222,7 @@ else
 # ---------------------------------------------------------------------------
 # split: a ledger that decodes before it splits
 
-control_ledger($ledger, '{"decode_split": true, "commit_delay": 2}');
+ledger_control($ledger, '{"decode_split": true, "commit_delay": 2}');
 my $s0 = scalar(events());
 $node->safe_psql($db, q{
 SELECT gridha.enqueue(s, b, '\x00'::bytea, 'split')
@@ -237,7 +237,7 @@ ok($mixed == 0 && $alone >= 1,
 ok($res,
 	'split: the batch whose id the ledger splits is resubmitted, not left pending (sp,1.1: '
 	  . status_of('sp,1.1') . '), and the others commit');
-control_ledger($ledger, '{"decode_split": false, "commit_delay": 0.3}');
+ledger_control($ledger, '{"decode_split": false, "commit_delay": 0.3}');
 wait_until(30, sub { committed('sp,1.1') });
 
 # ---------------------------------------------------------------------------
@@ -260,7 +260,7 @@ sub min_gap
 	return sprintf('%.2f', $min) + 0;
 }
 
-control_ledger($ledger, '{"retry_after": 3, "retry_after_form": "seconds", "fail_429_for": 8}');
+ledger_control($ledger, '{"retry_after": 3, "retry_after_form": "seconds", "fail_429_for": 8}');
 $node->safe_psql($db, q{SELECT gridha.enqueue('ra1', 'ra-1.1', '\x00'::bytea, 'retry')});
 wait_until(30, sub { committed('ra-1.1') });
 my $gap = min_gap('ra-1.1', '429');
@@ -268,19 +268,19 @@ ok($gap >= 2.5,
 	"retry: after a 429 with Retry-After: 3 the batch is POSTed again no sooner than 2.5 s later (shortest gap $gap s)"
 );
 
-control_ledger($ledger, '{"retry_after": 3, "retry_after_form": "date", "fail_503_for": 8}');
+ledger_control($ledger, '{"retry_after": 3, "retry_after_form": "date", "fail_503_for": 8}');
 $node->safe_psql($db, q{SELECT gridha.enqueue('ra2', 'ra-2.1', '\x00'::bytea, 'retry')});
 wait_until(30, sub { committed('ra-2.1') });
 $gap = min_gap('ra-2.1', '503');
 ok($gap >= 1.5,
 	"retry: after a 503 with Retry-After as an HTTP-date 3 s ahead the batch is POSTed again no sooner than 1.5 s later (shortest gap $gap s)"
 );
-control_ledger($ledger, '{"retry_after": 1, "retry_after_form": "seconds"}');
+ledger_control($ledger, '{"retry_after": 1, "retry_after_form": "seconds"}');
 
 # ---------------------------------------------------------------------------
 # keepalive: a kept-alive connection that dies after the request was sent
 
-control_ledger($ledger, '{"close_kept_alive_for": 10}');
+ledger_control($ledger, '{"close_kept_alive_for": 10}');
 my $k0 = scalar(events());
 $node->safe_psql($db, q{
 SELECT gridha.enqueue('ka' || s, 'ka-' || s || '.' || b, '\x00'::bytea, 'keepalive')
@@ -309,7 +309,7 @@ in_order("$work/keepalive.expected",
 # ---------------------------------------------------------------------------
 # words: what the log says of a 409 and of a body too big to read
 
-control_ledger($ledger,
+ledger_control($ledger,
 	'{"close_kept_alive_for": 0, "fail_code": 409, "fail_code_applies": "post", "fail_code_for": 2}');
 $mark = log_size($log);
 $node->safe_psql($db, q{SELECT gridha.enqueue('wd1', 'wd-1.1', '\x00'::bytea, 'words')});
@@ -326,7 +326,7 @@ ok($warned >= 1 && $row == 0,
 );
 diag(join("\n", @new[ $at[0] .. ($at[0] + 2 > $#new ? $#new : $at[0] + 2) ])) if @at;
 
-control_ledger($ledger, '{"malformed_kind": "huge", "malformed_for": 4, "commit_delay": 3}');
+ledger_control($ledger, '{"malformed_kind": "huge", "malformed_for": 4, "commit_delay": 3}');
 $mark = log_size($log);
 $node->safe_psql($db, q{SELECT gridha.enqueue('wd2', 'wd-2.1', '\x00'::bytea, 'words')});
 $res = wait_until(20,
@@ -336,6 +336,6 @@ ok($res && $unreachable == 0,
 	"words: a 200 status answer too big to read is logged as a failed poll, not as an unreachable status URL ($unreachable unreachable lines)"
 );
 diag(join("\n", grep { defined } (grep { /\Qtarget "words"\E/ } split /\n/, log_since($log, $mark))[ 0 .. 2 ]));
-control_ledger($ledger, '{"malformed_kind": "cycle", "malformed_for": 0, "commit_delay": 0.3}');
+ledger_control($ledger, '{"malformed_kind": "cycle", "malformed_for": 0, "commit_delay": 0.3}');
 
 $node->stop;

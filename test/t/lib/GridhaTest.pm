@@ -26,8 +26,6 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(gridha_repo wait_until log_size log_since start_ledger
   stop_ledgers gridha_node);
-# 029_ledger_answers, 025_ledger_adapt
-push @EXPORT, qw(control_ledger log_count);
 
 my @ledgers;
 
@@ -115,11 +113,14 @@ log_min_messages = warning
 	return $node;
 }
 
-# --- 029_ledger_answers (and 025_ledger_adapt) ---
+# --- test/t/020_workers.pl, 030_client.pl, 016_dump_restore.pl -------------
+# The test ledger's control, counts and log, for a ledger of start_ledger.
+push @EXPORT, qw(ledger_control ledger_stat ledger_query);
 
-# control_ledger($ledger, $json): POST $json to /control of a ledger that
-# start_ledger started; dies when the ledger does not take it.
-sub control_ledger
+# ledger_control($ledger, $json): POST $json to /control of a ledger that
+# start_ledger started (stalls, failures, clear; see test/dlt/ledger.py).
+# Dies when the ledger does not take it.
+sub ledger_control
 {
 	my ($ledger, $json) = @_;
 	require HTTP::Tiny;
@@ -128,6 +129,33 @@ sub control_ledger
 	die "ledger control $json: $r->{status} $r->{content}" unless $r->{success};
 	return;
 }
+
+# ledger_stat($ledger, $name): one count of GET /stats.
+sub ledger_stat
+{
+	my ($ledger, $name) = @_;
+	require HTTP::Tiny;
+	require JSON::PP;
+	my $r = HTTP::Tiny->new(timeout => 10)->get("$ledger->{url}/stats");
+	die "ledger stats: $r->{status} $r->{content}" unless $r->{success};
+	return JSON::PP::decode_json($r->{content})->{$name};
+}
+
+# ledger_query($ledger, @args): the lines test/workers/ledger_query.py
+# prints about the ledger's log (posts RESULT [SERVICES], queries DIALECT);
+# dies when it fails.
+sub ledger_query
+{
+	my ($ledger, @args) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'python3', gridha_repo() . '/test/workers/ledger_query.py', $ledger->{log}, @args ],
+		'<', \undef, '>', \$out, '2>', \$err)
+	  or die "ledger_query.py @args: $err";
+	return grep { $_ ne '' } split /\n/, $out;
+}
+
+# --- test/t/029_ledger_answers.pl, 025_ledger_adapt.pl ------------------
+push @EXPORT, qw(log_count);
 
 # log_count($file, $offset, $regex): the lines a server log got after
 # $offset that match $regex.
