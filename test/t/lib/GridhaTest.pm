@@ -154,6 +154,17 @@ sub ledger_query
 	return grep { $_ ne '' } split /\n/, $out;
 }
 
+# --- test/t/029_ledger_answers.pl, 025_ledger_adapt.pl ------------------
+push @EXPORT, qw(log_count);
+
+# log_count($file, $offset, $regex): the lines a server log got after
+# $offset that match $regex.
+sub log_count
+{
+	my ($file, $offset, $re) = @_;
+	return scalar(grep { /$re/ } split /\n/, log_since($file, $offset));
+}
+
 END
 {
 	local $?;
