@@ -50,7 +50,7 @@
 # test/expected_totals.
 #
 # GRIDHA_ONLY='words' runs only the parts named (regress isolation pgtap and
-# the names of suites and test/t files, e.g. 20_workers, 001_soak); a
+# the names of suites and test/t files, e.g. 020_workers, 001_soak); a
 # developer's shortcut, not CI's (no totals check).
 set -euo pipefail
 
@@ -576,9 +576,8 @@ run_framework_tests() {
 # check_server_log: one test that no server process crashed during the run
 # (SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, PANIC, failed assertion), in the
 # log of the run's cluster and in every log in GRIDHA_LOG_DIR (the clusters
-# suites started of their own: test/dba/cluster2.sh, test/t, the HA
-# harness). Suites may kill processes on purpose (signal 9, immediate
-# stops); those do not count.
+# suites started of their own: test/t, the HA harness). Suites may kill
+# processes on purpose (signal 9, immediate stops); those do not count.
 check_server_log() {
 	section "server log"
 	local hits logs=("$GRIDHA_PGLOG") f
