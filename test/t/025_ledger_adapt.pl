@@ -184,8 +184,8 @@ SELECT gridha.enqueue('q' || i, 'q' || i || '.1', '\\x00'::bytea, 'quiet')
   FROM generate_series(1, 20) AS i;
 });
 sleep 20;
-my $first = log_count($log, $mark, qr/\Qtarget "quiet": status URL unreachable: connect\E/);
-my $lines = log_count($log, $mark, qr/\Qtarget "quiet"\E/);
+my $first = log_lines_matching($log, $mark, qr/\Qtarget "quiet": status URL unreachable: connect\E/);
+my $lines = log_lines_matching($log, $mark, qr/\Qtarget "quiet"\E/);
 my $polls = query("SELECT coalesce(max(failures), 0) FROM adapt_limits() WHERE target = 'quiet'");
 ok($polls =~ /^\d+$/ && $polls >= 20,
 	"quiet: the worker kept polling the unreachable status URL, and counted each failure ($polls)");
@@ -213,7 +213,7 @@ if ($pid)
 my $ms = int((time() - $t0) * 1000);
 ok($held && $pid && !kill(0, $pid) && $ms <= 1000,
 	"sigterm: with a status poll held by the ledger, the worker exits within 1 s of SIGTERM (${ms} ms)");
-ok(wait_until(5, sub { log_count($log, $mark, qr/stopped and released its claims/) >= 1 }),
+ok(wait_until(5, sub { log_lines_matching($log, $mark, qr/stopped and released its claims/) >= 1 }),
 	'sigterm: the worker released its claims on the way out');
 ledger_control($ledger, '{"hang_status_for": 0}');
 

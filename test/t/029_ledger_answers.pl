@@ -197,9 +197,9 @@ ok( $polls >= 3 && $polls <= 15,
 	"omit: in 10 s of answers without it the batch is asked about with a growing pause, not every 100 ms ($polls polls; every 100 ms would be about 100)"
 );
 
-my $first = log_count($log, $mark,
+my $first = log_lines_matching($log, $mark,
 	qr/\Qtarget "omit": a status answer left out a batch asked about: batch "om-1.1"\E/);
-my $lines = log_count($log, $mark, qr/\Qtarget "omit"\E/);
+my $lines = log_lines_matching($log, $mark, qr/\Qtarget "omit"\E/);
 ok( $first == 1 && $lines <= 4,
 	"omit: the first answer that left it out is logged, and the target costs at most 4 lines in the first minute ($first first, $lines in all)"
 );
@@ -330,8 +330,8 @@ ledger_control($ledger, '{"malformed_kind": "huge", "malformed_for": 4, "commit_
 $mark = log_size($log);
 $node->safe_psql($db, q{SELECT gridha.enqueue('wd2', 'wd-2.1', '\x00'::bytea, 'words')});
 $res = wait_until(20,
-	sub { log_count($log, $mark, qr/\Qtarget "words": status poll failed: http 200 with a body larger than\E/) >= 1 });
-my $unreachable = log_count($log, $mark, qr/\Qtarget "words": status URL unreachable\E/);
+	sub { log_lines_matching($log, $mark, qr/\Qtarget "words": status poll failed: http 200 with a body larger than\E/) >= 1 });
+my $unreachable = log_lines_matching($log, $mark, qr/\Qtarget "words": status URL unreachable\E/);
 ok($res && $unreachable == 0,
 	"words: a 200 status answer too big to read is logged as a failed poll, not as an unreachable status URL ($unreachable unreachable lines)"
 );
