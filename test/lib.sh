@@ -24,7 +24,6 @@
 #   PGDATA           the data directory           PGHOST  the socket directory
 #   PGPORT           the TCP port (127.0.0.1)     PGUSER  postgres
 #   GRIDHA_PGLOG     the server log file
-# Clusters of a test's own log to gridha_server_log's file (GRIDHA_LOG_DIR).
 #
 # The server refuses to run as root, so when we are root every server-side
 # command runs as the postgres user through runuser.
@@ -155,22 +154,6 @@ log_min_messages = warning
 log_lock_waits = on
 EOF
 	gridha_fix_owner "$GRIDHA_TEST_DIR/base.conf"
-}
-
-# gridha_server_log NAME DEFAULT: the file a cluster a test starts of its
-# own (not the run's) logs to: a new file NAME.*.log in GRIDHA_LOG_DIR, where
-# test/run.sh reads every log for crashes at the end of the run (after the
-# cluster's own directory is gone), owned by postgres; DEFAULT when not run
-# by test/run.sh.
-gridha_server_log() {
-	local f
-	if [ -n "${GRIDHA_LOG_DIR:-}" ] && [ -d "$GRIDHA_LOG_DIR" ] &&
-		f=$(mktemp "$GRIDHA_LOG_DIR/$1.XXXXXX.log" 2>/dev/null); then
-		gridha_fix_owner "$f"
-		echo "$f"
-	else
-		echo "$2"
-	fi
 }
 
 # gridha_conf_quote VALUE: VALUE as a postgresql.conf string literal.

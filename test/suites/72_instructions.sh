@@ -36,7 +36,12 @@ FAILED=0
 # shellcheck disable=SC2086 # the shapes are words
 set -- $SHAPES
 plan $#
-suite_work instructions
+# the runner's directory for this suite, or, run alone, one of its own
+WORK=${GRIDHA_SUITE_DIR:-}
+if [ -z "$WORK" ]; then
+	WORK=$(mktemp -d "${TMPDIR:-/tmp}/gridha-instructions.XXXXXX")
+	trap 'rm -rf "$WORK"' EXIT
+fi
 # the counts differ between majors (the executor's own code): one record each
 MAJOR=$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
 
