@@ -18,10 +18,12 @@
 #   3. phase 2, the same cluster restarted WITH shared_preload_libraries:
 #        isolation  test/isolation/specs/*.spec (pg_isolation_regress)
 #        pgtap      test/pgtap/*.sql (pg_prove), one database for all files
-#        suites     every executable test/suites/*.sh (see its README)
+#        suites     every executable test/suites/*.sh, a bash script run as
+#                   the caller (root, when root), with this cluster in its
+#                   environment (see test/suites/README)
 #        test/t     every test/t/*.pl, on PostgreSQL's TAP framework
-#                   (PostgreSQL::Test::Cluster), as the postgres user
-#                   (001_soak, the concurrency soak, among them)
+#                   (PostgreSQL::Test::Cluster), each on clusters of its
+#                   own, as the postgres user when root
 #        serverlog  no server process crashed during the run, and no call
 #                   broke the lock order (the test build's checker)
 #
@@ -40,8 +42,8 @@
 # removed on any exit (GRIDHA_KEEP_TMP=1 keeps the directory).
 #
 # Crashes: every server log of the run is read at the end, the run's
-# cluster's and those of the clusters suites start of their own (they write
-# their logs into GRIDHA_LOG_DIR, see gridha_server_log in test/lib.sh).
+# cluster's and those of the clusters test/t files and suites start of their
+# own (copied into GRIDHA_LOG_DIR).
 #
 # Totals: a full run writes what each part ran to test/.last_totals.MAJOR
 # and compares it with the line for MAJOR in test/expected_totals; a
@@ -61,7 +63,7 @@ export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$REPO/test/lib.sh"
 
-# Settings of phase 2; suites get them too, to restart the cluster alike.
+# Settings of phase 2.
 PHASE2_OPTS="shared_preload_libraries=gridha max_worker_processes=32"
 
 # Time limits, so one hung suite cannot hang `make test`.
@@ -354,19 +356,6 @@ start_phase2() {
 	echo "shared_preload_libraries = $(gridha_psql -d postgres -c 'SHOW shared_preload_libraries')"
 }
 
-# ensure_phase2 NAME: after a suite, the cluster must be up with the phase 2
-# settings; restore it when a suite left it otherwise.
-ensure_phase2() {
-	local spl
-	spl=$(gridha_psql -d postgres -c 'SHOW shared_preload_libraries' 2>/dev/null || true)
-	if [ "$spl" != "gridha" ]; then
-		echo "note: $1 left the cluster down or changed; restarting it" >&2
-		gridha_cluster_stop immediate || true
-		# shellcheck disable=SC2086 # word splitting wanted
-		gridha_cluster_start $PHASE2_OPTS || fatal cluster "could not restart after $1"
-	fi
-}
-
 # run_isolation: every spec in test/isolation/specs against the preloaded
 # cluster; pg_isolation_regress creates the extension in its database.
 run_isolation() {
@@ -499,11 +488,9 @@ run_tap_suite() {
 	[ -n "$PLAN_NOTE" ] && echo "FAILED  $name: $PLAN_NOTE"
 	[ "$f" -gt 0 ] && note_failures "$name" "$dir/output.log"
 	record "$name" "$p" "$f" "$s" "$note"
-	ensure_phase2 "$name"
 }
 
-# run_suites: the hook for later work (HA faults, workers): every executable
-# test/suites/*.sh, in name order.
+# run_suites: every executable test/suites/*.sh, in name order.
 run_suites() {
 	section "phase 2: test/suites"
 	local s found=0
@@ -575,9 +562,9 @@ run_framework_tests() {
 
 # check_server_log: one test that no server process crashed during the run
 # (SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, PANIC, failed assertion), in the
-# log of the run's cluster and in every log in GRIDHA_LOG_DIR (the clusters
-# suites started of their own: test/t, the HA harness). Suites may kill
-# processes on purpose (signal 9, immediate stops); those do not count.
+# log of the run's cluster and in every log in GRIDHA_LOG_DIR (those of the
+# clusters of test/t, and 81_deb's). Tests may kill processes on purpose
+# (signal 9, immediate stops); those do not count.
 check_server_log() {
 	section "server log"
 	local hits logs=("$GRIDHA_PGLOG") f
@@ -726,8 +713,9 @@ main() {
 	want regress && run_regress
 	start_phase2
 	# What suites can rely on (see test/suites/README).
-	export GRIDHA_REPO=$REPO GRIDHA_LIB=$REPO/test/lib.sh GRIDHA_CLUSTER_OPTS=$PHASE2_OPTS
-	# where suites' clusters of their own write their logs (check_server_log)
+	export GRIDHA_REPO=$REPO GRIDHA_LIB=$REPO/test/lib.sh
+	# where the logs of clusters of test/t's and the suites' own go
+	# (check_server_log)
 	export GRIDHA_LOG_DIR=$GRIDHA_TEST_DIR/server-logs
 	mkdir -p "$GRIDHA_LOG_DIR"
 	gridha_fix_owner "$GRIDHA_LOG_DIR"
