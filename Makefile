@@ -39,7 +39,7 @@ REGRESS_OPTS = --inputdir=test --load-extension=gridha
 ISOLATION = $(basename $(notdir $(wildcard test/isolation/specs/*.spec)))
 # Specs that need the test build's hooks (GRIDHA_TEST_HOOKS=1): a release
 # build's installcheck leaves them out.
-HOOK_SPECS = liveness-bind-probe
+HOOK_SPECS = liveness-bind-probe liveness-bind-cancel
 ifneq ($(GRIDHA_TEST_HOOKS),1)
 ISOLATION := $(filter-out $(HOOK_SPECS),$(ISOLATION))
 endif
