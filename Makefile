@@ -233,8 +233,8 @@ fuzz:
 # The soak at scale, long version: three workers, 100,000 services, a few
 # hundred busy, for SOAK_SECONDS (make test runs 120 s of it), with
 # autovacuum and pruning; sizes and lease ages every few seconds
-# (test/suites/42_scale_soak.sh).
+# (test/t/042_scale_soak.pl).
 SOAK_SECONDS ?= 900
 soak:
-	GRIDHA_ONLY=42_scale_soak SCALE_SOAK_SECONDS=$(SOAK_SECONDS) \
+	GRIDHA_ONLY=042_scale_soak SCALE_SOAK_SECONDS=$(SOAK_SECONDS) \
 		GRIDHA_SUITE_TIMEOUT=$$(($(SOAK_SECONDS) + 900)) bash test/run.sh
