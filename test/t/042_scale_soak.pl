@@ -46,6 +46,11 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More tests => 7;
 
+# Stopped by a signal (make test's per-part timeout, prove's, ^C), the test
+# dies, so that the END blocks stop its cluster and the ledger: killed by a
+# TERM it would leave them running.
+$SIG{TERM} = $SIG{INT} = $SIG{HUP} = sub { die "stopped by signal $_[0]\n"; };
+
 my $db = 'gridha_scale_soak';
 my $idle = $ENV{SCALE_SOAK_IDLE} // 100000;
 my $active = $ENV{SCALE_SOAK_ACTIVE} // 300;
@@ -175,12 +180,24 @@ my $sizes_sql = qq{SELECT (extract(epoch FROM now())::bigint - $t_start) || '|' 
   FROM unnest(ARRAY['gridha.batches', 'gridha.instances', 'gridha.service_claims']::regclass[]) AS c};
 
 # loop($name, $script, @args): bash -c $script with the connection string,
-# DURATION and @args as $1, $2, ...
+# DURATION and @args as $1, $2, ... (ended at exit if still running)
+my @loops;
 sub loop
 {
 	my ($name, $script, @args) = @_;
-	return IPC::Run::start([ 'bash', '-c', $script, $name, $node->connstr($db), $duration, @args ],
+	my $h = IPC::Run::start([ 'bash', '-c', $script, $name, $node->connstr($db), $duration, @args ],
 		'<', \undef, '>', "$work/$name.out", '2>&1');
+	push @loops, $h;
+	return $h;
+}
+
+END
+{
+	local $?;
+	foreach my $h (@loops)
+	{
+		eval { $h->kill_kill(grace => 0); };
+	}
 }
 
 my $producer = loop('producer', q{

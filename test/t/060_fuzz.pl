@@ -65,6 +65,11 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More tests => 20;
 
+# Stopped by a signal (make test's per-part timeout, prove's, ^C), the test
+# dies, so that the END blocks stop its cluster and the ledger: killed by a
+# TERM it would leave them running.
+$SIG{TERM} = $SIG{INT} = $SIG{HUP} = sub { die "stopped by signal $_[0]\n"; };
+
 my $db = 'gridha_fuzz_test';
 my $client_bin = gridha_repo() . '/client/gridha-client';
 my $fuzz = gridha_repo() . '/test/fuzz/fuzz.py';
@@ -181,6 +186,17 @@ my $client = IPC::Run::start(
 		'--log', "$work/client.log"
 	],
 	'<', \undef, '>', "$work/client.out", '2>', "$work/client.err");
+my $fuzz_h;
+
+# the client and fuzz.py end at exit (at a die or a signal too)
+END
+{
+	local $?;
+	foreach my $h (grep { defined } $client, $fuzz_h)
+	{
+		eval { $h->kill_kill(grace => 1); };
+	}
+}
 
 # ---------------------------------------------------------------------------
 # The fuzz: each TAP line fuzz.py prints is a test here, each comment a
@@ -214,7 +230,7 @@ my $line_out = sub {
 		diag("fuzz.py: $line");
 	}
 };
-my $fuzz_h = IPC::Run::start(
+$fuzz_h = IPC::Run::start(
 	\@args, '<', \undef,
 	'>', sub {
 		$pending .= $_[0];
