@@ -223,18 +223,18 @@ ha:
 # client serve the same database (make fuzz FUZZ_SECONDS=3600; make test
 # runs 120 s of it); FUZZ_SEED=N repeats the statements of a run; FUZZ_KEEP=1
 # keeps the scripts, logs and a dump, FUZZ_AUDIT=1 records every change of
-# instances and claims (test/suites/60_fuzz.sh, test/fuzz).
+# instances and claims (test/t/060_fuzz.pl, test/fuzz).
 FUZZ_SECONDS ?= 300
 FUZZ_SEED ?=
 fuzz:
-	GRIDHA_ONLY=60_fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) \
+	GRIDHA_ONLY=060_fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) \
 		GRIDHA_SUITE_TIMEOUT=$$(($(FUZZ_SECONDS) + 900)) bash test/run.sh
 
 # The soak at scale, long version: three workers, 100,000 services, a few
 # hundred busy, for SOAK_SECONDS (make test runs 120 s of it), with
 # autovacuum and pruning; sizes and lease ages every few seconds
-# (test/suites/42_scale_soak.sh).
+# (test/t/042_scale_soak.pl).
 SOAK_SECONDS ?= 900
 soak:
-	GRIDHA_ONLY=42_scale_soak SCALE_SOAK_SECONDS=$(SOAK_SECONDS) \
+	GRIDHA_ONLY=042_scale_soak SCALE_SOAK_SECONDS=$(SOAK_SECONDS) \
 		GRIDHA_SUITE_TIMEOUT=$$(($(SOAK_SECONDS) + 900)) bash test/run.sh
