@@ -87,7 +87,7 @@
 #   CITUS_SECONDS_1 [2]     length of a 1-client run
 #   CITUS_WARM [1]          warm-up of an N-client run, not counted
 #   CITUS_SECONDS [3]       the counted window of an N-client run
-#   CITUS_MOVE_PAUSE [3]    seconds of the run before, between and after
+#   CITUS_MOVE_PAUSE [2]    seconds of the run before, between and after
 #                           the shard moves
 #   CITUS_KEEP [0]          1: keep the servers' directory (logs) at exit
 #   CITUS_MAX_SECONDS [900] a watchdog stops the servers after this long,
@@ -103,7 +103,7 @@ CITUS_DEPTH=${CITUS_DEPTH:-40}
 CITUS_SECONDS_1=${CITUS_SECONDS_1:-2}
 CITUS_WARM=${CITUS_WARM:-1}
 CITUS_SECONDS=${CITUS_SECONDS:-3}
-CITUS_MOVE_PAUSE=${CITUS_MOVE_PAUSE:-3}
+CITUS_MOVE_PAUSE=${CITUS_MOVE_PAUSE:-2}
 CITUS_KEEP=${CITUS_KEEP:-0}
 CITUS_MAX_SECONDS=${CITUS_MAX_SECONDS:-900}
 
@@ -516,7 +516,10 @@ run1() {
 	R_NEXT=$(awk '/SELECT cproto\.next/ { print $1; exit }' "$out")
 	R_ACC=$(awk '/SELECT cproto\.report/ { print $1; exit }' "$out")
 	R_COM=$(awk '/SELECT cproto\.report/ { if (++k == 2) { print $1; exit } }' "$out")
-	run_note "$out" "$n" "$side"
+	R_NOTE=
+	if grep -q 'error\|aborted' "$out"; then
+		R_NOTE="pgbench: $(grep -m 2 'error\|aborted' "$out" | tr '\n' ' ')"
+	fi
 }
 
 # runN SIDE SCRIPT N: an N-client run on SIDE, each client on its own
