@@ -523,12 +523,14 @@ run1() {
 }
 
 # runN SIDE SCRIPT N: an N-client run on SIDE, each client on its own
-# buckets; counted over CITUS_SECONDS after CITUS_WARM. Sets R_BPS
+# buckets; counted over CITUS_SECONDS after CITUS_WARM, then stopped. Sets R_BPS
 # (batches/s), R_CPU (us of server CPU per batch: plain, or the
 # coordinator's), R_WCPU (the workers', on coord), R_NOTE.
 runN() {
 	local side=$1 script=$2 n=$3 out=$DIR/runN.out total pid b0 b1 c0 c1 w0=0 w1=0 t0 t1
-	total=$(awk -v a="$CITUS_WARM" -v b="$CITUS_SECONDS" 'BEGIN { printf "%d", a + b + 1.999 }')
+	# pgbench is stopped (by its pid) once the window is counted: its own
+	# end must not fall inside the window on a slow machine
+	total=$(awk -v a="$CITUS_WARM" -v b="$CITUS_SECONDS" 'BEGIN { printf "%d", a + b + 60 }')
 	timeout $((total + 60)) "$PGBENCH" -n -M prepared -h 127.0.0.1 -p "${PORT[$side]}" -U postgres \
 		-c "$N" -j 2 -T "$total" -D k=-1 -D nclients="$N" -D holders="$N" -D ep=1 -D n="$n" \
 		-f "$DIR/$script.sql" "$DB" >"$out" 2>&1 &
@@ -542,7 +544,8 @@ runN() {
 	if [ "$side" = plain ]; then c1=$(node_cpu_ms plain); else c1=$(node_cpu_ms coord); w1=$(node_cpu_ms w1 w2); fi
 	t1=$(date +%s.%N)
 	b1=$(final_batches "$side")
-	wait "$pid" || true
+	kill "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
 	R_BPS=$(awk -v b="$((b1 - b0))" -v a="$t0" -v c="$t1" 'BEGIN { printf "%.0f", b / (c - a) }')
 	R_CPU=$(awk -v a="$c0" -v b="$c1" -v n="$((b1 > b0 ? b1 - b0 : 1))" 'BEGIN { printf "%.0f", (b - a) * 1000 / n }')
 	R_WCPU=$(awk -v a="$w0" -v b="$w1" -v n="$((b1 > b0 ? b1 - b0 : 1))" 'BEGIN { printf "%.0f", (b - a) * 1000 / n }')
