@@ -546,6 +546,10 @@ runN() {
 	b1=$(final_batches "$side")
 	kill "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
+	# the stopped clients' hand-outs stay in flight: ready again (what a
+	# take-over does; their batches go out again), so that the next runs
+	# find every service
+	cq "$side" "UPDATE cproto.service_claims SET in_flight = false, ready_since = now() WHERE in_flight" >/dev/null
 	R_BPS=$(awk -v b="$((b1 - b0))" -v a="$t0" -v c="$t1" 'BEGIN { printf "%.0f", b / (c - a) }')
 	R_CPU=$(awk -v a="$c0" -v b="$c1" -v n="$((b1 > b0 ? b1 - b0 : 1))" 'BEGIN { printf "%.0f", (b - a) * 1000 / n }')
 	R_WCPU=$(awk -v a="$w0" -v b="$w1" -v n="$((b1 > b0 ? b1 - b0 : 1))" 'BEGIN { printf "%.0f", (b - a) * 1000 / n }')
