@@ -45,7 +45,9 @@
 #              on. Counted over a window of CITUS_SECONDS after a warm-up of
 #              CITUS_WARM seconds (connections between the nodes opened,
 #              caches filled), from the rows: final batches =
-#              sum(head - 1) of cproto.service_claims
+#              sum(head - 1) of cproto.service_claims. pgbench is then
+#              stopped, and the hand-outs its clients left in flight are
+#              made ready again (as a take-over does) for the next runs
 # Medians over the rounds; (b)/(a) of each.
 #
 # Checked in the same run (on the Citus side unless it says both):
@@ -112,7 +114,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 PROTO=$HERE/citus/proto.sql
 
 # gridha_log, gridha_as_pg, gridha_free_port; PG_BINDIR of PG_CONFIG
-PG_CONFIG=$CITUS_PG_CONFIG
+export PG_CONFIG=$CITUS_PG_CONFIG
 # shellcheck source=../lib.sh
 . "$ROOT/test/lib.sh"
 # median, ratio
@@ -246,7 +248,7 @@ cqf() {
 # (/proc/PID/schedstat), plus the children it reaped (cutime + cstime of
 # the postmaster, in clock ticks; few reap in a window: autovacuum).
 node_cpu_ms() {
-	local pids= n
+	local pids='' n
 	for n in "$@"; do
 		pids="$pids $(head -n 1 "$DIR/$n/postmaster.pid")"
 	done
@@ -352,9 +354,11 @@ for n in plain coord; do
 		cq "$n" "VACUUM ANALYZE cproto.batches" -c "VACUUM ANALYZE cproto.service_claims" \
 			-c "VACUUM ANALYZE cproto.bucket_claims" >/dev/null
 	} &
-	eval "fill_pid_$n=\$!"
+	FILL_PIDS="${FILL_PIDS:-} $!"
 done
-wait "$fill_pid_plain" && wait "$fill_pid_coord" || { gridha_log "the fill failed"; exit 1; }
+for p in $FILL_PIDS; do
+	wait "$p" || { gridha_log "the fill failed"; exit 1; }
+done
 ROWS0=$(cq coord "SELECT count(*) FROM cproto.batches")
 SVC0=$(cq coord "SELECT count(*) FROM cproto.service_claims")
 gridha_log "filled: $SVC0 services, $ROWS0 batches on each side ($((SECONDS - T0)) s so far)"
@@ -708,7 +712,7 @@ held "a busy bucket's shard moved during a run (there: logical replication, ${t1
 # ---------------------------------------------------------------------------
 
 fence_check() {
-	local side=$1 F=$2 A B C eA out sid bid eB eC win lose refused1 refused2 again deleg
+	local side=$1 F=$2 A B C eA out sid bid eB eC win lose refused1 again deleg
 	A=$(instance $((F % N + 1)))
 	B=00000000-0000-4000-9000-00000000000b
 	C=00000000-0000-4000-9000-00000000000c
