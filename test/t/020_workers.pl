@@ -905,7 +905,8 @@ my $in_hand = query(qq{WITH v AS MATERIALIZED (
                        SELECT v.b FROM v WHERE pg_terminate_backend(v.pid)});
 note("victim $victim_id (pid $victim_pid, $victim_label), batch in hand: '$in_hand'");
 
-ok(wait_until(20, sub { sql_is(0, "SELECT count(*) FROM gridha.workers WHERE pid = $victim_pid") }),
+ok($victim_pid > 0
+	  && wait_until(20, sub { sql_is(0, "SELECT count(*) FROM gridha.workers WHERE pid = $victim_pid") }),
 	'sigterm: the terminated worker exits (gone from gridha.workers)');
 my $gone_at = time();
 

@@ -31,6 +31,15 @@
 #               never runs
 #   role        a target function runs ALTER ROLE <worker role> SET
 #               search_path; after a restart, the same
+#   grant       a target whose submit and status functions had EXECUTE
+#               revoked from PUBLIC and never granted to the worker role:
+#               its first batch is delayed at every attempt (detail
+#               'submit function failed or returned "null"'), the next one
+#               stays queued, and each attempt logs the permission error;
+#               EXECUTE on the submit function granted, the batch is
+#               submitted once and stays pending while every monitor round
+#               logs the status function's permission error; EXECUTE on
+#               that granted too, both are committed, in order
 #   timeout     a target function that catches query_canceled in a loop:
 #               the worker ends within the statement timeout plus its
 #               margin (logged), is started again, and once the function
@@ -64,7 +73,7 @@ use lib "$FindBin::RealBin/lib";
 use GridhaTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use Test::More tests => 24;
+use Test::More tests => 29;
 use Time::HiRes qw(time);
 
 my $db = 'gridha_tf_test';
@@ -469,9 +478,101 @@ ok(sql_is('0', q{SELECT count(*) FROM tf_stolen WHERE what LIKE 'h3 %'}), 'role:
 $node->safe_psql($db, "ALTER ROLE $wrole RESET ALL; ALTER DATABASE $db RESET ALL;");
 
 # ---------------------------------------------------------------------------
-step('timeout');
+step('grant');
+
+# EXECUTE revoked from PUBLIC and not granted to the worker role. The
+# executor checks EXECUTE when the worker calls a function by its OID (as it
+# does for a call by name): the call fails with 42501, the step is rolled
+# back and logged at LOG (src/step.c), and then (src/submit.c) the batch is
+# delayed like any failed call, or (src/monitor.c) the poll is given up
+# until the next round and the batch stays pending.
+$node->safe_psql($db, qq{
+CREATE TABLE tf_priv_log (n bigint GENERATED ALWAYS AS IDENTITY, bid text);
+GRANT INSERT, SELECT ON tf_priv_log TO $wrole;
+CREATE FUNCTION public.tf_priv_sub(service_id text, batch_id text, payload bytea, epoch bigint)
+RETURNS text LANGUAGE sql AS \$\$
+    INSERT INTO public.tf_priv_log (bid) VALUES (\$2) RETURNING 'accepted'
+\$\$;
+CREATE FUNCTION public.tf_priv_stat(batch_ids text[])
+RETURNS TABLE (batch_id text, status text) LANGUAGE sql AS \$\$
+    SELECT l.bid, 'COMMITTED' FROM public.tf_priv_log l WHERE l.bid OPERATOR(pg_catalog.=) ANY (\$1)
+\$\$;
+REVOKE EXECUTE ON FUNCTION public.tf_priv_sub(text, text, bytea, bigint), public.tf_priv_stat(text[]) FROM PUBLIC;
+SET client_min_messages = warning;
+INSERT INTO gridha.targets (target, submit_function, status_function) VALUES
+    ('priv', 'public.tf_priv_sub(text,text,bytea,bigint)', 'public.tf_priv_stat(text[])');
+});
+my $sub_denied = 'gridha worker: submit function failed: permission denied for function tf_priv_sub';
+my $stat_denied = 'gridha worker: status function failed: permission denied for function tf_priv_stat';
+
+# count_lines($text, $line): how many lines of $text hold $line
+sub count_lines
+{
+	my ($text, $line) = @_;
+	return scalar(() = $text =~ /\Q$line\E/g);
+}
 
 my $mark = log_size($node->logfile);
+enqueue('priv', 'pr1', 'priv');
+enqueue('priv', 'pr2', 'priv');
+my $priv_state = qq{SELECT (SELECT status || ' ' || coalesce(detail, '') FROM gridha.batches WHERE batch_id = 'pr1')
+                           || '|' || (SELECT status || ' ' || attempts FROM gridha.batches WHERE batch_id = 'pr2')
+                           || '|' || (SELECT coalesce(string_agg(bid, ',' ORDER BY n), '') FROM tf_priv_log)
+                           || '|' || has_function_privilege('$wrole', 'public.tf_priv_sub(text,text,bytea,bigint)', 'EXECUTE')
+                           || ',' || has_function_privilege('$wrole', 'public.tf_priv_stat(text[])', 'EXECUTE')};
+my $pr1_attempts = q{SELECT attempts FROM gridha.batches WHERE batch_id = 'pr1'};
+ok( wait_until(
+		60,
+		sub {
+			sql_is(qq{delayed submit function failed or returned "null"|queued 0||false,false}, $priv_state)
+			  && query($pr1_attempts) >= 3;
+		}),
+	"grant: without EXECUTE on its submit function, batch pr1 is delayed at every attempt (detail 'submit function failed or returned \"null\"'), the next batch pr2 stays queued, the function never ran (got '"
+	  . query($priv_state) . "' after " . query($pr1_attempts) . ' attempts)');
+
+# one line per attempt: the attempts a delayed pr1 had (each call was
+# logged before its report), then the lines, then the attempts again
+my $a1 = '';
+wait_until(10, sub { $a1 = query(q{SELECT attempts FROM gridha.batches WHERE batch_id = 'pr1' AND status = 'delayed'}); $a1 ne '' });
+my $lines = count_lines(log_since($node->logfile, $mark), $sub_denied);
+my $a2 = query($pr1_attempts);
+ok($a1 ne '' && $a1 >= 3 && $lines >= $a1 && $lines <= $a2,
+	"grant: each attempt logs '$sub_denied' once ($lines lines, $a1 to $a2 attempts)");
+
+$node->safe_psql($db, "GRANT EXECUTE ON FUNCTION public.tf_priv_sub(text, text, bytea, bigint) TO $wrole");
+ok( wait_until(
+		30,
+		sub {
+			sql_is(qq{pending submit function: accepted|queued 0|pr1|true,false}, $priv_state);
+		}),
+	"grant: with EXECUTE on the submit function, pr1 is submitted once and stays pending while its status function cannot be called; pr2 stays queued (got '"
+	  . query($priv_state) . "')");
+
+# one line per monitor round (gridha.monitor_interval 100 ms), no fewer
+my ($m1, $t1) = (log_size($node->logfile), time());
+sleep 3;
+my ($m2, $t2) = (log_size($node->logfile), time());
+$lines = count_lines(substr(log_since($node->logfile, $m1), 0, $m2 - $m1), $stat_denied);
+my $rounds = int(($t2 - $t1) / 0.1) + 2;
+ok($lines >= 3 && $lines <= $rounds && sql_is(qq{pending submit function: accepted|queued 0|pr1|true,false}, $priv_state),
+	sprintf("grant: every monitor round logs '%s' once, and pr1 stays pending (%d lines in %.1f s; at most %d rounds)",
+		$stat_denied, $lines, $t2 - $t1, $rounds));
+
+$node->safe_psql($db, "GRANT EXECUTE ON FUNCTION public.tf_priv_stat(text[]) TO $wrole");
+my $priv_done = q{SELECT string_agg(batch_id || ' ' || status, ',' ORDER BY seq)
+                         || '|' || (SELECT coalesce(string_agg(bid, ',' ORDER BY n), '') FROM tf_priv_log)
+                         || '|' || (SELECT coalesce((b2.handed_out_at >= b1.finished_at)::text, 'null')
+                                      FROM gridha.batches b1, gridha.batches b2
+                                     WHERE b1.batch_id = 'pr1' AND b2.batch_id = 'pr2')
+                    FROM gridha.batches WHERE service_id = 'priv'};
+ok( wait_until(30, sub { sql_is('pr1 committed,pr2 committed|pr1,pr2|true', $priv_done) }),
+	"grant: with EXECUTE on the status function too, pr1 then pr2 are committed, each submitted once, pr2 handed out after pr1 was committed (got '"
+	  . query($priv_done) . "')");
+
+# ---------------------------------------------------------------------------
+step('timeout');
+
+$mark = log_size($node->logfile);
 $node->safe_psql($db, "INSERT INTO tf_arm VALUES ('stubborn')");
 enqueue('stubborn', 's1', 'stubborn');
 if (wait_until(20, \&in_sleep))

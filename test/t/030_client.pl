@@ -23,8 +23,9 @@
 #   8. the API it speaks: the typed report_submission and batched
 #      report_statuses of rows (pg_stat_user_functions), never their 1.1
 #      forms; against a database whose gridha SQL is still 1.1, which the
-#      library refuses (RG022), it stops saying so, and once the database
-#      is updated it commits
+#      library refuses (RG022), it stops saying so with a failing exit
+#      status (with --instance-id too), and once the database is updated
+#      it commits
 #
 # Words: "victim" is the client a step signals; the clients log in as
 # gridha_test_submitter, a member of gridha_submitter and nothing more, as
@@ -48,7 +49,7 @@ use JSON::PP;
 use POSIX qw(WNOHANG);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use Test::More tests => 259;
+use Test::More tests => 260;
 use Time::HiRes qw(time usleep);
 
 my $db = 'gridha_client_test';
@@ -547,6 +548,24 @@ ok( $rc != 0
 		"cannot register an instance: gridha's SQL in this database is version 1.1, which this library no longer serves (RG022)"
 	  ) >= 0,
 	"API 1.1: against gridha 1.1 SQL the client stops at once with the library's refusal, RG022 (exit $rc)");
+# given its instance id, its first call is acquire_claims (what it serves)
+my $c6 = spawn({}, '/dev/null', "$work/c6.err", 0,
+	@common, '--dsn', $dsn11, '--instance-id', '66666666-0000-0000-0000-000000000006',
+	'--max-runtime-s', 20);
+$rc = reap($c6, 30);
+unless (defined $rc)
+{
+	kill 'KILL', $c6;
+	reap($c6, 10);
+	$rc = 124;
+}
+ok( $rc != 0
+	  && $rc != 124
+	  && index(slurp_file("$work/c6.err"),
+		"cannot declare what this instance serves: gridha's SQL in this database is version 1.1, which this library no longer serves (RG022)"
+	  ) >= 0,
+	"API 1.1: given --instance-id, against gridha 1.1 SQL the client stops at once with the refusal, RG022, and a failing exit status (exit $rc)")
+  or diag(slurp_file("$work/c6.err"));
 $node->safe_psql($db11, q{
 ALTER EXTENSION gridha UPDATE;
 SELECT gridha.enqueue('old' || s, 'old' || s || '-b' || b, '\x07') FROM generate_series(1, 3) s, generate_series(1, 2) b;

@@ -154,6 +154,17 @@ sub ledger_query
 	return grep { $_ ne '' } split /\n/, $out;
 }
 
+# --- test/t/029_ledger_answers.pl, 025_ledger_adapt.pl ------------------
+push @EXPORT, qw(log_lines_matching);
+
+# log_lines_matching($file, $offset, $regex): how many lines a server log got after
+# $offset that match $regex.
+sub log_lines_matching
+{
+	my ($file, $offset, $re) = @_;
+	return scalar(grep { /$re/ } split /\n/, log_since($file, $offset));
+}
+
 END
 {
 	local $?;
