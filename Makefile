@@ -244,6 +244,7 @@ bench:
 	bash test/bench/retention.sh
 	bash test/bench/metrics.sh
 	bash test/bench/settle.sh
+	bash test/bench/citus.sh
 
 # A minute of gridha at work: three workers, a test ledger, a takeover.
 demo:
