@@ -29,8 +29,9 @@
  * It speaks only the 1.3 SQL API (typed outcomes and ledger statuses,
  * batched reports of rows, next_batch's attempts), which a database still
  * on 1.2 has too. Older SQL is refused by the library (RG022, until ALTER
- * EXTENSION gridha UPDATE): the client logs the refusal and keeps
- * trying.
+ * EXTENSION gridha UPDATE): the client's first call (register_instance, or
+ * acquire_claims when given --instance-id) is refused, and it prints the
+ * refusal and stops with exit status 1.
  *
  * Words used here:
  *   instance   this process's uuid, given or made by register_instance
@@ -518,7 +519,7 @@ client_declare_serves(Client *c)
 		PQclear(res);
 	else
 	{
-		note("cannot declare what this instance serves: %s", msg);
+		note("cannot declare what this instance serves: %s (%s)", msg, sqlstate);
 		return -1;
 	}
 	return 0;
@@ -1548,5 +1549,10 @@ main(int argc, char **argv)
 	gridha_http_destroy(c.http);
 	if (c.log_fd >= 0)
 		close(c.log_fd);
-	return (c.instance_id[0] || c.stop_reason) ? 0 : 1;
+	/*
+	 * 0 when it stopped because it was told to (a signal, --max-runtime-s:
+	 * the loop ends only so); 1 when it could not start, with or without an
+	 * instance id of its own (a refused registration or declaration).
+	 */
+	return c.stop_reason ? 0 : 1;
 }

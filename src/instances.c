@@ -202,6 +202,22 @@ instances_probe_tag(LOCKTAG *tag, int64 key)
 /* How long a bind waits for the probes of its key to end, at most */
 #define INSTANCES_BIND_WAIT_MS	1000
 
+/* What the wait of instances_lock_within is given */
+typedef struct InstancesLockWait
+{
+	const LOCKTAG *tag;
+	LOCKMODE	mode;
+} InstancesLockWait;
+
+/* instances_lock_wait: the wait (in a subtransaction with a lock timeout) */
+static void
+instances_lock_wait(void *arg)
+{
+	InstancesLockWait *wait = (InstancesLockWait *) arg;
+
+	(void) LockAcquire(wait->tag, wait->mode, true, false);
+}
+
 /*
  * instances_lock_within: takes the tag's lock for the session in mode,
  * waiting at most ms for it; false when it is still held by then. The wait
@@ -212,37 +228,21 @@ instances_probe_tag(LOCKTAG *tag, int64 key)
 static bool
 instances_lock_within(const LOCKTAG *tag, LOCKMODE mode, int ms)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	int			saved = LockTimeout;
-	volatile bool got = true;
+	InstancesLockWait wait;
+	ErrorData  *edata;
+	char		timeout[32];
 
-	BeginInternalSubTransaction(NULL);
-	PG_TRY();
-	{
-		LockTimeout = ms;
-		(void) LockAcquire(tag, mode, true, false);
-		LockTimeout = saved;
-		ReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		LockTimeout = saved;
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
-			PG_RE_THROW();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		FreeErrorData(edata);
-		got = false;
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	return got;
+	wait.tag = tag;
+	wait.mode = mode;
+	snprintf(timeout, sizeof(timeout), "%dms", ms);
+	edata = gridha_subxact_try(instances_lock_wait, &wait,
+							   "lock_timeout", timeout, PGC_SUSET);
+	if (edata == NULL)
+		return true;
+	if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+		ReThrowError(edata);
+	FreeErrorData(edata);
+	return false;
 }
 
 /*

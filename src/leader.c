@@ -181,6 +181,33 @@ gridha_leader_resign_own(Datum instance_id)
 /* When this backend's hand-out may next run the poll duty (0: at once) */
 static TimestampTz leader_poll_next = 0;
 
+/* What the poll duty's step is given and gives back */
+typedef struct LeaderPollStep
+{
+	Datum		instance_id;
+	int64		pruned;			/* batches its prune step deleted */
+} LeaderPollStep;
+
+/*
+ * leader_poll_step: the poll duty's work (run in a subtransaction): the
+ * 1.3 script's gridha_internal.maintenance_poll, or SQL 1.2's own.
+ */
+static void
+leader_poll_step(void *arg)
+{
+	LeaderPollStep *step = (LeaderPollStep *) arg;
+	Datum		args[1];
+
+	if (!gridha_sql_is_current())
+	{
+		step->pruned = gridha_leader12_poll_duty(step->instance_id);
+		return;
+	}
+	args[0] = step->instance_id;
+	gridha_exec(&leader_poll_stmt, args, NULL, false);
+	step->pruned = gridha_col_int64(0, 1);
+}
+
 /*
  * gridha_leader_poll: the poll duty of a hand-out (see the words above),
  * at most once per gridha.prune_interval in this backend; when its prune
@@ -196,16 +223,8 @@ void
 gridha_leader_poll(Datum instance_id)
 {
 	TimestampTz now;
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile int64 pruned = 0;
-
-	/* SQL 1.2's own, with its own clock (src/leader12.c) */
-	if (!gridha_sql_is_current())
-	{
-		gridha_leader12_poll(instance_id);
-		return;
-	}
+	LeaderPollStep step;
+	ErrorData  *edata;
 
 	/*
 	 * Only under READ COMMITTED: in a REPEATABLE READ or SERIALIZABLE
@@ -220,42 +239,20 @@ gridha_leader_poll(Datum instance_id)
 		return;
 	leader_poll_next = TimestampTzPlusMilliseconds(now, gridha_prune_interval_ms);
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
+	/* never keep the hand-out waiting long: lock waits end soon */
+	step.instance_id = instance_id;
+	step.pruned = 0;
+	edata = gridha_subxact_try(leader_poll_step, &step,
+							   "lock_timeout", LEADER_POLL_LOCK_TIMEOUT, PGC_SUSET);
+	if (edata != NULL)
 	{
-		/* never keep the hand-out waiting long: lock waits end soon */
-		int			nest = NewGUCNestLevel();
-		Datum		args[1];
-
-		(void) set_config_option("lock_timeout", LEADER_POLL_LOCK_TIMEOUT,
-								 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-								 true, 0, false);
-		args[0] = instance_id;
-		gridha_exec(&leader_poll_stmt, args, NULL, false);
-		pruned = gridha_col_int64(0, 1);
-		AtEOXact_GUC(true, nest);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
 		ereport(LOG,
 				(errmsg("gridha: the maintenance duty of a hand-out failed: %s", edata->message),
 				 errdetail("It is tried again at the next hand-out after gridha.prune_interval.")));
 		FreeErrorData(edata);
+		return;
 	}
-	PG_END_TRY();
-	if (pruned >= gridha_prune_chunk)
+	if (step.pruned >= gridha_prune_chunk)
 		leader_poll_next = TimestampTzPlusMilliseconds(now, gridha_prune_interval_ms / 10);
 }
 

@@ -812,20 +812,16 @@ gridha_run_maintenance(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
-/* The poll duty's bound on any lock wait (a setting's text) */
-#define LEADER_POLL_LOCK_TIMEOUT "50ms"
-
-/* When this backend's hand-out may next run the poll duty (0: at once) */
-static TimestampTz leader_poll_next = 0;
-
 /*
- * leader_poll_duty: the poll duty's work, inside SPI: leads the
- * maintenance role when it is this instance's or free, then runs the tick
- * when one is due (its duties include a prune step) or else one prune
- * step. Returns the batches pruned.
+ * gridha_leader12_poll_duty: SQL 1.2's poll duty's work, inside SPI, in the
+ * subtransaction of the hand-out's poll (gridha_leader_poll of
+ * src/leader.c, which decides when): leads the maintenance role when it
+ * is this instance's or free, then runs the tick when one is due (its
+ * duties include a prune step) or else one prune step. Returns the
+ * batches pruned.
  */
-static int64
-leader_poll_duty(Datum instance_id)
+int64
+gridha_leader12_poll_duty(Datum instance_id)
 {
 	text	   *role = cstring_to_text(LEADER12_DUTY);
 	int64		term;
@@ -840,72 +836,6 @@ leader_poll_duty(Datum instance_id)
 	if (leader_run_tick(instance_id, role, term, false, &tick, &swept, &pruned, &opened))
 		return pruned;
 	return leader_prune_step(gridha_prune_chunk);
-}
-
-/*
- * gridha_leader12_poll: the poll duty of a hand-out (see the words above),
- * at most once per gridha.prune_interval in this backend; when its prune
- * step found a full chunk (retention is behind) the next may come after a
- * tenth of that. Cheap otherwise: one clock read. Only in a READ COMMITTED
- * transaction (below). Call it inside SPI, once
- * the hand-out's own rows are written. It never raises an error: a
- * failure is undone with its subtransaction and logged.
- */
-void
-gridha_leader12_poll(Datum instance_id)
-{
-	TimestampTz now;
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile int64 pruned = 0;
-
-	/*
-	 * Only under READ COMMITTED: in a REPEATABLE READ or SERIALIZABLE
-	 * hand-out, the duty's reads and deletes could make the caller's own
-	 * transaction fail to serialize. Such a caller's next plain call
-	 * carries it.
-	 */
-	if (gridha_prune_interval_ms < 0 || IsolationUsesXactSnapshot())
-		return;
-	now = GetCurrentTimestamp();
-	if (now < leader_poll_next)
-		return;
-	leader_poll_next = TimestampTzPlusMilliseconds(now, gridha_prune_interval_ms);
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		/* never keep the hand-out waiting long: lock waits end soon */
-		int			nest = NewGUCNestLevel();
-
-		(void) set_config_option("lock_timeout", LEADER_POLL_LOCK_TIMEOUT,
-								 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_SAVE,
-								 true, 0, false);
-		pruned = leader_poll_duty(instance_id);
-		AtEOXact_GUC(true, nest);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		ereport(LOG,
-				(errmsg("gridha: the maintenance duty of a hand-out failed: %s", edata->message),
-				 errdetail("It is tried again at the next hand-out after gridha.prune_interval.")));
-		FreeErrorData(edata);
-	}
-	PG_END_TRY();
-	if (pruned >= gridha_prune_chunk)
-		leader_poll_next = TimestampTzPlusMilliseconds(now, gridha_prune_interval_ms / 10);
 }
 
 PG_FUNCTION_INFO_V1(gridha_prune_batches);

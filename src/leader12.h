@@ -11,7 +11,7 @@
 
 #include "postgres.h"
 
-extern void gridha_leader12_poll(Datum instance_id);
+extern int64 gridha_leader12_poll_duty(Datum instance_id);
 extern bool gridha_leader12_resign_own(Datum instance_id);
 
 #endif							/* GRIDHA_LEADER12_H */

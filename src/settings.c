@@ -2,7 +2,7 @@
  *
  * settings.c
  *		Every gridha.* setting: its variable and its definition, in the
- *		order of docs/configuration.md's table (test/suites/70_docs.sh
+ *		order of docs/configuration.md's table (test/t/070_docs.pl
  *		checks that they agree row for row), and the claim timings as they
  *		are applied (gridha_timing).
  *

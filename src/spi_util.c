@@ -26,6 +26,7 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/syscache.h"
 #include "utils/tuplestore.h"
@@ -373,6 +374,51 @@ spi_check_schema(const char *nspname)
 						psprintf("role \"%s\"", GetUserNameFromId(bad, true) ? GetUserNameFromId(bad, true) : "?")),
 				 errdetail("Objects that role placed in the schema would run with the extension's rights, so gridha refuses to run."),
 				 errhint("REVOKE CREATE ON SCHEMA %s FROM every role but its owner.", nspname)));
+}
+
+/*
+ * gridha_subxact_try: runs step(arg) in a subtransaction of its own, with
+ * the setting named (NULL: none) at value, in context, for the step's
+ * length only. NULL when the step ran through: its subtransaction is kept
+ * (released into the caller's transaction). When the step raises an error,
+ * its subtransaction is undone and the error is returned, copied into the
+ * caller's memory context, for the caller to log, map or raise again
+ * (ReThrowError) and free. Either way the caller's memory context and
+ * resource owner are current again on return. Where the error left the
+ * transaction unusable, undoing the subtransaction raises it.
+ */
+ErrorData *
+gridha_subxact_try(GridhaSubxactStep step, void *arg,
+				   const char *setting, const char *value, GucContext context)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	ErrorData  *volatile edata = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		int			nest = NewGUCNestLevel();
+
+		if (setting != NULL)
+			(void) set_config_option(setting, value, context, PGC_S_SESSION,
+									 GUC_ACTION_SAVE, true, 0, false);
+		step(arg);
+		AtEOXact_GUC(true, nest);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return edata;
 }
 
 /*

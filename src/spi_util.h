@@ -16,6 +16,7 @@
 #include "postgres.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "utils/guc.h"
 #include "nodes/execnodes.h"
 #include "utils/uuid.h"
 
@@ -55,6 +56,15 @@ extern bool gridha_uuid_equal(Datum a, Datum b);
 
 /* Write paths refuse read-only transactions and hot standbys (25006) */
 extern void gridha_require_writable(const char *what);
+
+/*
+ * One step in a subtransaction of its own, with one setting changed for its
+ * length: NULL when the step ran through (kept), else its error (undone)
+ */
+typedef void (*GridhaSubxactStep) (void *arg);
+extern ErrorData *gridha_subxact_try(GridhaSubxactStep step, void *arg,
+									 const char *setting, const char *value,
+									 GucContext context);
 
 /* Schemas gridha and (1.3) gridha_internal are a superuser's and nobody else
  * may create in them (RG015) */

@@ -224,6 +224,23 @@ targets_signature_of(Oid fn)
 	return signature;
 }
 
+/* What the look-up of targets_resolve is given and gives back */
+typedef struct TargetsLookup
+{
+	const char *signature;
+	Oid			fn;
+} TargetsLookup;
+
+/* targets_lookup: regprocedurein of the signature (in a subtransaction) */
+static void
+targets_lookup(void *arg)
+{
+	TargetsLookup *lookup = (TargetsLookup *) arg;
+
+	lookup->fn = DatumGetObjectId(DirectFunctionCall1(regprocedurein,
+													  CStringGetDatum(lookup->signature)));
+}
+
 /*
  * targets_resolve: the OID of the function a stored signature names, under
  * search_path = pg_catalog (the signature qualifies every other name), or
@@ -236,9 +253,8 @@ targets_signature_of(Oid fn)
 static Oid
 targets_resolve(const char *signature, char **why)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	Oid			fn = InvalidOid;
+	TargetsLookup lookup;
+	ErrorData  *edata;
 
 	*why = NULL;
 	if (targets_bare_oid(signature))
@@ -246,30 +262,12 @@ targets_resolve(const char *signature, char **why)
 		*why = pstrdup("is not a function signature");
 		return InvalidOid;
 	}
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
+	lookup.signature = signature;
+	lookup.fn = InvalidOid;
+	edata = gridha_subxact_try(targets_lookup, &lookup,
+							   "search_path", "pg_catalog", PGC_USERSET);
+	if (edata != NULL)
 	{
-		int			nest = NewGUCNestLevel();
-
-		(void) set_config_option("search_path", "pg_catalog", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-		fn = DatumGetObjectId(DirectFunctionCall1(regprocedurein, CStringGetDatum(signature)));
-		AtEOXact_GUC(true, nest);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
 		if (edata->sqlerrcode == ERRCODE_UNDEFINED_FUNCTION)
 			*why = pstrdup("does not exist");
 		else if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) == ERRCODE_SYNTAX_ERROR_OR_ACCESS_RULE_VIOLATION ||
@@ -278,12 +276,12 @@ targets_resolve(const char *signature, char **why)
 			*why = psprintf("cannot be resolved: %s", edata->message);
 		else
 			ReThrowError(edata);
-		fn = InvalidOid;
+		FreeErrorData(edata);
+		lookup.fn = InvalidOid;
 	}
-	PG_END_TRY();
-	if (!OidIsValid(fn) && *why == NULL)
+	if (!OidIsValid(lookup.fn) && *why == NULL)
 		*why = pstrdup("does not exist");
-	return fn;
+	return lookup.fn;
 }
 
 /*

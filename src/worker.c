@@ -215,7 +215,7 @@ worker_sigterm(SIGNAL_ARGS)
 	 * Only the first SIGTERM cancels: the steps of the stop itself (the
 	 * reports of what was in hand, the release) end on their own (bounded
 	 * lock waits, the statement timeout). A second SIGTERM (a repeated
-	 * stop_worker; one came during a fast shutdown in 22_worker_safety)
+	 * stop_worker; one came during a fast shutdown in 022_worker_safety)
 	 * cancelled the report of a batch whose target function the first one
 	 * had cancelled, and that batch waited, submitting, for a takeover.
 	 * The cancel also ends a commit's wait for a synchronous standby, in a

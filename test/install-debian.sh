@@ -53,7 +53,7 @@ done
 PACKAGES=(
 	# 80_dist: make dist (git archive), pgxn load of the bundle
 	git pgxnclient
-	# 26_metrics: the exporter and Prometheus scraping gridha's metrics
+	# 026_metrics: the exporter and Prometheus scraping gridha's metrics
 	prometheus-postgres-exporter prometheus curl
 	# 81_deb: dpkg-buildpackage of debian/ (its Build-Depends), and `ip`
 	# for the install's network namespace

@@ -7,7 +7,8 @@
 # Runs test/run.sh with GRIDHA_ONLY=PART for each PART in turn, then again,
 # round after round, until each PART ran TIMES times (default 20) or MINUTES
 # have passed (default: no limit; a round in progress ends first). PART is
-# what GRIDHA_ONLY takes (regress, isolation, pgtap, soak, a suite's name).
+# what GRIDHA_ONLY takes (regress, isolation, pgtap, a suite's name, a
+# test/t file's name such as 001_soak).
 # PG_CONFIG and the other settings of test/run.sh pass through.
 #
 # Each run's whole log goes to DIR/PART.RUN.log (default DIR: a new

@@ -18,10 +18,10 @@
 #   3. phase 2, the same cluster restarted WITH shared_preload_libraries:
 #        isolation  test/isolation/specs/*.spec (pg_isolation_regress)
 #        pgtap      test/pgtap/*.sql (pg_prove), one database for all files
-#        soak       test/soak/run.sh, the concurrency soak
 #        suites     every executable test/suites/*.sh (see its README)
 #        test/t     every test/t/*.pl, on PostgreSQL's TAP framework
 #                   (PostgreSQL::Test::Cluster), as the postgres user
+#                   (001_soak, the concurrency soak, among them)
 #        serverlog  no server process crashed during the run, and no call
 #                   broke the lock order (the test build's checker)
 #
@@ -49,9 +49,9 @@
 # (test/run.sh --update-totals) copies the last full runs' lines into
 # test/expected_totals.
 #
-# GRIDHA_ONLY='words' runs only the parts named (regress isolation pgtap soak
-# and the suite names, e.g. 20_workers); a developer's shortcut, not CI's
-# (no totals check).
+# GRIDHA_ONLY='words' runs only the parts named (regress isolation pgtap and
+# the names of suites and test/t files, e.g. 020_workers, 001_soak); a
+# developer's shortcut, not CI's (no totals check).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -502,11 +502,6 @@ run_tap_suite() {
 	ensure_phase2 "$name"
 }
 
-run_soak() {
-	section "phase 2: soak"
-	run_tap_suite soak test/soak/run.sh
-}
-
 # run_suites: the hook for later work (HA faults, workers): every executable
 # test/suites/*.sh, in name order.
 run_suites() {
@@ -581,9 +576,8 @@ run_framework_tests() {
 # check_server_log: one test that no server process crashed during the run
 # (SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, PANIC, failed assertion), in the
 # log of the run's cluster and in every log in GRIDHA_LOG_DIR (the clusters
-# suites started of their own: test/dba/cluster2.sh, test/t, the HA
-# harness). Suites may kill processes on purpose (signal 9, immediate
-# stops); those do not count.
+# suites started of their own: test/t, the HA harness). Suites may kill
+# processes on purpose (signal 9, immediate stops); those do not count.
 check_server_log() {
 	section "server log"
 	local hits logs=("$GRIDHA_PGLOG") f
@@ -739,7 +733,6 @@ main() {
 	gridha_fix_owner "$GRIDHA_LOG_DIR"
 	want isolation && run_isolation
 	want pgtap && run_pgtap
-	want soak && run_soak
 	run_suites
 	run_framework_tests
 	check_server_log

@@ -11,7 +11,7 @@ OIDs, transaction ids or storage details; this filter drops them:
   binary_upgrade_set_next_*          the OIDs and relfilenodes to reuse
   binary_upgrade_create_empty_extension
                                      the extension with its extconfig as an
-                                     OID array (15_upgrade compares extconfig
+                                     OID array (015_upgrade compares extconfig
                                      and extcondition by table name instead)
   binary_upgrade_set_missing_value   a column added with ALTER TABLE ... ADD
                                      COLUMN ... DEFAULT keeps its default for
@@ -22,7 +22,7 @@ OIDs, transaction ids or storage details; this filter drops them:
   relfrozenxid ... WHERE oid = ...   the frozen xid of each table
   SELECT pg_catalog.setval(...)      the value of an extension sequence
                                      marked with pg_extension_config_dump:
-                                     data, not schema (15_upgrade compares it
+                                     data, not schema (015_upgrade compares it
                                      with the other data)
   \\restrict, \\unrestrict           the dump's random psql guard key
   dropped columns                    a column dropped by an upgrade stays in

@@ -1,5 +1,5 @@
 -- test/dba/upgrade_fill.sql: fills a database whose gridha SQL is still 1.0,
--- through the 1.0 API only, for test/suites/15_upgrade.sh.
+-- through the 1.0 API only, for test/t/015_upgrade.pl.
 --
 -- Run by psql as a superuser in a database where CREATE EXTENSION gridha
 -- VERSION '1.0' was done, with the database defaults the suite sets

@@ -1,5 +1,5 @@
 -- test/dba/upgrade_state.sql: what gridha holds that an upgrade must keep,
--- as rows a test can store and compare, for test/suites/15_upgrade.sh.
+-- as rows a test can store and compare, for test/t/015_upgrade.pl.
 --
 -- upgrade_scratch.state() returns one row per thing kept: (kind, key, val),
 -- val a JSON object of the columns gridha 1.0 and 1.1 share, so that a

@@ -1,7 +1,8 @@
 -- test/soak/check.sql: what the soak proves, one TAP line per check.
 --
--- Run by test/soak/run.sh with psql -At and variables :services, :batches.
--- Each query prints "ok - ..." or "not ok - ..." with the numbers behind it.
+-- Run by test/t/001_soak.pl with psql -At and variables :services, :batches.
+-- Each query prints "ok - ..." or "not ok - ..." with the numbers behind it;
+-- the .pl makes each line one test, found by the words after "ok - ".
 
 \set expected (:services * :batches)
 

@@ -1,6 +1,6 @@
 -- test/soak/setup.sql: the soak's log table and its queue.
 --
--- Run by test/soak/run.sh in a fresh database that has the extension, with
+-- Run by test/t/001_soak.pl in a fresh database that has the extension, with
 -- psql variables :services and :batches.
 
 -- What the pgbench clients saw, in one global order: the id is taken in the

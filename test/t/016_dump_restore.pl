@@ -251,14 +251,6 @@ my $ledger = start_ledger($work, '--commit-delay', '2', '--invalid-pattern', '^b
 	'--max-lifetime', '600', '--require-header', 'X-Test-Token: dump-default');
 my $L = $ledger->{url};
 
-sub ledger_control
-{
-	my $r = $http->post("$L/control",
-		{ content => $_[0], headers => { 'Content-Type' => 'application/json' } });
-	die "ledger control $_[0]: $r->{status} $r->{content}" unless $r->{success};
-	return;
-}
-
 $live->start;
 $live->safe_psql('postgres', "CREATE DATABASE $DB");
 $live->safe_psql($DB, qq{
@@ -418,7 +410,7 @@ like($r->{content} // '', qr/"result": "accepted"/,
 # the POST of one of their heads, the dump locks gridha.batches, seconds
 # before the answer can reach its worker, whose report then waits for the
 # lock. The dump holds that batch submitting, and the ledger has it.
-ledger_control('{"stall_for": 60, "stall_seconds": 6, "stall_apply": "before"}');
+ledger_control($ledger, '{"stall_for": 60, "stall_seconds": 6, "stall_apply": "before"}');
 $live->safe_psql($DB, q{SELECT count(gridha.enqueue('f' || s, format('f%s-b%s', s, b), '\x0f'))
                          FROM generate_series(1, 2) b, generate_series(1, 5) s});
 ok( wait_until(
@@ -485,7 +477,7 @@ if (!$dump_ok)
 	diag(slurp_file("$work/pg_dump.err")) if -f "$work/pg_dump.err";
 	die 'no dump to restore';
 }
-ledger_control('{"clear": true}');
+ledger_control($ledger, '{"clear": true}');
 
 my $held = statuses("$work/record.tsv");
 note("the dump holds: $held");

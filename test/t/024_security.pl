@@ -1,6 +1,6 @@
 # test/t/024_security.pl: the boundaries of docs/security.md that need
 # databases, roles or a server restart of their own (the others are in
-# pgTAP 16_security and 22_worker_safety).
+# pgTAP 16_security and 022_worker_safety).
 #
 #   schema     a database owner (not a superuser) creates schema gridha
 #              before the superuser's CREATE EXTENSION gridha: the install

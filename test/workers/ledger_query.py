@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """test/workers/ledger_query.py: small questions about a test ledger log,
-for test/suites/20_workers.sh.
+for test/t/020_workers.pl and test/t/022_worker_safety.pl.
 
 Words used here:
   log       the JSON-lines event log written by test/dlt/ledger.py --log

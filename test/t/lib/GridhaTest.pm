@@ -113,6 +113,58 @@ log_min_messages = warning
 	return $node;
 }
 
+# --- test/t/020_workers.pl, 030_client.pl, 016_dump_restore.pl -------------
+# The test ledger's control, counts and log, for a ledger of start_ledger.
+push @EXPORT, qw(ledger_control ledger_stat ledger_query);
+
+# ledger_control($ledger, $json): POST $json to /control of a ledger that
+# start_ledger started (stalls, failures, clear; see test/dlt/ledger.py).
+# Dies when the ledger does not take it.
+sub ledger_control
+{
+	my ($ledger, $json) = @_;
+	require HTTP::Tiny;
+	my $r = HTTP::Tiny->new(timeout => 10)->post("$ledger->{url}/control",
+		{ content => $json, headers => { 'Content-Type' => 'application/json' } });
+	die "ledger control $json: $r->{status} $r->{content}" unless $r->{success};
+	return;
+}
+
+# ledger_stat($ledger, $name): one count of GET /stats.
+sub ledger_stat
+{
+	my ($ledger, $name) = @_;
+	require HTTP::Tiny;
+	require JSON::PP;
+	my $r = HTTP::Tiny->new(timeout => 10)->get("$ledger->{url}/stats");
+	die "ledger stats: $r->{status} $r->{content}" unless $r->{success};
+	return JSON::PP::decode_json($r->{content})->{$name};
+}
+
+# ledger_query($ledger, @args): the lines test/workers/ledger_query.py
+# prints about the ledger's log (posts RESULT [SERVICES], queries DIALECT);
+# dies when it fails.
+sub ledger_query
+{
+	my ($ledger, @args) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'python3', gridha_repo() . '/test/workers/ledger_query.py', $ledger->{log}, @args ],
+		'<', \undef, '>', \$out, '2>', \$err)
+	  or die "ledger_query.py @args: $err";
+	return grep { $_ ne '' } split /\n/, $out;
+}
+
+# --- test/t/029_ledger_answers.pl, 025_ledger_adapt.pl ------------------
+push @EXPORT, qw(log_lines_matching);
+
+# log_lines_matching($file, $offset, $regex): how many lines a server log got after
+# $offset that match $regex.
+sub log_lines_matching
+{
+	my ($file, $offset, $re) = @_;
+	return scalar(grep { /$re/ } split /\n/, log_since($file, $offset));
+}
+
 END
 {
 	local $?;

@@ -1,171 +1,17 @@
-#!/usr/bin/env bash
-# test/suites/70_docs.sh: the documentation cannot drift from the code.
+#!/usr/bin/env python3
+# test/docs/check_docs.py: the checks of test/t/070_docs.pl (its header
+# lists them): the docs against the catalog of a fresh install and against
+# the files that define gridha's errors, settings and version.
 #
-# Installs gridha in a fresh database of its own (gridha_docs_test) and reads
-# what CREATE EXTENSION made from the catalog, then checks the docs against it
-# and against the files that define gridha's errors and version:
+#   check_docs.py REPO WORK EXAMPLES_DB
 #
-#   functions   every function of schema gridha (pg_proc), by its signature
-#               "name(arg type, ...)" as pg_get_function_identity_arguments
-#               prints it without OUT arguments, is in docs/sql-reference.md
-#   results     every column a function returns (OUT and TABLE arguments)
-#               is named in its section "### name" there
-#   relations   every table, view and sequence of schema gridha (pg_class)
-#               is named "gridha.NAME" in docs/sql-reference.md, and every
-#               column of a table or view is named, in backquotes, in its
-#               row "| `gridha.NAME` | ..." there
-#   types       every enum, composite and domain type of schema gridha is
-#               named there, and every label of an enum is there as `label`
-#   settings    the cluster preloads gridha (else the settings read at
-#               server start do not exist), and every gridha.* setting of
-#               pg_settings has a row "| `gridha.NAME` | default |" in
-#               docs/configuration.md whose default, read in its unit
-#               (`30s`, `2kB`, `on`, `empty`), is pg_settings' boot_val
-#   sqlstates   every code of test/fuzz/sqlstates.txt, and every
-#               ERRCODE_GRIDHA_* of src/common.h (its code and its name), has
-#               a row "| `CODE` |" in docs/errors.md
-#   versions    gridha.control's default_version is the truth: CREATE
-#               EXTENSION installs it; META.json's version and
-#               provides.gridha.version are it (or it with ".0" appended, as
-#               PGXN wants three parts) and provides.gridha.file is its
-#               install script, which exists; every "<!-- version -->X"
-#               marker in README.md, CHANGELOG.md and docs/**/*.md says it;
-#               the README has such a marker; CHANGELOG.md's first release
-#               heading names it
-#   status      README.md's version marker says "in progress" exactly
-#               when CHANGELOG.md's newest heading says "Unreleased" or "in
-#               progress"; debian/changelog's newest entry is that version
-#               (VERSION-N) and says "in progress" exactly then too
-#   majors      the supported PostgreSQL majors are stated alike everywhere:
-#               each "<!-- pg-versions -->PostgreSQL 15, 16 and 17" marker
-#               (README.md and docs/install.md must have one), META.json's
-#               prereqs.runtime.requires.PostgreSQL (">= 15.0.0, < 18.0.0"),
-#               debian/pgversions (one major a line, no "N+") and the
-#               lowest major src/compat.h's #error accepts
-#   install     the fenced block after "<!-- install-source -->" is the
-#               same in README.md and docs/install.md (a leading "sudo "
-#               aside); its apt-get line installs every first alternative
-#               of debian/control's Build-Depends that is a library
-#               (lib*-dev) and postgresql-server-dev-N of a supported N;
-#               every "postgresql-N-gridha" package named in README.md and
-#               docs/**/*.md is of a supported major; no script of
-#               test/ or demo/ but test/install-debian.sh runs apt-get
-#               (docs/testing.md; 81_deb's install of the package under
-#               test in its overlay aside)
-#   repository  the "<!-- repository -->" lines of README.md and
-#               docs/install.md say the same; they name every address
-#               META.json (resources) and debian/control (Homepage, Vcs-*)
-#               declare, or, when none is declared, say there is none; no
-#               page holds a placeholder "<... repository URL>"
-#   examples    every function that is not a trigger function has, in its
-#               section of docs/sql-reference.md, an example ("<!-- example
-#               -->", a ```sql block, a ```text block) or "<!-- no example:
-#               why -->"; the setup block ("<!-- example-setup -->") and then
-#               every example, each in a transaction rolled back at its end,
-#               run in one psql session in a new database
-#               (gridha_docs_test_examples) and must print what the text
-#               block shows (trailing blanks aside)
-#   links       every relative link of README.md, CHANGELOG.md and
-#               docs/**/*.md points at a file that exists and, with an
-#               #anchor, at a heading of that file
-#
-# Every file is read afresh from the repository at each run. A failure's TAP
-# line names the object and the file it is missing from; the "#" lines after
-# it say exactly what text to add. Output: a plan line "1..N", then one TAP
-# line per object or file. Runs alone too (bash test/suites/70_docs.sh starts
-# a cluster of its own).
-set -uo pipefail
-
-REPO=${GRIDHA_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-LIB=${GRIDHA_LIB:-$REPO/test/lib.sh}
-DB=gridha_docs_test
-FAILED=0
-STANDALONE=0
-[ -n "${GRIDHA_TEST_DIR:-}" ] || STANDALONE=1
-
-# shellcheck source-path=SCRIPTDIR source=../lib.sh
-. "$LIB"
-# shellcheck source-path=SCRIPTDIR source=../tap.sh
-. "$REPO/test/tap.sh"
-
-suite_work 70_docs
-
-# shellcheck disable=SC2317 # called by the EXIT trap
-cleanup() {
-	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1
-	psql -X -q -d postgres -c "DROP DATABASE IF EXISTS ${DB}_examples" >/dev/null 2>&1
-	if [ "$STANDALONE" = 1 ]; then
-		gridha_cluster_cleanup
-	fi
-}
-trap cleanup EXIT
-
-psql_db() {
-	psql -X -q -A -t -F $'\t' -v ON_ERROR_STOP=1 -d "$DB" "$@"
-}
-
-# The catalog of a fresh install, one file per kind (tab-separated).
-if ! psql -X -q -d postgres -c "SET client_min_messages = warning" \
-		-c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB" >"$WORK/setup.out" 2>&1 ||
-		! psql_db -c "CREATE EXTENSION gridha" >>"$WORK/setup.out" 2>&1; then
-	echo "1..1"
-	echo "not ok 1 - CREATE EXTENSION gridha in a fresh database"
-	diag <"$WORK/setup.out"
-	exit 1
-fi
-psql_db >"$WORK/functions.tsv" <<'EOF' &&
-SELECT p.proname, pg_get_function_identity_arguments(p.oid)
-  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
- WHERE n.nspname = 'gridha'
- ORDER BY 1, 2;
-EOF
-psql_db >"$WORK/outputs.tsv" <<'EOF' &&
-SELECT p.proname, string_agg(DISTINCT p.proargnames[i], ',')
-  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace,
-       generate_subscripts(p.proargmodes, 1) AS i
- WHERE n.nspname = 'gridha' AND p.proargmodes[i] IN ('o', 't')
- GROUP BY 1
- ORDER BY 1;
-EOF
-psql_db >"$WORK/relations.tsv" <<'EOF' &&
-SELECT c.relname, CASE c.relkind WHEN 'r' THEN 'table' WHEN 'p' THEN 'table'
-                  WHEN 'v' THEN 'view' WHEN 'm' THEN 'view' ELSE 'sequence' END,
-       coalesce((SELECT string_agg(a.attname, ',' ORDER BY a.attnum) FROM pg_attribute a
-                  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped), '')
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = 'gridha' AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
- ORDER BY 1;
-EOF
-psql_db >"$WORK/types.tsv" <<'EOF' &&
-SELECT t.typname,
-       CASE t.typtype WHEN 'e' THEN 'enum' WHEN 'd' THEN 'domain' ELSE 'composite' END,
-       coalesce((SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder)
-                   FROM pg_enum e WHERE e.enumtypid = t.oid), '')
-  FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
- WHERE n.nspname = 'gridha'
-   AND (t.typtype IN ('e', 'd')
-        OR (t.typtype = 'c' AND (SELECT relkind FROM pg_class WHERE oid = t.typrelid) = 'c'))
- ORDER BY 1;
-EOF
-psql_db >"$WORK/userfuncs.tsv" <<'EOF' &&
-SELECT DISTINCT p.proname
-  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
- WHERE n.nspname = 'gridha' AND p.prorettype <> 'trigger'::regtype
- ORDER BY 1;
-EOF
-psql_db >"$WORK/preload.txt" -c "SHOW shared_preload_libraries" &&
-psql_db >"$WORK/settings.tsv" -c "LOAD 'gridha'" \
-	-c "SELECT name, boot_val, coalesce(unit, ''), vartype FROM pg_settings
-	     WHERE name LIKE 'gridha.%' ORDER BY 1" &&
-psql_db >"$WORK/installed.txt" -c "SELECT extversion FROM pg_extension WHERE extname = 'gridha'"
-rc=$?
-if [ "$rc" -ne 0 ]; then
-	echo "1..1"
-	echo "not ok 1 - the catalog of a fresh install could be read"
-	exit 1
-fi
-
-python3 - "$REPO" "$WORK" "${DB}_examples" <<'PYEOF'
+# WORK holds what the .pl read from the catalog (functions.tsv, outputs.tsv,
+# relations.tsv, types.tsv, userfuncs.tsv, preload.txt, settings.tsv,
+# installed.txt); the docs' examples run with psql in a new database
+# EXAMPLES_DB of the server PGHOST and PGPORT name (dropped afterwards).
+# Output: a plan line "1..N", then one TAP line per object or file, each
+# failure followed by "#" lines saying exactly what text to add; exit 1
+# when anything failed.
 import glob
 import json
 import os
@@ -753,4 +599,3 @@ for i, (ok, what, diag) in enumerate(results, 1):
         for line in diag:
             print("# " + line)
 sys.exit(1 if failed else 0)
-PYEOF
