@@ -39,7 +39,7 @@ REGRESS_OPTS = --inputdir=test --load-extension=gridha
 ISOLATION = $(basename $(notdir $(wildcard test/isolation/specs/*.spec)))
 # Specs that need the test build's hooks (GRIDHA_TEST_HOOKS=1): a release
 # build's installcheck leaves them out.
-HOOK_SPECS = liveness-bind-probe
+HOOK_SPECS = liveness-bind-probe liveness-bind-cancel
 ifneq ($(GRIDHA_TEST_HOOKS),1)
 ISOLATION := $(filter-out $(HOOK_SPECS),$(ISOLATION))
 endif
@@ -48,10 +48,12 @@ ISOLATION_OPTS = --inputdir=test/isolation --load-extension=gridha
 # test/t/*.pl starts clusters of its own from the installed programs.
 # `make prove_installcheck` runs them (and `make installcheck` last), as any
 # user but root: initdb refuses root, so a root build leaves them out, and
-# test/run.sh runs them as the postgres user.
+# test/run.sh runs them as the postgres user. PROVE_TESTS='test/t/021_x.pl
+# ...' runs only those; PG_TEST_PERL (below) names the framework.
 TAP_TESTS = 1
 PROVE_TESTS = $(sort $(wildcard test/t/*.pl))
-ifeq ($(shell id -u),0)
+GRIDHA_UID := $(shell id -u)
+ifeq ($(GRIDHA_UID),0)
 TAP_TESTS =
 endif
 PGTAP_TESTS = $(sort $(wildcard test/pgtap/*.sql))
@@ -89,6 +91,51 @@ else
 # does not restore symlinks (pgxnclient's, Python's zipfile) leaves a file
 # that holds the link's target: installcheck makes it the link again.
 installcheck: test-expected-link
+endif
+
+# PostgreSQL's TAP framework for prove_installcheck: PG_TEST_PERL, the
+# directory holding PostgreSQL/Test/Cluster.pm and Utils.pm (a source
+# tree's src/test/perl). By default PGXS's own (an installation configured
+# with --enable-tap-tests; Debian's postgresql-client-NN puts it there), else
+# the newest Debian package's (/usr/lib/postgresql/NN/lib/pgxs/src/test/perl:
+# the framework drives this installation's programs through PATH, as
+# test/run.sh does). An installation configured without --enable-tap-tests
+# has PGXS's prove_installcheck say "TAP tests not enabled" and no PROVE:
+# then the recipe below, the same one with prove from PATH.
+ifndef PG_TEST_PERL
+PG_TEST_PERL := $(patsubst %/PostgreSQL/Test/Cluster.pm,%,$(firstword \
+	$(abspath $(wildcard $(top_srcdir)/src/test/perl/PostgreSQL/Test/Cluster.pm)) \
+	$(shell ls -d /usr/lib/postgresql/*/lib/pgxs/src/test/perl/PostgreSQL/Test/Cluster.pm 2>/dev/null | sort -V -r)))
+endif
+PG_PROVE_FLAGS = -I $(PG_TEST_PERL) -I $(srcdir)
+ifeq ($(strip $(PROVE)),)
+PROVE = prove
+endif
+ifneq ($(enable_tap_tests),yes)
+define prove_installcheck
+echo "# +++ tap install-check (PG_TEST_PERL=$(PG_TEST_PERL)) +++" && \
+rm -rf '$(CURDIR)/tmp_check' && $(MKDIR_P) '$(CURDIR)/tmp_check' && \
+cd $(srcdir) && \
+   PATH="$(bindir):$(CURDIR):$$PATH" PGPORT='6$(DEF_PGPORT)' \
+   TESTDIR='$(CURDIR)' TESTDATADIR='$(CURDIR)/tmp_check' TESTLOGDIR='$(CURDIR)/tmp_check/log' \
+   PG_REGRESS='$(top_builddir)/src/test/regress/pg_regress' \
+   $(PROVE) $(PG_PROVE_FLAGS) $(PROVE_FLAGS) $(if $(PROVE_TESTS),$(PROVE_TESTS),t/*.pl)
+endef
+endif
+
+# Before any TAP test: not root (initdb refuses it) and a framework found.
+.PHONY: tap-framework-check
+tap-framework-check:
+	@if [ '$(GRIDHA_UID)' = 0 ]; then \
+		echo "prove_installcheck: initdb refuses root: run it as another user" \
+			"(runuser -u postgres -- make prove_installcheck ...), or make test" >&2; exit 1; fi
+	@if [ ! -f '$(PG_TEST_PERL)/PostgreSQL/Test/Cluster.pm' ]; then \
+		echo "prove_installcheck: no PostgreSQL/Test/Cluster.pm in PG_TEST_PERL ('$(PG_TEST_PERL)'):" \
+			"install postgresql-client-15 (Debian), or name a PostgreSQL source tree's" \
+			"src/test/perl: make prove_installcheck PG_TEST_PERL=DIR (make installcheck TAP_TESTS=" \
+			"leaves the TAP tests out)" >&2; exit 1; fi
+ifdef TAP_TESTS
+installcheck: tap-framework-check
 endif
 
 .PHONY: test-expected-link
@@ -164,7 +211,7 @@ test:
 	bash test/run.sh
 
 .PHONY: prove_installcheck
-prove_installcheck:
+prove_installcheck: tap-framework-check
 	$(prove_installcheck)
 
 # After a full `make test` on each major: write what each part ran into
@@ -197,6 +244,7 @@ bench:
 	bash test/bench/retention.sh
 	bash test/bench/metrics.sh
 	bash test/bench/settle.sh
+	bash test/bench/citus.sh
 
 # A minute of gridha at work: three workers, a test ledger, a takeover.
 demo:
@@ -223,18 +271,18 @@ ha:
 # client serve the same database (make fuzz FUZZ_SECONDS=3600; make test
 # runs 120 s of it); FUZZ_SEED=N repeats the statements of a run; FUZZ_KEEP=1
 # keeps the scripts, logs and a dump, FUZZ_AUDIT=1 records every change of
-# instances and claims (test/suites/60_fuzz.sh, test/fuzz).
+# instances and claims (test/t/060_fuzz.pl, test/fuzz).
 FUZZ_SECONDS ?= 300
 FUZZ_SEED ?=
 fuzz:
-	GRIDHA_ONLY=60_fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) \
+	GRIDHA_ONLY=060_fuzz FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) \
 		GRIDHA_SUITE_TIMEOUT=$$(($(FUZZ_SECONDS) + 900)) bash test/run.sh
 
 # The soak at scale, long version: three workers, 100,000 services, a few
 # hundred busy, for SOAK_SECONDS (make test runs 120 s of it), with
 # autovacuum and pruning; sizes and lease ages every few seconds
-# (test/suites/42_scale_soak.sh).
+# (test/t/042_scale_soak.pl).
 SOAK_SECONDS ?= 900
 soak:
-	GRIDHA_ONLY=42_scale_soak SCALE_SOAK_SECONDS=$(SOAK_SECONDS) \
+	GRIDHA_ONLY=042_scale_soak SCALE_SOAK_SECONDS=$(SOAK_SECONDS) \
 		GRIDHA_SUITE_TIMEOUT=$$(($(SOAK_SECONDS) + 900)) bash test/run.sh

@@ -99,8 +99,9 @@
 #             2 s" the first such sample. Idle services are written
 #             directly, as for SCALE_IDLE_LARGE below
 #   survivor  issue 26, cases 2 and 3 and an operator's expiry: runs
-#             test/suites/43_survivor.sh SCALE_SURVIVOR_RUNS (3) times
-#             against this cluster (its loops and watches bounded by
+#             test/t/043_survivor.pl SCALE_SURVIVOR_RUNS (3) times, each on
+#             a cluster of its own from the same installation (as postgres
+#             when root; its loops and watches bounded by
 #             SCALE_SURVIVOR_SECONDS, 45: longer than the 30 s soft expiry
 #             of the crashed instance, so that the code before balance by
 #             work gets a figure too) and prints the seconds from the
@@ -843,7 +844,7 @@ if part uneven; then
 fi
 
 # ---------------------------------------------------------------------------
-# survivor: issue 26's cases 2 and 3 (test/suites/43_survivor.sh)
+# survivor: issue 26's cases 2 and 3 (test/t/043_survivor.pl)
 # ---------------------------------------------------------------------------
 
 declare -A SURV
@@ -859,13 +860,20 @@ surv_verdict() {
 	if [[ $1 =~ ^[0-9.]+$ ]]; then verdict "$1" 1 le; else echo MISS; fi
 }
 if part survivor; then
-	gridha_log "survivor: test/suites/43_survivor.sh, $SCALE_SURVIVOR_RUNS runs (its loops end after ${SCALE_SURVIVOR_SECONDS}s at most)"
+	gridha_log "survivor: test/t/043_survivor.pl, $SCALE_SURVIVOR_RUNS runs (its loops end after ${SCALE_SURVIVOR_SECONDS}s at most)"
+	surv_fw=$(gridha_tap_framework)
+	surv_as=()
+	[ "$(id -u)" -eq 0 ] && surv_as=(runuser -u postgres --)
 	for run in $(seq 1 "$SCALE_SURVIVOR_RUNS"); do
 		figs=$GRIDHA_TEST_DIR/survivor.$run
+		surv_dir=$GRIDHA_TEST_DIR/survivor-$run
+		mkdir -p "$surv_dir"
 		: >"$figs"
-		GRIDHA_REPO=$ROOT GRIDHA_LIB=$ROOT/test/lib.sh GRIDHA_SUITE_DIR=$GRIDHA_TEST_DIR/survivor-$run \
-			SURVIVOR_FIGURES=$figs SURVIVOR_SECONDS=$SCALE_SURVIVOR_SECONDS \
-			bash "$ROOT/test/suites/43_survivor.sh" >"$GRIDHA_TEST_DIR/survivor-$run.out" 2>&1 || true
+		gridha_fix_owner "$figs" "$surv_dir"
+		(cd "$surv_dir" && "${surv_as[@]}" env PATH="$PG_BINDIR:$PATH" TESTDIR="$surv_dir" \
+			PG_REGRESS="$(dirname "$(dirname "$("$PG_CONFIG" --pgxs)")")/test/regress/pg_regress" \
+			SURVIVOR_FIGURES="$figs" SURVIVOR_SECONDS="$SCALE_SURVIVOR_SECONDS" \
+			perl -I "$surv_fw" "$ROOT/test/t/043_survivor.pl") >"$GRIDHA_TEST_DIR/survivor-$run.out" 2>&1 || true
 		gridha_log "  run $run: $(grep -c '^ok' "$GRIDHA_TEST_DIR/survivor-$run.out") ok," \
 			"$(grep -c '^not ok' "$GRIDHA_TEST_DIR/survivor-$run.out") not ok; $(tr '\n' ';' <"$figs")"
 		while read -r what a b; do

@@ -10,8 +10,8 @@ words, enqueues that move a service to another target. A superuser session
 meanwhile rewrites targets (URL <-> function, malformed rows written with
 the check trigger disabled, as a row written before a check existed would
 be), and drops and replaces the target functions. The background workers
-and the reference client serve the same database all along (the suite
-test/suites/60_fuzz.sh starts them).
+and the reference client serve the same database all along (the test
+test/t/060_fuzz.pl starts them).
 
 Issue 38's actors run beside them, each a session of its own: the producer
 also inserts directly (one row or several, with and without ON CONFLICT,
@@ -69,7 +69,7 @@ last changes of its instance or service, and the statements that made them
 (public.fz_audit, filled by triggers the setup creates).
 
 Usage: fuzz.py setup|run --db DB --work DIR [--seed N] [--seconds S] ...
-(see test/suites/60_fuzz.sh). Standard library only.
+(see test/t/060_fuzz.pl). Standard library only.
 """
 
 import argparse
@@ -87,7 +87,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from invariants import RoundChecker  # noqa: E402 (test/fuzz/invariants.py)
 
-# Roles of the fuzz sessions (cluster-wide names, dropped by the suite).
+# Roles of the fuzz sessions (cluster-wide names, in test/t/060_fuzz.pl's own cluster).
 ROLE_A = "gridha_fuzz_a"            # gridha_client
 ROLE_B = "gridha_fuzz_b"            # gridha_client, another owner
 ROLE_PRODUCER = "gridha_fuzz_producer"

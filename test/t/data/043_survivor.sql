@@ -1,5 +1,5 @@
--- test/suites/43_survivor.sql: the helpers of test/suites/43_survivor.sh
--- (and of the survivor part of test/bench/scale.sh, which runs that suite).
+-- test/t/data/043_survivor.sql: the helpers of test/t/043_survivor.pl
+-- (and of the survivor part of test/bench/scale.sh, which runs that test).
 --
 -- Words: "instance" is a psql session calling the API as an external client
 -- does; "work" is a service with a batch not final yet (queued, submitting,
