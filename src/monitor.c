@@ -621,13 +621,17 @@ gridha_monitor_done(GridhaHttpDone *done, long away_ms)
 /*
  * monitor_ask_ledger: asks a target about n pending batches: a status run
  * for a status_url (its answers are applied when it comes back), or at
- * once for a status_function or a target without a status source.
+ * once for a status_function or a target without a status source. A
+ * status function that fails is logged as a failing status URL is
+ * (gridha_target_note): its first failure, then a count at most once a
+ * minute; its batches are asked about again next round.
  */
 static void
 monitor_ask_ledger(const char *target, MonitorPending *const *rows, int n)
 {
 	const GridhaTarget *t = gridha_target_get(target);
 	GridhaStatusEntry *entries;
+	char	   *failure;
 	int			k;
 
 	if (t == NULL || t->unusable != NULL)
@@ -652,8 +656,14 @@ monitor_ask_ledger(const char *target, MonitorPending *const *rows, int n)
 			gridha_target_warn(target, gridha_step_refuses_functions());
 			return;
 		}
-		if (!gridha_step_run(monitor_status_function_step, &call, "status function", NULL))
+		if (!gridha_step_run_call(monitor_status_function_step, &call, "status function",
+								  &failure, true))
+		{
+			/* counted like a status URL's failures: a line, then a count a minute */
+			(void) gridha_target_note(target, "status function failed", failure);
+			pfree(failure);
 			return;
+		}
 		if (call.malformed)
 		{
 			(void) gridha_target_note(target, "status function returned an unknown status word",

@@ -13,7 +13,8 @@
  *              pending list, a call of a target function); each commits on
  *              its own, runs under gridha.worker_statement_timeout (and the
  *              session's lock timeout), and can be cancelled by SIGTERM. An
- *              error in one is logged, and the cycle carries on
+ *              error in one is logged (a status function's by its caller,
+ *              counted: gridha_step_run_call), and the cycle carries on
  *   target call a call of a target's submit_function or status_function,
  *              in a step of its own (gridha_step_call_begin / gridha_step_call_end):
  *              the function is called by the OID the target was judged
@@ -269,14 +270,13 @@ gridha_step_pin_settings(void)
 }
 
 /*
- * gridha_step_run: runs fn in a transaction of its own, under the statement
- * timeout, with the worker's settings pinned; SIGTERM cancels it (see
- * worker.c). Returns true when it
- * committed; otherwise the error is logged, the transaction rolled back,
- * and *sqlstate (when given) says which error it was.
+ * step_run: gridha_step_run, and gridha_step_run_call's message (when
+ * message is given: the error's message, palloc'd in the caller's context)
+ * and quiet (the error is not logged: the caller does).
  */
-bool
-gridha_step_run(GridhaStepFn fn, void *arg, const char *what, int *sqlstate)
+static bool
+step_run(GridhaStepFn fn, void *arg, const char *what, int *sqlstate,
+		 char **message, bool quiet)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool ok = true;
@@ -284,6 +284,8 @@ gridha_step_run(GridhaStepFn fn, void *arg, const char *what, int *sqlstate)
 
 	if (sqlstate)
 		*sqlstate = 0;
+	if (message)
+		*message = NULL;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	gridha_step_cancelled = false;
@@ -323,7 +325,7 @@ gridha_step_run(GridhaStepFn fn, void *arg, const char *what, int *sqlstate)
 					(errcode(edata->sqlerrcode),
 					 errmsg("gridha worker dropped a batch: %s refused: %s", what, edata->message),
 					 edata->detail ? errdetail_internal("%s", edata->detail) : 0));
-		else
+		else if (!quiet)
 			ereport(LOG,
 					(errcode(edata->sqlerrcode),
 					 errmsg("gridha worker: %s failed: %s", what, edata->message),
@@ -333,6 +335,8 @@ gridha_step_run(GridhaStepFn fn, void *arg, const char *what, int *sqlstate)
 		if (edata->sqlerrcode != ERRCODE_GRIDHA_STALE_CLAIM &&
 			edata->sqlerrcode != ERRCODE_GRIDHA_NOT_IN_FLIGHT)
 			step_failed = true;
+		if (message)
+			*message = MemoryContextStrdup(cxt, edata->message ? edata->message : "");
 		FreeErrorData(edata);
 		ok = false;
 	}
@@ -356,6 +360,32 @@ gridha_step_run(GridhaStepFn fn, void *arg, const char *what, int *sqlstate)
 	MemoryContextSwitchTo(cxt);
 	pgstat_report_stat(false);
 	return ok;
+}
+
+/*
+ * gridha_step_run: runs fn in a transaction of its own, under the statement
+ * timeout, with the worker's settings pinned; SIGTERM cancels it (see
+ * worker.c). Returns true when it
+ * committed; otherwise the error is logged, the transaction rolled back,
+ * and *sqlstate (when given) says which error it was.
+ */
+bool
+gridha_step_run(GridhaStepFn fn, void *arg, const char *what, int *sqlstate)
+{
+	return step_run(fn, arg, what, sqlstate, NULL, false);
+}
+
+/*
+ * gridha_step_run_call: gridha_step_run for a step that calls a target
+ * function: when it fails, *message is the error's message (palloc'd in
+ * the caller's memory context; NULL when it committed), for the batch's
+ * detail or the caller's own log line; with quiet, the error is not
+ * logged here (the caller counts it: gridha_target_note).
+ */
+bool
+gridha_step_run_call(GridhaStepFn fn, void *arg, const char *what, char **message, bool quiet)
+{
+	return step_run(fn, arg, what, NULL, message, quiet);
 }
 
 /*

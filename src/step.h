@@ -31,6 +31,8 @@ typedef void (*GridhaStepFn) (void *arg);
 
 extern void gridha_step_init(void);
 extern bool gridha_step_run(GridhaStepFn fn, void *arg, const char *what, int *sqlstate);
+extern bool gridha_step_run_call(GridhaStepFn fn, void *arg, const char *what,
+								 char **message, bool quiet);
 extern bool gridha_step_take_failure(void);
 extern void gridha_step_commit(void);
 extern void gridha_step_bound_lock_wait(void);

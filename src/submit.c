@@ -89,7 +89,10 @@
 #define SUBMIT_LIMIT_SHOWN_MS	60000
 /* How long a stopping worker waits for the answers of its POSTs in flight */
 #define SUBMIT_STOP_DRAIN_MS	300
-/* The most of a submit function's unknown answer a batch's detail shows */
+/*
+ * The most of a submit function's unknown answer, or of its error's
+ * message, a batch's detail shows
+ */
 #define SUBMIT_ANSWER_MAX_BYTES 200
 
 static GridhaStatement submit_handout_stmt = {
@@ -560,18 +563,27 @@ submit_function_step(void *arg)
 
 /*
  * submit_by_function: calls the target's function in a step and takes its
- * word; a failure, a timeout, a cancel or another word delays the batch
- * (the word, cut to whole characters, in its detail).
+ * word; a failure (an error, a timeout, a cancel) or another word delays
+ * the batch, its detail saying which: the error's message or the word
+ * ("null" for NULL), cut to whole characters.
  */
 static void
 submit_by_function(SubmitBatch *b)
 {
 	SubmitCall	call = {b, NULL};
+	char	   *failure;
 	char	   *detail;
 
 	gridha_slot_set_state(GRIDHA_WS_SUBMITTING, b->service_id, b->batch_id);
-	if (gridha_step_run(submit_function_step, &call, "submit function", NULL) &&
-		call.outcome != NULL &&
+	if (!gridha_step_run_call(submit_function_step, &call, "submit function", &failure, false))
+	{
+		/* it raised an error (logged by the step): try again later */
+		detail = psprintf("submit function failed: %s",
+						  submit_clip(failure, SUBMIT_ANSWER_MAX_BYTES));
+		submit_batch_done(b, "delayed", detail);
+		return;
+	}
+	if (call.outcome != NULL &&
 		(strcmp(call.outcome, "accepted") == 0 || strcmp(call.outcome, "delayed") == 0 ||
 		 strcmp(call.outcome, "rejected") == 0))
 	{
@@ -579,8 +591,8 @@ submit_by_function(SubmitBatch *b)
 		submit_batch_done(b, call.outcome, detail);
 		return;
 	}
-	/* the function failed or said something else: try again later */
-	detail = psprintf("submit function failed or returned \"%s\"",
+	/* it said something else: try again later */
+	detail = psprintf("submit function returned \"%s\"",
 					  call.outcome ? submit_clip(call.outcome, SUBMIT_ANSWER_MAX_BYTES) : "null");
 	submit_batch_done(b, "delayed", detail);
 }

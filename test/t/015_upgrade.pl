@@ -814,8 +814,8 @@ else
 
 {
 	my $catalog = slurp_file("$DBA/extension_catalog.sql");
-	my (undef, $up) = run_psql($DB, $catalog);
-	my (undef, $fr) = run_psql($FRESH, $catalog);
+	my ($rc_up, $up) = run_psql($DB, $catalog, '-v', 'ON_ERROR_STOP=1');
+	my ($rc_fr, $fr) = run_psql($FRESH, $catalog, '-v', 'ON_ERROR_STOP=1');
 	my %what = (
 		config => 'pg_extension.extconfig/extcondition (as table names)',
 		init_priv => 'pg_init_privs of the members (names and aclitems)',
@@ -831,6 +831,14 @@ else
 			close $fh;
 		}
 		my $n = @f;
+		if ($rc_up || $rc_fr || $n == 0)
+		{
+			# two empty answers are equal, and prove nothing
+			fail("schema: $what{$section} equal a fresh install's "
+				  . "(extension_catalog.sql exited $rc_up and $rc_fr, $n rows)");
+			diag_head($up . $fr, 20);
+			next;
+		}
 		same_files("schema: $what{$section} equal a fresh install's ($n rows)",
 			"$WORK/upgraded.$section", "$WORK/fresh.$section");
 	}

@@ -812,9 +812,9 @@ ok( wait_until(
 		20,
 		sub {
 			sql_is(1, qq{SELECT count(DISTINCT batch_id) FROM w_history WHERE id > $h0 AND batch_id = 'z0-b1'
-			             AND status = 'delayed' AND detail = 'submit function failed or returned "null"'});
+			             AND status = 'delayed' AND detail = 'submit function failed: canceling statement due to statement timeout'});
 		}),
-	'statement: the submit function asleep past the timeout is cancelled and its batch (z0-b1) delayed');
+	"statement: the submit function asleep past the timeout is cancelled and its batch (z0-b1) delayed (detail 'submit function failed: canceling statement due to statement timeout')");
 
 # While the worker is inside the target function, the function cannot be
 # dropped: the worker holds it (as a DROP FUNCTION locks it) until its step
@@ -1365,8 +1365,8 @@ if (wait_until(20, sub { in_wait($D1, 'PgSleep') }))
 	ok(wait_until(30, sub { backend_gone($D1PID) }),
 		"sigterm: stop_worker ends the worker inside pg_sleep(600) (pid $D1PID gone within 30 s)");
 	ok( sql_is(1, qq{SELECT count(*) FROM w_history WHERE id > $h0 AND batch_id = 'z1-b1' AND status = 'delayed'
-	                 AND detail = 'submit function failed or returned "null"'}),
-		'sigterm: the batch in hand (z1-b1) was reported delayed');
+	                 AND detail = 'submit function failed: canceling statement due to user request'}),
+		"sigterm: the batch in hand (z1-b1) was reported delayed (detail 'submit function failed: canceling statement due to user request')");
 	ok(log_has($mark, qr/gridha worker "sleeper" \(instance \Q$D1\E\) stopped and released its claims/),
 		'sigterm: the stopped worker logged that it released its claims');
 }
@@ -1435,8 +1435,8 @@ $node->start;
 query(q{ROLLBACK PREPARED 'w_gate'});
 
 my $both = sql_is(2, qq{SELECT count(*) FROM w_history WHERE id > $h0 AND batch_id IN ('z1-b1', 'y1-b1') AND status = 'delayed'
-                        AND detail = 'submit function failed or returned "null"'});
-ok($both, 'sigterm: both batches in hand at the fast shutdown (z1-b1, y1-b1) were reported delayed');
+                        AND detail = 'submit function failed: canceling statement due to user request'});
+ok($both, "sigterm: both batches in hand at the fast shutdown (z1-b1, y1-b1) were reported delayed (detail 'submit function failed: canceling statement due to user request')");
 diag_query("SELECT id, batch_id, status, detail, at FROM w_history WHERE id > $h0 ORDER BY id");
 if (!$both)
 {
@@ -1523,10 +1523,12 @@ SELECT gridha.enqueue(s, s || '-b' || b, '\\x02', CASE s WHEN 'ev1' THEN 'evil1'
 
 sub evil_delayed
 {
-	return sql_is(2, qq{SELECT count(DISTINCT batch_id) FROM w_history WHERE id > $h0 AND batch_id IN ('ev1-b2', 'ev2-b2')
-	                    AND status = 'delayed' AND detail = 'submit function failed or returned "null"'});
+	return sql_is(2, qq{SELECT count(DISTINCT batch_id) FROM w_history WHERE id > $h0 AND status = 'delayed'
+	                    AND (batch_id, detail) IN (('ev1-b2', 'submit function failed: permission denied to create role'),
+	                                               ('ev2-b2', 'submit function failed: permission denied for table pg_authid'))});
 }
-ok(wait_until($RW, \&evil_delayed), "role: the redefined functions' batches (ev1-b2, ev2-b2) are delayed");
+ok(wait_until($RW, \&evil_delayed),
+	"role: the redefined functions' batches (ev1-b2, ev2-b2) are delayed, each detail naming its error ('submit function failed: permission denied to create role', '... for table pg_authid')");
 
 ok(log_has($mark, qr/permission denied to create role/) && log_has($mark, qr/permission denied for table pg_authid/),
 	'role: the server log shows both refusals (permission denied to create role / for table pg_authid)');

@@ -22,9 +22,11 @@
 #               overloads of the submit and status functions with one more
 #               defaulted parameter: the target's batches are still
 #               submitted and committed, the overloads never run
-#   utf8        a submit function answers 200 two-byte characters: the
-#               batch's detail holds the answer cut to whole characters
-#               and its row copies out and in again (what pg_restore does)
+#   utf8        a submit function answers 200 two-byte characters, another
+#               raises an error whose message is as long: each batch's
+#               detail holds the answer or the message cut to whole
+#               characters, and the rows copy out and in again (what
+#               pg_restore does)
 #   database    the database owner sets ALTER DATABASE ... SET search_path
 #               to a schema of its own; after a restart a target function
 #               still reads pg_catalog, pg_temp and the planted function
@@ -34,12 +36,14 @@
 #   grant       a target whose submit and status functions had EXECUTE
 #               revoked from PUBLIC and never granted to the worker role:
 #               its first batch is delayed at every attempt (detail
-#               'submit function failed or returned "null"'), the next one
+#               'submit function failed: permission denied for function
+#               tf_priv_sub'), the next one
 #               stays queued, and each attempt logs the permission error;
 #               EXECUTE on the submit function granted, the batch is
-#               submitted once and stays pending while every monitor round
-#               logs the status function's permission error; EXECUTE on
-#               that granted too, both are committed, in order
+#               submitted once and stays pending while the status
+#               function's permission error, in every monitor round, is
+#               logged once (then counted, a line a minute at most); EXECUTE
+#               on that granted too, both are committed, in order
 #   timeout     a target function that catches query_canceled in a loop:
 #               the worker ends within the statement timeout plus its
 #               margin (logged), is started again, and once the function
@@ -213,6 +217,13 @@ RETURNS TABLE (batch_id text, status text) LANGUAGE sql AS \$\$
 -- utf8: an answer that is no word
 CREATE FUNCTION public.tf_utf_sub(service_id text, batch_id text, payload bytea, epoch bigint)
 RETURNS text LANGUAGE sql AS \$\$ SELECT pg_catalog.repeat('é', 200) \$\$;
+-- utf8: an error whose message is as long
+CREATE FUNCTION public.tf_utf_err_sub(service_id text, batch_id text, payload bytea, epoch bigint)
+RETURNS text LANGUAGE plpgsql AS \$\$
+BEGIN
+    RAISE EXCEPTION '%', pg_catalog.repeat('é', 200);
+END
+\$\$;
 
 -- timeout, stop, shutdown: swallows every cancel while armed
 CREATE FUNCTION public.tf_stubborn_sub(service_id text, batch_id text, payload bytea, epoch bigint)
@@ -251,6 +262,7 @@ INSERT INTO gridha.targets (target, submit_function) VALUES
     ('helped', 'public.tf_helped_sub(text,text,bytea,bigint)'),
     ('alter', 'public.tf_alter_sub(text,text,bytea,bigint)'),
     ('utf', 'public.tf_utf_sub(text,text,bytea,bigint)'),
+    ('utferr', 'public.tf_utf_err_sub(text,text,bytea,bigint)'),
     ('stubborn', 'public.tf_stubborn_sub(text,text,bytea,bigint)'),
     ('killer', 'public.tf_killer_sub(text,text,bytea,bigint)');
 INSERT INTO gridha.targets (target, submit_function, status_function) VALUES
@@ -304,7 +316,7 @@ sub committed
 sub called
 {
 	my ($batch_id) = @_;
-	return sql_is('t', qq{SELECT status = 'committed' OR detail = 'submit function failed or returned "null"'
+	return sql_is('t', qq{SELECT status = 'committed' OR detail = 'submit function failed: function tf_helper(text) does not exist'
 	                      FROM gridha.batches WHERE batch_id = '$batch_id'});
 }
 
@@ -416,13 +428,23 @@ ok(sql_is('0', q{SELECT count(*) FROM tf_stolen WHERE what LIKE 'ov_%'}), 'overl
 step('utf8');
 
 enqueue('utf', 'u1', 'utf');
-wait_until(20, sub { sql_is('delayed', q{SELECT status FROM gridha.batches WHERE batch_id = 'u1'}) });
-ok( sql_is(
-		't', q{SELECT detail = 'submit function failed or returned "' || repeat('é', 100) || '"'
-		       FROM gridha.batches WHERE batch_id = 'u1'}),
-	'utf8: the detail holds the function\'s answer of 200 two-byte characters cut to 100 whole characters');
+enqueue('utf-err', 'u2', 'utferr');
+# both are delayed at every attempt: the details are read while both are
+# delayed (not handed out again)
+ok( wait_until(
+		20,
+		sub {
+			sql_is(
+				'delayed true|delayed true', q{SELECT string_agg(status || ' ' || coalesce((detail = CASE batch_id
+				                             WHEN 'u1' THEN 'submit function returned "' || repeat('é', 100) || '"'
+				                             ELSE 'submit function failed: ' || repeat('é', 100) END)::text, 'null'),
+				                           '|' ORDER BY batch_id)
+				                           FROM gridha.batches WHERE batch_id IN ('u1', 'u2')});
+		}),
+	'utf8: the detail holds the function\'s answer of 200 two-byte characters cut to 100 whole characters ("submit function returned "...""), or likewise its error\'s message ("submit function failed: ...")'
+) or diag(query(q{SELECT batch_id || ' ' || status || ' ' || coalesce(detail, 'null') FROM gridha.batches WHERE batch_id IN ('u1', 'u2')}));
 my $copy = '';
-my $copied = $node->psql($db, q{COPY (SELECT batch_id, detail FROM gridha.batches WHERE service_id = 'utf') TO STDOUT},
+my $copied = $node->psql($db, q{COPY (SELECT batch_id, detail FROM gridha.batches WHERE service_id IN ('utf', 'utf-err')) TO STDOUT},
 	stdout => \$copy, stderr => \$err) == 0;
 append_to_file("$work/utf.copy", "$copy\n") if $copied;
 ($rc, $out, $err) = run("CREATE TEMP TABLE u (b text, d text);\n\\copy u FROM '$work/utf.copy'\n") if $copied;
@@ -503,7 +525,11 @@ INSERT INTO gridha.targets (target, submit_function, status_function) VALUES
     ('priv', 'public.tf_priv_sub(text,text,bytea,bigint)', 'public.tf_priv_stat(text[])');
 });
 my $sub_denied = 'gridha worker: submit function failed: permission denied for function tf_priv_sub';
-my $stat_denied = 'gridha worker: status function failed: permission denied for function tf_priv_stat';
+# a status function's failure is logged as a failing status URL's is: its
+# first line, then a count at most once a minute (src/monitor.c)
+my $stat_denied = 'gridha worker: target "priv": status function failed: permission denied for function tf_priv_stat';
+my $stat_summary = qr/\Qgridha worker: target "priv": status function failed: \E\d+ times in the last/;
+my $stat_per_round = 'gridha worker: status function failed:';
 
 # count_lines($text, $line): how many lines of $text hold $line
 sub count_lines
@@ -524,10 +550,10 @@ my $pr1_attempts = q{SELECT attempts FROM gridha.batches WHERE batch_id = 'pr1'}
 ok( wait_until(
 		60,
 		sub {
-			sql_is(qq{delayed submit function failed or returned "null"|queued 0||false,false}, $priv_state)
+			sql_is(qq{delayed submit function failed: permission denied for function tf_priv_sub|queued 0||false,false}, $priv_state)
 			  && query($pr1_attempts) >= 3;
 		}),
-	"grant: without EXECUTE on its submit function, batch pr1 is delayed at every attempt (detail 'submit function failed or returned \"null\"'), the next batch pr2 stays queued, the function never ran (got '"
+	"grant: without EXECUTE on its submit function, batch pr1 is delayed at every attempt (detail 'submit function failed: permission denied for function tf_priv_sub'), the next batch pr2 stays queued, the function never ran (got '"
 	  . query($priv_state) . "' after " . query($pr1_attempts) . ' attempts)');
 
 # one line per attempt: the attempts a delayed pr1 had (each call was
@@ -539,6 +565,7 @@ my $a2 = query($pr1_attempts);
 ok($a1 ne '' && $a1 >= 3 && $lines >= $a1 && $lines <= $a2,
 	"grant: each attempt logs '$sub_denied' once ($lines lines, $a1 to $a2 attempts)");
 
+my ($m0, $t0) = (log_size($node->logfile), time());
 $node->safe_psql($db, "GRANT EXECUTE ON FUNCTION public.tf_priv_sub(text, text, bytea, bigint) TO $wrole");
 ok( wait_until(
 		30,
@@ -548,15 +575,22 @@ ok( wait_until(
 	"grant: with EXECUTE on the submit function, pr1 is submitted once and stays pending while its status function cannot be called; pr2 stays queued (got '"
 	  . query($priv_state) . "')");
 
-# one line per monitor round (gridha.monitor_interval 100 ms), no fewer
-my ($m1, $t1) = (log_size($node->logfile), time());
+# monitor rounds every 100 ms (gridha.monitor_interval), each failing: one
+# line since the submit function's GRANT, and no more than the summaries
+# a minute allows (none within a minute); none of the line a round
 sleep 3;
 my ($m2, $t2) = (log_size($node->logfile), time());
-$lines = count_lines(substr(log_since($node->logfile, $m1), 0, $m2 - $m1), $stat_denied);
-my $rounds = int(($t2 - $t1) / 0.1) + 2;
-ok($lines >= 3 && $lines <= $rounds && sql_is(qq{pending submit function: accepted|queued 0|pr1|true,false}, $priv_state),
-	sprintf("grant: every monitor round logs '%s' once, and pr1 stays pending (%d lines in %.1f s; at most %d rounds)",
-		$stat_denied, $lines, $t2 - $t1, $rounds));
+my $since = substr(log_since($node->logfile, $m0), 0, $m2 - $m0);
+$lines = count_lines($since, $stat_denied);
+my $summaries = scalar(() = $since =~ /$stat_summary/g);
+my $per_round = count_lines($since, $stat_per_round);
+my $allowed = int(($t2 - $t0) / 60);
+ok( $lines == 1
+	  && $summaries <= $allowed
+	  && $per_round == 0
+	  && sql_is(qq{pending submit function: accepted|queued 0|pr1|true,false}, $priv_state),
+	sprintf("grant: the status function's failure in every monitor round is logged once ('%s'), then counted at most once a minute, and pr1 stays pending (%d such lines, %d summaries (at most %d), %d lines of a round's own in %.1f s)",
+		$stat_denied, $lines, $summaries, $allowed, $per_round, $t2 - $t0));
 
 $node->safe_psql($db, "GRANT EXECUTE ON FUNCTION public.tf_priv_stat(text[]) TO $wrole");
 my $priv_done = q{SELECT string_agg(batch_id || ' ' || status, ',' ORDER BY seq)

@@ -134,6 +134,9 @@ CREATE EXTENSION gridha;
 CREATE ROLE gridha_test_worker LOGIN IN ROLE gridha_submitter;
 GRANT SELECT (service_id, claimant) ON gridha.service_claims TO gridha_test_worker;
 GRANT SELECT (service_id, batch_id, instance_id, epoch) ON gridha.batches TO gridha_test_worker;
+-- some of them enqueue (gridha.enqueue), as a producer: the bash suite's
+-- worker role had that right through gridha_client
+GRANT gridha_producer TO gridha_test_worker;
 });
 
 $node->append_conf('postgresql.conf', qq{

@@ -29,6 +29,11 @@ our @EXPORT = qw(gridha_repo wait_until log_size log_since start_ledger
 
 my @ledgers;
 
+# A test stopped by a signal (test/run.sh's time limit, ^C) dies instead,
+# so that the END blocks run: the framework stops the test's clusters and
+# stop_ledgers() its ledgers, and nothing is left running.
+$SIG{TERM} = $SIG{INT} = $SIG{HUP} = sub { die "stopped by signal $_[0]\n"; };
+
 # gridha_repo(): the repository's root (test/t/lib is three levels down).
 sub gridha_repo
 {
