@@ -2009,15 +2009,3 @@ GRANT EXECUTE ON FUNCTION gridha_internal.rate_wait_ms(uuid) TO gridha_submitter
 -- marked until the whole list is dead, and every hand-out visited it again
 -- (existing lists split as their entries go).
 ALTER INDEX gridha.service_claims_claimant_ready SET (deduplicate_items = off);
-
--- --- issue 41.1: cheaper cycle on 15 ---
--- The hot path's functions pin search_path = pg_catalog, gridha, pg_temp
--- in C, when a call first runs a statement or fires a user's trigger
--- (src/rows.c), instead of with a SET clause applied and undone on every
--- call.
-ALTER FUNCTION gridha.next_batch(uuid) RESET search_path;
-ALTER FUNCTION gridha.next_batches(uuid, integer) RESET search_path;
-ALTER FUNCTION gridha.report_submission(uuid, text, text, bigint, text, text) RESET search_path;
-ALTER FUNCTION gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text) RESET search_path;
-ALTER FUNCTION gridha.report_status(uuid, text, text, bigint, text, text) RESET search_path;
-ALTER FUNCTION gridha.report_status(uuid, text, text, bigint, gridha.ledger_status, text) RESET search_path;

@@ -802,15 +802,11 @@ $$;
 COMMENT ON FUNCTION gridha.claimed_batches(uuid, integer) IS
 'read-only: the head batch of each service this instance holds, submittable ones first, with the claim''s epoch';
 
--- next_batch, next_batches, report_submission and report_status (both
--- forms of each) pin search_path = pg_catalog, gridha, pg_temp in C, when
--- a call first runs a statement or fires a user's trigger, rather than
--- with a SET clause, which would apply and undo the setting on every call
--- (src/rows.c, "The search path of the hot path's calls").
 CREATE FUNCTION gridha.next_batch(instance_id uuid)
 RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempts integer)
 AS 'MODULE_PATHNAME', 'gridha_next_batch'
-LANGUAGE C VOLATILE SECURITY DEFINER ROWS 1;
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 1
+SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.next_batch(uuid) IS
 'the queuer cycle: renews and acquires claims when due, hands out the submittable head that has waited longest among this instance''s services and marks it submitting; 0 or 1 row; attempts counts its hand-outs, this one included';
@@ -818,7 +814,8 @@ COMMENT ON FUNCTION gridha.next_batch(uuid) IS
 CREATE FUNCTION gridha.next_batches(instance_id uuid, max_batches integer DEFAULT 100)
 RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempts integer)
 AS 'MODULE_PATHNAME', 'gridha_next_batches'
-LANGUAGE C VOLATILE SECURITY DEFINER ROWS 10;
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 10
+SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.next_batches(uuid, integer) IS
 'like next_batch, up to max_batches batches of distinct services';
@@ -850,7 +847,8 @@ CREATE FUNCTION gridha.report_submission(instance_id uuid, service_id text, batc
                                          outcome text, detail text DEFAULT NULL)
 RETURNS gridha.batch_status
 AS 'MODULE_PATHNAME', 'gridha_report_submission'
-LANGUAGE C VOLATILE SECURITY DEFINER;
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.report_submission(uuid, text, text, bigint, text, text) IS
 'deprecated since 1.3 (use report_submission(uuid, text, text, bigint, gridha.submission_outcome, text)): records the result of submitting a batch: accepted -> pending, delayed -> delayed with backoff, rejected -> invalid; refused for a stale epoch';
@@ -883,7 +881,8 @@ CREATE FUNCTION gridha.report_status(instance_id uuid, service_id text, batch_id
                                      status text, detail text DEFAULT NULL)
 RETURNS gridha.batch_status
 AS 'MODULE_PATHNAME', 'gridha_report_status'
-LANGUAGE C VOLATILE SECURITY DEFINER;
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, text, text) IS
 'deprecated since 1.3 (use report_status(uuid, text, text, bigint, gridha.ledger_status, text)): records what the ledger says of an in-flight batch, the status as text: pending, valid, committed, invalid or unknown (any case), with an optional detail stored on the batch; refused for a stale epoch';
@@ -2675,7 +2674,8 @@ CREATE FUNCTION gridha.report_submission(instance_id uuid, service_id text, batc
                                          outcome gridha.submission_outcome, detail text DEFAULT NULL)
 RETURNS gridha.batch_status
 AS 'MODULE_PATHNAME', 'gridha_report_submission_enum'
-LANGUAGE C VOLATILE SECURITY DEFINER;
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text) IS
 'records the result of submitting a batch, the outcome typed: accepted -> pending, delayed -> delayed with backoff, rejected -> invalid; refused for a stale epoch';
@@ -2684,7 +2684,8 @@ CREATE FUNCTION gridha.report_status(instance_id uuid, service_id text, batch_id
                                      status gridha.ledger_status, detail text DEFAULT NULL)
 RETURNS gridha.batch_status
 AS 'MODULE_PATHNAME', 'gridha_report_status_enum'
-LANGUAGE C VOLATILE SECURITY DEFINER;
+LANGUAGE C VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp;
 
 COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, gridha.ledger_status, text) IS
 'records what the ledger says of an in-flight batch, the status typed: pending, valid, committed, invalid or unknown, with an optional detail stored on the batch; refused for a stale epoch';

@@ -858,29 +858,6 @@ queue_next(FunctionCallInfo fcinfo, Datum instance_id, int32 max_batches)
 	SPI_finish();
 }
 
-/*
- * queue_next_pinned: queue_next in a search path scope of its own (the SQL
- * functions pin their path in C, see rows.c).
- */
-static void
-queue_next_pinned(FunctionCallInfo fcinfo, Datum instance_id, int32 max_batches)
-{
-	GridhaPathScope saved;
-
-	gridha_path_begin(&saved);
-	PG_TRY();
-	{
-		queue_next(fcinfo, instance_id, max_batches);
-	}
-	PG_CATCH();
-	{
-		gridha_path_abandon(&saved);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	gridha_path_end(&saved);
-}
-
 PG_FUNCTION_INFO_V1(gridha_next_batch);
 
 /*
@@ -889,7 +866,7 @@ PG_FUNCTION_INFO_V1(gridha_next_batch);
 Datum
 gridha_next_batch(PG_FUNCTION_ARGS)
 {
-	queue_next_pinned(fcinfo, gridha_arg_uuid(fcinfo, 0, "instance_id"), 1);
+	queue_next(fcinfo, gridha_arg_uuid(fcinfo, 0, "instance_id"), 1);
 	return (Datum) 0;
 }
 
@@ -904,7 +881,7 @@ gridha_next_batches(PG_FUNCTION_ARGS)
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
 	int32		max_batches = gridha_arg_count(fcinfo, 1, "max_batches");
 
-	queue_next_pinned(fcinfo, instance_id, max_batches);
+	queue_next(fcinfo, instance_id, max_batches);
 	return (Datum) 0;
 }
 

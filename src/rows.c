@@ -69,7 +69,6 @@
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -1443,42 +1442,6 @@ gridha_rows_get(GridhaRows *rows, GridhaTable table, int attno, bool *isnull)
 }
 
 /*
- * rows_user_triggers_fire: whether an UPDATE writing the columns updated
- * may fire a row trigger of td that runs a user's code, BEFORE (before) or
- * AFTER: its UPDATE OF list is empty or names one of them. Enabled or not,
- * and whatever its WHEN says: the question is only whether the call must
- * pin its search path first (gridha_path_pin). batches_final is not in a
- * writer's descriptor (rows_take_guard); PostgreSQL's own foreign key
- * triggers run SQL whose every name is qualified, and need no pin.
- */
-static bool
-rows_user_triggers_fire(TriggerDesc *td, bool before, Bitmapset *updated)
-{
-	int			i,
-				j;
-
-	if (td == NULL)
-		return false;
-	for (i = 0; i < td->numtriggers; i++)
-	{
-		Trigger    *t = &td->triggers[i];
-
-		if (!TRIGGER_TYPE_MATCHES(t->tgtype, TRIGGER_TYPE_ROW,
-								  before ? TRIGGER_TYPE_BEFORE : TRIGGER_TYPE_AFTER,
-								  TRIGGER_TYPE_UPDATE))
-			continue;
-		if (RI_FKey_trigger_type(t->tgfoid) != RI_TRIGGER_NONE)
-			continue;
-		if (t->tgnattr == 0)
-			return true;
-		for (j = 0; j < t->tgnattr; j++)
-			if (bms_is_member(t->tgattr[j] - FirstLowInvalidHeapAttributeNumber, updated))
-				return true;
-	}
-	return false;
-}
-
-/*
  * gridha_rows_update: writes a new version of the table's current row:
  * its columns, with cols replaced. Indexes and NOT NULL apply, and the
  * table's AFTER UPDATE row triggers fire at gridha_rows_end.
@@ -1549,8 +1512,6 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 				return GRIDHA_ROW_DELETED;
 		}
 		tid = r->row->tts_tid;
-		if (rows_user_triggers_fire(r->rri->ri_TrigDesc, true, updated))
-			gridha_path_pin();
 		if (!ExecBRUpdateTriggers_compat(estate, &rows->epq, r->rri, &tid, NULL, r->next, NULL, &tmfd))
 			return GRIDHA_ROW_SKIPPED_BY_TRIGGER;
 	}
@@ -1600,9 +1561,6 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 		recheck = ExecInsertIndexTuples_compat(r->rri, r->next, estate, true, false, NULL, NIL,
 												update_indexes == TU_Summarizing);
 	ExecARUpdateTriggers(estate, r->rri, NULL, NULL, &tid, NULL, r->next, recheck, NULL, false);
-	if (!rows->user_after_rows &&
-		rows_user_triggers_fire(r->rri->ri_TrigDesc, false, updated))
-		rows->user_after_rows = true;
 	list_free(recheck);
 	rows_memo_note(r->rel, table, r->next);
 	return GRIDHA_ROW_UPDATED;
@@ -1633,8 +1591,6 @@ gridha_rows_end(GridhaRows *rows)
 
 	if (rows->write)
 	{
-		if (rows->user_after_rows)
-			gridha_path_pin();
 		AfterTriggerEndQuery(rows->estate);
 		for (i = 0; i < GRIDHA_NTABLES; i++)
 			if (rows->rels[i].indexes_open)
@@ -1659,87 +1615,4 @@ gridha_rows_end(GridhaRows *rows)
 	PopActiveSnapshot();
 	if (rows->write)
 		CommandCounterIncrement();
-}
-
-/*
- * The search path of the hot path's calls.
- *
- * next_batch, next_batches, report_submission and report_status run as
- * their owner, with search_path = pg_catalog, gridha, pg_temp as every
- * function of the extension, but they set it here rather than with the
- * install script's SET clause. A SET clause applies the setting on every
- * call and undoes it on return: on PostgreSQL 15, with the path parsed
- * again on the way in, every setting walked on the way out, and the
- * caller's path looked up again by its next statement, that cost about
- * 10,000 instructions a call, a tenth of a cycle, and most calls resolve
- * no name at all: they read and write their rows in C (this file).
- *
- * So a call begins a scope (gridha_path_begin) and pins the path at the
- * first thing in it that may resolve a name by the path
- * (gridha_path_pin): a statement run through SPI (gridha_exec), a user's
- * trigger about to fire on a row this file writes. The pin is what the
- * SET clause did (a GUC nest level of its own, the setting saved in it),
- * made later; gridha_path_end undoes it when the call returns, and an
- * error's (sub)transaction abort undoes it as it undid the SET clause's.
- * A pin made inside a subtransaction the call began (the maintenance duty
- * a hand-out may run) is that subtransaction's: its end undoes it, and
- * the next pin of the call pins again. Outside such a scope (a worker,
- * which pins its own path) gridha_path_pin does nothing; under 1.2's
- * install script, whose functions keep their SET clause, it sets the same
- * path again.
- */
-static GridhaPathScope path_scope;
-
-/*
- * gridha_path_begin: a call begins: saved keeps the scope it runs in (a
- * user's trigger may call gridha inside a gridha call), for
- * gridha_path_end or gridha_path_abandon.
- */
-void
-gridha_path_begin(GridhaPathScope *saved)
-{
-	*saved = path_scope;
-	path_scope.active = true;
-	path_scope.nest_level = 0;
-	path_scope.subxid = GetCurrentSubTransactionId();
-}
-
-/*
- * gridha_path_pin: pins the call's search path, unless it is pinned or no
- * such call is running.
- */
-void
-gridha_path_pin(void)
-{
-	int			level;
-
-	if (!path_scope.active || path_scope.nest_level != 0)
-		return;
-	level = NewGUCNestLevel();
-	(void) set_config_option("search_path", GRIDHA_CALL_SEARCH_PATH, PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	if (GetCurrentSubTransactionId() == path_scope.subxid)
-		path_scope.nest_level = level;
-}
-
-/*
- * gridha_path_end: the call returns: its pin, if it made one, is undone,
- * and the scope it ran in is back.
- */
-void
-gridha_path_end(const GridhaPathScope *saved)
-{
-	if (path_scope.nest_level != 0)
-		AtEOXact_GUC(true, path_scope.nest_level);
-	path_scope = *saved;
-}
-
-/*
- * gridha_path_abandon: the call ends in an error: the abort of the
- * (sub)transaction undoes its pin; only the scope it ran in is back.
- */
-void
-gridha_path_abandon(const GridhaPathScope *saved)
-{
-	path_scope = *saved;
 }

@@ -121,7 +121,6 @@ typedef struct GridhaRows
 	Snapshot	snapshot;
 	EState	   *estate;
 	EPQState	epq;
-	bool		user_after_rows;	/* a user's AFTER row trigger may fire */
 	GridhaRowsRel rels[GRIDHA_NTABLES];
 } GridhaRows;
 
@@ -203,26 +202,5 @@ typedef enum GridhaStatus
 
 extern Datum gridha_status_datum(GridhaStatus status);
 extern GridhaStatus gridha_status_of(Datum value);
-
-/*
- * The search path of a call of the hot path's SQL functions (next_batch,
- * next_batches, report_submission, report_status), which pin it in C
- * rather than with the install script's SET clause: only when something
- * in the call may resolve a name (a statement run through SPI, a user's
- * trigger about to fire), see rows.c.
- */
-#define GRIDHA_CALL_SEARCH_PATH "pg_catalog, gridha, pg_temp"
-
-typedef struct GridhaPathScope
-{
-	bool		active;			/* inside such a call */
-	int			nest_level;		/* the GUC nest level of its pin, 0 none */
-	SubTransactionId subxid;	/* the subtransaction the call began in */
-} GridhaPathScope;
-
-extern void gridha_path_begin(GridhaPathScope *saved);
-extern void gridha_path_pin(void);
-extern void gridha_path_end(const GridhaPathScope *saved);
-extern void gridha_path_abandon(const GridhaPathScope *saved);
 
 #endif							/* GRIDHA_ROWS_H */

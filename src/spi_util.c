@@ -13,7 +13,6 @@
 
 #include "common.h"
 #include "generation.h"
-#include "rows.h"
 #include "spi_util.h"
 #include "tables.h"
 
@@ -54,8 +53,6 @@ gridha_exec(GridhaStatement *stmt, Datum *values, const char *nulls, bool read_o
 	int			rc;
 
 	gridha_require_safe_schema();
-	/* the statement's names are resolved by the pinned path (rows.c) */
-	gridha_path_pin();
 	if (stmt->plan == NULL)
 	{
 		SPIPlanPtr	plan = SPI_prepare_cursor(stmt->sql, stmt->nargs, stmt->argtypes,

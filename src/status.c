@@ -796,31 +796,6 @@ status_report_one(FunctionCallInfo fcinfo, bool is_enum, bool submission)
 }
 
 /*
- * status_report_pinned: status_report_one in a search path scope of its
- * own (the SQL functions pin their path in C, see rows.c).
- */
-static Datum
-status_report_pinned(FunctionCallInfo fcinfo, bool is_enum, bool submission)
-{
-	GridhaPathScope saved;
-	volatile Datum result = (Datum) 0;
-
-	gridha_path_begin(&saved);
-	PG_TRY();
-	{
-		result = status_report_one(fcinfo, is_enum, submission);
-	}
-	PG_CATCH();
-	{
-		gridha_path_abandon(&saved);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	gridha_path_end(&saved);
-	return result;
-}
-
-/*
  * The reports' four C entry points, one per overload of SQL
  * gridha.report_submission and gridha.report_status: the word as text
  * (any case), or as the 1.2 enum gridha.submission_outcome or
@@ -831,7 +806,7 @@ status_report_pinned(FunctionCallInfo fcinfo, bool is_enum, bool submission)
 	Datum \
 	name(PG_FUNCTION_ARGS) \
 	{ \
-		return status_report_pinned(fcinfo, is_enum, submission); \
+		return status_report_one(fcinfo, is_enum, submission); \
 	}
 
 STATUS_ENTRY_POINT(gridha_report_submission, false, true)

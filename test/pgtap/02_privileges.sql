@@ -377,21 +377,13 @@ SELECT set_eq(
 -- report, runs no SQL and resolves no name (see the install script); the C
 -- trigger targets_check (1.3) runs no SQL and resolves only the function
 -- names the writer gives, with the writer's search_path, as a regprocedure
--- cast in the writer's statement did. Neither is SECURITY DEFINER. And the
--- hot path's C functions (1.3, issue 41) pin the same path in C, when a
--- call first runs a statement or fires a user's trigger (24_call_search_path
--- tests what they run under a caller's path).
+-- cast in the writer's statement did. Neither is SECURITY DEFINER.
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY p.oid::regprocedure::text)
              FROM pg_proc p
             WHERE p.pronamespace IN ('gridha'::regnamespace, 'gridha_internal'::regnamespace)
               AND NOT coalesce('search_path=pg_catalog, gridha, pg_temp' = ANY (p.proconfig), false)),
-          ARRAY['gridha.next_batch(uuid)', 'gridha.next_batches(uuid,integer)',
-                'gridha.report_status(uuid,text,text,bigint,gridha.ledger_status,text)',
-                'gridha.report_status(uuid,text,text,bigint,text,text)',
-                'gridha.report_submission(uuid,text,text,bigint,gridha.submission_outcome,text)',
-                'gridha.report_submission(uuid,text,text,bigint,text,text)',
-                'gridha_internal.batches_guard_final()', 'gridha_internal.targets_check()'],
-          'every function in schemas gridha and gridha_internal but the C triggers batches_guard_final and targets_check and the hot path''s C functions (which pin it in C) pins search_path = pg_catalog, gridha, pg_temp');
+          ARRAY['gridha_internal.batches_guard_final()', 'gridha_internal.targets_check()'],
+          'every function in schemas gridha and gridha_internal but the C triggers batches_guard_final and targets_check pins search_path = pg_catalog, gridha, pg_temp');
 
 SELECT ok((SELECT l.lanname = 'c' AND NOT p.prosecdef AND p.prorettype = 'trigger'::regtype
                   AND p.proconfig IS NULL
@@ -406,15 +398,11 @@ SELECT ok((SELECT l.lanname = 'c' AND NOT p.prosecdef AND p.prorettype = 'trigge
           'gridha_internal.batches_guard_final is a C trigger function, not SECURITY DEFINER, without SET');
 
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
-             FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+             FROM pg_proc p
             WHERE p.pronamespace IN ('gridha'::regnamespace, 'gridha_internal'::regnamespace) AND p.prosecdef
-              AND NOT coalesce('search_path=pg_catalog, gridha, pg_temp' = ANY (p.proconfig), false)
-              AND NOT (l.lanname = 'c' AND p.proconfig IS NULL
-                       AND p.prosrc IN ('gridha_next_batch', 'gridha_next_batches',
-                                        'gridha_report_submission', 'gridha_report_submission_enum',
-                                        'gridha_report_status', 'gridha_report_status_enum'))),
+              AND NOT coalesce('search_path=pg_catalog, gridha, pg_temp' = ANY (p.proconfig), false)),
           NULL,
-          'no SECURITY DEFINER function of gridha runs with a caller-controlled search_path (the hot path''s C functions pin it in C)');
+          'no SECURITY DEFINER function of gridha runs with a caller-controlled search_path');
 
 -- The API runs as its owner (callers need no table rights); so does the
 -- enqueue trigger, through which a producer's INSERT writes service_claims.
