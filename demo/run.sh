@@ -538,7 +538,7 @@ EOF
 	handed=$(grep -c '"event":"handout"' "$GRIDHA_TEST_DIR/client.log" 2>/dev/null) || true
 	printf '  %-18s %s batches handed out to it and submitted (SQL API 1.2)\n' "$CLIENT_LABEL" "${handed:-0}"
 	say "  gridha.instance_health:"
-	demo_psql -F ' ' -c "SELECT '    ' || rpad(label, 10), rpad(kind, 9), health, 'claims ' || claims
+	demo_psql -F ' ' -c "SELECT '    ' || rpad(label, 10), rpad(kind, 9), health, 'claims ' || claims_held
 	                     FROM gridha.instance_health ORDER BY kind DESC, label"
 	say
 	if [ "$lost" -eq 0 ] && [ "$violations" = 0 ]; then
