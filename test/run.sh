@@ -721,8 +721,11 @@ main() {
 	gridha_fix_owner "$GRIDHA_LOG_DIR"
 	want isolation && run_isolation
 	want pgtap && run_pgtap
-	run_suites
+	# test/t before the suites: 80_dist and 81_deb install a release build
+	# of gridha into the run's PostgreSQL, as a user would, and every test/t
+	# file must run on the test build (the lock-order checker, the hooks)
 	run_framework_tests
+	run_suites
 	check_server_log
 	if [ -z "${GRIDHA_ONLY:-}" ]; then
 		check_totals
