@@ -465,6 +465,21 @@ run_pgtap() {
 	record pgtap "$tp" "$tf" "$ts" "${#files[@]} files$([ "$bad" -gt 0 ] && echo ", $bad failed")"
 }
 
+# check_only: every word of GRIDHA_ONLY names a part, or the run stops
+# before it builds (a word that named nothing ran nothing and passed).
+check_only() {
+	local w f known=" regress isolation pgtap "
+	for f in test/suites/*.sh test/t/*.pl; do
+		[ -f "$f" ] && known+="$(basename "${f%.*}") "
+	done
+	for w in ${GRIDHA_ONLY:-}; do
+		if [[ "$known" != *" $w "* ]]; then
+			echo "GRIDHA_ONLY: '$w' names no part; the parts are:$known" >&2
+			exit 2
+		fi
+	done
+}
+
 # want PART: true when GRIDHA_ONLY is unset or names PART.
 want() {
 	[ -z "${GRIDHA_ONLY:-}" ] || [[ " $GRIDHA_ONLY " == *" $1 "* ]]
@@ -702,6 +717,7 @@ main() {
 		update_totals
 		return
 	fi
+	check_only
 	install_prerequisites
 	check_postgres
 	build
