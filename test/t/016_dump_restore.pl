@@ -174,10 +174,7 @@ $restored->append_conf('postgresql.conf', $base_conf);
 # after an error
 sub query
 {
-	my ($node, $db, $sql) = @_;
-	my ($out, $err);
-	my $rc = $node->psql($db, $sql, stdout => \$out, stderr => \$err);
-	return $rc == 0 ? $out : '';
+	return psql_value(@_);
 }
 
 # check_is($node, $expected, $what, $sql): one test of a query in $DB

@@ -103,10 +103,7 @@ my $logfile = $node->logfile;
 # query($sql): what psql printed in $db, '' after an error
 sub query
 {
-	my ($sql) = @_;
-	my ($out, $err) = ('', '');
-	my $rc = $node->psql($db, $sql, stdout => \$out, stderr => \$err);
-	return $rc == 0 ? $out : '';
+	return psql_value($node, $db, $_[0]);
 }
 
 # sql_is($expected, $sql): the query's output is exactly $expected

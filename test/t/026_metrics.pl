@@ -127,10 +127,7 @@ push @procs, IPC::Run::start(
 # query($sql): what psql printed, '' after an error
 sub query
 {
-	my ($sql) = @_;
-	my ($out, $err) = ('', '');
-	my $rc = $node->psql($db, $sql, stdout => \$out, stderr => \$err);
-	return $rc == 0 ? $out : '';
+	return psql_value($node, $db, $_[0]);
 }
 
 sub committed

@@ -71,10 +71,7 @@ full_page_writes = off
 # sqlv($sql): what psql printed, '' after an error
 sub sqlv
 {
-	my ($sql) = @_;
-	my ($out, $err) = ('', '');
-	my $rc = $node->psql($db, $sql, stdout => \$out, stderr => \$err);
-	return $rc == 0 ? $out : '';
+	return psql_value($node, $db, $_[0]);
 }
 
 my $ledger = start_ledger($work, '--commit-delay', '0.1', '--max-lifetime', $duration + 600);

@@ -170,6 +170,21 @@ sub log_lines_matching
 	return scalar(grep { /$re/ } split /\n/, log_since($file, $offset));
 }
 
+# --- the worker databases of 020_workers, 021_worker_race, 023_worker_churn,
+# 024_security, 025_ledger_adapt, 026_metrics, 028_target_functions,
+# 029_ledger_answers, 041_ratelimit_soak, 042_scale_soak, 060_fuzz ---------
+push @EXPORT, qw(psql_value);
+
+# psql_value($node, $db, $sql): what psql printed in $db (unaligned, tuples
+# only), '' after an error.
+sub psql_value
+{
+	my ($node, $db, $sql) = @_;
+	my ($out, $err) = ('', '');
+	my $rc = $node->psql($db, $sql, stdout => \$out, stderr => \$err);
+	return $rc == 0 ? $out : '';
+}
+
 END
 {
 	local $?;
