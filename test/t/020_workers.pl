@@ -194,11 +194,7 @@ END
 # ---------------------------------------------------------------------------
 # the database, the restart with workers
 
-$node->safe_psql('postgres', "CREATE DATABASE $db");
-$node->safe_psql($db, qq{
-CREATE EXTENSION gridha;
-CREATE ROLE gridha_test_worker LOGIN IN ROLE gridha_submitter;
-
+worker_database($node, $db, qq{
 UPDATE gridha.targets
    SET submit_url = '$led/batches/{service_id}/{batch_id}',
        status_url = '$led/batch_statuses?id={batch_ids}'

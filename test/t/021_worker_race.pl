@@ -35,11 +35,8 @@ my $db = 'gridha_race_test';
 
 my $node = gridha_node('race');
 
-$node->safe_psql('postgres', "CREATE DATABASE $db");
-$node->safe_psql($db, q{
-CREATE EXTENSION gridha;
--- workers call target functions only as a role that is not a superuser
-CREATE ROLE gridha_test_worker LOGIN IN ROLE gridha_submitter;
+# workers call target functions only as a role that is not a superuser
+worker_database($node, $db, q{
 CREATE FUNCTION race_submit(service_id text, batch_id text, payload bytea, epoch bigint)
 RETURNS text LANGUAGE sql AS $$ SELECT 'accepted' $$;
 UPDATE gridha.targets SET submit_function = 'race_submit(text,text,bytea,bigint)'

@@ -58,11 +58,7 @@ my $node = gridha_node('adapt');
 
 my $ledger = start_ledger($work, '--latency', '0.1', '--commit-delay', '0.1', '--max-lifetime', '900');
 my $led = $ledger->{url};
-$node->safe_psql('postgres', "CREATE DATABASE $db");
-$node->safe_psql($db, qq{
-CREATE EXTENSION gridha;
-CREATE ROLE gridha_test_worker LOGIN IN ROLE gridha_submitter;
-
+worker_database($node, $db, qq{
 UPDATE gridha.targets
    SET submit_url = '$led/batches/{service_id}/{batch_id}',
        status_url = '$led/batch_statuses?id={batch_ids}'

@@ -83,10 +83,7 @@ my $node = gridha_node('metrics');
 
 # The database: a target function that accepts everything (fire and forget:
 # committed at once), two workers serving it
-$node->safe_psql('postgres', "CREATE DATABASE $db");
-$node->safe_psql($db, q{
-CREATE EXTENSION gridha;
-CREATE ROLE gridha_test_worker LOGIN IN ROLE gridha_submitter;
+worker_database($node, $db, q{
 CREATE FUNCTION m_submit(service_id text, batch_id text, payload bytea, epoch bigint)
 RETURNS text LANGUAGE sql AS $$ SELECT 'accepted' $$;
 GRANT EXECUTE ON FUNCTION m_submit(text, text, bytea, bigint) TO gridha_test_worker;

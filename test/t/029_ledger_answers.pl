@@ -63,10 +63,7 @@ my $node = gridha_node('answers');
 
 my $ledger = start_ledger($work, '--commit-delay', '0.3', '--max-lifetime', '900');
 my $led = $ledger->{url};
-$node->safe_psql('postgres', "CREATE DATABASE $db");
-$node->safe_psql($db, qq{
-CREATE EXTENSION gridha;
-CREATE ROLE gridha_test_worker LOGIN IN ROLE gridha_submitter;
+worker_database($node, $db, qq{
 INSERT INTO gridha.targets (target, submit_url, status_url)
 SELECT t, '$led/batches/{service_id}/{batch_id}', '$led/batch_statuses?id={batch_ids}'
   FROM unnest(ARRAY['omit', 'split', 'retry', 'keepalive', 'words']) AS t;

@@ -270,10 +270,7 @@ check_sql($db, "the view target_rates shows lim's next slot no earlier than now 
 
 # --- a worker sleeps no longer than to the next slot ------------------------
 my $wdb = "${db}_worker";
-$node->safe_psql('postgres', "CREATE DATABASE $wdb");
-$node->safe_psql($wdb, q{
-CREATE EXTENSION gridha;
-CREATE ROLE gridha_test_worker LOGIN IN ROLE gridha_submitter;
+worker_database($node, $wdb, q{
 CREATE FUNCTION public.wsubmit(text, text, bytea, bigint) RETURNS text
 LANGUAGE sql AS $$ SELECT 'accepted' $$;
 INSERT INTO gridha.targets (target, submit_function, rate_interval, rate_burst)

@@ -122,22 +122,18 @@ BEGIN
 END
 $$;
 });
-$node->safe_psql('postgres', "CREATE DATABASE $db");
 # The workers run as a member of gridha_submitter only. Two of the
 # generated submit functions read gridha's tables to misbehave (release the
 # service's claimant's claims, report their own batch): the columns they
 # read are granted here, as a user would, or they would fail with 42501
 # instead of misbehaving.
-$node->safe_psql($db, q{
-SET client_min_messages = warning;
-CREATE EXTENSION gridha;
-CREATE ROLE gridha_test_worker LOGIN IN ROLE gridha_submitter;
+worker_database($node, $db, q{
 GRANT SELECT (service_id, claimant) ON gridha.service_claims TO gridha_test_worker;
 GRANT SELECT (service_id, batch_id, instance_id, epoch) ON gridha.batches TO gridha_test_worker;
 -- some of them enqueue (gridha.enqueue), as a producer: the bash suite's
 -- worker role had that right through gridha_client
 GRANT gridha_producer TO gridha_test_worker;
-});
+}, quiet => 1);
 
 $node->append_conf('postgresql.conf', qq{
 gridha.workers = 2

@@ -173,7 +173,7 @@ sub log_lines_matching
 # --- the worker databases of 020_workers, 021_worker_race, 023_worker_churn,
 # 024_security, 025_ledger_adapt, 026_metrics, 028_target_functions,
 # 029_ledger_answers, 041_ratelimit_soak, 042_scale_soak, 060_fuzz ---------
-push @EXPORT, qw(psql_value);
+push @EXPORT, qw(psql_value worker_database);
 
 # psql_value($node, $db, $sql): what psql printed in $db (unaligned, tuples
 # only), '' after an error.
@@ -183,6 +183,23 @@ sub psql_value
 	my ($out, $err) = ('', '');
 	my $rc = $node->psql($db, $sql, stdout => \$out, stderr => \$err);
 	return $rc == 0 ? $out : '';
+}
+
+# worker_database($node, $db, $sql, quiet => 1): database $db, made anew,
+# with gridha and gridha_test_worker, the LOGIN role the tests' workers run
+# as (a member of gridha_submitter only), then $sql run in it by the same
+# psql call (after SET client_min_messages = warning with quiet). Dies on an
+# error.
+sub worker_database
+{
+	my ($node, $db, $sql, %opt) = @_;
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db,
+		($opt{quiet} ? "\nSET client_min_messages = warning;" : '') . qq{
+CREATE EXTENSION gridha;
+CREATE ROLE gridha_test_worker LOGIN IN ROLE gridha_submitter;
+} . ($sql // ''));
+	return;
 }
 
 END
