@@ -77,10 +77,7 @@ my $work = PostgreSQL::Test::Utils::tempdir;
 my $client_pid;
 
 # The worker settings of this test (see the header).
-my $worker_conf = qq{
-gridha.workers = 2
-gridha.database = '$db'
-gridha.worker_role = 'gridha_test_worker'
+my $worker_conf = worker_conf($db, 2) . q{
 gridha.naptime = '200ms'
 gridha.monitor_interval = '100ms'
 gridha.submit_timeout = '1s'

@@ -45,16 +45,12 @@ SELECT gridha.enqueue('warm', 'warm-b1', '\x00');
 });
 
 # one worker serving the database, renewing and polling often
-$node->append_conf('postgresql.conf', qq{
-gridha.workers = 1
-gridha.database = '$db'
-gridha.worker_role = 'gridha_test_worker'
+restart_with_workers($node, $db, 1, q{
 gridha.balance_claims = off
 gridha.renew_interval = '1s'
 gridha.naptime = '100ms'
 gridha.monitor_interval = '100ms'
 });
-$node->restart;
 
 sub committed
 {

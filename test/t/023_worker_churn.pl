@@ -52,17 +52,13 @@ UPDATE gridha.targets SET submit_url = '$led/batches/{service_id}/{batch_id}',
  WHERE target = 'default';
 });
 
-$node->append_conf('postgresql.conf', qq{
-gridha.workers = 3
-gridha.database = '$db'
-gridha.worker_role = 'gridha_test_worker'
+restart_with_workers($node, $db, 3, q{
 gridha.naptime = '50ms'
 gridha.monitor_interval = '200ms'
 gridha.renew_interval = '1s'
 gridha.soft_expiry = '5s'
 gridha.hard_expiry = '10s'
 });
-$node->restart;
 
 # query($sql): what psql printed, '' after an error
 sub query

@@ -130,14 +130,10 @@ INSERT INTO gridha.targets (target, submit_url, status_url) VALUES
 });
 
 my $mark = log_size($node->logfile);
-$node->append_conf('postgresql.conf', qq{
-gridha.workers = 1
-gridha.database = '$db'
+restart_with_workers($node, $db, 1, q{
 gridha.naptime = '100ms'
 gridha.monitor_interval = '100ms'
-gridha.worker_role = '$su'
-});
-$node->restart;
+}, $su);
 $node->safe_psql($db, q{
 SELECT gridha.enqueue('f1', 'f1-b' || n, '\x01', 'fn') FROM generate_series(1, 2) n;
 SELECT gridha.enqueue('u1', 'u1-b1', '\x01', 'ledger');

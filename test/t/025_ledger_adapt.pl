@@ -70,10 +70,7 @@ CREATE FUNCTION adapt_limits(OUT instance_id uuid, OUT target text, OUT in_fligh
 RETURNS SETOF record LANGUAGE c AS '\$libdir/gridha', 'gridha_worker_limits';
 });
 
-$node->append_conf('postgresql.conf', qq{
-gridha.workers = 1
-gridha.database = '$db'
-gridha.worker_role = 'gridha_test_worker'
+restart_with_workers($node, $db, 1, q{
 gridha.naptime = '200ms'
 gridha.monitor_interval = '100ms'
 gridha.submit_timeout = '10s'
@@ -82,7 +79,6 @@ gridha.soft_expiry = '6s'
 gridha.hard_expiry = '20s'
 gridha.renew_interval = '1s'
 });
-$node->restart;
 
 # query($sql): what psql printed, '' after an error
 sub query

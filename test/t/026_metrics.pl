@@ -108,14 +108,10 @@ BEGIN
 END
 $$;
 });
-$node->append_conf('postgresql.conf', qq{
-gridha.workers = 2
-gridha.database = '$db'
-gridha.worker_role = 'gridha_test_worker'
+restart_with_workers($node, $db, 2, q{
 gridha.naptime = '100ms'
 gridha.monitor_interval = '100ms'
 });
-$node->restart;
 
 push @procs, IPC::Run::start(
 	[ 'psql', '-X', '-q', '-d', $node->connstr($db), '-c', 'CALL m_load(5000)' ],

@@ -273,10 +273,7 @@ INSERT INTO gridha.targets (target, submit_url, request_headers) VALUES
 });
 
 # one static worker serving $db as $wrole
-$node->append_conf('postgresql.conf', qq{
-gridha.workers = 1
-gridha.database = '$db'
-gridha.worker_role = '$wrole'
+restart_with_workers($node, $db, 1, q{
 gridha.balance_claims = off
 gridha.naptime = '100ms'
 gridha.monitor_interval = '100ms'
@@ -284,8 +281,7 @@ gridha.renew_interval = '1s'
 gridha.soft_expiry = '10s'
 gridha.hard_expiry = '30s'
 gridha.worker_statement_timeout = '2s'
-});
-$node->restart;
+}, $wrole);
 
 # worker_up: a worker runs as $wrole and has registered its instance
 sub worker_up

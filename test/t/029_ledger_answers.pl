@@ -69,10 +69,7 @@ SELECT t, '$led/batches/{service_id}/{batch_id}', '$led/batch_statuses?id={batch
   FROM unnest(ARRAY['omit', 'split', 'retry', 'keepalive', 'words']) AS t;
 });
 
-$node->append_conf('postgresql.conf', qq{
-gridha.workers = 1
-gridha.database = '$db'
-gridha.worker_role = 'gridha_test_worker'
+restart_with_workers($node, $db, 1, q{
 gridha.naptime = '100ms'
 gridha.monitor_interval = '100ms'
 gridha.submit_timeout = '5s'
@@ -81,7 +78,6 @@ gridha.soft_expiry = '6s'
 gridha.hard_expiry = '20s'
 gridha.renew_interval = '1s'
 });
-$node->restart;
 
 # query($sql): what psql printed, '' after an error
 sub query

@@ -276,14 +276,10 @@ LANGUAGE sql AS $$ SELECT 'accepted' $$;
 INSERT INTO gridha.targets (target, submit_function, rate_interval, rate_burst)
 VALUES ('wlim', 'public.wsubmit(text,text,bytea,bigint)', '1 s', 1);
 });
-$node->append_conf('postgresql.conf', qq{
-gridha.workers = 1
-gridha.database = '$wdb'
-gridha.worker_role = 'gridha_test_worker'
+restart_with_workers($node, $wdb, 1, q{
 gridha.naptime = '60s'
 gridha.monitor_interval = '60s'
 });
-$node->restart;
 $node->safe_psql($wdb, q{SELECT gridha.enqueue('w', 'w' || i, '\x00', 'wlim') FROM generate_series(1, 3) AS i});
 wait_until(20,
 	sub { $node->safe_psql($wdb, "SELECT count(*) FROM gridha.batches WHERE status = 'committed'") eq '3' });

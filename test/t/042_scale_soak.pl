@@ -126,10 +126,7 @@ is(sqlv("SELECT count(*) || '|' || count(*) FILTER (WHERE status = 'committed') 
 	"$idle|$idle",
 	"setup: $idle idle services, each with one batch committed through the API (" . (time() - $t0) . ' s)');
 
-$node->append_conf('postgresql.conf', qq{
-gridha.workers = 3
-gridha.database = '$db'
-gridha.worker_role = 'gridha_test_worker'
+restart_with_workers($node, $db, 3, qq{
 gridha.naptime = '200ms'
 gridha.monitor_interval = '200ms'
 gridha.submit_timeout = '5s'
@@ -141,7 +138,6 @@ gridha.maintenance_interval = '2s'
 autovacuum = on
 autovacuum_naptime = '5s'
 });
-$node->restart;
 
 # the producer's services exist before the workers settle their shares
 $node->safe_psql($db, qq{

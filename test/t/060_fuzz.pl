@@ -135,10 +135,7 @@ GRANT SELECT (service_id, batch_id, instance_id, epoch) ON gridha.batches TO gri
 GRANT gridha_producer TO gridha_test_worker;
 }, quiet => 1);
 
-$node->append_conf('postgresql.conf', qq{
-gridha.workers = 2
-gridha.database = '$db'
-gridha.worker_role = 'gridha_test_worker'
+restart_with_workers($node, $db, 2, q{
 gridha.naptime = '100ms'
 gridha.monitor_interval = '100ms'
 gridha.submit_timeout = '2s'
@@ -149,7 +146,6 @@ log_error_verbosity = verbose
 log_min_error_statement = panic
 synchronous_commit = on
 });
-$node->restart;
 
 ok( wait_until(
 		30,

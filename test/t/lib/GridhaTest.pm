@@ -173,7 +173,7 @@ sub log_lines_matching
 # --- the worker databases of 020_workers, 021_worker_race, 023_worker_churn,
 # 024_security, 025_ledger_adapt, 026_metrics, 028_target_functions,
 # 029_ledger_answers, 041_ratelimit_soak, 042_scale_soak, 060_fuzz ---------
-push @EXPORT, qw(psql_value worker_database);
+push @EXPORT, qw(psql_value worker_database worker_conf restart_with_workers);
 
 # psql_value($node, $db, $sql): what psql printed in $db (unaligned, tuples
 # only), '' after an error.
@@ -199,6 +199,30 @@ sub worker_database
 CREATE EXTENSION gridha;
 CREATE ROLE gridha_test_worker LOGIN IN ROLE gridha_submitter;
 } . ($sql // ''));
+	return;
+}
+
+# worker_conf($db, $workers, $role): the postgresql.conf lines for $workers
+# static workers serving $db as $role (gridha_test_worker unless given).
+sub worker_conf
+{
+	my ($db, $workers, $role) = @_;
+	$role //= 'gridha_test_worker';
+	return qq{
+gridha.workers = $workers
+gridha.database = '$db'
+gridha.worker_role = '$role'
+};
+}
+
+# restart_with_workers($node, $db, $workers, $conf, $role): $node restarted
+# with worker_conf($db, $workers, $role) and then $conf (more
+# postgresql.conf lines) appended to its configuration.
+sub restart_with_workers
+{
+	my ($node, $db, $workers, $conf, $role) = @_;
+	$node->append_conf('postgresql.conf', worker_conf($db, $workers, $role) . ($conf // ''));
+	$node->restart;
 	return;
 }
 
