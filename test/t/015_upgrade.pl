@@ -548,8 +548,7 @@ VALUES ('ledger', '$LEDGER/batches/{service_id}/{batch_id}', '$LEDGER/batch_stat
 $pg->safe_psql('postgres', "GRANT pg_read_all_data TO $WORKER_ROLE");
 restart_with($WORKER_CONF)
   or die "the cluster restarted on the old library with gridha.workers = 2 serving $DB";
-ok( wait_until(30,
-		sub { sql_is($DB, '2', 'SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL') }),
+ok( wait_for_workers($pg, $DB, 2, 30),
 	'1.0 SQL: two background workers registered');
 
 # enqueue_wave($from, $to): batches w$from..w$to of services w-1..w-4 on

@@ -288,12 +288,7 @@ append_to_file("$work/ids-before.txt", "$ids_before\n");
 
 run_conf($live, $live_workers);
 $live->restart;
-ok( wait_until(
-		30,
-		sub {
-			query($live, $DB,
-				'SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL') eq '2';
-		}),
+ok( wait_for_workers($live, $DB, 2, 30),
 	"live: two background workers serve $DB");
 
 # X: its services are created, claimed and their heads handed out in one
@@ -631,12 +626,7 @@ my @lines_before = read_lines($ledger->{log});
 my $mark_drain = scalar(@lines_before);
 run_conf($restored, $workers);
 ok( eval { $restored->restart; 1 }
-	  && wait_until(
-		30,
-		sub {
-			query($restored, $DB,
-				'SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL') eq '2';
-		}),
+	  && wait_for_workers($restored, $DB, 2, 30),
 	'drain: the second cluster restarted with two workers serving the restored database');
 my $workers_at = query($restored, 'postgres', 'SELECT now()');
 

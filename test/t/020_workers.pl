@@ -277,7 +277,7 @@ $node->restart;
 # ---------------------------------------------------------------------------
 # static workers
 
-ok( wait_until(30, sub { sql_is(2, 'SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL') }),
+ok( wait_for_workers($node, $db, 2, 30),
 	'static: gridha.workers shows 2 registered workers');
 note(query('SELECT instance_id, label, pid, state FROM gridha.workers'));
 

@@ -502,7 +502,7 @@ gridha_setup() or BAIL_OUT('the targets and the history trigger are set up');
 
 set_conf();
 $node->restart;
-wait_until(30, sub { sql_is(1, 'SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL') });
+wait_for_workers($node, $DB, 1, 30);
 my $W1 = query('SELECT instance_id FROM gridha.workers');
 my $W1PID = $W1 ne '' ? worker_pid($W1) : '';
 BAIL_OUT('the static worker registered') if $W1 eq '' || $W1PID eq '';

@@ -68,7 +68,7 @@ sub query
 
 sub workers_up
 {
-	my $n = query('SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL');
+	my $n = workers_registered($node, $db);
 	return $n ne '' && $n >= 3;
 }
 ok(wait_until(30, \&workers_up), "churn: three workers serve $db");

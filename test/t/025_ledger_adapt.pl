@@ -86,7 +86,7 @@ sub query
 	return psql_value($node, $db, $_[0]);
 }
 
-wait_until(30, sub { query('SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL') eq '1' })
+wait_for_workers($node, $db, 1, 30)
   or die 'the worker did not register within 30 s';
 
 # limit(): the worker's current limit for target default (0 when none shown)

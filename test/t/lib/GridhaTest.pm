@@ -173,7 +173,8 @@ sub log_lines_matching
 # --- the worker databases of 020_workers, 021_worker_race, 023_worker_churn,
 # 024_security, 025_ledger_adapt, 026_metrics, 028_target_functions,
 # 029_ledger_answers, 041_ratelimit_soak, 042_scale_soak, 060_fuzz ---------
-push @EXPORT, qw(psql_value worker_database worker_conf restart_with_workers);
+push @EXPORT, qw(psql_value worker_database worker_conf restart_with_workers
+  workers_registered wait_for_workers);
 
 # psql_value($node, $db, $sql): what psql printed in $db (unaligned, tuples
 # only), '' after an error.
@@ -224,6 +225,23 @@ sub restart_with_workers
 	$node->append_conf('postgresql.conf', worker_conf($db, $workers, $role) . ($conf // ''));
 	$node->restart;
 	return;
+}
+
+# workers_registered($node, $db): how many workers serving $db have
+# registered their instance (rows of gridha.workers with an instance id);
+# '' after an error.
+sub workers_registered
+{
+	my ($node, $db) = @_;
+	return psql_value($node, $db, 'SELECT count(*) FROM gridha.workers WHERE instance_id IS NOT NULL');
+}
+
+# wait_for_workers($node, $db, $n, $seconds): true when exactly $n workers
+# serving $db have registered within $seconds (30 unless given).
+sub wait_for_workers
+{
+	my ($node, $db, $n, $seconds) = @_;
+	return wait_until($seconds // 30, sub { workers_registered($node, $db) eq $n });
 }
 
 END
