@@ -43,12 +43,7 @@ my $su = $node->safe_psql('postgres', 'SELECT current_user');
 sub run
 {
 	my ($sql, %opt) = @_;
-	my ($out, $err) = ('', '');
-	my $rc = $node->psql($db, $sql,
-		stdout => \$out,
-		stderr => \$err,
-		on_error_stop => 1,
-		$opt{user} ? (extra_params => [ '-U', $opt{user} ]) : ());
+	my ($rc, $out, $err) = psql_as($node, $db, $sql, $opt{user});
 	return ($rc, $out . $err);
 }
 

@@ -95,13 +95,7 @@ my $node = gridha_node('target_functions');
 sub run
 {
 	my ($sql, %opt) = @_;
-	my ($out, $err) = ('', '');
-	my $rc = $node->psql($db, $sql,
-		stdout => \$out,
-		stderr => \$err,
-		on_error_stop => 1,
-		$opt{user} ? (extra_params => [ '-U', $opt{user} ]) : ());
-	return ($rc, $out, $err);
+	return psql_as($node, $db, $sql, $opt{user});
 }
 
 # query($sql): what the query printed in $db, '' after an error

@@ -141,12 +141,7 @@ my $node = gridha_node('client');
 sub query
 {
 	my ($sql, $dbname, %opt) = @_;
-	my ($out, $err) = ('', '');
-	my $rc = $node->psql($dbname // $db, $sql,
-		stdout => \$out,
-		stderr => \$err,
-		on_error_stop => 1,
-		$opt{user} ? (extra_params => [ '-U', $opt{user} ]) : ());
+	my ($rc, $out) = psql_as($node, $dbname // $db, $sql, $opt{user});
 	return $rc == 0 ? $out : '';
 }
 

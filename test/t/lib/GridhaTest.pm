@@ -174,7 +174,7 @@ sub log_lines_matching
 # 024_security, 025_ledger_adapt, 026_metrics, 028_target_functions,
 # 029_ledger_answers, 041_ratelimit_soak, 042_scale_soak, 060_fuzz ---------
 push @EXPORT, qw(psql_value worker_database worker_conf restart_with_workers
-  workers_registered wait_for_workers);
+  workers_registered wait_for_workers psql_as);
 
 # psql_value($node, $db, $sql): what psql printed in $db (unaligned, tuples
 # only), '' after an error.
@@ -242,6 +242,21 @@ sub wait_for_workers
 {
 	my ($node, $db, $n, $seconds) = @_;
 	return wait_until($seconds // 30, sub { workers_registered($node, $db) eq $n });
+}
+
+# psql_as($node, $db, $sql, $user): psql's exit code and what it printed on
+# stdout and on stderr, running $sql in $db as $user (the test's OS user
+# when undef) and stopping at the first error.
+sub psql_as
+{
+	my ($node, $db, $sql, $user) = @_;
+	my ($out, $err) = ('', '');
+	my $rc = $node->psql($db, $sql,
+		stdout => \$out,
+		stderr => \$err,
+		on_error_stop => 1,
+		$user ? (extra_params => [ '-U', $user ]) : ());
+	return ($rc, $out, $err);
 }
 
 END
