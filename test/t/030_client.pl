@@ -110,6 +110,21 @@ sub reap
 	return $st == -1 ? -1 : ($st & 127 ? 128 + ($st & 127) : $st >> 8);
 }
 
+# exit_of($pid, $seconds): reap($pid, $seconds), or, when the process is
+# still running then, KILL it, reap it (10 s) and say 124, as timeout(1)
+sub exit_of
+{
+	my ($pid, $seconds) = @_;
+	my $rc = reap($pid, $seconds);
+	unless (defined $rc)
+	{
+		kill 'KILL', $pid;
+		reap($pid, 10);
+		$rc = 124;
+	}
+	return $rc;
+}
+
 # stop_all(): CONT and TERM every process still running, then reap them
 sub stop_all
 {
@@ -530,13 +545,7 @@ UPDATE gridha.targets
 my $dsn11 = $node->connstr($db11) . ' user=gridha_test_submitter';
 my $c5 = spawn({}, '/dev/null', "$work/c5.err", 0,
 	@common, '--dsn', $dsn11, '--max-runtime-s', 20, '--log', "$work/c5.log");
-my $rc = reap($c5, 30);
-unless (defined $rc)
-{
-	kill 'KILL', $c5;
-	reap($c5, 10);
-	$rc = 124;
-}
+my $rc = exit_of($c5, 30);
 ok( $rc != 0
 	  && $rc != 124
 	  && index(slurp_file("$work/c5.err"),
@@ -547,13 +556,7 @@ ok( $rc != 0
 my $c6 = spawn({}, '/dev/null', "$work/c6.err", 0,
 	@common, '--dsn', $dsn11, '--instance-id', '66666666-0000-0000-0000-000000000006',
 	'--max-runtime-s', 20);
-$rc = reap($c6, 30);
-unless (defined $rc)
-{
-	kill 'KILL', $c6;
-	reap($c6, 10);
-	$rc = 124;
-}
+$rc = exit_of($c6, 30);
 ok( $rc != 0
 	  && $rc != 124
 	  && index(slurp_file("$work/c6.err"),
