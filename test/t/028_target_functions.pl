@@ -336,6 +336,27 @@ sub step
 	return;
 }
 
+# restart_and_probe($step, $n, $helped, $after): restart the cluster and,
+# once the worker runs again, enqueue probe batch p$n and batch h$n of
+# service $helped (target helped); two tests: the probe saw the path
+# 'pg_catalog, pg_temp' (named "$step: $after, a target function still has
+# ..."), and tf_dbevil.tf_helper never ran for h$n
+sub restart_and_probe
+{
+	my ($step, $n, $helped, $after) = @_;
+	$node->restart;
+	wait_until(30, \&worker_up);
+	enqueue('probe', "p$n", 'probe');
+	enqueue($helped, "h$n", 'helped');
+	wait_until(20, sub { committed("p$n") });
+	ok( sql_is('pg_catalog, pg_temp', qq{SELECT path FROM tf_probe WHERE label = 'p$n'}),
+		"$step: $after, a target function still has 'pg_catalog, pg_temp' (got '"
+		  . query(qq{SELECT path FROM tf_probe WHERE label = 'p$n'}) . "')");
+	wait_until(20, sub { called("h$n") });
+	ok(sql_is('0', qq{SELECT count(*) FROM tf_stolen WHERE what LIKE 'h$n %'}), "$step: tf_dbevil.tf_helper never ran");
+	return;
+}
+
 wait_until(30, \&worker_up) or die "the worker does not run as $wrole";
 
 # ---------------------------------------------------------------------------
@@ -457,16 +478,8 @@ END
 ALTER DATABASE $db SET search_path = tf_dbevil, public;
 }, user => $dbowner);
 diag("the database owner's schema tf_dbevil was not made: $err") if $rc != 0;
-$node->restart;
-wait_until(30, \&worker_up);
-enqueue('probe', 'p2', 'probe');
-enqueue('helped-db', 'h2', 'helped');
-wait_until(20, sub { committed('p2') });
-ok( sql_is('pg_catalog, pg_temp', q{SELECT path FROM tf_probe WHERE label = 'p2'}),
-	"database: after ALTER DATABASE ... SET search_path = tf_dbevil, public by its owner and a restart, a target function still has 'pg_catalog, pg_temp' (got '"
-	  . query(q{SELECT path FROM tf_probe WHERE label = 'p2'}) . "')");
-wait_until(20, sub { called('h2') });
-ok(sql_is('0', q{SELECT count(*) FROM tf_stolen WHERE what LIKE 'h2 %'}), 'database: tf_dbevil.tf_helper never ran');
+restart_and_probe('database', 2, 'helped-db',
+	'after ALTER DATABASE ... SET search_path = tf_dbevil, public by its owner and a restart');
 
 # ---------------------------------------------------------------------------
 step('role');
@@ -477,16 +490,7 @@ ok( sql_is(
 		'1', qq{SELECT count(*) FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole
 		        WHERE r.rolname = '$wrole' AND s.setconfig::text ~ 'tf_dbevil'}),
 	"role: a target function set its role's default: ALTER ROLE $wrole SET search_path = tf_dbevil, public");
-$node->restart;
-wait_until(30, \&worker_up);
-enqueue('probe', 'p3', 'probe');
-enqueue('helped-role', 'h3', 'helped');
-wait_until(20, sub { committed('p3') });
-ok( sql_is('pg_catalog, pg_temp', q{SELECT path FROM tf_probe WHERE label = 'p3'}),
-	"role: after a restart, a target function still has 'pg_catalog, pg_temp' (got '"
-	  . query(q{SELECT path FROM tf_probe WHERE label = 'p3'}) . "')");
-wait_until(20, sub { called('h3') });
-ok(sql_is('0', q{SELECT count(*) FROM tf_stolen WHERE what LIKE 'h3 %'}), 'role: tf_dbevil.tf_helper never ran');
+restart_and_probe('role', 3, 'helped-role', 'after a restart');
 $node->safe_psql($db, "ALTER ROLE $wrole RESET ALL; ALTER DATABASE $db RESET ALL;");
 
 # ---------------------------------------------------------------------------
