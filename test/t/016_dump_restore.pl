@@ -590,14 +590,8 @@ check_is($restored, '0', 'restore: every instance\'s held equals its restored cl
 check_is($restored, 'true|0',
 	'restore: gridha.metrics\' counters are the sums over the restored services (settled totals and services restored together)',
 	q{
-	SELECT (SELECT sum(committed_total) > 0 FROM gridha.metrics WHERE scope = 'target') || '|' || count(*)
-	  FROM gridha.metrics m
-	  JOIN (SELECT target, sum(tail_seq) AS e, sum(committed_total) AS c, sum(invalid_total) AS i,
-	               sum(resubmitted_total) AS r
-	          FROM gridha.service_claims GROUP BY target) s USING (target)
-	 WHERE m.scope = 'target'
-	   AND (m.enqueued_total, m.committed_total, m.invalid_total, m.resubmitted_total)
-	       IS DISTINCT FROM (s.e, s.c, s.i, s.r)});
+	SELECT (SELECT sum(committed_total) > 0 FROM gridha.metrics WHERE scope = 'target') || '|' || count(*)}
+	  . metrics_off_sql());
 my $restored_all = -f "$work/restored.tsv" ? slurp_file("$work/restored.tsv") : '';
 ok($restored_all ne '' && $restored_all eq slurp_file("$work/restored-plain.tsv"),
 	'restore: the plain-format restore holds the same batches, claims, targets, instances and ids as the custom one'

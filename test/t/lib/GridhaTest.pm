@@ -170,9 +170,8 @@ sub log_lines_matching
 	return scalar(grep { /$re/ } split /\n/, log_since($file, $offset));
 }
 
-# --- the worker databases of 020_workers, 021_worker_race, 023_worker_churn,
-# 024_security, 025_ledger_adapt, 026_metrics, 028_target_functions,
-# 029_ledger_answers, 041_ratelimit_soak, 042_scale_soak, 060_fuzz ---------
+# --- psql and the worker databases: 015_upgrade, 016_dump_restore,
+# 020_workers to 030_client, 041_ratelimit_soak, 042_scale_soak, 060_fuzz ---
 push @EXPORT, qw(psql_value worker_database worker_conf restart_with_workers
   workers_registered wait_for_workers psql_as);
 
@@ -257,6 +256,24 @@ sub psql_as
 		on_error_stop => 1,
 		$user ? (extra_params => [ '-U', $user ]) : ());
 	return ($rc, $out, $err);
+}
+
+# --- test/t/015_upgrade.pl, 016_dump_restore.pl ---------------------------
+push @EXPORT, qw(metrics_off_sql);
+
+# metrics_off_sql(): the FROM and WHERE of a query whose rows are the
+# targets with counters in gridha.metrics that differ from the sums over
+# their rows of gridha.service_claims (count(*) of it: 0 when all agree).
+sub metrics_off_sql
+{
+	return q{
+  FROM gridha.metrics m
+  JOIN (SELECT target, sum(tail_seq) AS e, sum(committed_total) AS c, sum(invalid_total) AS i,
+               sum(resubmitted_total) AS r
+          FROM gridha.service_claims GROUP BY target) s USING (target)
+ WHERE m.scope = 'target'
+   AND (m.enqueued_total, m.committed_total, m.invalid_total, m.resubmitted_total)
+       IS DISTINCT FROM (s.e, s.c, s.i, s.r)};
 }
 
 END
