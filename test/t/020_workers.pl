@@ -159,15 +159,9 @@ sub order_kept
 	return 0 if $rows eq '';
 	unlink $exp;
 	append_to_file($exp, "$rows\n");
-	my $out = '';
-	my $ok = IPC::Run::run(
-		[
-			'python3', "$repo/test/dlt/check_log.py", '--expected', $exp,
-			'--require-all', '--one-in-flight', $ledger->{log}
-		],
-		'<', \undef, '>', \$out, '2>&1');
+	my ($ok, $out) = ledger_in_order($ledger, $exp);
 	diag($out =~ /(^violations.*)/ms ? join("\n", (split /\n/, $1)[ 0 .. 10 ]) : $out) unless $ok;
-	return $ok ? 1 : 0;
+	return $ok;
 }
 
 # duplicates_of($regex): the services' duplicate POSTs, "batch count"

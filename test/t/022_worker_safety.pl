@@ -313,13 +313,7 @@ sub order_kept
 	open(my $fh, '>', $exp) or die $!;
 	print $fh "$rows\n";
 	close($fh);
-	my $out = '';
-	my $ok = IPC::Run::run(
-		[
-			'python3', "$REPO/test/dlt/check_log.py", '--expected', $exp,
-			'--require-all', '--one-in-flight', $ledger->{log}
-		],
-		'<', \undef, '>', \$out, '2>&1');
+	my ($ok, $out) = ledger_in_order($ledger, $exp);
 	diag($out =~ /(violations.*?)(?:\n\n|\z)/s ? $1 : $out) unless $ok;
 	return $ok;
 }

@@ -136,13 +136,7 @@ my $expected = "$work/expected.tsv";
 append_to_file($expected, $node->safe_psql($db,
 	'SELECT service_id, batch_id FROM gridha.batches ORDER BY service_id, seq',
 	extra_params => [ '-F', "\t" ]) . "\n");
-my $check = '';
-my $in_order = IPC::Run::run(
-	[
-		'python3', gridha_repo() . '/test/dlt/check_log.py',
-		'--expected', $expected, '--require-all', '--one-in-flight', $ledger->{log}
-	],
-	'<', \undef, '>', \$check, '2>&1');
+my ($in_order, $check) = ledger_in_order($ledger, $expected);
 ok($in_order, "churn: each service's batches reached the ledger in enqueue order, one in flight at a time")
   or diag($check =~ /(violations.*?)(?:\n\n|\z)/s ? $1 : $check);
 

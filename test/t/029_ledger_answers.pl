@@ -140,13 +140,7 @@ sub since
 sub in_order
 {
 	my ($expected, $what) = @_;
-	my $out = '';
-	my $ok = IPC::Run::run(
-		[
-			'python3', gridha_repo() . '/test/dlt/check_log.py',
-			'--expected', $expected, '--require-all', '--one-in-flight', $ledger->{log}
-		],
-		'<', \undef, '>', \$out, '2>&1');
+	my ($ok, $out) = ledger_in_order($ledger, $expected);
 	ok($ok, $what) or diag($out =~ /(violations.*?)(?:\n\n|\z)/s ? $1 : $out);
 	return;
 }

@@ -319,13 +319,7 @@ ok( query(
 		  WHERE instance_id IN ('$id1', '$id2', '$id3')") eq 'gridha_test_submitter',
 	"the clients' instances belong to the role they logged in as (gridha_submitter only)");
 
-my $check = '';
-my $in_order = IPC::Run::run(
-	[
-		'python3', gridha_repo() . '/test/dlt/check_log.py',
-		'--expected', "$work/expected.tsv", '--require-all', '--one-in-flight', $ledger->{log}
-	],
-	'<', \undef, '>', \$check, '2>&1');
+my ($in_order, $check) = ledger_in_order($ledger, "$work/expected.tsv");
 ok($in_order, "each service's arrival order at the ledger is its enqueue order, one in flight")
   or diag(join("\n", grep { defined } (split /\n/, $check)[-20 .. -1]));
 

@@ -305,13 +305,7 @@ my $rows = $node->safe_psql($db, 'SELECT service_id, batch_id FROM soak_enqueued
 append_to_file($expected, "$rows\n");
 my @expected_rows = split /\n/, $rows;
 my $n_expected = scalar(@expected_rows);
-my $check = '';
-my $in_order = IPC::Run::run(
-	[
-		'python3', gridha_repo() . '/test/dlt/check_log.py',
-		'--expected', $expected, '--require-all', '--one-in-flight', $ledger->{log}
-	],
-	'<', \undef, '>', \$check, '2>&1');
+my ($in_order, $check) = ledger_in_order($ledger, $expected);
 ok($in_order,
 	"drain: all $n_expected batches reached the ledger in their service's order, one in flight per service")
   or diag($check =~ /^(violations.*?)(?:\n\n|\z)/ms ? $1 : $check);

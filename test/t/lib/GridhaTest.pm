@@ -258,8 +258,9 @@ sub psql_as
 	return ($rc, $out, $err);
 }
 
-# --- test/t/015_upgrade.pl, 016_dump_restore.pl ---------------------------
-push @EXPORT, qw(metrics_off_sql);
+# --- test/t/015_upgrade.pl, 016_dump_restore.pl (and the order check of
+# 020, 022, 023, 029, 030, 042) ---------------------------------------------
+push @EXPORT, qw(metrics_off_sql ledger_in_order);
 
 # metrics_off_sql(): the FROM and WHERE of a query whose rows are the
 # targets with counters in gridha.metrics that differ from the sums over
@@ -274,6 +275,24 @@ sub metrics_off_sql
  WHERE m.scope = 'target'
    AND (m.enqueued_total, m.committed_total, m.invalid_total, m.resubmitted_total)
        IS DISTINCT FROM (s.e, s.c, s.i, s.r)};
+}
+
+# ledger_in_order($ledger, $expected): test/dlt/check_log.py on the log of
+# a ledger of start_ledger: every batch of the file $expected (service and
+# batch id, tab-separated, each service's in enqueue order) reached the
+# ledger, in that order, one in flight per service. Returns whether it did
+# (1 or 0) and what the script printed (its violations).
+sub ledger_in_order
+{
+	my ($ledger, $expected) = @_;
+	my $out = '';
+	my $ok = IPC::Run::run(
+		[
+			'python3', gridha_repo() . '/test/dlt/check_log.py',
+			'--expected', $expected, '--require-all', '--one-in-flight', $ledger->{log}
+		],
+		'<', \undef, '>', \$out, '2>&1');
+	return ($ok ? 1 : 0, $out);
 }
 
 END
