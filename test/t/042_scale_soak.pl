@@ -46,11 +46,6 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More tests => 7;
 
-# Stopped by a signal (make test's per-part timeout, prove's, ^C), the test
-# dies, so that the END blocks stop its cluster and the ledger: killed by a
-# TERM it would leave them running.
-$SIG{TERM} = $SIG{INT} = $SIG{HUP} = sub { die "stopped by signal $_[0]\n"; };
-
 my $db = 'gridha_scale_soak';
 my $idle = $ENV{SCALE_SOAK_IDLE} // 100000;
 my $active = $ENV{SCALE_SOAK_ACTIVE} // 300;

@@ -64,11 +64,6 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-# Stopped by a signal (make test's per-part timeout, prove's, ^C), the test
-# dies, so that the END blocks stop its cluster and the ledger: killed by a
-# TERM it would leave them running.
-$SIG{TERM} = $SIG{INT} = $SIG{HUP} = sub { die "stopped by signal $_[0]\n"; };
-
 my $batches = $ENV{SURVIVOR_BATCHES} // 8;
 my $work_ms = $ENV{SURVIVOR_WORK_MS} // 20;
 my $idle_ms = $ENV{SURVIVOR_IDLE_MS} // 100;

@@ -65,11 +65,6 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More tests => 20;
 
-# Stopped by a signal (make test's per-part timeout, prove's, ^C), the test
-# dies, so that the END blocks stop its cluster and the ledger: killed by a
-# TERM it would leave them running.
-$SIG{TERM} = $SIG{INT} = $SIG{HUP} = sub { die "stopped by signal $_[0]\n"; };
-
 my $db = 'gridha_fuzz_test';
 my $client_bin = gridha_repo() . '/client/gridha-client';
 my $fuzz = gridha_repo() . '/test/fuzz/fuzz.py';
