@@ -366,10 +366,7 @@ my $old = PostgreSQL::Test::Cluster->new('upgrade_old', install_path => $OLD_INS
 $pg = $old;
 $old->init;
 # the settings of every start; gridha_phase.conf has each start's own
-$old->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'gridha'
-max_worker_processes = 32
-log_min_messages = warning
+$old->append_conf('postgresql.conf', gridha_conf() . qq{
 log_statement = none
 log_lock_waits = on
 synchronous_commit = off

@@ -143,11 +143,8 @@ gridha.worker_role = 'gridha_test_worker'
 # default): a transaction the dump's snapshot sees is then in the WAL before
 # the immediate stop, and "the old database ends with exactly the batches
 # the dump holds" holds.
-my $base_conf = qq{
-shared_preload_libraries = 'gridha'
-max_worker_processes = 32
+my $base_conf = gridha_conf() . qq{
 log_statement = none
-log_min_messages = warning
 synchronous_commit = on
 include_if_exists = 'gridha_run.conf'
 $timing

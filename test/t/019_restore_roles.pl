@@ -53,11 +53,8 @@ my $work = PostgreSQL::Test::Utils::tempdir;
 # Both clusters as test/run.sh's: gridha preloaded, the server's own
 # messages only (the framework logs every statement otherwise, and the
 # worker cases count the log's lines).
-my $base_conf = qq{
-shared_preload_libraries = 'gridha'
-max_worker_processes = 32
+my $base_conf = gridha_conf() . q{
 log_statement = none
-log_min_messages = warning
 };
 
 my $main = PostgreSQL::Test::Cluster->new('main');

@@ -25,7 +25,7 @@ use PostgreSQL::Test::Utils;
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(gridha_repo wait_until log_size log_since start_ledger
-  stop_ledgers gridha_node);
+  stop_ledgers gridha_node gridha_conf);
 
 my @ledgers;
 
@@ -100,20 +100,26 @@ sub stop_ledgers
 	@ledgers = ();
 }
 
+# gridha_conf(): the postgresql.conf lines of a test's cluster: gridha
+# preloaded, room for workers, the server's own messages from WARNING up.
+sub gridha_conf
+{
+	return q{
+shared_preload_libraries = 'gridha'
+max_worker_processes = 32
+log_min_messages = warning
+};
+}
+
 # gridha_node($name, $conf): a new cluster of the framework's, started, as
 # the tests moved from test/suites run on (021_worker_race and the ones
-# after it): gridha preloaded, room for workers, the server's own messages
-# from WARNING up, and $conf (postgresql.conf lines) after that.
+# after it): gridha_conf() and $conf (postgresql.conf lines) after that.
 sub gridha_node
 {
 	my ($name, $conf) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	$node->init;
-	$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'gridha'
-max_worker_processes = 32
-log_min_messages = warning
-} . ($conf // ''));
+	$node->append_conf('postgresql.conf', gridha_conf() . ($conf // ''));
 	$node->start;
 	return $node;
 }
