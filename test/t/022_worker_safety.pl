@@ -224,7 +224,7 @@ sub log_has
 # no_crash($mark): no server process ended by a signal since $mark
 sub no_crash
 {
-	return !log_has($_[0], qr/terminated by signal/);
+	return !crash_lines($node->logfile, $_[0]);
 }
 
 # hist_mark(): the newest history row's id

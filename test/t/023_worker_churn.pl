@@ -120,7 +120,7 @@ ok($kills >= $want,
 	"churn: workers terminated $kills times in $took s (at least $want, over at least ${churn_seconds} s)");
 
 my @log = split /\n/, log_since($node->logfile, $mark);
-my @crash = grep { /terminated by signal/ } @log;
+my @crash = crash_lines($node->logfile, $mark);
 is(scalar(@crash), 0, 'churn: no server process ended by a signal (' . scalar(@crash) . ')')
   or diag(join("\n", @crash[ 0 .. ($#crash < 5 ? $#crash : 5) ]));
 diag('deadlocks logged: ' . scalar(grep { /deadlock detected/ } @log));

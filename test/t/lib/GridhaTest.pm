@@ -165,8 +165,9 @@ sub ledger_query
 	return grep { $_ ne '' } split /\n/, $out;
 }
 
-# --- test/t/029_ledger_answers.pl, 025_ledger_adapt.pl ------------------
-push @EXPORT, qw(log_lines_matching);
+# --- test/t/029_ledger_answers.pl, 025_ledger_adapt.pl (crash_lines: 022,
+# 023) -------------------------------------------------------------------
+push @EXPORT, qw(log_lines_matching crash_lines);
 
 # log_lines_matching($file, $offset, $regex): how many lines a server log got after
 # $offset that match $regex.
@@ -174,6 +175,14 @@ sub log_lines_matching
 {
 	my ($file, $offset, $re) = @_;
 	return scalar(grep { /$re/ } split /\n/, log_since($file, $offset));
+}
+
+# crash_lines($file, $offset): the lines a server log got after $offset
+# that say a server process ended by a signal.
+sub crash_lines
+{
+	my ($file, $offset) = @_;
+	return grep { /terminated by signal/ } split /\n/, log_since($file, $offset);
 }
 
 # --- psql and the worker databases: 015_upgrade, 016_dump_restore,
