@@ -1,7 +1,10 @@
 # test/t/lib/GridhaTest.pm: what gridha's tests on PostgreSQL's TAP
 # framework (test/t/*.pl) share beyond PostgreSQL::Test::Cluster: the
-# repository's root, bounded waits, reading a server log from an offset,
-# and the test ledger (test/dlt/ledger.py) as a child process.
+# repository's root, bounded waits, reading a server log from an offset
+# (and its crash lines), the test ledger (test/dlt/ledger.py) as a child
+# process and its order check, a cluster with gridha preloaded, psql
+# helpers, and a database served by background workers (made, restarted
+# with workers, waited for).
 #
 # A test loads it with
 #	use FindBin;
