@@ -2027,13 +2027,15 @@ ALTER INDEX gridha.service_claims_claimant_ready SET (deduplicate_items = off);
 -- exist.
 
 /*
- * bucket_of(service_id, buckets): the service's bucket, 0 .. buckets - 1.
- * Immutable, so that a call with constants folds to a constant (Citus
- * routes a distributed function's call by that value).
+ * bucket_of(service_id, buckets): the service's bucket, 0 .. buckets - 1
+ * (NULL for a NULL argument). Immutable, so that a call with constants
+ * folds to a constant (Citus routes a distributed function's call by that
+ * value); the planner folds it with its SET clause too.
  */
 CREATE FUNCTION gridha.bucket_of(service_id text, buckets integer DEFAULT 64)
 RETURNS integer
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 SELECT ((pg_catalog.hashtextextended($1, 0) & 9223372036854775807) % $2)::integer
 $$;
@@ -2248,10 +2250,10 @@ COMMENT ON FUNCTION gridha_internal.bucket_fence(integer, uuid, bigint, boolean)
  * bucket_nulls(what...): 22004 when an argument a per-bucket function
  * needs is NULL.
  */
-CREATE FUNCTION gridha_internal.bucket_nulls(VARIADIC args text[])
+CREATE FUNCTION gridha_internal.bucket_nulls(args text[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 BEGIN
     IF pg_catalog.array_position(args, NULL) IS NOT NULL THEN
@@ -2280,7 +2282,7 @@ DECLARE
     q bigint;
     t timestamptz := pg_catalog.now();
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(bucket::text, service_id, batch_id);
+    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, service_id, batch_id]);
     IF service_id = '' OR batch_id = '' OR pg_catalog.octet_length(service_id) > 512
        OR pg_catalog.octet_length(batch_id) > 512 THEN
         RAISE EXCEPTION 'a service or batch id must be 1 to 512 bytes' USING ERRCODE = '22023';
@@ -2381,7 +2383,7 @@ SET search_path = pg_catalog, gridha, pg_temp
 SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(bucket::text, instance_id::text, lease::text);
+    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, instance_id::text, lease::text]);
     RETURN gridha_internal.bucket_take(bucket, instance_id, lease, false);
 END
 $$;
@@ -2396,7 +2398,7 @@ SET search_path = pg_catalog, gridha, pg_temp
 SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(bucket::text, instance_id::text, lease::text);
+    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, instance_id::text, lease::text]);
     RETURN gridha_internal.bucket_take(bucket, instance_id, lease, true);
 END
 $$;
@@ -2413,7 +2415,7 @@ AS $$
 DECLARE
     t timestamptz := pg_catalog.now();
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(bucket::text, instance_id::text, epoch::text, lease::text);
+    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, instance_id::text, epoch::text, lease::text]);
     IF lease <= interval '0' THEN
         RAISE EXCEPTION 'a lease must be longer than zero' USING ERRCODE = '22023';
     END IF;
@@ -2436,7 +2438,7 @@ AS $$
 DECLARE
     t timestamptz := pg_catalog.now();
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(bucket::text, instance_id::text, epoch::text);
+    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, instance_id::text, epoch::text]);
     PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, false);
     UPDATE gridha.bucket_services s SET in_flight = false, ready_at = t
      WHERE s.bucket = bucket_release.bucket AND s.in_flight;
@@ -2468,7 +2470,7 @@ DECLARE
     r gridha.bucket_batch;
     t timestamptz := pg_catalog.now();
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(bucket::text, instance_id::text, epoch::text);
+    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, instance_id::text, epoch::text]);
     PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, true);
     SELECT s.service_id, s.head_seq INTO sid, h
       FROM gridha.bucket_services s
@@ -2562,7 +2564,7 @@ SET search_path = pg_catalog, gridha, pg_temp
 SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(bucket::text, instance_id::text, service_id, batch_id, epoch::text, outcome);
+    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, instance_id::text, service_id, batch_id, epoch::text, outcome]);
     RETURN gridha_internal.bucket_report(bucket, instance_id, service_id, batch_id, epoch, '{submitting}',
         CASE outcome WHEN 'accepted' THEN 'pending'::gridha.batch_status
                      WHEN 'delayed' THEN 'delayed'::gridha.batch_status
@@ -2582,7 +2584,7 @@ SET search_path = pg_catalog, gridha, pg_temp
 SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(bucket::text, instance_id::text, service_id, batch_id, epoch::text, status);
+    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, instance_id::text, service_id, batch_id, epoch::text, status]);
     RETURN gridha_internal.bucket_report(bucket, instance_id, service_id, batch_id, epoch,
         '{pending,valid,unknown}',
         CASE WHEN status IN ('pending', 'valid', 'unknown', 'committed', 'invalid') THEN status::gridha.batch_status
@@ -2596,7 +2598,7 @@ COMMENT ON FUNCTION gridha.bucket_report_status(integer, uuid, text, text, bigin
 CREATE FUNCTION gridha_internal.bucket_unknown(code text, word text)
 RETURNS gridha.batch_status
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 BEGIN
     IF code = 'RG004' THEN
@@ -2612,6 +2614,7 @@ COMMENT ON FUNCTION gridha_internal.bucket_unknown(text, text) IS
 'Citus mode: RG004 or RG005 for a word the per-bucket reports do not know';
 
 REVOKE ALL ON FUNCTION
+    gridha.bucket_of(text, integer),
     gridha.citus_setup(integer),
     gridha.bucket_enqueue(integer, text, text, bytea),
     gridha.bucket_acquire(integer, uuid, interval),
@@ -2628,6 +2631,7 @@ REVOKE ALL ON FUNCTION
     gridha_internal.bucket_unknown(text, text)
 FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION gridha.bucket_enqueue(integer, text, text, bytea) TO gridha_producer;
+GRANT EXECUTE ON FUNCTION gridha.bucket_of(text, integer) TO gridha_producer, gridha_submitter;
 GRANT EXECUTE ON FUNCTION
     gridha.bucket_acquire(integer, uuid, interval),
     gridha.bucket_takeover(integer, uuid, interval),

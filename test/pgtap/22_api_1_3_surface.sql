@@ -68,6 +68,9 @@ SELECT set_eq(
              ('gridha_internal.worker_register(uuid,text)'), ('gridha_internal.worker_slots()'),
              ('gridha_internal.report_arrays_check(text[],text[],bigint[],text,text[],text[])'),
              ('gridha_internal.instance_check(uuid,integer)'),
+             ('gridha_internal.bucket_fence(integer,uuid,bigint,boolean)'), ('gridha_internal.bucket_nulls(text[])'),
+             ('gridha_internal.bucket_report(integer,uuid,text,text,bigint,gridha.batch_status[],gridha.batch_status)'),
+             ('gridha_internal.bucket_take(integer,uuid,interval,boolean)'), ('gridha_internal.bucket_unknown(text,text)'),
              ('gridha_internal.instance_check(uuid,text,text,bigint)'),
              -- issue 42.1: the lease and maintenance functions and their C helpers
              ('gridha_internal.lease_call(text,uuid,text,bigint)'), ('gridha_internal.lease_done(uuid)'),
@@ -82,7 +85,7 @@ SELECT set_eq(
              ('gridha_internal.id_sequences_invalidate(boolean)'), ('gridha_internal.id_block_size()'),
              ('gridha_internal.id_windows_open(text,bigint)'),
              ('gridha_internal.rate_wait_ms(uuid)')$$,
-    'gridha_internal holds the 16 trigger functions, the four worker functions, the array reports'' check, the two instance checks and the lease, maintenance, ID sequence and rate limit functions with their helpers (issue 42.1)');
+    'gridha_internal holds the 16 trigger functions, the four worker functions, the array reports'' check, the two instance checks and the lease, maintenance, ID sequence and rate limit functions with their helpers (issue 42.1), and the Citus mode''s five helpers (issue 43.2)');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass
