@@ -2951,8 +2951,7 @@ GRANT SELECT ON gridha.metrics TO gridha_submitter, gridha_admin;
 -- bucket, where every statement of f reads and locks that bucket's shard
 -- only. No triggers; every time a statement needs is read into a variable
 -- first (Citus refuses now() inside CASE and COALESCE on distributed
--- tables). Outside the mode these functions fail: their tables do not
--- exist.
+-- tables). Outside the mode the per-bucket functions refuse (RG037).
 
 /*
  * bucket_of(service_id, buckets): the service's bucket, 0 .. buckets - 1
@@ -3175,15 +3174,22 @@ COMMENT ON FUNCTION gridha_internal.bucket_fence(integer, uuid, bigint, boolean)
 'Citus mode: the instance holds the bucket at that epoch (live: and its lease runs), taken by the calling role; RG001, RG008 or RG036 otherwise';
 
 /*
- * bucket_nulls(what...): 22004 when an argument a per-bucket function
- * needs is NULL.
+ * bucket_args(args): what every per-bucket function checks first: the
+ * database is in Citus mode (RG037 otherwise: the bucket tables do not
+ * exist), and no argument it needs is NULL (22004).
  */
-CREATE FUNCTION gridha_internal.bucket_nulls(args text[])
+CREATE FUNCTION gridha_internal.bucket_args(args text[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 BEGIN
+    IF pg_catalog.to_regclass('gridha.bucket_claims') IS NULL THEN
+        RAISE EXCEPTION 'gridha is not in Citus mode in this database'
+            USING ERRCODE = 'RG037',
+                  DETAIL = 'The per-bucket functions serve the Citus mode only; gridha.citus_setup has not laid gridha out by bucket here.',
+                  HINT = 'On one server, use gridha.enqueue, gridha.next_batch and the reports; on Citus, call gridha.citus_setup first (docs/citus.md).';
+    END IF;
     IF pg_catalog.array_position(args, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'argument % must not be NULL', pg_catalog.array_position(args, NULL)
             USING ERRCODE = '22004';
@@ -3191,8 +3197,8 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION gridha_internal.bucket_nulls(text[]) IS
-'Citus mode: 22004 naming the first NULL argument of a per-bucket call';
+COMMENT ON FUNCTION gridha_internal.bucket_args(text[]) IS
+'Citus mode: RG037 outside the mode, 22004 naming the first NULL argument of a per-bucket call';
 
 /*
  * bucket_enqueue(bucket, service, batch, payload): appends a batch to the
@@ -3210,7 +3216,7 @@ DECLARE
     q bigint;
     t timestamptz := pg_catalog.now();
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, service_id, batch_id]);
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, service_id, batch_id]);
     IF service_id = '' OR batch_id = '' OR pg_catalog.octet_length(service_id) > 512
        OR pg_catalog.octet_length(batch_id) > 512 THEN
         RAISE EXCEPTION 'a service or batch id must be 1 to 512 bytes' USING ERRCODE = '22023';
@@ -3311,7 +3317,7 @@ SET search_path = pg_catalog, gridha, pg_temp
 SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, instance_id::text, lease::text]);
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, lease::text]);
     RETURN gridha_internal.bucket_take(bucket, instance_id, lease, false);
 END
 $$;
@@ -3326,7 +3332,7 @@ SET search_path = pg_catalog, gridha, pg_temp
 SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, instance_id::text, lease::text]);
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, lease::text]);
     RETURN gridha_internal.bucket_take(bucket, instance_id, lease, true);
 END
 $$;
@@ -3343,7 +3349,7 @@ AS $$
 DECLARE
     t timestamptz := pg_catalog.now();
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, instance_id::text, epoch::text, lease::text]);
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text, lease::text]);
     IF lease <= interval '0' THEN
         RAISE EXCEPTION 'a lease must be longer than zero' USING ERRCODE = '22023';
     END IF;
@@ -3366,7 +3372,7 @@ AS $$
 DECLARE
     t timestamptz := pg_catalog.now();
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, instance_id::text, epoch::text]);
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text]);
     PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, false);
     UPDATE gridha.bucket_services s SET in_flight = false, ready_at = t
      WHERE s.bucket = bucket_release.bucket AND s.in_flight;
@@ -3398,7 +3404,7 @@ DECLARE
     r gridha.bucket_batch;
     t timestamptz := pg_catalog.now();
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, instance_id::text, epoch::text]);
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text]);
     PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, true);
     SELECT s.service_id, s.head_seq INTO sid, h
       FROM gridha.bucket_services s
@@ -3426,7 +3432,7 @@ COMMENT ON FUNCTION gridha.bucket_next_batch(integer, uuid, bigint) IS
 /*
  * bucket_report(...): the reports' common part. from: the statuses the
  * batch may be in; to: its new status; final: the service's next batch
- * becomes its head; again: the service's head goes out again (delayed).
+ * becomes its head; delayed or unknown: the service's head goes out again.
  */
 CREATE FUNCTION gridha_internal.bucket_report(bucket integer, instance_id uuid, service_id text, batch_id text,
                                               epoch bigint, from_status gridha.batch_status[],
@@ -3469,7 +3475,7 @@ BEGIN
             USING ERRCODE = 'RG002',
                   DETAIL = format('It is %s, handed out last at epoch %s.', st, e);
     END IF;
-    IF final OR to_status = 'delayed' THEN
+    IF final OR to_status IN ('delayed', 'unknown') THEN
         UPDATE gridha.bucket_services s
            SET head_seq = CASE WHEN final THEN s.head_seq + 1 ELSE s.head_seq END,
                in_flight = false,
@@ -3492,7 +3498,7 @@ SET search_path = pg_catalog, gridha, pg_temp
 SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, instance_id::text, service_id, batch_id, epoch::text, outcome]);
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, service_id, batch_id, epoch::text, outcome]);
     RETURN gridha_internal.bucket_report(bucket, instance_id, service_id, batch_id, epoch, '{submitting}',
         CASE outcome WHEN 'accepted' THEN 'pending'::gridha.batch_status
                      WHEN 'delayed' THEN 'delayed'::gridha.batch_status
@@ -3512,16 +3518,16 @@ SET search_path = pg_catalog, gridha, pg_temp
 SET plan_cache_mode = force_custom_plan
 AS $$
 BEGIN
-    PERFORM gridha_internal.bucket_nulls(ARRAY[bucket::text, instance_id::text, service_id, batch_id, epoch::text, status]);
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, service_id, batch_id, epoch::text, status]);
     RETURN gridha_internal.bucket_report(bucket, instance_id, service_id, batch_id, epoch,
-        '{pending,valid,unknown}',
+        '{pending,valid}',
         CASE WHEN status IN ('pending', 'valid', 'unknown', 'committed', 'invalid') THEN status::gridha.batch_status
              ELSE gridha_internal.bucket_unknown('RG005', status) END);
 END
 $$;
 
 COMMENT ON FUNCTION gridha.bucket_report_status(integer, uuid, text, text, bigint, text) IS
-'Citus mode: the ledger''s status of a batch accepted at that epoch: pending, valid or unknown (still in flight), committed or invalid (final: the service''s next batch becomes its head); fenced by the bucket''s epoch';
+'Citus mode: the ledger''s status of a batch accepted at that epoch: pending or valid (still in flight), unknown (handed out again), committed or invalid (final: the service''s next batch becomes its head); fenced by the bucket''s epoch';
 
 CREATE FUNCTION gridha_internal.bucket_unknown(code text, word text)
 RETURNS gridha.batch_status
@@ -3553,7 +3559,7 @@ REVOKE ALL ON FUNCTION
     gridha.bucket_report_submission(integer, uuid, text, text, bigint, text),
     gridha.bucket_report_status(integer, uuid, text, text, bigint, text),
     gridha_internal.bucket_fence(integer, uuid, bigint, boolean),
-    gridha_internal.bucket_nulls(text[]),
+    gridha_internal.bucket_args(text[]),
     gridha_internal.bucket_take(integer, uuid, interval, boolean),
     gridha_internal.bucket_report(integer, uuid, text, text, bigint, gridha.batch_status[], gridha.batch_status),
     gridha_internal.bucket_unknown(text, text)

@@ -68,7 +68,7 @@ SELECT set_eq(
              ('gridha_internal.worker_register(uuid,text)'), ('gridha_internal.worker_slots()'),
              ('gridha_internal.report_arrays_check(text[],text[],bigint[],text,text[],text[])'),
              ('gridha_internal.instance_check(uuid,integer)'),
-             ('gridha_internal.bucket_fence(integer,uuid,bigint,boolean)'), ('gridha_internal.bucket_nulls(text[])'),
+             ('gridha_internal.bucket_fence(integer,uuid,bigint,boolean)'), ('gridha_internal.bucket_args(text[])'),
              ('gridha_internal.bucket_report(integer,uuid,text,text,bigint,gridha.batch_status[],gridha.batch_status)'),
              ('gridha_internal.bucket_take(integer,uuid,interval,boolean)'), ('gridha_internal.bucket_unknown(text,text)'),
              ('gridha_internal.instance_check(uuid,text,text,bigint)'),

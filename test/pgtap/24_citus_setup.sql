@@ -4,6 +4,7 @@
 --
 --   gridha.citus_setup without Citus is refused (RG031) and changes
 --   nothing: no bucket table, gridha's tables and privileges as they were;
+--   the per-bucket functions outside the mode are refused (RG037);
 --   gridha.bucket_of is the same immutable hash everywhere (values pinned
 --   here: a change would move services between buckets of a running
 --   cluster);
@@ -12,7 +13,7 @@
 --   the library's entry points refuse with RG035, naming the per-bucket
 --   functions, and change nothing; after the rollback gridha runs again.
 BEGIN;
-SELECT plan(11);
+SELECT plan(13);
 
 \o /dev/null
 SELECT gridha.expiry_settings();        -- loads the library
@@ -58,6 +59,13 @@ SELECT is(pg_temp.snapshot(), :'before', 'the refused setups changed nothing (ta
 SELECT ok(to_regclass('gridha.bucket_claims') IS NULL AND to_regclass('gridha.bucket_batches') IS NULL
           AND to_regclass('gridha.bucket_services') IS NULL,
           'no bucket table exists after the refusals');
+
+SELECT is(pg_temp.error_of('SELECT gridha.bucket_enqueue(42, ''s1'', ''b1'', ''\x01'')'),
+          'RG037|gridha is not in Citus mode in this database',
+          'bucket_enqueue outside the Citus mode is refused (RG037)');
+SELECT is(pg_temp.error_of('SELECT gridha.bucket_next_batch(42, ''aaaaaaaa-0000-0000-0000-000000000024'', 1)'),
+          'RG037|gridha is not in Citus mode in this database',
+          'bucket_next_batch outside the Citus mode is refused (RG037)');
 
 SELECT is(ARRAY[gridha.bucket_of('s1'), gridha.bucket_of('s2'), gridha.bucket_of('s1', 128),
                 gridha.bucket_of('', 64), gridha.bucket_of('service-ä', 4096)],
