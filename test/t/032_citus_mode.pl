@@ -317,7 +317,9 @@ my $delegated = run($coord, q{
 SET citus.log_remote_commands = on;
 SET client_min_messages = notice;
 SELECT gridha.bucket_renew(0, 'cccccccc-0000-0000-0000-000000000032', 1);
+SELECT gridha.bucket_renew(gridha.bucket_of('probe', 64), 'cccccccc-0000-0000-0000-000000000032', 1);
 });
+my $probe = one(q{SELECT gridha.bucket_of('probe', 64)});
 diag("layout: $layout\nfunctions: $functions\n$delegated");
 ok( $layout eq
 	  'gridha.bucket_batches/h/bucket,gridha.bucket_claims/h/bucket,gridha.bucket_services/h/bucket 1'
@@ -325,8 +327,9 @@ ok( $layout eq
 	  && $delegated =~ /issuing SELECT gridha\.bucket_renew\(0, 'cccccccc-0000-0000-0000-000000000032'::uuid/
 	  && $delegated =~ /on server postgres\@localhost:(\d+)/
 	  && $1 != $coord->port
-	  && $delegated =~ /ERROR:  RG001: stale claim on bucket 0/,
-	'layout: the three bucket tables distributed by bucket, co-located; the eight per-bucket functions distributed by bucket with them; a call is sent whole to a worker'
+	  && $delegated =~ /ERROR:  RG001: stale claim on bucket 0/
+	  && $delegated =~ /issuing SELECT gridha\.bucket_renew\($probe, 'cccccccc-0000-0000-0000-000000000032'::uuid/,
+	'layout: the three bucket tables distributed by bucket, co-located; the eight per-bucket functions distributed by bucket with them; a call is sent whole to a worker, with gridha.bucket_of(...) folded to its bucket'
 );
 
 my $mode = '';
