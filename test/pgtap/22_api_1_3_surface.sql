@@ -84,8 +84,12 @@ SELECT set_eq(
              ('gridha_internal.id_sequence_call(text,text,bigint,integer)'),
              ('gridha_internal.id_sequences_invalidate(boolean)'), ('gridha_internal.id_block_size()'),
              ('gridha_internal.id_windows_open(text,bigint)'),
-             ('gridha_internal.rate_wait_ms(uuid)')$$,
-    'gridha_internal holds the 16 trigger functions, the four worker functions, the array reports'' check, the two instance checks and the lease, maintenance, ID sequence and rate limit functions with their helpers (issue 42.1), and the Citus mode''s five helpers (issue 43.2)');
+             ('gridha_internal.rate_wait_ms(uuid)'),
+             -- issue 42.1: release_claims' check, the epoch band, the counts' truncate
+             ('gridha_internal.release_check(uuid)'), ('gridha_internal.epoch_band(bigint)'),
+             ('gridha_internal.epoch_band_trylock()'), ('gridha_internal.counts_truncated()'),
+             ('gridha_internal.service_claims_truncated()')$$,
+    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, and the lease, maintenance, ID sequence and rate limit functions with their helpers (issue 42.1), and the Citus mode''s five helpers (issue 43.2)');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass
