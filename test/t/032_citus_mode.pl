@@ -43,6 +43,8 @@
 #             reports, hand-out and renewal at the old epoch are refused
 #             (RG001); B hands the batch out again and commits it and the
 #             next; B releases the bucket and A acquires it again (epoch + 1)
+#   owner     a login role in gridha_submitter that did not take A's
+#             buckets is refused (RG008) a hand-out and a renewal as A
 #   checks    what the rows show at the end (each check below says what)
 #
 # Runs on PostgreSQL's TAP framework (PostgreSQL::Test::Cluster). Run by
@@ -62,7 +64,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 my $REPO = $ENV{GRIDHA_REPO} // abs_path(dirname(__FILE__) . '/../..');
-my $NTESTS = 16;
+my $NTESTS = 17;
 my $A = 'aaaaaaaa-0000-0000-0000-000000000032';
 my $B = 'bbbbbbbb-0000-0000-0000-000000000032';
 my $NSERVICES = 24;
@@ -566,6 +568,26 @@ ok( $h1 eq 'fb1'
 	  && $h3 eq 'fb2'
 	  && $frows eq "fb1/committed/$e2/2,fb2/committed/$e2/1",
 	'fence: after B took over the bucket whose lease ran out, the stale holder A\'s accepted and committed reports, hand-out and renewal are refused (RG001); B hands fb1 out again and it is committed once, at the new epoch'
+);
+
+# ---------------------------------------------------------------------------
+# owner: a role that did not take the bucket may not act as its holder
+
+$coord->safe_psql('c32', 'CREATE ROLE c32_other LOGIN IN ROLE gridha_submitter');
+my $ab = $mine{$A}[0];
+my $other = '';
+foreach my $call ("SELECT gridha.bucket_next_batch($ab, '$A', 1)", "SELECT gridha.bucket_renew($ab, '$A', 1)")
+{
+	my ($o, $e) = ('', '');
+	$coord->psql('c32', $call, stdout => \$o, stderr => \$e, on_error_stop => 0,
+		extra_params => [ '-U', 'c32_other', '-v', 'VERBOSITY=verbose' ]);
+	$other .= "$o$e\n";
+}
+my $ab_after = one("SELECT holder || '/' || epoch || '/' || holder_role FROM gridha.bucket_claims WHERE bucket = $ab");
+diag("another role acting as A on bucket $ab:\n$other\nbucket after: $ab_after");
+my @rg008 = ($other =~ /ERROR:  RG008: role "c32_other" does not own instance $A/g);
+ok(@rg008 == 2 && $ab_after eq "$A/1/" . one('SELECT current_user'),
+	'owner: a role in gridha_submitter that did not take the bucket is refused (RG008) a hand-out and a renewal as its holder, and the bucket stays as it was'
 );
 
 # ---------------------------------------------------------------------------
