@@ -43,6 +43,11 @@
 #             reports, hand-out and renewal at the old epoch are refused
 #             (RG001); B hands the batch out again and commits it and the
 #             next; B releases the bucket and A acquires it again (epoch + 1)
+#   reports   on the fence bucket, held by A again: a delayed batch and one
+#             whose ledger status is unknown go out again, a rejected one
+#             ends invalid and its service's next batch follows; a repeated
+#             report changes nothing; a report of a batch never handed out
+#             (RG023) and an unknown outcome (RG004) are refused
 #   owner     a login role in gridha_submitter that did not take A's
 #             buckets is refused (RG008) a hand-out and a renewal as A
 #   checks    what the rows show at the end (each check below says what)
@@ -64,7 +69,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 my $REPO = $ENV{GRIDHA_REPO} // abs_path(dirname(__FILE__) . '/../..');
-my $NTESTS = 17;
+my $NTESTS = 18;
 my $A = 'aaaaaaaa-0000-0000-0000-000000000032';
 my $B = 'bbbbbbbb-0000-0000-0000-000000000032';
 my $NSERVICES = 24;
@@ -568,6 +573,42 @@ ok( $h1 eq 'fb1'
 	  && $h3 eq 'fb2'
 	  && $frows eq "fb1/committed/$e2/2,fb2/committed/$e2/1",
 	'fence: after B took over the bucket whose lease ran out, the stale holder A\'s accepted and committed reports, hand-out and renewal are refused (RG001); B hands fb1 out again and it is committed once, at the new epoch'
+);
+
+# ---------------------------------------------------------------------------
+# reports: the other outcomes and statuses, on the fence bucket (A, epoch e3)
+
+my $rep = '';
+my $call = sub { my ($sql) = @_; my $r = one($sql); $rep .= "$r;"; return $r; };
+my $rsub = sub { "SELECT gridha.bucket_report_submission($fb, '$A', '$f', '$_[0]', $e3, '$_[1]')" };
+my $rstat = sub { "SELECT gridha.bucket_report_status($fb, '$A', '$f', '$_[0]', $e3, '$_[1]')" };
+my $next = "SELECT gridha.bucket_next_batch($fb, '$A', $e3)";
+one("SELECT gridha.bucket_enqueue($fb, '$f', 'fb$_', '\\x0$_')") foreach 3 .. 5;
+$call->($next);
+$call->($rsub->('fb3', 'delayed'));
+$call->($next);
+$call->($rsub->('fb3', 'rejected'));
+$call->($rsub->('fb3', 'rejected'));
+my $never = run($coord, $rsub->('fb5', 'accepted'));
+$call->($next);
+$call->($rsub->('fb4', 'accepted'));
+$call->($rstat->('fb4', 'unknown'));
+$call->($next);
+my $badword = run($coord, $rsub->('fb4', 'exploded'));
+$call->($rsub->('fb4', 'accepted'));
+$call->($rstat->('fb4', 'committed'));
+$call->($next);
+$call->($rsub->('fb5', 'accepted'));
+$call->($rstat->('fb5', 'committed'));
+my $rrows = one("SELECT string_agg(batch_id || '/' || status || '/' || attempts, ',' ORDER BY seq)
+  FROM gridha.bucket_batches WHERE bucket = $fb AND service_id = '$f' AND seq >= 3");
+$rep =~ s/\("?$f"?,(fb\d),\d+,"[^"]*",\d+,(\d+)\)/$1#$2/g;
+diag("reports: $rep\nnever handed out: $never\nunknown outcome: $badword\nrows: $rrows");
+ok( $rep eq 'fb3#1;delayed;fb3#2;invalid;invalid;fb4#1;pending;unknown;fb4#2;pending;committed;fb5#1;pending;committed;'
+	  && sqlstate_of($never) eq 'RG023'
+	  && sqlstate_of($badword) eq 'RG004'
+	  && $rrows eq 'fb3/invalid/2,fb4/committed/2,fb5/committed/1',
+	'reports: delayed and a ledger status unknown hand the batch out again, rejected ends it invalid and the next batch follows, a repeated report changes nothing; never handed out (RG023) and an unknown outcome (RG004) are refused'
 );
 
 # ---------------------------------------------------------------------------
