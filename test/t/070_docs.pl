@@ -51,6 +51,11 @@
 #               test/ or demo/ but test/install-debian.sh runs apt-get
 #               (docs/testing.md; 81_deb's install of the package under
 #               test in its overlay aside)
+#   sql in C    docs/internals.md's table "SQL statements in C" has a row
+#               for every file of src/ whose C string literals hold SQL
+#               statements (a run of literals beginning with an SQL keyword
+#               in capitals), with their count and lines as src/ holds
+#               them, and no other row (issue 42)
 #   repository  the "<!-- repository -->" lines of README.md and
 #               docs/install.md say the same; they name every address
 #               META.json (resources) and debian/control (Homepage, Vcs-*)
