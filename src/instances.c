@@ -1,8 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * instances.c
- *		Instances: gridha.register_instance, registration on first use,
- *		who may act as an instance, and whether its session is still there.
+ *		Instances: registration on first use, who may act as an instance,
+ *		and whether its session is still there; the C helpers of
+ *		gridha.register_instance (a PL/pgSQL function of the 1.3 script).
+ *		The statements on instance rows off the claim cycle are functions
+ *		of the 1.3 script (gridha_internal.instance_insert ...
+ *		instance_declare), SQL 1.2's copies in src/instances12.c.
  *
  * An instance is any uuid that calls gridha; the first call registers it as
  * kind 'external'. Its last_seen_at is the time of its last claim cycle
