@@ -504,9 +504,42 @@ CREATE TRIGGER service_claims_target_counted
     AFTER UPDATE OF target ON gridha.service_claims
     FOR EACH ROW EXECUTE FUNCTION gridha_internal.service_claims_count();
 
+-- The C helper of the truncate trigger: the counts this transaction
+-- changed and has not written yet are not written (unless the truncate's
+-- subtransaction rolls back), as they count services that are gone.
+CREATE FUNCTION gridha_internal.counts_truncated()
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_counts_truncated'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.counts_truncated() IS
+'for the truncate trigger of gridha.service_claims: the service counts this transaction changed and has not written yet are not written';
+
+-- A TRUNCATE of gridha.service_claims leaves no service: every count row
+-- goes, and every instance holds nothing.
+CREATE FUNCTION gridha_internal.service_claims_truncated()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    PERFORM gridha_internal.counts_truncated();
+    DELETE FROM gridha.service_counts;
+    UPDATE gridha.instances i SET held = 0 WHERE i.held <> 0;
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.service_claims_truncated() IS
+'trigger: after a truncate of gridha.service_claims, empties gridha.service_counts and every instance''s held count';
+
+REVOKE ALL ON FUNCTION gridha_internal.counts_truncated(), gridha_internal.service_claims_truncated()
+FROM PUBLIC;
+
 CREATE TRIGGER service_claims_truncated
     AFTER TRUNCATE ON gridha.service_claims
-    FOR EACH STATEMENT EXECUTE FUNCTION gridha_internal.service_claims_count();
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha_internal.service_claims_truncated();
 
 CREATE TABLE gridha.batches (
     service_id    text NOT NULL,
@@ -1137,14 +1170,120 @@ $$;
 COMMENT ON FUNCTION gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[]) IS
 'deprecated since 1.2 (use report_statuses(uuid, gridha.status_report[])): many report_status in one transaction, one element per batch in each array: one row per batch with its new status, or the SQLSTATE and message that refused it';
 
+-- What release_claims needs C for before its statements: instance_id given
+-- (22004), a writable transaction, the calling role may act as the
+-- instance (RG008, with the library's cache of that verdict), and
+-- gridha.service_claims held for writing before any of its rows is locked
+-- (the lock order: src/claims.c).
+CREATE FUNCTION gridha_internal.release_check(instance_id uuid)
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_release_check'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.release_check(uuid) IS
+'the checks of release_claims before its statements: instance_id given, a writable transaction, the calling role may act as the instance (RG008); holds gridha.service_claims for writing';
+
+REVOKE ALL ON FUNCTION gridha_internal.release_check(uuid) FROM PUBLIC;
+
+-- Release at stop, in two statements as a take is (src/claims.c): the
+-- instance's claims locked, in service_id order as every wait for claim
+-- rows, then, with a snapshot that sees every hand-out made under those
+-- locks, those with nothing submitting handed back. The instance is marked
+-- stopped; its lease goes when it holds nothing any more, otherwise it
+-- ends now (soft expiry): a stopped instance no longer counts as live, and
+-- what it kept (a head submitting) is taken over as any slow instance's
+-- claim is. Last, gridha's maintenance lease is given up if the instance
+-- held it, so that another instance takes the duty at once rather than at
+-- the lease's expiry.
 CREATE FUNCTION gridha.release_claims(instance_id uuid)
 RETURNS integer
-AS 'MODULE_PATHNAME', 'gridha_release_claims'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    released integer;
+BEGIN
+    PERFORM gridha_internal.release_check(release_claims.instance_id);
+    PERFORM 1 FROM gridha.service_claims c
+      WHERE c.claimant = release_claims.instance_id
+      ORDER BY c.service_id COLLATE "C"
+        FOR NO KEY UPDATE;
+    WITH r AS (
+        UPDATE gridha.service_claims c
+           SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL
+         WHERE c.claimant = release_claims.instance_id
+           AND NOT (c.in_flight
+                    AND coalesce((SELECT b.status = 'submitting' FROM gridha.batches b
+                                   WHERE b.service_id = c.service_id AND b.seq = c.head_seq), false))
+        RETURNING 1
+    ), k AS (
+        SELECT count(*)::int4 AS n FROM r
+    ), i AS (
+        UPDATE gridha.instances i
+           SET held = greatest(i.held - k.n, 0), stopped_at = now(),
+               soft_expiry = CASE WHEN i.held - k.n <= 0 THEN NULL ELSE least(i.soft_expiry, now()) END,
+               hard_expiry = CASE WHEN i.held - k.n <= 0 THEN NULL ELSE i.hard_expiry END
+          FROM k
+         WHERE i.instance_id = release_claims.instance_id
+    )
+    SELECT k.n INTO released FROM k;
+    PERFORM gridha_internal.lease_resign(release_claims.instance_id, 'gridha.maintenance');
+    RETURN released;
+END
+$$;
 
 COMMENT ON FUNCTION gridha.release_claims(uuid) IS
 'hands back every claim of this instance that has nothing submitting; returns how many';
+
+-- The band of epochs of this cluster (gridha.epoch_bands), asked by the
+-- first take of a backend (src/claims.c, claims_epoch_base: epochs from
+-- (band + T - 1) * 2^40 on timeline T); stored says it was read from the
+-- band row, which the backend then keeps. The first take on a cluster
+-- writes the row: the highest band of the epochs there, so a database
+-- that arrived with epochs of a later timeline (a restored dump,
+-- pg_upgrade) starts its timelines above them. It reads every claim, once
+-- per cluster. Only a transaction holding the band lock
+-- (epoch_band_trylock, never waited for) writes the row, so a writer never
+-- waits on another's uncommitted row; one that cannot have the lock reads
+-- the same band from the claims and leaves the row to the other.
+CREATE FUNCTION gridha_internal.epoch_band_trylock()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_epoch_band_trylock'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.epoch_band_trylock() IS
+'the lock under which a transaction writes the band row of this cluster, taken for the transaction without waiting; false when another transaction holds it';
+
+CREATE FUNCTION gridha_internal.epoch_band(system_identifier bigint, OUT band bigint, OUT stored boolean)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    SELECT e.band INTO band FROM gridha.epoch_bands e
+     WHERE e.system_identifier = epoch_band.system_identifier;
+    stored := FOUND;
+    IF stored THEN
+        RETURN;
+    END IF;
+    IF gridha_internal.epoch_band_trylock() THEN
+        INSERT INTO gridha.epoch_bands AS e (system_identifier, band)
+        SELECT epoch_band.system_identifier, coalesce(max(c.epoch), 0) >> 40 FROM gridha.service_claims c
+        ON CONFLICT (system_identifier) DO UPDATE SET band = e.band
+        RETURNING e.band INTO band;
+    ELSE
+        SELECT coalesce(max(c.epoch), 0) >> 40 INTO band FROM gridha.service_claims c;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.epoch_band(bigint) IS
+'the band of epochs of the cluster of this system identifier: its row of gridha.epoch_bands (stored), else written now under the band lock, or read from the claims when another transaction holds it';
+
+REVOKE ALL ON FUNCTION gridha_internal.epoch_band_trylock(), gridha_internal.epoch_band(bigint) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
 -- Views for operators

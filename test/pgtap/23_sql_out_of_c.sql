@@ -5,7 +5,7 @@
 --
 -- One transaction, rolled back.
 BEGIN;
-SELECT plan(10);
+SELECT plan(15);
 
 \o /dev/null
 SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
@@ -106,6 +106,60 @@ SELECT throws_ok($$SELECT gridha.verify_batch('aaaaaaaa-0000-0000-0000-000000000
                  'verify_batch: service_id is checked before batch_id and epoch');
 SELECT throws_ok($$SELECT gridha.verify_batch('aaaaaaaa-0000-0000-0000-000000000001', 's', 'b', -1)$$,
                  '22023', NULL, 'verify_batch: a negative epoch is refused (22023)');
+
+-- ---------------------------------------------------------------------------
+-- release_claims, the epoch band, the counts' truncate (5)
+-- ---------------------------------------------------------------------------
+
+SELECT set_eq(
+    $$SELECT p.oid::regprocedure::text, l.lanname::text, p.prosecdef, p.provolatile::text,
+             p.proconfig::text
+        FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+       WHERE p.oid IN ('gridha.release_claims(uuid)'::regprocedure,
+                       to_regprocedure('gridha_internal.epoch_band(bigint)'),
+                       to_regprocedure('gridha_internal.service_claims_truncated()'))$$,
+    $$VALUES ('gridha.release_claims(uuid)', 'plpgsql', true, 'v', '{"search_path=pg_catalog, gridha, pg_temp"}'),
+             ('gridha_internal.epoch_band(bigint)', 'plpgsql', false, 'v', '{"search_path=pg_catalog, gridha, pg_temp"}'),
+             ('gridha_internal.service_claims_truncated()', 'plpgsql', false, 'v', '{"search_path=pg_catalog, gridha, pg_temp"}')$$,
+    'release_claims, the epoch band and the truncate trigger of service_claims are PL/pgSQL of the install script; release_claims SECURITY DEFINER, all with search_path pinned');
+
+SELECT is((SELECT t.tgfoid::regprocedure::text FROM pg_trigger t
+            WHERE t.tgrelid = 'gridha.service_claims'::regclass AND t.tgname = 'service_claims_truncated'),
+          'gridha_internal.service_claims_truncated()',
+          'a TRUNCATE of gridha.service_claims runs the script''s gridha_internal.service_claims_truncated');
+
+SELECT is((SELECT count(*) FROM pg_proc p
+            WHERE p.pronamespace = to_regnamespace('gridha_internal')
+              AND p.proname IN ('release_check', 'epoch_band', 'epoch_band_trylock', 'counts_truncated')
+              AND NOT EXISTS (SELECT FROM unnest(ARRAY['public', 'gridha_producer', 'gridha_submitter',
+                                                       'gridha_admin', 'gridha_client']) AS r
+                               WHERE has_function_privilege(r, p.oid, 'EXECUTE'))),
+          4::bigint, 'release_check, epoch_band, epoch_band_trylock and counts_truncated: no role may execute them');
+
+-- The band of a cluster with no row: written now (under the band lock) from
+-- the claims' epochs, not stored yet as far as this call knows; the next
+-- call reads the row.
+SAVEPOINT band;
+DELETE FROM gridha.epoch_bands WHERE system_identifier = 4242;
+CREATE TEMP TABLE bands AS SELECT 1 AS k, b.* FROM gridha_internal.epoch_band(4242) b;
+INSERT INTO bands SELECT 2, b.* FROM gridha_internal.epoch_band(4242) b;
+SELECT results_eq(
+    $$SELECT band, stored FROM bands ORDER BY k$$,
+    $$SELECT m, s FROM (SELECT coalesce(max(epoch), 0) >> 40 AS m FROM gridha.service_claims) c,
+                       (VALUES (1, false), (2, true)) v(k, s) ORDER BY v.k$$,
+    'epoch_band: a cluster without a row gets one from the claims (stored false), then reads it (stored true)');
+ROLLBACK TO SAVEPOINT band;
+
+-- A TRUNCATE of service_claims leaves no count and no instance holding
+-- anything (the trigger's statements, SQL since 1.3).
+SAVEPOINT trunc;
+CREATE TEMP TABLE trunc_inst AS SELECT gridha.register_instance('trunc') AS id;
+SELECT count(gridha.enqueue('trunc-' || i, 'b1', NULL)) FROM generate_series(1, 3) AS i \gset
+SELECT count(*) FROM gridha.acquire_claims((SELECT id FROM trunc_inst)) \gset
+TRUNCATE gridha.batches, gridha.service_claims;
+SELECT is((SELECT count(*) FROM gridha.service_counts) + (SELECT count(*) FROM gridha.instances WHERE held <> 0),
+          0::bigint, 'after a TRUNCATE of service_claims: no count row, no instance holding a claim');
+ROLLBACK TO SAVEPOINT trunc;
 
 SELECT * FROM finish();
 ROLLBACK;
