@@ -68,6 +68,9 @@ SELECT set_eq(
              ('gridha_internal.worker_register(uuid,text)'), ('gridha_internal.worker_slots()'),
              ('gridha_internal.report_arrays_check(text[],text[],bigint[],text,text[],text[])'),
              ('gridha_internal.instance_check(uuid,integer)'),
+             ('gridha_internal.bucket_fence(integer,uuid,bigint,boolean)'), ('gridha_internal.bucket_args(text[])'),
+             ('gridha_internal.bucket_report(integer,uuid,text,text,bigint,gridha.batch_status[],gridha.batch_status)'),
+             ('gridha_internal.bucket_take(integer,uuid,interval,boolean)'), ('gridha_internal.bucket_unknown(text,text)'),
              ('gridha_internal.instance_check(uuid,text,text,bigint)'),
              -- issue 42.1: the lease and maintenance functions and their C helpers
              ('gridha_internal.lease_call(text,uuid,text,bigint)'), ('gridha_internal.lease_done(uuid)'),
@@ -91,7 +94,7 @@ SELECT set_eq(
              ('gridha_internal.instance_adopt(uuid,name)'), ('gridha_internal.cluster_known(bigint)'),
              ('gridha_internal.instance_declare(uuid,text[])'), ('gridha_internal.register_check(text[])'),
              ('gridha_internal.register_touch(uuid,text[])'), ('gridha_internal.worker_owner(uuid)')$$,
-    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers (issue 42.1)');
+    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers (issue 42.1), and the Citus mode''s five helpers (issue 43.2)');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass
