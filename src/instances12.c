@@ -2,9 +2,9 @@
  *
  * instances12.c
  *		SQL 1.2's instance rows: the statements src/instances.c runs on a
- *		database still on gridha 1.2's SQL, and the C entry points of
- *		register_instance and worker_register that only 1.2's install
- *		script names (issue 42).
+ *		database still on gridha 1.2's SQL (issue 42); the C entry points
+ *		of register_instance and worker_register that only 1.2's install
+ *		script names are in src/sql12.c, above src/instances.c.
  *
  * gridha 1.3 keeps these statements in its install script, as functions
  * of gridha_internal (instance_insert, instance_key, instance_adopt,
@@ -17,11 +17,8 @@
  */
 #include "postgres.h"
 
-#include "instances.h"
 #include "instances12.h"
 #include "spi_util.h"
-#include "targets.h"
-#include "worker.h"
 
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -70,21 +67,6 @@ static GridhaStatement instances12_declare = {
 	"UPDATE gridha.instances SET serves = $2 WHERE instance_id = $1"
 	"   AND serves IS DISTINCT FROM $2",
 	2, {UUIDOID, TEXTARRAYOID}
-};
-
-/* ... as gridha.register_instance */
-static GridhaStatement instances12_register_owned = {
-	"INSERT INTO gridha.instances (instance_id, label, kind, owner)"
-	" VALUES (pg_catalog.gen_random_uuid(), $1, 'external', $2)"
-	" RETURNING instance_id",
-	2, {TEXTOID, NAMEOID}
-};
-
-/* ... as gridha_internal.worker_register */
-static GridhaStatement instances12_worker_insert = {
-	"INSERT INTO gridha.instances (instance_id, label, kind, owner)"
-	" VALUES ($1, $2, 'worker', $3) ON CONFLICT (instance_id) DO NOTHING",
-	3, {UUIDOID, TEXTOID, NAMEOID}
 };
 
 /*
@@ -164,72 +146,4 @@ gridha_instances12_declare(Datum instance_id, Datum serves, bool any)
 	if (any)
 		nulls[1] = 'n';
 	gridha_exec(&instances12_declare, args, nulls, false);
-}
-
-PG_FUNCTION_INFO_V1(gridha_register_instance);
-
-/*
- * gridha_register_instance: SQL 1.2's gridha.register_instance(label) and
- * (label, serves) -> uuid: a new external instance, owned by the calling
- * role, serving the kinds of target given (NULL: any target).
- */
-Datum
-gridha_register_instance(PG_FUNCTION_ARGS)
-{
-	Datum		args[2];
-	char		nulls[3] = "   ";
-	bool		isnull;
-	Datum		id;
-	NameData	name;
-	int			serves = GRIDHA_SERVES_ANY;
-
-	gridha_require_writable("register_instance()");
-	if (PG_NARGS() > 1 && !PG_ARGISNULL(1))
-		serves = gridha_serves_parse(PG_GETARG_DATUM(1));
-	args[0] = PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0);
-	nulls[0] = PG_ARGISNULL(0) ? 'n' : ' ';
-
-	SPI_connect();
-	namestrcpy(&name, GetUserNameFromId(GetOuterUserId(), false));
-	args[1] = NameGetDatum(&name);
-	nulls[1] = ' ';
-	gridha_exec(&instances12_register_owned, args, nulls, false);
-	id = gridha_col(0, 1, &isnull);
-	id = SPI_datumTransfer(id, false, UUID_LEN);
-	(void) gridha_instance_touch(id);
-	if (serves != GRIDHA_SERVES_ANY)
-		gridha_instance_declare(id, serves);
-	SPI_finish();
-	PG_RETURN_DATUM(id);
-}
-
-PG_FUNCTION_INFO_V1(gridha_worker_register);
-
-/*
- * gridha_worker_register: SQL 1.2's gridha.worker_register(instance_id,
- * label) -> boolean: registers the calling background worker's instance,
- * kind worker, owned by the role the worker runs as, after the checks of
- * gridha_worker_register_check (RG016 in any process but a gridha
- * worker). False when the id has a row already.
- */
-Datum
-gridha_worker_register(PG_FUNCTION_ARGS)
-{
-	Datum		args[3];
-	char		nulls[4] = "   ";
-	NameData	owner;
-	bool		done;
-
-	gridha_worker_register_check(fcinfo, &owner);
-	args[0] = PG_GETARG_DATUM(0);
-	if (PG_ARGISNULL(1))
-		nulls[1] = 'n';
-	else
-		args[1] = PG_GETARG_DATUM(1);
-	args[2] = NameGetDatum(&owner);
-	SPI_connect();
-	gridha_exec(&instances12_worker_insert, args, nulls, false);
-	done = SPI_processed == 1;
-	SPI_finish();
-	PG_RETURN_BOOL(done);
 }
