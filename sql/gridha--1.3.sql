@@ -504,9 +504,42 @@ CREATE TRIGGER service_claims_target_counted
     AFTER UPDATE OF target ON gridha.service_claims
     FOR EACH ROW EXECUTE FUNCTION gridha_internal.service_claims_count();
 
+-- The C helper of the truncate trigger: the counts this transaction
+-- changed and has not written yet are not written (unless the truncate's
+-- subtransaction rolls back), as they count services that are gone.
+CREATE FUNCTION gridha_internal.counts_truncated()
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_counts_truncated'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.counts_truncated() IS
+'for the truncate trigger of gridha.service_claims: the service counts this transaction changed and has not written yet are not written';
+
+-- A TRUNCATE of gridha.service_claims leaves no service: every count row
+-- goes, and every instance holds nothing.
+CREATE FUNCTION gridha_internal.service_claims_truncated()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    PERFORM gridha_internal.counts_truncated();
+    DELETE FROM gridha.service_counts;
+    UPDATE gridha.instances i SET held = 0 WHERE i.held <> 0;
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.service_claims_truncated() IS
+'trigger: after a truncate of gridha.service_claims, empties gridha.service_counts and every instance''s held count';
+
+REVOKE ALL ON FUNCTION gridha_internal.counts_truncated(), gridha_internal.service_claims_truncated()
+FROM PUBLIC;
+
 CREATE TRIGGER service_claims_truncated
     AFTER TRUNCATE ON gridha.service_claims
-    FOR EACH STATEMENT EXECUTE FUNCTION gridha_internal.service_claims_count();
+    FOR EACH STATEMENT EXECUTE FUNCTION gridha_internal.service_claims_truncated();
 
 CREATE TABLE gridha.batches (
     service_id    text NOT NULL,
@@ -713,15 +746,158 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha.expiry_settings() IS
 'the effective claim timings (gridha.soft_expiry, gridha.hard_expiry, gridha.renew_interval) as intervals';
 
+/*
+ * Instance rows (issue 42.1: these statements were C string literals in
+ * src/instances.c). They run off the claim cycle: when an instance is used
+ * for the first time, when its session is given a liveness key or has it
+ * cleared, when a worker's instance from 1.0 is adopted, when a restored
+ * owner's cluster is looked up, when an instance declares what it serves.
+ * The library calls them; what needs C stays there: who may act as an
+ * instance (and the backend's cache of that verdict), the session's
+ * liveness lock, the checks of a call. Executable by the extension's owner
+ * only: the calls that run them run as it.
+ */
+CREATE FUNCTION gridha_internal.instance_insert(instance_id uuid, owner name,
+    OUT inserted boolean, OUT present boolean, OUT present_owner name)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    INSERT INTO gridha.instances AS i (instance_id, owner)
+    VALUES (instance_insert.instance_id, instance_insert.owner)
+    ON CONFLICT (instance_id) DO NOTHING;
+    inserted := FOUND;
+    present := FOUND;
+    IF inserted THEN
+        present_owner := instance_insert.owner;
+        RETURN;
+    END IF;
+    -- another session registered it meanwhile: this statement sees it
+    SELECT true, i.owner INTO present, present_owner
+      FROM gridha.instances i
+     WHERE i.instance_id = instance_insert.instance_id;
+    present := coalesce(present, false);
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.instance_insert(uuid, name) IS
+'registers an unknown instance on first use (kind external, owned by the role given); when another session registered it meanwhile, whether its row is there and its owner, for the caller to check';
+
+CREATE FUNCTION gridha_internal.instance_key(instance_id uuid, fresh boolean)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    new_key bigint;
+BEGIN
+    IF NOT instance_key.fresh THEN
+        UPDATE gridha.instances i SET session_key = NULL
+         WHERE i.instance_id = instance_key.instance_id;
+        RETURN NULL;
+    END IF;
+    -- never waits for another session writing the row (it does not bind)
+    UPDATE gridha.instances i
+       SET session_key = pg_catalog.nextval('gridha.session_keys'::pg_catalog.regclass)
+     WHERE i.instance_id = instance_key.instance_id
+       AND i.instance_id IN (SELECT x.instance_id FROM gridha.instances x
+                              WHERE x.instance_id = instance_key.instance_id AND x.session_key IS NULL
+                                FOR UPDATE SKIP LOCKED)
+    RETURNING i.session_key INTO new_key;
+    RETURN new_key;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.instance_key(uuid, boolean) IS
+'fresh: gives an instance without a session key the next of gridha.session_keys and returns it (NULL: it has one, or another session is writing its row); else clears its key (an instance judged by its expiry alone)';
+
+CREATE FUNCTION gridha_internal.instance_adopt(instance_id uuid, owner name)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+WITH a AS (
+    UPDATE gridha.instances i SET owner = $2
+     WHERE i.instance_id = $1 AND i.owner IS NULL AND i.kind = 'worker'
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM a)
+$$;
+
+COMMENT ON FUNCTION gridha_internal.instance_adopt(uuid, name) IS
+'gives a worker''s instance without an owner (a row from 1.0) the role given, which the worker runs as; true if it did';
+
+CREATE FUNCTION gridha_internal.cluster_known(system_identifier bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT EXISTS (SELECT 1 FROM gridha.epoch_bands b WHERE b.system_identifier = $1)
+$$;
+
+COMMENT ON FUNCTION gridha_internal.cluster_known(bigint) IS
+'whether this database ran on the cluster of this system identifier before (gridha.epoch_bands): an owner set there is confirmed here';
+
+CREATE FUNCTION gridha_internal.instance_declare(instance_id uuid, serves text[])
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+UPDATE gridha.instances i SET serves = $2
+ WHERE i.instance_id = $1 AND i.serves IS DISTINCT FROM $2
+$$;
+
+COMMENT ON FUNCTION gridha_internal.instance_declare(uuid, text[]) IS
+'records the kinds of target an instance serves (NULL: it declares nothing), in the words of the library''s order';
+
+CREATE FUNCTION gridha_internal.register_check(serves text[])
+RETURNS name
+AS 'MODULE_PATHNAME', 'gridha_register_check'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.register_check(text[]) IS
+'the checks register_instance() makes before it writes (a writable transaction, the words of serves), and the calling role: the new instance''s owner';
+
+CREATE FUNCTION gridha_internal.register_touch(instance_id uuid, serves text[])
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_register_touch'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.register_touch(uuid, text[]) IS
+'the first use of an instance register_instance() just wrote (the session binds to it), and its declaration of serves when given';
+
+REVOKE ALL ON FUNCTION gridha_internal.instance_insert(uuid, name), gridha_internal.instance_key(uuid, boolean),
+    gridha_internal.instance_adopt(uuid, name), gridha_internal.cluster_known(bigint),
+    gridha_internal.instance_declare(uuid, text[]), gridha_internal.register_check(text[]),
+    gridha_internal.register_touch(uuid, text[]) FROM PUBLIC;
+
 -- ---------------------------------------------------------------------------
 -- API
 -- ---------------------------------------------------------------------------
 
 CREATE FUNCTION gridha.register_instance(label text DEFAULT NULL, serves text[] DEFAULT NULL)
 RETURNS uuid
-AS 'MODULE_PATHNAME', 'gridha_register_instance'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    new_owner name;
+    new_id    uuid;
+BEGIN
+    new_owner := gridha_internal.register_check(register_instance.serves);
+    INSERT INTO gridha.instances AS i (instance_id, label, kind, owner)
+    VALUES (pg_catalog.gen_random_uuid(), register_instance.label, 'external', new_owner)
+    RETURNING i.instance_id INTO new_id;
+    PERFORM gridha_internal.register_touch(new_id, register_instance.serves);
+    RETURN new_id;
+END
+$$;
 
 COMMENT ON FUNCTION gridha.register_instance(text, text[]) IS
 'registers a new external instance, owned by the calling role, and returns its id; serves, when given, declares the kinds of target it serves (submit_url, submit_function, status_url, status_function), NULL: any';
@@ -994,14 +1170,120 @@ $$;
 COMMENT ON FUNCTION gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[]) IS
 'deprecated since 1.2 (use report_statuses(uuid, gridha.status_report[])): many report_status in one transaction, one element per batch in each array: one row per batch with its new status, or the SQLSTATE and message that refused it';
 
+-- What release_claims needs C for before its statements: instance_id given
+-- (22004), a writable transaction, the calling role may act as the
+-- instance (RG008, with the library's cache of that verdict), and
+-- gridha.service_claims held for writing before any of its rows is locked
+-- (the lock order: src/claims.c).
+CREATE FUNCTION gridha_internal.release_check(instance_id uuid)
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_release_check'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.release_check(uuid) IS
+'the checks of release_claims before its statements: instance_id given, a writable transaction, the calling role may act as the instance (RG008); holds gridha.service_claims for writing';
+
+REVOKE ALL ON FUNCTION gridha_internal.release_check(uuid) FROM PUBLIC;
+
+-- Release at stop, in two statements as a take is (src/claims.c): the
+-- instance's claims locked, in service_id order as every wait for claim
+-- rows, then, with a snapshot that sees every hand-out made under those
+-- locks, those with nothing submitting handed back. The instance is marked
+-- stopped; its lease goes when it holds nothing any more, otherwise it
+-- ends now (soft expiry): a stopped instance no longer counts as live, and
+-- what it kept (a head submitting) is taken over as any slow instance's
+-- claim is. Last, gridha's maintenance lease is given up if the instance
+-- held it, so that another instance takes the duty at once rather than at
+-- the lease's expiry.
 CREATE FUNCTION gridha.release_claims(instance_id uuid)
 RETURNS integer
-AS 'MODULE_PATHNAME', 'gridha_release_claims'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    released integer;
+BEGIN
+    PERFORM gridha_internal.release_check(release_claims.instance_id);
+    PERFORM 1 FROM gridha.service_claims c
+      WHERE c.claimant = release_claims.instance_id
+      ORDER BY c.service_id COLLATE "C"
+        FOR NO KEY UPDATE;
+    WITH r AS (
+        UPDATE gridha.service_claims c
+           SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL
+         WHERE c.claimant = release_claims.instance_id
+           AND NOT (c.in_flight
+                    AND coalesce((SELECT b.status = 'submitting' FROM gridha.batches b
+                                   WHERE b.service_id = c.service_id AND b.seq = c.head_seq), false))
+        RETURNING 1
+    ), k AS (
+        SELECT count(*)::int4 AS n FROM r
+    ), i AS (
+        UPDATE gridha.instances i
+           SET held = greatest(i.held - k.n, 0), stopped_at = now(),
+               soft_expiry = CASE WHEN i.held - k.n <= 0 THEN NULL ELSE least(i.soft_expiry, now()) END,
+               hard_expiry = CASE WHEN i.held - k.n <= 0 THEN NULL ELSE i.hard_expiry END
+          FROM k
+         WHERE i.instance_id = release_claims.instance_id
+    )
+    SELECT k.n INTO released FROM k;
+    PERFORM gridha_internal.lease_resign(release_claims.instance_id, 'gridha.maintenance');
+    RETURN released;
+END
+$$;
 
 COMMENT ON FUNCTION gridha.release_claims(uuid) IS
 'hands back every claim of this instance that has nothing submitting; returns how many';
+
+-- The band of epochs of this cluster (gridha.epoch_bands), asked by the
+-- first take of a backend (src/claims.c, claims_epoch_base: epochs from
+-- (band + T - 1) * 2^40 on timeline T); stored says it was read from the
+-- band row, which the backend then keeps. The first take on a cluster
+-- writes the row: the highest band of the epochs there, so a database
+-- that arrived with epochs of a later timeline (a restored dump,
+-- pg_upgrade) starts its timelines above them. It reads every claim, once
+-- per cluster. Only a transaction holding the band lock
+-- (epoch_band_trylock, never waited for) writes the row, so a writer never
+-- waits on another's uncommitted row; one that cannot have the lock reads
+-- the same band from the claims and leaves the row to the other.
+CREATE FUNCTION gridha_internal.epoch_band_trylock()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_epoch_band_trylock'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.epoch_band_trylock() IS
+'the lock under which a transaction writes the band row of this cluster, taken for the transaction without waiting; false when another transaction holds it';
+
+CREATE FUNCTION gridha_internal.epoch_band(system_identifier bigint, OUT band bigint, OUT stored boolean)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    SELECT e.band INTO band FROM gridha.epoch_bands e
+     WHERE e.system_identifier = epoch_band.system_identifier;
+    stored := FOUND;
+    IF stored THEN
+        RETURN;
+    END IF;
+    IF gridha_internal.epoch_band_trylock() THEN
+        INSERT INTO gridha.epoch_bands AS e (system_identifier, band)
+        SELECT epoch_band.system_identifier, coalesce(max(c.epoch), 0) >> 40 FROM gridha.service_claims c
+        ON CONFLICT (system_identifier) DO UPDATE SET band = e.band
+        RETURNING e.band INTO band;
+    ELSE
+        SELECT coalesce(max(c.epoch), 0) >> 40 INTO band FROM gridha.service_claims c;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.epoch_band(bigint) IS
+'the band of epochs of the cluster of this system identifier: its row of gridha.epoch_bands (stored), else written now under the band lock, or read from the claims when another transaction holds it';
+
+REVOKE ALL ON FUNCTION gridha_internal.epoch_band_trylock(), gridha_internal.epoch_band(bigint) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
 -- Views for operators
@@ -2503,17 +2785,36 @@ GRANT SELECT ON gridha.worker_limits TO gridha_submitter, gridha_admin;
 /*
  * worker_register: a background worker's instance row, with the worker's
  * role as its owner. Only a gridha background worker process may call it
- * (the function checks the process, not the role), so no SQL client can
+ * (worker_owner checks the process, not the role), so no SQL client can
  * make an instance of kind worker.
  */
+CREATE FUNCTION gridha_internal.worker_owner(instance_id uuid)
+RETURNS name
+AS 'MODULE_PATHNAME', 'gridha_worker_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.worker_owner(uuid) IS
+'the checks of worker_register() (refused outside a gridha worker; instance_id given; a writable transaction) and the worker''s role: its instance''s owner';
+
 CREATE FUNCTION gridha_internal.worker_register(instance_id uuid, label text)
 RETURNS boolean
-AS 'MODULE_PATHNAME', 'gridha_worker_register'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+WITH r AS (
+    INSERT INTO gridha.instances AS i (instance_id, label, kind, owner)
+    VALUES ($1, $2, 'worker', gridha_internal.worker_owner($1))
+    ON CONFLICT (instance_id) DO NOTHING
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM r)
+$$;
 
 COMMENT ON FUNCTION gridha_internal.worker_register(uuid, text) IS
 'registers the calling background worker''s instance (kind worker, owned by the worker''s role); refused outside a gridha worker; false when the id has a row already';
+
+REVOKE ALL ON FUNCTION gridha_internal.worker_owner(uuid) FROM PUBLIC;
 
 /*
  * worker_orphans: the heads a background worker handed out and still has
@@ -2937,3 +3238,641 @@ COMMENT ON VIEW gridha.metrics IS
 
 REVOKE ALL ON gridha.metrics FROM PUBLIC;
 GRANT SELECT ON gridha.metrics TO gridha_submitter, gridha_admin;
+
+-- --- issue 43.2: the Citus mode (citus_setup, the per-bucket functions) ---
+--
+-- docs/citus.md, "Built". gridha.citus_setup lays gridha out by bucket on
+-- the coordinator of a Citus cluster: three tables of its own, distributed
+-- by bucket and co-located (gridha.bucket_claims, gridha.bucket_services,
+-- gridha.bucket_batches; created by the call, so that Citus creates and
+-- keeps them on every node, which it does not do for an extension's own
+-- tables), and the per-bucket functions below made Citus distributed
+-- functions with the bucket as distribution argument: `SELECT f(bucket,
+-- ...)` as a statement of its own is sent whole to the node holding the
+-- bucket, where every statement of f reads and locks that bucket's shard
+-- only. No triggers; every time a statement needs is read into a variable
+-- first (Citus refuses now() inside CASE and COALESCE on distributed
+-- tables). Outside the mode the per-bucket functions refuse (RG037).
+
+/*
+ * bucket_of(service_id, buckets): the service's bucket, 0 .. buckets - 1
+ * (NULL for a NULL argument). Immutable, so that a call with constants
+ * folds to a constant (Citus routes a distributed function's call by that
+ * value); the planner folds it with its SET clause too.
+ */
+CREATE FUNCTION gridha.bucket_of(service_id text, buckets integer DEFAULT 64)
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT ((pg_catalog.hashtextextended($1, 0) & 9223372036854775807) % $2)::integer
+$$;
+
+COMMENT ON FUNCTION gridha.bucket_of(text, integer) IS
+'the bucket of a service among buckets (the count gridha.citus_setup laid out): an immutable hash of the id, the same on every node and release';
+
+-- What a per-bucket hand-out returns: one value (Citus delegates only a
+-- lone SELECT f(...), so the hand-out cannot return a set).
+CREATE TYPE gridha.bucket_batch AS (
+    service_id text,
+    batch_id   text,
+    seq        bigint,
+    payload    bytea,
+    epoch      bigint,
+    attempts   integer
+);
+
+COMMENT ON TYPE gridha.bucket_batch IS
+'a batch handed out by gridha.bucket_next_batch (Citus mode): its service, id, place in the queue, payload, the bucket''s epoch and how often it was handed out';
+
+/*
+ * citus_setup(buckets): the Citus mode, once, on the coordinator of a
+ * fresh database. Refuses (changing nothing) without Citus or off the
+ * coordinator (RG031), a second time (RG034), a bucket count that is not a
+ * power of two between citus.shard_count and 16384 (RG033), and gridha
+ * tables that hold rows (RG032). Returns the bucket count.
+ */
+CREATE FUNCTION gridha.citus_setup(buckets integer DEFAULT 64)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    coordinator boolean;
+    has_rows boolean;
+    shards integer;
+    t text;
+    f text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'citus') THEN
+        RAISE EXCEPTION 'gridha.citus_setup needs Citus, which is not installed in database "%"',
+                        current_database()
+            USING ERRCODE = 'RG031',
+                  DETAIL = 'The Citus mode distributes gridha''s work over a Citus cluster; without Citus there is nothing to set up.',
+                  HINT = 'On one server, use gridha as it is. For the Citus mode: preload citus before gridha, CREATE EXTENSION citus and add the workers on the coordinator, then CREATE EXTENSION gridha and call gridha.citus_setup there.';
+    END IF;
+    EXECUTE 'SELECT pg_catalog.citus_is_coordinator()' INTO coordinator;
+    IF NOT coordinator THEN
+        RAISE EXCEPTION 'gridha.citus_setup runs on the coordinator of a Citus cluster, and this node is not one'
+            USING ERRCODE = 'RG031',
+                  DETAIL = 'This node is a worker, or no node has been added to its cluster.',
+                  HINT = 'Call it on the coordinator, after citus_set_coordinator_host and citus_add_node.';
+    END IF;
+    IF pg_catalog.to_regclass('gridha.bucket_claims') IS NOT NULL THEN
+        RAISE EXCEPTION 'gridha is already in Citus mode in this database'
+            USING ERRCODE = 'RG034',
+                  DETAIL = 'gridha.citus_setup ran before: gridha.bucket_claims exists.',
+                  HINT = 'Nothing to do: the layout cannot be changed in place (Citus does not undistribute it); to change the bucket count, set up a new database and move the batches there.';
+    END IF;
+    IF buckets IS NULL THEN
+        RAISE EXCEPTION 'the bucket count must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    shards := pg_catalog.current_setting('citus.shard_count')::integer;
+    IF buckets < 1 OR buckets > 16384 OR (buckets & (buckets - 1)) <> 0 OR buckets < shards THEN
+        RAISE EXCEPTION 'cannot lay gridha out in % buckets', buckets
+            USING ERRCODE = 'RG033',
+                  DETAIL = format('The bucket count must be a power of two from citus.shard_count (%s here) to 16384.', shards),
+                  HINT = 'Choose such a count (64 by default), or lower citus.shard_count for this call.';
+    END IF;
+    FOREACH t IN ARRAY ARRAY['batches', 'service_claims', 'instances', 'leases', 'id_sequences'] LOOP
+        IF pg_catalog.to_regclass('gridha.' || t) IS NOT NULL THEN
+            EXECUTE format('SELECT EXISTS (SELECT 1 FROM gridha.%I)', t) INTO has_rows;
+            IF has_rows THEN
+                RAISE EXCEPTION 'gridha.% holds rows; gridha.citus_setup needs a fresh database', t
+                    USING ERRCODE = 'RG032',
+                          DETAIL = 'The Citus mode keeps its batches and claims in tables of its own; rows in gridha''s tables of one server would be left behind, unseen.',
+                          HINT = 'Set up the Citus mode in a new database (CREATE EXTENSION citus; CREATE EXTENSION gridha) and enqueue there.';
+            END IF;
+        END IF;
+    END LOOP;
+
+    -- one connection per node: Citus refuses a function's distribution
+    -- after a parallel command in the same transaction
+    PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
+
+    CREATE TABLE gridha.bucket_claims (
+        bucket      integer PRIMARY KEY,
+        buckets     integer NOT NULL,
+        holder      uuid,
+        holder_role name,
+        epoch       bigint NOT NULL DEFAULT 0,
+        soft_expiry timestamptz,
+        hard_expiry timestamptz,
+        taken_at    timestamptz
+    );
+    CREATE TABLE gridha.bucket_services (
+        bucket     integer NOT NULL,
+        service_id text NOT NULL,
+        head_seq   bigint NOT NULL DEFAULT 1,
+        tail_seq   bigint NOT NULL DEFAULT 0,
+        ready_at   timestamptz,
+        in_flight  boolean NOT NULL DEFAULT false,
+        PRIMARY KEY (bucket, service_id)
+    ) WITH (fillfactor = 50);
+    CREATE INDEX bucket_services_ready ON gridha.bucket_services (bucket, ready_at)
+        WHERE ready_at IS NOT NULL;
+    CREATE TABLE gridha.bucket_batches (
+        bucket        integer NOT NULL,
+        service_id    text NOT NULL,
+        batch_id      text NOT NULL,
+        seq           bigint NOT NULL,
+        payload       bytea,
+        status        gridha.batch_status NOT NULL DEFAULT 'queued',
+        created_at    timestamptz NOT NULL DEFAULT now(),
+        epoch         bigint,
+        attempts      integer NOT NULL DEFAULT 0,
+        instance_id   uuid,
+        handed_out_at timestamptz,
+        submitted_at  timestamptz,
+        finished_at   timestamptz,
+        PRIMARY KEY (bucket, service_id, batch_id),
+        UNIQUE (bucket, service_id, seq)
+    ) WITH (fillfactor = 70);
+    COMMENT ON TABLE gridha.bucket_claims IS
+    'Citus mode: one row per bucket: its holder (an instance, and the role that took it), its epoch (rises whenever it changes hands) and its lease';
+    COMMENT ON TABLE gridha.bucket_services IS
+    'Citus mode: one row per service, in its bucket: its queue''s head and tail, when its head became ready, whether it is in flight';
+    COMMENT ON TABLE gridha.bucket_batches IS
+    'Citus mode: the batches, in their service''s bucket';
+    REVOKE ALL ON gridha.bucket_claims, gridha.bucket_services, gridha.bucket_batches FROM PUBLIC;
+
+    PERFORM create_distributed_table('gridha.bucket_claims', 'bucket', colocate_with => 'none');
+    PERFORM create_distributed_table('gridha.bucket_services', 'bucket', colocate_with => 'gridha.bucket_claims');
+    PERFORM create_distributed_table('gridha.bucket_batches', 'bucket', colocate_with => 'gridha.bucket_claims');
+    INSERT INTO gridha.bucket_claims (bucket, buckets)
+    SELECT b, citus_setup.buckets FROM pg_catalog.generate_series(0, citus_setup.buckets - 1) AS b;
+
+    FOREACH f IN ARRAY ARRAY[
+            'gridha.bucket_enqueue(integer,text,text,bytea)',
+            'gridha.bucket_acquire(integer,uuid,interval)',
+            'gridha.bucket_takeover(integer,uuid,interval)',
+            'gridha.bucket_renew(integer,uuid,bigint,interval)',
+            'gridha.bucket_release(integer,uuid,bigint)',
+            'gridha.bucket_next_batch(integer,uuid,bigint)',
+            'gridha.bucket_report_submission(integer,uuid,text,text,bigint,text)',
+            'gridha.bucket_report_status(integer,uuid,text,text,bigint,text)'] LOOP
+        PERFORM create_distributed_function(f::regprocedure, distribution_arg_name => 'bucket',
+                                            colocate_with => 'gridha.bucket_claims');
+    END LOOP;
+
+    -- Producers enqueue through gridha.bucket_enqueue in this mode. The
+    -- revoke also makes every backend look at gridha's tables again (it
+    -- invalidates gridha.batches), so a session that called gridha before
+    -- the setup is refused (RG035) from its next call on.
+    REVOKE INSERT (service_id, batch_id, payload) ON gridha.batches FROM gridha_producer;
+    RETURN buckets;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.citus_setup(integer) IS
+'Citus mode: lays gridha out by bucket on the coordinator of a fresh database (after CREATE EXTENSION citus and gridha): the bucket tables distributed and co-located, the per-bucket functions distributed by bucket; once; cannot be undone in place';
+
+/*
+ * bucket_fence(bucket, instance, epoch, live): the instance holds the
+ * bucket at that epoch (and, when live, its lease has not run out), and
+ * the calling role took it (or is a member of the role that did); RG001
+ * or RG008 otherwise, RG036 for a bucket outside the layout. The bucket's
+ * row stays locked (FOR SHARE) to the end of the call, so a take-over
+ * waits for a hand-out or report in progress.
+ */
+CREATE FUNCTION gridha_internal.bucket_fence(bucket integer, instance_id uuid, epoch bigint, live boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    h uuid;
+    hr name;
+    e bigint;
+    hx timestamptz;
+BEGIN
+    SELECT c.holder, c.holder_role, c.epoch, c.hard_expiry INTO h, hr, e, hx
+      FROM gridha.bucket_claims c WHERE c.bucket = bucket_fence.bucket FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no bucket % in this layout', bucket_fence.bucket
+            USING ERRCODE = 'RG036',
+                  HINT = 'Buckets are numbered from 0 to the count gridha.citus_setup laid out, minus one.';
+    END IF;
+    IF h IS DISTINCT FROM bucket_fence.instance_id OR e <> bucket_fence.epoch
+       OR (live AND hx < pg_catalog.now()) THEN
+        RAISE EXCEPTION 'stale claim on bucket %', bucket_fence.bucket
+            USING ERRCODE = 'RG001',
+                  DETAIL = format('Instance %s holds the bucket at epoch %s%s; the call carried epoch %s of instance %s.',
+                                  coalesce(h::text, '(none)'), e,
+                                  CASE WHEN hx < pg_catalog.now() THEN ', its lease ran out' ELSE '' END,
+                                  bucket_fence.epoch, bucket_fence.instance_id),
+                  HINT = 'Drop what you hold of this bucket: it changed hands, and its holder hands its batches out again.';
+    END IF;
+    IF NOT pg_catalog.pg_has_role(session_user, hr, 'MEMBER') THEN
+        RAISE EXCEPTION 'role "%" does not own instance %', session_user, bucket_fence.instance_id
+            USING ERRCODE = 'RG008',
+                  DETAIL = format('Role "%s" took bucket %s for that instance.', hr, bucket_fence.bucket);
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.bucket_fence(integer, uuid, bigint, boolean) IS
+'Citus mode: the instance holds the bucket at that epoch (live: and its lease runs), taken by the calling role; RG001, RG008 or RG036 otherwise';
+
+/*
+ * bucket_args(args): what every per-bucket function checks first: the
+ * database is in Citus mode (RG037 otherwise: the bucket tables do not
+ * exist), and no argument it needs is NULL (22004).
+ */
+CREATE FUNCTION gridha_internal.bucket_args(args text[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.to_regclass('gridha.bucket_claims') IS NULL THEN
+        RAISE EXCEPTION 'gridha is not in Citus mode in this database'
+            USING ERRCODE = 'RG037',
+                  DETAIL = 'The per-bucket functions serve the Citus mode only; gridha.citus_setup has not laid gridha out by bucket here.',
+                  HINT = 'On one server, use gridha.enqueue, gridha.next_batch and the reports; on Citus, call gridha.citus_setup first (docs/citus.md).';
+    END IF;
+    IF pg_catalog.array_position(args, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'argument % must not be NULL', pg_catalog.array_position(args, NULL)
+            USING ERRCODE = '22004';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.bucket_args(text[]) IS
+'Citus mode: RG037 outside the mode, 22004 naming the first NULL argument of a per-bucket call';
+
+/*
+ * bucket_enqueue(bucket, service, batch, payload): appends a batch to the
+ * service's queue in its bucket (bucket = gridha.bucket_of(service_id,
+ * buckets), else RG036); returns its seq.
+ */
+CREATE FUNCTION gridha.bucket_enqueue(bucket integer, service_id text, batch_id text, payload bytea)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    n integer;
+    q bigint;
+    t timestamptz := pg_catalog.now();
+BEGIN
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, service_id, batch_id]);
+    IF service_id = '' OR batch_id = '' OR pg_catalog.octet_length(service_id) > 512
+       OR pg_catalog.octet_length(batch_id) > 512 THEN
+        RAISE EXCEPTION 'a service or batch id must be 1 to 512 bytes' USING ERRCODE = '22023';
+    END IF;
+    SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = bucket_enqueue.bucket;
+    IF NOT FOUND OR gridha.bucket_of(bucket_enqueue.service_id, n) <> bucket_enqueue.bucket THEN
+        RAISE EXCEPTION 'service "%" is not in bucket %', bucket_enqueue.service_id, bucket_enqueue.bucket
+            USING ERRCODE = 'RG036',
+                  DETAIL = CASE WHEN n IS NULL THEN 'There is no such bucket in this layout.'
+                                ELSE format('Its bucket is %s (gridha.bucket_of(service_id, %s)).',
+                                            gridha.bucket_of(bucket_enqueue.service_id, n), n) END,
+                  HINT = 'Pass gridha.bucket_of(service_id, buckets) as the bucket, with the count gridha.citus_setup laid out.';
+    END IF;
+    INSERT INTO gridha.bucket_services (bucket, service_id)
+    VALUES (bucket_enqueue.bucket, bucket_enqueue.service_id) ON CONFLICT DO NOTHING;
+    UPDATE gridha.bucket_services s
+       SET tail_seq = s.tail_seq + 1,
+           ready_at = CASE WHEN NOT s.in_flight AND s.head_seq = s.tail_seq + 1 THEN t
+                           ELSE s.ready_at END
+     WHERE s.bucket = bucket_enqueue.bucket AND s.service_id = bucket_enqueue.service_id
+    RETURNING s.tail_seq INTO q;
+    INSERT INTO gridha.bucket_batches (bucket, service_id, batch_id, seq, payload, created_at)
+    VALUES (bucket_enqueue.bucket, bucket_enqueue.service_id, bucket_enqueue.batch_id, q,
+            bucket_enqueue.payload, t);
+    RETURN q;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.bucket_enqueue(integer, text, text, bytea) IS
+'Citus mode: appends a batch to its service''s queue in the service''s bucket (gridha.bucket_of); returns its seq';
+
+/*
+ * bucket_take(bucket, instance, lease, takeover): the common part of
+ * bucket_acquire (a free bucket, or the caller's own: renewed) and
+ * bucket_takeover (a bucket whose holder's lease ran out). A new holder
+ * raises the epoch by one, and the services in flight under the old one
+ * become ready: their heads go out again at the new epoch, and the old
+ * holder's reports of them are refused (RG001). Returns the epoch, or
+ * NULL when the bucket is not to be had.
+ */
+CREATE FUNCTION gridha_internal.bucket_take(bucket integer, instance_id uuid, lease interval, takeover boolean)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    h uuid;
+    hr name;
+    e bigint;
+    hx timestamptz;
+    r name := session_user;
+    t timestamptz := pg_catalog.now();
+BEGIN
+    IF lease <= interval '0' THEN
+        RAISE EXCEPTION 'a lease must be longer than zero' USING ERRCODE = '22023';
+    END IF;
+    SELECT c.holder, c.holder_role, c.epoch, c.hard_expiry INTO h, hr, e, hx
+      FROM gridha.bucket_claims c WHERE c.bucket = bucket_take.bucket FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no bucket % in this layout', bucket_take.bucket
+            USING ERRCODE = 'RG036',
+                  HINT = 'Buckets are numbered from 0 to the count gridha.citus_setup laid out, minus one.';
+    END IF;
+    IF h = bucket_take.instance_id AND NOT takeover THEN
+        IF NOT pg_catalog.pg_has_role(session_user, hr, 'MEMBER') THEN
+            RAISE EXCEPTION 'role "%" does not own instance %', session_user, bucket_take.instance_id
+                USING ERRCODE = 'RG008',
+                      DETAIL = format('Role "%s" took bucket %s for that instance.', hr, bucket_take.bucket);
+        END IF;
+    ELSIF (takeover AND h IS NOT NULL AND h <> bucket_take.instance_id AND hx < t)
+          OR (NOT takeover AND h IS NULL) THEN
+        e := e + 1;
+        UPDATE gridha.bucket_services s SET in_flight = false, ready_at = t
+         WHERE s.bucket = bucket_take.bucket AND s.in_flight;
+    ELSE
+        RETURN NULL;
+    END IF;
+    UPDATE gridha.bucket_claims c
+       SET holder = bucket_take.instance_id,
+           holder_role = CASE WHEN c.holder IS DISTINCT FROM bucket_take.instance_id THEN r
+                              ELSE c.holder_role END,
+           epoch = e,
+           taken_at = CASE WHEN c.holder IS DISTINCT FROM bucket_take.instance_id THEN t
+                           ELSE c.taken_at END,
+           soft_expiry = t + lease / 2, hard_expiry = t + lease
+     WHERE c.bucket = bucket_take.bucket;
+    RETURN e;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.bucket_take(integer, uuid, interval, boolean) IS
+'Citus mode: what bucket_acquire and bucket_takeover share: takes the bucket (raising its epoch) or renews the caller''s own; NULL when it is not to be had';
+
+CREATE FUNCTION gridha.bucket_acquire(bucket integer, instance_id uuid, lease interval DEFAULT '30 s')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+BEGIN
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, lease::text]);
+    RETURN gridha_internal.bucket_take(bucket, instance_id, lease, false);
+END
+$$;
+
+COMMENT ON FUNCTION gridha.bucket_acquire(integer, uuid, interval) IS
+'Citus mode: takes a free bucket for the instance (its epoch rises by one) or renews the instance''s own; returns the epoch, NULL when another instance holds it';
+
+CREATE FUNCTION gridha.bucket_takeover(bucket integer, instance_id uuid, lease interval DEFAULT '30 s')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+BEGIN
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, lease::text]);
+    RETURN gridha_internal.bucket_take(bucket, instance_id, lease, true);
+END
+$$;
+
+COMMENT ON FUNCTION gridha.bucket_takeover(integer, uuid, interval) IS
+'Citus mode: takes a bucket whose holder''s lease ran out (its epoch rises by one; its batches in flight go out again); returns the epoch, NULL when the bucket is free, the caller''s, or its holder''s lease runs';
+
+CREATE FUNCTION gridha.bucket_renew(bucket integer, instance_id uuid, epoch bigint, lease interval DEFAULT '30 s')
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    t timestamptz := pg_catalog.now();
+BEGIN
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text, lease::text]);
+    IF lease <= interval '0' THEN
+        RAISE EXCEPTION 'a lease must be longer than zero' USING ERRCODE = '22023';
+    END IF;
+    PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, false);
+    UPDATE gridha.bucket_claims c SET soft_expiry = t + lease / 2, hard_expiry = t + lease
+     WHERE c.bucket = bucket_renew.bucket;
+    RETURN t + lease;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.bucket_renew(integer, uuid, bigint, interval) IS
+'Citus mode: extends the lease of a bucket the instance holds at that epoch (RG001 when it changed hands); returns the new hard expiry';
+
+CREATE FUNCTION gridha.bucket_release(bucket integer, instance_id uuid, epoch bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    t timestamptz := pg_catalog.now();
+BEGIN
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text]);
+    PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, false);
+    UPDATE gridha.bucket_services s SET in_flight = false, ready_at = t
+     WHERE s.bucket = bucket_release.bucket AND s.in_flight;
+    UPDATE gridha.bucket_claims c
+       SET holder = NULL, holder_role = NULL, soft_expiry = NULL, hard_expiry = NULL, taken_at = NULL
+     WHERE c.bucket = bucket_release.bucket;
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.bucket_release(integer, uuid, bigint) IS
+'Citus mode: hands back a bucket the instance holds at that epoch (RG001 when it changed hands); its batches in flight go out again under the next holder, at a higher epoch';
+
+/*
+ * bucket_next_batch(bucket, instance, epoch): the head of the bucket's
+ * service that has waited longest, handed out (submitting, at the epoch);
+ * NULL when none is ready. Fenced. The pick is FOR UPDATE SKIP LOCKED
+ * within the bucket's shard.
+ */
+CREATE FUNCTION gridha.bucket_next_batch(bucket integer, instance_id uuid, epoch bigint)
+RETURNS gridha.bucket_batch
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    sid text;
+    h bigint;
+    r gridha.bucket_batch;
+    t timestamptz := pg_catalog.now();
+BEGIN
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text]);
+    PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, true);
+    SELECT s.service_id, s.head_seq INTO sid, h
+      FROM gridha.bucket_services s
+     WHERE s.bucket = bucket_next_batch.bucket AND s.ready_at <= t
+     ORDER BY s.ready_at, s.service_id
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    UPDATE gridha.bucket_services s SET in_flight = true, ready_at = NULL
+     WHERE s.bucket = bucket_next_batch.bucket AND s.service_id = sid;
+    UPDATE gridha.bucket_batches b
+       SET status = 'submitting', epoch = bucket_next_batch.epoch, attempts = b.attempts + 1,
+           instance_id = bucket_next_batch.instance_id, handed_out_at = t, submitted_at = NULL
+     WHERE b.bucket = bucket_next_batch.bucket AND b.service_id = sid AND b.seq = h
+    RETURNING b.service_id, b.batch_id, b.seq, b.payload, b.epoch, b.attempts INTO r;
+    RETURN r;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.bucket_next_batch(integer, uuid, bigint) IS
+'Citus mode: hands out the head of the bucket''s service that has waited longest (one in flight per service, in order), to the instance holding the bucket at that epoch; NULL when none is ready';
+
+/*
+ * bucket_report(...): the reports' common part. from: the statuses the
+ * batch may be in; to: its new status; final: the service's next batch
+ * becomes its head; delayed or unknown: the service's head goes out again.
+ */
+CREATE FUNCTION gridha_internal.bucket_report(bucket integer, instance_id uuid, service_id text, batch_id text,
+                                              epoch bigint, from_status gridha.batch_status[],
+                                              to_status gridha.batch_status)
+RETURNS gridha.batch_status
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    q bigint;
+    st gridha.batch_status;
+    e bigint;
+    n integer;
+    final boolean := to_status IN ('committed', 'invalid');
+    t timestamptz := pg_catalog.now();
+BEGIN
+    PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, true);
+    UPDATE gridha.bucket_batches b
+       SET status = to_status,
+           submitted_at = CASE WHEN b.status = 'submitting' THEN t ELSE b.submitted_at END,
+           finished_at = CASE WHEN final THEN t END
+     WHERE b.bucket = bucket_report.bucket AND b.service_id = bucket_report.service_id
+       AND b.batch_id = bucket_report.batch_id AND b.epoch = bucket_report.epoch
+       AND b.instance_id = bucket_report.instance_id AND b.status = ANY (from_status)
+    RETURNING b.seq INTO q;
+    IF NOT FOUND THEN
+        SELECT b.status, b.epoch, b.attempts INTO st, e, n FROM gridha.bucket_batches b
+         WHERE b.bucket = bucket_report.bucket AND b.service_id = bucket_report.service_id
+           AND b.batch_id = bucket_report.batch_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'unknown batch "%" of service "%" in bucket %', batch_id, service_id, bucket
+                USING ERRCODE = 'RG003';
+        ELSIF n = 0 THEN
+            RAISE EXCEPTION 'batch "%" of service "%" was never handed out', batch_id, service_id
+                USING ERRCODE = 'RG023';
+        ELSIF st = to_status AND e = epoch THEN
+            RETURN st;          -- a repeated report: nothing changes
+        END IF;
+        RAISE EXCEPTION 'batch "%" of service "%" is not in flight at epoch %', batch_id, service_id, epoch
+            USING ERRCODE = 'RG002',
+                  DETAIL = format('It is %s, handed out last at epoch %s.', st, e);
+    END IF;
+    IF final OR to_status IN ('delayed', 'unknown') THEN
+        UPDATE gridha.bucket_services s
+           SET head_seq = CASE WHEN final THEN s.head_seq + 1 ELSE s.head_seq END,
+               in_flight = false,
+               ready_at = CASE WHEN NOT final OR s.head_seq + 1 <= s.tail_seq THEN t END
+         WHERE s.bucket = bucket_report.bucket AND s.service_id = bucket_report.service_id
+           AND s.head_seq = q AND s.in_flight;
+    END IF;
+    RETURN to_status;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.bucket_report(integer, uuid, text, text, bigint, gridha.batch_status[], gridha.batch_status) IS
+'Citus mode: what the per-bucket reports share: a fenced status change of a batch in flight; a final one makes the service''s next batch its head';
+
+CREATE FUNCTION gridha.bucket_report_submission(bucket integer, instance_id uuid, service_id text, batch_id text,
+                                                epoch bigint, outcome text)
+RETURNS gridha.batch_status
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+BEGIN
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, service_id, batch_id, epoch::text, outcome]);
+    RETURN gridha_internal.bucket_report(bucket, instance_id, service_id, batch_id, epoch, '{submitting}',
+        CASE outcome WHEN 'accepted' THEN 'pending'::gridha.batch_status
+                     WHEN 'delayed' THEN 'delayed'::gridha.batch_status
+                     WHEN 'rejected' THEN 'invalid'::gridha.batch_status
+                     ELSE gridha_internal.bucket_unknown('RG004', outcome) END);
+END
+$$;
+
+COMMENT ON FUNCTION gridha.bucket_report_submission(integer, uuid, text, text, bigint, text) IS
+'Citus mode: the outcome of submitting a batch handed out at that epoch: accepted (pending), delayed (handed out again) or rejected (invalid, final); fenced by the bucket''s epoch';
+
+CREATE FUNCTION gridha.bucket_report_status(bucket integer, instance_id uuid, service_id text, batch_id text,
+                                            epoch bigint, status text)
+RETURNS gridha.batch_status
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+BEGIN
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, service_id, batch_id, epoch::text, status]);
+    RETURN gridha_internal.bucket_report(bucket, instance_id, service_id, batch_id, epoch,
+        '{pending,valid}',
+        CASE WHEN status IN ('pending', 'valid', 'unknown', 'committed', 'invalid') THEN status::gridha.batch_status
+             ELSE gridha_internal.bucket_unknown('RG005', status) END);
+END
+$$;
+
+COMMENT ON FUNCTION gridha.bucket_report_status(integer, uuid, text, text, bigint, text) IS
+'Citus mode: the ledger''s status of a batch accepted at that epoch: pending or valid (still in flight), unknown (handed out again), committed or invalid (final: the service''s next batch becomes its head); fenced by the bucket''s epoch';
+
+CREATE FUNCTION gridha_internal.bucket_unknown(code text, word text)
+RETURNS gridha.batch_status
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF code = 'RG004' THEN
+        RAISE EXCEPTION 'unknown submission outcome "%"', word
+            USING ERRCODE = 'RG004', HINT = 'Report accepted, delayed or rejected.';
+    END IF;
+    RAISE EXCEPTION 'unknown ledger status "%"', word
+        USING ERRCODE = 'RG005', HINT = 'Report pending, valid, committed, invalid or unknown.';
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.bucket_unknown(text, text) IS
+'Citus mode: RG004 or RG005 for a word the per-bucket reports do not know';
+
+REVOKE ALL ON FUNCTION
+    gridha.bucket_of(text, integer),
+    gridha.citus_setup(integer),
+    gridha.bucket_enqueue(integer, text, text, bytea),
+    gridha.bucket_acquire(integer, uuid, interval),
+    gridha.bucket_takeover(integer, uuid, interval),
+    gridha.bucket_renew(integer, uuid, bigint, interval),
+    gridha.bucket_release(integer, uuid, bigint),
+    gridha.bucket_next_batch(integer, uuid, bigint),
+    gridha.bucket_report_submission(integer, uuid, text, text, bigint, text),
+    gridha.bucket_report_status(integer, uuid, text, text, bigint, text),
+    gridha_internal.bucket_fence(integer, uuid, bigint, boolean),
+    gridha_internal.bucket_args(text[]),
+    gridha_internal.bucket_take(integer, uuid, interval, boolean),
+    gridha_internal.bucket_report(integer, uuid, text, text, bigint, gridha.batch_status[], gridha.batch_status),
+    gridha_internal.bucket_unknown(text, text)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION gridha.bucket_enqueue(integer, text, text, bytea) TO gridha_producer;
+GRANT EXECUTE ON FUNCTION gridha.bucket_of(text, integer) TO gridha_producer, gridha_submitter;
+GRANT EXECUTE ON FUNCTION
+    gridha.bucket_acquire(integer, uuid, interval),
+    gridha.bucket_takeover(integer, uuid, interval),
+    gridha.bucket_renew(integer, uuid, bigint, interval),
+    gridha.bucket_release(integer, uuid, bigint),
+    gridha.bucket_next_batch(integer, uuid, bigint),
+    gridha.bucket_report_submission(integer, uuid, text, text, bigint, text),
+    gridha.bucket_report_status(integer, uuid, text, text, bigint, text)
+TO gridha_submitter;

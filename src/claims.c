@@ -1,7 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * claims.c
- *		Claims on services: renew, acquire (with balance), release.
+ *		Claims on services: renew, acquire (with balance); the C helpers of
+ *		release_claims and of the epoch band, whose statements are
+ *		functions of the 1.3 install script (gridha.release_claims,
+ *		gridha_internal.epoch_band; 1.2's copies: claims12.c).
  *
  * Words:
  *   claim     the service_claims row of a service; claimant NULL = free
@@ -118,7 +121,6 @@
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "storage/lock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -126,10 +128,11 @@
 #include "utils/tuplestore.h"
 
 #include "claims.h"
+#include "claims12.h"
 #include "counts.h"
 #include "common.h"
+#include "generation.h"
 #include "instances.h"
-#include "leader.h"
 #include "rows.h"
 #include "settings.h"
 #include "spi_util.h"
@@ -552,39 +555,6 @@ static GridhaStatement claims_release_some_stmt = {
 };
 
 /*
- * Release at stop, in two statements as a take is (see above): lock the
- * instance's claims (in service_id order, as every wait for claim rows),
- * then, with a snapshot that sees every hand-out made
- * under those locks, hand back those with nothing submitting. The lease
- * goes when nothing is left; otherwise it ends now (soft expiry): a
- * stopped instance no longer counts as live, and what it kept (a head
- * submitting) is taken over as any slow instance's claim is.
- */
-static GridhaStatement claims_lock_held_stmt = {
-	"SELECT 1 FROM gridha.service_claims WHERE claimant = $1"
-	" ORDER BY service_id COLLATE \"C\" FOR NO KEY UPDATE",
-	1, {UUIDOID}
-};
-
-static GridhaStatement claims_release_all_stmt = {
-	"WITH r AS ("
-	"  UPDATE gridha.service_claims c"
-	"     SET claimant = NULL, soft_expiry = NULL, hard_expiry = NULL"
-	"   WHERE c.claimant = $1 AND NOT " CLAIMS_HEAD_SUBMITTING("c")
-	"  RETURNING 1"
-	"), n AS (SELECT count(*)::int4 AS n FROM r"
-	"), i AS ("
-	"  UPDATE gridha.instances i"
-	"     SET held = greatest(i.held - n.n, 0), stopped_at = now(),"
-	"         soft_expiry = CASE WHEN i.held - n.n <= 0 THEN NULL ELSE least(i.soft_expiry, now()) END,"
-	"         hard_expiry = CASE WHEN i.held - n.n <= 0 THEN NULL ELSE i.hard_expiry END"
-	"    FROM n WHERE i.instance_id = $1"
-	")"
-	" SELECT n.n FROM n",
-	1, {UUIDOID}
-};
-
-/*
  * What this backend knows of an instance's standing, from its last full
  * acquisition: an idle poll of an instance at its share, with nothing
  * expired or free to take, costs one short statement.
@@ -843,31 +813,15 @@ typedef struct ClaimsLive
 } ClaimsLive;
 
 /*
- * The band of this cluster (gridha.epoch_bands), $1 its system identifier.
- * The first takeover on a cluster writes it: the highest band of the epochs
- * there, so a database that arrived with epochs of a later timeline (a
- * restored dump, pg_upgrade) starts its timelines above them. It reads
- * every claim, once per cluster. Only a transaction holding the band lock
- * (claims_epoch_base) writes the row, so a writer never waits on another's
- * uncommitted row; one that cannot have the lock reads the same band from
- * the claims and leaves the row to the other.
+ * The band of this cluster (gridha.epoch_bands), $1 its system identifier:
+ * the 1.3 script's gridha_internal.epoch_band (what it reads and writes is
+ * told there), 1.2's copy in claims12.c. Asked once per backend: a band
+ * stored is kept (claims_band); one read from the claims, when another
+ * transaction holds the band lock, is asked again at the next take.
  */
 static GridhaStatement claims_band_stmt = {
-	"SELECT band FROM gridha.epoch_bands WHERE system_identifier = $1",
+	"SELECT band, stored FROM gridha_internal.epoch_band($1)",
 	1, {INT8OID}
-};
-
-static GridhaStatement claims_band_new_stmt = {
-	"INSERT INTO gridha.epoch_bands AS e (system_identifier, band)"
-	" SELECT $1, coalesce(max(c.epoch), 0) >> 40 FROM gridha.service_claims c"
-	" ON CONFLICT (system_identifier) DO UPDATE SET band = e.band"
-	" RETURNING e.band",
-	1, {INT8OID}
-};
-
-static GridhaStatement claims_band_of_claims_stmt = {
-	"SELECT coalesce(max(c.epoch), 0) >> 40 FROM gridha.service_claims c",
-	0, {InvalidOid}
 };
 
 /* the band of this cluster, once read (-1: not yet) */
@@ -888,25 +842,28 @@ static int64
 claims_epoch_base(void)
 {
 	TimeLineID	tli = GetWALInsertionTimeLine();
-	Datum		args[1];
-	LOCKTAG		tag;
 
 	if (claims_band < 0)
 	{
-		args[0] = Int64GetDatum((int64) GetSystemIdentifier());
-		gridha_exec(&claims_band_stmt, args, NULL, true);
-		if (SPI_processed > 0)
-			claims_band = gridha_col_int64(0, 1);
-		else
+		int64		sysid = (int64) GetSystemIdentifier();
+		int64		band;
+		bool		stored;
+
+		if (gridha_sql_is_current())
 		{
-			/* the band lock, this transaction's, never waited for */
-			SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, GRIDHA_LOCK_CLASS, 0, 3);
-			if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
-				gridha_exec(&claims_band_new_stmt, args, NULL, false);
-			else
-				gridha_exec(&claims_band_of_claims_stmt, NULL, NULL, true);
-			return (gridha_col_int64(0, 1) + (int64) tli - 1) << 40;
+			Datum		args[1];
+			bool		isnull;
+
+			args[0] = Int64GetDatum(sysid);
+			gridha_exec(&claims_band_stmt, args, NULL, false);
+			band = gridha_col_int64(0, 1);
+			stored = DatumGetBool(gridha_col(0, 2, &isnull)) && !isnull;
 		}
+		else
+			band = gridha_claims12_band(sysid, &stored);
+		if (!stored)
+			return (band + (int64) tli - 1) << 40;
+		claims_band = band;
 	}
 	return (claims_band + (int64) tli - 1) << 40;
 }
@@ -1825,34 +1782,26 @@ gridha_acquire_claims(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-PG_FUNCTION_INFO_V1(gridha_release_claims);
+PG_FUNCTION_INFO_V1(gridha_release_check);
 
 /*
- * gridha_release_claims: SQL gridha.release_claims(instance_id) -> integer.
- *
- * Hands back every claim with nothing submitting (a submission in hand
- * keeps its claim until it is reported); marks the instance stopped, and
- * ends its lease when it holds nothing any more. Gives up gridha's
- * maintenance lease too if it held it (1.3), so that another instance
- * takes the duty at once rather than at the lease's expiry.
+ * gridha_release_check: SQL gridha_internal.release_check(instance_id)
+ * (1.3): what gridha.release_claims of the 1.3 script needs C for before
+ * its statements: instance_id given (22004), a writable transaction, the
+ * calling role may act as the instance (RG008, with the library's cache of
+ * that verdict), and gridha.service_claims held for writing before any of
+ * its rows is locked (see the lock order in the file header). 1.2's
+ * release_claims: claims12.c.
  */
 Datum
-gridha_release_claims(PG_FUNCTION_ARGS)
+gridha_release_check(PG_FUNCTION_ARGS)
 {
 	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	Datum		args[1];
-	int			n;
 
 	gridha_require_writable("release_claims()");
-	args[0] = instance_id;
 	SPI_connect();
 	gridha_instance_check(instance_id);
-	/* the table before its rows, as every call (see the file header) */
 	gridha_rows_hold_for_write(GRIDHA_CLAIMS);
-	gridha_exec(&claims_lock_held_stmt, args, NULL, false);
-	gridha_exec(&claims_release_all_stmt, args, NULL, false);
-	n = (int) gridha_col_int64(0, 1);
-	(void) gridha_leader_resign_own(instance_id);
 	SPI_finish();
-	PG_RETURN_INT32(n);
+	PG_RETURN_VOID();
 }

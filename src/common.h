@@ -51,6 +51,17 @@
 #define ERRCODE_GRIDHA_INDEX_ALTERED		MAKE_SQLSTATE('R','G','0','1','4')
 /* 1.3: a table of schema gridha is not a plain local table (tables.c) */
 #define ERRCODE_GRIDHA_UNSUPPORTED_TABLE	MAKE_SQLSTATE('R','G','0','3','0')
+/*
+ * 1.3, issue 43.2: the Citus mode. gridha.citus_setup and the per-bucket
+ * functions raise RG031-RG034, RG036 and RG037 in SQL; tables.c raises RG035.
+ */
+#define ERRCODE_GRIDHA_CITUS_ABSENT		MAKE_SQLSTATE('R','G','0','3','1')
+#define ERRCODE_GRIDHA_TABLES_HOLD_ROWS	MAKE_SQLSTATE('R','G','0','3','2')
+#define ERRCODE_GRIDHA_BAD_BUCKET_COUNT	MAKE_SQLSTATE('R','G','0','3','3')
+#define ERRCODE_GRIDHA_CITUS_MODE_EXISTS	MAKE_SQLSTATE('R','G','0','3','4')
+#define ERRCODE_GRIDHA_CITUS_MODE		MAKE_SQLSTATE('R','G','0','3','5')
+#define ERRCODE_GRIDHA_WRONG_BUCKET		MAKE_SQLSTATE('R','G','0','3','6')
+#define ERRCODE_GRIDHA_NOT_CITUS_MODE	MAKE_SQLSTATE('R','G','0','3','7')
 /* 1.3: a service's head had no batch row (or a final one): repaired */
 #define ERRCODE_GRIDHA_HEAD_REPAIRED		MAKE_SQLSTATE('R','G','0','2','0')
 

@@ -27,6 +27,12 @@
  * (gridha_counts_unwritten) instead of writing them early. Deltas made in a
  * subtransaction that rolls back are forgotten with it.
  *
+ * A TRUNCATE of gridha.service_claims empties the counts and every
+ * instance's held count: since 1.3 that is SQL of the install script (the
+ * trigger function gridha_internal.service_claims_truncated), which calls
+ * gridha_counts_truncated here for the deltas; 1.2's truncate trigger is
+ * this file's C trigger, with 1.2's copy of those statements (counts12_truncated).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -79,17 +85,6 @@ static GridhaStatement counts_write_stmt = {
 	" ON CONFLICT (target, shard) DO UPDATE"
 	"  SET services = c.services OPERATOR(pg_catalog.+) excluded.services",
 	3, {TEXTARRAYOID, INT8ARRAYOID, INT4OID}
-};
-
-static GridhaStatement counts_truncated_stmt = {
-	"DELETE FROM gridha.service_counts",
-	0, {InvalidOid}
-};
-
-static GridhaStatement counts_truncated_held_stmt = {
-	"UPDATE gridha.instances SET held = 0"
-	" WHERE held OPERATOR(pg_catalog.<>) 0",
-	0, {InvalidOid}
 };
 
 /*
@@ -389,14 +384,78 @@ counts_target(TriggerData *trigdata, HeapTuple tuple)
 	return isnull ? NULL : TextDatumGetCString(value);
 }
 
+/*
+ * counts_truncated: every count goes with a TRUNCATE of
+ * gridha.service_claims: the deltas not written count as written here, and
+ * come back if this subtransaction rolls back.
+ */
+static void
+counts_truncated(void)
+{
+	int			i;
+
+	for (i = 0; i < counts_ndeltas; i++)
+		if (counts_deltas[i].flushed == InvalidSubTransactionId)
+			counts_deltas[i].flushed = GetCurrentSubTransactionId();
+}
+
+/*
+ * SQL 1.2's emptying of the counts and of every instance's held count
+ * after a TRUNCATE of gridha.service_claims (1.2's truncate trigger is
+ * this file's C trigger; 1.3's is gridha_internal.service_claims_truncated
+ * of the install script, with the same two statements). Goes when the
+ * library stops serving 1.2.
+ */
+static GridhaStatement counts12_truncated_stmt = {
+	"DELETE FROM gridha.service_counts",
+	0, {InvalidOid}
+};
+
+static GridhaStatement counts12_truncated_held_stmt = {
+	"UPDATE gridha.instances SET held = 0"
+	" WHERE held OPERATOR(pg_catalog.<>) 0",
+	0, {InvalidOid}
+};
+
+/*
+ * counts12_truncated: SQL 1.2's truncate of the counts (the statements
+ * above), after counts_truncated.
+ */
+static void
+counts12_truncated(void)
+{
+	SPI_connect();
+	gridha_exec(&counts12_truncated_stmt, NULL, NULL, false);
+	gridha_exec(&counts12_truncated_held_stmt, NULL, NULL, false);
+	SPI_finish();
+}
+
+PG_FUNCTION_INFO_V1(gridha_counts_truncated);
+
+/*
+ * gridha_counts_truncated: SQL gridha_internal.counts_truncated() (1.3),
+ * called by the truncate trigger of the 1.3 script
+ * (gridha_internal.service_claims_truncated, which then empties the
+ * counts and every instance's held count): the deltas of this transaction
+ * are not written (counts_truncated).
+ */
+Datum
+gridha_counts_truncated(PG_FUNCTION_ARGS)
+{
+	counts_truncated();
+	PG_RETURN_VOID();
+}
+
 PG_FUNCTION_INFO_V1(gridha_service_claims_count);
 
 /*
  * gridha_service_claims_count: trigger on gridha.service_claims, after each
- * row inserted or deleted or whose target changed, and after a truncate.
- * A row adds to its target's delta; a truncate empties the counts and
- * every instance's held count, and the deltas made before it are not
- * written (unless the truncate's subtransaction rolls back).
+ * row inserted or deleted or whose target changed, and (SQL 1.2) after a
+ * truncate. A row adds to its target's delta; a truncate empties the
+ * counts and every instance's held count (1.2's statements: above;
+ * 1.3's truncate trigger is SQL of the install script), and the deltas
+ * made before it are not written (unless the truncate's subtransaction
+ * rolls back).
  */
 Datum
 gridha_service_claims_count(PG_FUNCTION_ARGS)
@@ -425,19 +484,9 @@ gridha_service_claims_count(PG_FUNCTION_ARGS)
 	}
 	if (TRIGGER_FIRED_BY_TRUNCATE(ev))
 	{
-		int			i;
-
-		/*
-		 * Every count goes: the deltas not written count as written here,
-		 * and come back if this subtransaction rolls back
-		 */
-		for (i = 0; i < counts_ndeltas; i++)
-			if (counts_deltas[i].flushed == InvalidSubTransactionId)
-				counts_deltas[i].flushed = GetCurrentSubTransactionId();
-		SPI_connect();
-		gridha_exec(&counts_truncated_stmt, NULL, NULL, false);
-		gridha_exec(&counts_truncated_held_stmt, NULL, NULL, false);
-		SPI_finish();
+		/* SQL 1.2's truncate trigger (1.3's is service_claims_truncated) */
+		counts_truncated();
+		counts12_truncated();
 		return PointerGetDatum(NULL);
 	}
 	if (!TRIGGER_FIRED_FOR_ROW(ev) || !TRIGGER_FIRED_AFTER(ev))

@@ -23,7 +23,9 @@
  *
  * Citus is detected without depending on it: a table is a Citus table
  * when pg_catalog.pg_dist_partition, if that table exists, has a row for
- * it.
+ * it. In the Citus mode (gridha.citus_setup made gridha.bucket_claims a
+ * Citus table) the refusal is RG035 instead, naming the per-bucket
+ * functions that serve that mode.
  *
  *-------------------------------------------------------------------------
  */
@@ -194,7 +196,7 @@ tables_refuse(const char *name, const char *what)
 			(errcode(ERRCODE_GRIDHA_UNSUPPORTED_TABLE),
 			 errmsg("gridha.%s is %s, which gridha does not support", name, what),
 			 errdetail("gridha reads and writes its tables directly on this server; on such a table its answers would be wrong, so every gridha function refuses to run."),
-			 errhint("Keep gridha's tables plain local tables of one PostgreSQL server, as CREATE EXTENSION gridha creates them; do not distribute them with Citus. A Citus mode is planned; docs/citus.md describes what runs on Citus today.")));
+			 errhint("Keep gridha's tables plain local tables of one PostgreSQL server, as CREATE EXTENSION gridha creates them; do not distribute them with Citus: on Citus, gridha.citus_setup lays gridha out by bucket in a fresh database (docs/citus.md).")));
 }
 
 /*
@@ -220,6 +222,25 @@ gridha_check_tables(void)
 	generation = tables_generation;
 	citus = tables_citus();
 	tables_nwatched = 0;
+
+	/*
+	 * The Citus mode (gridha.citus_setup): gridha.bucket_claims is a Citus
+	 * table. Only the per-bucket functions (SQL, not this library) run
+	 * there; every entry point of the library refuses (RG035).
+	 */
+	{
+		Oid			mode = get_relname_relid("bucket_claims", nsp);
+
+		if (OidIsValid(mode) && list_member_oid(citus, mode))
+		{
+			list_free(citus);
+			ereport(ERROR,
+					(errcode(ERRCODE_GRIDHA_CITUS_MODE),
+					 errmsg("gridha is in Citus mode, where this function does not run"),
+					 errdetail("gridha.citus_setup laid gridha out by bucket in this database; only the per-bucket functions serve it so far."),
+					 errhint("Call the per-bucket functions, each as a statement of its own: gridha.bucket_enqueue, gridha.bucket_acquire, gridha.bucket_renew, gridha.bucket_takeover, gridha.bucket_release, gridha.bucket_next_batch, gridha.bucket_report_submission and gridha.bucket_report_status (docs/citus.md).")));
+		}
+	}
 
 	for (i = 0; i < lengthof(tables_names); i++)
 	{

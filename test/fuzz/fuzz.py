@@ -154,6 +154,18 @@ F = {
     "lead": "gridha.lead(uuid,text)",
     "resign_lead": "gridha.resign_lead(uuid,text)",
     "prune": "gridha.prune_batches(integer)",
+    # the Citus mode (issue 43.2): outside it, citus_setup is RG031 and the
+    # per-bucket functions RG037; bucket_of is a hash
+    "bucket_of": "gridha.bucket_of(text,integer)",
+    "citus_setup": "gridha.citus_setup(integer)",
+    "b_enqueue": "gridha.bucket_enqueue(integer,text,text,bytea)",
+    "b_acquire": "gridha.bucket_acquire(integer,uuid,interval)",
+    "b_takeover": "gridha.bucket_takeover(integer,uuid,interval)",
+    "b_renew": "gridha.bucket_renew(integer,uuid,bigint,interval)",
+    "b_release": "gridha.bucket_release(integer,uuid,bigint)",
+    "b_next": "gridha.bucket_next_batch(integer,uuid,bigint)",
+    "b_rsub": "gridha.bucket_report_submission(integer,uuid,text,text,bigint,text)",
+    "b_rstat": "gridha.bucket_report_status(integer,uuid,text,text,bigint,text)",
 }
 VIEWS = ["claims", "instance_health", "queue_progress", "service_queues",
          "workers", "worker_limits", "leaders", "id_sequence_status", "target_rates", "metrics"]
@@ -1422,6 +1434,19 @@ class Gen:
         c("prune_batches", "prune", "SELECT gridha.prune_batches(10)", [])
         c("move_service", "move_service", "SELECT gridha.move_service('fz-tour', 'default')", [])
         c("set_instance_owner", "set_owner", "SELECT gridha.set_instance_owner(:'ri', current_user::regrole)", [ri])
+        c("bucket_of", "bucket_of", "SELECT gridha.bucket_of('fz-tour', 64)", [])
+        c("citus_setup", "citus_setup", "SELECT gridha.citus_setup(64)", [])
+        c("bucket_enqueue", "b_enqueue", "SELECT gridha.bucket_enqueue(gridha.bucket_of('fz-tour', 64), 'fz-tour',"
+          " 'tour-b-%s', '\\x01')" % tag, [])
+        c("bucket_acquire", "b_acquire", "SELECT gridha.bucket_acquire(0, :'ri', '30 s')", [ri])
+        c("bucket_takeover", "b_takeover", "SELECT gridha.bucket_takeover(0, :'ri', '30 s')", [ri])
+        c("bucket_renew", "b_renew", "SELECT gridha.bucket_renew(0, :'ri', 1, '30 s')", [ri])
+        c("bucket_next_batch", "b_next", "SELECT gridha.bucket_next_batch(0, :'ri', 1)", [ri])
+        c("bucket_report_submission", "b_rsub", "SELECT gridha.bucket_report_submission(0, :'ri', 'fz-tour',"
+          " 'tour-b-%s', 1, 'accepted')" % tag, [ri])
+        c("bucket_report_status", "b_rstat", "SELECT gridha.bucket_report_status(0, :'ri', 'fz-tour',"
+          " 'tour-b-%s', 1, 'committed')" % tag, [ri])
+        c("bucket_release", "b_release", "SELECT gridha.bucket_release(0, :'ri', 1)", [ri])
         for v in VIEWS:
             self.add(Stmt("view", "SELECT * FROM gridha.%s" % v, objs=["r:gridha." + v], covers=["v:" + v]))
 

@@ -129,6 +129,9 @@ INSERT INTO tap_grants VALUES
  -- producer: enqueue, see its queues' progress, take ids
  ('producer', 'schema',   'gridha', 'USAGE'),
  ('producer', 'function', 'gridha.enqueue(text, text, bytea, text)', 'EXECUTE'),
+ -- the Citus mode (issue 43.2): its enqueue, and the buckets' hash
+ ('producer', 'function', 'gridha.bucket_enqueue(integer, text, text, bytea)', 'EXECUTE'),
+ ('producer', 'function', 'gridha.bucket_of(text, integer)', 'EXECUTE'),
  ('producer', 'function', 'gridha.expiry_settings()', 'EXECUTE'),
  ('producer', 'function', 'gridha.reserve_ids(text, integer)', 'EXECUTE'),
  ('producer', 'function', 'gridha.next_id(text)', 'EXECUTE'),
@@ -158,6 +161,15 @@ INSERT INTO tap_grants VALUES
  ('submitter', 'function', 'gridha_internal.worker_register(uuid, text)', 'EXECUTE'),
  ('submitter', 'function', 'gridha_internal.worker_limit_slots()', 'EXECUTE'),
  ('submitter', 'view',     'gridha.worker_limits', 'SELECT'),
+ -- the Citus mode (issue 43.2): the per-bucket cycle, and the buckets' hash
+ ('submitter', 'function', 'gridha.bucket_of(text, integer)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.bucket_acquire(integer, uuid, interval)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.bucket_takeover(integer, uuid, interval)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.bucket_renew(integer, uuid, bigint, interval)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.bucket_release(integer, uuid, bigint)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.bucket_next_batch(integer, uuid, bigint)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.bucket_report_submission(integer, uuid, text, text, bigint, text)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.bucket_report_status(integer, uuid, text, text, bigint, text)', 'EXECUTE'),
  ('submitter', 'function', 'gridha_internal.worker_orphans(uuid)', 'EXECUTE'),
  ('submitter', 'function', 'gridha_internal.rate_wait_ms(uuid)', 'EXECUTE'),
  ('submitter', 'function', 'gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[])', 'EXECUTE'),
@@ -433,20 +445,26 @@ SELECT set_eq(
              ('gridha.prune_batches(integer)'),
              ('gridha_internal.batches_before_insert()'), ('gridha_internal.targets_rate_changed()'),
              ('gridha_internal.id_sequences_changed()'), ('gridha_internal.targets_name_change()'),
-             ('gridha_internal.targets_totals_follow()')$$,
-    'the SECURITY DEFINER functions are the API, the enqueue trigger, the rate-state trigger, the trigger that removes the windows of deleted ID sequences, the one that locks the services before a target rename or delete and the one that moves a target''s totals with it');
+             ('gridha_internal.targets_totals_follow()'),
+             ('gridha.bucket_enqueue(integer, text, text, bytea)'),
+             ('gridha.bucket_acquire(integer, uuid, interval)'), ('gridha.bucket_takeover(integer, uuid, interval)'),
+             ('gridha.bucket_renew(integer, uuid, bigint, interval)'), ('gridha.bucket_release(integer, uuid, bigint)'),
+             ('gridha.bucket_next_batch(integer, uuid, bigint)'),
+             ('gridha.bucket_report_submission(integer, uuid, text, text, bigint, text)'),
+             ('gridha.bucket_report_status(integer, uuid, text, text, bigint, text)')$$,
+    'the SECURITY DEFINER functions are the API (the Citus mode''s per-bucket functions too), the enqueue trigger, the rate-state trigger, the trigger that removes the windows of deleted ID sequences, the one that locks the services before a target rename or delete and the one that moves a target''s totals with it');
 
 SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)
              FROM tap_grants g JOIN tap_objects o ON o.obj = g.obj AND o.kind = 'function'
              JOIN pg_proc p ON p.oid = o.oid
             WHERE NOT p.prosecdef),
-          ARRAY['gridha.expiry_settings()',
+          ARRAY['gridha.bucket_of(text, integer)', 'gridha.expiry_settings()',
                 'gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[])',
                 'gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[])',
                 'gridha.resign(uuid, text)', 'gridha.try_lead(uuid, text)',
                 'gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[])',
                 'gridha_internal.worker_limit_slots()', 'gridha_internal.worker_slots()'],
-          'every granted function is SECURITY DEFINER but the four that read no table (expiry_settings, worker_limit_slots, worker_slots, report_arrays_check) and the 1.2 forms that call the API as the caller (try_lead, resign, the five-array reports)');
+          'every granted function is SECURITY DEFINER but the five that read no table (bucket_of, expiry_settings, worker_limit_slots, worker_slots, report_arrays_check) and the 1.2 forms that call the API as the caller (try_lead, resign, the five-array reports)');
 
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
              FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner

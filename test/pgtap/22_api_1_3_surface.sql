@@ -68,6 +68,9 @@ SELECT set_eq(
              ('gridha_internal.worker_register(uuid,text)'), ('gridha_internal.worker_slots()'),
              ('gridha_internal.report_arrays_check(text[],text[],bigint[],text,text[],text[])'),
              ('gridha_internal.instance_check(uuid,integer)'),
+             ('gridha_internal.bucket_fence(integer,uuid,bigint,boolean)'), ('gridha_internal.bucket_args(text[])'),
+             ('gridha_internal.bucket_report(integer,uuid,text,text,bigint,gridha.batch_status[],gridha.batch_status)'),
+             ('gridha_internal.bucket_take(integer,uuid,interval,boolean)'), ('gridha_internal.bucket_unknown(text,text)'),
              ('gridha_internal.instance_check(uuid,text,text,bigint)'),
              -- issue 42.1: the lease and maintenance functions and their C helpers
              ('gridha_internal.lease_call(text,uuid,text,bigint)'), ('gridha_internal.lease_done(uuid)'),
@@ -81,8 +84,17 @@ SELECT set_eq(
              ('gridha_internal.id_sequence_call(text,text,bigint,integer)'),
              ('gridha_internal.id_sequences_invalidate(boolean)'), ('gridha_internal.id_block_size()'),
              ('gridha_internal.id_windows_open(text,bigint)'),
-             ('gridha_internal.rate_wait_ms(uuid)')$$,
-    'gridha_internal holds the 16 trigger functions, the four worker functions, the array reports'' check, the two instance checks and the lease, maintenance, ID sequence and rate limit functions with their helpers (issue 42.1)');
+             ('gridha_internal.rate_wait_ms(uuid)'),
+             -- issue 42.1: release_claims' check, the epoch band, the counts' truncate
+             ('gridha_internal.release_check(uuid)'), ('gridha_internal.epoch_band(bigint)'),
+             ('gridha_internal.epoch_band_trylock()'), ('gridha_internal.counts_truncated()'),
+             ('gridha_internal.service_claims_truncated()'),
+             -- issue 42.1: the instance rows, register_instance's and worker_register's helpers
+             ('gridha_internal.instance_insert(uuid,name)'), ('gridha_internal.instance_key(uuid,boolean)'),
+             ('gridha_internal.instance_adopt(uuid,name)'), ('gridha_internal.cluster_known(bigint)'),
+             ('gridha_internal.instance_declare(uuid,text[])'), ('gridha_internal.register_check(text[])'),
+             ('gridha_internal.register_touch(uuid,text[])'), ('gridha_internal.worker_owner(uuid)')$$,
+    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers (issue 42.1), and the Citus mode''s five helpers (issue 43.2)');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass

@@ -1,11 +1,11 @@
 -- 23_sql_out_of_c.sql: the calls whose statements moved from the library
 -- into the 1.3 install script (issue 42, item 1) are SQL there, keep the
 -- rights and checks of the C calls they replace, and check their arguments
--- and the instance in the same order; the C helper they call is no API.
+-- and the instance in the same order; the C helpers they call are no API.
 --
 -- One transaction, rolled back.
 BEGIN;
-SELECT plan(6);
+SELECT plan(15);
 
 \o /dev/null
 SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
@@ -35,6 +35,63 @@ SELECT is((SELECT array_agg(r || ' ' || p.oid::regprocedure::text ORDER BY r, p.
           NULL, 'no role may execute gridha_internal.instance_check (the calls run it as their owner)');
 
 -- ---------------------------------------------------------------------------
+-- Instance rows (issue 42.1, src/instances.c and src/worker.c) (4)
+-- ---------------------------------------------------------------------------
+
+SELECT set_eq(
+    $$SELECT p.oid::regprocedure::text, l.lanname::text, p.prosecdef, p.provolatile::text,
+             p.proconfig::text
+        FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+       WHERE p.oid IN ('gridha.register_instance(text, text[])'::regprocedure,
+                       to_regprocedure('gridha_internal.worker_register(uuid, text)'))$$,
+    $$VALUES ('gridha.register_instance(text,text[])', 'plpgsql', true, 'v', '{"search_path=pg_catalog, gridha, pg_temp"}'),
+             ('gridha_internal.worker_register(uuid,text)', 'sql', true, 'v', '{"search_path=pg_catalog, gridha, pg_temp"}')$$,
+    'register_instance and worker_register are functions of the script (PL/pgSQL, SQL), SECURITY DEFINER with search_path pinned');
+
+SELECT is((SELECT array_agg(r || ' ' || p.oid::regprocedure::text ORDER BY r, p.oid::regprocedure::text)
+             FROM pg_proc p,
+                  unnest(ARRAY['public', 'gridha_producer', 'gridha_submitter', 'gridha_admin', 'gridha_client']) AS r
+            WHERE p.pronamespace = to_regnamespace('gridha_internal')
+              AND p.proname IN ('instance_insert', 'instance_key', 'instance_adopt', 'cluster_known',
+                                'instance_declare', 'register_check', 'register_touch', 'worker_owner')
+              AND has_function_privilege(r, p.oid, 'EXECUTE')),
+          NULL, 'no role may execute the instance rows'' functions nor the helpers of register_instance and worker_register (the calls run them as their owner)');
+
+-- A steady cycle (next_batch, report_submission, report_status of a known
+-- instance bound to its session) runs none of them: counted with
+-- track_functions in this transaction (2)
+SET LOCAL track_functions = 'all';
+CREATE TEMP TABLE steady AS SELECT gridha.register_instance('steady cycle') AS id;
+SELECT gridha.enqueue('steady-s', 'steady-b' || i, NULL) FROM generate_series(1, 4) AS i \g /dev/null
+
+CREATE FUNCTION pg_temp.steady_cycle() RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    id uuid := (SELECT s.id FROM steady s);
+    b  record;
+BEGIN
+    SELECT * INTO b FROM gridha.next_batch(id);
+    PERFORM gridha.report_submission(id, b.service_id, b.batch_id, b.epoch, 'accepted', NULL);
+    PERFORM gridha.report_status(id, b.service_id, b.batch_id, b.epoch, 'committed', NULL);
+END
+$$;
+
+CREATE FUNCTION pg_temp.instance_calls() RETURNS TABLE (funcname name, calls bigint) LANGUAGE sql AS $$
+SELECT f.funcname, f.calls FROM pg_stat_xact_user_functions f
+ WHERE f.schemaname = 'gridha_internal'
+   AND f.funcname IN ('instance_insert', 'instance_key', 'instance_adopt', 'cluster_known', 'instance_declare')
+$$;
+
+SELECT pg_temp.steady_cycle() \g /dev/null
+CREATE TEMP TABLE first_calls AS SELECT * FROM pg_temp.instance_calls();
+SELECT is((SELECT string_agg(f.funcname || ' ' || f.calls, ', ' ORDER BY f.funcname) FROM first_calls f),
+          'instance_key 1',
+          'the first cycle of a new instance gives its session a liveness key (instance_key), once');
+SELECT pg_temp.steady_cycle() \g /dev/null
+SELECT pg_temp.steady_cycle() \g /dev/null
+SELECT set_eq($$SELECT * FROM pg_temp.instance_calls()$$, $$SELECT * FROM first_calls$$,
+              'two steady cycles after it run none of the instance rows'' functions');
+
+-- ---------------------------------------------------------------------------
 -- The checks, in the C calls' order (4)
 -- ---------------------------------------------------------------------------
 
@@ -49,6 +106,60 @@ SELECT throws_ok($$SELECT gridha.verify_batch('aaaaaaaa-0000-0000-0000-000000000
                  'verify_batch: service_id is checked before batch_id and epoch');
 SELECT throws_ok($$SELECT gridha.verify_batch('aaaaaaaa-0000-0000-0000-000000000001', 's', 'b', -1)$$,
                  '22023', NULL, 'verify_batch: a negative epoch is refused (22023)');
+
+-- ---------------------------------------------------------------------------
+-- release_claims, the epoch band, the counts' truncate (5)
+-- ---------------------------------------------------------------------------
+
+SELECT set_eq(
+    $$SELECT p.oid::regprocedure::text, l.lanname::text, p.prosecdef, p.provolatile::text,
+             p.proconfig::text
+        FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+       WHERE p.oid IN ('gridha.release_claims(uuid)'::regprocedure,
+                       to_regprocedure('gridha_internal.epoch_band(bigint)'),
+                       to_regprocedure('gridha_internal.service_claims_truncated()'))$$,
+    $$VALUES ('gridha.release_claims(uuid)', 'plpgsql', true, 'v', '{"search_path=pg_catalog, gridha, pg_temp"}'),
+             ('gridha_internal.epoch_band(bigint)', 'plpgsql', false, 'v', '{"search_path=pg_catalog, gridha, pg_temp"}'),
+             ('gridha_internal.service_claims_truncated()', 'plpgsql', false, 'v', '{"search_path=pg_catalog, gridha, pg_temp"}')$$,
+    'release_claims, the epoch band and the truncate trigger of service_claims are PL/pgSQL of the install script; release_claims SECURITY DEFINER, all with search_path pinned');
+
+SELECT is((SELECT t.tgfoid::regprocedure::text FROM pg_trigger t
+            WHERE t.tgrelid = 'gridha.service_claims'::regclass AND t.tgname = 'service_claims_truncated'),
+          'gridha_internal.service_claims_truncated()',
+          'a TRUNCATE of gridha.service_claims runs the script''s gridha_internal.service_claims_truncated');
+
+SELECT is((SELECT count(*) FROM pg_proc p
+            WHERE p.pronamespace = to_regnamespace('gridha_internal')
+              AND p.proname IN ('release_check', 'epoch_band', 'epoch_band_trylock', 'counts_truncated')
+              AND NOT EXISTS (SELECT FROM unnest(ARRAY['public', 'gridha_producer', 'gridha_submitter',
+                                                       'gridha_admin', 'gridha_client']) AS r
+                               WHERE has_function_privilege(r, p.oid, 'EXECUTE'))),
+          4::bigint, 'release_check, epoch_band, epoch_band_trylock and counts_truncated: no role may execute them');
+
+-- The band of a cluster with no row: written now (under the band lock) from
+-- the claims' epochs, not stored yet as far as this call knows; the next
+-- call reads the row.
+SAVEPOINT band;
+DELETE FROM gridha.epoch_bands WHERE system_identifier = 4242;
+CREATE TEMP TABLE bands AS SELECT 1 AS k, b.* FROM gridha_internal.epoch_band(4242) b;
+INSERT INTO bands SELECT 2, b.* FROM gridha_internal.epoch_band(4242) b;
+SELECT results_eq(
+    $$SELECT band, stored FROM bands ORDER BY k$$,
+    $$SELECT m, s FROM (SELECT coalesce(max(epoch), 0) >> 40 AS m FROM gridha.service_claims) c,
+                       (VALUES (1, false), (2, true)) v(k, s) ORDER BY v.k$$,
+    'epoch_band: a cluster without a row gets one from the claims (stored false), then reads it (stored true)');
+ROLLBACK TO SAVEPOINT band;
+
+-- A TRUNCATE of service_claims leaves no count and no instance holding
+-- anything (the trigger's statements, SQL since 1.3).
+SAVEPOINT trunc;
+CREATE TEMP TABLE trunc_inst AS SELECT gridha.register_instance('trunc') AS id;
+SELECT count(gridha.enqueue('trunc-' || i, 'b1', NULL)) FROM generate_series(1, 3) AS i \gset
+SELECT count(*) FROM gridha.acquire_claims((SELECT id FROM trunc_inst)) \gset
+TRUNCATE gridha.batches, gridha.service_claims;
+SELECT is((SELECT count(*) FROM gridha.service_counts) + (SELECT count(*) FROM gridha.instances WHERE held <> 0),
+          0::bigint, 'after a TRUNCATE of service_claims: no count row, no instance holding a claim');
+ROLLBACK TO SAVEPOINT trunc;
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1190,6 +1190,11 @@ SELECT 'run_maintenance', outcome FROM gridha.run_maintenance(:'k');
 SELECT 'prune_batches', gridha.prune_batches();
 SELECT 'create_id_sequence2', gridha.create_id_sequence('k-ids2', 100, 1);
 SELECT 'next_id', gridha.next_id('k-ids2');
+SELECT 'band', count(*) FROM gridha.epoch_bands;
+BEGIN;
+TRUNCATE gridha.batches, gridha.service_claims;
+SELECT 'truncated', (SELECT count(*) FROM gridha.service_counts), (SELECT count(*) FROM gridha.instances WHERE held <> 0);
+ROLLBACK;
 SELECT 'released', gridha.release_claims(:'k');
 SELECT 'after_release', count(*) FROM gridha.leases WHERE role = 'maintenance' AND leader IS NOT NULL;
 SELECT 'end-1.2';
@@ -1198,6 +1203,7 @@ SELECT 'enqueued-1.3', gridha.enqueue('k1', 'k1-b2', '\x02');
 SELECT 'handed-1.3', batch_id FROM gridha.next_batch(:'k');
 SELECT 'lead-1.3', gridha.lead(:'k', 'k-duty');
 SELECT 'maintenance-1.3', outcome FROM gridha.run_maintenance(:'k');
+SELECT 'released-1.3', gridha.release_claims(:'k');
 }, '-v', 'VERBOSITY=verbose');
 	my $answered = grep { $out =~ /^\Q$_\E\|/m }
 	  qw(lead try_lead renew_lead resign_lead resign run_maintenance prune_batches create_id_sequence drop_id_sequence);
@@ -1221,14 +1227,17 @@ SELECT 'maintenance-1.3', outcome FROM gridha.run_maintenance(:'k');
 		  && $out =~ /^next_id\|1$/m
 		  && $out =~ /^poll_lease\|1$/m
 		  && $out =~ /^released\|/m
-		  && $out =~ /^after_release\|0$/m,
-		'1.2 SQL: meanwhile the cycle works: next_batch (its poll duty takes 1.2\'s maintenance lease), report_status, reserve_ids, next_id, release_claims (which resigns that lease)'
+		  && $out =~ /^after_release\|0$/m
+		  && $out =~ /^band\|1$/m
+		  && $out =~ /^truncated\|0\|0$/m,
+		'1.2 SQL: meanwhile the cycle works: next_batch (its poll duty takes 1.2\'s maintenance lease; its take writes the epoch band), report_status, reserve_ids, next_id, a truncate of service_claims (no count left, no instance holding), release_claims (which resigns that lease)'
 	);
 	$all_passed &= ok(
 		$out =~ /^handed-1\.3\|k1-b2$/m
 		  && $out =~ /^lead-1\.3\|[0-9]+$/m
-		  && $out =~ /^maintenance-1\.3\|(ran|already_run)$/m,
-		'1.2 SQL: after ALTER EXTENSION gridha UPDATE in the same session, next_batch (and its poll duty), lead and run_maintenance answer'
+		  && $out =~ /^maintenance-1\.3\|(ran|already_run)$/m
+		  && $out =~ /^released-1\.3\|0$/m,
+		'1.2 SQL: after ALTER EXTENSION gridha UPDATE in the same session, next_batch (and its poll duty), lead, run_maintenance and release_claims (keeping the head handed out) answer'
 	);
 	diag($out) unless $all_passed;
 }

@@ -1,0 +1,107 @@
+-- 24_citus_setup.sql: the Citus mode's setup and its refusals on a server
+-- without Citus (issue 43, item 2; docs/citus.md). test/t/032_citus_mode.pl
+-- runs the mode itself on a coordinator and two workers.
+--
+--   gridha.citus_setup without Citus is refused (RG031) and changes
+--   nothing: no bucket table, gridha's tables and privileges as they were;
+--   the per-bucket functions outside the mode are refused (RG037);
+--   gridha.bucket_of is the same immutable hash everywhere (values pinned
+--   here: a change would move services between buckets of a running
+--   cluster);
+--   in the mode (gridha.bucket_claims known to Citus: a
+--   pg_catalog.pg_dist_partition made here, as Citus's own catalog is),
+--   the library's entry points refuse with RG035, naming the per-bucket
+--   functions, and change nothing; after the rollback gridha runs again.
+BEGIN;
+SELECT plan(13);
+
+\o /dev/null
+SELECT gridha.expiry_settings();        -- loads the library
+SET LOCAL gridha.balance_claims = off;
+\o
+
+CREATE FUNCTION pg_temp.error_of(q text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    st text;
+    msg text;
+BEGIN
+    EXECUTE q;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS st = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+    RETURN st || '|' || msg;
+END
+$$;
+
+-- what citus_setup could change: the tables and functions of schema
+-- gridha, and the privileges on gridha.batches
+CREATE FUNCTION pg_temp.snapshot() RETURNS text
+LANGUAGE sql AS $$
+SELECT md5(string_agg(x, ',' ORDER BY x))
+  FROM (SELECT c.relname || ':' || c.relkind::text || ':' || coalesce(c.relacl::text, '') AS x
+          FROM pg_class c WHERE c.relnamespace = 'gridha'::regnamespace
+        UNION ALL
+        SELECT a.attname || ':' || coalesce(a.attacl::text, '') FROM pg_attribute a
+         WHERE a.attrelid = 'gridha.batches'::regclass AND a.attnum > 0
+        UNION ALL
+        SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'gridha'::regnamespace) s
+$$;
+
+SELECT pg_temp.snapshot() AS before \gset
+SELECT is(pg_temp.error_of('SELECT gridha.citus_setup()'),
+          'RG031|gridha.citus_setup needs Citus, which is not installed in database "' || current_database() || '"',
+          'citus_setup() without Citus is refused (RG031)');
+SELECT is(pg_temp.error_of('SELECT gridha.citus_setup(128)'),
+          'RG031|gridha.citus_setup needs Citus, which is not installed in database "' || current_database() || '"',
+          'citus_setup(128) without Citus is refused (RG031)');
+SELECT is(pg_temp.snapshot(), :'before', 'the refused setups changed nothing (tables, functions, privileges)');
+SELECT ok(to_regclass('gridha.bucket_claims') IS NULL AND to_regclass('gridha.bucket_batches') IS NULL
+          AND to_regclass('gridha.bucket_services') IS NULL,
+          'no bucket table exists after the refusals');
+
+SELECT is(pg_temp.error_of('SELECT gridha.bucket_enqueue(42, ''s1'', ''b1'', ''\x01'')'),
+          'RG037|gridha is not in Citus mode in this database',
+          'bucket_enqueue outside the Citus mode is refused (RG037)');
+SELECT is(pg_temp.error_of('SELECT gridha.bucket_next_batch(42, ''aaaaaaaa-0000-0000-0000-000000000024'', 1)'),
+          'RG037|gridha is not in Citus mode in this database',
+          'bucket_next_batch outside the Citus mode is refused (RG037)');
+
+SELECT is(ARRAY[gridha.bucket_of('s1'), gridha.bucket_of('s2'), gridha.bucket_of('s1', 128),
+                gridha.bucket_of('', 64), gridha.bucket_of('service-ä', 4096)],
+          ARRAY[42, 14, 42, 45, 1898],
+          'bucket_of is the same hash as ever (s1, s2 in 64 buckets; s1 in 128; the empty id; a non-ASCII id in 4096)');
+SELECT is(p.provolatile::text, 'i',
+          'bucket_of is immutable (a call with constants folds to the bucket Citus routes by)')
+  FROM pg_proc p WHERE p.oid = 'gridha.bucket_of(text, integer)'::regprocedure;
+
+-- ---------------------------------------------------------------------------
+-- in the mode: the library refuses (RG035)
+-- ---------------------------------------------------------------------------
+SAVEPOINT mode;
+SET LOCAL allow_system_table_mods = on;
+CREATE TABLE pg_catalog.pg_dist_partition (logicalrelid regclass NOT NULL, partmethod "char" NOT NULL);
+CREATE TABLE gridha.bucket_claims (bucket integer PRIMARY KEY);
+INSERT INTO pg_catalog.pg_dist_partition VALUES ('gridha.bucket_claims', 'h');
+-- what citus_setup does last (and what makes every backend look again)
+REVOKE INSERT (service_id, batch_id, payload) ON gridha.batches FROM gridha_producer;
+SELECT pg_temp.snapshot() AS in_mode \gset
+SELECT count(*) AS batches_before FROM gridha.batches \gset
+SELECT is(pg_temp.error_of('SELECT * FROM gridha.next_batch(''aaaaaaaa-0000-0000-0000-000000000024'')'),
+          'RG035|gridha is in Citus mode, where this function does not run',
+          'in the mode, next_batch is refused (RG035)');
+SELECT is(pg_temp.error_of('SELECT gridha.enqueue(''m1'', ''b1'', ''\x01'')'),
+          'RG035|gridha is in Citus mode, where this function does not run',
+          'in the mode, enqueue is refused (RG035)');
+SELECT is(pg_temp.error_of('SELECT * FROM gridha.acquire_claims(''aaaaaaaa-0000-0000-0000-000000000024'')'),
+          'RG035|gridha is in Citus mode, where this function does not run',
+          'in the mode, acquire_claims is refused (RG035)');
+SELECT ok(pg_temp.snapshot() = :'in_mode' AND (SELECT count(*) FROM gridha.batches) = :batches_before,
+          'in the mode, the refusals changed nothing');
+ROLLBACK TO SAVEPOINT mode;
+
+SELECT is(gridha.enqueue('m1', 'b1', '\x01'), 1::bigint,
+          'after the rollback (no mode), enqueue runs again');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,713 @@
+# test/t/032_citus_mode.pl: gridha's Citus mode (issue 43, item 2;
+# docs/citus.md, "Built"): gridha.citus_setup on the coordinator of a
+# coordinator and two workers, then the claim cycle through the per-bucket
+# functions, each called as a statement of its own (so that Citus sends it
+# whole to the node holding its bucket), with a producer enqueueing into 24
+# services, two instances holding the buckets, a take-over that fences a
+# stale holder, and a shard of a busy bucket moved mid-run.
+#
+# Citus exists for PostgreSQL 15 only. As test/t/031_citus.pl: the
+# PostgreSQL 15 GRIDHA_CITUS_PG_CONFIG names (default: the system's), used
+# as it is when the run's programs are that tree's with gridha installed,
+# otherwise a copy of it with gridha built from this source tree; without
+# Citus there every test is reported skipped, with the reason.
+#
+# Steps, in the order they run:
+#
+#   build     as 031_citus
+#   cluster   a coordinator and two workers (citus, then gridha preloaded),
+#             CREATE EXTENSION citus and gridha on the coordinator
+#   refusals  gridha.citus_setup refuses, each with its SQLSTATE and
+#             changing nothing: on a worker (RG031), in a database whose
+#             gridha tables hold rows (RG032), 3 and 16 buckets (RG033);
+#             then it lays out 64 buckets, and a second call is RG034
+#   layout    the three bucket tables distributed by bucket and co-located,
+#             the eight per-bucket functions distributed by bucket with
+#             them, a call sent whole to a worker (citus.log_remote_commands);
+#             next_batch, enqueue, acquire_claims and report_submission of
+#             gridha's library refused in the mode (RG035)
+#   run       services s01..s24; a producer enqueues 10 batches into each
+#             (2 before the instances start, 8 while they run); instance A
+#             takes half of the services' buckets, B the other half
+#             (bucket_acquire); in passes, each instance goes once over its
+#             buckets: bucket_next_batch, then bucket_report_submission
+#             (accepted) and bucket_report_status (committed) of what it got.
+#             During the third pass the shard of the bucket with the most
+#             of those services moves to the other worker
+#             (citus_move_shard_placement, block_writes); while the passes
+#             run, a reader counts services with more than one batch in
+#             flight
+#   fence     a bucket of its own: A acquires it with a 2 s lease and is
+#             handed its first batch; B's take-over is refused while the
+#             lease runs and succeeds after it ran out (epoch + 1); A's
+#             reports, hand-out and renewal at the old epoch are refused
+#             (RG001); B hands the batch out again and commits it and the
+#             next; B releases the bucket and A acquires it again (epoch + 1)
+#   reports   on the fence bucket, held by A again: a delayed batch and one
+#             whose ledger status is unknown go out again, a rejected one
+#             ends invalid and its service's next batch follows; a repeated
+#             report changes nothing; a report of a batch never handed out
+#             (RG023) and an unknown outcome (RG004) are refused
+#   owner     a login role in gridha_submitter that did not take A's
+#             buckets is refused (RG008) a hand-out and a renewal as A
+#   checks    what the rows show at the end (each check below says what)
+#
+# Runs on PostgreSQL's TAP framework (PostgreSQL::Test::Cluster). Run by
+# `make test` (test/run.sh, part 032_citus_mode) and by `make
+# prove_installcheck`, as any user but root.
+
+use strict;
+use warnings FATAL => 'all';
+
+use Cwd qw(abs_path realpath);
+use File::Basename qw(dirname);
+use File::Path qw(make_path);
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+my $REPO = $ENV{GRIDHA_REPO} // abs_path(dirname(__FILE__) . '/../..');
+my $NTESTS = 18;
+my $A = 'aaaaaaaa-0000-0000-0000-000000000032';
+my $B = 'bbbbbbbb-0000-0000-0000-000000000032';
+my $NSERVICES = 24;
+my $NBATCHES = 10;
+my $BEFORE = 2;    # batches per service enqueued before the instances start
+
+plan tests => $NTESTS;
+
+# skip_rest(WHY): every test not run yet, skipped; then the end.
+sub skip_rest
+{
+	my ($why) = @_;
+	my $left = $NTESTS - Test::More->builder->current_test;
+  SKIP:
+	{
+		skip "citus: $why", $left if $left > 0;
+	}
+	exit 0;
+}
+
+sub slurp
+{
+	my ($f) = @_;
+	return -f $f ? PostgreSQL::Test::Utils::slurp_file($f) : '';
+}
+
+sub pg_config_value
+{
+	my ($cfg, $what) = @_;
+	my $v = `"$cfg" --$what`;
+	chomp $v;
+	return $v;
+}
+
+# ---------------------------------------------------------------------------
+# Citus: there, or every test skipped
+
+my $CFG = $ENV{GRIDHA_CITUS_PG_CONFIG} // '/usr/lib/postgresql/15/bin/pg_config';
+skip_rest("no PostgreSQL 15 at $CFG (GRIDHA_CITUS_PG_CONFIG): Citus exists for PostgreSQL 15 only")
+  unless -x $CFG;
+my ($CMAJOR) = (`"$CFG" --version` =~ /^PostgreSQL (\d+)/m);
+$CMAJOR //= '?';
+skip_rest("$CFG is PostgreSQL $CMAJOR; Citus here exists for 15 only") unless $CMAJOR eq '15';
+my $CBIN = pg_config_value($CFG, 'bindir');
+my $CLIB = pg_config_value($CFG, 'pkglibdir');
+skip_rest("Citus is not installed in $CLIB (test/install/citus.sh installs it, as root)")
+  unless -e "$CLIB/citus.so";
+
+# ---------------------------------------------------------------------------
+# build (as 031_citus)
+
+my $RUN_BIN;
+foreach my $d (split /:/, $ENV{PATH})
+{
+	if ($d ne '' && -x "$d/initdb")
+	{
+		$RUN_BIN = $d;
+		last;
+	}
+}
+my $install_path;    # undef: the programs in PATH
+if (defined $RUN_BIN && realpath($RUN_BIN) eq realpath($CBIN) && -e "$CLIB/gridha.so")
+{
+	pass("build: gridha is the run's own build, installed into PostgreSQL 15 ($CFG)");
+}
+else
+{
+	my $tmp = PostgreSQL::Test::Utils::tempdir('citus');
+	my $dest = "$tmp/tree";
+	my $ok = 1;
+	foreach my $k (qw(bindir pkglibdir sharedir includedir pkgincludedir includedir-server))
+	{
+		my $d = pg_config_value($CFG, $k);
+		next if $d eq '' || -e "$dest$d";
+		make_path(dirname("$dest$d"));
+		$ok &&= system('cp', '-a', $d, "$dest$d") == 0;
+	}
+	my $libdir = pg_config_value($CFG, 'libdir');
+	if (!-e "$dest$libdir")
+	{
+		make_path(dirname("$dest$libdir"));
+		symlink($libdir, "$dest$libdir");
+	}
+	unlink "$dest$CLIB/gridha.so";
+	unlink glob("$dest" . pg_config_value($CFG, 'sharedir') . '/extension/gridha[.-]*');
+	my $cfg = "$dest$CBIN/pg_config";
+	make_path("$tmp/build");
+	$ok &&= system('sh', '-c',
+		q{tar -C "$1" --exclude='*.o' --exclude='*.so' --exclude='*.bc' --exclude=.pg_build }
+		  . q{--exclude=client/gridha-client --exclude=client/test_dlt_http }
+		  . q{-cf - Makefile gridha.control README.md src sql client | tar -C "$2" -xf -},
+		'sh', $REPO, "$tmp/build") == 0;
+	if ($ok)
+	{
+		local %ENV = %ENV;
+		delete $ENV{$_} foreach qw(MAKEFLAGS MFLAGS MAKELEVEL LD_LIBRARY_PATH);
+		print "# Running: make -C $tmp/build PG_CONFIG=$cfg GRIDHA_TEST_HOOKS=1 install\n";
+		IPC::Run::run([ 'make', '-C', "$tmp/build", "PG_CONFIG=$cfg", 'GRIDHA_TEST_HOOKS=1', 'install' ],
+			'<', \undef, '>', "$tmp/build.log", '2>&1');
+		$ok = $? == 0 && -e "$dest$CLIB/gridha.so";
+	}
+	ok($ok, "build: gridha built from this tree and installed into a copy of PostgreSQL 15 with Citus ($CFG)");
+	if (!$ok)
+	{
+		my @l = split /\n/, slurp("$tmp/build.log");
+		splice(@l, 0, @l - 20) if @l > 20;
+		diag(join("\n", @l));
+		skip_rest('gridha could not be built for the Citus tree');
+	}
+	$install_path = dirname("$dest$CBIN");
+}
+my $PSQL = defined $install_path ? "$install_path/bin/psql" : 'psql';
+
+# ---------------------------------------------------------------------------
+# cluster: a coordinator (n0) and two workers (n1, n2)
+
+my @nodes;
+foreach my $n (0 .. 2)
+{
+	my $node = PostgreSQL::Test::Cluster->new("n$n",
+		defined $install_path ? (install_path => $install_path) : ());
+	$node->init(extra => [ '--encoding=UTF8', '--locale=C.UTF-8' ]);
+	$node->append_conf('postgresql.conf', q{
+# --- a node of test/t/032_citus_mode.pl ---
+listen_addresses = 'localhost'
+shared_preload_libraries = 'citus,gridha'
+max_prepared_transactions = 20
+max_worker_processes = 32
+synchronous_commit = off
+full_page_writes = off
+log_statement = none
+});
+	$node->start;
+	push @nodes, $node;
+}
+my $coord = $nodes[0];
+
+# run($node, SQL, [DB]): what psql prints (unaligned, tuples only), its
+# errors after it (no stop at an error, as a session would go on)
+sub run
+{
+	my ($node, $sql, $db) = @_;
+	my ($out, $err) = ('', '');
+	$node->psql($db // 'c32', $sql, stdout => \$out, stderr => \$err, on_error_stop => 0,
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	return $out . ($err ne '' ? "\n$err" : '');
+}
+
+# one($sql): the coordinator's one-line answer, dying on an error
+sub one
+{
+	my ($sql, $db) = @_;
+	return $coord->safe_psql($db // 'c32', $sql);
+}
+
+my $setup = '';
+my $cluster_ok = 1;
+foreach my $node (@nodes)
+{
+	my $rc = $node->psql('postgres', 'CREATE DATABASE c32', stderr => \my $e1);
+	$rc ||= $node->psql('c32', 'CREATE EXTENSION citus', stderr => \my $e2);
+	$setup .= ($e1 // '') . ($e2 // '');
+	$cluster_ok &&= $rc == 0;
+}
+{
+	my ($out, $err) = ('', '');
+	my $rc = $coord->psql('c32', sprintf(q{
+SELECT citus_set_coordinator_host('localhost', %d);
+SELECT citus_add_node('localhost', %d);
+SELECT citus_add_node('localhost', %d);
+CREATE EXTENSION gridha;
+}, $coord->port, $nodes[1]->port, $nodes[2]->port),
+		stdout => \$out, stderr => \$err, on_error_stop => 1);
+	$setup .= $err;
+	$cluster_ok &&= $rc == 0
+	  && one('SELECT count(*) FROM citus_get_active_worker_nodes()') eq '2';
+}
+ok($cluster_ok,
+	'cluster: a coordinator and two workers (PostgreSQL 15, citus then gridha preloaded), gridha created on the coordinator');
+if (!$cluster_ok)
+{
+	diag($setup);
+	skip_rest('the Citus cluster did not start');
+}
+
+# ---------------------------------------------------------------------------
+# refusals of citus_setup, then the setup
+
+# sqlstate_of(OUTPUT): the SQLSTATE of the first error psql printed
+sub sqlstate_of
+{
+	my ($out) = @_;
+	return $out =~ /ERROR:  ([0-9A-Z]{5}):/ ? $1 : 'no error';
+}
+
+my $NOMODE = q{SELECT to_regclass('gridha.bucket_claims') IS NULL AND NOT EXISTS (SELECT 1 FROM pg_dist_partition)};
+
+# on a worker: no coordinator there
+my $w = run($nodes[1], 'SELECT gridha.citus_setup()');
+my $w_after = $nodes[1]->safe_psql('c32',
+	q{SELECT to_regclass('gridha.bucket_claims') IS NULL});
+diag("on a worker: $w");
+ok(sqlstate_of($w) eq 'RG031' && $w =~ /is not one/ && $w_after eq 't',
+	'refusals: citus_setup on a worker is refused (RG031: not the coordinator) and lays nothing out');
+
+# a database of the cluster whose gridha tables hold rows (a plain enqueue
+# while gridha's tables are still local)
+$coord->safe_psql('postgres', 'CREATE DATABASE c32rows');
+$coord->safe_psql('c32rows', sprintf(q{
+CREATE EXTENSION citus;
+SELECT citus_set_coordinator_host('localhost', %d);
+CREATE EXTENSION gridha;
+SELECT gridha.enqueue('r1', 'rb1', '\x01');
+}, $coord->port));
+my $r = run($coord, 'SELECT gridha.citus_setup()', 'c32rows');
+my $r_after = one(qq{$NOMODE AND (SELECT count(*) FROM gridha.batches) = 1}, 'c32rows');
+diag("with rows: $r");
+ok(sqlstate_of($r) eq 'RG032' && $r =~ /gridha\.batches holds rows/ && $r_after eq 't',
+	'refusals: citus_setup where gridha.batches holds a row is refused (RG032), lays nothing out, and the row stays');
+
+my $bad = run($coord, 'SELECT gridha.citus_setup(3)') . "\n" . run($coord, 'SELECT gridha.citus_setup(16)');
+my $bad_after = one($NOMODE);
+diag("bad counts: $bad");
+ok( ($bad =~ /ERROR:  RG033: cannot lay gridha out in 3 buckets/)
+	  && ($bad =~ /ERROR:  RG033: cannot lay gridha out in 16 buckets/)
+	  && $bad_after eq 't',
+	'refusals: citus_setup(3) (not a power of two) and citus_setup(16) (below citus.shard_count, 32) are refused (RG033) and lay nothing out'
+);
+
+my $set = run($coord, 'SELECT gridha.citus_setup()');
+my $again = run($coord, 'SELECT gridha.citus_setup(128)');
+my $buckets_after = one('SELECT count(*) || \'/\' || min(buckets) || \'/\' || max(epoch) FROM gridha.bucket_claims');
+diag("setup: $set\nagain: $again");
+ok($set =~ /^64$/m && sqlstate_of($again) eq 'RG034' && $buckets_after eq '64/64/0',
+	'refusals: citus_setup() lays out 64 buckets; a second call, citus_setup(128), is refused (RG034) and the 64 buckets stay as they were');
+
+# ---------------------------------------------------------------------------
+# layout
+
+my $layout = one(q{
+SELECT string_agg(logicalrelid::text || '/' || partmethod::text || '/' || column_to_column_name(logicalrelid, partkey), ',' ORDER BY logicalrelid::text)
+       || ' ' || count(DISTINCT colocationid)
+  FROM pg_dist_partition});
+my $functions = one(q{
+SELECT count(*) || ' ' || bool_and(o.distribution_argument_index = 0
+                                   AND o.colocationid = (SELECT colocationid FROM pg_dist_partition
+                                                          WHERE logicalrelid = 'gridha.bucket_claims'::regclass))
+  FROM pg_dist_object o
+ WHERE o.classid = 'pg_proc'::regclass AND o.objid::regproc::text LIKE 'gridha.bucket\_%'});
+# (a renewal of a bucket nobody holds: refused, RG001, on the worker)
+my $delegated = run($coord, q{
+SET citus.log_remote_commands = on;
+SET client_min_messages = notice;
+SELECT gridha.bucket_renew(0, 'cccccccc-0000-0000-0000-000000000032', 1);
+SELECT gridha.bucket_renew(gridha.bucket_of('probe', 64), 'cccccccc-0000-0000-0000-000000000032', 1);
+});
+my $probe = one(q{SELECT gridha.bucket_of('probe', 64)});
+diag("layout: $layout\nfunctions: $functions\n$delegated");
+ok( $layout eq
+	  'gridha.bucket_batches/h/bucket,gridha.bucket_claims/h/bucket,gridha.bucket_services/h/bucket 1'
+	  && $functions eq '8 true'
+	  && $delegated =~ /issuing SELECT gridha\.bucket_renew\(0, 'cccccccc-0000-0000-0000-000000000032'::uuid/
+	  && $delegated =~ /on server postgres\@localhost:(\d+)/
+	  && $1 != $coord->port
+	  && $delegated =~ /ERROR:  RG001: stale claim on bucket 0/
+	  && $delegated =~ /issuing SELECT gridha\.bucket_renew\($probe, 'cccccccc-0000-0000-0000-000000000032'::uuid/,
+	'layout: the three bucket tables distributed by bucket, co-located; the eight per-bucket functions distributed by bucket with them; a call is sent whole to a worker, with gridha.bucket_of(...) folded to its bucket'
+);
+
+my $mode = '';
+foreach my $call (
+	"SELECT * FROM gridha.next_batch('$A')",
+	"SELECT gridha.enqueue('s01', 'x', '\\x00')",
+	"SELECT * FROM gridha.acquire_claims('$A')",
+	"SELECT gridha.report_submission('$A', 's01', 'x', 1, 'accepted')")
+{
+	$mode .= run($coord, $call) . "\n";
+}
+diag("library calls in the mode:\n$mode");
+my @rg035 = ($mode =~ /ERROR:  RG035: gridha is in Citus mode, where this function does not run/g);
+ok(@rg035 == 4 && $mode =~ /HINT:  Call the per-bucket functions/,
+	'layout: next_batch, enqueue, acquire_claims and report_submission of the library are refused in the mode (RG035), naming the per-bucket functions'
+);
+
+# ---------------------------------------------------------------------------
+# run
+
+my @services = map { sprintf('s%02d', $_) } 1 .. $NSERVICES;
+my %bucket_of = map { split /\|/ } split /\n/, one(
+	join(' UNION ALL ', map { "SELECT '$_' || '|' || gridha.bucket_of('$_', 64)" } @services));
+my @buckets = sort { $a <=> $b } keys %{ { map { $_ => 1 } values %bucket_of } };
+my (%holder, %mine);
+for my $i (0 .. $#buckets)
+{
+	my $inst = $i % 2 ? $B : $A;
+	$holder{ $buckets[$i] } = $inst;
+	push @{ $mine{$inst} }, $buckets[$i];
+}
+my %per_bucket;
+$per_bucket{ $bucket_of{$_} }++ foreach @services;
+my ($busy) = sort { $per_bucket{$b} <=> $per_bucket{$a} || $a <=> $b } @buckets;
+note(sprintf('%d services in %d buckets; the busiest, %d, holds %d', scalar @services,
+		scalar @buckets, $busy, $per_bucket{$busy}));
+
+my (%calls, @errors, %epochs);
+
+# psql_script(SQL, FILE): a psql child running SQL (a file) against the
+# coordinator, its output into FILE; started, not waited for
+my $tmp = PostgreSQL::Test::Utils::tempdir('c32run');
+my $nscripts = 0;
+sub psql_script
+{
+	my ($sql) = @_;
+	my $f = "$tmp/s" . ++$nscripts;
+	open my $fh, '>', "$f.sql" or die;
+	print $fh $sql;
+	close $fh;
+	my $h = IPC::Run::start([ $PSQL, '-X', '-q', '-A', '-t', '-v', 'VERBOSITY=verbose',
+			'-d', $coord->connstr('c32'), '-f', "$f.sql" ],
+		'<', \undef, '>', "$f.out", '2>', "$f.err");
+	return [ $h, $f ];
+}
+
+sub psql_finish
+{
+	my ($s) = @_;
+	$s->[0]->finish;
+	return (slurp("$s->[1].out"), slurp("$s->[1].err"));
+}
+
+# enqueue_sql(ROUNDS): the producer's script: batch b<k> of every service,
+# round k after round k - 1
+sub enqueue_sql
+{
+	my @rounds = @_;
+	my $sql = '';
+	foreach my $k (@rounds)
+	{
+		foreach my $s (@services)
+		{
+			$sql .= sprintf("SELECT gridha.bucket_enqueue(gridha.bucket_of('%s', 64), '%s', 'b%02d', '\\x%02x');\n",
+				$s, $s, $k, $k);
+		}
+	}
+	return $sql;
+}
+
+# the instances take their buckets
+foreach my $inst ($A, $B)
+{
+	foreach my $b (@{ $mine{$inst} })
+	{
+		my $e = one("SELECT gridha.bucket_acquire($b, '$inst', '10 min')");
+		push @{ $epochs{$b} }, $e;
+		$calls{acquire}++;
+	}
+}
+
+my ($out, $err) = psql_finish(psql_script(enqueue_sql(1 .. $BEFORE)));
+push @errors, "producer: $err" if $err ne '';
+$calls{enqueue} += $NSERVICES * $BEFORE;
+my $producer = psql_script(enqueue_sql($BEFORE + 1 .. $NBATCHES) . "\\echo producer done\n");
+
+# pass_sql(INSTANCE): one pass of an instance over its buckets
+sub pass_sql
+{
+	my ($inst) = @_;
+	my $sql = '';
+	foreach my $b (@{ $mine{$inst} })
+	{
+		my $e = $epochs{$b}[-1];
+		$sql .= <<"EOF";
+\\unset r
+SELECT gridha.bucket_next_batch($b, '$inst', $e) AS r \\gset
+\\echo next $b
+\\if :{?r}
+SELECT (:'r'::gridha.bucket_batch).service_id AS sid, (:'r'::gridha.bucket_batch).batch_id AS bid \\gset
+SELECT gridha.bucket_report_submission($b, '$inst', :'sid', :'bid', $e, 'accepted') AS rs \\gset
+SELECT gridha.bucket_report_status($b, '$inst', :'sid', :'bid', $e, 'committed') AS rt \\gset
+\\echo cycle $b :sid :bid :rs :rt
+\\endif
+EOF
+	}
+	return $sql;
+}
+
+my $TOTAL = $NSERVICES * $NBATCHES;
+my ($passes, $moved, $move_out, $inflight_max, $samples) = (0, 0, '', 0, 0);
+my ($move_from, $move_to, $shard);
+my $committed_before_move;
+my $producer_done = 0;
+while ($passes < 200)
+{
+	$passes++;
+	my @p = map { psql_script(pass_sql($_)) } ($A, $B);
+	my $mover;
+	if ($passes == 3)
+	{
+		$shard = one("SELECT get_shard_id_for_distribution_column('gridha.bucket_batches', $busy)");
+		$move_from = one("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shard");
+		$move_to = $move_from == $nodes[1]->port ? $nodes[2]->port : $nodes[1]->port;
+		$committed_before_move = one(
+			"SELECT count(*) FROM gridha.bucket_batches WHERE bucket = $busy AND status = 'committed'");
+		$mover = psql_script(
+			"SELECT citus_move_shard_placement($shard, 'localhost', $move_from, 'localhost', $move_to, shard_transfer_mode => 'block_writes');\n"
+		);
+	}
+	# while the passes run: no service with two batches in flight
+	my $n = one(q{SELECT count(*) FROM (SELECT service_id FROM gridha.bucket_batches
+		WHERE status IN ('submitting', 'pending', 'valid', 'unknown')
+		GROUP BY service_id HAVING count(*) > 1) x});
+	$samples++;
+	$inflight_max = $n if $n > $inflight_max;
+	foreach my $s (@p)
+	{
+		my ($o, $e) = psql_finish($s);
+		push @errors, "pass $passes: $e" if $e ne '';
+		$calls{next_batch} += () = $o =~ /^next /mg;
+		my $c = () = $o =~ /^cycle .* pending committed$/mg;
+		$calls{report_submission} += $c;
+		$calls{report_status} += $c;
+		$calls{cycles} += $c;
+	}
+	if ($mover)
+	{
+		my ($o, $e) = psql_finish($mover);
+		$move_out = $o . $e;
+		$moved = one("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $shard") == $move_to;
+	}
+	if (!$producer_done && slurp("$producer->[1].out") =~ /^producer done$/m)
+	{
+		my ($o, $e) = psql_finish($producer);
+		push @errors, "producer: $e" if $e ne '';
+		$calls{enqueue} += $NSERVICES * ($NBATCHES - $BEFORE);
+		$producer_done = 1;
+	}
+	last
+	  if $producer_done
+	  && one(q{SELECT count(*) FROM gridha.bucket_batches WHERE status <> 'committed'}) eq '0';
+}
+if (!$producer_done)
+{
+	my ($o, $e) = psql_finish($producer);
+	push @errors, "producer: $e" if $e ne '';
+	$producer_done = 1;
+}
+note(sprintf('run: %d passes; calls: %s; %d in-flight samples', $passes,
+		join(', ', map { "$_ $calls{$_}" } sort keys %calls), $samples));
+diag(join("\n", @errors)) if @errors;
+ok( !@errors
+	  && $calls{cycles} == $TOTAL
+	  && one(q{SELECT count(*) FROM gridha.bucket_batches WHERE service_id LIKE 's%' AND status = 'committed'}) ==
+	  $TOTAL,
+	"run: $NSERVICES services x $NBATCHES batches enqueued, handed out and committed through the per-bucket functions by two instances, no call failed"
+);
+
+# ---------------------------------------------------------------------------
+# fence: a bucket none of the services above is in
+
+my $f;
+for my $i (1 .. 200)
+{
+	$f = "f$i";
+	last unless exists $holder{ one("SELECT gridha.bucket_of('$f', 64)") };
+}
+my $fb = one("SELECT gridha.bucket_of('$f', 64)");
+my $fence = '';
+my $q = sub { my ($label, $sql) = @_; $fence .= "$label:" . run($coord, $sql) . "\n"; };
+one("SELECT gridha.bucket_enqueue($fb, '$f', 'fb1', '\\x01')");
+one("SELECT gridha.bucket_enqueue($fb, '$f', 'fb2', '\\x02')");
+# batch_of(HANDOUT): the batch id of a gridha.bucket_batch as psql prints it
+sub batch_of { my ($h) = @_; return $h =~ /^\([^,]*,([^,]*),/ ? $1 : ''; }
+my $e1 = one("SELECT gridha.bucket_acquire($fb, '$A', '2 s')");
+my $h1 = batch_of(one("SELECT gridha.bucket_next_batch($fb, '$A', $e1)"));
+my $early = one("SELECT gridha.bucket_takeover($fb, '$B', '10 min')") eq '' ? 't' : 'f';
+sleep 3;
+my $e2 = one("SELECT gridha.bucket_takeover($fb, '$B', '10 min')");
+$q->('a accepted', "SELECT gridha.bucket_report_submission($fb, '$A', '$f', 'fb1', $e1, 'accepted')");
+$q->('a committed', "SELECT gridha.bucket_report_status($fb, '$A', '$f', 'fb1', $e1, 'committed')");
+$q->('a next', "SELECT gridha.bucket_next_batch($fb, '$A', $e1)");
+$q->('a renew', "SELECT gridha.bucket_renew($fb, '$A', $e1)");
+my $h2 = batch_of(one("SELECT gridha.bucket_next_batch($fb, '$B', $e2)"));
+my $c2 = one("SELECT gridha.bucket_report_submission($fb, '$B', '$f', 'fb1', $e2, 'accepted')") . ','
+  . one("SELECT gridha.bucket_report_status($fb, '$B', '$f', 'fb1', $e2, 'committed')");
+my $h3 = batch_of(one("SELECT gridha.bucket_next_batch($fb, '$B', $e2)"));
+one("SELECT gridha.bucket_report_submission($fb, '$B', '$f', 'fb2', $e2, 'accepted')");
+one("SELECT gridha.bucket_report_status($fb, '$B', '$f', 'fb2', $e2, 'committed')");
+my $rel = one("SELECT gridha.bucket_release($fb, '$B', $e2)");
+my $e3 = one("SELECT gridha.bucket_acquire($fb, '$A', '10 min')");
+$epochs{$fb} = [ 0, $e1, $e2, $e3 ];
+my $frows = one("SELECT string_agg(batch_id || '/' || status || '/' || epoch || '/' || attempts, ',' ORDER BY seq)
+  FROM gridha.bucket_batches WHERE bucket = $fb AND service_id = '$f'");
+diag("fence on bucket $fb ($f): epochs $e1 $e2 $e3; handed $h1 $h2 $h3; takeover while the lease ran: $early; $c2; release $rel; rows $frows\n$fence");
+my @rg001 = ($fence =~ /^a \w+:\s*\n(?:psql:\S+ )?ERROR:  RG001: stale claim on bucket $fb$/mg);
+ok( $h1 eq 'fb1'
+	  && $early eq 't'
+	  && $e2 == $e1 + 1
+	  && @rg001 == 4
+	  && $h2 eq 'fb1'
+	  && $c2 eq 'pending,committed'
+	  && $h3 eq 'fb2'
+	  && $frows eq "fb1/committed/$e2/2,fb2/committed/$e2/1",
+	'fence: after B took over the bucket whose lease ran out, the stale holder A\'s accepted and committed reports, hand-out and renewal are refused (RG001); B hands fb1 out again and it is committed once, at the new epoch'
+);
+
+# ---------------------------------------------------------------------------
+# reports: the other outcomes and statuses, on the fence bucket (A, epoch e3)
+
+my $rep = '';
+my $call = sub { my ($sql) = @_; my $r = one($sql); $rep .= "$r;"; return $r; };
+my $rsub = sub { "SELECT gridha.bucket_report_submission($fb, '$A', '$f', '$_[0]', $e3, '$_[1]')" };
+my $rstat = sub { "SELECT gridha.bucket_report_status($fb, '$A', '$f', '$_[0]', $e3, '$_[1]')" };
+my $next = "SELECT gridha.bucket_next_batch($fb, '$A', $e3)";
+one("SELECT gridha.bucket_enqueue($fb, '$f', 'fb$_', '\\x0$_')") foreach 3 .. 5;
+$call->($next);
+$call->($rsub->('fb3', 'delayed'));
+$call->($next);
+$call->($rsub->('fb3', 'rejected'));
+$call->($rsub->('fb3', 'rejected'));
+my $never = run($coord, $rsub->('fb5', 'accepted'));
+$call->($next);
+$call->($rsub->('fb4', 'accepted'));
+$call->($rstat->('fb4', 'unknown'));
+$call->($next);
+my $badword = run($coord, $rsub->('fb4', 'exploded'));
+$call->($rsub->('fb4', 'accepted'));
+$call->($rstat->('fb4', 'committed'));
+$call->($next);
+$call->($rsub->('fb5', 'accepted'));
+$call->($rstat->('fb5', 'committed'));
+my $rrows = one("SELECT string_agg(batch_id || '/' || status || '/' || attempts, ',' ORDER BY seq)
+  FROM gridha.bucket_batches WHERE bucket = $fb AND service_id = '$f' AND seq >= 3");
+$rep =~ s/\("?$f"?,(fb\d),\d+,"[^"]*",\d+,(\d+)\)/$1#$2/g;
+diag("reports: $rep\nnever handed out: $never\nunknown outcome: $badword\nrows: $rrows");
+ok( $rep eq 'fb3#1;delayed;fb3#2;invalid;invalid;fb4#1;pending;unknown;fb4#2;pending;committed;fb5#1;pending;committed;'
+	  && sqlstate_of($never) eq 'RG023'
+	  && sqlstate_of($badword) eq 'RG004'
+	  && $rrows eq 'fb3/invalid/2,fb4/committed/2,fb5/committed/1',
+	'reports: delayed and a ledger status unknown hand the batch out again, rejected ends it invalid and the next batch follows, a repeated report changes nothing; never handed out (RG023) and an unknown outcome (RG004) are refused'
+);
+
+# ---------------------------------------------------------------------------
+# owner: a role that did not take the bucket may not act as its holder
+
+$coord->safe_psql('c32', 'CREATE ROLE c32_other LOGIN IN ROLE gridha_submitter');
+my $ab = $mine{$A}[0];
+my $other = '';
+foreach my $call ("SELECT gridha.bucket_next_batch($ab, '$A', 1)", "SELECT gridha.bucket_renew($ab, '$A', 1)")
+{
+	my ($o, $e) = ('', '');
+	$coord->psql('c32', $call, stdout => \$o, stderr => \$e, on_error_stop => 0,
+		extra_params => [ '-U', 'c32_other', '-v', 'VERBOSITY=verbose' ]);
+	$other .= "$o$e\n";
+}
+my $ab_after = one("SELECT holder || '/' || epoch || '/' || holder_role FROM gridha.bucket_claims WHERE bucket = $ab");
+diag("another role acting as A on bucket $ab:\n$other\nbucket after: $ab_after");
+my @rg008 = ($other =~ /ERROR:  RG008: role "c32_other" does not own instance $A/g);
+ok(@rg008 == 2 && $ab_after eq "$A/1/" . one('SELECT current_user'),
+	'owner: a role in gridha_submitter that did not take the bucket is refused (RG008) a hand-out and a renewal as its holder, and the bucket stays as it was'
+);
+
+# ---------------------------------------------------------------------------
+# checks
+
+# exactly once, in order: every batch of s01..s24 committed after one
+# hand-out, each handed out only after its service's previous one was final
+my $order = one(q{
+SELECT sum(CASE WHEN attempts <> 1 OR status <> 'committed' THEN 1 ELSE 0 END)
+       || '/' || sum(CASE WHEN seq <> rn THEN 1 ELSE 0 END)
+       || '/' || sum(CASE WHEN prev_finished IS NOT NULL AND handed_out_at < prev_finished THEN 1 ELSE 0 END)
+       || '/' || sum(CASE WHEN batch_id <> 'b' || lpad(seq::text, 2, '0') THEN 1 ELSE 0 END)
+  FROM (SELECT b.*, row_number() OVER w AS rn, lag(finished_at) OVER w AS prev_finished
+          FROM gridha.bucket_batches b WHERE service_id LIKE 's%'
+        WINDOW w AS (PARTITION BY bucket, service_id ORDER BY seq)) x});
+my $queues = one(q{
+SELECT count(*) || '/' || sum(CASE WHEN head_seq = tail_seq + 1 AND tail_seq = 10 AND NOT in_flight AND ready_at IS NULL THEN 1 ELSE 0 END)
+  FROM gridha.bucket_services WHERE service_id LIKE 's%'});
+diag("order (not once / seq gaps / handed out before the previous one was final / out of place): $order; queues: $queues");
+ok($order eq '0/0/0/0' && $queues eq "$NSERVICES/$NSERVICES",
+	"order: each of the $TOTAL batches handed out exactly once, per service in seq order, each after the previous one was final; every queue drained"
+);
+
+ok($samples >= 1 && $inflight_max == 0,
+	"one in flight: $samples samples taken while the instances ran found no service with two batches in flight");
+
+my $epochs_ok = 1;
+foreach my $b (sort keys %epochs)
+{
+	my @e = @{ $epochs{$b} };
+	for my $i (1 .. $#e)
+	{
+		$epochs_ok = 0 if $e[$i] < $e[ $i - 1 ];
+	}
+}
+my $epoch_rows = one(q{
+SELECT count(*) FROM gridha.bucket_batches b JOIN gridha.bucket_claims c USING (bucket)
+ WHERE b.epoch > c.epoch});
+my $held_epochs = one(sprintf(q{SELECT string_agg(DISTINCT epoch::text, ',') FROM gridha.bucket_claims
+ WHERE bucket IN (%s)}, join(',', @buckets)));
+diag("epochs: held buckets at $held_epochs; batches above their bucket's epoch: $epoch_rows; fence bucket 0 -> $e1 -> $e2 -> $e3");
+ok( $epochs_ok
+	  && $e1 == 1
+	  && $e2 == 2
+	  && $e3 == 3
+	  && $held_epochs eq '1'
+	  && $epoch_rows eq '0',
+	'epochs never down: each bucket\'s epoch rose by one whenever it changed hands (0, 1, 2, 3 on the fence bucket: acquire, take-over, release then acquire), the held buckets stayed at 1, no batch carries an epoch above its bucket\'s'
+);
+
+# the coordinator's shells: the bucket tables' local files, gridha's own
+# per-service tables
+my $shells = one(q{
+SELECT string_agg(c || ':' || (pg_stat_file(pg_relation_filepath(c))).size, ',' ORDER BY c)
+  FROM unnest(ARRAY['gridha.bucket_batches', 'gridha.bucket_claims', 'gridha.bucket_services']) AS c});
+my $own = one(q{SELECT (SELECT count(*) FROM gridha.batches) + (SELECT count(*) FROM gridha.service_claims)
+  + (SELECT count(*) FROM gridha.instances)});
+diag("coordinator shells: $shells; rows in gridha's own tables: $own");
+ok( $shells eq 'gridha.bucket_batches:0,gridha.bucket_claims:0,gridha.bucket_services:0'
+	  && $own eq '0',
+	'shells: on the coordinator the bucket tables\' local files are empty, and gridha.batches, gridha.service_claims and gridha.instances hold no row'
+);
+
+my $busy_rows = one(sprintf(q{SELECT count(*) FROM gridha.bucket_batches WHERE bucket = %d AND status = 'committed'}, $busy));
+diag("move: shard $shard of bucket $busy from $move_from to $move_to: $move_out; committed in the bucket before the move $committed_before_move, at the end $busy_rows");
+ok( $moved
+	  && $move_out !~ /ERROR/
+	  && $committed_before_move < $per_bucket{$busy} * $NBATCHES
+	  && $busy_rows == $per_bucket{$busy} * $NBATCHES
+	  && $order eq '0/0/0/0',
+	"move: the shard of the busiest bucket moved to the other worker mid-run (citus_move_shard_placement, block_writes), and its $per_bucket{$busy} services' batches were all committed, none lost or out of order"
+);
+
+my $logs = join('', map { slurp($_->logfile) } @nodes);
+my @crash = grep { /server process .* was terminated|PANIC/ } split /\n/, $logs;
+ok(!@crash, 'no node crashed and no PANIC in the logs');
+diag(join("\n", @crash)) if @crash;
+
+note(sprintf('figures: %d passes, %d hand-out calls, %d cycles, %d enqueues, %d acquires, %d shard move(s)',
+		$passes, $calls{next_batch}, $calls{cycles}, $calls{enqueue}, $calls{acquire}, $moved ? 1 : 0));
+
+$_->stop foreach @nodes;
