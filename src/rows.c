@@ -53,6 +53,7 @@
 #include "access/tableam.h"
 #include "access/transam.h"
 #include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_enum.h"
@@ -71,6 +72,7 @@
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -246,6 +248,31 @@ static RowsKnownIndex rows_known[ROWS_KNOWN_INDEXES];
 static int	rows_known_next = 0;
 
 /*
+ * What a writer maintains of each table's indexes: their OIDs and what
+ * BuildIndexInfo makes of each (read-only templates, copied into each
+ * command that writes), kept from one command, and one transaction, to the
+ * next instead of built again by every ExecOpenIndices. Made again after
+ * an invalidation of the table (its index list changes with it: a CREATE
+ * or DROP INDEX, an index made ready or valid) or of one of its indexes
+ * (rows_layout_callback). The memory of a set forgotten is freed at the
+ * end of the transaction, not at once: a command under way (one whose
+ * user's trigger called gridha) may still use its templates.
+ */
+typedef struct RowsIndexSet
+{
+	Oid			relid;			/* InvalidOid: make again */
+	int			n;
+	Oid		   *oids;
+	IndexInfo **infos;
+	MemoryContext cxt;			/* holds the above; NULL: none */
+} RowsIndexSet;
+
+static RowsIndexSet rows_index_sets[GRIDHA_NTABLES];
+static List *rows_index_retired = NIL;	/* contexts to free at transaction end */
+static uint64 rows_index_generation = 0;	/* invalidations of sets taken in */
+static bool rows_index_xact_registered = false;
+
+/*
  * rows_known_index: the slot for this table, columns and uniqueness (a
  * slot taken over when none is, its index InvalidOid).
  */
@@ -291,6 +318,18 @@ rows_layout_callback(Datum arg, Oid relid)
 	for (i = 0; i < ROWS_KNOWN_INDEXES; i++)
 		if (relid == InvalidOid || rows_known[i].index == relid || rows_known[i].table == relid)
 			rows_known[i].index = InvalidOid;
+	for (i = 0; i < GRIDHA_NTABLES; i++)
+	{
+		RowsIndexSet *set = &rows_index_sets[i];
+		bool		hit = relid == InvalidOid || set->relid == relid;
+		int			k;
+
+		for (k = 0; k < set->n && !hit; k++)
+			hit = set->oids[k] == relid;
+		if (hit)
+			set->relid = InvalidOid;
+	}
+	rows_index_generation++;
 }
 
 /*
@@ -1442,6 +1481,130 @@ gridha_rows_get(GridhaRows *rows, GridhaTable table, int attno, bool *isnull)
 }
 
 /*
+ * rows_index_xact_callback: the transaction ends: no command uses the
+ * templates of a forgotten index set any more.
+ */
+static void
+rows_index_xact_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT ||
+		event == XACT_EVENT_PRE_PREPARE)
+		return;
+	foreach(lc, rows_index_retired)
+		MemoryContextDelete((MemoryContext) lfirst(lc));
+	list_free(rows_index_retired);
+	rows_index_retired = NIL;
+}
+
+/*
+ * rows_open_indexes: what ExecOpenIndices does for the writer's table
+ * (each index opened and locked RowExclusiveLock, its IndexInfo in
+ * r->rri), from the table's index set, made first if it is not known.
+ */
+static void
+rows_open_indexes(GridhaRows *rows, GridhaRowsRel *r, GridhaTable table)
+{
+	RowsIndexSet *set = &rows_index_sets[table];
+	ResultRelInfo *rri = r->rri;
+	Oid			relid = RelationGetRelid(r->rel);
+	MemoryContext old = MemoryContextSwitchTo(rows->estate->es_query_cxt);
+	Relation   *descs = NULL;
+	int			i;
+
+	if (set->relid != relid)
+	{
+		uint64		generation = rows_index_generation;
+		List	   *oids = RelationGetIndexList(r->rel);
+		MemoryContext cxt;
+		ListCell   *lc;
+
+		if (!rows_index_xact_registered)
+		{
+			RegisterXactCallback(rows_index_xact_callback, NULL);
+			rows_index_xact_registered = true;
+		}
+		if (set->cxt != NULL)
+		{
+			MemoryContextSwitchTo(TopMemoryContext);
+			rows_index_retired = lappend(rows_index_retired, set->cxt);
+			set->cxt = NULL;
+		}
+		set->relid = InvalidOid;
+		set->n = 0;
+		cxt = AllocSetContextCreate(CacheMemoryContext, "gridha index set",
+									ALLOCSET_SMALL_SIZES);
+		set->cxt = cxt;
+		MemoryContextSwitchTo(cxt);
+		set->oids = palloc(sizeof(Oid) * Max(list_length(oids), 1));
+		set->infos = palloc(sizeof(IndexInfo *) * Max(list_length(oids), 1));
+		MemoryContextSwitchTo(rows->estate->es_query_cxt);
+		descs = palloc(sizeof(Relation) * Max(list_length(oids), 1));
+		i = 0;
+		foreach(lc, oids)
+		{
+			descs[i] = index_open(lfirst_oid(lc), RowExclusiveLock);
+			MemoryContextSwitchTo(cxt);
+			set->infos[i] = BuildIndexInfo(descs[i]);
+			MemoryContextSwitchTo(rows->estate->es_query_cxt);
+			set->oids[i] = lfirst_oid(lc);
+			set->n = ++i;
+		}
+		list_free(oids);
+		/* known from now on unless an invalidation came in meanwhile */
+		if (generation == rows_index_generation)
+			set->relid = relid;
+	}
+	rri->ri_NumIndices = set->n;
+	if (set->n > 0)
+	{
+		if (descs == NULL)
+		{
+			descs = palloc(sizeof(Relation) * set->n);
+			for (i = 0; i < set->n; i++)
+				descs[i] = index_open(set->oids[i], RowExclusiveLock);
+		}
+		rri->ri_IndexRelationDescs = descs;
+		rri->ri_IndexRelationInfo = palloc(sizeof(IndexInfo *) * set->n);
+		for (i = 0; i < set->n; i++)
+		{
+			IndexInfo  *info = palloc(sizeof(IndexInfo));
+
+			/* the command's own state: built by the executor as it needs it */
+			memcpy(info, set->infos[i], sizeof(IndexInfo));
+			info->ii_ExpressionsState = NIL;
+			info->ii_PredicateState = NULL;
+			info->ii_AmCache = NULL;
+			info->ii_Context = CurrentMemoryContext;
+			rri->ri_IndexRelationInfo[i] = info;
+		}
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * rows_close_indexes: what ExecCloseIndices does, but the locks are kept
+ * to the end of the transaction, as the table's is: a later command of
+ * the transaction takes them again from the backend's own lock table, and
+ * the end of the transaction lets go of them all at once.
+ */
+static void
+rows_close_indexes(GridhaRowsRel *r)
+{
+	ResultRelInfo *rri = r->rri;
+	int			i;
+
+	for (i = 0; i < rri->ri_NumIndices; i++)
+	{
+#if PG_VERSION_NUM >= 170000
+		index_insert_cleanup(rri->ri_IndexRelationDescs[i], rri->ri_IndexRelationInfo[i]);
+#endif
+		index_close(rri->ri_IndexRelationDescs[i], NoLock);
+	}
+}
+
+/*
  * gridha_rows_update: writes a new version of the table's current row:
  * its columns, with cols replaced. Indexes and NOT NULL apply, and the
  * table's AFTER UPDATE row triggers fire at gridha_rows_end.
@@ -1550,11 +1713,7 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 	 */
 	if (update_indexes != TU_None && !r->indexes_open)
 	{
-		/* in the command's memory, whatever context the caller is in */
-		MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);
-
-		ExecOpenIndices(r->rri, false);
-		MemoryContextSwitchTo(old);
+		rows_open_indexes(rows, r, table);
 		r->indexes_open = true;
 	}
 	if (r->rri->ri_NumIndices > 0 && update_indexes != TU_None)
@@ -1594,7 +1753,7 @@ gridha_rows_end(GridhaRows *rows)
 		AfterTriggerEndQuery(rows->estate);
 		for (i = 0; i < GRIDHA_NTABLES; i++)
 			if (rows->rels[i].indexes_open)
-				ExecCloseIndices(rows->rels[i].rri);
+				rows_close_indexes(&rows->rels[i]);
 		EvalPlanQualEnd(&rows->epq);
 		/* tables a trigger's firing opened (ours are found first: none) */
 		foreach(lc, rows->estate->es_trig_target_relations)
