@@ -268,9 +268,32 @@ typedef struct RowsIndexSet
 } RowsIndexSet;
 
 static RowsIndexSet rows_index_sets[GRIDHA_NTABLES];
+
+/*
+ * Each table's triggers as a writer fires them (rows_take_guard: the
+ * relcache's descriptor, copied, batches_final taken out), kept from one
+ * command and one transaction to the next instead of copied by every
+ * InitResultRelInfo; made again after an invalidation of the table (every
+ * CREATE, DROP, ALTER, ENABLE or DISABLE of a trigger sends one) or of any
+ * function (rows_guard_callback: batches_final is known by its function).
+ * The executor only reads a descriptor; a forgotten one is freed at the
+ * end of the transaction, as an index set is.
+ */
+typedef struct RowsTriggerSet
+{
+	Oid			relid;			/* InvalidOid: make again */
+	TriggerDesc *desc;			/* NULL: the table has no trigger left */
+	Trigger		guard;			/* as GridhaRowsRel's */
+	bool		has_guard;
+	MemoryContext cxt;
+} RowsTriggerSet;
+
+static RowsTriggerSet rows_trigger_sets[GRIDHA_NTABLES];
 static List *rows_index_retired = NIL;	/* contexts to free at transaction end */
 static uint64 rows_index_generation = 0;	/* invalidations of sets taken in */
 static bool rows_index_xact_registered = false;
+
+static void rows_index_xact_callback(XactEvent event, void *arg);
 
 /*
  * rows_known_index: the slot for this table, columns and uniqueness (a
@@ -328,6 +351,8 @@ rows_layout_callback(Datum arg, Oid relid)
 			hit = set->oids[k] == relid;
 		if (hit)
 			set->relid = InvalidOid;
+		if (relid == InvalidOid || rows_trigger_sets[i].relid == relid)
+			rows_trigger_sets[i].relid = InvalidOid;
 	}
 	rows_index_generation++;
 }
@@ -657,7 +682,12 @@ static bool rows_guard_registered = false;
 static void
 rows_guard_callback(Datum arg, int cacheid, uint32 hashvalue)
 {
+	int			i;
+
 	rows_guard_fn = InvalidOid;
+	for (i = 0; i < GRIDHA_NTABLES; i++)
+		rows_trigger_sets[i].relid = InvalidOid;
+	rows_index_generation++;
 }
 
 /*
@@ -720,9 +750,9 @@ rows_is_guard(Trigger *trig)
  * the command. Direct SQL writes still fire the trigger.
  */
 static void
-rows_take_guard(GridhaRowsRel *r)
+rows_take_guard(RowsTriggerSet *set)
 {
-	TriggerDesc *td = r->rri->ri_TrigDesc;
+	TriggerDesc *td = set->desc;
 	int			i;
 	int			j;
 
@@ -733,9 +763,9 @@ rows_take_guard(GridhaRowsRel *r)
 			break;
 	if (i == td->numtriggers)
 		return;
-	/* the descriptor is the ResultRelInfo's own copy */
-	r->guard = td->triggers[i];
-	r->has_guard = true;
+	/* the descriptor is the set's own copy */
+	set->guard = td->triggers[i];
+	set->has_guard = true;
 	memmove(&td->triggers[i], &td->triggers[i + 1],
 			(td->numtriggers - i - 1) * sizeof(Trigger));
 	td->numtriggers--;
@@ -791,6 +821,96 @@ rows_check_guard(GridhaRowsRel *r, Bitmapset *updated)
 }
 
 /*
+ * rows_retire: a set's memory, to be freed at the end of the transaction
+ * (rows_index_xact_callback).
+ */
+static void
+rows_retire(MemoryContext cxt)
+{
+	MemoryContext old;
+
+	if (cxt == NULL)
+		return;
+	if (!rows_index_xact_registered)
+	{
+		RegisterXactCallback(rows_index_xact_callback, NULL);
+		rows_index_xact_registered = true;
+	}
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	rows_index_retired = lappend(rows_index_retired, cxt);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * rows_trigger_set: the writer's triggers of the table (see
+ * RowsTriggerSet), made first if they are not known.
+ */
+static RowsTriggerSet *
+rows_trigger_set(Relation rel, GridhaTable table)
+{
+	RowsTriggerSet *set = &rows_trigger_sets[table];
+	uint64		generation;
+	MemoryContext old;
+
+	if (set->relid == RelationGetRelid(rel))
+		return set;
+	generation = rows_index_generation;
+	rows_retire(set->cxt);
+	set->cxt = NULL;
+	set->relid = InvalidOid;
+	set->desc = NULL;
+	set->has_guard = false;
+	if (rel->trigdesc != NULL)
+	{
+		set->cxt = AllocSetContextCreate(CacheMemoryContext, "gridha trigger set",
+										 ALLOCSET_SMALL_SIZES);
+		old = MemoryContextSwitchTo(set->cxt);
+		set->desc = CopyTriggerDesc(rel->trigdesc);
+		MemoryContextSwitchTo(old);
+		if (table == GRIDHA_BATCHES)
+			rows_take_guard(set);
+	}
+	/* known from now on unless an invalidation came in meanwhile */
+	if (generation == rows_index_generation)
+		set->relid = RelationGetRelid(rel);
+	return set;
+}
+
+/*
+ * rows_init_result_rel: InitResultRelInfo for the writer's table, its
+ * triggers the table's trigger set instead of a copy of the relcache's
+ * descriptor made for every command.
+ */
+static void
+rows_init_result_rel(GridhaRowsRel *r, GridhaTable table)
+{
+	RowsTriggerSet *set = rows_trigger_set(r->rel, table);
+	TriggerDesc *relcache = r->rel->trigdesc;
+	TriggerDesc *td = set->desc;
+
+	r->rri = makeNode(ResultRelInfo);
+	/* no copy: the descriptor is out of the relcache entry's sight meanwhile */
+	r->rel->trigdesc = NULL;
+	PG_TRY();
+	{
+		InitResultRelInfo(r->rri, r->rel, r->rti, NULL, 0);
+	}
+	PG_FINALLY();
+	{
+		r->rel->trigdesc = relcache;
+	}
+	PG_END_TRY();
+	r->guard = set->guard;
+	r->has_guard = set->has_guard;
+	if (td != NULL)
+	{
+		r->rri->ri_TrigDesc = td;
+		r->rri->ri_TrigFunctions = (FmgrInfo *) palloc0(td->numtriggers * sizeof(FmgrInfo));
+		r->rri->ri_TrigWhenExprs = (ExprState **) palloc0(td->numtriggers * sizeof(ExprState *));
+	}
+}
+
+/*
  * rows_open: the table, opened on first use in this command.
  */
 static GridhaRowsRel *
@@ -813,14 +933,11 @@ rows_open(GridhaRows *rows, GridhaTable table)
 		EState	   *estate = rows->estate;
 
 		gridha_rte_set_relid(estate, r->rti, relid);
-		r->rri = makeNode(ResultRelInfo);
-		InitResultRelInfo(r->rri, r->rel, r->rti, NULL, 0);
+		rows_init_result_rel(r, table);
 		/* where the AFTER triggers' firing looks the table up */
 		estate->es_opened_result_relations =
 			lappend(estate->es_opened_result_relations, r->rri);
 		/* its indexes: opened by the first update that writes to them */
-		if (table == GRIDHA_BATCHES)
-			rows_take_guard(r);
 		r->row = table_slot_create(r->rel, &estate->es_tupleTable);
 		r->next = table_slot_create(r->rel, &estate->es_tupleTable);
 	}
@@ -1520,17 +1637,8 @@ rows_open_indexes(GridhaRows *rows, GridhaRowsRel *r, GridhaTable table)
 		MemoryContext cxt;
 		ListCell   *lc;
 
-		if (!rows_index_xact_registered)
-		{
-			RegisterXactCallback(rows_index_xact_callback, NULL);
-			rows_index_xact_registered = true;
-		}
-		if (set->cxt != NULL)
-		{
-			MemoryContextSwitchTo(TopMemoryContext);
-			rows_index_retired = lappend(rows_index_retired, set->cxt);
-			set->cxt = NULL;
-		}
+		rows_retire(set->cxt);
+		set->cxt = NULL;
 		set->relid = InvalidOid;
 		set->n = 0;
 		cxt = AllocSetContextCreate(CacheMemoryContext, "gridha index set",
