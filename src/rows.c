@@ -585,13 +585,16 @@ gridha_rows_begin(GridhaRows *rows, bool write)
 	if (write)
 	{
 		List	   *rtable = NIL;
+		/* one allocation for the four: they live and go together */
+		RangeTblEntry *rtes = palloc0(sizeof(RangeTblEntry) * GRIDHA_NTABLES);
 		int			i;
 
 		rows->estate = CreateExecutorState();
 		for (i = 0; i < GRIDHA_NTABLES; i++)
 		{
-			RangeTblEntry *rte = makeNode(RangeTblEntry);
+			RangeTblEntry *rte = &rtes[i];
 
+			NodeSetTag(rte, T_RangeTblEntry);
 			/* relid is filled in when the table is first used */
 			rte->rtekind = RTE_RELATION;
 			rte->relkind = RELKIND_RELATION;
