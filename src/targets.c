@@ -83,11 +83,12 @@
 #define TARGETS_WARN_EVERY_MS	60000
 
 /*
- * Every row, with the optional columns of later versions read through
- * to_jsonb so that the same statement serves a database still on 1.0.
- * Two forms: the functions as signatures (text, 1.3) or as OIDs
- * (regprocedure, up to 1.2); gridha_targets_refresh picks the one the
- * table's column type needs.
+ * Every row, as the cache needs it. On SQL 1.3 the statement is a function
+ * of the install script (gridha_internal.targets_load, issue 42.1), the
+ * functions as signatures (text). SQL 1.2's form stays here, for a 1.2
+ * schema only: the functions as OIDs (regprocedure), the optional columns
+ * of later versions read through to_jsonb. gridha_targets_refresh picks
+ * the one the installed SQL needs.
  */
 #define TARGETS_LOAD_TAIL \
 	"       t.rate_interval IS NOT NULL," \
@@ -110,10 +111,8 @@
 	"            THEN 'a request header is not a string' END" \
 	"  FROM gridha.targets t"
 
-static GridhaStatement targets_load_stmt = {
-	"SELECT t.target, t.submit_url, t.submit_function, t.status_url,"
-	"       t.status_function,"
-	TARGETS_LOAD_TAIL,
+static GridhaStatement targets_load_call = {
+	"SELECT * FROM gridha_internal.targets_load()",
 	0, {InvalidOid}
 };
 
@@ -435,7 +434,7 @@ gridha_targets_refresh(void)
 		as_text = gridha_sql_generation() != GRIDHA_SQL_1_2;
 	}
 	PushActiveSnapshot(GetLatestSnapshot());
-	gridha_exec(as_text ? &targets_load_stmt : &targets_load_oid_stmt, NULL, NULL, true);
+	gridha_exec(as_text ? &targets_load_call : &targets_load_oid_stmt, NULL, NULL, true);
 	PopActiveSnapshot();
 	rows = SPI_tuptable;
 
