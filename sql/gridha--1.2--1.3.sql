@@ -3050,8 +3050,6 @@ $$;
 COMMENT ON FUNCTION gridha_internal.report_diagnose(text, text) IS
 'why a report changed nothing: the service''s claim (holder, epoch, head, target) and the batch as they are now (seq, status, epoch, whether it was ever accepted, attempts); no row: an unknown service';
 
--- The worker reads the targets as its own role (gridha_submitter, which
--- reads gridha.targets): it may run the load; the diagnosis runs only
--- under the report calls, as their owner.
+-- Executable by the extension's owner only: the report calls run the
+-- diagnosis as it, and the library runs the load as it.
 REVOKE ALL ON FUNCTION gridha_internal.targets_load(), gridha_internal.report_diagnose(text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION gridha_internal.targets_load() TO gridha_submitter;

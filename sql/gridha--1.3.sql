@@ -931,8 +931,8 @@ $$;
 COMMENT ON FUNCTION gridha_internal.report_diagnose(text, text) IS
 'why a report changed nothing: the service''s claim (holder, epoch, head, target) and the batch as they are now (seq, status, epoch, whether it was ever accepted, attempts); no row: an unknown service';
 
--- Executable by the extension's owner, and the load by gridha_submitter
--- (below: the worker reads the targets as its own role).
+-- Executable by the extension's owner only: the report calls run the
+-- diagnosis as it, and the library runs the load as it.
 REVOKE ALL ON FUNCTION gridha_internal.targets_load(), gridha_internal.report_diagnose(text, text) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
@@ -1596,8 +1596,6 @@ TO gridha_submitter;
 -- A submitter needs each service's target to submit to it, credentials
 -- included.
 GRANT SELECT ON gridha.targets TO gridha_submitter;
--- the worker's role reads the targets through the load (issue 42.1)
-GRANT EXECUTE ON FUNCTION gridha_internal.targets_load() TO gridha_submitter;
 GRANT SELECT (service_id, target) ON gridha.service_claims TO gridha_submitter;
 
 -- Admins: the targets, the ID sequences, the workers

@@ -182,8 +182,7 @@ SELECT is((SELECT array_agg(r || ' ' || p.oid::regprocedure::text ORDER BY r, p.
             WHERE p.pronamespace = to_regnamespace('gridha_internal')
               AND p.proname IN ('targets_load', 'report_diagnose')
               AND has_function_privilege(r, p.oid, 'EXECUTE')),
-          ARRAY['gridha_client gridha_internal.targets_load()', 'gridha_submitter gridha_internal.targets_load()'],
-          'no role may execute report_diagnose; targets_load only gridha_submitter and its member gridha_client (a worker reads the targets as its role)');
+          NULL, 'no role may execute targets_load nor report_diagnose (the library runs them as their owner)');
 
 -- Rows the table's trigger would refuse (written as a restore with its
 -- triggers off could): the load keeps the codes 0-999 in their order, the
