@@ -52,7 +52,7 @@ END
 $$;
 
 BEGIN;
-SELECT plan(17);
+SELECT plan(16);
 
 SELECT current_setting('gridha.lock_check', true) IS NOT NULL AS checker \gset
 \if :checker
@@ -112,29 +112,8 @@ SELECT lives_ok($$SELECT * FROM gridha.run_maintenance('cccccccc-cccc-cccc-cccc-
 SELECT ok((SELECT session_key IS NULL FROM gridha.instances
             WHERE instance_id = 'cccccccc-cccc-cccc-cccc-cccccccccccc'),
     'that maintenance call cleared the key (liveness off)');
--- The checker's work grows with the locks a call takes, not with their
--- square (each lock was checked against every lock held: a release of
--- 57,000 claims took 23 s): a release of 16,000 claims costs about 8 times
--- one of 2,000 (64 times before), timed in the same transaction.
-SET LOCAL gridha.balance_claims = off;
-INSERT INTO gridha.batches (service_id, batch_id, payload)
-SELECT 'r' || lpad(i::text, 5, '0'), 'r', '\x00' FROM generate_series(1, 2000) AS i;
-SELECT count(*) FROM gridha.acquire_claims('aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa') \g /dev/null
-SELECT clock_timestamp() AS t0 \gset
-SELECT gridha.release_claims('aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa') AS released_small \gset
-SELECT extract(epoch FROM clock_timestamp() - :'t0'::timestamptz) AS small \gset
-INSERT INTO gridha.batches (service_id, batch_id, payload)
-SELECT 'r' || lpad(i::text, 5, '0'), 'r', '\x00' FROM generate_series(2001, 16000) AS i;
-SELECT count(*) FROM gridha.acquire_claims('aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa') \g /dev/null
-SELECT clock_timestamp() AS t0 \gset
-SELECT gridha.release_claims('aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa') AS released_big \gset
-SELECT extract(epoch FROM clock_timestamp() - :'t0'::timestamptz) AS big \gset
-SELECT ok(:released_small >= 2000 AND :released_big >= 16000
-          AND :big < 24 * greatest(:small, 0.001),
-    format('a release of %s claims takes less than 24 times one of %s under the checker (%s s and %s s)',
-           :released_big, :released_small, round(:big, 2), round(:small, 3)));
 \else
-SELECT skip('a release build has no lock-order checker (make test builds with GRIDHA_LOCK_CHECK=1)', 17);
+SELECT skip('a release build has no lock-order checker (make test builds with GRIDHA_LOCK_CHECK=1)', 16);
 \endif
 
 SELECT * FROM finish();
