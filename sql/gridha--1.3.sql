@@ -746,15 +746,158 @@ SET search_path = pg_catalog, gridha, pg_temp;
 COMMENT ON FUNCTION gridha.expiry_settings() IS
 'the effective claim timings (gridha.soft_expiry, gridha.hard_expiry, gridha.renew_interval) as intervals';
 
+/*
+ * Instance rows (issue 42.1: these statements were C string literals in
+ * src/instances.c). They run off the claim cycle: when an instance is used
+ * for the first time, when its session is given a liveness key or has it
+ * cleared, when a worker's instance from 1.0 is adopted, when a restored
+ * owner's cluster is looked up, when an instance declares what it serves.
+ * The library calls them; what needs C stays there: who may act as an
+ * instance (and the backend's cache of that verdict), the session's
+ * liveness lock, the checks of a call. Executable by the extension's owner
+ * only: the calls that run them run as it.
+ */
+CREATE FUNCTION gridha_internal.instance_insert(instance_id uuid, owner name,
+    OUT inserted boolean, OUT present boolean, OUT present_owner name)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    INSERT INTO gridha.instances AS i (instance_id, owner)
+    VALUES (instance_insert.instance_id, instance_insert.owner)
+    ON CONFLICT (instance_id) DO NOTHING;
+    inserted := FOUND;
+    present := FOUND;
+    IF inserted THEN
+        present_owner := instance_insert.owner;
+        RETURN;
+    END IF;
+    -- another session registered it meanwhile: this statement sees it
+    SELECT true, i.owner INTO present, present_owner
+      FROM gridha.instances i
+     WHERE i.instance_id = instance_insert.instance_id;
+    present := coalesce(present, false);
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.instance_insert(uuid, name) IS
+'registers an unknown instance on first use (kind external, owned by the role given); when another session registered it meanwhile, whether its row is there and its owner, for the caller to check';
+
+CREATE FUNCTION gridha_internal.instance_key(instance_id uuid, fresh boolean)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    new_key bigint;
+BEGIN
+    IF NOT instance_key.fresh THEN
+        UPDATE gridha.instances i SET session_key = NULL
+         WHERE i.instance_id = instance_key.instance_id;
+        RETURN NULL;
+    END IF;
+    -- never waits for another session writing the row (it does not bind)
+    UPDATE gridha.instances i
+       SET session_key = pg_catalog.nextval('gridha.session_keys'::pg_catalog.regclass)
+     WHERE i.instance_id = instance_key.instance_id
+       AND i.instance_id IN (SELECT x.instance_id FROM gridha.instances x
+                              WHERE x.instance_id = instance_key.instance_id AND x.session_key IS NULL
+                                FOR UPDATE SKIP LOCKED)
+    RETURNING i.session_key INTO new_key;
+    RETURN new_key;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.instance_key(uuid, boolean) IS
+'fresh: gives an instance without a session key the next of gridha.session_keys and returns it (NULL: it has one, or another session is writing its row); else clears its key (an instance judged by its expiry alone)';
+
+CREATE FUNCTION gridha_internal.instance_adopt(instance_id uuid, owner name)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+WITH a AS (
+    UPDATE gridha.instances i SET owner = $2
+     WHERE i.instance_id = $1 AND i.owner IS NULL AND i.kind = 'worker'
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM a)
+$$;
+
+COMMENT ON FUNCTION gridha_internal.instance_adopt(uuid, name) IS
+'gives a worker''s instance without an owner (a row from 1.0) the role given, which the worker runs as; true if it did';
+
+CREATE FUNCTION gridha_internal.cluster_known(system_identifier bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT EXISTS (SELECT 1 FROM gridha.epoch_bands b WHERE b.system_identifier = $1)
+$$;
+
+COMMENT ON FUNCTION gridha_internal.cluster_known(bigint) IS
+'whether this database ran on the cluster of this system identifier before (gridha.epoch_bands): an owner set there is confirmed here';
+
+CREATE FUNCTION gridha_internal.instance_declare(instance_id uuid, serves text[])
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+UPDATE gridha.instances i SET serves = $2
+ WHERE i.instance_id = $1 AND i.serves IS DISTINCT FROM $2
+$$;
+
+COMMENT ON FUNCTION gridha_internal.instance_declare(uuid, text[]) IS
+'records the kinds of target an instance serves (NULL: it declares nothing), in the words of the library''s order';
+
+CREATE FUNCTION gridha_internal.register_check(serves text[])
+RETURNS name
+AS 'MODULE_PATHNAME', 'gridha_register_check'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.register_check(text[]) IS
+'the checks register_instance() makes before it writes (a writable transaction, the words of serves), and the calling role: the new instance''s owner';
+
+CREATE FUNCTION gridha_internal.register_touch(instance_id uuid, serves text[])
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_register_touch'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.register_touch(uuid, text[]) IS
+'the first use of an instance register_instance() just wrote (the session binds to it), and its declaration of serves when given';
+
+REVOKE ALL ON FUNCTION gridha_internal.instance_insert(uuid, name), gridha_internal.instance_key(uuid, boolean),
+    gridha_internal.instance_adopt(uuid, name), gridha_internal.cluster_known(bigint),
+    gridha_internal.instance_declare(uuid, text[]), gridha_internal.register_check(text[]),
+    gridha_internal.register_touch(uuid, text[]) FROM PUBLIC;
+
 -- ---------------------------------------------------------------------------
 -- API
 -- ---------------------------------------------------------------------------
 
 CREATE FUNCTION gridha.register_instance(label text DEFAULT NULL, serves text[] DEFAULT NULL)
 RETURNS uuid
-AS 'MODULE_PATHNAME', 'gridha_register_instance'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    new_owner name;
+    new_id    uuid;
+BEGIN
+    new_owner := gridha_internal.register_check(register_instance.serves);
+    INSERT INTO gridha.instances AS i (instance_id, label, kind, owner)
+    VALUES (pg_catalog.gen_random_uuid(), register_instance.label, 'external', new_owner)
+    RETURNING i.instance_id INTO new_id;
+    PERFORM gridha_internal.register_touch(new_id, register_instance.serves);
+    RETURN new_id;
+END
+$$;
 
 COMMENT ON FUNCTION gridha.register_instance(text, text[]) IS
 'registers a new external instance, owned by the calling role, and returns its id; serves, when given, declares the kinds of target it serves (submit_url, submit_function, status_url, status_function), NULL: any';
@@ -2642,17 +2785,36 @@ GRANT SELECT ON gridha.worker_limits TO gridha_submitter, gridha_admin;
 /*
  * worker_register: a background worker's instance row, with the worker's
  * role as its owner. Only a gridha background worker process may call it
- * (the function checks the process, not the role), so no SQL client can
+ * (worker_owner checks the process, not the role), so no SQL client can
  * make an instance of kind worker.
  */
+CREATE FUNCTION gridha_internal.worker_owner(instance_id uuid)
+RETURNS name
+AS 'MODULE_PATHNAME', 'gridha_worker_owner'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.worker_owner(uuid) IS
+'the checks of worker_register() (refused outside a gridha worker; instance_id given; a writable transaction) and the worker''s role: its instance''s owner';
+
 CREATE FUNCTION gridha_internal.worker_register(instance_id uuid, label text)
 RETURNS boolean
-AS 'MODULE_PATHNAME', 'gridha_worker_register'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE sql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+WITH r AS (
+    INSERT INTO gridha.instances AS i (instance_id, label, kind, owner)
+    VALUES ($1, $2, 'worker', gridha_internal.worker_owner($1))
+    ON CONFLICT (instance_id) DO NOTHING
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM r)
+$$;
 
 COMMENT ON FUNCTION gridha_internal.worker_register(uuid, text) IS
 'registers the calling background worker''s instance (kind worker, owned by the worker''s role); refused outside a gridha worker; false when the id has a row already';
+
+REVOKE ALL ON FUNCTION gridha_internal.worker_owner(uuid) FROM PUBLIC;
 
 /*
  * worker_orphans: the heads a background worker handed out and still has

@@ -121,7 +121,6 @@
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "storage/lock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -827,33 +826,6 @@ static GridhaStatement claims_band_stmt = {
 
 /* the band of this cluster, once read (-1: not yet) */
 static int64 claims_band = -1;
-
-/*
- * gridha_claims_band_trylock: the band lock, this transaction's, never
- * waited for: false when another transaction holds it. Only its holder
- * writes the band row, so a writer never waits on another's uncommitted
- * row. A userlock no SQL function a user may call takes.
- */
-bool
-gridha_claims_band_trylock(void)
-{
-	LOCKTAG		tag;
-
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, GRIDHA_LOCK_CLASS, 0, 3);
-	return LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
-}
-
-PG_FUNCTION_INFO_V1(gridha_epoch_band_trylock);
-
-/*
- * gridha_epoch_band_trylock: SQL gridha_internal.epoch_band_trylock() ->
- * boolean (1.3): gridha_claims_band_trylock, for epoch_band.
- */
-Datum
-gridha_epoch_band_trylock(PG_FUNCTION_ARGS)
-{
-	PG_RETURN_BOOL(gridha_claims_band_trylock());
-}
 
 /*
  * claims_epoch_base: the lowest epoch a take may give: (band + T - 1) *

@@ -11,11 +11,11 @@
  *                   PL/pgSQL calling gridha_internal.release_check
  *                   (claims.c)
  *   epoch band      the band of this cluster (claims.c, claims_epoch_base):
- *                   1.3's gridha_internal.epoch_band
- *   truncate        what a TRUNCATE of gridha.service_claims empties (the
- *                   counts and every instance's held count): 1.3's trigger
- *                   function gridha_internal.service_claims_truncated;
- *                   1.2's truncate trigger calls the C trigger of counts.c
+ *                   1.3's gridha_internal.epoch_band; the band lock both
+ *                   take is bands.c's
+ *
+ * (1.2's truncate of the counts, the third such statement pair, is in
+ * counts.c beside the trigger that runs it.)
  *
  * The statements are 1.3's, word for word: 1.2's tables have the same
  * columns for them.
@@ -24,6 +24,7 @@
  */
 #include "postgres.h"
 
+#include "bands.h"
 #include "claims12.h"
 #include "common.h"
 #include "instances.h"
@@ -33,7 +34,6 @@
 
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
-#include "storage/lock.h"
 
 /* The claim's head is submitting (claims.c, CLAIMS_HEAD_SUBMITTING) */
 #define CLAIMS12_HEAD_SUBMITTING(c) \
@@ -85,21 +85,10 @@ static GridhaStatement claims12_band_of_claims_stmt = {
 };
 
 /* ... as gridha_internal.service_claims_truncated of the 1.3 script */
-static GridhaStatement claims12_truncated_stmt = {
-	"DELETE FROM gridha.service_counts",
-	0, {InvalidOid}
-};
-
-static GridhaStatement claims12_truncated_held_stmt = {
-	"UPDATE gridha.instances SET held = 0"
-	" WHERE held OPERATOR(pg_catalog.<>) 0",
-	0, {InvalidOid}
-};
-
 /*
  * gridha_claims12_band: SQL 1.2's reading of this cluster's band (inside
  * SPI): the row of gridha.epoch_bands (*stored true), else, under the band
- * lock (claims.c, gridha_claims_band_trylock), the row written, or without
+ * lock (bands.c, gridha_band_trylock), the row written, or without
  * it the band of the claims (*stored false: read again next time).
  */
 int64
@@ -112,26 +101,12 @@ gridha_claims12_band(int64 system_identifier, bool *stored)
 	*stored = SPI_processed > 0;
 	if (!*stored)
 	{
-		if (gridha_claims_band_trylock())
+		if (gridha_band_trylock())
 			gridha_exec(&claims12_band_new_stmt, args, NULL, false);
 		else
 			gridha_exec(&claims12_band_of_claims_stmt, NULL, NULL, true);
 	}
 	return gridha_col_int64(0, 1);
-}
-
-/*
- * gridha_counts12_truncated: SQL 1.2's emptying of the counts and of every
- * instance's held count after a TRUNCATE of gridha.service_claims (the
- * truncate trigger of counts.c, on a 1.2 schema).
- */
-void
-gridha_counts12_truncated(void)
-{
-	SPI_connect();
-	gridha_exec(&claims12_truncated_stmt, NULL, NULL, false);
-	gridha_exec(&claims12_truncated_held_stmt, NULL, NULL, false);
-	SPI_finish();
 }
 
 PG_FUNCTION_INFO_V1(gridha_release_claims);

@@ -12,9 +12,5 @@
 #include "postgres.h"
 
 extern int64 gridha_claims12_band(int64 system_identifier, bool *stored);
-extern void gridha_counts12_truncated(void);
-
-/* claims.c: the band lock, shared by both generations */
-extern bool gridha_claims_band_trylock(void);
 
 #endif							/* GRIDHA_CLAIMS12_H */

@@ -31,13 +31,12 @@
  * instance's held count: since 1.3 that is SQL of the install script (the
  * trigger function gridha_internal.service_claims_truncated), which calls
  * gridha_counts_truncated here for the deltas; 1.2's truncate trigger is
- * this file's C trigger, its statements in claims12.c.
+ * this file's C trigger, with 1.2's copy of those statements (counts12_truncated).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "claims12.h"
 #include "counts.h"
 #include "spi_util.h"
 
@@ -400,6 +399,37 @@ counts_truncated(void)
 			counts_deltas[i].flushed = GetCurrentSubTransactionId();
 }
 
+/*
+ * SQL 1.2's emptying of the counts and of every instance's held count
+ * after a TRUNCATE of gridha.service_claims (1.2's truncate trigger is
+ * this file's C trigger; 1.3's is gridha_internal.service_claims_truncated
+ * of the install script, with the same two statements). Goes when the
+ * library stops serving 1.2.
+ */
+static GridhaStatement counts12_truncated_stmt = {
+	"DELETE FROM gridha.service_counts",
+	0, {InvalidOid}
+};
+
+static GridhaStatement counts12_truncated_held_stmt = {
+	"UPDATE gridha.instances SET held = 0"
+	" WHERE held OPERATOR(pg_catalog.<>) 0",
+	0, {InvalidOid}
+};
+
+/*
+ * counts12_truncated: SQL 1.2's truncate of the counts (the statements
+ * above), after counts_truncated.
+ */
+static void
+counts12_truncated(void)
+{
+	SPI_connect();
+	gridha_exec(&counts12_truncated_stmt, NULL, NULL, false);
+	gridha_exec(&counts12_truncated_held_stmt, NULL, NULL, false);
+	SPI_finish();
+}
+
 PG_FUNCTION_INFO_V1(gridha_counts_truncated);
 
 /*
@@ -422,7 +452,7 @@ PG_FUNCTION_INFO_V1(gridha_service_claims_count);
  * gridha_service_claims_count: trigger on gridha.service_claims, after each
  * row inserted or deleted or whose target changed, and (SQL 1.2) after a
  * truncate. A row adds to its target's delta; a truncate empties the
- * counts and every instance's held count (1.2's statements: claims12.c;
+ * counts and every instance's held count (1.2's statements: above;
  * 1.3's truncate trigger is SQL of the install script), and the deltas
  * made before it are not written (unless the truncate's subtransaction
  * rolls back).
@@ -456,7 +486,7 @@ gridha_service_claims_count(PG_FUNCTION_ARGS)
 	{
 		/* SQL 1.2's truncate trigger (1.3's is service_claims_truncated) */
 		counts_truncated();
-		gridha_counts12_truncated();
+		counts12_truncated();
 		return PointerGetDatum(NULL);
 	}
 	if (!TRIGGER_FIRED_FOR_ROW(ev) || !TRIGGER_FIRED_AFTER(ev))

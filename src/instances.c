@@ -1,8 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * instances.c
- *		Instances: gridha.register_instance, registration on first use,
- *		who may act as an instance, and whether its session is still there.
+ *		Instances: registration on first use, who may act as an instance,
+ *		and whether its session is still there; the C helpers of
+ *		gridha.register_instance (a PL/pgSQL function of the 1.3 script).
+ *		The statements on instance rows off the claim cycle are functions
+ *		of the 1.3 script (gridha_internal.instance_insert ...
+ *		instance_declare), SQL 1.2's copies in src/instances12.c.
  *
  * An instance is any uuid that calls gridha; the first call registers it as
  * kind 'external'. Its last_seen_at is the time of its last claim cycle
@@ -52,6 +56,7 @@
 #include "common.h"
 #include "generation.h"
 #include "instances.h"
+#include "instances12.h"
 #include "lockcheck.h"
 #include "rows.h"
 #include "slots.h"
@@ -108,36 +113,31 @@ static int	instances_nverdicts = 0;
 static int	instances_next_verdict = 0;
 static bool instances_callback_registered = false;
 
-static GridhaStatement instances_insert_owned = {
-	"INSERT INTO gridha.instances (instance_id, owner) VALUES ($1, $2)"
-	" ON CONFLICT (instance_id) DO NOTHING",
+/*
+ * The statements of instance rows that run off the claim cycle are
+ * functions of the 1.3 install script (gridha_internal.instance_insert,
+ * instance_key, instance_adopt, cluster_known, instance_declare; issue
+ * 42.1), called here; on SQL 1.2 their copies in src/instances12.c run.
+ * None runs in a steady cycle: a known instance, owned and bound to its
+ * session, is read by key (rows.c) and written by nothing here.
+ */
+
+/* A first use: registers the instance, or reads the row another made */
+static GridhaStatement instances_insert_call = {
+	"SELECT inserted, present, present_owner FROM gridha_internal.instance_insert($1, $2)",
 	2, {UUIDOID, NAMEOID}
 };
 
 /*
  * The key writes a touch may find due, made last in the call with its
- * other instance-row writes (gridha_instance_write_key): a key stored or
- * cleared ($2 NULL)...
+ * other instance-row writes (gridha_instance_write_key): a key of its own
+ * for an instance that has none, written only if no other session is
+ * writing one at the same moment (a second session of the instance never
+ * waits here: it does not bind then), or the stored key cleared.
  */
-static GridhaStatement instances_set_key = {
-	"UPDATE gridha.instances SET session_key = $2 WHERE instance_id = $1",
-	2, {UUIDOID, INT8OID}
-};
-
-/*
- * ... or a key of its own for an instance that has none, written
- * only if no other session is writing one at the same moment: a second
- * session of the instance never waits here (it does not bind then).
- */
-static GridhaStatement instances_new_key = {
-	"UPDATE gridha.instances"
-	"   SET session_key = pg_catalog.nextval('gridha.session_keys'::pg_catalog.regclass)"
-	" WHERE instance_id OPERATOR(pg_catalog.=) $1"
-	"   AND instance_id IN (SELECT x.instance_id FROM gridha.instances x"
-	"                        WHERE x.instance_id OPERATOR(pg_catalog.=) $1 AND x.session_key IS NULL"
-	"                        FOR UPDATE SKIP LOCKED)"
-	" RETURNING session_key",
-	1, {UUIDOID}
+static GridhaStatement instances_key_call = {
+	"SELECT gridha_internal.instance_key($1, $2)",
+	2, {UUIDOID, BOOLOID}
 };
 
 /*
@@ -161,17 +161,6 @@ static struct
 	pg_uuid_t	id;
 }			instances_key_write;
 
-static GridhaStatement instances_register_owned = {
-	"INSERT INTO gridha.instances (instance_id, label, kind, owner)"
-	" VALUES (pg_catalog.gen_random_uuid(), $1, 'external', $2)"
-	" RETURNING instance_id",
-	2, {TEXTOID, NAMEOID}
-};
-
-static GridhaStatement instances_owner = {
-	"SELECT owner FROM gridha.instances WHERE instance_id OPERATOR(pg_catalog.=) $1",
-	1, {UUIDOID}
-};
 
 /*
  * instances_lock_tag: the liveness lock of a key (see common.h).
@@ -380,24 +369,31 @@ void
 gridha_instance_write_key(Datum instance_id)
 {
 	Datum		args[2];
-	char		nulls[3] = "  ";
 	InstancesKeyWrite what = instances_key_write.what;
+	bool		got;
+	int64		key = 0;
 
 	if (!instances_key_due(instance_id))
 		return;
 	instances_key_write.what = KEY_NONE;
-	args[0] = instance_id;
-	if (what == KEY_NEW)
+	Assert(what == KEY_NEW || what == KEY_CLEAR);
+	if (gridha_sql_is_current())
 	{
-		gridha_exec(&instances_new_key, args, NULL, false);
-		if (SPI_processed > 0)
-			(void) instances_bind(DatumGetUUIDP(instance_id), gridha_col_int64(0, 1));
-		return;
+		Datum		d;
+		bool		isnull;
+
+		args[0] = instance_id;
+		args[1] = BoolGetDatum(what == KEY_NEW);
+		gridha_exec(&instances_key_call, args, NULL, false);
+		d = gridha_col(0, 1, &isnull);
+		got = !isnull;
+		if (got)
+			key = DatumGetInt64(d);
 	}
-	Assert(what == KEY_CLEAR);
-	args[1] = (Datum) 0;
-	nulls[1] = 'n';
-	gridha_exec(&instances_set_key, args, nulls, false);
+	else
+		got = gridha_instances12_key(instance_id, what == KEY_NEW, &key);
+	if (what == KEY_NEW && got)
+		(void) instances_bind(DatumGetUUIDP(instance_id), key);
 }
 
 /*
@@ -534,8 +530,9 @@ typedef struct InstancesOwnerCluster
 	int64		cluster;
 } InstancesOwnerCluster;
 
+/* Whether this database ran on that cluster before (SQL 1.3 only) */
 static GridhaStatement instances_cluster_known = {
-	"SELECT 1 FROM gridha.epoch_bands WHERE system_identifier OPERATOR(pg_catalog.=) $1",
+	"SELECT gridha_internal.cluster_known($1)",
 	1, {INT8OID}
 };
 
@@ -575,7 +572,8 @@ instances_confirm(Datum instance_id, const char *owner,
 		return;
 	if (!oc->isnull)
 	{
-		uint64		known;
+		bool		known;
+		bool		isnull;
 
 		if ((uint64) oc->cluster == GetSystemIdentifier())
 			return;
@@ -583,9 +581,9 @@ instances_confirm(Datum instance_id, const char *owner,
 		args[0] = Int64GetDatum(oc->cluster);
 		SPI_connect();
 		gridha_exec(&instances_cluster_known, args, NULL, true);
-		known = SPI_processed;
+		known = DatumGetBool(gridha_col(0, 1, &isnull)) && !isnull;
 		SPI_finish();
-		if (known > 0)
+		if (known)
 			return;
 	}
 	id = DatumGetCString(DirectFunctionCall1(uuid_out, instance_id));
@@ -598,9 +596,8 @@ instances_confirm(Datum instance_id, const char *owner,
 					 id, quote_identifier(owner))));
 }
 
-static GridhaStatement instances_adopt_self = {
-	"UPDATE gridha.instances SET owner = $2"
-	" WHERE instance_id OPERATOR(pg_catalog.=) $1 AND owner IS NULL AND kind OPERATOR(pg_catalog.=) 'worker'",
+static GridhaStatement instances_adopt_call = {
+	"SELECT gridha_internal.instance_adopt($1, $2)",
 	2, {UUIDOID, NAMEOID}
 };
 
@@ -621,18 +618,23 @@ instances_refuse_unowned(Datum instance_id, Oid caller)
 	{
 		Datum		args[2];
 		NameData	name;
-
-		uint64		adopted;
+		bool		adopted;
+		bool		isnull;
 
 		/* a connection of its own: callers may or may not be inside SPI */
 		namestrcpy(&name, GetUserNameFromId(caller, false));
 		args[0] = instance_id;
 		args[1] = NameGetDatum(&name);
 		SPI_connect();
-		gridha_exec(&instances_adopt_self, args, NULL, false);
-		adopted = SPI_processed;
+		if (gridha_sql_is_current())
+		{
+			gridha_exec(&instances_adopt_call, args, NULL, false);
+			adopted = DatumGetBool(gridha_col(0, 1, &isnull)) && !isnull;
+		}
+		else
+			adopted = gridha_instances12_adopt(args[0], args[1]);
 		SPI_finish();
-		if (adopted > 0)
+		if (adopted)
 			return;
 	}
 	ereport(ERROR,
@@ -655,23 +657,29 @@ instances_insert_as(Datum instance_id, Oid caller)
 	Datum		args[2];
 	NameData	name;
 	bool		isnull;
-	Datum		d;
+	bool		present;
+	Datum		owner;
 
 	args[0] = instance_id;
 	namestrcpy(&name, GetUserNameFromId(caller, false));
 	args[1] = NameGetDatum(&name);
-	gridha_exec(&instances_insert_owned, args, NULL, false);
-	if (SPI_processed > 0)
+	if (gridha_sql_is_current())
+	{
+		gridha_exec(&instances_insert_call, args, NULL, false);
+		if (DatumGetBool(gridha_col(0, 1, &isnull)))
+			return;
+		present = DatumGetBool(gridha_col(0, 2, &isnull));
+		owner = gridha_col(0, 3, &isnull);
+	}
+	else if (gridha_instances12_insert(args[0], args[1], &present, &owner, &isnull))
 		return;
 	/* another session registered it meanwhile, on this cluster */
-	gridha_exec(&instances_owner, args, NULL, false);
-	if (SPI_processed == 0)
+	if (!present)
 		return;
-	d = gridha_col(0, 1, &isnull);
 	if (isnull)
 		instances_refuse_unowned(instance_id, caller);
-	else if (!instances_may_act(instance_id, NameStr(*DatumGetName(d)), caller))
-		instances_refuse(instance_id, NameStr(*DatumGetName(d)), caller);
+	else if (!instances_may_act(instance_id, NameStr(*DatumGetName(owner)), caller))
+		instances_refuse(instance_id, NameStr(*DatumGetName(owner)), caller);
 }
 
 /*
@@ -936,9 +944,8 @@ gridha_instances_owner_stamp(PG_FUNCTION_ARGS)
 	return PointerGetDatum(heap_modify_tuple_by_cols(row, desc, 1, &cluster_att, &value, &null));
 }
 
-static GridhaStatement instances_declare = {
-	"UPDATE gridha.instances SET serves = $2 WHERE instance_id = $1"
-	"   AND serves IS DISTINCT FROM $2",
+static GridhaStatement instances_declare_call = {
+	"SELECT gridha_internal.instance_declare($1, $2)",
 	2, {UUIDOID, TEXTARRAYOID}
 };
 
@@ -962,44 +969,57 @@ gridha_instance_declare(Datum instance_id, int serves)
 	}
 	else
 		args[1] = gridha_serves_datum(serves);
-	gridha_exec(&instances_declare, args, nulls, false);
+	if (gridha_sql_is_current())
+		gridha_exec(&instances_declare_call, args, nulls, false);
+	else
+		gridha_instances12_declare(args[0], args[1], nulls[1] == 'n');
 	/* a known exception to the lock order (docs/concurrency.md) */
 	gridha_lockcheck_exempt("the declaration of what an instance serves is written first");
 }
 
-PG_FUNCTION_INFO_V1(gridha_register_instance);
+PG_FUNCTION_INFO_V1(gridha_register_check);
 
 /*
- * gridha_register_instance: SQL gridha.register_instance(label, serves)
- * -> uuid: a new external instance, owned by the calling role, serving the
- * kinds of target given (NULL: any target; 1.0's function has no serves).
+ * gridha_register_check: SQL gridha_internal.register_check(serves) -> name
+ * (1.3): what gridha.register_instance checks before it writes its row (no
+ * unsafe schema, SQL served, a writable transaction: 25006; the words of
+ * serves), and the calling role, the new instance's owner.
  */
 Datum
-gridha_register_instance(PG_FUNCTION_ARGS)
+gridha_register_check(PG_FUNCTION_ARGS)
 {
-	Datum		args[2];
-	char		nulls[3] = "   ";
-	bool		isnull;
-	Datum		id;
-	NameData	name;
-	int			serves = GRIDHA_SERVES_ANY;
+	Name		owner = (Name) palloc0(NAMEDATALEN);
 
 	gridha_require_writable("register_instance()");
-	if (PG_NARGS() > 1 && !PG_ARGISNULL(1))
-		serves = gridha_serves_parse(PG_GETARG_DATUM(1));
-	args[0] = PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0);
-	nulls[0] = PG_ARGISNULL(0) ? 'n' : ' ';
+	if (!PG_ARGISNULL(0))
+		(void) gridha_serves_parse(PG_GETARG_DATUM(0));
+	namestrcpy(owner, GetUserNameFromId(GetOuterUserId(), false));
+	PG_RETURN_NAME(owner);
+}
 
+PG_FUNCTION_INFO_V1(gridha_register_touch);
+
+/*
+ * gridha_register_touch: SQL gridha_internal.register_touch(instance_id,
+ * serves) (1.3): the first use of the instance gridha.register_instance
+ * just wrote (gridha_instance_touch: the session's liveness), then its
+ * declaration of serves when given.
+ */
+Datum
+gridha_register_touch(PG_FUNCTION_ARGS)
+{
+	Datum		id;
+	int			serves = GRIDHA_SERVES_ANY;
+
+	if (PG_ARGISNULL(0))
+		elog(ERROR, "gridha: register_touch needs an instance");
+	id = PG_GETARG_DATUM(0);
+	if (!PG_ARGISNULL(1))
+		serves = gridha_serves_parse(PG_GETARG_DATUM(1));
 	SPI_connect();
-	namestrcpy(&name, GetUserNameFromId(GetOuterUserId(), false));
-	args[1] = NameGetDatum(&name);
-	nulls[1] = ' ';
-	gridha_exec(&instances_register_owned, args, nulls, false);
-	id = gridha_col(0, 1, &isnull);
-	id = SPI_datumTransfer(id, false, UUID_LEN);
 	(void) gridha_instance_touch(id);
 	if (serves != GRIDHA_SERVES_ANY)
 		gridha_instance_declare(id, serves);
 	SPI_finish();
-	PG_RETURN_DATUM(id);
+	PG_RETURN_VOID();
 }

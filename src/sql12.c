@@ -16,6 +16,11 @@
  *              finds a hand-out lost with its connection; pending_batches,
  *              which every monitor polls): the same checks and the same
  *              statement as 1.3's SQL
+ *   registered register_instance and worker_register (1.3: SQL of the
+ *              script over C helpers): their checks, their row's
+ *              statement, and the session's bind through src/instances.c
+ *              (whose own 1.2 statements are in src/instances12.c, below
+ *              it)
  *
  * Nothing in 1.3's SQL names these symbols; sql/gridha--1.3.sql holds the
  * statements that matter.
@@ -26,10 +31,16 @@
 
 #include "instances.h"
 #include "spi_util.h"
+#include "targets.h"
+#include "worker.h"
 
 #include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
 #include "utils/tuplestore.h"
+#include "utils/uuid.h"
 
 /* ... as gridha.verify_batch of the 1.3 script */
 static GridhaStatement sql12_verify_stmt = {
@@ -154,4 +165,92 @@ Datum
 gridha_pending_batches(PG_FUNCTION_ARGS)
 {
 	return sql12_listing(fcinfo, &sql12_pending_stmt);
+}
+
+/*
+ * SQL 1.2's register_instance and worker_register: the statements 1.3's
+ * install script runs as gridha.register_instance and
+ * gridha_internal.worker_register.
+ */
+/* ... as gridha.register_instance */
+static GridhaStatement sql12_register_owned = {
+	"INSERT INTO gridha.instances (instance_id, label, kind, owner)"
+	" VALUES (pg_catalog.gen_random_uuid(), $1, 'external', $2)"
+	" RETURNING instance_id",
+	2, {TEXTOID, NAMEOID}
+};
+
+/* ... as gridha_internal.worker_register */
+static GridhaStatement sql12_worker_insert = {
+	"INSERT INTO gridha.instances (instance_id, label, kind, owner)"
+	" VALUES ($1, $2, 'worker', $3) ON CONFLICT (instance_id) DO NOTHING",
+	3, {UUIDOID, TEXTOID, NAMEOID}
+};
+
+PG_FUNCTION_INFO_V1(gridha_register_instance);
+
+/*
+ * gridha_register_instance: SQL 1.2's gridha.register_instance(label) and
+ * (label, serves) -> uuid: a new external instance, owned by the calling
+ * role, serving the kinds of target given (NULL: any target).
+ */
+Datum
+gridha_register_instance(PG_FUNCTION_ARGS)
+{
+	Datum		args[2];
+	char		nulls[3] = "   ";
+	bool		isnull;
+	Datum		id;
+	NameData	name;
+	int			serves = GRIDHA_SERVES_ANY;
+
+	gridha_require_writable("register_instance()");
+	if (PG_NARGS() > 1 && !PG_ARGISNULL(1))
+		serves = gridha_serves_parse(PG_GETARG_DATUM(1));
+	args[0] = PG_ARGISNULL(0) ? (Datum) 0 : PG_GETARG_DATUM(0);
+	nulls[0] = PG_ARGISNULL(0) ? 'n' : ' ';
+
+	SPI_connect();
+	namestrcpy(&name, GetUserNameFromId(GetOuterUserId(), false));
+	args[1] = NameGetDatum(&name);
+	nulls[1] = ' ';
+	gridha_exec(&sql12_register_owned, args, nulls, false);
+	id = gridha_col(0, 1, &isnull);
+	id = SPI_datumTransfer(id, false, UUID_LEN);
+	(void) gridha_instance_touch(id);
+	if (serves != GRIDHA_SERVES_ANY)
+		gridha_instance_declare(id, serves);
+	SPI_finish();
+	PG_RETURN_DATUM(id);
+}
+
+PG_FUNCTION_INFO_V1(gridha_worker_register);
+
+/*
+ * gridha_worker_register: SQL 1.2's gridha.worker_register(instance_id,
+ * label) -> boolean: registers the calling background worker's instance,
+ * kind worker, owned by the role the worker runs as, after the checks of
+ * gridha_worker_register_check (RG016 in any process but a gridha
+ * worker). False when the id has a row already.
+ */
+Datum
+gridha_worker_register(PG_FUNCTION_ARGS)
+{
+	Datum		args[3];
+	char		nulls[4] = "   ";
+	NameData	owner;
+	bool		done;
+
+	gridha_worker_register_check(fcinfo, &owner);
+	args[0] = PG_GETARG_DATUM(0);
+	if (PG_ARGISNULL(1))
+		nulls[1] = 'n';
+	else
+		args[1] = PG_GETARG_DATUM(1);
+	args[2] = NameGetDatum(&owner);
+	SPI_connect();
+	gridha_exec(&sql12_worker_insert, args, nulls, false);
+	done = SPI_processed == 1;
+	SPI_finish();
+	PG_RETURN_BOOL(done);
 }

@@ -903,29 +903,17 @@ gridha_stop_worker(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(true);
 }
 
-PG_FUNCTION_INFO_V1(gridha_worker_register);
-
 /*
- * gridha_worker_register: SQL gridha.worker_register(instance_id, label)
- * -> boolean (SQL 1.2). Registers the calling background worker's instance:
- * kind worker, owned by the role the worker runs as. Refused (RG016) in any
- * process but a gridha background worker: the check is on the process, so
- * no SQL client can make itself an instance of kind worker. False when the
- * id has a row already.
+ * gridha_worker_register_check: the checks of worker_register (1.3's
+ * gridha_internal.worker_register and 1.2's entry point, src/instances12.c):
+ * refused (RG016) in any process but a gridha background worker, as the
+ * check is on the process, so no SQL client can make itself an instance of
+ * kind worker; instance_id given (22004); a writable transaction (25006).
+ * *owner is the calling role, the instance's owner.
  */
-Datum
-gridha_worker_register(PG_FUNCTION_ARGS)
+void
+gridha_worker_register_check(FunctionCallInfo fcinfo, NameData *owner)
 {
-	static GridhaStatement insert = {
-		"INSERT INTO gridha.instances (instance_id, label, kind, owner)"
-		" VALUES ($1, $2, 'worker', $3) ON CONFLICT (instance_id) DO NOTHING",
-		3, {UUIDOID, TEXTOID, NAMEOID}
-	};
-	Datum		args[3];
-	char		nulls[4] = "   ";
-	NameData	owner;
-	bool		done;
-
 	if (MyBgworkerEntry == NULL ||
 		strcmp(MyBgworkerEntry->bgw_library_name, "gridha") != 0 ||
 		strcmp(MyBgworkerEntry->bgw_function_name, "gridha_worker_main") != 0)
@@ -933,17 +921,23 @@ gridha_worker_register(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_GRIDHA_NOT_A_WORKER),
 				 errmsg("only a gridha background worker may register a worker instance"),
 				 errhint("Use gridha.register_instance() for an external instance.")));
-	args[0] = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	if (PG_ARGISNULL(1))
-		nulls[1] = 'n';
-	else
-		args[1] = PG_GETARG_DATUM(1);
-	namestrcpy(&owner, GetUserNameFromId(GetOuterUserId(), false));
-	args[2] = NameGetDatum(&owner);
+	(void) gridha_arg_uuid(fcinfo, 0, "instance_id");
+	namestrcpy(owner, GetUserNameFromId(GetOuterUserId(), false));
 	gridha_require_writable("worker_register()");
-	SPI_connect();
-	gridha_exec(&insert, args, nulls, false);
-	done = SPI_processed == 1;
-	SPI_finish();
-	PG_RETURN_BOOL(done);
+}
+
+PG_FUNCTION_INFO_V1(gridha_worker_owner);
+
+/*
+ * gridha_worker_owner: SQL gridha_internal.worker_owner(instance_id) ->
+ * name (1.3): the checks of gridha_internal.worker_register, which writes
+ * the row, and the worker's role, its owner.
+ */
+Datum
+gridha_worker_owner(PG_FUNCTION_ARGS)
+{
+	Name		owner = (Name) palloc0(NAMEDATALEN);
+
+	gridha_worker_register_check(fcinfo, owner);
+	PG_RETURN_NAME(owner);
 }

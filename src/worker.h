@@ -10,7 +10,10 @@
 
 #include "postgres.h"
 
+#include "fmgr.h"
+
 extern void gridha_worker_register_static(void);
+extern void gridha_worker_register_check(FunctionCallInfo fcinfo, NameData *owner);
 
 
 #endif							/* GRIDHA_WORKER_H */

@@ -88,8 +88,13 @@ SELECT set_eq(
              -- issue 42.1: release_claims' check, the epoch band, the counts' truncate
              ('gridha_internal.release_check(uuid)'), ('gridha_internal.epoch_band(bigint)'),
              ('gridha_internal.epoch_band_trylock()'), ('gridha_internal.counts_truncated()'),
-             ('gridha_internal.service_claims_truncated()')$$,
-    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, and the lease, maintenance, ID sequence and rate limit functions with their helpers (issue 42.1), and the Citus mode''s five helpers (issue 43.2)');
+             ('gridha_internal.service_claims_truncated()'),
+             -- issue 42.1: the instance rows, register_instance's and worker_register's helpers
+             ('gridha_internal.instance_insert(uuid,name)'), ('gridha_internal.instance_key(uuid,boolean)'),
+             ('gridha_internal.instance_adopt(uuid,name)'), ('gridha_internal.cluster_known(bigint)'),
+             ('gridha_internal.instance_declare(uuid,text[])'), ('gridha_internal.register_check(text[])'),
+             ('gridha_internal.register_touch(uuid,text[])'), ('gridha_internal.worker_owner(uuid)')$$,
+    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers (issue 42.1), and the Citus mode''s five helpers (issue 43.2)');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass
