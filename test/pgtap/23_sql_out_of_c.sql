@@ -160,8 +160,8 @@ SELECT count(gridha.enqueue('trunc-' || i, 'b1', NULL)) FROM generate_series(1, 
 SELECT count(*) FROM gridha.acquire_claims((SELECT id FROM trunc_inst)) \gset
 SELECT held AS held_before FROM gridha.instances WHERE instance_id = (SELECT id FROM trunc_inst) \gset
 TRUNCATE gridha.batches, gridha.service_claims;
-SELECT is(:held_before || '/' || (SELECT count(*) FROM gridha.instances WHERE held <> 0),
-          '3/0', 'after a TRUNCATE of service_claims: the instance that held 3 claims holds none, and no instance holds any');
+SELECT is((:held_before > 0) || '/' || (SELECT count(*) FROM gridha.instances WHERE held <> 0),
+          'true/0', 'after a TRUNCATE of service_claims: the instance that held claims holds none, and no instance holds any');
 ROLLBACK TO SAVEPOINT trunc;
 
 SELECT * FROM finish();
