@@ -3009,3 +3009,64 @@ COMMENT ON FUNCTION gridha_internal.worker_register(uuid, text) IS
 'registers the calling background worker''s instance (kind worker, owned by the worker''s role); refused outside a gridha worker; false when the id has a row already';
 
 REVOKE ALL ON FUNCTION gridha_internal.worker_owner(uuid) FROM PUBLIC;
+
+-- --- issue 42.1: the targets' load and a refused report's diagnosis as SQL (h10) ---
+
+/*
+ * The targets' cache fill and a refused report's diagnosis (issue 42.1:
+ * these statements were C string literals in src/targets.c and
+ * src/status.c). Neither runs in a steady cycle: the load once per change
+ * of gridha.targets in a backend, the diagnosis only when a report changed
+ * nothing, for its error. The library calls them and keeps what needs C:
+ * the cache, the resolution and judgement of the targets, the errors.
+ */
+CREATE FUNCTION gridha_internal.targets_load()
+RETURNS TABLE (target text, submit_url text, submit_function text, status_url text,
+               status_function text, rate_limited boolean, reject_codes integer[],
+               request_headers text[], header_problem text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT t.target, t.submit_url, t.submit_function, t.status_url, t.status_function,
+       t.rate_interval IS NOT NULL,
+       (SELECT coalesce(pg_catalog.array_agg(c.c ORDER BY c.n), '{}')
+          FROM pg_catalog.unnest(t.reject_codes) WITH ORDINALITY AS c (c, n)
+         WHERE c.c BETWEEN 0 AND 999),
+       (SELECT pg_catalog.array_agg(h.key || ': ' || (h.value #>> '{}') ORDER BY h.key)
+          FROM pg_catalog.jsonb_each(
+                 CASE WHEN pg_catalog.jsonb_typeof(t.request_headers) = 'object'
+                      THEN t.request_headers END) AS h
+         WHERE pg_catalog.jsonb_typeof(h.value) = 'string'),
+       CASE WHEN pg_catalog.jsonb_typeof(t.request_headers) NOT IN ('object', 'null')
+            THEN 'request_headers is not a JSON object'
+            WHEN EXISTS (SELECT FROM pg_catalog.jsonb_each(
+                           CASE WHEN pg_catalog.jsonb_typeof(t.request_headers) = 'object'
+                                THEN t.request_headers END) AS h
+                          WHERE pg_catalog.jsonb_typeof(h.value) <> 'string')
+            THEN 'a request header is not a string' END
+  FROM gridha.targets t
+$$;
+
+COMMENT ON FUNCTION gridha_internal.targets_load() IS
+'every target as the library''s cache needs it: the functions as signatures, whether it is rate limited, its reject codes (0-999), its request headers as "name: value" lines (strings only), what is wrong with its headers (NULL: nothing); read once per change of gridha.targets by each backend';
+
+CREATE FUNCTION gridha_internal.report_diagnose(service_id text, batch_id text)
+RETURNS TABLE (claimant uuid, claim_epoch bigint, head_seq bigint, seq bigint, status text,
+               batch_epoch bigint, target text, submitted boolean, attempts integer)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT c.claimant, c.epoch, c.head_seq, b.seq, b.status::text, b.epoch, c.target,
+       b.submitted_at IS NOT NULL, b.attempts
+  FROM gridha.service_claims c
+  LEFT JOIN gridha.batches b
+         ON b.service_id = c.service_id AND b.batch_id = $2
+ WHERE c.service_id = $1
+$$;
+
+COMMENT ON FUNCTION gridha_internal.report_diagnose(text, text) IS
+'why a report changed nothing: the service''s claim (holder, epoch, head, target) and the batch as they are now (seq, status, epoch, whether it was ever accepted, attempts); no row: an unknown service';
+
+-- Executable by the extension's owner only: the report calls run the
+-- diagnosis as it, and the library runs the load as it.
+REVOKE ALL ON FUNCTION gridha_internal.targets_load(), gridha_internal.report_diagnose(text, text) FROM PUBLIC;

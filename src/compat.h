@@ -109,11 +109,15 @@ gridha_init_range_table(EState *estate, List *rtable)
 #if PG_VERSION_NUM >= 160000
 	List	   *perminfos = NIL;
 	ListCell   *lc;
+	/* one allocation for all: they live and go together */
+	RTEPermissionInfo *block = palloc0(sizeof(RTEPermissionInfo) * Max(list_length(rtable), 1));
 
 	foreach(lc, rtable)
 	{
 		RangeTblEntry *rte = lfirst_node(RangeTblEntry, lc);
-		RTEPermissionInfo *perminfo = makeNode(RTEPermissionInfo);
+		RTEPermissionInfo *perminfo = &block[foreach_current_index(lc)];
+
+		NodeSetTag(perminfo, T_RTEPermissionInfo);
 
 		perminfo->relid = rte->relid;
 		perminfos = lappend(perminfos, perminfo);

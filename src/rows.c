@@ -53,6 +53,7 @@
 #include "access/tableam.h"
 #include "access/transam.h"
 #include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_enum.h"
@@ -71,6 +72,7 @@
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -246,6 +248,54 @@ static RowsKnownIndex rows_known[ROWS_KNOWN_INDEXES];
 static int	rows_known_next = 0;
 
 /*
+ * What a writer maintains of each table's indexes: their OIDs and what
+ * BuildIndexInfo makes of each (read-only templates, copied into each
+ * command that writes), kept from one command, and one transaction, to the
+ * next instead of built again by every ExecOpenIndices. Made again after
+ * an invalidation of the table (its index list changes with it: a CREATE
+ * or DROP INDEX, an index made ready or valid) or of one of its indexes
+ * (rows_layout_callback). The memory of a set forgotten is freed at the
+ * end of the transaction, not at once: a command under way (one whose
+ * user's trigger called gridha) may still use its templates.
+ */
+typedef struct RowsIndexSet
+{
+	Oid			relid;			/* InvalidOid: make again */
+	int			n;
+	Oid		   *oids;
+	IndexInfo **infos;
+	MemoryContext cxt;			/* holds the above; NULL: none */
+} RowsIndexSet;
+
+static RowsIndexSet rows_index_sets[GRIDHA_NTABLES];
+
+/*
+ * Each table's triggers as a writer fires them (rows_take_guard: the
+ * relcache's descriptor, copied, batches_final taken out), kept from one
+ * command and one transaction to the next instead of copied by every
+ * InitResultRelInfo; made again after an invalidation of the table (every
+ * CREATE, DROP, ALTER, ENABLE or DISABLE of a trigger sends one) or of any
+ * function (rows_guard_callback: batches_final is known by its function).
+ * The executor only reads a descriptor; a forgotten one is freed at the
+ * end of the transaction, as an index set is.
+ */
+typedef struct RowsTriggerSet
+{
+	Oid			relid;			/* InvalidOid: make again */
+	TriggerDesc *desc;			/* NULL: the table has no trigger left */
+	Trigger		guard;			/* as GridhaRowsRel's */
+	bool		has_guard;
+	MemoryContext cxt;
+} RowsTriggerSet;
+
+static RowsTriggerSet rows_trigger_sets[GRIDHA_NTABLES];
+static List *rows_index_retired = NIL;	/* contexts to free at transaction end */
+static uint64 rows_index_generation = 0;	/* invalidations of sets taken in */
+static bool rows_index_xact_registered = false;
+
+static void rows_index_xact_callback(XactEvent event, void *arg);
+
+/*
  * rows_known_index: the slot for this table, columns and uniqueness (a
  * slot taken over when none is, its index InvalidOid).
  */
@@ -291,6 +341,20 @@ rows_layout_callback(Datum arg, Oid relid)
 	for (i = 0; i < ROWS_KNOWN_INDEXES; i++)
 		if (relid == InvalidOid || rows_known[i].index == relid || rows_known[i].table == relid)
 			rows_known[i].index = InvalidOid;
+	for (i = 0; i < GRIDHA_NTABLES; i++)
+	{
+		RowsIndexSet *set = &rows_index_sets[i];
+		bool		hit = relid == InvalidOid || set->relid == relid;
+		int			k;
+
+		for (k = 0; k < set->n && !hit; k++)
+			hit = set->oids[k] == relid;
+		if (hit)
+			set->relid = InvalidOid;
+		if (relid == InvalidOid || rows_trigger_sets[i].relid == relid)
+			rows_trigger_sets[i].relid = InvalidOid;
+	}
+	rows_index_generation++;
 }
 
 /*
@@ -521,13 +585,16 @@ gridha_rows_begin(GridhaRows *rows, bool write)
 	if (write)
 	{
 		List	   *rtable = NIL;
+		/* one allocation for the four: they live and go together */
+		RangeTblEntry *rtes = palloc0(sizeof(RangeTblEntry) * GRIDHA_NTABLES);
 		int			i;
 
 		rows->estate = CreateExecutorState();
 		for (i = 0; i < GRIDHA_NTABLES; i++)
 		{
-			RangeTblEntry *rte = makeNode(RangeTblEntry);
+			RangeTblEntry *rte = &rtes[i];
 
+			NodeSetTag(rte, T_RangeTblEntry);
 			/* relid is filled in when the table is first used */
 			rte->rtekind = RTE_RELATION;
 			rte->relkind = RELKIND_RELATION;
@@ -618,7 +685,12 @@ static bool rows_guard_registered = false;
 static void
 rows_guard_callback(Datum arg, int cacheid, uint32 hashvalue)
 {
+	int			i;
+
 	rows_guard_fn = InvalidOid;
+	for (i = 0; i < GRIDHA_NTABLES; i++)
+		rows_trigger_sets[i].relid = InvalidOid;
+	rows_index_generation++;
 }
 
 /*
@@ -681,9 +753,9 @@ rows_is_guard(Trigger *trig)
  * the command. Direct SQL writes still fire the trigger.
  */
 static void
-rows_take_guard(GridhaRowsRel *r)
+rows_take_guard(RowsTriggerSet *set)
 {
-	TriggerDesc *td = r->rri->ri_TrigDesc;
+	TriggerDesc *td = set->desc;
 	int			i;
 	int			j;
 
@@ -694,9 +766,9 @@ rows_take_guard(GridhaRowsRel *r)
 			break;
 	if (i == td->numtriggers)
 		return;
-	/* the descriptor is the ResultRelInfo's own copy */
-	r->guard = td->triggers[i];
-	r->has_guard = true;
+	/* the descriptor is the set's own copy */
+	set->guard = td->triggers[i];
+	set->has_guard = true;
 	memmove(&td->triggers[i], &td->triggers[i + 1],
 			(td->numtriggers - i - 1) * sizeof(Trigger));
 	td->numtriggers--;
@@ -752,6 +824,96 @@ rows_check_guard(GridhaRowsRel *r, Bitmapset *updated)
 }
 
 /*
+ * rows_retire: a set's memory, to be freed at the end of the transaction
+ * (rows_index_xact_callback).
+ */
+static void
+rows_retire(MemoryContext cxt)
+{
+	MemoryContext old;
+
+	if (cxt == NULL)
+		return;
+	if (!rows_index_xact_registered)
+	{
+		RegisterXactCallback(rows_index_xact_callback, NULL);
+		rows_index_xact_registered = true;
+	}
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	rows_index_retired = lappend(rows_index_retired, cxt);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * rows_trigger_set: the writer's triggers of the table (see
+ * RowsTriggerSet), made first if they are not known.
+ */
+static RowsTriggerSet *
+rows_trigger_set(Relation rel, GridhaTable table)
+{
+	RowsTriggerSet *set = &rows_trigger_sets[table];
+	uint64		generation;
+	MemoryContext old;
+
+	if (set->relid == RelationGetRelid(rel))
+		return set;
+	generation = rows_index_generation;
+	rows_retire(set->cxt);
+	set->cxt = NULL;
+	set->relid = InvalidOid;
+	set->desc = NULL;
+	set->has_guard = false;
+	if (rel->trigdesc != NULL)
+	{
+		set->cxt = AllocSetContextCreate(CacheMemoryContext, "gridha trigger set",
+										 ALLOCSET_SMALL_SIZES);
+		old = MemoryContextSwitchTo(set->cxt);
+		set->desc = CopyTriggerDesc(rel->trigdesc);
+		MemoryContextSwitchTo(old);
+		if (table == GRIDHA_BATCHES)
+			rows_take_guard(set);
+	}
+	/* known from now on unless an invalidation came in meanwhile */
+	if (generation == rows_index_generation)
+		set->relid = RelationGetRelid(rel);
+	return set;
+}
+
+/*
+ * rows_init_result_rel: InitResultRelInfo for the writer's table, its
+ * triggers the table's trigger set instead of a copy of the relcache's
+ * descriptor made for every command.
+ */
+static void
+rows_init_result_rel(GridhaRowsRel *r, GridhaTable table)
+{
+	RowsTriggerSet *set = rows_trigger_set(r->rel, table);
+	TriggerDesc *relcache = r->rel->trigdesc;
+	TriggerDesc *td = set->desc;
+
+	r->rri = makeNode(ResultRelInfo);
+	/* no copy: the descriptor is out of the relcache entry's sight meanwhile */
+	r->rel->trigdesc = NULL;
+	PG_TRY();
+	{
+		InitResultRelInfo(r->rri, r->rel, r->rti, NULL, 0);
+	}
+	PG_FINALLY();
+	{
+		r->rel->trigdesc = relcache;
+	}
+	PG_END_TRY();
+	r->guard = set->guard;
+	r->has_guard = set->has_guard;
+	if (td != NULL)
+	{
+		r->rri->ri_TrigDesc = td;
+		r->rri->ri_TrigFunctions = (FmgrInfo *) palloc0(td->numtriggers * sizeof(FmgrInfo));
+		r->rri->ri_TrigWhenExprs = (ExprState **) palloc0(td->numtriggers * sizeof(ExprState *));
+	}
+}
+
+/*
  * rows_open: the table, opened on first use in this command.
  */
 static GridhaRowsRel *
@@ -774,14 +936,11 @@ rows_open(GridhaRows *rows, GridhaTable table)
 		EState	   *estate = rows->estate;
 
 		gridha_rte_set_relid(estate, r->rti, relid);
-		r->rri = makeNode(ResultRelInfo);
-		InitResultRelInfo(r->rri, r->rel, r->rti, NULL, 0);
+		rows_init_result_rel(r, table);
 		/* where the AFTER triggers' firing looks the table up */
 		estate->es_opened_result_relations =
 			lappend(estate->es_opened_result_relations, r->rri);
 		/* its indexes: opened by the first update that writes to them */
-		if (table == GRIDHA_BATCHES)
-			rows_take_guard(r);
 		r->row = table_slot_create(r->rel, &estate->es_tupleTable);
 		r->next = table_slot_create(r->rel, &estate->es_tupleTable);
 	}
@@ -1442,6 +1601,121 @@ gridha_rows_get(GridhaRows *rows, GridhaTable table, int attno, bool *isnull)
 }
 
 /*
+ * rows_index_xact_callback: the transaction ends: no command uses the
+ * templates of a forgotten index set any more.
+ */
+static void
+rows_index_xact_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	if (event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PARALLEL_PRE_COMMIT ||
+		event == XACT_EVENT_PRE_PREPARE)
+		return;
+	foreach(lc, rows_index_retired)
+		MemoryContextDelete((MemoryContext) lfirst(lc));
+	list_free(rows_index_retired);
+	rows_index_retired = NIL;
+}
+
+/*
+ * rows_open_indexes: what ExecOpenIndices does for the writer's table
+ * (each index opened and locked RowExclusiveLock, its IndexInfo in
+ * r->rri), from the table's index set, made first if it is not known.
+ */
+static void
+rows_open_indexes(GridhaRows *rows, GridhaRowsRel *r, GridhaTable table)
+{
+	RowsIndexSet *set = &rows_index_sets[table];
+	ResultRelInfo *rri = r->rri;
+	Oid			relid = RelationGetRelid(r->rel);
+	MemoryContext old = MemoryContextSwitchTo(rows->estate->es_query_cxt);
+	Relation   *descs = NULL;
+	int			i;
+
+	if (set->relid != relid)
+	{
+		uint64		generation = rows_index_generation;
+		List	   *oids = RelationGetIndexList(r->rel);
+		MemoryContext cxt;
+		ListCell   *lc;
+
+		rows_retire(set->cxt);
+		set->cxt = NULL;
+		set->relid = InvalidOid;
+		set->n = 0;
+		cxt = AllocSetContextCreate(CacheMemoryContext, "gridha index set",
+									ALLOCSET_SMALL_SIZES);
+		set->cxt = cxt;
+		MemoryContextSwitchTo(cxt);
+		set->oids = palloc(sizeof(Oid) * Max(list_length(oids), 1));
+		set->infos = palloc(sizeof(IndexInfo *) * Max(list_length(oids), 1));
+		MemoryContextSwitchTo(rows->estate->es_query_cxt);
+		descs = palloc(sizeof(Relation) * Max(list_length(oids), 1));
+		i = 0;
+		foreach(lc, oids)
+		{
+			descs[i] = index_open(lfirst_oid(lc), RowExclusiveLock);
+			MemoryContextSwitchTo(cxt);
+			set->infos[i] = BuildIndexInfo(descs[i]);
+			MemoryContextSwitchTo(rows->estate->es_query_cxt);
+			set->oids[i] = lfirst_oid(lc);
+			set->n = ++i;
+		}
+		list_free(oids);
+		/* known from now on unless an invalidation came in meanwhile */
+		if (generation == rows_index_generation)
+			set->relid = relid;
+	}
+	rri->ri_NumIndices = set->n;
+	if (set->n > 0)
+	{
+		if (descs == NULL)
+		{
+			descs = palloc(sizeof(Relation) * set->n);
+			for (i = 0; i < set->n; i++)
+				descs[i] = index_open(set->oids[i], RowExclusiveLock);
+		}
+		rri->ri_IndexRelationDescs = descs;
+		rri->ri_IndexRelationInfo = palloc(sizeof(IndexInfo *) * set->n);
+		for (i = 0; i < set->n; i++)
+		{
+			IndexInfo  *info = palloc(sizeof(IndexInfo));
+
+			/* the command's own state: built by the executor as it needs it */
+			memcpy(info, set->infos[i], sizeof(IndexInfo));
+			info->ii_ExpressionsState = NIL;
+			info->ii_PredicateState = NULL;
+			info->ii_AmCache = NULL;
+			info->ii_Context = CurrentMemoryContext;
+			rri->ri_IndexRelationInfo[i] = info;
+		}
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * rows_close_indexes: what ExecCloseIndices does, but the locks are kept
+ * to the end of the transaction, as the table's is: a later command of
+ * the transaction takes them again from the backend's own lock table, and
+ * the end of the transaction lets go of them all at once.
+ */
+static void
+rows_close_indexes(GridhaRowsRel *r)
+{
+	ResultRelInfo *rri = r->rri;
+	int			i;
+
+	for (i = 0; i < rri->ri_NumIndices; i++)
+	{
+#if PG_VERSION_NUM >= 170000
+		index_insert_cleanup(rri->ri_IndexRelationDescs[i], rri->ri_IndexRelationInfo[i]);
+#endif
+		index_close(rri->ri_IndexRelationDescs[i], NoLock);
+	}
+}
+
+/*
  * gridha_rows_update: writes a new version of the table's current row:
  * its columns, with cols replaced. Indexes and NOT NULL apply, and the
  * table's AFTER UPDATE row triggers fire at gridha_rows_end.
@@ -1550,11 +1824,7 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 	 */
 	if (update_indexes != TU_None && !r->indexes_open)
 	{
-		/* in the command's memory, whatever context the caller is in */
-		MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);
-
-		ExecOpenIndices(r->rri, false);
-		MemoryContextSwitchTo(old);
+		rows_open_indexes(rows, r, table);
 		r->indexes_open = true;
 	}
 	if (r->rri->ri_NumIndices > 0 && update_indexes != TU_None)
@@ -1594,7 +1864,7 @@ gridha_rows_end(GridhaRows *rows)
 		AfterTriggerEndQuery(rows->estate);
 		for (i = 0; i < GRIDHA_NTABLES; i++)
 			if (rows->rels[i].indexes_open)
-				ExecCloseIndices(rows->rels[i].rri);
+				rows_close_indexes(&rows->rels[i]);
 		EvalPlanQualEnd(&rows->epq);
 		/* tables a trigger's firing opened (ours are found first: none) */
 		foreach(lc, rows->estate->es_trig_target_relations)

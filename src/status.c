@@ -48,6 +48,7 @@
 
 #include "compat.h"
 #include "common.h"
+#include "generation.h"
 #include "instances.h"
 #include "rows.h"
 #include "spi_util.h"
@@ -78,7 +79,16 @@ typedef enum ReportFrom
 	FROM_IN_FLIGHT				/* that, or pending, or valid */
 } ReportFrom;
 
-/* Why a report changed nothing: the claim and the batch as they are now */
+/*
+ * Why a report changed nothing: the claim and the batch as they are now.
+ * On SQL 1.3 a function of the install script (issue 42.1); the statement
+ * below it serves a 1.2 schema only.
+ */
+static GridhaStatement status_diagnose_call = {
+	"SELECT * FROM gridha_internal.report_diagnose($1, $2)",
+	2, {TEXTOID, TEXTOID}
+};
+
 static GridhaStatement status_diagnose_stmt = {
 	"SELECT c.claimant, c.epoch, c.head_seq, b.seq, b.status::text, b.epoch, c.target,"
 	"       b.submitted_at IS NOT NULL, b.attempts"
@@ -120,7 +130,8 @@ status_diagnose(Datum instance_id, text *service_id, text *batch_id,
 
 	args[0] = PointerGetDatum(service_id);
 	args[1] = PointerGetDatum(batch_id);
-	gridha_exec(&status_diagnose_stmt, args, NULL, false);
+	gridha_exec(gridha_sql_is_current() ? &status_diagnose_call : &status_diagnose_stmt,
+				args, NULL, false);
 
 	if (SPI_processed == 0)
 		ereport(ERROR,

@@ -49,6 +49,7 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -58,6 +59,7 @@
 #include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -83,11 +85,12 @@
 #define TARGETS_WARN_EVERY_MS	60000
 
 /*
- * Every row, with the optional columns of later versions read through
- * to_jsonb so that the same statement serves a database still on 1.0.
- * Two forms: the functions as signatures (text, 1.3) or as OIDs
- * (regprocedure, up to 1.2); gridha_targets_refresh picks the one the
- * table's column type needs.
+ * Every row, as the cache needs it. On SQL 1.3 the statement is a function
+ * of the install script (gridha_internal.targets_load, issue 42.1), the
+ * functions as signatures (text). SQL 1.2's form stays here, for a 1.2
+ * schema only: the functions as OIDs (regprocedure), the optional columns
+ * of later versions read through to_jsonb. gridha_targets_refresh picks
+ * the one the installed SQL needs.
  */
 #define TARGETS_LOAD_TAIL \
 	"       t.rate_interval IS NOT NULL," \
@@ -110,10 +113,8 @@
 	"            THEN 'a request header is not a string' END" \
 	"  FROM gridha.targets t"
 
-static GridhaStatement targets_load_stmt = {
-	"SELECT t.target, t.submit_url, t.submit_function, t.status_url,"
-	"       t.status_function,"
-	TARGETS_LOAD_TAIL,
+static GridhaStatement targets_load_call = {
+	"SELECT * FROM gridha_internal.targets_load()",
 	0, {InvalidOid}
 };
 
@@ -388,6 +389,23 @@ targets_text_col(HeapTuple tup, TupleDesc desc, int col)
 }
 
 /*
+ * targets_owner: the owner of gridha.targets (the extension's owner).
+ */
+static Oid
+targets_owner(Oid relid)
+{
+	HeapTuple	tup;
+	Oid			owner;
+
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "gridha: cache lookup failed for relation %u", relid);
+	owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+	return owner;
+}
+
+/*
  * gridha_targets_refresh: judges every target again when gridha.targets
  * or a function changed since it last did. Inside SPI, and not inside a
  * GridhaRows command: the hand-out calls it before its pick.
@@ -398,6 +416,9 @@ gridha_targets_refresh(void)
 	MemoryContext old;
 	uint64		gen;
 	bool		as_text;
+	Oid			owner = InvalidOid;
+	Oid			save_userid;
+	int			save_sec_context;
 	SPITupleTable *rows;
 	int			i;
 
@@ -433,10 +454,22 @@ gridha_targets_refresh(void)
 	{
 		LockRelationOid(targets_relid, AccessShareLock);
 		as_text = gridha_sql_generation() != GRIDHA_SQL_1_2;
+		if (as_text)
+			owner = targets_owner(targets_relid);
 	}
+
+	/*
+	 * 1.3's load runs as the owner of gridha.targets, which no role but it
+	 * may execute: a worker fills its cache as its own role, outside any
+	 * call of the API (an error restores the role with the transaction).
+	 */
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	if (OidIsValid(owner))
+		SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	PushActiveSnapshot(GetLatestSnapshot());
-	gridha_exec(as_text ? &targets_load_stmt : &targets_load_oid_stmt, NULL, NULL, true);
+	gridha_exec(as_text ? &targets_load_call : &targets_load_oid_stmt, NULL, NULL, true);
 	PopActiveSnapshot();
+	SetUserIdAndSecContext(save_userid, save_sec_context);
 	rows = SPI_tuptable;
 
 	MemoryContextReset(targets_cxt);

@@ -9,7 +9,7 @@
 --
 -- Instance: A = aaaaaaaa-0000-0000-0000-00000000000a.
 BEGIN;
-SELECT plan(24);
+SELECT plan(27);
 
 DELETE FROM gridha.batches;
 DELETE FROM gridha.service_claims;
@@ -275,6 +275,46 @@ SELECT is(gridha.report_submission('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 
 SELECT is(gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r7',
                                (SELECT epoch FROM handed7), 'committed'),
           'committed'::gridha.batch_status, '... and report_status commits it');
+
+-- ---------------------------------------------------------------------------
+-- The index and trigger sets (rows.c): a writer maintains the indexes and
+-- fires the triggers this backend knew of the table when it last wrote
+-- it, kept from one call to the next. An index or trigger created since
+-- is maintained or fired by the next write, and one dropped since is not
+-- opened or fired: the table's invalidation makes the sets again. (The
+-- hand-out of r7 wrote service_claims and its indexes: its sets are known.)
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION pg_temp.refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'claim write refused by a test trigger';
+END
+$$;
+
+CREATE INDEX gridha_test_head ON gridha.service_claims (head_seq);
+\o /dev/null
+SELECT gridha.enqueue('r', 'r8', '\x08');
+\o
+CREATE TEMP TABLE handed8 AS SELECT * FROM gridha.next_batch('aaaaaaaa-0000-0000-0000-00000000000a');
+SET LOCAL enable_seqscan = off;
+SELECT is((SELECT count(*)::int FROM gridha.service_claims
+            WHERE head_seq = (SELECT seq FROM gridha.batches WHERE batch_id = 'r8')),
+          1, 'an index created after the table''s last write is maintained by the next hand-out');
+RESET enable_seqscan;
+
+DROP INDEX gridha.gridha_test_head;
+CREATE TRIGGER t_refuse BEFORE UPDATE ON gridha.service_claims
+    FOR EACH ROW EXECUTE FUNCTION pg_temp.refuse_claim();
+SELECT throws_ok(
+    $$SELECT gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r8',
+                                  (SELECT epoch FROM handed8), 'committed')$$,
+    'P0001', 'claim write refused by a test trigger',
+    'a trigger created after the table''s last write fires at the next report');
+DROP TRIGGER t_refuse ON gridha.service_claims;
+SELECT is(gridha.report_status('aaaaaaaa-0000-0000-0000-00000000000a', 'r', 'r8',
+                               (SELECT epoch FROM handed8), 'committed'),
+          'committed'::gridha.batch_status,
+          'once the index and the trigger are dropped, the next report writes without them');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -93,8 +93,10 @@ SELECT set_eq(
              ('gridha_internal.instance_insert(uuid,name)'), ('gridha_internal.instance_key(uuid,boolean)'),
              ('gridha_internal.instance_adopt(uuid,name)'), ('gridha_internal.cluster_known(bigint)'),
              ('gridha_internal.instance_declare(uuid,text[])'), ('gridha_internal.register_check(text[])'),
-             ('gridha_internal.register_touch(uuid,text[])'), ('gridha_internal.worker_owner(uuid)')$$,
-    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers (issue 42.1), and the Citus mode''s five helpers (issue 43.2)');
+             ('gridha_internal.register_touch(uuid,text[])'), ('gridha_internal.worker_owner(uuid)'),
+             -- issue 42.1: the targets' load, a refused report's diagnosis
+             ('gridha_internal.targets_load()'), ('gridha_internal.report_diagnose(text,text)')$$,
+    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers, the targets'' load and a refused report''s diagnosis (issue 42.1), and the Citus mode''s five helpers (issue 43.2)');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass

@@ -5,7 +5,7 @@
 --
 -- One transaction, rolled back.
 BEGIN;
-SELECT plan(15);
+SELECT plan(21);
 
 \o /dev/null
 SELECT gridha.expiry_settings();        -- loads the library, defines gridha.*
@@ -163,6 +163,86 @@ TRUNCATE gridha.batches, gridha.service_claims;
 SELECT is((:held_before > 0) || '/' || (SELECT count(*) FROM gridha.instances WHERE held <> 0),
           'true/0', 'after a TRUNCATE of service_claims: the instance that held claims holds none, and no instance holds any');
 ROLLBACK TO SAVEPOINT trunc;
+
+-- ---------------------------------------------------------------------------
+-- The targets' load and a refused report's diagnosis (issue 42.1,
+-- src/targets.c and src/status.c) (6)
+-- ---------------------------------------------------------------------------
+
+SELECT set_eq(
+    $$SELECT p.oid::regprocedure::text, l.lanname::text, p.prosecdef, p.provolatile::text,
+             p.proconfig::text
+        FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+       WHERE p.oid IN (to_regprocedure('gridha_internal.targets_load()'),
+                       to_regprocedure('gridha_internal.report_diagnose(text, text)'))$$,
+    $$VALUES ('gridha_internal.targets_load()', 'sql', false, 's', '{"search_path=pg_catalog, gridha, pg_temp"}'),
+             ('gridha_internal.report_diagnose(text,text)', 'sql', false, 's', '{"search_path=pg_catalog, gridha, pg_temp"}')$$,
+    'targets_load and report_diagnose are SQL functions of the script, STABLE, with search_path pinned');
+
+SELECT is((SELECT array_agg(r || ' ' || p.oid::regprocedure::text ORDER BY r, p.oid::regprocedure::text)
+             FROM pg_proc p,
+                  unnest(ARRAY['public', 'gridha_producer', 'gridha_submitter', 'gridha_admin', 'gridha_client']) AS r
+            WHERE p.pronamespace = to_regnamespace('gridha_internal')
+              AND p.proname IN ('targets_load', 'report_diagnose')
+              AND has_function_privilege(r, p.oid, 'EXECUTE')),
+          NULL, 'no role may execute targets_load nor report_diagnose (the library runs them as their owner)');
+
+-- Rows the table's trigger would refuse (written as a restore with its
+-- triggers off could): the load keeps the codes 0-999 in their order, the
+-- string headers sorted, and names what is wrong with the headers.
+SAVEPOINT load;
+SET LOCAL session_replication_role = replica;
+INSERT INTO gridha.targets (target, submit_url, submit_function, rate_interval, reject_codes, request_headers)
+VALUES ('load-odd', 'http://ledger.invalid/', NULL, '1 second', '{422,1000,NULL,400}', '{"B": "y", "A": "x", "C": 1}'),
+       ('load-arr', NULL, 'pg_catalog.now()', NULL, '{}', '[1]');
+SET LOCAL session_replication_role = origin;
+SELECT results_eq(
+    $$SELECT * FROM gridha_internal.targets_load() l WHERE l.target LIKE 'load-%' ORDER BY l.target$$,
+    $$VALUES ('load-arr'::text, NULL::text, 'pg_catalog.now()'::text, NULL::text, NULL::text, false, '{}'::integer[],
+              NULL::text[], 'request_headers is not a JSON object'::text),
+             ('load-odd', 'http://ledger.invalid/', NULL, NULL, NULL, true, '{422,400}',
+              '{"A: x","B: y"}', 'a request header is not a string')$$,
+    'targets_load: each target as the cache needs it (signatures, rate limited, codes 0-999, string headers, the headers'' problem)');
+ROLLBACK TO SAVEPOINT load;
+
+SAVEPOINT diag;
+SELECT gridha.enqueue('diag-s', 'diag-b1', NULL) \g /dev/null
+SELECT results_eq(
+    $$SELECT d.claimant, d.claim_epoch, d.head_seq = d.seq, d.status, d.batch_epoch, d.target, d.submitted, d.attempts
+        FROM gridha_internal.report_diagnose('diag-s', 'diag-b1') d$$,
+    $$VALUES (NULL::uuid, 0::bigint, true, 'queued'::text, NULL::bigint, 'default'::text, false, 0)$$,
+    'report_diagnose: the claim and the batch as they are (a queued head, never handed out)');
+SELECT is((SELECT count(*) FROM gridha_internal.report_diagnose('diag-none', 'diag-b1')), 0::bigint,
+          'report_diagnose: no row for a service without a claim (RG003, unknown service)');
+ROLLBACK TO SAVEPOINT diag;
+
+-- The library calls them: a refused report once, the load once per change
+-- of gridha.targets (track_functions, set above)
+CREATE FUNCTION pg_temp.cold_calls(f name) RETURNS bigint LANGUAGE sql AS $$
+SELECT coalesce(sum(s.calls), 0)::bigint FROM pg_stat_xact_user_functions s
+ WHERE s.schemaname = 'gridha_internal' AND s.funcname = f
+$$;
+CREATE TEMP TABLE cold_inst AS SELECT gridha.register_instance('cold calls') AS id;
+SELECT gridha.enqueue('cold-s', 'cold-b1', NULL) \g /dev/null
+SELECT count(*) FROM gridha.next_batch((SELECT id FROM cold_inst)) \g /dev/null
+CREATE TEMP TABLE cold AS SELECT i.id, pg_temp.cold_calls('targets_load') AS loads,
+       pg_temp.cold_calls('report_diagnose') AS diagnoses FROM cold_inst i;
+UPDATE gridha.targets SET rate_burst = rate_burst WHERE target = 'default';
+SELECT count(*) FROM gridha.next_batch((SELECT id FROM cold)) \g /dev/null
+SELECT count(*) FROM gridha.next_batch((SELECT id FROM cold)) \g /dev/null
+DO $$
+BEGIN
+    -- a stale epoch: refused (RG001), diagnosed
+    PERFORM gridha.report_submission((SELECT id FROM cold), 'cold-s', 'cold-b1', 99, 'accepted');
+    RAISE 'the report was not refused';
+EXCEPTION WHEN SQLSTATE 'RG001' THEN
+    NULL;
+END
+$$;
+SELECT is(ARRAY[pg_temp.cold_calls('targets_load') - c.loads, pg_temp.cold_calls('report_diagnose') - c.diagnoses],
+          ARRAY[1::bigint, 1::bigint],
+          'the library runs targets_load once for a change of gridha.targets (two hand-outs after it), report_diagnose for a refused report')
+  FROM cold c;
 
 SELECT * FROM finish();
 ROLLBACK;
