@@ -2214,9 +2214,11 @@ COMMENT ON TYPE gridha.bucket_batch IS
 /*
  * citus_setup(buckets): the Citus mode, once, on the coordinator of a
  * fresh database. Refuses (changing nothing) without Citus or off the
- * coordinator (RG031), a second time (RG034), a bucket count that is not a
- * power of two between citus.shard_count and 16384 (RG033), and gridha
- * tables that hold rows (RG032). Returns the bucket count.
+ * coordinator (RG031), a second time (RG034, also to a setup that waited
+ * for a concurrent one), a bucket count that is not a power of two between
+ * citus.shard_count and 16384 (RG033), and gridha tables that hold rows
+ * (RG032; they stay locked against writes to the end of the setup).
+ * Returns the bucket count.
  */
 CREATE FUNCTION gridha.citus_setup(buckets integer DEFAULT 64)
 RETURNS integer
@@ -2244,6 +2246,11 @@ BEGIN
                   DETAIL = 'This node is a worker, or no node has been added to its cluster.',
                   HINT = 'Call it on the coordinator, after citus_set_coordinator_host and citus_add_node.';
     END IF;
+    -- From here to the commit no row enters gridha's tables, and a second
+    -- setup waits here: after this one commits it finds the bucket tables
+    -- (RG034). The tables in gridha's lock order (docs/concurrency.md).
+    LOCK TABLE gridha.service_claims, gridha.batches, gridha.instances, gridha.leases, gridha.id_sequences
+        IN SHARE ROW EXCLUSIVE MODE;
     IF pg_catalog.to_regclass('gridha.bucket_claims') IS NOT NULL THEN
         RAISE EXCEPTION 'gridha is already in Citus mode in this database'
             USING ERRCODE = 'RG034',
@@ -2359,7 +2366,10 @@ COMMENT ON FUNCTION gridha.citus_setup(integer) IS
  * the calling role took it (or is a member of the role that did); RG001
  * or RG008 otherwise, RG036 for a bucket outside the layout. The bucket's
  * row stays locked (FOR SHARE) to the end of the call, so a take-over
- * waits for a hand-out or report in progress.
+ * (FOR UPDATE) waits for a hand-out or report in progress; a holder and
+ * epoch that match mean nobody else held the bucket since. The reports
+ * fence without live (as a report on a claim whose lease ran out, which
+ * nobody took over, is accepted on one server); the hand-out with it.
  */
 CREATE FUNCTION gridha_internal.bucket_fence(bucket integer, instance_id uuid, epoch bigint, live boolean)
 RETURNS void
@@ -2379,8 +2389,15 @@ BEGIN
             USING ERRCODE = 'RG036',
                   HINT = 'Buckets are numbered from 0 to the count gridha.citus_setup laid out, minus one.';
     END IF;
-    IF h IS DISTINCT FROM bucket_fence.instance_id OR e <> bucket_fence.epoch
-       OR (live AND hx < pg_catalog.now()) THEN
+    IF h IS NOT DISTINCT FROM bucket_fence.instance_id AND e = bucket_fence.epoch
+       AND live AND hx < pg_catalog.now() THEN
+        RAISE EXCEPTION 'stale claim on bucket %', bucket_fence.bucket
+            USING ERRCODE = 'RG001',
+                  DETAIL = format('Instance %s holds the bucket at epoch %s, its lease ran out at %s; nobody took it over yet.',
+                                  h, e, hx),
+                  HINT = 'Renew the lease (gridha.bucket_renew) before asking for batches; while it has run out, another instance may take the bucket over.';
+    END IF;
+    IF h IS DISTINCT FROM bucket_fence.instance_id OR e <> bucket_fence.epoch THEN
         RAISE EXCEPTION 'stale claim on bucket %', bucket_fence.bucket
             USING ERRCODE = 'RG001',
                   DETAIL = format('Instance %s holds the bucket at epoch %s%s; the call carried epoch %s of instance %s.',
@@ -2676,7 +2693,7 @@ DECLARE
     final boolean := to_status IN ('committed', 'invalid');
     t timestamptz := pg_catalog.now();
 BEGIN
-    PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, true);
+    PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, false);
     UPDATE gridha.bucket_batches b
        SET status = to_status,
            submitted_at = CASE WHEN b.status = 'submitting' THEN t ELSE b.submitted_at END,

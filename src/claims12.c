@@ -28,7 +28,7 @@
 #include "claims12.h"
 #include "common.h"
 #include "instances.h"
-#include "leader.h"
+#include "leader12.h"
 #include "rows.h"
 #include "spi_util.h"
 
@@ -132,7 +132,7 @@ gridha_release_claims(PG_FUNCTION_ARGS)
 	gridha_exec(&claims12_lock_held_stmt, args, NULL, false);
 	gridha_exec(&claims12_release_all_stmt, args, NULL, false);
 	n = (int) gridha_col_int64(0, 1);
-	(void) gridha_leader_resign_own(instance_id);
+	(void) gridha_leader12_resign_own(instance_id);
 	SPI_finish();
 	PG_RETURN_INT32(n);
 }

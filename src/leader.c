@@ -7,10 +7,10 @@
  *		renew_lead, resign_lead, run_maintenance, prune_batches and the
  *		gridha_internal functions they call, lease_take, maintenance_tick,
  *		prune_step, maintenance_poll, lease_resign); this file holds the
- *		hand-out's poll duty (when it runs and its subtransaction), the
- *		resignation of release_claims and the C helpers those functions
- *		call. On SQL 1.2 (until ALTER EXTENSION gridha UPDATE) 1.2's own
- *		calls serve them: src/leader12.c.
+ *		hand-out's poll duty (when it runs and its subtransaction) and the
+ *		C helpers those functions call. On SQL 1.2 (until ALTER EXTENSION
+ *		gridha UPDATE) 1.2's own calls serve them: src/leader12.c (1.2's
+ *		release_claims, src/claims12.c, resigns through it).
  *
  * Words (the script's section 7 says more):
  *   duty      the name of a singleton duty; each has one row in
@@ -81,12 +81,6 @@ static GridhaStatement leader_poll_stmt = {
 	1, {UUIDOID}
 };
 
-/* The resignation of release_claims (SQL 1.3 only) */
-static GridhaStatement leader_resign_stmt = {
-	"SELECT gridha_internal.lease_resign($1, $2)",
-	2, {UUIDOID, TEXTOID}
-};
-
 /*
  * The maintenance statements' backend state, kept here for the 1.3
  * script's functions (gridha_internal.prune_from, counts_check_due):
@@ -151,28 +145,6 @@ leader_refuse_maintenance_name(text *duty)
 						 LEADER_MAINTENANCE_DUTY)));
 	if (strcmp(name, LEADER_MAINTENANCE_DUTY) != 0)
 		leader_refuse_reserved(duty);
-}
-
-/*
- * gridha_leader_resign_own: gives up gridha's maintenance lease if the
- * instance holds it (release_claims: an instance that leaves hands its
- * duty on at once, not at the lease's expiry). Inside SPI, after the
- * call's claim rows (a lease row comes after them, as in a hand-out's poll
- * duty). Returns whether it held it. On SQL 1.2, 1.2's own
- * (src/leader12.c).
- */
-bool
-gridha_leader_resign_own(Datum instance_id)
-{
-	Datum		args[2];
-	bool		isnull;
-
-	if (!gridha_sql_is_current())
-		return gridha_leader12_resign_own(instance_id);
-	args[0] = instance_id;
-	args[1] = CStringGetTextDatum(LEADER_MAINTENANCE_DUTY);
-	gridha_exec(&leader_resign_stmt, args, NULL, false);
-	return DatumGetBool(gridha_col(0, 1, &isnull)) && !isnull;
 }
 
 /* The poll duty's bound on any lock wait (a setting's text) */

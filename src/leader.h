@@ -11,6 +11,5 @@
 #include "postgres.h"
 
 extern void gridha_leader_poll(Datum instance_id);
-extern bool gridha_leader_resign_own(Datum instance_id);
 
 #endif							/* GRIDHA_LEADER_H */

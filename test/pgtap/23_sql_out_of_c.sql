@@ -150,15 +150,18 @@ SELECT results_eq(
     'epoch_band: a cluster without a row gets one from the claims (stored false), then reads it (stored true)');
 ROLLBACK TO SAVEPOINT band;
 
--- A TRUNCATE of service_claims leaves no count and no instance holding
--- anything (the trigger's statements, SQL since 1.3).
+-- A TRUNCATE of service_claims leaves no instance holding anything (the
+-- trigger's statements, SQL since 1.3). The counts are not checked here:
+-- inside this one transaction they are deltas not yet written; the
+-- regression test counts.sql checks them after a TRUNCATE that commits.
 SAVEPOINT trunc;
 CREATE TEMP TABLE trunc_inst AS SELECT gridha.register_instance('trunc') AS id;
 SELECT count(gridha.enqueue('trunc-' || i, 'b1', NULL)) FROM generate_series(1, 3) AS i \gset
 SELECT count(*) FROM gridha.acquire_claims((SELECT id FROM trunc_inst)) \gset
+SELECT held AS held_before FROM gridha.instances WHERE instance_id = (SELECT id FROM trunc_inst) \gset
 TRUNCATE gridha.batches, gridha.service_claims;
-SELECT is((SELECT count(*) FROM gridha.service_counts) + (SELECT count(*) FROM gridha.instances WHERE held <> 0),
-          0::bigint, 'after a TRUNCATE of service_claims: no count row, no instance holding a claim');
+SELECT is((:held_before > 0) || '/' || (SELECT count(*) FROM gridha.instances WHERE held <> 0),
+          'true/0', 'after a TRUNCATE of service_claims: the instance that held claims holds none, and no instance holds any');
 ROLLBACK TO SAVEPOINT trunc;
 
 -- ---------------------------------------------------------------------------

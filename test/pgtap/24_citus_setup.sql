@@ -2,8 +2,9 @@
 -- without Citus (issue 43, item 2; docs/citus.md). test/t/032_citus_mode.pl
 -- runs the mode itself on a coordinator and two workers.
 --
---   gridha.citus_setup without Citus is refused (RG031) and changes
---   nothing: no bucket table, gridha's tables and privileges as they were;
+--   gridha.citus_setup without Citus is refused (RG031) (that a refused
+--   call changes nothing is not checked here: error_of runs it in a
+--   subtransaction, whose rollback would undo any change);
 --   the per-bucket functions outside the mode are refused (RG037);
 --   gridha.bucket_of is the same immutable hash everywhere (values pinned
 --   here: a change would move services between buckets of a running
@@ -11,9 +12,9 @@
 --   in the mode (gridha.bucket_claims known to Citus: a
 --   pg_catalog.pg_dist_partition made here, as Citus's own catalog is),
 --   the library's entry points refuse with RG035, naming the per-bucket
---   functions, and change nothing; after the rollback gridha runs again.
+--   functions; after the rollback gridha runs again.
 BEGIN;
-SELECT plan(13);
+SELECT plan(10);
 
 \o /dev/null
 SELECT gridha.expiry_settings();        -- loads the library
@@ -34,31 +35,12 @@ EXCEPTION WHEN OTHERS THEN
 END
 $$;
 
--- what citus_setup could change: the tables and functions of schema
--- gridha, and the privileges on gridha.batches
-CREATE FUNCTION pg_temp.snapshot() RETURNS text
-LANGUAGE sql AS $$
-SELECT md5(string_agg(x, ',' ORDER BY x))
-  FROM (SELECT c.relname || ':' || c.relkind::text || ':' || coalesce(c.relacl::text, '') AS x
-          FROM pg_class c WHERE c.relnamespace = 'gridha'::regnamespace
-        UNION ALL
-        SELECT a.attname || ':' || coalesce(a.attacl::text, '') FROM pg_attribute a
-         WHERE a.attrelid = 'gridha.batches'::regclass AND a.attnum > 0
-        UNION ALL
-        SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'gridha'::regnamespace) s
-$$;
-
-SELECT pg_temp.snapshot() AS before \gset
 SELECT is(pg_temp.error_of('SELECT gridha.citus_setup()'),
           'RG031|gridha.citus_setup needs Citus, which is not installed in database "' || current_database() || '"',
           'citus_setup() without Citus is refused (RG031)');
 SELECT is(pg_temp.error_of('SELECT gridha.citus_setup(128)'),
           'RG031|gridha.citus_setup needs Citus, which is not installed in database "' || current_database() || '"',
           'citus_setup(128) without Citus is refused (RG031)');
-SELECT is(pg_temp.snapshot(), :'before', 'the refused setups changed nothing (tables, functions, privileges)');
-SELECT ok(to_regclass('gridha.bucket_claims') IS NULL AND to_regclass('gridha.bucket_batches') IS NULL
-          AND to_regclass('gridha.bucket_services') IS NULL,
-          'no bucket table exists after the refusals');
 
 SELECT is(pg_temp.error_of('SELECT gridha.bucket_enqueue(42, ''s1'', ''b1'', ''\x01'')'),
           'RG037|gridha is not in Citus mode in this database',
@@ -85,8 +67,6 @@ CREATE TABLE gridha.bucket_claims (bucket integer PRIMARY KEY);
 INSERT INTO pg_catalog.pg_dist_partition VALUES ('gridha.bucket_claims', 'h');
 -- what citus_setup does last (and what makes every backend look again)
 REVOKE INSERT (service_id, batch_id, payload) ON gridha.batches FROM gridha_producer;
-SELECT pg_temp.snapshot() AS in_mode \gset
-SELECT count(*) AS batches_before FROM gridha.batches \gset
 SELECT is(pg_temp.error_of('SELECT * FROM gridha.next_batch(''aaaaaaaa-0000-0000-0000-000000000024'')'),
           'RG035|gridha is in Citus mode, where this function does not run',
           'in the mode, next_batch is refused (RG035)');
@@ -96,8 +76,6 @@ SELECT is(pg_temp.error_of('SELECT gridha.enqueue(''m1'', ''b1'', ''\x01'')'),
 SELECT is(pg_temp.error_of('SELECT * FROM gridha.acquire_claims(''aaaaaaaa-0000-0000-0000-000000000024'')'),
           'RG035|gridha is in Citus mode, where this function does not run',
           'in the mode, acquire_claims is refused (RG035)');
-SELECT ok(pg_temp.snapshot() = :'in_mode' AND (SELECT count(*) FROM gridha.batches) = :batches_before,
-          'in the mode, the refusals changed nothing');
 ROLLBACK TO SAVEPOINT mode;
 
 SELECT is(gridha.enqueue('m1', 'b1', '\x01'), 1::bigint,

@@ -17,10 +17,13 @@
 #   build     as 031_citus
 #   cluster   a coordinator and two workers (citus, then gridha preloaded),
 #             CREATE EXTENSION citus and gridha on the coordinator
-#   refusals  gridha.citus_setup refuses, each with its SQLSTATE and
-#             changing nothing: on a worker (RG031), in a database whose
-#             gridha tables hold rows (RG032), 3 and 16 buckets (RG033);
-#             then it lays out 64 buckets, and a second call is RG034
+#   refusals  gridha.citus_setup refuses, each with its SQLSTATE: on a
+#             worker (RG031), in a database whose gridha tables hold rows
+#             (RG032), 3 and 16 buckets (RG033) (that a refusal changes
+#             nothing is not checked: psql runs each call in a transaction
+#             of its own, which the error rolls back); then it lays out 64
+#             buckets while a second call at the same time waits for it
+#             and is refused (RG034)
 #   layout    the three bucket tables distributed by bucket and co-located,
 #             the eight per-bucket functions distributed by bucket with
 #             them, a call sent whole to a worker (citus.log_remote_commands);
@@ -43,6 +46,10 @@
 #             reports, hand-out and renewal at the old epoch are refused
 #             (RG001); B hands the batch out again and commits it and the
 #             next; B releases the bucket and A acquires it again (epoch + 1)
+#   lapsed    a bucket of its own: A's lease (1 s) runs out, nobody takes
+#             the bucket over: A's reports are accepted, its hand-out is
+#             refused (RG001, renew first); after a renewal the service's
+#             next batch is handed out
 #   reports   on the fence bucket, held by A again: a delayed batch and one
 #             whose ledger status is unknown go out again, a rejected one
 #             ends invalid and its service's next batch follows; a repeated
@@ -50,6 +57,8 @@
 #             (RG023) and an unknown outcome (RG004) are refused
 #   owner     a login role in gridha_submitter that did not take A's
 #             buckets is refused (RG008) a hand-out and a renewal as A
+#   setrole   what a delegated call sees on the worker after SET ROLE on
+#             the coordinator (session_user, current_user)
 #   checks    what the rows show at the end (each check below says what)
 #
 # Runs on PostgreSQL's TAP framework (PostgreSQL::Test::Cluster). Run by
@@ -69,7 +78,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 my $REPO = $ENV{GRIDHA_REPO} // abs_path(dirname(__FILE__) . '/../..');
-my $NTESTS = 18;
+my $NTESTS = 20;
 my $A = 'aaaaaaaa-0000-0000-0000-000000000032';
 my $B = 'bbbbbbbb-0000-0000-0000-000000000032';
 my $NSERVICES = 24;
@@ -265,15 +274,11 @@ sub sqlstate_of
 	return $out =~ /ERROR:  ([0-9A-Z]{5}):/ ? $1 : 'no error';
 }
 
-my $NOMODE = q{SELECT to_regclass('gridha.bucket_claims') IS NULL AND NOT EXISTS (SELECT 1 FROM pg_dist_partition)};
-
 # on a worker: no coordinator there
 my $w = run($nodes[1], 'SELECT gridha.citus_setup()');
-my $w_after = $nodes[1]->safe_psql('c32',
-	q{SELECT to_regclass('gridha.bucket_claims') IS NULL});
 diag("on a worker: $w");
-ok(sqlstate_of($w) eq 'RG031' && $w =~ /is not one/ && $w_after eq 't',
-	'refusals: citus_setup on a worker is refused (RG031: not the coordinator) and lays nothing out');
+ok(sqlstate_of($w) eq 'RG031' && $w =~ /is not one/,
+	'refusals: citus_setup on a worker is refused (RG031: not the coordinator)');
 
 # a database of the cluster whose gridha tables hold rows (a plain enqueue
 # while gridha's tables are still local)
@@ -285,26 +290,58 @@ CREATE EXTENSION gridha;
 SELECT gridha.enqueue('r1', 'rb1', '\x01');
 }, $coord->port));
 my $r = run($coord, 'SELECT gridha.citus_setup()', 'c32rows');
-my $r_after = one(qq{$NOMODE AND (SELECT count(*) FROM gridha.batches) = 1}, 'c32rows');
 diag("with rows: $r");
-ok(sqlstate_of($r) eq 'RG032' && $r =~ /gridha\.batches holds rows/ && $r_after eq 't',
-	'refusals: citus_setup where gridha.batches holds a row is refused (RG032), lays nothing out, and the row stays');
+ok(sqlstate_of($r) eq 'RG032' && $r =~ /gridha\.batches holds rows/,
+	'refusals: citus_setup where gridha.batches holds a row is refused (RG032)');
 
 my $bad = run($coord, 'SELECT gridha.citus_setup(3)') . "\n" . run($coord, 'SELECT gridha.citus_setup(16)');
-my $bad_after = one($NOMODE);
 diag("bad counts: $bad");
 ok( ($bad =~ /ERROR:  RG033: cannot lay gridha out in 3 buckets/)
-	  && ($bad =~ /ERROR:  RG033: cannot lay gridha out in 16 buckets/)
-	  && $bad_after eq 't',
-	'refusals: citus_setup(3) (not a power of two) and citus_setup(16) (below citus.shard_count, 32) are refused (RG033) and lay nothing out'
+	  && ($bad =~ /ERROR:  RG033: cannot lay gridha out in 16 buckets/),
+	'refusals: citus_setup(3) (not a power of two) and citus_setup(16) (below citus.shard_count, 32) are refused (RG033)'
 );
 
-my $set = run($coord, 'SELECT gridha.citus_setup()');
-my $again = run($coord, 'SELECT gridha.citus_setup(128)');
+# two setups at once: the first holds its transaction open until the
+# second waits for a lock (at most 30 s), then commits; the second, which
+# waited, is refused (RG034)
+my $setup_tmp = PostgreSQL::Test::Utils::tempdir('c32setup');
+my @setup_sessions;
+foreach my $i (1, 2)
+{
+	my $sql = $i == 1 ? q{BEGIN;
+SELECT gridha.citus_setup();
+DO $$
+BEGIN
+    FOR i IN 1 .. 300 LOOP
+        PERFORM pg_stat_clear_snapshot();
+        EXIT WHEN EXISTS (SELECT 1 FROM pg_stat_activity
+                           WHERE pid <> pg_backend_pid() AND wait_event_type = 'Lock'
+                             AND query LIKE 'SELECT gridha.citus_setup(128)%');
+        PERFORM pg_sleep(0.1);
+    END LOOP;
+END
+$$;
+SELECT pg_stat_clear_snapshot();
+SELECT 'waited: ' || count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'SELECT gridha.citus_setup(128)%';
+COMMIT;
+} : "SELECT gridha.citus_setup(128);\n";
+	open my $fh, '>', "$setup_tmp/s$i.sql" or die;
+	print $fh $sql;
+	close $fh;
+	push @setup_sessions, IPC::Run::start([ $PSQL, '-X', '-q', '-A', '-t', '-v', 'VERBOSITY=verbose',
+			'-d', $coord->connstr('c32'), '-f', "$setup_tmp/s$i.sql" ],
+		'<', \undef, '>', "$setup_tmp/s$i.out", '2>', "$setup_tmp/s$i.err");
+	# the first session is in its wait before the second starts
+	$coord->poll_query_until('c32', q{SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query LIKE 'DO $$%' AND pid <> pg_backend_pid())})
+	  if $i == 1;
+}
+$_->finish foreach @setup_sessions;
+my $set = slurp("$setup_tmp/s1.out") . slurp("$setup_tmp/s1.err");
+my $again = slurp("$setup_tmp/s2.out") . slurp("$setup_tmp/s2.err");
 my $buckets_after = one('SELECT count(*) || \'/\' || min(buckets) || \'/\' || max(epoch) FROM gridha.bucket_claims');
-diag("setup: $set\nagain: $again");
-ok($set =~ /^64$/m && sqlstate_of($again) eq 'RG034' && $buckets_after eq '64/64/0',
-	'refusals: citus_setup() lays out 64 buckets; a second call, citus_setup(128), is refused (RG034) and the 64 buckets stay as they were');
+diag("setup: $set\nagain (at once): $again");
+ok($set =~ /^64$/m && $set =~ /^waited: 1$/m && sqlstate_of($again) eq 'RG034' && $buckets_after eq '64/64/0',
+	'refusals: citus_setup() lays out 64 buckets; a second call at the same time, citus_setup(128), waits for the first and is refused (RG034); 64 buckets at epoch 0');
 
 # ---------------------------------------------------------------------------
 # layout
@@ -375,6 +412,15 @@ note(sprintf('%d services in %d buckets; the busiest, %d, holds %d', scalar @ser
 		scalar @buckets, $busy, $per_bucket{$busy}));
 
 my (%calls, @errors, %epochs);
+
+# sample_epochs(): every bucket's epoch now, kept for the epochs check
+my @epoch_samples;
+sub sample_epochs
+{
+	push @epoch_samples, { map { split /:/ } split /,/,
+		  one(q{SELECT string_agg(bucket || ':' || epoch, ',') FROM gridha.bucket_claims}) };
+}
+sample_epochs();
 
 # psql_script(SQL, FILE): a psql child running SQL (a file) against the
 # coordinator, its output into FILE; started, not waited for
@@ -477,6 +523,7 @@ while ($passes < 200)
 			"SELECT citus_move_shard_placement($shard, 'localhost', $move_from, 'localhost', $move_to, shard_transfer_mode => 'block_writes');\n"
 		);
 	}
+	sample_epochs();
 	# while the passes run: no service with two batches in flight
 	my $n = one(q{SELECT count(*) FROM (SELECT service_id FROM gridha.bucket_batches
 		WHERE status IN ('submitting', 'pending', 'valid', 'unknown')
@@ -546,7 +593,9 @@ my $e1 = one("SELECT gridha.bucket_acquire($fb, '$A', '2 s')");
 my $h1 = batch_of(one("SELECT gridha.bucket_next_batch($fb, '$A', $e1)"));
 my $early = one("SELECT gridha.bucket_takeover($fb, '$B', '10 min')") eq '' ? 't' : 'f';
 sleep 3;
+sample_epochs();
 my $e2 = one("SELECT gridha.bucket_takeover($fb, '$B', '10 min')");
+sample_epochs();
 $q->('a accepted', "SELECT gridha.bucket_report_submission($fb, '$A', '$f', 'fb1', $e1, 'accepted')");
 $q->('a committed', "SELECT gridha.bucket_report_status($fb, '$A', '$f', 'fb1', $e1, 'committed')");
 $q->('a next', "SELECT gridha.bucket_next_batch($fb, '$A', $e1)");
@@ -558,6 +607,7 @@ my $h3 = batch_of(one("SELECT gridha.bucket_next_batch($fb, '$B', $e2)"));
 one("SELECT gridha.bucket_report_submission($fb, '$B', '$f', 'fb2', $e2, 'accepted')");
 one("SELECT gridha.bucket_report_status($fb, '$B', '$f', 'fb2', $e2, 'committed')");
 my $rel = one("SELECT gridha.bucket_release($fb, '$B', $e2)");
+sample_epochs();
 my $e3 = one("SELECT gridha.bucket_acquire($fb, '$A', '10 min')");
 $epochs{$fb} = [ 0, $e1, $e2, $e3 ];
 my $frows = one("SELECT string_agg(batch_id || '/' || status || '/' || epoch || '/' || attempts, ',' ORDER BY seq)
@@ -573,6 +623,43 @@ ok( $h1 eq 'fb1'
 	  && $h3 eq 'fb2'
 	  && $frows eq "fb1/committed/$e2/2,fb2/committed/$e2/1",
 	'fence: after B took over the bucket whose lease ran out, the stale holder A\'s accepted and committed reports, hand-out and renewal are refused (RG001); B hands fb1 out again and it is committed once, at the new epoch'
+);
+
+# ---------------------------------------------------------------------------
+# lapsed: a holder whose lease ran out, on a bucket nobody took over, has
+# its reports accepted (as on one server); its hand-out is refused (RG001,
+# renew first) until it renews, then the service's next batch follows
+
+my $g;
+for my $i (1 .. 400)
+{
+	$g = "g$i";
+	my $gb = one("SELECT gridha.bucket_of('$g', 64)");
+	last unless exists $holder{$gb} || $gb == $fb;
+}
+my $gb = one("SELECT gridha.bucket_of('$g', 64)");
+one("SELECT gridha.bucket_enqueue($gb, '$g', 'gb$_', '\\x0$_')") foreach 1 .. 2;
+my $ge = one("SELECT gridha.bucket_acquire($gb, '$A', '1 s')");
+my $gh1 = batch_of(one("SELECT gridha.bucket_next_batch($gb, '$A', $ge)"));
+sleep 2;
+my $lapsed = one("SELECT hard_expiry < now() FROM gridha.bucket_claims WHERE bucket = $gb");
+my $grep = run($coord, "SELECT gridha.bucket_report_submission($gb, '$A', '$g', 'gb1', $ge, 'accepted')") . ','
+  . run($coord, "SELECT gridha.bucket_report_status($gb, '$A', '$g', 'gb1', $ge, 'committed')");
+my $gnext = run($coord, "SELECT gridha.bucket_next_batch($gb, '$A', $ge)");
+one("SELECT gridha.bucket_renew($gb, '$A', $ge, '10 min')");
+my $gh2 = batch_of(one("SELECT gridha.bucket_next_batch($gb, '$A', $ge)"));
+my $grows = one("SELECT string_agg(batch_id || '/' || status || '/' || epoch || '/' || attempts, ',' ORDER BY seq)
+  FROM gridha.bucket_batches WHERE bucket = $gb AND service_id = '$g'");
+push @{ $epochs{$gb} }, $ge;
+diag("lapsed on bucket $gb ($g): epoch $ge; lease ran out: $lapsed; handed $gh1 then $gh2; reports: $grep\nhand-out with the lease out: $gnext\nrows $grows");
+ok( $gh1 eq 'gb1'
+	  && $lapsed eq 't'
+	  && $grep eq 'pending,committed'
+	  && sqlstate_of($gnext) eq 'RG001'
+	  && $gnext =~ /HINT:  Renew the lease/
+	  && $gh2 eq 'gb2'
+	  && $grows eq "gb1/committed/$ge/1,gb2/submitting/$ge/1",
+	'lapsed: the holder\'s reports after its lease ran out, with no take-over, are accepted (pending, committed); its hand-out is refused (RG001, renew first) until it renews, then the service\'s next batch is handed out'
 );
 
 # ---------------------------------------------------------------------------
@@ -631,6 +718,36 @@ ok(@rg008 == 2 && $ab_after eq "$A/1/" . one('SELECT current_user'),
 	'owner: a role in gridha_submitter that did not take the bucket is refused (RG008) a hand-out and a renewal as its holder, and the bucket stays as it was'
 );
 
+# setrole: the role a delegated call runs as on the worker when the
+# coordinator's session did SET ROLE (docs/citus.md, "Ownership by the
+# role that took the bucket"): a probe
+# distributed with the buckets shows the worker's session_user and
+# current_user, then the superuser that took A's buckets, after SET ROLE
+# c32_other, renews one of them (the probe is PL/pgSQL: a SQL function
+# would be inlined on the coordinator instead of delegated)
+$coord->safe_psql('c32', q{
+CREATE FUNCTION public.c32_who(b integer) RETURNS text LANGUAGE plpgsql
+AS $$BEGIN RETURN session_user || '/' || current_user || '/' || current_setting('port'); END$$;
+SELECT create_distributed_function('public.c32_who(integer)', 'b', colocate_with => 'gridha.bucket_claims');
+});
+my $who = run($coord, qq{
+SET citus.log_remote_commands = on;
+SET client_min_messages = notice;
+SELECT public.c32_who($ab);
+SET ROLE c32_other;
+SELECT public.c32_who($ab);
+SELECT gridha.bucket_renew($ab, '$A', 1, '10 min') IS NOT NULL;
+});
+my $su = one('SELECT current_user');
+diag("as the login role, then after SET ROLE c32_other:\n$who");
+my $probe_ok = $who =~ /\A$su\/$su\/(\d+)\nc32_other\/c32_other\/(\d+)\nt\n/ && $1 == $2 && $1 != $coord->port;
+ok( $probe_ok
+	  && $who =~ /issuing SELECT public\.c32_who\($ab\) AS c32_who\nDETAIL:  on server c32_other\@localhost:/
+	  && $who !~ /issuing SELECT gridha\.bucket_renew/
+	  && $who =~ /issuing UPDATE gridha\.bucket_claims_\d+ .*\nDETAIL:  on server $su\@localhost:/,
+	'setrole: after SET ROLE c32_other on the coordinator, Citus sends a delegated call to the worker as c32_other (session_user and current_user there); the session\'s renewal of a bucket its login role took is then not delegated: it runs on the coordinator (its statements reach the shard as postgres, the login role and the functions\' owner here) and succeeds'
+);
+
 # ---------------------------------------------------------------------------
 # checks
 
@@ -655,13 +772,18 @@ ok($order eq '0/0/0/0' && $queues eq "$NSERVICES/$NSERVICES",
 ok($samples >= 1 && $inflight_max == 0,
 	"one in flight: $samples samples taken while the instances ran found no service with two batches in flight");
 
-my $epochs_ok = 1;
-foreach my $b (sort keys %epochs)
+# every bucket's epoch, sampled before the instances took their buckets,
+# at each pass and around the fence's take-over and release, and now:
+# none went down from one sample to the next
+sample_epochs();
+my ($epochs_ok, $epochs_down) = (1, '');
+for my $i (1 .. $#epoch_samples)
 {
-	my @e = @{ $epochs{$b} };
-	for my $i (1 .. $#e)
+	foreach my $b (keys %{ $epoch_samples[$i] })
 	{
-		$epochs_ok = 0 if $e[$i] < $e[ $i - 1 ];
+		next if $epoch_samples[$i]{$b} >= $epoch_samples[ $i - 1 ]{$b};
+		$epochs_ok = 0;
+		$epochs_down .= " $b:$epoch_samples[$i-1]{$b}->$epoch_samples[$i]{$b}";
 	}
 }
 my $epoch_rows = one(q{
@@ -669,14 +791,17 @@ SELECT count(*) FROM gridha.bucket_batches b JOIN gridha.bucket_claims c USING (
  WHERE b.epoch > c.epoch});
 my $held_epochs = one(sprintf(q{SELECT string_agg(DISTINCT epoch::text, ',') FROM gridha.bucket_claims
  WHERE bucket IN (%s)}, join(',', @buckets)));
-diag("epochs: held buckets at $held_epochs; batches above their bucket's epoch: $epoch_rows; fence bucket 0 -> $e1 -> $e2 -> $e3");
+diag(sprintf('epochs: %d samples of 64 buckets%s; ', scalar @epoch_samples, $epochs_down ne '' ? ", down:$epochs_down" : '')
+	  . "held buckets at $held_epochs; batches above their bucket's epoch: $epoch_rows; fence bucket 0 -> $e1 -> $e2 -> $e3");
 ok( $epochs_ok
+	  && @epoch_samples > 5
+	  && keys %{ $epoch_samples[-1] } == 64
 	  && $e1 == 1
 	  && $e2 == 2
 	  && $e3 == 3
 	  && $held_epochs eq '1'
 	  && $epoch_rows eq '0',
-	'epochs never down: each bucket\'s epoch rose by one whenever it changed hands (0, 1, 2, 3 on the fence bucket: acquire, take-over, release then acquire), the held buckets stayed at 1, no batch carries an epoch above its bucket\'s'
+	'epochs never down: no bucket\'s epoch went down between samples taken through the run; each rose by one whenever it changed hands (0, 1, 2, 3 on the fence bucket: acquire, take-over, release then acquire), the held buckets stayed at 1, no batch carries an epoch above its bucket\'s'
 );
 
 # the coordinator's shells: the bucket tables' local files, gridha's own
