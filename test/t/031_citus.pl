@@ -9,7 +9,8 @@
 # /usr/lib/postgresql/15/bin/pg_config); it only reads that tree. Citus is
 # installed into it beforehand, as root (test/install/citus.sh,
 # install_citus); without Citus there every test is reported skipped, with
-# the reason.
+# the reason. That, the build and the cluster below are
+# test/t/lib/GridhaCitus.pm's, shared with test/t/032_citus_mode.pl.
 #
 # Steps, in the order they run:
 #
@@ -48,190 +49,33 @@
 use strict;
 use warnings FATAL => 'all';
 
-use Cwd qw(abs_path realpath);
-use File::Basename qw(dirname);
-use File::Path qw(make_path);
-use IPC::Run;
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use GridhaCitus;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $REPO = $ENV{GRIDHA_REPO} // abs_path(dirname(__FILE__) . '/../..');
 my $NTESTS = 10;
 my $A = 'aaaaaaaa-0000-0000-0000-000000000031';
 
 plan tests => $NTESTS;
 
-# skip_rest(WHY): every test not run yet, skipped; then the end.
-sub skip_rest
-{
-	my ($why) = @_;
-	my $left = $NTESTS - Test::More->builder->current_test;
-  SKIP:
-	{
-		skip "citus: $why", $left if $left > 0;
-	}
-	exit 0;
-}
-
-sub slurp
-{
-	my ($f) = @_;
-	return -f $f ? PostgreSQL::Test::Utils::slurp_file($f) : '';
-}
-
-sub pg_config_value
-{
-	my ($cfg, $what) = @_;
-	my $v = `"$cfg" --$what`;
-	chomp $v;
-	return $v;
-}
-
 # ---------------------------------------------------------------------------
-# Citus: there, or every test skipped
+# Citus: there, or every test skipped; build; cluster: a coordinator (n0)
+# and two workers (n1, n2) (test/t/lib/GridhaCitus.pm)
 
-my $CFG = $ENV{GRIDHA_CITUS_PG_CONFIG} // '/usr/lib/postgresql/15/bin/pg_config';
-skip_rest("no PostgreSQL 15 at $CFG (GRIDHA_CITUS_PG_CONFIG): Citus exists for PostgreSQL 15 only")
-  unless -x $CFG;
-my ($CMAJOR) = (`"$CFG" --version` =~ /^PostgreSQL (\d+)/m);
-$CMAJOR //= '?';
-skip_rest("$CFG is PostgreSQL $CMAJOR; Citus here exists for 15 only") unless $CMAJOR eq '15';
-my $CBIN = pg_config_value($CFG, 'bindir');
-my $CLIB = pg_config_value($CFG, 'pkglibdir');
-skip_rest("Citus is not installed in $CLIB (test/install/citus.sh installs it, as root)")
-  unless -e "$CLIB/citus.so";
-
-# ---------------------------------------------------------------------------
-# build
-
-my $RUN_BIN;
-foreach my $d (split /:/, $ENV{PATH})
-{
-	if ($d ne '' && -x "$d/initdb")
-	{
-		$RUN_BIN = $d;
-		last;
-	}
-}
-my $install_path;    # undef: the programs in PATH
-if (defined $RUN_BIN && realpath($RUN_BIN) eq realpath($CBIN) && -e "$CLIB/gridha.so")
-{
-	pass("build: gridha is the run's own build, installed into PostgreSQL 15 ($CFG)");
-}
-else
-{
-	my $tmp = PostgreSQL::Test::Utils::tempdir('citus');
-	my $dest = "$tmp/tree";
-	my $ok = 1;
-	# a copy of the tree, each directory at DEST/<its path> (the copy finds
-	# its files relative to its programs); the client library's directory
-	# is linked
-	foreach my $k (qw(bindir pkglibdir sharedir includedir pkgincludedir includedir-server))
-	{
-		my $d = pg_config_value($CFG, $k);
-		next if $d eq '' || -e "$dest$d";
-		make_path(dirname("$dest$d"));
-		$ok &&= system('cp', '-a', $d, "$dest$d") == 0;
-	}
-	my $libdir = pg_config_value($CFG, 'libdir');
-	if (!-e "$dest$libdir")
-	{
-		make_path(dirname("$dest$libdir"));
-		symlink($libdir, "$dest$libdir");
-	}
-	unlink "$dest$CLIB/gridha.so";
-	unlink glob("$dest" . pg_config_value($CFG, 'sharedir') . '/extension/gridha[.-]*');
-	my $cfg = "$dest$CBIN/pg_config";
-	make_path("$tmp/build");
-	$ok &&= system('sh', '-c',
-		q{tar -C "$1" --exclude='*.o' --exclude='*.so' --exclude='*.bc' --exclude=.pg_build }
-		  . q{--exclude=client/gridha-client --exclude=client/test_dlt_http }
-		  . q{-cf - Makefile gridha.control README.md src sql client | tar -C "$2" -xf -},
-		'sh', $REPO, "$tmp/build") == 0;
-	if ($ok)
-	{
-		local %ENV = %ENV;
-		delete $ENV{$_} foreach qw(MAKEFLAGS MFLAGS MAKELEVEL LD_LIBRARY_PATH);
-		print "# Running: make -C $tmp/build PG_CONFIG=$cfg GRIDHA_TEST_HOOKS=1 install\n";
-		IPC::Run::run([ 'make', '-C', "$tmp/build", "PG_CONFIG=$cfg", 'GRIDHA_TEST_HOOKS=1', 'install' ],
-			'<', \undef, '>', "$tmp/build.log", '2>&1');
-		$ok = $? == 0 && -e "$dest$CLIB/gridha.so";
-	}
-	ok($ok, "build: gridha built from this tree and installed into a copy of PostgreSQL 15 with Citus ($CFG)");
-	if (!$ok)
-	{
-		my @l = split /\n/, slurp("$tmp/build.log");
-		splice(@l, 0, @l - 20) if @l > 20;
-		diag(join("\n", @l));
-		skip_rest('gridha could not be built for the Citus tree');
-	}
-	$install_path = dirname("$dest$CBIN");
-}
-
-# ---------------------------------------------------------------------------
-# cluster: a coordinator (n0) and two workers (n1, n2)
-
-my @nodes;
-foreach my $n (0 .. 2)
-{
-	my $node = PostgreSQL::Test::Cluster->new("n$n",
-		defined $install_path ? (install_path => $install_path) : ());
-	$node->init(extra => [ '--encoding=UTF8', '--locale=C.UTF-8' ]);
-	$node->append_conf('postgresql.conf', q{
-# --- a node of test/t/031_citus.pl ---
-listen_addresses = 'localhost'
-shared_preload_libraries = 'citus,gridha'
-max_prepared_transactions = 20
-max_worker_processes = 32
-synchronous_commit = off
-full_page_writes = off
-log_statement = none
-});
-	$node->start;
-	push @nodes, $node;
-}
+my ($CFG, $CBIN, $CLIB) = citus_tree();
+my $install_path = citus_build($CFG, $CBIN, $CLIB);
+my @nodes = citus_cluster($install_path, 'test/t/031_citus.pl', 'c31',
+	"CREATE ROLE c31_other LOGIN IN ROLE gridha_submitter;\n");
 
 # run($node, SQL, [DB, [extra psql params]]): what psql prints, its errors
 # after it (no stop at an error, as a session would go on)
 sub run
 {
 	my ($node, $sql, $db, @extra) = @_;
-	my ($out, $err) = ('', '');
-	$node->psql($db // 'c31', $sql, stdout => \$out, stderr => \$err,
-		on_error_stop => 0, extra_params => [@extra]);
-	return $out . ($err ne '' ? "\n$err" : '');
-}
-
-my $setup = '';
-my $cluster_ok = 1;
-foreach my $node (@nodes)
-{
-	my $rc = $node->psql('postgres', 'CREATE DATABASE c31', stderr => \my $e1);
-	$rc ||= $node->psql('c31', 'CREATE EXTENSION citus', stderr => \my $e2);
-	$setup .= ($e1 // '') . ($e2 // '');
-	$cluster_ok &&= $rc == 0;
-}
-{
-	my ($out, $err) = ('', '');
-	my $rc = $nodes[0]->psql('c31', sprintf(q{
-SELECT citus_set_coordinator_host('localhost', %d);
-SELECT citus_add_node('localhost', %d);
-SELECT citus_add_node('localhost', %d);
-CREATE EXTENSION gridha;
-CREATE ROLE c31_other LOGIN IN ROLE gridha_submitter;
-}, $nodes[0]->port, $nodes[1]->port, $nodes[2]->port),
-		stdout => \$out, stderr => \$err, on_error_stop => 1);
-	$setup .= $err;
-	$cluster_ok &&= $rc == 0
-	  && $nodes[0]->safe_psql('c31', 'SELECT count(*) FROM citus_get_active_worker_nodes()') eq '2';
-}
-ok($cluster_ok,
-	'cluster: a coordinator and two workers (PostgreSQL 15, citus then gridha preloaded), gridha created on the coordinator');
-if (!$cluster_ok)
-{
-	diag($setup);
-	skip_rest('the Citus cluster did not start');
+	return citus_psql($node, $db // 'c31', $sql, @extra);
 }
 
 # ---------------------------------------------------------------------------
