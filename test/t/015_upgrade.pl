@@ -580,7 +580,9 @@ SELECT service_id, batch_id FROM gridha.batches WHERE service_id LIKE 'w-%' ORDE
 }
 
 enqueue_wave(1, 3);
-ok( wait_until(60,
+# (a bound, not a speed: the old library's workers beside 100,000 claimed
+# services need more than 60 s on a loaded machine, seen once)
+ok( wait_until(180,
 		sub {
 			sql_is($DB, '12',
 				"SELECT count(*) FROM gridha.batches WHERE service_id LIKE 'w-%' AND status = 'committed'");
