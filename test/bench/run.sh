@@ -30,6 +30,16 @@
 #           "best run of each side" compares runs that may be minutes apart.
 #   (c)     the gridha cycle at 10 services x 10k queued batches (small) and
 #           at 10k services x 100 queued batches each = 1M (large).
+#   (d)     the comparison (a)+(b) again in two more shapes, with
+#           synchronous_commit = BENCH_SHAPES_SYNC: "idle", the gridha side's
+#           instances also holding BENCH_IDLE (100,000) claimed services
+#           with nothing to do (written directly in the state the API leaves
+#           them: test/bench/idle_direct.sql; kept alive during the bare
+#           runs, see keepalive_start), the bare side as in (a); and
+#           "finished", BENCH_FINISHED (2,000,000) finished batches on each
+#           side before the queued ones (gridha: committed batches of the
+#           same services, appended as a restore writes them; bare: rows
+#           with status committed). BENCH_SHAPES=0 skips it.
 #   (p)     a profile (pg_stat_statements, track = all) of one bare and two
 #           gridha runs: which statement costs what. BENCH_PROFILE=0 skips it.
 #
@@ -66,6 +76,12 @@
 #   BENCH_SCALE_SYNC [off]  synchronous_commit for the scale runs
 #   BENCH_PROFILE [1]    run the profile (p)
 #   BENCH_SCALE [1]      run the scale comparison (c)
+#   BENCH_COMPARE [1]    run the comparison (a)+(b)
+#   BENCH_SHAPES [1]     run the shapes (d)
+#   BENCH_SHAPE_LIST ["idle finished"]  the shapes (d) runs
+#   BENCH_SHAPES_SYNC [on]  synchronous_commit for the shapes
+#   BENCH_IDLE [100000]  idle claimed services of the "idle" shape
+#   BENCH_FINISHED [2000000]  finished batches of the "finished" shape
 #   BENCH_PORT [55443]   first port probed
 #   BENCH_KEEP [0]       1: keep the cluster's directory (logs) at exit
 #   PG_CONFIG [/usr/lib/postgresql/15/bin/pg_config]  the PostgreSQL to use
@@ -83,6 +99,12 @@ BENCH_PAYLOAD=${BENCH_PAYLOAD:-100}
 BENCH_SCALE_SYNC=${BENCH_SCALE_SYNC:-off}
 BENCH_PROFILE=${BENCH_PROFILE:-1}
 BENCH_SCALE=${BENCH_SCALE:-1}
+BENCH_COMPARE=${BENCH_COMPARE:-1}
+BENCH_SHAPES=${BENCH_SHAPES:-1}
+BENCH_SHAPE_LIST=${BENCH_SHAPE_LIST:-idle finished}
+BENCH_SHAPES_SYNC=${BENCH_SHAPES_SYNC:-on}
+BENCH_IDLE=${BENCH_IDLE:-100000}
+BENCH_FINISHED=${BENCH_FINISHED:-2000000}
 BENCH_PORT=${BENCH_PORT:-55443}
 BENCH_KEEP=${BENCH_KEEP:-0}
 
@@ -92,9 +114,11 @@ SMALL_DEPTH=10000
 LARGE_SERVICES=10000
 LARGE_DEPTH=100
 
-# Targets (ratios), printed next to the figures.
-TARGET_SYNC_ON=0.80
-TARGET_SYNC_OFF=0.60
+# Targets (ratios), printed next to the figures: gridha's 3-step cycle at
+# 0.95 of the bare queue's in every shape (issue 41, item 3).
+TARGET_SYNC_ON=0.95
+TARGET_SYNC_OFF=0.95
+TARGET_SHAPES=0.95
 TARGET_SCALE=0.75
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -302,9 +326,80 @@ bare_refill() {
 	                               + $3 - (SELECT count(*) FROM bench_bare WHERE status = 'queued')) AS k" >/dev/null
 }
 
+# setup_idle DB: the "idle" shape's extra: BENCH_IDLE services that the
+# comparison's instances hold with nothing to do, split evenly over them
+# (after a warm-up on a first load of the workload has registered the
+# instances and split the workload's services).
+setup_idle() {
+	local db=$1 per
+	qf "$db" >/dev/null <<'EOF'
+CREATE FUNCTION bench_service(i bigint) RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT 'idle' || lpad(i::text, 7, '0') $$;
+
+CREATE FUNCTION bench_instance(i int) RETURNS uuid
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT ('00000000-0000-4000-8000-' || lpad(i::text, 12, '0'))::uuid $$;
+EOF
+	qf "$db" >/dev/null <"$HERE/idle_direct.sql"
+	q "$db" "CALL bench_refill($BENCH_SERVICES, 200, 100)"
+	gridha_warmup "$db"
+	per=$((BENCH_IDLE / BENCH_CLIENTS))
+	q "$db" "CALL bench_idle_direct(1, array_fill($per, ARRAY[$BENCH_CLIENTS]))" >/dev/null
+}
+
+# setup_finished DB: the "finished" shape's history, before any batch is
+# queued: the comparison's services created with a few batches each, which
+# warm-up runs hand out and commit; then BENCH_FINISHED committed batches
+# appended to their queues as a restore writes them (in transactions of at
+# most 200,000), and as many committed rows in the bare queue.
+setup_finished() {
+	local db=$1
+	q "$db" "CALL bench_refill($BENCH_SERVICES, 20, 20)"
+	local try
+	for try in 1 2 3 4 5; do
+		[ "$(q "$db" "SELECT count(*) FROM gridha.batches WHERE status <> 'committed'")" != 0 ] || break
+		gridha_warmup "$db"
+	done
+	qf "$db" >/dev/null <<'EOF'
+CREATE PROCEDURE bench_history(n bigint)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    services bigint := (SELECT count(*) FROM gridha.service_claims);
+    per bigint := n / services;
+    step bigint := greatest(200000 / services, 1);
+    done bigint := 0;
+    k bigint;
+BEGIN
+    WHILE done < per LOOP
+        k := least(step, per - done);
+        INSERT INTO gridha.batches (service_id, batch_id, seq, payload, status, created_at, epoch,
+                                    attempts, handed_out_at, submitted_at, finished_at)
+        SELECT c.service_id, 'h' || (c.tail_seq + g), c.tail_seq + g, bench_payload(), 'committed',
+               now() - interval '1 day', 1, 1, now() - interval '1 day', now() - interval '1 day',
+               now() - interval '1 day'
+          FROM gridha.service_claims c
+         CROSS JOIN generate_series(1, k) AS g
+         ORDER BY c.service_id, g;
+        UPDATE gridha.service_claims SET tail_seq = tail_seq + k;
+        COMMIT;
+        done := done + k;
+    END LOOP;
+END
+$$;
+EOF
+	q "$db" "CALL bench_history($BENCH_FINISHED)"
+	q "$db" "INSERT INTO bench_bare (service_id, batch_id, payload, status)
+	        SELECT 's' || lpad((1 + (k % $BENCH_SERVICES))::text, 5, '0'), 'h' || k, bench_payload(), 'committed'
+	          FROM generate_series(1, $BENCH_FINISHED) AS k" >/dev/null
+}
+
+# gridha_min_queued DB: the fewest batches queued in a service of the
+# workload (the "idle" shape's idle services left out).
 gridha_min_queued() {
 	q "$1" "SELECT coalesce(min(CASE WHEN head_seq IS NULL THEN 0 ELSE tail_seq - head_seq + 1 END), 0)
-	          FROM gridha.service_claims"
+	          FROM gridha.service_claims WHERE service_id NOT LIKE 'idle%'"
 }
 
 gridha_committed() {
@@ -321,6 +416,8 @@ bare_committed() {
 
 # Instance of pgbench client N (0-based): 00000000-0000-4000-8000-<N+1>.
 INSTANCE_SQL="('00000000-0000-4000-8000-' || lpad(:inst::text, 12, '0'))::uuid"
+# The same in SQL over a column i.
+INSTANCE_SQL_I="('00000000-0000-4000-8000-' || lpad(i::text, 12, '0'))::uuid"
 
 write_scripts() {
 	# Each statement is its own transaction (no BEGIN: autocommit). The take
@@ -561,6 +658,61 @@ need_depth() {
 # Main
 # ---------------------------------------------------------------------------
 
+# keepalive_start DB / keepalive_stop: while the bare side of the "idle"
+# shape runs, a background loop renews the claims of the gridha side's
+# instances every 2 s (gridha.renew_claims, as each instance's own cycle
+# does), so that they do not look gone after the soft expiry and lose their
+# 100,000 idle claims to whichever instance cycles first in the next gridha
+# run (a take-over of them all, which the shape is not about). Its CPU counts
+# for the bare run. Bounded: it stops by itself after BENCH_SECONDS + 120 s.
+KEEPALIVE_PID=
+keepalive_start() {
+	local db=$1 n
+	rm -f "$BENCH_DIR/keepalive.stop"
+	(
+		for n in $(seq 1 $(((BENCH_SECONDS + 120) / 2))); do
+			[ ! -e "$BENCH_DIR/keepalive.stop" ] || break
+			q "$db" "SELECT count(gridha.renew_claims($INSTANCE_SQL_I)) FROM generate_series(1, $BENCH_CLIENTS) AS i" \
+				>/dev/null 2>&1 || true
+			sleep 2
+		done
+	) &
+	KEEPALIVE_PID=$!
+}
+keepalive_stop() {
+	touch "$BENCH_DIR/keepalive.stop"
+	wait "$KEEPALIVE_PID" 2>/dev/null || true
+	KEEPALIVE_PID=
+}
+
+# compare_pairs DB SYNC KEY: BENCH_PAIRS pairs of timed runs, bare and
+# gridha back to back (which goes first alternates), each run's queue first
+# topped up from the fastest rate seen so far; adds the runs to RUNS and
+# CPUS (keys bare_KEY, gridha_KEY) and the pairs' ratios to PAIRS[KEY], which
+# the caller declares.
+compare_pairs() {
+	local db=$1 sync=$2 key=$3 guess=8000 round seen depth order kind rate_bare rate_gridha
+	for round in $(seq 1 "$BENCH_PAIRS"); do
+		seen=$(best "$guess ${RUNS[bare_$key]:-} ${RUNS[gridha_$key]:-}")
+		depth=$(need_depth "$seen" "$BENCH_SERVICES")
+		bare_refill "$db" "$BENCH_SERVICES" $((BENCH_SERVICES * depth))
+		q "$db" "CALL bench_refill($BENCH_SERVICES, $depth, 100)"
+
+		order="bare gridha"
+		[ $((round % 2)) = 1 ] || order="gridha bare"
+		for kind in $order; do
+			[ "$key:$kind" != idle:bare ] || keepalive_start "$db"
+			timed_run "$kind" "$db" "$(printf '%-6s' "$kind") ($key, sync $sync) #$round"
+			[ "$key:$kind" != idle:bare ] || keepalive_stop
+			RUNS[${kind}_$key]="${RUNS[${kind}_$key]:-} $RUN_RATE"
+			CPUS[${kind}_$key]="${CPUS[${kind}_$key]:-} $RUN_CPU"
+			if [ "$kind" = bare ]; then rate_bare=$RUN_RATE; else rate_gridha=$RUN_RATE; fi
+		done
+		PAIRS[$key]="${PAIRS[$key]:-} $(ratio "$rate_gridha" "$rate_bare")"
+		log "  pair #$round: gridha/bare $(ratio "$rate_gridha" "$rate_bare")"
+	done
+}
+
 main() {
 	install_missing_packages
 	build_extension
@@ -568,7 +720,7 @@ main() {
 	init_cluster
 	write_scripts
 
-	local t_start=$SECONDS
+	local t_start=$SECONDS t0
 	log "settings: ${BENCH_SECONDS}s per run, $BENCH_CLIENTS clients, $BENCH_JOBS threads, $BENCH_PAIRS pairs, $BENCH_ROUNDS scale rounds," \
 		"$BENCH_SERVICES services, ${BENCH_PAYLOAD}-byte payloads, $(nproc) cores"
 
@@ -584,32 +736,37 @@ main() {
 	q $db "CALL bench_refill($BENCH_SERVICES, $depth, 100)"
 	bare_refill $db "$BENCH_SERVICES" $((BENCH_SERVICES * depth))
 
-	local sync round seen kind order rate_bare rate_gridha
+	local sync
 	declare -A RUNS CPUS PAIRS
-	for sync in on off; do
-		set_sync "$sync"
-		log "comparison with synchronous_commit = $sync"
-		for round in $(seq 1 "$BENCH_PAIRS"); do
-			seen=$(best "$guess ${RUNS[bare_$sync]:-} ${RUNS[gridha_$sync]:-}")
-			depth=$(need_depth "$seen" "$BENCH_SERVICES")
-			bare_refill $db "$BENCH_SERVICES" $((BENCH_SERVICES * depth))
-			q $db "CALL bench_refill($BENCH_SERVICES, $depth, 100)"
-
-			order="bare gridha"
-			[ $((round % 2)) = 1 ] || order="gridha bare"
-			for kind in $order; do
-				timed_run "$kind" $db "$(printf '%-6s' "$kind") (sync $sync) #$round"
-				RUNS[${kind}_$sync]="${RUNS[${kind}_$sync]:-} $RUN_RATE"
-				CPUS[${kind}_$sync]="${CPUS[${kind}_$sync]:-} $RUN_CPU"
-				if [ "$kind" = bare ]; then rate_bare=$RUN_RATE; else rate_gridha=$RUN_RATE; fi
-			done
-			PAIRS[$sync]="${PAIRS[$sync]:-} $(ratio "$rate_gridha" "$rate_bare")"
-			log "  pair #$round: gridha/bare $(ratio "$rate_gridha" "$rate_bare")"
+	if [ "$BENCH_COMPARE" = 1 ]; then
+		for sync in on off; do
+			set_sync "$sync"
+			log "comparison with synchronous_commit = $sync"
+			compare_pairs $db "$sync" "$sync"
 		done
-	done
+	fi
+
+	# --- (d): the shapes -------------------------------------------------------
+	if [ "$BENCH_SHAPES" = 1 ]; then
+		local shape
+		set_sync "$BENCH_SHAPES_SYNC"
+		for shape in $BENCH_SHAPE_LIST; do
+			setup_gridha_db "bench_$shape"
+			setup_bare "bench_$shape"
+			log "shape $shape: loading"
+			t0=$(date +%s.%N)
+			"setup_$shape" "bench_$shape"
+			log "  loaded in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')s:" \
+				"$(q "bench_$shape" "SELECT count(*) FROM gridha.service_claims") services," \
+				"$(q "bench_$shape" "SELECT count(*) FROM gridha.batches") gridha batches," \
+				"$(q "bench_$shape" "SELECT count(*) FROM bench_bare") bare rows"
+			log "comparison, shape $shape, synchronous_commit = $BENCH_SHAPES_SYNC"
+			compare_pairs "bench_$shape" "$BENCH_SHAPES_SYNC" "$shape"
+		done
+	fi
 
 	# --- (c): scale ----------------------------------------------------------
-	local t0 load_small=- load_large=-
+	local load_small=- load_large=-
 	if [ "$BENCH_SCALE" = 1 ]; then
 	set_sync "$BENCH_SCALE_SYNC"
 	setup_gridha_db bench_small
@@ -647,16 +804,18 @@ main() {
 	# --- the table -----------------------------------------------------------
 	local k
 	declare -A RATE CPU
-	for k in bare_on gridha_on bare_off gridha_off small large; do
+	for k in bare_on gridha_on bare_off gridha_off bare_idle gridha_idle bare_finished gridha_finished small large; do
 		case $k in
 			small|large) RATE[$k]=$(best "${RUNS[$k]:-}") ;;
 			*) RATE[$k]=$(median "${RUNS[$k]:-}" | awk '{ printf "%.0f", $1 }') ;;
 		esac
 		CPU[$k]=$(lowest "${CPUS[$k]:-}")
 	done
-	local r_on r_off r_scale
+	local r_on r_off r_idle r_finished r_scale
 	r_on=$(median "${PAIRS[on]:-}")
 	r_off=$(median "${PAIRS[off]:-}")
+	r_idle=$(median "${PAIRS[idle]:-}")
+	r_finished=$(median "${PAIRS[finished]:-}")
 	r_scale=$(ratio "${RATE[large]}" "${RATE[small]}")
 	echo
 	echo "gridha benchmark: $BENCH_CLIENTS clients, ${BENCH_SECONDS}s per run, $BENCH_PAIRS bare/gridha pairs, best of $BENCH_ROUNDS scale runs," \
@@ -675,6 +834,14 @@ main() {
 	row "bare   ($BENCH_SERVICES services, sync off)" bare_off
 	row "gridha ($BENCH_SERVICES services, sync off)" gridha_off "$r_off" \
 		"≥$TARGET_SYNC_OFF $(verdict "$r_off" $TARGET_SYNC_OFF)" "$(ratio "${CPU[bare_off]}" "${CPU[gridha_off]}")"
+	if [ "$BENCH_SHAPES" = 1 ]; then
+		row "bare   (idle, sync $BENCH_SHAPES_SYNC)" bare_idle
+		row "gridha (+$BENCH_IDLE idle, sync $BENCH_SHAPES_SYNC)" gridha_idle "$r_idle" \
+			"≥$TARGET_SHAPES $(verdict "$r_idle" $TARGET_SHAPES)" "$(ratio "${CPU[bare_idle]}" "${CPU[gridha_idle]}")"
+		row "bare   (+$BENCH_FINISHED finished, sync $BENCH_SHAPES_SYNC)" bare_finished
+		row "gridha (+$BENCH_FINISHED finished, sync $BENCH_SHAPES_SYNC)" gridha_finished "$r_finished" \
+			"≥$TARGET_SHAPES $(verdict "$r_finished" $TARGET_SHAPES)" "$(ratio "${CPU[bare_finished]}" "${CPU[gridha_finished]}")"
+	fi
 	row "gridha small (10 x 10k, sync $BENCH_SCALE_SYNC)" small
 	row "gridha large (10k x 100, sync $BENCH_SCALE_SYNC)" large "$r_scale" \
 		"≥$TARGET_SCALE $(verdict "$r_scale" $TARGET_SCALE)" "$(ratio "${CPU[small]}" "${CPU[large]}")"
@@ -685,7 +852,8 @@ main() {
 	echo "  CPU ratio = the same comparison by CPU per batch (bare/gridha, small/large), for information."
 	echo "  all runs (batches/s): bare on:${RUNS[bare_on]:-} | gridha on:${RUNS[gridha_on]:-} |" \
 		"bare off:${RUNS[bare_off]:-} | gridha off:${RUNS[gridha_off]:-} | small:${RUNS[small]:-} | large:${RUNS[large]:-}"
-	echo "  pairs' ratios gridha/bare, in run order: sync on:${PAIRS[on]:-} | sync off:${PAIRS[off]:-}"
+	echo "  pairs' ratios gridha/bare, in run order: sync on:${PAIRS[on]:-} | sync off:${PAIRS[off]:-}" \
+		"| idle:${PAIRS[idle]:-} | finished:${PAIRS[finished]:-}"
 	echo "  load of 1M batches (10k x 100) through the enqueue trigger: ${load_large}s;" \
 		"100k (10 x 10k): ${load_small}s"
 	echo "  total bench time: $((SECONDS - t_start))s"
