@@ -200,6 +200,12 @@ DECLARE
     from_target text;
     busy        boolean;
 BEGIN
+    IF pg_catalog.to_regclass('gridha.bucket_claims') IS NOT NULL THEN
+        RAISE EXCEPTION 'gridha is in Citus mode, where this function does not run'
+            USING ERRCODE = 'RG035',
+                  DETAIL = 'gridha.citus_setup laid gridha out by bucket in this database; gridha.service_claims, which this function reads, stays empty there.',
+                  HINT = 'The Citus mode has no targets yet: its services are not moved (docs/citus.md).';
+    END IF;
     IF move_service.service_id IS NULL OR move_service.target IS NULL THEN
         RAISE EXCEPTION 'service_id and target must not be null' USING ERRCODE = '22004';
     END IF;
@@ -541,6 +547,33 @@ CREATE TRIGGER instances_restored
     FOR EACH STATEMENT EXECUTE FUNCTION gridha.instances_restored();
 
 REVOKE ALL ON FUNCTION gridha.instances_owner_stamp(), gridha.instances_restored() FROM PUBLIC;
+
+-- set_instance_owner refuses in the Citus mode (RG035): gridha.instances
+-- stays empty there
+CREATE OR REPLACE FUNCTION gridha.set_instance_owner(instance_id uuid, owner regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.to_regclass('gridha.bucket_claims') IS NOT NULL THEN
+        RAISE EXCEPTION 'gridha is in Citus mode, where this function does not run'
+            USING ERRCODE = 'RG035',
+                  DETAIL = 'gridha.citus_setup laid gridha out by bucket in this database; gridha.instances, which this function writes, stays empty there.',
+                  HINT = 'The Citus mode has no instances table yet: only the role that took a bucket (gridha.bucket_acquire), its members and superusers act as its holder (docs/citus.md).';
+    END IF;
+    IF set_instance_owner.instance_id IS NULL OR set_instance_owner.owner IS NULL THEN
+        RAISE EXCEPTION 'instance_id and owner must not be null' USING ERRCODE = '22004';
+    END IF;
+    UPDATE gridha.instances i SET owner = (SELECT r.rolname FROM pg_catalog.pg_roles r
+                                            WHERE r.oid = set_instance_owner.owner::oid)
+     WHERE i.instance_id = set_instance_owner.instance_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown instance %', set_instance_owner.instance_id
+            USING ERRCODE = 'RG003';
+    END IF;
+END
+$$;
 
 COMMENT ON FUNCTION gridha.set_instance_owner(uuid, regrole) IS
 'gives an instance an owner, or confirms a restored instance''s owner on this cluster (administrators): only members of that role may act as it; an instance without an owner, or whose owner is not confirmed here, is refused to everyone but superusers';

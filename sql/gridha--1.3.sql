@@ -2910,6 +2910,12 @@ DECLARE
     from_target text;
     busy        boolean;
 BEGIN
+    IF pg_catalog.to_regclass('gridha.bucket_claims') IS NOT NULL THEN
+        RAISE EXCEPTION 'gridha is in Citus mode, where this function does not run'
+            USING ERRCODE = 'RG035',
+                  DETAIL = 'gridha.citus_setup laid gridha out by bucket in this database; gridha.service_claims, which this function reads, stays empty there.',
+                  HINT = 'The Citus mode has no targets yet: its services are not moved (docs/citus.md).';
+    END IF;
     IF move_service.service_id IS NULL OR move_service.target IS NULL THEN
         RAISE EXCEPTION 'service_id and target must not be null' USING ERRCODE = '22004';
     END IF;
@@ -2961,6 +2967,12 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 BEGIN
+    IF pg_catalog.to_regclass('gridha.bucket_claims') IS NOT NULL THEN
+        RAISE EXCEPTION 'gridha is in Citus mode, where this function does not run'
+            USING ERRCODE = 'RG035',
+                  DETAIL = 'gridha.citus_setup laid gridha out by bucket in this database; gridha.instances, which this function writes, stays empty there.',
+                  HINT = 'The Citus mode has no instances table yet: only the role that took a bucket (gridha.bucket_acquire), its members and superusers act as its holder (docs/citus.md).';
+    END IF;
     IF set_instance_owner.instance_id IS NULL OR set_instance_owner.owner IS NULL THEN
         RAISE EXCEPTION 'instance_id and owner must not be null' USING ERRCODE = '22004';
     END IF;
