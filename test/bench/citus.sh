@@ -12,7 +12,8 @@
 # into the original); 127.0.0.1 only; fsync and synchronous_commit off on
 # every server (a delegated call commits on one worker, as a call on one
 # server commits there: the commit flush is the same on both sides and left
-# out). Three sides:
+# out); autovacuum off (the tables are vacuumed and analyzed after the fill;
+# a vacuum in a window would be counted as the cycle's CPU). Three sides:
 #   (a) one    gridha on one server (gridha preloaded): the library's cycle,
 #              next_batch -> report_submission -> report_status, and batched,
 #              next_batches(n) -> report_submissions -> report_statuses; each
@@ -65,12 +66,14 @@
 #   CITUS_CLIENTS [4]       N: pgbench clients and instances; divides 64
 #   CITUS_ROUNDS [3]        rounds
 #   CITUS_SERVICES [128]    services per bucket (at least 100 for batch 100)
-#   CITUS_DEPTH [30]        batches queued per service (a run that may have
+#   CITUS_DEPTH [20]        batches queued per service (a run that may have
 #                           run dry is flagged: raise it)
-#   CITUS_SECONDS_1 [2]     length of a 1-client run
+#   CITUS_SECONDS_1 [3]     length of a 1-client run
+#   CITUS_WARM_CALLS [2]    a client's first transactions, not counted in
+#                           the 1-client ms per call
 #   CITUS_WARM [1]          warm-up of an N-client run, not counted
 #   CITUS_SECONDS [3]       the counted window of an N-client run
-#   CITUS_TAIL [3]          pgbench's time past the window
+#   CITUS_TAIL [2]          pgbench's time past the window
 #   CITUS_KEEP [0]          1: keep the servers' directory (logs) at exit
 #   CITUS_MAX_SECONDS [1800] a watchdog stops the servers after this long,
 #                           even when this script was killed
@@ -81,11 +84,12 @@ CITUS_PORT=${CITUS_PORT:-56700}
 CITUS_CLIENTS=${CITUS_CLIENTS:-4}
 CITUS_ROUNDS=${CITUS_ROUNDS:-3}
 CITUS_SERVICES=${CITUS_SERVICES:-128}
-CITUS_DEPTH=${CITUS_DEPTH:-30}
-CITUS_SECONDS_1=${CITUS_SECONDS_1:-2}
+CITUS_DEPTH=${CITUS_DEPTH:-20}
+CITUS_SECONDS_1=${CITUS_SECONDS_1:-3}
+CITUS_WARM_CALLS=${CITUS_WARM_CALLS:-2}
 CITUS_WARM=${CITUS_WARM:-1}
 CITUS_SECONDS=${CITUS_SECONDS:-3}
-CITUS_TAIL=${CITUS_TAIL:-3}
+CITUS_TAIL=${CITUS_TAIL:-2}
 CITUS_KEEP=${CITUS_KEEP:-0}
 CITUS_MAX_SECONDS=${CITUS_MAX_SECONDS:-1800}
 
@@ -235,6 +239,7 @@ node_start() {
 		echo "max_prepared_transactions = 20"
 		echo "max_worker_processes = 32"
 		echo "log_min_messages = warning"
+		echo "autovacuum = off"
 		echo "log_line_prefix = '%m [%p] '"
 		for s in "$@"; do echo "$s"; done
 	} >>"$DIR/$n/postgresql.conf"
@@ -413,49 +418,59 @@ PICK="\\set k (:k + 1) % (64 / :nclients)
 \\set inst :b % :holders + 1"
 INST="('00000000-0000-4000-8000-' || lpad(:inst::text, 12, '0'))::uuid"
 
-cat >"$DIR/bcycle.sql" <<EOF
-$PICK
-SELECT gridha.bucket_next_batch(:b, $INST, :ep) AS h \\gset
+# the steps of each script: hand-out, reports
+BCYCLE="SELECT gridha.bucket_next_batch(:b, $INST, :ep) AS h \\gset
 SELECT ((nullif(:h, '')::gridha.bucket_batch).service_id IS NOT NULL)::int AS got, (nullif(:h, '')::gridha.bucket_batch).service_id AS sid, (nullif(:h, '')::gridha.bucket_batch).batch_id AS bid \\gset
 \\if :got
 SELECT gridha.bucket_report_submission(:b, $INST, :sid, :bid, :ep, 'accepted');
 SELECT gridha.bucket_report_status(:b, $INST, :sid, :bid, :ep, 'committed');
-\\endif
-EOF
-
-cat >"$DIR/bbatch.sql" <<EOF
-$PICK
-SELECT gridha.bucket_next_batches(:b, $INST, :ep, :n) AS h \\gset
+\\endif"
+BBATCH="SELECT gridha.bucket_next_batches(:b, $INST, :ep, :n) AS h \\gset
 SELECT cardinality(:h::gridha.bucket_batch[]) AS got,
        ARRAY(SELECT ROW(x.service_id, x.batch_id, x.epoch, 'accepted', NULL)::gridha.submission_report FROM unnest(:h::gridha.bucket_batch[]) AS x)::text AS subs,
        ARRAY(SELECT ROW(x.service_id, x.batch_id, x.epoch, 'committed', NULL)::gridha.status_report FROM unnest(:h::gridha.bucket_batch[]) AS x)::text AS stats \\gset
 \\if :got
 SELECT gridha.bucket_report_submissions(:b, $INST, :subs::gridha.submission_report[]);
 SELECT gridha.bucket_report_statuses(:b, $INST, :stats::gridha.status_report[]);
-\\endif
-EOF
+\\endif"
 
 # (a): each client its own instance (client_id + 1)
 GINST="('00000000-0000-4000-8000-' || lpad((:client_id + 1)::text, 12, '0'))::uuid"
-cat >"$DIR/gcycle.sql" <<EOF
-SELECT (n.service_id IS NOT NULL)::int AS got, n.service_id AS sid, n.batch_id AS bid, n.epoch AS ep
-  FROM (SELECT 1) AS one LEFT JOIN gridha.next_batch($GINST) AS n ON true \\gset
+GCYCLE="WITH n AS (SELECT * FROM gridha.next_batch($GINST))
+SELECT count(*) AS got, max(n.service_id) AS sid, max(n.batch_id) AS bid, max(n.epoch) AS ep FROM n \\gset
 \\if :got
 SELECT gridha.report_submission($GINST, :sid, :bid, :ep::bigint, 'accepted');
 SELECT gridha.report_status($GINST, :sid, :bid, :ep::bigint, 'committed');
-\\endif
-EOF
-
-cat >"$DIR/gbatch.sql" <<EOF
+\\endif"
+GBATCH="WITH n AS (SELECT * FROM gridha.next_batches($GINST, :n))
 SELECT count(*) AS got,
        array_agg(ROW(n.service_id, n.batch_id, n.epoch, 'accepted', NULL)::gridha.submission_report)::text AS subs,
        array_agg(ROW(n.service_id, n.batch_id, n.epoch, 'committed', NULL)::gridha.status_report)::text AS stats
-  FROM gridha.next_batches($GINST, :n) AS n \\gset
+  FROM n \\gset
 \\if :got
 SELECT count(*) FROM gridha.report_submissions($GINST, :subs::gridha.submission_report[]);
 SELECT count(*) FROM gridha.report_statuses($GINST, :stats::gridha.status_report[]);
-\\endif
-EOF
+\\endif"
+
+# Each script: a client's first CITUS_WARM_CALLS transactions run a copy of
+# the steps (opening the connections to the workers, filling the caches),
+# which pgbench -r counts on the copy's lines, not on the measured ones.
+# script NAME PICK STEPS
+script() {
+	{
+		echo "$2"
+		echo "\\set w :w + 1"
+		echo "\\if :w > :warmcalls"
+		echo "$3"
+		echo "\\else"
+		echo "$3"
+		echo "\\endif"
+	} >"$DIR/$1.sql"
+}
+script bcycle "$PICK" "$BCYCLE"
+script bbatch "$PICK" "$BBATCH"
+script gcycle "" "$GCYCLE"
+script gbatch "" "$GBATCH"
 
 # ---------------------------------------------------------------------------
 # Timed runs
@@ -485,7 +500,7 @@ pgb() {
 	local side=$1 c=$2 t=$3 script=$4 n=$5 out=$6
 	shift 6
 	timeout $((t + 120)) "$PGBENCH" -n -M prepared "$@" -h 127.0.0.1 -p "${PORT[${SNODE[$side]}]}" -U postgres \
-		-c "$c" -j "$((c < 2 ? c : 2))" -T "$t" -D k=-1 -D nclients="$c" -D holders="$N" -D ep=1 -D n="$n" \
+		-c "$c" -j "$((c < 2 ? c : 2))" -T "$t" -D k=-1 -D nclients="$c" -D holders="$N" -D ep=1 -D n="$n" -D w=0 -D warmcalls="$CITUS_WARM_CALLS" \
 		-f "$DIR/$script.sql" "${SDB[$side]}" >"$out" 2>&1
 }
 
@@ -495,9 +510,13 @@ run1() {
 	local side=$1 out=$DIR/run1.out script n
 	read -r script n <<<"$(script_of "$1" "$2")"
 	pgb "$side" 1 "$CITUS_SECONDS_1" "$script" "$n" "$out" -r || true
-	R_NEXT=$(awk '/(SELECT|FROM) gridha\.(bucket_)?next_batch/ { print $1; exit }' "$out")
+	R_NEXT=$(awk '/gridha\.(bucket_)?next_batch/ { print $1; exit }' "$out")
 	R_ACC=$(awk '/gridha\.(bucket_)?report_submission/ { print $1; exit }' "$out")
 	R_COM=$(awk '/gridha\.(bucket_)?report_status/ { print $1; exit }' "$out")
+	# a step that never ran after the warm-up (0.000): no figure
+	[ "$R_NEXT" != 0.000 ] || R_NEXT=
+	[ "$R_ACC" != 0.000 ] || R_ACC=
+	[ "$R_COM" != 0.000 ] || R_COM=
 	R_NOTE=
 	if grep -q 'ERROR\|error\|aborted' "$out"; then
 		R_NOTE="pgbench: $(grep -m 2 'ERROR\|error\|aborted' "$out" | tr '\n' ' ')"

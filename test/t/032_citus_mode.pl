@@ -61,6 +61,15 @@
 #   setrole   what a delegated call sees on the worker after SET ROLE on
 #             the coordinator (session_user, current_user)
 #   checks    what the rows show at the end (each check below says what)
+#   batched   a bucket of its own, services X, Y, Z: bucket_next_batches
+#             hands out at most n heads, one per service, the service
+#             waiting longest first, at the bucket's worker; after a release
+#             and acquire they go out again at the new epoch, and a call at
+#             the old one is refused (RG001); bucket_report_submissions and
+#             bucket_report_statuses answer each row in order, fenced by its
+#             own epoch: a stale row, an unknown batch, a NULL row and a
+#             report of a batch not accepted are refused with their
+#             SQLSTATEs while the other rows pass
 #
 # Runs on PostgreSQL's TAP framework (PostgreSQL::Test::Cluster). Run by
 # `make test` (test/run.sh, part 032_citus_mode) and by `make
