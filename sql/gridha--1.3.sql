@@ -3488,7 +3488,10 @@ BEGIN
             'gridha.bucket_release(integer,uuid,bigint)',
             'gridha.bucket_next_batch(integer,uuid,bigint)',
             'gridha.bucket_report_submission(integer,uuid,text,text,bigint,text)',
-            'gridha.bucket_report_status(integer,uuid,text,text,bigint,text)'] LOOP
+            'gridha.bucket_report_status(integer,uuid,text,text,bigint,text)',
+            'gridha.bucket_next_batches(integer,uuid,bigint,integer)',
+            'gridha.bucket_report_submissions(integer,uuid,gridha.submission_report[])',
+            'gridha.bucket_report_statuses(integer,uuid,gridha.status_report[])'] LOOP
         PERFORM create_distributed_function(f::regprocedure, distribution_arg_name => 'bucket',
                                             colocate_with => 'gridha.bucket_claims');
     END LOOP;
@@ -3963,4 +3966,191 @@ GRANT EXECUTE ON FUNCTION
     gridha.bucket_next_batch(integer, uuid, bigint),
     gridha.bucket_report_submission(integer, uuid, text, text, bigint, text),
     gridha.bucket_report_status(integer, uuid, text, text, bigint, text)
+TO gridha_submitter;
+
+-- --- issue 43.4: the batched per-bucket hand-out and reports (Citus mode) ---
+--
+-- docs/citus.md, "Built". Many batches of one bucket per call, as one
+-- value each (Citus delegates only a lone SELECT f(...) returning one
+-- value): the hand-out returns an array of gridha.bucket_batch, the
+-- reports take an array of gridha.submission_report or
+-- gridha.status_report and return an array of gridha.bucket_report_result,
+-- one element per row in the order given. citus_setup distributes them by
+-- bucket with the others.
+
+-- One row of a batched per-bucket report's answer: the batch, its new
+-- status, or the SQLSTATE and message that refused it.
+CREATE TYPE gridha.bucket_report_result AS (
+    service_id text,
+    batch_id   text,
+    status     gridha.batch_status,
+    sqlstate   text,
+    message    text
+);
+
+COMMENT ON TYPE gridha.bucket_report_result IS
+'one element of what gridha.bucket_report_submissions and gridha.bucket_report_statuses return (Citus mode): a reported batch, its new status, or the SQLSTATE and message that refused it';
+
+/*
+ * bucket_next_batches(bucket, instance, epoch, max_batches): up to
+ * max_batches heads of the bucket's ready services, the services that
+ * waited longest first (one per service), handed out as bucket_next_batch
+ * does; an empty array when none is ready. Fenced once for the call. The
+ * pick is one FOR UPDATE SKIP LOCKED within the bucket's shard.
+ */
+CREATE FUNCTION gridha.bucket_next_batches(bucket integer, instance_id uuid, epoch bigint,
+                                           max_batches integer DEFAULT 100)
+RETURNS gridha.bucket_batch[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    sids text[];
+    r gridha.bucket_batch[];
+    t timestamptz := pg_catalog.now();
+BEGIN
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text, max_batches::text]);
+    IF max_batches < 0 THEN
+        RAISE EXCEPTION 'max_batches must not be negative' USING ERRCODE = '22023';
+    END IF;
+    PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, true);
+    SELECT pg_catalog.array_agg(p.service_id ORDER BY p.ready_at, p.service_id) INTO sids
+      FROM (SELECT s.service_id, s.ready_at
+              FROM gridha.bucket_services s
+             WHERE s.bucket = bucket_next_batches.bucket AND s.ready_at <= t
+             ORDER BY s.ready_at, s.service_id
+             LIMIT max_batches
+               FOR UPDATE SKIP LOCKED) AS p;
+    IF sids IS NULL THEN
+        RETURN '{}';
+    END IF;
+    UPDATE gridha.bucket_services s SET in_flight = true, ready_at = NULL
+     WHERE s.bucket = bucket_next_batches.bucket AND s.service_id = ANY (sids);
+    WITH u AS (
+        UPDATE gridha.bucket_batches b
+           SET status = 'submitting', epoch = bucket_next_batches.epoch, attempts = b.attempts + 1,
+               instance_id = bucket_next_batches.instance_id, handed_out_at = t, submitted_at = NULL
+          FROM gridha.bucket_services s
+         WHERE s.bucket = bucket_next_batches.bucket AND s.service_id = ANY (sids)
+           AND b.bucket = bucket_next_batches.bucket AND b.service_id = s.service_id
+           AND b.seq = s.head_seq
+        RETURNING b.service_id, b.batch_id, b.seq, b.payload, b.epoch, b.attempts)
+    SELECT pg_catalog.array_agg(ROW(u.service_id, u.batch_id, u.seq, u.payload, u.epoch, u.attempts)::gridha.bucket_batch
+                                ORDER BY pg_catalog.array_position(sids, u.service_id))
+      INTO r FROM u;
+    RETURN coalesce(r, '{}');
+END
+$$;
+
+COMMENT ON FUNCTION gridha.bucket_next_batches(integer, uuid, bigint, integer) IS
+'Citus mode: hands out up to max_batches heads of the bucket''s ready services (one per service, those that waited longest first) to the instance holding the bucket at that epoch, as an array; empty when none is ready';
+
+/*
+ * bucket_report_many(bucket, instance, kind, services, batches, epochs,
+ * words): what the batched reports share: one bucket_report per row, each
+ * in a subtransaction of its own, so that a row refused (stale epoch, not
+ * in flight, unknown batch, NULL) is answered with its SQLSTATE and
+ * message and does not undo the others. Each row is fenced by its own
+ * epoch.
+ */
+CREATE FUNCTION gridha_internal.bucket_report_many(bucket integer, instance_id uuid, kind text,
+                                                   service_ids text[], batch_ids text[], epochs bigint[],
+                                                   words text[])
+RETURNS gridha.bucket_report_result[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    out gridha.bucket_report_result[] := '{}';
+    st gridha.batch_status;
+    code text;
+    msg text;
+    i integer;
+BEGIN
+    FOR i IN 1 .. coalesce(pg_catalog.cardinality(service_ids), 0) LOOP
+        st := NULL;
+        code := NULL;
+        msg := NULL;
+        BEGIN
+            IF service_ids[i] IS NULL OR batch_ids[i] IS NULL OR epochs[i] IS NULL OR words[i] IS NULL THEN
+                RAISE EXCEPTION 'a report row must name a service, a batch, an epoch and a %',
+                                CASE kind WHEN 'submission' THEN 'outcome' ELSE 'status' END
+                    USING ERRCODE = '22004';
+            END IF;
+            IF kind = 'submission' THEN
+                st := gridha_internal.bucket_report(bucket, instance_id, service_ids[i], batch_ids[i], epochs[i],
+                        '{submitting}',
+                        CASE words[i] WHEN 'accepted' THEN 'pending'::gridha.batch_status
+                                      WHEN 'delayed' THEN 'delayed'::gridha.batch_status
+                                      ELSE 'invalid'::gridha.batch_status END);
+            ELSE
+                st := gridha_internal.bucket_report(bucket, instance_id, service_ids[i], batch_ids[i], epochs[i],
+                        '{pending,valid}', words[i]::gridha.batch_status);
+            END IF;
+        EXCEPTION WHEN OTHERS THEN
+            GET STACKED DIAGNOSTICS code = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
+            st := NULL;
+        END;
+        out := out || ROW(service_ids[i], batch_ids[i], st, code, msg)::gridha.bucket_report_result;
+    END LOOP;
+    RETURN out;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.bucket_report_many(integer, uuid, text, text[], text[], bigint[], text[]) IS
+'Citus mode: what the batched per-bucket reports share: one fenced report per row, each in a subtransaction of its own; a refused row is answered with its SQLSTATE and does not undo the others';
+
+CREATE FUNCTION gridha.bucket_report_submissions(bucket integer, instance_id uuid,
+                                                 reports gridha.submission_report[])
+RETURNS gridha.bucket_report_result[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+BEGIN
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text,
+                                              CASE WHEN reports IS NOT NULL THEN '' END]);
+    RETURN gridha_internal.bucket_report_many(bucket, instance_id, 'submission',
+        ARRAY(SELECT r.service_id FROM pg_catalog.unnest(reports) WITH ORDINALITY AS r(service_id, batch_id, epoch, outcome, detail, o) ORDER BY r.o),
+        ARRAY(SELECT r.batch_id FROM pg_catalog.unnest(reports) WITH ORDINALITY AS r(service_id, batch_id, epoch, outcome, detail, o) ORDER BY r.o),
+        ARRAY(SELECT r.epoch FROM pg_catalog.unnest(reports) WITH ORDINALITY AS r(service_id, batch_id, epoch, outcome, detail, o) ORDER BY r.o),
+        ARRAY(SELECT r.outcome::text FROM pg_catalog.unnest(reports) WITH ORDINALITY AS r(service_id, batch_id, epoch, outcome, detail, o) ORDER BY r.o));
+END
+$$;
+
+COMMENT ON FUNCTION gridha.bucket_report_submissions(integer, uuid, gridha.submission_report[]) IS
+'Citus mode: many bucket_report_submission of one bucket in one call, one gridha.submission_report per batch, each fenced by its own epoch: one element per row, in the order given, with its new status or the SQLSTATE and message that refused it (a refused row does not undo the others); detail is not stored in the mode';
+
+CREATE FUNCTION gridha.bucket_report_statuses(bucket integer, instance_id uuid,
+                                              reports gridha.status_report[])
+RETURNS gridha.bucket_report_result[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+BEGIN
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text,
+                                              CASE WHEN reports IS NOT NULL THEN '' END]);
+    RETURN gridha_internal.bucket_report_many(bucket, instance_id, 'status',
+        ARRAY(SELECT r.service_id FROM pg_catalog.unnest(reports) WITH ORDINALITY AS r(service_id, batch_id, epoch, status, detail, o) ORDER BY r.o),
+        ARRAY(SELECT r.batch_id FROM pg_catalog.unnest(reports) WITH ORDINALITY AS r(service_id, batch_id, epoch, status, detail, o) ORDER BY r.o),
+        ARRAY(SELECT r.epoch FROM pg_catalog.unnest(reports) WITH ORDINALITY AS r(service_id, batch_id, epoch, status, detail, o) ORDER BY r.o),
+        ARRAY(SELECT r.status::text FROM pg_catalog.unnest(reports) WITH ORDINALITY AS r(service_id, batch_id, epoch, status, detail, o) ORDER BY r.o));
+END
+$$;
+
+COMMENT ON FUNCTION gridha.bucket_report_statuses(integer, uuid, gridha.status_report[]) IS
+'Citus mode: many bucket_report_status of one bucket in one call, one gridha.status_report per batch, each fenced by its own epoch: one element per row, in the order given, with its new status or the SQLSTATE and message that refused it (a refused row does not undo the others); detail is not stored in the mode';
+
+REVOKE ALL ON FUNCTION
+    gridha.bucket_next_batches(integer, uuid, bigint, integer),
+    gridha.bucket_report_submissions(integer, uuid, gridha.submission_report[]),
+    gridha.bucket_report_statuses(integer, uuid, gridha.status_report[]),
+    gridha_internal.bucket_report_many(integer, uuid, text, text[], text[], bigint[], text[])
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    gridha.bucket_next_batches(integer, uuid, bigint, integer),
+    gridha.bucket_report_submissions(integer, uuid, gridha.submission_report[]),
+    gridha.bucket_report_statuses(integer, uuid, gridha.status_report[])
 TO gridha_submitter;

@@ -238,7 +238,7 @@ gridha_check_tables(void)
 					(errcode(ERRCODE_GRIDHA_CITUS_MODE),
 					 errmsg("gridha is in Citus mode, where this function does not run"),
 					 errdetail("gridha.citus_setup laid gridha out by bucket in this database; only the per-bucket functions serve it so far."),
-					 errhint("Call the per-bucket functions, each as a statement of its own: gridha.bucket_enqueue, gridha.bucket_acquire, gridha.bucket_renew, gridha.bucket_takeover, gridha.bucket_release, gridha.bucket_next_batch, gridha.bucket_report_submission and gridha.bucket_report_status (docs/citus.md).")));
+					 errhint("Call the per-bucket functions, each as a statement of its own: gridha.bucket_enqueue, gridha.bucket_acquire, gridha.bucket_renew, gridha.bucket_takeover, gridha.bucket_release, gridha.bucket_next_batch, gridha.bucket_report_submission, gridha.bucket_report_status and their batched forms (docs/citus.md).")));
 		}
 	}
 

@@ -170,6 +170,10 @@ INSERT INTO tap_grants VALUES
  ('submitter', 'function', 'gridha.bucket_next_batch(integer, uuid, bigint)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.bucket_report_submission(integer, uuid, text, text, bigint, text)', 'EXECUTE'),
  ('submitter', 'function', 'gridha.bucket_report_status(integer, uuid, text, text, bigint, text)', 'EXECUTE'),
+ -- the Citus mode (issue 43.4): the batched per-bucket hand-out and reports
+ ('submitter', 'function', 'gridha.bucket_next_batches(integer, uuid, bigint, integer)', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.bucket_report_submissions(integer, uuid, gridha.submission_report[])', 'EXECUTE'),
+ ('submitter', 'function', 'gridha.bucket_report_statuses(integer, uuid, gridha.status_report[])', 'EXECUTE'),
  ('submitter', 'function', 'gridha_internal.worker_orphans(uuid)', 'EXECUTE'),
  ('submitter', 'function', 'gridha_internal.rate_wait_ms(uuid)', 'EXECUTE'),
  ('submitter', 'function', 'gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[])', 'EXECUTE'),
@@ -451,7 +455,10 @@ SELECT set_eq(
              ('gridha.bucket_renew(integer, uuid, bigint, interval)'), ('gridha.bucket_release(integer, uuid, bigint)'),
              ('gridha.bucket_next_batch(integer, uuid, bigint)'),
              ('gridha.bucket_report_submission(integer, uuid, text, text, bigint, text)'),
-             ('gridha.bucket_report_status(integer, uuid, text, text, bigint, text)')$$,
+             ('gridha.bucket_report_status(integer, uuid, text, text, bigint, text)'),
+             ('gridha.bucket_next_batches(integer, uuid, bigint, integer)'),
+             ('gridha.bucket_report_submissions(integer, uuid, gridha.submission_report[])'),
+             ('gridha.bucket_report_statuses(integer, uuid, gridha.status_report[])')$$,
     'the SECURITY DEFINER functions are the API (the Citus mode''s per-bucket functions too), the enqueue trigger, the rate-state trigger, the trigger that removes the windows of deleted ID sequences, the one that locks the services before a target rename or delete and the one that moves a target''s totals with it');
 
 SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)

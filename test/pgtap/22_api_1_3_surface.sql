@@ -71,6 +71,7 @@ SELECT set_eq(
              ('gridha_internal.bucket_fence(integer,uuid,bigint,boolean)'), ('gridha_internal.bucket_args(text[])'),
              ('gridha_internal.bucket_report(integer,uuid,text,text,bigint,gridha.batch_status[],gridha.batch_status)'),
              ('gridha_internal.bucket_take(integer,uuid,interval,boolean)'), ('gridha_internal.bucket_unknown(text,text)'),
+             ('gridha_internal.bucket_report_many(integer,uuid,text,text[],text[],bigint[],text[])'),
              ('gridha_internal.instance_check(uuid,text,text,bigint)'),
              -- issue 42.1: the lease and maintenance functions and their C helpers
              ('gridha_internal.lease_call(text,uuid,text,bigint)'), ('gridha_internal.lease_done(uuid)'),
@@ -96,7 +97,7 @@ SELECT set_eq(
              ('gridha_internal.register_touch(uuid,text[])'), ('gridha_internal.worker_owner(uuid)'),
              -- issue 42.1: the targets' load, a refused report's diagnosis
              ('gridha_internal.targets_load()'), ('gridha_internal.report_diagnose(text,text)')$$,
-    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers, the targets'' load and a refused report''s diagnosis (issue 42.1), and the Citus mode''s five helpers (issue 43.2)');
+    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers, the targets'' load and a refused report''s diagnosis (issue 42.1), and the Citus mode''s six helpers (issue 43.2; the batched reports'' one, 43.4)');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass

@@ -5,7 +5,8 @@
 --   gridha.citus_setup without Citus is refused (RG031) (that a refused
 --   call changes nothing is not checked here: error_of runs it in a
 --   subtransaction, whose rollback would undo any change);
---   the per-bucket functions outside the mode are refused (RG037);
+--   the per-bucket functions outside the mode are refused (RG037), the
+--   batched ones too;
 --   gridha.bucket_of is the same immutable hash everywhere (values pinned
 --   here: a change would move services between buckets of a running
 --   cluster);
@@ -14,7 +15,7 @@
 --   the library's entry points refuse with RG035, naming the per-bucket
 --   functions; after the rollback gridha runs again.
 BEGIN;
-SELECT plan(10);
+SELECT plan(11);
 
 \o /dev/null
 SELECT gridha.expiry_settings();        -- loads the library
@@ -48,6 +49,11 @@ SELECT is(pg_temp.error_of('SELECT gridha.bucket_enqueue(42, ''s1'', ''b1'', ''\
 SELECT is(pg_temp.error_of('SELECT gridha.bucket_next_batch(42, ''aaaaaaaa-0000-0000-0000-000000000024'', 1)'),
           'RG037|gridha is not in Citus mode in this database',
           'bucket_next_batch outside the Citus mode is refused (RG037)');
+SELECT is(ARRAY[pg_temp.error_of('SELECT gridha.bucket_next_batches(42, ''aaaaaaaa-0000-0000-0000-000000000024'', 1, 10)'),
+                pg_temp.error_of('SELECT gridha.bucket_report_submissions(42, ''aaaaaaaa-0000-0000-0000-000000000024'', ''{}'')'),
+                pg_temp.error_of('SELECT gridha.bucket_report_statuses(42, ''aaaaaaaa-0000-0000-0000-000000000024'', ''{}'')')],
+          array_fill('RG037|gridha is not in Citus mode in this database'::text, ARRAY[3]),
+          'the batched bucket_next_batches, bucket_report_submissions and bucket_report_statuses outside the Citus mode are refused (RG037)');
 
 SELECT is(ARRAY[gridha.bucket_of('s1'), gridha.bucket_of('s2'), gridha.bucket_of('s1', 128),
                 gridha.bucket_of('', 64), gridha.bucket_of('service-ä', 4096)],

@@ -26,7 +26,7 @@
 #             buckets while a second call at the same time waits for it
 #             and is refused (RG034)
 #   layout    the three bucket tables distributed by bucket and co-located,
-#             the eight per-bucket functions distributed by bucket with
+#             the eleven per-bucket functions distributed by bucket with
 #             them, a call sent whole to a worker (citus.log_remote_commands);
 #             next_batch, enqueue, acquire_claims and report_submission of
 #             gridha's library refused in the mode (RG035)
@@ -61,6 +61,15 @@
 #   setrole   what a delegated call sees on the worker after SET ROLE on
 #             the coordinator (session_user, current_user)
 #   checks    what the rows show at the end (each check below says what)
+#   batched   a bucket of its own, services X, Y, Z: bucket_next_batches
+#             hands out at most n heads, one per service, the service
+#             waiting longest first, at the bucket's worker; after a release
+#             and acquire they go out again at the new epoch, and a call at
+#             the old one is refused (RG001); bucket_report_submissions and
+#             bucket_report_statuses answer each row in order, fenced by its
+#             own epoch: a stale row, an unknown batch, a NULL row and a
+#             report of a batch not accepted are refused with their
+#             SQLSTATEs while the other rows pass
 #
 # Runs on PostgreSQL's TAP framework (PostgreSQL::Test::Cluster). Run by
 # `make test` (test/run.sh, part 032_citus_mode) and by `make
@@ -78,7 +87,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-my $NTESTS = 20;
+my $NTESTS = 22;
 my $A = 'aaaaaaaa-0000-0000-0000-000000000032';
 my $B = 'bbbbbbbb-0000-0000-0000-000000000032';
 my $NSERVICES = 24;
@@ -215,13 +224,13 @@ my $probe = one(q{SELECT gridha.bucket_of('probe', 64)});
 diag("layout: $layout\nfunctions: $functions\n$delegated");
 ok( $layout eq
 	  'gridha.bucket_batches/h/bucket,gridha.bucket_claims/h/bucket,gridha.bucket_services/h/bucket 1'
-	  && $functions eq '8 true'
+	  && $functions eq '11 true'
 	  && $delegated =~ /issuing SELECT gridha\.bucket_renew\(0, 'cccccccc-0000-0000-0000-000000000032'::uuid/
 	  && $delegated =~ /on server postgres\@localhost:(\d+)/
 	  && $1 != $coord->port
 	  && $delegated =~ /ERROR:  RG001: stale claim on bucket 0/
 	  && $delegated =~ /issuing SELECT gridha\.bucket_renew\($probe, 'cccccccc-0000-0000-0000-000000000032'::uuid/,
-	'layout: the three bucket tables distributed by bucket, co-located; the eight per-bucket functions distributed by bucket with them; a call is sent whole to a worker, with gridha.bucket_of(...) folded to its bucket'
+	'layout: the three bucket tables distributed by bucket, co-located; the eleven per-bucket functions distributed by bucket with them; a call is sent whole to a worker, with gridha.bucket_of(...) folded to its bucket'
 );
 
 my $mode = '';
@@ -673,6 +682,86 @@ ok( $moved
 	  && $busy_rows == $per_bucket{$busy} * $NBATCHES
 	  && $order eq '0/0/0/0',
 	"move: the shard of the busiest bucket moved to the other worker mid-run (citus_move_shard_placement, block_writes), and its $per_bucket{$busy} services' batches were all committed, none lost or out of order"
+);
+
+# ---------------------------------------------------------------------------
+# batched: the batched per-bucket hand-out and reports (issue 43.4), on a
+# bucket of their own with three services X, Y, Z (xb1, yb1, xb2, zb1
+# enqueued in that order), held by A. Each call a statement of its own
+# (Citus sends it to the bucket's worker), its array read back by psql.
+
+my %taken = map { $_ => 1 } (keys %holder, $fb, $gb);
+my ($hb, %in_hb);
+foreach my $i (1 .. 2000)
+{
+	my $b = one("SELECT gridha.bucket_of('h$i', 64)");
+	next if $taken{$b};
+	push @{ $in_hb{$b} }, "h$i";
+	if (@{ $in_hb{$b} } == 3)
+	{
+		$hb = $b;
+		last;
+	}
+}
+my ($X, $Y, $Z) = @{ $in_hb{$hb} };
+one("SELECT gridha.bucket_enqueue($hb, '$_->[0]', '$_->[1]', '\\x01')")
+  foreach ([ $X, 'xb1' ], [ $Y, 'yb1' ], [ $X, 'xb2' ], [ $Z, 'zb1' ]);
+my $he1 = one("SELECT gridha.bucket_acquire($hb, '$A', '10 min')");
+
+# handed(ARRAY): "service/batch/epoch/attempts" of each element, in order
+sub handed_sql
+{
+	my ($call) = @_;
+	return qq{SET citus.log_remote_commands = on;
+SET client_min_messages = notice;
+SELECT $call AS h \\gset
+RESET citus.log_remote_commands;
+SELECT 'got ' || coalesce(string_agg(service_id || '/' || batch_id || '/' || epoch || '/' || attempts, ',' ORDER BY o), '')
+  FROM unnest(:'h'::gridha.bucket_batch[]) WITH ORDINALITY AS x(service_id, batch_id, seq, payload, epoch, attempts, o);
+};
+}
+my $b1 = run($coord, handed_sql("gridha.bucket_next_batches($hb, '$A', $he1, 2)"));
+my $hrel = one("SELECT gridha.bucket_release($hb, '$A', $he1)");
+my $he2 = one("SELECT gridha.bucket_acquire($hb, '$A', '10 min')");
+my $b2 = run($coord, handed_sql("gridha.bucket_next_batches($hb, '$A', $he2, 10)"));
+my $bstale = run($coord, "SELECT gridha.bucket_next_batches($hb, '$A', $he1, 10)");
+my ($XY1, $XY2) = sort ($X, $Y);
+my %first = ($X => 'xb1', $Y => 'yb1');
+diag("batched hand-outs on bucket $hb ($X, $Y, $Z): epochs $he1 $he2 (release: $hrel)\nfirst:\n$b1\nafter the release:\n$b2\nat the old epoch:\n$bstale");
+ok( $b1 =~ /issuing SELECT gridha\.bucket_next_batches\($hb, 'aaaaaaaa-0000-0000-0000-000000000032'::uuid, /
+	  && $b1 =~ /on server postgres\@localhost:(\d+)/
+	  && $1 != $coord->port
+	  && $b1 =~ /^got $X\/xb1\/$he1\/1,$Y\/yb1\/$he1\/1$/m
+	  && $he2 == $he1 + 1
+	  && $b2 =~ /^got $Z\/zb1\/$he2\/1,$XY1\/$first{$XY1}\/$he2\/2,$XY2\/$first{$XY2}\/$he2\/2$/m
+	  && sqlstate_of($bstale) eq 'RG001',
+	'batched: bucket_next_batches is sent whole to the bucket\'s worker and hands out at most max_batches heads, one per service, the service waiting longest first (xb1 and yb1, not xb2 behind xb1; after a release and acquire, zb1 then xb1 and yb1 again at the new epoch); at the old epoch it is refused (RG001)'
+);
+
+# reports: per row, fenced by the row's own epoch; a refused row leaves
+# the others
+my $rep_sql = sub {
+	my ($call) = @_;
+	return qq{SELECT $call AS r \\gset
+SELECT 'rep ' || string_agg(coalesce(status::text, sqlstate), ',' ORDER BY o)
+  FROM unnest(:'r'::gridha.bucket_report_result[]) WITH ORDINALITY AS x(service_id, batch_id, status, sqlstate, message, o);
+};
+};
+my $s1 = run($coord, $rep_sql->("gridha.bucket_report_submissions($hb, '$A', ARRAY[
+    ('$X', 'xb1', $he2, 'accepted', NULL), ('$Y', 'yb1', $he1, 'accepted', NULL),
+    ('$Z', 'zb1', $he2, 'rejected', NULL), ('$X', 'nosuch', $he2, 'accepted', NULL),
+    NULL]::gridha.submission_report[])"));
+my $s2 = run($coord, $rep_sql->("gridha.bucket_report_statuses($hb, '$A', ARRAY[
+    ('$X', 'xb1', $he2, 'committed', NULL), ('$Y', 'yb1', $he2, 'committed', NULL)]::gridha.status_report[])"));
+my $b3 = run($coord, handed_sql("gridha.bucket_next_batches($hb, '$A', $he2, 10)"));
+my $hrows = one("SELECT string_agg(batch_id || '/' || status || '/' || epoch || '/' || attempts, ',' ORDER BY batch_id)
+  FROM gridha.bucket_batches WHERE bucket = $hb");
+diag("batched reports:\nsubmissions: $s1\nstatuses: $s2\nthen: $b3\nrows $hrows");
+ok( $s1 =~ /^rep pending,RG001,invalid,RG003,22004$/m
+	  && $s2 =~ /^rep committed,RG002$/m
+	  && $b3 =~ /^got $X\/xb2\/$he2\/1$/m
+	  && $hrows eq "xb1/committed/$he2/2,xb2/submitting/$he2/1,yb1/submitting/$he2/2,zb1/invalid/$he2/1",
+	'batched: bucket_report_submissions and bucket_report_statuses answer one element per row in order, each fenced by its own epoch: the row at the old epoch is refused (RG001), an unknown batch (RG003), a NULL row (22004), a committed report of a batch not accepted (RG002), while the other rows pass (pending, invalid, committed); the refused batch stays as it was and X\'s next batch follows'
 );
 
 my $logs = join('', map { slurp($_->logfile) } @nodes);
