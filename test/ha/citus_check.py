@@ -83,8 +83,10 @@ def main():
     # ---- calls
     calls = defaultdict(lambda: defaultdict(int))
     for e in events:
+        if e.get('kind') == 'crash':
+            bad('lost', 'a client crashed: %s %s' % (e['who'], e.get('message')))
         if 'outcome' in e and e.get('kind') not in ('connect', 'drop', 'adopt', 'pause', 'resume', 'exit',
-                                                    'producer-done'):
+                                                    'producer-done', 'crash'):
             calls[e['kind']][e['outcome']] += 1
     fig['calls'] = {k: dict(v) for k, v in sorted(calls.items())}
     fig['connects'] = sum(1 for e in events if e.get('kind') == 'connect')
@@ -161,8 +163,10 @@ def main():
     # ---- order (the hand-outs in the logs)
     handouts = defaultdict(list)
     for e in events:
-        if e.get('kind') == 'next' and e['outcome'] == 'ok' and e['value'] not in ('<null>', None):
-            inner = e['value'][1:-1].split(',')
+        v = e.get('value') or ''
+        if e.get('kind') == 'next' and e['outcome'] == 'ok' and v.startswith('(') and v.endswith(')') \
+                and len(v[1:-1].split(',')) >= 6 and v[1:-1].split(',')[0] != '':
+            inner = v[1:-1].split(',')
             handouts[inner[0].strip('"')].append((int(inner[2]), int(e['epoch']), e['who'], inner[1].strip('"')))
     again = 0
     for s, hs in handouts.items():

@@ -209,6 +209,17 @@ def producer(c, a):
             time.sleep(a.pace)
 
 
+def handout(value):
+    """(service, batch) of a gridha.bucket_batch as psql prints it
+    ((service_id,batch_id,seq,payload,epoch,attempts)), None for none."""
+    if not value or not value.startswith('(') or not value.endswith(')'):
+        return None
+    inner = value[1:-1].split(',')
+    if len(inner) < 6 or inner[0] == '':
+        return None
+    return inner[0].strip('"'), inner[1].strip('"')
+
+
 def parse_claims(value):
     out = {}
     for part in (value or '').split(','):
@@ -333,7 +344,7 @@ def instance(c, a):
             if b not in held or c.stopping():
                 continue
             e = held[b]
-            for _ in range(2):
+            for _ in range(a.cycles):
                 if b not in held:
                     break
                 outcome, value, state = c.call(
@@ -345,11 +356,10 @@ def instance(c, a):
                     if outcome == 'unknown':
                         release_later(b, 'next unanswered')
                     break
-                if value == '<null>':
+                got = handout(value)
+                if got is None:
                     break
-                # (service_id,batch_id,seq,payload,epoch,attempts)
-                inner = value[1:-1].split(',')
-                sid, bid = inner[0].strip('"'), inner[1].strip('"')
+                sid, bid = got
                 late = False
                 if os.path.exists(a.pause_file):
                     c.rec(kind='pause', t0=time.time(), t1=time.time(), outcome='ok', bucket=b, epoch=e,
@@ -391,6 +401,7 @@ def main():
     p.add_argument('--lease', type=float, default=5.0)
     p.add_argument('--report-tries', type=int, default=30)
     p.add_argument('--max-seconds', type=float, default=600)
+    p.add_argument('--cycles', type=int, default=2, help='hand-outs per bucket per round')
     a = p.parse_args()
     c = Client(a)
     try:
@@ -399,6 +410,9 @@ def main():
             c.rec(kind='exit', t0=time.time(), t1=time.time(), outcome='ok')
         else:
             instance(c, a)
+    except Exception as ex:  # logged, then the end: the test sees no exit record
+        c.rec(kind='crash', t0=time.time(), t1=time.time(), outcome='unknown', message=repr(ex))
+        raise
     finally:
         c.db.close()
     return 0
