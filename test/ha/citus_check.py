@@ -222,9 +222,9 @@ def main():
     for e in events:
         if e.get('kind') == 'claims' and e['outcome'] == 'ok':
             for part in (e['value'] or '').split(','):
-                if part and part != '<null>':
-                    b, _, ep, _ = part.split(':')
-                    seqs[(e['who'], int(b))].append(int(ep))
+                f = part.split(':')
+                if len(f) == 4 and f[0].isdigit() and f[2].isdigit():
+                    seqs[(e['who'], int(f[0]))].append(int(f[2]))
     for smp in samples:
         for b, ep in smp['epochs'].items():
             seqs[('test', int(b))].append(int(ep))

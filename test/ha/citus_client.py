@@ -223,10 +223,11 @@ def handout(value):
 def parse_claims(value):
     out = {}
     for part in (value or '').split(','):
-        if not part or part == '<null>':
+        f = part.split(':')
+        if len(f) != 4 or not f[0].isdigit() or not f[2].isdigit():
             continue
-        b, h, e, x = part.split(':')
-        out[int(b)] = (None if h == '-' else h, int(e), x == 't')
+        b, h, e, x = f
+        out[int(b)] = (None if h == '-' else h, int(e), x in ('t', 'true'))
     return out
 
 

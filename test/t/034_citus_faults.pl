@@ -22,7 +22,8 @@
 #             bucket (bucket_next_batch, bucket_report_submission,
 #             bucket_report_status); every call and its answer, refused or
 #             lost ones included, go to their logs
-#   faults    in this order, each once, while the load runs:
+#   faults    in this order, each once, while the load runs (pause,
+#             coordinator, move, rebalance, worker):
 #             pause     one instance stops right after a hand-out (no
 #                       renewal, no call) until the others took over every
 #                       bucket it held, then tries its late reports
@@ -237,6 +238,45 @@ my $victim = $IDS[2];
 }
 
 # ---------------------------------------------------------------------------
+# coordinator: an immediate stop while a statement over several buckets runs
+
+{
+	my ($so, $se, $sto) = ('', '', 0);
+	$coord->psql($DB, q{DO $$
+DECLARE q text;
+BEGIN
+    FOR i IN 1 .. 600 LOOP
+        PERFORM pg_stat_clear_snapshot();
+        SELECT query INTO q FROM pg_stat_activity
+         WHERE state = 'active' AND pid <> pg_backend_pid()
+           AND (query LIKE 'SELECT ARRAY[gridha.bucket_enqueue%' OR query LIKE 'SELECT ARRAY[gridha.bucket_acquire%')
+         LIMIT 1;
+        EXIT WHEN q IS NOT NULL;
+        PERFORM pg_sleep(0.02);
+    END LOOP;
+    RAISE NOTICE 'seen: %', left(coalesce(q, '(none)'), 60);
+END
+$$}, stdout => \$so, stderr => \$se, timeout => 60, timed_out => \$sto);
+	my $seen = $se =~ /seen: (SELECT ARRAY\[gridha\.bucket_\w+)/ ? $1 : undef;
+	my ($o, $e) = ('', '');
+	my $t0 = time;
+	$coord->stop('immediate');
+	my $prep_sql = 'SELECT count(*) FROM pg_prepared_xacts';
+	my $prepared_left = join('/', map { ask($_, $prep_sql) // '?' } @nodes[ 1, 2 ]);
+	sleep 1;
+	$coord->start;
+	my $rec = ask($coord, 'SELECT recover_prepared_transactions()', 120);
+	my $prepared_after = join('/', map { ask($_, $prep_sql) // '?' } @nodes);
+	fault('coordinator', active => defined $seen ? 1 : 0, prepared_on_workers => $prepared_left,
+		recovered => $rec // '?', prepared_after => $prepared_after);
+	diag(sprintf('coordinator: a statement over several buckets was running: %s; stopped (immediate), started after %.1f s; '
+			  . 'prepared transactions left on the workers: %s; recover_prepared_transactions(): %s; then on every node: %s',
+			  defined $seen ? 'yes' : 'no', time - $t0, $prepared_left, $rec // 'failed', $prepared_after));
+	ok(defined $seen && defined $rec && $coord->safe_psql($DB, 'SELECT 1') eq '1',
+		'coordinator: stopped (immediate) while a statement over several buckets ran there, started again; its prepared transactions resolved by recover_prepared_transactions()');
+}
+
+# ---------------------------------------------------------------------------
 # move: the busiest bucket's shard to the other worker and back
 
 my %port_node = map { $nodes[$_]->port => $_ } 1, 2;
@@ -331,45 +371,6 @@ SELECT state FROM citus_rebalance_status() ORDER BY job_id DESC LIMIT 1},
 	diag("worker: kill -9 of n2 (postmaster $pid), restarted: $up, the cluster answered again after $down s");
 	ok($up && $serving, 'worker: a worker\'s postmaster killed (-9) under load and started again; the cluster answers');
 	sleep 3;
-}
-
-# ---------------------------------------------------------------------------
-# coordinator: an immediate stop while a statement over several buckets runs
-
-{
-	my ($so, $se, $sto) = ('', '', 0);
-	$coord->psql($DB, q{DO $$
-DECLARE q text;
-BEGIN
-    FOR i IN 1 .. 600 LOOP
-        PERFORM pg_stat_clear_snapshot();
-        SELECT query INTO q FROM pg_stat_activity
-         WHERE state = 'active' AND pid <> pg_backend_pid()
-           AND (query LIKE 'SELECT ARRAY[gridha.bucket_enqueue%' OR query LIKE 'SELECT ARRAY[gridha.bucket_acquire%')
-         LIMIT 1;
-        EXIT WHEN q IS NOT NULL;
-        PERFORM pg_sleep(0.02);
-    END LOOP;
-    RAISE NOTICE 'seen: %', left(coalesce(q, '(none)'), 60);
-END
-$$}, stdout => \$so, stderr => \$se, timeout => 60, timed_out => \$sto);
-	my $seen = $se =~ /seen: (SELECT ARRAY\[gridha\.bucket_\w+)/ ? $1 : undef;
-	my ($o, $e) = ('', '');
-	my $t0 = time;
-	$coord->stop('immediate');
-	my $prep_sql = 'SELECT count(*) FROM pg_prepared_xacts';
-	my $prepared_left = join('/', map { ask($_, $prep_sql) // '?' } @nodes[ 1, 2 ]);
-	sleep 1;
-	$coord->start;
-	my $rec = ask($coord, 'SELECT recover_prepared_transactions()', 120);
-	my $prepared_after = join('/', map { ask($_, $prep_sql) // '?' } @nodes);
-	fault('coordinator', active => defined $seen ? 1 : 0, prepared_on_workers => $prepared_left,
-		recovered => $rec // '?', prepared_after => $prepared_after);
-	diag(sprintf('coordinator: a statement over several buckets was running: %s; stopped (immediate), started after %.1f s; '
-			  . 'prepared transactions left on the workers: %s; recover_prepared_transactions(): %s; then on every node: %s',
-			  defined $seen ? 'yes' : 'no', time - $t0, $prepared_left, $rec // 'failed', $prepared_after));
-	ok(defined $seen && defined $rec && $coord->safe_psql($DB, 'SELECT 1') eq '1',
-		'coordinator: stopped (immediate) while a statement over several buckets ran there, started again; its prepared transactions resolved by recover_prepared_transactions()');
 }
 
 # ---------------------------------------------------------------------------
