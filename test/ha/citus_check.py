@@ -7,6 +7,7 @@ violations with examples (0 = holds).
 Sources (in the run directory):
   *.log           every client's calls and answers (test/ha/citus_client.py)
   samples.jsonl   the test's own samples of every bucket's epoch
+  ids.json        each client's name and its instance id
   batches.csv     gridha.bucket_batches at the end: bucket, service_id,
                   batch_id, seq, payload (text), status, epoch, attempts,
                   instance_id, handed_out_at, finished_at (epoch seconds)
@@ -186,7 +187,8 @@ def main():
     fig['handed_out_again'] = again
 
     # ---- epochs: the history
-    owner = {}      # (bucket, epoch) -> instance
+    owner = {}      # (bucket, epoch) -> the first instance it was given to
+    owners = defaultdict(set)  # (bucket, epoch) -> every instance it was given to
     answered = defaultdict(list)  # bucket -> [(t1, epoch)] of takes answered
     twice = 0
     takes = 0
@@ -198,6 +200,7 @@ def main():
             twice += 1
             bad('epochs', 'bucket %d epoch %d given to %s and %s' % (b, ep, owner[k], who))
         owner.setdefault(k, who)
+        owners[k].add(who)
         answered[b].append((t1, ep))
 
     for e in events:
@@ -242,12 +245,14 @@ def main():
     # ---- stale writes accepted
     stale = 0
     accepted = 0
+    writers = defaultdict(set)
     for e in events:
         if e.get('kind') not in WRITES or e['outcome'] != 'ok':
             continue
         accepted += 1
         b, ep = int(e['bucket']), int(e['epoch'])
-        if owner.get((b, ep)) != e['who']:
+        writers[(b, ep)].add(e['who'])
+        if e['who'] not in owners.get((b, ep), ()):
             stale += 1
             bad('stale', '%s accepted for %s at bucket %d epoch %d, given to %s'
                 % (e['kind'], e['who'], b, ep, owner.get((b, ep))))
@@ -257,11 +262,21 @@ def main():
             stale += 1
             bad('stale', '%s of %s at bucket %d epoch %d sent %.3f s after a higher epoch was given'
                 % (e['kind'], e['who'], b, ep, e['t0'] - min(later)))
+    # an epoch given to two instances: a stale write is accepted when both
+    # had writes accepted at it
+    for k, ws in writers.items():
+        if len(ws) > 1:
+            stale += 1
+            bad('stale', 'bucket %d epoch %d: writes of %s accepted' % (k[0], k[1], sorted(ws)))
+    ID = {}
+    if os.path.exists(os.path.join(run, 'ids.json')):
+        with open(os.path.join(run, 'ids.json')) as fh:
+            ID = json.load(fh)
     for r in rows:
         if not r['epoch']:
             continue
         k = (int(r['bucket']), int(r['epoch']))
-        if owner.get(k) is None or owner[k] != r['instance_id']:
+        if not owners.get(k) or r['instance_id'] not in {ID.get(w, w) for w in owners[k]}:
             stale += 1
             bad('stale', 'batch %s final at bucket %d epoch %d by %s, given to %s'
                 % (r['batch_id'], k[0], k[1], r['instance_id'], owner.get(k)))

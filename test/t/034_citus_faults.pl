@@ -156,6 +156,12 @@ sub sample
 	close $fh;
 }
 
+{
+	open my $fh, '>', "$run/ids.json" or die;
+	print $fh encode_json({ map { $NAMES[$_] => $IDS[$_] } 0 .. 3 });
+	close $fh;
+}
+
 my @clients;
 sub client
 {
