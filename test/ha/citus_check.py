@@ -42,6 +42,7 @@ Usage: citus_check.py RUN_DIR
 """
 
 import csv
+import datetime
 import glob
 import json
 import os
@@ -49,6 +50,10 @@ import sys
 from collections import defaultdict
 
 WRITES = {'next', 'report-submission', 'report-status', 'renew', 'release'}
+
+
+def utc(t):
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime('%H:%M:%S.%f')[:-3]
 
 
 def main():
@@ -189,6 +194,7 @@ def main():
     # ---- epochs: the history
     owner = {}      # (bucket, epoch) -> the first instance it was given to
     owners = defaultdict(set)  # (bucket, epoch) -> every instance it was given to
+    first_at = {}
     answered = defaultdict(list)  # bucket -> [(t1, epoch)] of takes answered
     twice = 0
     takes = 0
@@ -198,7 +204,9 @@ def main():
         k = (b, ep)
         if k in owner and owner[k] != who:
             twice += 1
-            bad('epochs', 'bucket %d epoch %d given to %s and %s' % (b, ep, owner[k], who))
+            bad('epochs', 'bucket %d epoch %d given to %s and %s (answered at %s and %s UTC)'
+                % (b, ep, owner[k], who, utc(first_at[k]), utc(t1)))
+        first_at.setdefault(k, t1)
         owner.setdefault(k, who)
         owners[k].add(who)
         answered[b].append((t1, ep))

@@ -139,6 +139,8 @@ my @fault_log;
 sub fault
 {
 	my ($kind, %what) = @_;
+	my @t = gmtime(time);
+	$what{ended_at} = sprintf('%02d:%02d:%02d UTC', @t[ 2, 1, 0 ]);
 	push @{ $faults{$kind} }, \%what;
 	push @fault_log, "$kind: " . join(', ', map { "$_ $what{$_}" } sort keys %what);
 	note("fault $kind");
