@@ -16,7 +16,8 @@ Properties:
   lost          every batch whose enqueue was answered is in the table,
                 exactly once (by service and k), and final; every row is one
                 the producer sent (answered or unknown: an unknown one may
-                be there or not, counted); no row is not final
+                be there or not, counted); no row is not final; (also
+                counted here) no client ended on an error of its own
   order         per service, k rises with seq, seqs are 1..n, each batch
                 was handed out (last) after the previous one was final and
                 finished after it; in the clients' logs, the hand-outs of a
