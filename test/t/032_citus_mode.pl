@@ -28,8 +28,10 @@
 #   layout    the three bucket tables distributed by bucket and co-located,
 #             the eight per-bucket functions distributed by bucket with
 #             them, a call sent whole to a worker (citus.log_remote_commands);
-#             next_batch, enqueue, acquire_claims and report_submission of
-#             gridha's library refused in the mode (RG035)
+#             enqueue, register_instance, claimed_batches and the batched
+#             report_submissions of gridha's library refused in the mode
+#             (RG035; next_batch and the single reports serve the mode:
+#             test/t/035_citus_loop.pl)
 #   run       services s01..s24; a producer enqueues 10 batches into each
 #             (2 before the instances start, 8 while they run); instance A
 #             takes half of the services' buckets, B the other half
@@ -226,17 +228,17 @@ ok( $layout eq
 
 my $mode = '';
 foreach my $call (
-	"SELECT * FROM gridha.next_batch('$A')",
 	"SELECT gridha.enqueue('s01', 'x', '\\x00')",
-	"SELECT * FROM gridha.acquire_claims('$A')",
-	"SELECT gridha.report_submission('$A', 's01', 'x', 1, 'accepted')")
+	"SELECT gridha.register_instance()",
+	"SELECT * FROM gridha.claimed_batches('$A')",
+	"SELECT * FROM gridha.report_submissions('$A', ARRAY[]::gridha.submission_report[])")
 {
 	$mode .= run($coord, $call) . "\n";
 }
 diag("library calls in the mode:\n$mode");
 my @rg035 = ($mode =~ /ERROR:  RG035: gridha is in Citus mode, where this function does not run/g);
-ok(@rg035 == 4 && $mode =~ /HINT:  Call the per-bucket functions/,
-	'layout: next_batch, enqueue, acquire_claims and report_submission of the library are refused in the mode (RG035), naming the per-bucket functions'
+ok(@rg035 == 4 && $mode =~ /HINT:  Enqueue with gridha.bucket_enqueue; submit through gridha.next_batch/,
+	'layout: enqueue, register_instance, claimed_batches and the batched report_submissions of the library are refused in the mode (RG035), naming the calls that serve it'
 );
 
 # ---------------------------------------------------------------------------
