@@ -4088,8 +4088,9 @@ BEGIN
                 mine := mine + 1;
             END IF;
             mine_ready := mine_ready + b.ready;
-            IF t >= b.hard_expiry - lease + every OR b.ready + b.flying = 0 THEN
-                due := true;                -- a renewal due, or a bucket to give back
+            IF t >= b.hard_expiry - lease + every OR b.hard_expiry > t + lease
+               OR b.ready + b.flying = 0 THEN
+                due := true;                -- a renewal due (or a shorter lease), or a bucket to give back
             END IF;
         ELSIF b.holder IS NOT NULL AND b.hard_expiry >= t THEN
             IF NOT b.holder = ANY (coalesce(live, '{}')) THEN
@@ -4143,7 +4144,7 @@ BEGIN
             END IF;
             keep_one := false;
             BEGIN
-                IF t >= b.hard_expiry - lease + every THEN
+                IF t >= b.hard_expiry - lease + every OR b.hard_expiry > t + lease THEN
                     PERFORM gridha.bucket_renew(b.bucket, instance_id, b.epoch, lease);
                     b.hard_expiry := t + lease;
                 END IF;
