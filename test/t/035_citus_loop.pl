@@ -103,7 +103,7 @@ ok($setup =~ /^64$/m && $rows eq ($NSERVICES * $NBATCHES) . "/$NSERVICES/$nbucke
 # ---------------------------------------------------------------------------
 # the loop
 
-my %done;         # service -> batches committed so far (read before each round)
+my %done;         # service -> batches committed so far (read before each hand-out)
 my %seen_epoch;   # "bucket/epoch" -> instance handed out to
 my %max_epoch;    # bucket -> highest epoch seen
 my @order_bad;
@@ -116,6 +116,9 @@ my %renew = (A => '1s', B => '1s', C => '1s');
 sub handout
 {
 	my ($x, $n) = @_;
+	# what each service has committed: its next hand-out must be the next seq
+	%done = map { split /\|/ } split /\n/, one(q{SELECT service_id || '|' || count(*)
+		FROM gridha.bucket_batches WHERE status = 'committed' GROUP BY service_id});
 	my $sql = "SET gridha.hard_expiry = '$lease{$x}'; SET gridha.soft_expiry = '$lease{$x}';"
 	  . " SET gridha.renew_interval = '$renew{$x}';\n"
 	  . join('', map { "SELECT service_id || '|' || batch_id || '|' || epoch FROM gridha.next_batch('$ID{$x}');\n" } 1 .. $n);
@@ -180,9 +183,6 @@ sub round
 {
 	my @who = @_;
 	my %got;
-	# what each service has committed: its next hand-out must be the next seq
-	%done = map { split /\|/ } split /\n/, one(q{SELECT service_id || '|' || count(*)
-		FROM gridha.bucket_batches WHERE status = 'committed' GROUP BY service_id});
 	$got{$_} = [ handout($_, $PER_CALL) ] foreach @who;
 	$multi_flight++ if flights() ne '0';
 	my $out = '';
