@@ -110,7 +110,7 @@ my @order_bad;
 my @epoch_bad;
 my $multi_flight = 0;
 my %lease = (A => '60s', B => '60s', C => '60s');
-my %renew = (A => '1s', B => '1s', C => '1s');
+my %renew = (A => '10s', B => '10s', C => '10s');
 
 # handout(X, N): X's N next_batch calls in one session; the batches it got
 sub handout
@@ -173,7 +173,7 @@ sub holders
 		                WHERE s.bucket = c.bucket AND (s.ready_at IS NOT NULL OR s.in_flight))}))
 	{
 		my ($h, $live) = split /\|/, $l;
-		if ($h ne '-' && $live eq 't' && $who{$h}) { $n{ $who{$h} }++ }
+		if ($h ne '-' && $live eq 'true' && $who{$h}) { $n{ $who{$h} }++ }
 		else { $n{none}++ }
 	}
 	return %n;
