@@ -4064,6 +4064,7 @@ DECLARE
     mine_ready integer := 0;
     free_work integer := 0;
     starved boolean;
+    needy boolean := false;
     give integer;
     due boolean := force;
     keep_one boolean;
@@ -4105,15 +4106,16 @@ BEGIN
     lo := w / nlive;
     starved := mine_ready = 0;
     give := greatest(mine - hi, 0);
-    IF give = 0 AND mine > lo AND free_work = 0 AND nlive > 1 THEN
-        -- one above floor(W / L) gives one back while a live holder is below it
-        IF EXISTS (SELECT 1 FROM unnest(live) l(h)
-                    WHERE (SELECT pg_catalog.count(*) FROM unnest(bs) x
-                            WHERE x.holder = l.h AND x.ready + x.flying > 0) < lo) THEN
-            give := 1;
-        END IF;
+    IF nlive > 1 THEN
+        -- a live holder below floor(W / L)
+        needy := EXISTS (SELECT 1 FROM unnest(live) l(h)
+                          WHERE (SELECT pg_catalog.count(*) FROM unnest(bs) x
+                                  WHERE x.holder = l.h AND x.ready + x.flying > 0) < lo);
     END IF;
-    IF give > 0 OR (free_work > 0 AND (mine < hi OR starved)) OR mine_all = 0 THEN
+    IF give = 0 AND mine > lo AND free_work = 0 AND needy THEN
+        give := 1;          -- one above floor(W / L) gives one back to it
+    END IF;
+    IF give > 0 OR (free_work > 0 AND (mine < lo OR (mine < hi AND NOT needy) OR starved)) OR mine_all = 0 THEN
         due := true;
     END IF;
     IF NOT due THEN
@@ -4153,7 +4155,7 @@ BEGIN
                 mine_all := mine_all - 1;   -- taken over meanwhile: no longer its
             END;
         ELSIF b.ready + b.flying > 0 AND (b.holder IS NULL OR b.hard_expiry < t)
-              AND (mine < hi OR starved) THEN
+              AND (mine < lo OR (mine < hi AND NOT needy) OR starved) THEN
             IF b.holder IS NULL THEN
                 e := gridha.bucket_acquire(b.bucket, instance_id, lease);
             ELSE
