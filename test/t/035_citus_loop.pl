@@ -18,7 +18,7 @@
 #   cluster   a coordinator and two workers, citus and gridha created
 #   setup     gridha.citus_setup(64); a producer enqueues 3 batches into
 #             each of services c01..c60 (gridha.bucket_enqueue)
-#   run       rounds: A, B and C (leases of 60 s) each call next_batch 4
+#   run       rounds: A, B and C (leases of 60 s) each call next_batch 6
 #             times (one psql session each, every call a statement of its
 #             own); a reader then counts the services with more than one
 #             batch in flight; then each instance reports what it got
@@ -60,7 +60,7 @@ my %ID = (
 	C => 'cccccccc-0000-0000-0000-000000000035');
 my $NSERVICES = 60;
 my $NBATCHES = 3;
-my $PER_CALL = 4;    # next_batch calls of an instance per round
+my $PER_CALL = 6;    # next_batch calls of an instance per round
 
 plan tests => $NTESTS;
 
