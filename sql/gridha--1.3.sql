@@ -4033,7 +4033,9 @@ COMMENT ON FUNCTION gridha_internal.citus_buckets() IS
  * holders (lease running, the caller counted), each instance holds
  * ceil(W / L) buckets with work at most; one above gives back the
  * difference, and one above floor(W / L) gives back one while a live
- * holder has fewer than floor(W / L) and nothing is free. Work-conserving:
+ * holder has fewer than floor(W / L) and nothing is free; one at floor(W /
+ * L) or above takes no free bucket while such a holder is below it (that
+ * one takes it: no give-back and take-again). Work-conserving:
  * an instance with no head ready in its buckets takes free work and
  * expired buckets whatever its share. Buckets without work are given back
  * (an instance keeps one, so that the others count it); an instance that
