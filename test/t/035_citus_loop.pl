@@ -53,7 +53,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-my $NTESTS = 12;
+my $NTESTS = 13;
 my %ID = (
 	A => 'aaaaaaaa-0000-0000-0000-000000000035',
 	B => 'bbbbbbbb-0000-0000-0000-000000000035',
