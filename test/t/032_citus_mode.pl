@@ -49,7 +49,8 @@
 #             reports, hand-out and renewal at the old epoch are refused
 #             (RG001); B hands the batch out again and commits it and the
 #             next; B releases the bucket and A acquires it again (epoch + 1)
-#   lapsed    a bucket of its own: A's lease (1 s) runs out, nobody takes
+#   lapsed    a bucket of its own: A's lease (renewed for 1 ms after its
+#             first hand-out) runs out, nobody takes
 #             the bucket over: A's reports are accepted, its hand-out is
 #             refused (RG001, renew first); after a renewal the service's
 #             next batch is handed out
@@ -489,9 +490,12 @@ for my $i (1 .. 400)
 }
 my $gb = one("SELECT gridha.bucket_of('$g', 64)");
 one("SELECT gridha.bucket_enqueue($gb, '$g', 'gb$_', '\\x0$_')") foreach 1 .. 2;
-my $ge = one("SELECT gridha.bucket_acquire($gb, '$A', '1 s')");
+# the lease: 10 min for the first hand-out, then cut to 1 ms by a renewal
+# (a 1 s lease could run out before the hand-out on a loaded machine)
+my $ge = one("SELECT gridha.bucket_acquire($gb, '$A', '10 min')");
 my $gh1 = batch_of(one("SELECT gridha.bucket_next_batch($gb, '$A', $ge)"));
-sleep 2;
+one("SELECT gridha.bucket_renew($gb, '$A', $ge, '1 ms')");
+sleep 1;
 my $lapsed = one("SELECT hard_expiry < now() FROM gridha.bucket_claims WHERE bucket = $gb");
 my $grep = run($coord, "SELECT gridha.bucket_report_submission($gb, '$A', '$g', 'gb1', $ge, 'accepted')") . ','
   . run($coord, "SELECT gridha.bucket_report_status($gb, '$A', '$g', 'gb1', $ge, 'committed')");
