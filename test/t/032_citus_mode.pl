@@ -43,9 +43,10 @@
 #             (citus_move_shard_placement, block_writes); while the passes
 #             run, a reader counts services with more than one batch in
 #             flight
-#   fence     a bucket of its own: A acquires it with a 2 s lease and is
-#             handed its first batch; B's take-over is refused while the
-#             lease runs and succeeds after it ran out (epoch + 1); A's
+#   fence     a bucket of its own: A acquires it and is handed its first
+#             batch; B's take-over is refused while the lease runs, and
+#             succeeds after A's lease, cut to 1 ms by a renewal, ran out
+#             (epoch + 1); A's
 #             reports, hand-out and renewal at the old epoch are refused
 #             (RG001); B hands the batch out again and commits it and the
 #             next; B releases the bucket and A acquires it again (epoch + 1)
@@ -440,10 +441,14 @@ one("SELECT gridha.bucket_enqueue($fb, '$f', 'fb1', '\\x01')");
 one("SELECT gridha.bucket_enqueue($fb, '$f', 'fb2', '\\x02')");
 # batch_of(HANDOUT): the batch id of a gridha.bucket_batch as psql prints it
 sub batch_of { my ($h) = @_; return $h =~ /^\([^,]*,([^,]*),/ ? $1 : ''; }
-my $e1 = one("SELECT gridha.bucket_acquire($fb, '$A', '2 s')");
+# A's lease: 10 min while it is handed fb1 and B's take-over is refused,
+# then cut to 1 ms by a renewal (a 2 s lease could run out before the
+# hand-out or the refused take-over on a loaded machine)
+my $e1 = one("SELECT gridha.bucket_acquire($fb, '$A', '10 min')");
 my $h1 = batch_of(one("SELECT gridha.bucket_next_batch($fb, '$A', $e1)"));
 my $early = one("SELECT gridha.bucket_takeover($fb, '$B', '10 min')") eq '' ? 't' : 'f';
-sleep 3;
+one("SELECT gridha.bucket_renew($fb, '$A', $e1, '1 ms')");
+sleep 1;
 sample_epochs();
 my $e2 = one("SELECT gridha.bucket_takeover($fb, '$B', '10 min')");
 sample_epochs();
