@@ -2120,6 +2120,10 @@ AS $$
 DECLARE
     released integer;
 BEGIN
+    -- the Citus mode (gridha.citus_setup): its own path, by bucket
+    IF pg_catalog.to_regclass('gridha.bucket_claims') IS NOT NULL THEN
+        RETURN gridha_internal.citus_release_claims(release_claims.instance_id);
+    END IF;
     PERFORM gridha_internal.release_check(release_claims.instance_id);
     PERFORM 1 FROM gridha.service_claims c
       WHERE c.claimant = release_claims.instance_id
@@ -3293,3 +3297,498 @@ GRANT EXECUTE ON FUNCTION
     gridha.bucket_report_submissions(integer, uuid, gridha.submission_report[]),
     gridha.bucket_report_statuses(integer, uuid, gridha.status_report[])
 TO gridha_submitter;
+
+-- --- issue 43.2: the Citus mode's instance calls, balance by bucket ---
+--
+-- docs/citus.md, "Built: the instance calls". In the Citus mode the C entry
+-- points of next_batch, next_batches, renew_claims, acquire_claims and
+-- the reports hand the call over (src/tables.c, gridha_citus_handover) to
+-- gridha_internal.citus_<name> below, with the same arguments and result;
+-- release_claims checks the mode first. These run on the coordinator: one
+-- multi-shard read of the buckets without a lock, then one per-bucket
+-- function per bucket (each a router call on the bucket's shard: every
+-- locking statement stays within one bucket), in bucket order, in the
+-- caller's transaction.
+
+CREATE TYPE gridha_internal.citus_bucket AS (
+    bucket      integer,
+    holder      uuid,
+    holder_role name,
+    epoch       bigint,
+    hard_expiry timestamptz,
+    ready       integer,
+    flying      integer,
+    oldest      timestamptz
+);
+
+COMMENT ON TYPE gridha_internal.citus_bucket IS
+'Citus mode: what an instance call reads of a bucket: its holder, role, epoch and lease, how many services have a head ready or in flight, and since when the oldest head waits';
+
+/*
+ * citus_buckets(): every bucket of the layout with its work, one
+ * multi-shard read without a lock (Citus allows it; the locking happens in
+ * the per-bucket functions). Ordered by bucket.
+ */
+CREATE FUNCTION gridha_internal.citus_buckets()
+RETURNS gridha_internal.citus_bucket[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    r gridha_internal.citus_bucket[];
+BEGIN
+    SELECT pg_catalog.array_agg(ROW(c.bucket, c.holder, c.holder_role, c.epoch, c.hard_expiry,
+                                    coalesce(w.ready, 0), coalesce(w.flying, 0), w.oldest)::gridha_internal.citus_bucket
+                                ORDER BY c.bucket)
+      INTO r
+      FROM gridha.bucket_claims c
+      LEFT JOIN (SELECT s.bucket,
+                        pg_catalog.count(*) FILTER (WHERE s.ready_at IS NOT NULL)::integer AS ready,
+                        pg_catalog.count(*) FILTER (WHERE s.in_flight)::integer AS flying,
+                        pg_catalog.min(s.ready_at) AS oldest
+                   FROM gridha.bucket_services s
+                  WHERE s.ready_at IS NOT NULL OR s.in_flight
+                  GROUP BY s.bucket) w ON w.bucket = c.bucket;
+    RETURN coalesce(r, '{}');
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_buckets() IS
+'Citus mode: every bucket with its holder and work, read without a lock over every shard';
+
+/*
+ * citus_cycle(instance, force, taken): the claim cycle of an instance in
+ * the mode, by bucket; returns the buckets it holds afterwards (with their
+ * epochs) and, in taken, those it took in this call.
+ *
+ * Refuses (RG008) when a bucket the instance holds was taken by a role the
+ * caller is not a member of. Then, when due (force; a renewal due, every
+ * gridha.renew_interval; a bucket to take or to give back), one pass over
+ * the buckets in bucket order (so two instances' passes wait for each
+ * other's rows in one order): its own buckets renewed (gridha.hard_expiry
+ * as the lease) or released, free buckets with work taken
+ * (bucket_acquire) and buckets whose holder's lease ran out taken over
+ * (bucket_takeover), up to its share.
+ *
+ * The share: W buckets with work (a head ready or in flight), L live
+ * holders (lease running, the caller counted), each instance holds
+ * ceil(W / L) buckets with work at most; one above gives back the
+ * difference, and one above floor(W / L) gives back one while a live
+ * holder has fewer than floor(W / L) and nothing is free; one at floor(W /
+ * L) or above takes no free bucket while such a holder is below it (that
+ * one takes it: no give-back and take-again). Work-conserving:
+ * an instance with no head ready in its buckets takes free work and
+ * expired buckets whatever its share. Buckets without work are given back
+ * (an instance keeps one, so that the others count it); an instance that
+ * holds nothing takes a free one to be counted. Only buckets with nothing
+ * in flight are given back.
+ */
+CREATE FUNCTION gridha_internal.citus_cycle(instance_id uuid, force boolean, OUT held gridha_internal.citus_bucket[],
+                                            OUT taken integer[])
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    t timestamptz := pg_catalog.now();
+    lease interval := pg_catalog.current_setting('gridha.hard_expiry')::interval;
+    every interval := least(pg_catalog.current_setting('gridha.renew_interval')::interval,
+                            pg_catalog.current_setting('gridha.soft_expiry')::interval / 2, lease / 2);
+    me name := session_user;
+    bs gridha_internal.citus_bucket[] := gridha_internal.citus_buckets();
+    b gridha_internal.citus_bucket;
+    e bigint;
+    live uuid[];
+    w integer := 0;
+    nlive integer;
+    hi integer;
+    lo integer;
+    mine integer := 0;        -- buckets with work the instance holds
+    mine_all integer := 0;
+    mine_ready integer := 0;
+    free_work integer := 0;
+    starved boolean;
+    needy boolean := false;
+    give integer;
+    due boolean := force;
+    keep_one boolean;
+BEGIN
+    IF instance_id IS NULL THEN
+        RAISE EXCEPTION 'instance_id must not be null' USING ERRCODE = '22004';
+    END IF;
+    held := '{}';
+    taken := '{}';
+    FOREACH b IN ARRAY bs LOOP
+        IF b.holder = instance_id AND NOT pg_catalog.pg_has_role(me, b.holder_role, 'MEMBER') THEN
+            RAISE EXCEPTION 'role "%" does not own instance %', me, instance_id
+                USING ERRCODE = 'RG008',
+                      DETAIL = format('Role "%s" took bucket %s for that instance.', b.holder_role, b.bucket);
+        END IF;
+        IF b.ready + b.flying > 0 THEN
+            w := w + 1;
+        END IF;
+        IF b.holder = instance_id THEN
+            mine_all := mine_all + 1;
+            IF b.ready + b.flying > 0 THEN
+                mine := mine + 1;
+            END IF;
+            mine_ready := mine_ready + b.ready;
+            IF t >= b.hard_expiry - lease + every OR b.hard_expiry > t + lease
+               OR b.ready + b.flying = 0 THEN
+                due := true;                -- a renewal due (or a shorter lease), or a bucket to give back
+            END IF;
+        ELSIF b.holder IS NOT NULL AND b.hard_expiry >= t THEN
+            IF NOT b.holder = ANY (coalesce(live, '{}')) THEN
+                live := coalesce(live, '{}') || b.holder;
+            END IF;
+        ELSIF b.ready + b.flying > 0 THEN
+            free_work := free_work + 1;     -- free, or its holder's lease ran out
+        END IF;
+    END LOOP;
+    nlive := coalesce(pg_catalog.cardinality(live), 0) + 1;
+    hi := (w + nlive - 1) / nlive;
+    lo := w / nlive;
+    starved := mine_ready = 0;
+    give := greatest(mine - hi, 0);
+    IF nlive > 1 THEN
+        -- a live holder below floor(W / L)
+        needy := EXISTS (SELECT 1 FROM unnest(live) l(h)
+                          WHERE (SELECT pg_catalog.count(*) FROM unnest(bs) x
+                                  WHERE x.holder = l.h AND x.ready + x.flying > 0) < lo);
+    END IF;
+    IF give = 0 AND mine > lo AND free_work = 0 AND needy THEN
+        give := 1;          -- one above floor(W / L) gives one back to it
+    END IF;
+    IF give > 0 OR (free_work > 0 AND (mine < lo OR (mine < hi AND NOT needy) OR starved)) OR mine_all = 0 THEN
+        due := true;
+    END IF;
+    IF NOT due THEN
+        FOREACH b IN ARRAY bs LOOP
+            IF b.holder = instance_id THEN
+                held := held || b;
+            END IF;
+        END LOOP;
+        RETURN;
+    END IF;
+
+    keep_one := true;
+    FOREACH b IN ARRAY bs LOOP
+        IF b.holder = instance_id THEN
+            IF (b.ready + b.flying = 0 AND (mine > 0 OR NOT keep_one))
+               OR (give > 0 AND b.flying = 0 AND b.ready > 0) THEN
+                BEGIN
+                    PERFORM gridha.bucket_release(b.bucket, instance_id, b.epoch);
+                    IF b.ready > 0 THEN
+                        give := give - 1;
+                        mine := mine - 1;
+                    END IF;
+                    mine_all := mine_all - 1;
+                EXCEPTION WHEN SQLSTATE 'RG001' THEN
+                    mine_all := mine_all - 1;
+                END;
+                CONTINUE;
+            END IF;
+            keep_one := false;
+            BEGIN
+                IF t >= b.hard_expiry - lease + every OR b.hard_expiry > t + lease THEN
+                    PERFORM gridha.bucket_renew(b.bucket, instance_id, b.epoch, lease);
+                    b.hard_expiry := t + lease;
+                END IF;
+                held := held || b;
+            EXCEPTION WHEN SQLSTATE 'RG001' THEN
+                mine_all := mine_all - 1;   -- taken over meanwhile: no longer its
+            END;
+        ELSIF b.ready + b.flying > 0 AND (b.holder IS NULL OR b.hard_expiry < t)
+              AND (mine < lo OR (mine < hi AND NOT needy) OR starved) THEN
+            IF b.holder IS NULL THEN
+                e := gridha.bucket_acquire(b.bucket, instance_id, lease);
+            ELSE
+                e := gridha.bucket_takeover(b.bucket, instance_id, lease);
+            END IF;
+            IF e IS NOT NULL THEN
+                b.holder := instance_id;
+                b.holder_role := me;
+                b.epoch := e;
+                b.hard_expiry := t + lease;
+                b.ready := b.ready + b.flying;      -- what was in flight goes out again
+                b.flying := 0;
+                b.oldest := coalesce(b.oldest, t);
+                held := held || b;
+                taken := taken || b.bucket;
+                mine := mine + 1;
+                mine_all := mine_all + 1;
+            END IF;
+        END IF;
+    END LOOP;
+    IF mine_all = 0 THEN
+        -- a seat: an instance that holds nothing takes a free bucket, so
+        -- that the others count it in their share
+        FOREACH b IN ARRAY bs LOOP
+            CONTINUE WHEN b.holder IS NOT NULL AND b.hard_expiry >= t;
+            CONTINUE WHEN b.holder = instance_id;
+            IF b.holder IS NULL THEN
+                e := gridha.bucket_acquire(b.bucket, instance_id, lease);
+            ELSE
+                e := gridha.bucket_takeover(b.bucket, instance_id, lease);
+            END IF;
+            IF e IS NOT NULL THEN
+                b.holder := instance_id;
+                b.holder_role := me;
+                b.epoch := e;
+                b.hard_expiry := t + lease;
+                b.ready := b.ready + b.flying;
+                b.flying := 0;
+                held := held || b;
+                taken := taken || b.bucket;
+                EXIT;
+            END IF;
+        END LOOP;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_cycle(uuid, boolean) IS
+'Citus mode: an instance''s claim cycle by bucket (renew, take free and expired buckets up to its share, give back above it), one bucket at a time through the per-bucket functions; the buckets it holds afterwards and those it took';
+
+/*
+ * citus_handout(instance, held, n): up to n batches of distinct services
+ * from the instance's buckets, the bucket whose head waited longest
+ * first, each through bucket_next_batch (fenced; RG001, a bucket taken
+ * over meanwhile, is skipped).
+ */
+CREATE FUNCTION gridha_internal.citus_handout(instance_id uuid, held gridha_internal.citus_bucket[], n integer)
+RETURNS SETOF gridha.bucket_batch
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    b record;
+    r gridha.bucket_batch;
+    got integer := 0;
+BEGIN
+    FOR b IN SELECT x.bucket, x.epoch FROM unnest(held) x
+              WHERE x.ready > 0 ORDER BY x.oldest, x.bucket LOOP
+        LOOP
+            EXIT WHEN got >= n;
+            BEGIN
+                r := gridha.bucket_next_batch(b.bucket, instance_id, b.epoch);
+            EXCEPTION WHEN SQLSTATE 'RG001' THEN
+                r := NULL;
+            END;
+            EXIT WHEN r IS NULL OR r.service_id IS NULL;
+            got := got + 1;
+            RETURN NEXT r;
+        END LOOP;
+        EXIT WHEN got >= n;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_handout(uuid, gridha_internal.citus_bucket[], integer) IS
+'Citus mode: up to n batches handed out from the instance''s buckets, the longest-waiting bucket first, one per-bucket call each';
+
+CREATE FUNCTION gridha_internal.citus_next_batch(instance_id uuid)
+RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempts integer)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    c record := gridha_internal.citus_cycle(instance_id, false);
+BEGIN
+    RETURN QUERY SELECT h.service_id, h.batch_id, h.payload, h.epoch, h.attempts
+                   FROM gridha_internal.citus_handout(instance_id, c.held, 1) h;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_next_batch(uuid) IS
+'Citus mode: gridha.next_batch: the claim cycle by bucket when due, then the head that waited longest among the instance''s buckets; 0 or 1 row';
+
+CREATE FUNCTION gridha_internal.citus_next_batches(instance_id uuid, max_batches integer)
+RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempts integer)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    c record;
+BEGIN
+    IF max_batches IS NULL THEN
+        RAISE EXCEPTION 'max_batches must not be null' USING ERRCODE = '22004';
+    ELSIF max_batches < 0 THEN
+        RAISE EXCEPTION 'max_batches must not be negative' USING ERRCODE = '22023';
+    END IF;
+    c := gridha_internal.citus_cycle(instance_id, false);
+    RETURN QUERY SELECT h.service_id, h.batch_id, h.payload, h.epoch, h.attempts
+                   FROM gridha_internal.citus_handout(instance_id, c.held, max_batches) h;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_next_batches(uuid, integer) IS
+'Citus mode: gridha.next_batches: as next_batch, up to max_batches batches of distinct services';
+
+CREATE FUNCTION gridha_internal.citus_renew_claims(instance_id uuid)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    lease interval := pg_catalog.current_setting('gridha.hard_expiry')::interval;
+    b gridha_internal.citus_bucket;
+    n integer := 0;
+BEGIN
+    IF instance_id IS NULL THEN
+        RAISE EXCEPTION 'instance_id must not be null' USING ERRCODE = '22004';
+    END IF;
+    FOREACH b IN ARRAY gridha_internal.citus_buckets() LOOP
+        CONTINUE WHEN b.holder IS DISTINCT FROM instance_id;
+        BEGIN
+            PERFORM gridha.bucket_renew(b.bucket, instance_id, b.epoch, lease);
+            n := n + 1;
+        EXCEPTION WHEN SQLSTATE 'RG001' THEN
+            NULL;                           -- taken over meanwhile
+        END;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_renew_claims(uuid) IS
+'Citus mode: gridha.renew_claims: renews every bucket the instance holds (gridha.hard_expiry as the lease); returns how many';
+
+CREATE FUNCTION gridha_internal.citus_acquire_claims(instance_id uuid, serves text[])
+RETURNS TABLE (service_id text, epoch bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    c record := gridha_internal.citus_cycle(instance_id, true);
+    b gridha_internal.citus_bucket;
+BEGIN
+    FOREACH b IN ARRAY c.held LOOP
+        CONTINUE WHEN NOT b.bucket = ANY (c.taken);
+        RETURN QUERY SELECT s.service_id, b.epoch FROM gridha.bucket_services s
+                      WHERE s.bucket = b.bucket ORDER BY s.service_id;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_acquire_claims(uuid, text[]) IS
+'Citus mode: gridha.acquire_claims: the claim cycle by bucket now; one row per service of each bucket taken, with the bucket''s epoch';
+
+/*
+ * citus_release_claims(instance): gives back every bucket of the instance
+ * with nothing in flight (as release_claims on one server keeps a claim
+ * with a batch submitting); returns how many. The buckets it keeps are
+ * taken over when its lease runs out.
+ */
+CREATE FUNCTION gridha_internal.citus_release_claims(instance_id uuid)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    b gridha_internal.citus_bucket;
+    n integer := 0;
+BEGIN
+    IF instance_id IS NULL THEN
+        RAISE EXCEPTION 'instance_id must not be null' USING ERRCODE = '22004';
+    END IF;
+    FOREACH b IN ARRAY gridha_internal.citus_buckets() LOOP
+        CONTINUE WHEN b.holder IS DISTINCT FROM instance_id OR b.flying > 0;
+        BEGIN
+            PERFORM gridha.bucket_release(b.bucket, instance_id, b.epoch);
+            n := n + 1;
+        EXCEPTION WHEN SQLSTATE 'RG001' THEN
+            NULL;
+        END;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_release_claims(uuid) IS
+'Citus mode: gridha.release_claims: gives back every bucket of the instance with nothing in flight; returns how many';
+
+/*
+ * citus_report(...): a report of the instance calls: the bucket from the
+ * service id and the layout's bucket count, then the per-bucket report
+ * (fenced by the bucket's epoch). The word in any case; the detail is not
+ * stored (the mode's batches have no column for it).
+ */
+CREATE FUNCTION gridha_internal.citus_report(instance_id uuid, service_id text, batch_id text, epoch bigint,
+                                             word text, submission boolean)
+RETURNS gridha.batch_status
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    n integer;
+    b integer;
+BEGIN
+    IF service_id IS NULL THEN
+        RAISE EXCEPTION 'service_id must not be null' USING ERRCODE = '22004';
+    END IF;
+    SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = 0;
+    b := gridha.bucket_of(service_id, n);
+    IF submission THEN
+        RETURN gridha.bucket_report_submission(b, instance_id, service_id, batch_id, epoch,
+                                               pg_catalog.lower(word COLLATE "C"));
+    END IF;
+    RETURN gridha.bucket_report_status(b, instance_id, service_id, batch_id, epoch,
+                                       pg_catalog.lower(word COLLATE "C"));
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_report(uuid, text, text, bigint, text, boolean) IS
+'Citus mode: what the instance reports share: the service''s bucket under the layout, then the per-bucket report';
+
+CREATE FUNCTION gridha_internal.citus_report_submission(instance_id uuid, service_id text, batch_id text, epoch bigint,
+                                                        outcome text, detail text)
+RETURNS gridha.batch_status
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$ SELECT gridha_internal.citus_report($1, $2, $3, $4, $5, true) $$;
+
+CREATE FUNCTION gridha_internal.citus_report_submission(instance_id uuid, service_id text, batch_id text, epoch bigint,
+                                                        outcome gridha.submission_outcome, detail text)
+RETURNS gridha.batch_status
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$ SELECT gridha_internal.citus_report($1, $2, $3, $4, $5::text, true) $$;
+
+CREATE FUNCTION gridha_internal.citus_report_status(instance_id uuid, service_id text, batch_id text, epoch bigint,
+                                                    status text, detail text)
+RETURNS gridha.batch_status
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$ SELECT gridha_internal.citus_report($1, $2, $3, $4, $5, false) $$;
+
+CREATE FUNCTION gridha_internal.citus_report_status(instance_id uuid, service_id text, batch_id text, epoch bigint,
+                                                    status gridha.ledger_status, detail text)
+RETURNS gridha.batch_status
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$ SELECT gridha_internal.citus_report($1, $2, $3, $4, $5::text, false) $$;
+
+COMMENT ON FUNCTION gridha_internal.citus_report_submission(uuid, text, text, bigint, text, text) IS
+'Citus mode: gridha.report_submission (outcome as text, any case)';
+COMMENT ON FUNCTION gridha_internal.citus_report_submission(uuid, text, text, bigint, gridha.submission_outcome, text) IS
+'Citus mode: gridha.report_submission (outcome as gridha.submission_outcome)';
+COMMENT ON FUNCTION gridha_internal.citus_report_status(uuid, text, text, bigint, text, text) IS
+'Citus mode: gridha.report_status (status as text, any case)';
+COMMENT ON FUNCTION gridha_internal.citus_report_status(uuid, text, text, bigint, gridha.ledger_status, text) IS
+'Citus mode: gridha.report_status (status as gridha.ledger_status)';
+
+REVOKE ALL ON FUNCTION
+    gridha_internal.citus_buckets(),
+    gridha_internal.citus_cycle(uuid, boolean),
+    gridha_internal.citus_handout(uuid, gridha_internal.citus_bucket[], integer),
+    gridha_internal.citus_next_batch(uuid),
+    gridha_internal.citus_next_batches(uuid, integer),
+    gridha_internal.citus_renew_claims(uuid),
+    gridha_internal.citus_acquire_claims(uuid, text[]),
+    gridha_internal.citus_release_claims(uuid),
+    gridha_internal.citus_report(uuid, text, text, bigint, text, boolean),
+    gridha_internal.citus_report_submission(uuid, text, text, bigint, text, text),
+    gridha_internal.citus_report_submission(uuid, text, text, bigint, gridha.submission_outcome, text),
+    gridha_internal.citus_report_status(uuid, text, text, bigint, text, text),
+    gridha_internal.citus_report_status(uuid, text, text, bigint, gridha.ledger_status, text)
+FROM PUBLIC;

@@ -131,6 +131,7 @@
 #include "claims12.h"
 #include "counts.h"
 #include "common.h"
+#include "tables.h"
 #include "generation.h"
 #include "instances.h"
 #include "rows.h"
@@ -1732,10 +1733,12 @@ PG_FUNCTION_INFO_V1(gridha_renew_claims);
 Datum
 gridha_renew_claims(PG_FUNCTION_ARGS)
 {
-	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	Datum		instance_id;
 	GridhaInstance inst;
 	int			n;
 
+	GRIDHA_CITUS_HANDOVER(fcinfo);
+	instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
 	gridha_require_writable("renew_claims()");
 	SPI_connect();
 	inst = gridha_instance_touch(instance_id);
@@ -1759,11 +1762,13 @@ PG_FUNCTION_INFO_V1(gridha_acquire_claims);
 Datum
 gridha_acquire_claims(PG_FUNCTION_ARGS)
 {
-	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	Datum		instance_id;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	GridhaInstance inst;
 	int			declared = GRIDHA_SERVES_ANY;
 
+	GRIDHA_CITUS_HANDOVER(fcinfo);
+	instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
 	gridha_require_writable("acquire_claims()");
 	if (PG_NARGS() > 1 && !PG_ARGISNULL(1))
 		declared = gridha_serves_parse(PG_GETARG_DATUM(1));

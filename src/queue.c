@@ -23,6 +23,7 @@
 
 #include "claims.h"
 #include "common.h"
+#include "tables.h"
 #include "instances.h"
 #include "leader.h"
 #include "queue.h"
@@ -866,6 +867,7 @@ PG_FUNCTION_INFO_V1(gridha_next_batch);
 Datum
 gridha_next_batch(PG_FUNCTION_ARGS)
 {
+	GRIDHA_CITUS_HANDOVER(fcinfo);
 	queue_next(fcinfo, gridha_arg_uuid(fcinfo, 0, "instance_id"), 1);
 	return (Datum) 0;
 }
@@ -878,9 +880,12 @@ PG_FUNCTION_INFO_V1(gridha_next_batches);
 Datum
 gridha_next_batches(PG_FUNCTION_ARGS)
 {
-	Datum		instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
-	int32		max_batches = gridha_arg_count(fcinfo, 1, "max_batches");
+	Datum		instance_id;
+	int32		max_batches;
 
+	GRIDHA_CITUS_HANDOVER(fcinfo);
+	instance_id = gridha_arg_uuid(fcinfo, 0, "instance_id");
+	max_batches = gridha_arg_count(fcinfo, 1, "max_batches");
 	queue_next(fcinfo, instance_id, max_batches);
 	return (Datum) 0;
 }

@@ -48,6 +48,7 @@
 
 #include "compat.h"
 #include "common.h"
+#include "tables.h"
 #include "generation.h"
 #include "instances.h"
 #include "rows.h"
@@ -817,6 +818,7 @@ status_report_one(FunctionCallInfo fcinfo, bool is_enum, bool submission)
 	Datum \
 	name(PG_FUNCTION_ARGS) \
 	{ \
+		GRIDHA_CITUS_HANDOVER(fcinfo); \
 		return status_report_one(fcinfo, is_enum, submission); \
 	}
 
@@ -1176,6 +1178,7 @@ status_report_composite(FunctionCallInfo fcinfo, bool submissions)
 	Datum \
 	name(PG_FUNCTION_ARGS) \
 	{ \
+		GRIDHA_CITUS_HANDOVER(fcinfo); \
 		report(fcinfo, submissions); \
 		return (Datum) 0; \
 	}

@@ -24,8 +24,9 @@
  * Citus is detected without depending on it: a table is a Citus table
  * when pg_catalog.pg_dist_partition, if that table exists, has a row for
  * it. In the Citus mode (gridha.citus_setup made gridha.bucket_claims a
- * Citus table) the refusal is RG035 instead, naming the per-bucket
- * functions that serve that mode.
+ * Citus table) the refusal is RG035 instead, naming the calls that serve
+ * that mode; the entry points the mode serves hand the call over to the
+ * mode's path in SQL first (gridha_citus_handover).
  *
  *-------------------------------------------------------------------------
  */
@@ -43,7 +44,11 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_inherits.h"
 #include "catalog/pg_namespace.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "nodes/makefuncs.h"
+#include "nodes/value.h"
+#include "parser/parse_func.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -237,8 +242,8 @@ gridha_check_tables(void)
 			ereport(ERROR,
 					(errcode(ERRCODE_GRIDHA_CITUS_MODE),
 					 errmsg("gridha is in Citus mode, where this function does not run"),
-					 errdetail("gridha.citus_setup laid gridha out by bucket in this database; only the per-bucket functions serve it so far."),
-					 errhint("Call the per-bucket functions, each as a statement of its own: gridha.bucket_enqueue, gridha.bucket_acquire, gridha.bucket_renew, gridha.bucket_takeover, gridha.bucket_release, gridha.bucket_next_batch, gridha.bucket_report_submission, gridha.bucket_report_status and their batched forms (docs/citus.md).")));
+					 errdetail("gridha.citus_setup laid gridha out by bucket in this database; there, the per-bucket functions and the instance calls next_batch, next_batches, renew_claims, acquire_claims, release_claims, report_submission and report_status serve it."),
+					 errhint("Enqueue with gridha.bucket_enqueue; submit through gridha.next_batch and the reports, or the per-bucket functions and their batched forms, each called as a statement of its own (docs/citus.md).")));
 		}
 	}
 
@@ -285,6 +290,85 @@ gridha_check_tables(void)
 	}
 	/* a change taken in while looking: look again at the next call */
 	gridha_tables_plain = (generation == tables_generation);
+}
+
+/*
+ * gridha_citus_mode: gridha.citus_setup laid this database out by bucket
+ * (gridha.bucket_claims exists and is a Citus table). Looked up afresh at
+ * every call: only calls made while the tables are not found plain (in
+ * the mode, or before a first check) ask.
+ */
+bool
+gridha_citus_mode(void)
+{
+	Oid			nsp = get_namespace_oid("gridha", true);
+	Oid			mode;
+	List	   *citus;
+	bool		result;
+
+	if (!OidIsValid(nsp))
+		return false;
+	mode = get_relname_relid("bucket_claims", nsp);
+	if (!OidIsValid(mode))
+		return false;
+	citus = tables_citus();
+	result = list_member_oid(citus, mode);
+	list_free(citus);
+	return result;
+}
+
+/*
+ * gridha_citus_handover: the Citus mode's path of a contract call: calls
+ * gridha_internal.citus_<name>, where name is the called SQL function's,
+ * with the same argument types (the install script declares it with the
+ * same result), passing the arguments and the set-result information on
+ * as they are, and returns what it returns. *done is false when the
+ * install script has no such function (a call the mode does not serve).
+ * The function runs as this entry point does (the extension's owner, a
+ * SECURITY DEFINER call), and session_user stays the caller's, which the
+ * per-bucket functions check.
+ */
+Datum
+gridha_citus_handover(FunctionCallInfo fcinfo, bool *done)
+{
+	Oid			self = fcinfo->flinfo->fn_oid;
+	HeapTuple	tup;
+	Form_pg_proc proc;
+	char	   *name;
+	int			nargs;
+	Oid		   *argtypes;
+	Oid			target;
+	FmgrInfo   *flinfo;
+	LOCAL_FCINFO(call, FUNC_MAX_ARGS);
+	int			i;
+	Datum		result;
+
+	*done = false;
+	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(self));
+	if (!HeapTupleIsValid(tup))
+		return (Datum) 0;
+	proc = (Form_pg_proc) GETSTRUCT(tup);
+	name = psprintf("citus_%s", NameStr(proc->proname));
+	nargs = proc->pronargs;
+	argtypes = palloc(sizeof(Oid) * Max(nargs, 1));
+	memcpy(argtypes, proc->proargtypes.values, sizeof(Oid) * nargs);
+	ReleaseSysCache(tup);
+	target = LookupFuncName(list_make2(makeString("gridha_internal"), makeString(name)),
+							nargs, argtypes, true);
+	if (!OidIsValid(target) || nargs != PG_NARGS())
+		return (Datum) 0;
+	flinfo = palloc0(sizeof(FmgrInfo));
+	fmgr_info(target, flinfo);
+	InitFunctionCallInfoData(*call, flinfo, nargs, fcinfo->fncollation, NULL, fcinfo->resultinfo);
+	for (i = 0; i < nargs; i++)
+	{
+		call->args[i].value = fcinfo->args[i].value;
+		call->args[i].isnull = fcinfo->args[i].isnull;
+	}
+	result = FunctionCallInvoke(call);
+	fcinfo->isnull = call->isnull;
+	*done = true;
+	return result;
 }
 
 #ifdef GRIDHA_TEST_HOOKS

@@ -11,6 +11,7 @@
 
 #include "postgres.h"
 
+#include "fmgr.h"
 #include "utils/inval.h"
 
 /* A cache of gridha's told of relcache invalidations (tables.c) */
@@ -33,6 +34,32 @@ gridha_require_plain_tables(void)
 		return;
 	gridha_check_tables();
 }
+
+/*
+ * The Citus mode's contract calls (tables.c): gridha_citus_mode() says
+ * whether gridha.citus_setup laid this database out by bucket;
+ * gridha_citus_handover() calls gridha_internal.citus_<the SQL function's
+ * name> with the same arguments and result (the mode's path, in the install
+ * script) and returns its result, or returns false in *done when there is
+ * no such function (the caller then refuses, RG035).
+ */
+extern bool gridha_citus_mode(void);
+extern Datum gridha_citus_handover(FunctionCallInfo fcinfo, bool *done);
+
+/*
+ * GRIDHA_CITUS_HANDOVER: at the top of an entry point that the Citus mode
+ * serves: outside the mode, one test of the flag gridha_tables_plain.
+ */
+#define GRIDHA_CITUS_HANDOVER(fcinfo) \
+	do { \
+		if (unlikely(!gridha_tables_plain) && gridha_citus_mode()) \
+		{ \
+			bool		handed_ = false; \
+			Datum		result_ = gridha_citus_handover((fcinfo), &handed_); \
+			if (handed_) \
+				return result_; \
+		} \
+	} while (0)
 
 #ifdef GRIDHA_TEST_HOOKS
 extern void gridha_test_fill_relcache(int count);

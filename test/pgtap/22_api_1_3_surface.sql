@@ -96,8 +96,19 @@ SELECT set_eq(
              ('gridha_internal.instance_declare(uuid,text[])'), ('gridha_internal.register_check(text[])'),
              ('gridha_internal.register_touch(uuid,text[])'), ('gridha_internal.worker_owner(uuid)'),
              -- issue 42.1: the targets' load, a refused report's diagnosis
-             ('gridha_internal.targets_load()'), ('gridha_internal.report_diagnose(text,text)')$$,
-    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers, the targets'' load and a refused report''s diagnosis (issue 42.1), and the Citus mode''s six helpers (issue 43.2; the batched reports'' one, 43.4)');
+             ('gridha_internal.targets_load()'), ('gridha_internal.report_diagnose(text,text)'),
+             -- issue 43.2: the Citus mode's instance calls
+             ('gridha_internal.citus_buckets()'), ('gridha_internal.citus_cycle(uuid,boolean)'),
+             ('gridha_internal.citus_handout(uuid,gridha_internal.citus_bucket[],integer)'),
+             ('gridha_internal.citus_next_batch(uuid)'), ('gridha_internal.citus_next_batches(uuid,integer)'),
+             ('gridha_internal.citus_renew_claims(uuid)'), ('gridha_internal.citus_acquire_claims(uuid,text[])'),
+             ('gridha_internal.citus_release_claims(uuid)'),
+             ('gridha_internal.citus_report(uuid,text,text,bigint,text,boolean)'),
+             ('gridha_internal.citus_report_submission(uuid,text,text,bigint,text,text)'),
+             ('gridha_internal.citus_report_submission(uuid,text,text,bigint,gridha.submission_outcome,text)'),
+             ('gridha_internal.citus_report_status(uuid,text,text,bigint,text,text)'),
+             ('gridha_internal.citus_report_status(uuid,text,text,bigint,gridha.ledger_status,text)')$$,
+    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers, the targets'' load and a refused report''s diagnosis (issue 42.1), and the Citus mode''s six helpers (issue 43.2; the batched reports'' one, 43.4) and the thirteen functions of its instance calls (issue 43.2)');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass

@@ -28,8 +28,10 @@
 #   layout    the three bucket tables distributed by bucket and co-located,
 #             the eleven per-bucket functions distributed by bucket with
 #             them, a call sent whole to a worker (citus.log_remote_commands);
-#             next_batch, enqueue, acquire_claims and report_submission of
-#             gridha's library refused in the mode (RG035)
+#             enqueue, register_instance, claimed_batches and the batched
+#             report_submissions of gridha's library refused in the mode
+#             (RG035; next_batch and the single reports serve the mode:
+#             test/t/035_citus_loop.pl)
 #   run       services s01..s24; a producer enqueues 10 batches into each
 #             (2 before the instances start, 8 while they run); instance A
 #             takes half of the services' buckets, B the other half
@@ -41,13 +43,15 @@
 #             (citus_move_shard_placement, block_writes); while the passes
 #             run, a reader counts services with more than one batch in
 #             flight
-#   fence     a bucket of its own: A acquires it with a 2 s lease and is
-#             handed its first batch; B's take-over is refused while the
-#             lease runs and succeeds after it ran out (epoch + 1); A's
+#   fence     a bucket of its own: A acquires it and is handed its first
+#             batch; B's take-over is refused while the lease runs, and
+#             succeeds after A's lease, cut to 1 ms by a renewal, ran out
+#             (epoch + 1); A's
 #             reports, hand-out and renewal at the old epoch are refused
 #             (RG001); B hands the batch out again and commits it and the
 #             next; B releases the bucket and A acquires it again (epoch + 1)
-#   lapsed    a bucket of its own: A's lease (1 s) runs out, nobody takes
+#   lapsed    a bucket of its own: A's lease (renewed for 1 ms after its
+#             first hand-out) runs out, nobody takes
 #             the bucket over: A's reports are accepted, its hand-out is
 #             refused (RG001, renew first); after a renewal the service's
 #             next batch is handed out
@@ -235,17 +239,17 @@ ok( $layout eq
 
 my $mode = '';
 foreach my $call (
-	"SELECT * FROM gridha.next_batch('$A')",
 	"SELECT gridha.enqueue('s01', 'x', '\\x00')",
-	"SELECT * FROM gridha.acquire_claims('$A')",
-	"SELECT gridha.report_submission('$A', 's01', 'x', 1, 'accepted')")
+	"SELECT gridha.register_instance()",
+	"SELECT * FROM gridha.claimed_batches('$A')",
+	"SELECT * FROM gridha.report_submissions('$A', ARRAY[]::gridha.submission_report[])")
 {
 	$mode .= run($coord, $call) . "\n";
 }
 diag("library calls in the mode:\n$mode");
 my @rg035 = ($mode =~ /ERROR:  RG035: gridha is in Citus mode, where this function does not run/g);
-ok(@rg035 == 4 && $mode =~ /HINT:  Call the per-bucket functions/,
-	'layout: next_batch, enqueue, acquire_claims and report_submission of the library are refused in the mode (RG035), naming the per-bucket functions'
+ok(@rg035 == 4 && $mode =~ /HINT:  Enqueue with gridha.bucket_enqueue; submit through gridha.next_batch/,
+	'layout: enqueue, register_instance, claimed_batches and the batched report_submissions of the library are refused in the mode (RG035), naming the calls that serve it'
 );
 
 # ---------------------------------------------------------------------------
@@ -446,10 +450,14 @@ one("SELECT gridha.bucket_enqueue($fb, '$f', 'fb1', '\\x01')");
 one("SELECT gridha.bucket_enqueue($fb, '$f', 'fb2', '\\x02')");
 # batch_of(HANDOUT): the batch id of a gridha.bucket_batch as psql prints it
 sub batch_of { my ($h) = @_; return $h =~ /^\([^,]*,([^,]*),/ ? $1 : ''; }
-my $e1 = one("SELECT gridha.bucket_acquire($fb, '$A', '2 s')");
+# A's lease: 10 min while it is handed fb1 and B's take-over is refused,
+# then cut to 1 ms by a renewal (a 2 s lease could run out before the
+# hand-out or the refused take-over on a loaded machine)
+my $e1 = one("SELECT gridha.bucket_acquire($fb, '$A', '10 min')");
 my $h1 = batch_of(one("SELECT gridha.bucket_next_batch($fb, '$A', $e1)"));
 my $early = one("SELECT gridha.bucket_takeover($fb, '$B', '10 min')") eq '' ? 't' : 'f';
-sleep 3;
+one("SELECT gridha.bucket_renew($fb, '$A', $e1, '1 ms')");
+sleep 1;
 sample_epochs();
 my $e2 = one("SELECT gridha.bucket_takeover($fb, '$B', '10 min')");
 sample_epochs();
@@ -496,9 +504,12 @@ for my $i (1 .. 400)
 }
 my $gb = one("SELECT gridha.bucket_of('$g', 64)");
 one("SELECT gridha.bucket_enqueue($gb, '$g', 'gb$_', '\\x0$_')") foreach 1 .. 2;
-my $ge = one("SELECT gridha.bucket_acquire($gb, '$A', '1 s')");
+# the lease: 10 min for the first hand-out, then cut to 1 ms by a renewal
+# (a 1 s lease could run out before the hand-out on a loaded machine)
+my $ge = one("SELECT gridha.bucket_acquire($gb, '$A', '10 min')");
 my $gh1 = batch_of(one("SELECT gridha.bucket_next_batch($gb, '$A', $ge)"));
-sleep 2;
+one("SELECT gridha.bucket_renew($gb, '$A', $ge, '1 ms')");
+sleep 1;
 my $lapsed = one("SELECT hard_expiry < now() FROM gridha.bucket_claims WHERE bucket = $gb");
 my $grep = run($coord, "SELECT gridha.bucket_report_submission($gb, '$A', '$g', 'gb1', $ge, 'accepted')") . ','
   . run($coord, "SELECT gridha.bucket_report_status($gb, '$A', '$g', 'gb1', $ge, 'committed')");
