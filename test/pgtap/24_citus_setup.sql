@@ -12,8 +12,9 @@
 --   cluster);
 --   in the mode (gridha.bucket_claims known to Citus: a
 --   pg_catalog.pg_dist_partition made here, as Citus's own catalog is),
---   the library's entry points refuse with RG035, naming the per-bucket
---   functions; after the rollback gridha runs again.
+--   next_batch's entry point hands the call over to the mode's path, the
+--   entry points the mode does not serve refuse with RG035; after the
+--   rollback gridha runs again.
 BEGIN;
 SELECT plan(11);
 
@@ -64,7 +65,8 @@ SELECT is(p.provolatile::text, 'i',
   FROM pg_proc p WHERE p.oid = 'gridha.bucket_of(text, integer)'::regprocedure;
 
 -- ---------------------------------------------------------------------------
--- in the mode: the library refuses (RG035)
+-- in the mode: the library hands the instance calls over to the mode's
+-- path and refuses what the mode does not serve (RG035)
 -- ---------------------------------------------------------------------------
 SAVEPOINT mode;
 SET LOCAL allow_system_table_mods = on;
@@ -73,15 +75,18 @@ CREATE TABLE gridha.bucket_claims (bucket integer PRIMARY KEY);
 INSERT INTO pg_catalog.pg_dist_partition VALUES ('gridha.bucket_claims', 'h');
 -- what citus_setup does last (and what makes every backend look again)
 REVOKE INSERT (service_id, batch_id, payload) ON gridha.batches FROM gridha_producer;
+-- next_batch is one of the instance calls the mode serves: its entry point
+-- hands the call to gridha_internal.citus_next_batch, which reads the
+-- bucket tables (this fake layout has only bucket_claims)
 SELECT is(pg_temp.error_of('SELECT * FROM gridha.next_batch(''aaaaaaaa-0000-0000-0000-000000000024'')'),
-          'RG035|gridha is in Citus mode, where this function does not run',
-          'in the mode, next_batch is refused (RG035)');
+          '42P01|relation "gridha.bucket_services" does not exist',
+          'in the mode, next_batch is handed over to the mode''s path (gridha_internal.citus_next_batch reads the bucket tables)');
 SELECT is(pg_temp.error_of('SELECT gridha.enqueue(''m1'', ''b1'', ''\x01'')'),
           'RG035|gridha is in Citus mode, where this function does not run',
           'in the mode, enqueue is refused (RG035)');
-SELECT is(pg_temp.error_of('SELECT * FROM gridha.acquire_claims(''aaaaaaaa-0000-0000-0000-000000000024'')'),
+SELECT is(pg_temp.error_of('SELECT gridha.register_instance(''aaaaaaaa-0000-0000-0000-000000000024'')'),
           'RG035|gridha is in Citus mode, where this function does not run',
-          'in the mode, acquire_claims is refused (RG035)');
+          'in the mode, register_instance (not served there) is refused (RG035)');
 ROLLBACK TO SAVEPOINT mode;
 
 SELECT is(gridha.enqueue('m1', 'b1', '\x01'), 1::bigint,
