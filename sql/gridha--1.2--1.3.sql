@@ -2422,6 +2422,16 @@ DECLARE
     e bigint;
     hx timestamptz;
 BEGIN
+    -- First a write of the bucket's claim row that changes nothing:
+    -- Citus takes a shard's metadata lock for a write, not for a read
+    -- (FOR UPDATE and FOR SHARE included). So a move of the shard under
+    -- way makes this call wait for it, a move not begun waits for this
+    -- call's transaction, and every statement after this one runs on the
+    -- placement the shard has after the move. Without it the row lock
+    -- below could be taken on the placement a move leaves, and two
+    -- take-overs read the same epoch (docs/citus.md, "Faults").
+    UPDATE gridha.bucket_claims c SET epoch = c.epoch
+     WHERE c.bucket = bucket_fence.bucket AND c.epoch < 0;
     SELECT c.holder, c.holder_role, c.epoch, c.hard_expiry INTO h, hr, e, hx
       FROM gridha.bucket_claims c WHERE c.bucket = bucket_fence.bucket FOR SHARE;
     IF NOT FOUND THEN
@@ -2557,6 +2567,16 @@ BEGIN
     IF lease <= interval '0' THEN
         RAISE EXCEPTION 'a lease must be longer than zero' USING ERRCODE = '22023';
     END IF;
+    -- First a write of the bucket's claim row that changes nothing:
+    -- Citus takes a shard's metadata lock for a write, not for a read
+    -- (FOR UPDATE and FOR SHARE included). So a move of the shard under
+    -- way makes this call wait for it, a move not begun waits for this
+    -- call's transaction, and every statement after this one runs on the
+    -- placement the shard has after the move. Without it the row lock
+    -- below could be taken on the placement a move leaves, and two
+    -- take-overs read the same epoch (docs/citus.md, "Faults").
+    UPDATE gridha.bucket_claims c SET epoch = c.epoch
+     WHERE c.bucket = bucket_take.bucket AND c.epoch < 0;
     SELECT c.holder, c.holder_role, c.epoch, c.hard_expiry INTO h, hr, e, hx
       FROM gridha.bucket_claims c WHERE c.bucket = bucket_take.bucket FOR UPDATE;
     IF NOT FOUND THEN

@@ -91,7 +91,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-my $NTESTS = 22;
+my $NTESTS = 23;
 my $A = 'aaaaaaaa-0000-0000-0000-000000000032';
 my $B = 'bbbbbbbb-0000-0000-0000-000000000032';
 my $NSERVICES = 24;
@@ -774,6 +774,50 @@ ok( $s1 =~ /^rep pending,RG001,invalid,RG003,22004$/m
 	  && $hrows eq "xb1/committed/$he2/2,xb2/submitting/$he2/1,yb1/submitting/$he2/2,zb1/invalid/$he2/1",
 	'batched: bucket_report_submissions and bucket_report_statuses answer one element per row in order, each fenced by its own epoch: the row at the old epoch is refused (RG001), an unknown batch (RG003), a NULL row (22004), a committed report of a batch not accepted (RG002), while the other rows pass (pending, invalid, committed); the refused batch stays as it was and X\'s next batch follows'
 );
+
+# take-overs during a shard move: two take-overs of one bucket whose
+# holder's lease ran out, issued while a move of its shard (block_writes)
+# holds its locks in an open transaction, wait for it; after its commit
+# exactly one of them gets the new epoch (without the per-bucket
+# functions' first write, each read the placement being left and both got
+# it)
+{
+	my $mb = one("SELECT min(bucket) FROM gridha.bucket_claims WHERE holder IS NULL");
+	my ($P, $Q, $R) = map { sprintf('%08d-0000-0000-0000-000000000032', $_) } (11, 12, 13);
+	my $e0 = one("SELECT gridha.bucket_acquire($mb, '$P', '1 ms')");
+	my $mshard = one("SELECT get_shard_id_for_distribution_column('gridha.bucket_claims', $mb)");
+	my $mfrom = one("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $mshard");
+	my $mto = $mfrom == $nodes[1]->port ? $nodes[2]->port : $nodes[1]->port;
+	my $mv = psql_script("BEGIN;\nSELECT citus_move_shard_placement($mshard, 'localhost', $mfrom, 'localhost', $mto, shard_transfer_mode => 'block_writes');\nSELECT pg_sleep(8) AS move_holds;\nCOMMIT;\n");
+	my $holding = 0;
+	foreach (1 .. 600)
+	{
+		$holding = one(q{SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(8) AS move_holds%' AND state = 'active'});
+		last if $holding;
+		usleep(100_000);
+	}
+	my @t = map { psql_script("SELECT gridha.bucket_takeover($mb, '$_', '10 min');\n") } ($Q, $R);
+	my $waiting = 0;
+	foreach (1 .. 50)
+	{
+		$waiting = one(q{SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT gridha.bucket_takeover%' AND state = 'active'});
+		last if $waiting == 2;
+		usleep(100_000);
+	}
+	my ($mout, $merr) = psql_finish($mv);
+	my @got = map { my ($o, $e) = psql_finish($_); $o =~ s/\s+$//; $o . ($e ne '' ? " [$e]" : '') } @t;
+	my $row = one("SELECT holder || '/' || epoch FROM gridha.bucket_claims WHERE bucket = $mb");
+	my $mnow = one("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $mshard");
+	my $e1 = $e0 + 1;
+	my @winners = grep { $got[$_] eq "$e1" } (0, 1);
+	my @losers = grep { $got[$_] eq '' } (0, 1);
+	diag("take-overs during a move: bucket $mb (shard $mshard, $mfrom -> $mto, now on $mnow), epoch $e0 before;"
+		  . " the move held its locks: $holding; take-overs waiting: $waiting; answers: Q '$got[0]', R '$got[1]'; bucket now $row; move: $merr");
+	ok( $holding == 1 && $waiting == 2 && $mnow == $mto
+		  && @winners == 1 && @losers == 1
+		  && $row eq ($winners[0] == 0 ? $Q : $R) . "/$e1",
+		'take-overs during a shard move: two take-overs of a bucket whose lease ran out, issued while a move of its shard (block_writes) holds its locks, wait for it; after its commit exactly one gets the new epoch and holds the bucket, the other gets nothing (NULL)');
+}
 
 my $logs = join('', map { slurp($_->logfile) } @nodes);
 my @crash = grep { /server process .* was terminated|PANIC/ } split /\n/, $logs;
