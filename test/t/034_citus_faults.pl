@@ -31,9 +31,7 @@
 #                       shard to the other worker and back (block_writes)
 #             rebalance four shard groups moved from one worker to the
 #                       other (an imbalance), then citus_rebalance_start,
-#                       waited for (citus_rebalance_wait); only with
-#                       GRIDHA_CITUS_REBALANCE=1 (skipped otherwise: it
-#                       shows an open defect, docs/citus.md)
+#                       waited for (citus_rebalance_wait)
 #             worker    kill -9 of a worker's postmaster, then start
 #             coordinator  an immediate stop of the coordinator while a
 #                       statement over several buckets runs there (seen in
@@ -316,16 +314,9 @@ my %port_node = map { $nodes[$_]->port => $_ } 1, 2;
 }
 
 # ---------------------------------------------------------------------------
-# rebalance: an imbalance of four shard groups, then citus_rebalance_start.
-# Run only with GRIDHA_CITUS_REBALANCE=1: under load it gave one bucket's
-# new epoch to two instances in three of four runs (docs/citus.md, "Faults:
-# what the harness shows"), a defect of the mode not settled yet; without
-# it the test is reported skipped.
+# rebalance: an imbalance of four shard groups, then citus_rebalance_start
 
-SKIP:
 {
-	skip 'rebalance: not run (GRIDHA_CITUS_REBALANCE=1 runs it): citus_rebalance_start under load gave an epoch twice, an open defect of the Citus mode (docs/citus.md)', 1
-	  unless $ENV{GRIDHA_CITUS_REBALANCE};
 	my $count_sql = q{SELECT string_agg(n, '/' ORDER BY port) FROM (
   SELECT p.nodeport AS port, count(*)::text AS n FROM pg_dist_shard s JOIN pg_dist_shard_placement p USING (shardid)
    WHERE s.logicalrelid = 'gridha.bucket_claims'::regclass GROUP BY p.nodeport) x};
