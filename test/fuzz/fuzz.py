@@ -166,6 +166,9 @@ F = {
     "b_next": "gridha.bucket_next_batch(integer,uuid,bigint)",
     "b_rsub": "gridha.bucket_report_submission(integer,uuid,text,text,bigint,text)",
     "b_rstat": "gridha.bucket_report_status(integer,uuid,text,text,bigint,text)",
+    "b_nexts": "gridha.bucket_next_batches(integer,uuid,bigint,integer)",
+    "b_rsubs": "gridha.bucket_report_submissions(integer,uuid,gridha.submission_report[])",
+    "b_rstats": "gridha.bucket_report_statuses(integer,uuid,gridha.status_report[])",
 }
 VIEWS = ["claims", "instance_health", "queue_progress", "service_queues",
          "workers", "worker_limits", "leaders", "id_sequence_status", "target_rates", "metrics"]
@@ -1447,6 +1450,11 @@ class Gen:
         c("bucket_report_status", "b_rstat", "SELECT gridha.bucket_report_status(0, :'ri', 'fz-tour',"
           " 'tour-b-%s', 1, 'committed')" % tag, [ri])
         c("bucket_release", "b_release", "SELECT gridha.bucket_release(0, :'ri', 1)", [ri])
+        c("bucket_next_batches", "b_nexts", "SELECT gridha.bucket_next_batches(0, :'ri', 1, 10)", [ri])
+        c("bucket_report_submissions", "b_rsubs", "SELECT gridha.bucket_report_submissions(0, :'ri',"
+          " ARRAY[('fz-tour', 'tour-b-%s', 1, 'accepted', NULL)]::gridha.submission_report[])" % tag, [ri])
+        c("bucket_report_statuses", "b_rstats", "SELECT gridha.bucket_report_statuses(0, :'ri',"
+          " ARRAY[('fz-tour', 'tour-b-%s', 1, 'committed', NULL)]::gridha.status_report[])" % tag, [ri])
         for v in VIEWS:
             self.add(Stmt("view", "SELECT * FROM gridha.%s" % v, objs=["r:gridha." + v], covers=["v:" + v]))
 
