@@ -1,6 +1,6 @@
 # test/t/lib/GridhaCitus.pm: the set-up that gridha's Citus tests on
-# PostgreSQL's TAP framework (test/t/031_citus.pl and
-# test/t/032_citus_mode.pl) share: the PostgreSQL 15 with Citus they run
+# PostgreSQL's TAP framework (test/t/031_citus.pl to
+# test/t/035_citus_loop.pl) share: the PostgreSQL 15 with Citus they run
 # on, or every test reported skipped with the reason; gridha built for it
 # (the run's own build, or a copy of that tree in the test's directory
 # with gridha built from this source tree and installed into it); a
@@ -8,7 +8,7 @@
 # added and gridha created on the coordinator; and a psql session that goes
 # on after an error.
 #
-# It does not load GridhaTest.pm (neither test does: its signal handlers).
+# It does not load GridhaTest.pm (none of those tests does: its signal handlers).
 #
 # A test loads it with
 #	use FindBin;
