@@ -2365,6 +2365,11 @@ BEGIN
     COMMENT ON TABLE gridha.bucket_batches IS
     'Citus mode: the batches, in their service''s bucket';
     REVOKE ALL ON gridha.bucket_claims, gridha.bucket_services, gridha.bucket_batches FROM PUBLIC;
+    -- Operators (gridha_admin) read the mode's state as they read gridha.batches
+    -- on one server: every column but the payload; only the owner writes.
+    GRANT SELECT ON gridha.bucket_claims, gridha.bucket_services TO gridha_admin;
+    GRANT SELECT (bucket, service_id, batch_id, seq, status, created_at, epoch, attempts, instance_id,
+                  handed_out_at, submitted_at, finished_at) ON gridha.bucket_batches TO gridha_admin;
 
     PERFORM create_distributed_table('gridha.bucket_claims', 'bucket', colocate_with => 'none');
     PERFORM create_distributed_table('gridha.bucket_services', 'bucket', colocate_with => 'gridha.bucket_claims');
@@ -2879,6 +2884,399 @@ GRANT EXECUTE ON FUNCTION
     gridha.bucket_report_submission(integer, uuid, text, text, bigint, text),
     gridha.bucket_report_status(integer, uuid, text, text, bigint, text)
 TO gridha_submitter;
+
+-- --- issue 43: the batched reports and the read calls in the Citus mode ---
+--
+-- docs/citus.md, "Built: the batched reports and the read calls". In the
+-- Citus mode the C entry points of report_submissions and report_statuses
+-- (the composite forms; the array forms call them) hand the call over to
+-- gridha_internal.citus_report_submissions / citus_report_statuses below,
+-- which group the rows by bucket and call the batched per-bucket report
+-- once per bucket, in bucket order. claimed_batches, pending_batches and
+-- verify_batch stay SQL: their check (gridha_internal.instance_check, C)
+-- hands over to gridha_internal.citus_instance_check in the mode, and
+-- their statement reads the bucket tables there (gridha_internal.citus_mode
+-- says which), without a lock. They replace the definitions above with the
+-- same statement and the mode's branch.
+
+-- Whether this database is in the Citus mode: false at once on one server
+-- once gridha's tables were found plain (the flag the hot path tests).
+CREATE FUNCTION gridha_internal.citus_mode()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_citus_mode_sql'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.citus_mode() IS
+'whether gridha.citus_setup laid this database out by bucket (the Citus mode); the read calls choose their statement by it';
+
+/*
+ * citus_owner_check(instance): the calling role (session_user) may act as
+ * the instance: it is a member of the role that took each bucket the
+ * instance holds (RG008 otherwise, as citus_cycle checks). An instance
+ * that holds no bucket passes: it owns nothing. One read over every shard,
+ * without a lock.
+ */
+CREATE FUNCTION gridha_internal.citus_owner_check(instance_id uuid)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    me name := session_user;
+    b record;
+BEGIN
+    FOR b IN SELECT c.bucket, c.holder_role FROM gridha.bucket_claims c
+              WHERE c.holder = citus_owner_check.instance_id ORDER BY c.bucket LOOP
+        IF NOT pg_catalog.pg_has_role(me, b.holder_role, 'MEMBER') THEN
+            RAISE EXCEPTION 'role "%" does not own instance %', me, instance_id
+                USING ERRCODE = 'RG008',
+                      DETAIL = format('Role "%s" took bucket %s for that instance.', b.holder_role, b.bucket);
+        END IF;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_owner_check(uuid) IS
+'Citus mode: RG008 unless the calling role is a member of the role that took every bucket the instance holds';
+
+-- The read calls' check in the mode (gridha_internal.instance_check hands
+-- over to these once the C part checked the arguments): the owner.
+CREATE FUNCTION gridha_internal.citus_instance_check(instance_id uuid, max_batches integer)
+RETURNS void
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$ SELECT gridha_internal.citus_owner_check($1) $$;
+
+CREATE FUNCTION gridha_internal.citus_instance_check(instance_id uuid, service_id text, batch_id text, epoch bigint)
+RETURNS void
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$ SELECT gridha_internal.citus_owner_check($1) $$;
+
+COMMENT ON FUNCTION gridha_internal.citus_instance_check(uuid, integer) IS
+'Citus mode: the check of claimed_batches and pending_batches after their arguments: the calling role may act as the instance (RG008)';
+COMMENT ON FUNCTION gridha_internal.citus_instance_check(uuid, text, text, bigint) IS
+'Citus mode: the check of verify_batch after its arguments: the calling role may act as the instance (RG008)';
+
+/*
+ * citus_claimed_batches(instance, max_batches): claimed_batches in the
+ * mode: the head batch of each service of every bucket the instance holds
+ * (its lease running or not, as a claim is the instance's until taken
+ * over), with the bucket's epoch, the services whose head is ready first
+ * (by when it became ready), then those in flight; one read over every
+ * shard without a lock.
+ */
+CREATE FUNCTION gridha_internal.citus_claimed_batches(instance_id uuid, max_batches integer)
+RETURNS TABLE (service_id text, batch_id text, seq bigint, status gridha.batch_status, epoch bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT s.service_id, b.batch_id, b.seq, b.status, c.epoch
+      FROM gridha.bucket_claims c
+      JOIN gridha.bucket_services s ON s.bucket = c.bucket
+      JOIN gridha.bucket_batches b ON b.bucket = s.bucket AND b.service_id = s.service_id AND b.seq = s.head_seq
+     WHERE c.holder = citus_claimed_batches.instance_id AND s.head_seq <= s.tail_seq
+     ORDER BY s.ready_at, s.service_id
+     LIMIT citus_claimed_batches.max_batches;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_claimed_batches(uuid, integer) IS
+'Citus mode: gridha.claimed_batches: the head batch of each service of the buckets the instance holds, ready ones first, with the bucket''s epoch; read without a lock';
+
+/*
+ * citus_pending_batches(instance, max_batches): pending_batches in the
+ * mode: the heads in flight that the ledger accepted (pending, valid) in
+ * the buckets the instance holds, oldest submission first, with the
+ * bucket's epoch; one read over every shard without a lock.
+ */
+CREATE FUNCTION gridha_internal.citus_pending_batches(instance_id uuid, max_batches integer)
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, epoch bigint, submitted_at timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT s.service_id, b.batch_id, b.status, c.epoch, b.submitted_at
+      FROM gridha.bucket_claims c
+      JOIN gridha.bucket_services s ON s.bucket = c.bucket
+      JOIN gridha.bucket_batches b ON b.bucket = s.bucket AND b.service_id = s.service_id AND b.seq = s.head_seq
+     WHERE c.holder = citus_pending_batches.instance_id AND s.in_flight
+       AND b.status IN ('pending', 'valid')
+     ORDER BY b.submitted_at, s.service_id
+     LIMIT citus_pending_batches.max_batches;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_pending_batches(uuid, integer) IS
+'Citus mode: gridha.pending_batches: the pending and valid heads of the services of the buckets the instance holds, oldest submission first; read without a lock';
+
+/*
+ * citus_verify_batch(instance, service, batch, epoch): verify_batch in the
+ * mode: true only while the instance holds the service's bucket at this
+ * epoch, the bucket's lease has not run out, and the batch is the
+ * service's head, submitting, handed out to the instance at this epoch.
+ * One read of the service's bucket (a router query), without a lock.
+ */
+CREATE FUNCTION gridha_internal.citus_verify_batch(instance_id uuid, service_id text, batch_id text, epoch bigint)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    t timestamptz := pg_catalog.now();
+    n integer;
+    k integer;
+    ok boolean;
+BEGIN
+    SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = 0;
+    k := gridha.bucket_of(citus_verify_batch.service_id, n);
+    SELECT c.holder = citus_verify_batch.instance_id AND c.epoch = citus_verify_batch.epoch
+           AND c.hard_expiry > t
+           AND b.seq = s.head_seq AND b.status = 'submitting' AND b.epoch = citus_verify_batch.epoch
+           AND b.instance_id = citus_verify_batch.instance_id
+      INTO ok
+      FROM gridha.bucket_claims c
+      JOIN gridha.bucket_services s ON s.bucket = c.bucket AND s.service_id = citus_verify_batch.service_id
+      JOIN gridha.bucket_batches b ON b.bucket = c.bucket AND b.service_id = citus_verify_batch.service_id
+                                  AND b.batch_id = citus_verify_batch.batch_id
+     WHERE c.bucket = k;
+    RETURN ok IS TRUE;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_verify_batch(uuid, text, text, bigint) IS
+'Citus mode: gridha.verify_batch: true while the instance holds the service''s bucket at this epoch (lease running) and the batch is its head, submitting under it; read without a lock';
+
+/*
+ * citus_report_many(instance, submission, reports): the batched reports
+ * in the mode, one row per report in the order given. The whole call is
+ * refused as on one server for a NULL instance or array, an array of more
+ * than one dimension (22004, 22023), a read-only transaction (25006), a
+ * role that may not act as the instance (RG008). Each row is checked as
+ * the single server checks it (service_id, batch_id given and not empty,
+ * epoch given and not negative, the outcome or status given: 22004 or
+ * 22023 for that row alone); the rows that pass are grouped by bucket
+ * (gridha.bucket_of under the layout's count) and reported with one call
+ * of the batched per-bucket report per bucket, in bucket order, the rows
+ * of a bucket in service_id order (byte order, ties in the order given),
+ * as one server orders a batched report's rows: one lock order for every
+ * caller. Each row is fenced by its own epoch and run in a subtransaction
+ * of its own there: a stale row is refused (RG001) while the others pass.
+ * The detail is not stored (the mode's batches have no column for it).
+ */
+CREATE FUNCTION gridha_internal.citus_report_many(instance_id uuid, submission boolean, reports anyarray)
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    word_name text := CASE WHEN submission THEN 'outcome' ELSE 'status' END;
+    sids text[];
+    bids text[];
+    eps bigint[];
+    words text[];
+    n integer;
+    nb integer;
+    k integer[];
+    st gridha.batch_status[];
+    codes text[];
+    msgs text[];
+    i integer;
+    bk integer;
+    got gridha.bucket_report_result[];
+    pos integer[];
+    j integer;
+BEGIN
+    IF instance_id IS NULL THEN
+        RAISE EXCEPTION 'instance_id must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF reports IS NULL THEN
+        RAISE EXCEPTION 'reports must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.array_ndims(reports) > 1 THEN
+        RAISE EXCEPTION 'reports must be a one-dimensional array' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute % in a read-only transaction',
+                        CASE WHEN submission THEN 'report_submissions()' ELSE 'report_statuses()' END
+            USING ERRCODE = '25006', HINT = 'Call it in a read-write transaction.';
+    END IF;
+    PERFORM gridha_internal.citus_owner_check(instance_id);
+    -- the rows, taken apart (a NULL element is a row of NULLs)
+    SELECT pg_catalog.array_agg(x.s ORDER BY x.o), pg_catalog.array_agg(x.b ORDER BY x.o),
+           pg_catalog.array_agg(x.e ORDER BY x.o), pg_catalog.array_agg(x.w::text ORDER BY x.o)
+      INTO sids, bids, eps, words
+      FROM pg_catalog.unnest(reports) WITH ORDINALITY AS x(s, b, e, w, d, o);
+    n := coalesce(pg_catalog.cardinality(sids), 0);
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    SELECT c.buckets INTO nb FROM gridha.bucket_claims c WHERE c.bucket = 0;
+    k := pg_catalog.array_fill(NULL::integer, ARRAY[n]);
+    st := pg_catalog.array_fill(NULL::gridha.batch_status, ARRAY[n]);
+    codes := pg_catalog.array_fill(NULL::text, ARRAY[n]);
+    msgs := pg_catalog.array_fill(NULL::text, ARRAY[n]);
+    FOR i IN 1 .. n LOOP
+        IF sids[i] IS NULL THEN
+            codes[i] := '22004'; msgs[i] := 'service_id must not be null';
+        ELSIF sids[i] = '' THEN
+            codes[i] := '22023'; msgs[i] := 'service_id must not be empty';
+        ELSIF bids[i] IS NULL THEN
+            codes[i] := '22004'; msgs[i] := 'batch_id must not be null';
+        ELSIF bids[i] = '' THEN
+            codes[i] := '22023'; msgs[i] := 'batch_id must not be empty';
+        ELSIF eps[i] IS NULL THEN
+            codes[i] := '22004'; msgs[i] := 'epoch must not be null';
+        ELSIF eps[i] < 0 THEN
+            codes[i] := '22023'; msgs[i] := 'epoch must not be negative';
+        ELSIF words[i] IS NULL THEN
+            codes[i] := '22004'; msgs[i] := word_name || ' must not be null';
+        ELSE
+            k[i] := gridha.bucket_of(sids[i], nb);
+        END IF;
+    END LOOP;
+    -- one call of the batched per-bucket report per bucket, in bucket order
+    FOR bk IN SELECT DISTINCT x.b FROM pg_catalog.unnest(k) AS x(b) WHERE x.b IS NOT NULL ORDER BY x.b LOOP
+        pos := ARRAY(SELECT x.i FROM pg_catalog.unnest(k) WITH ORDINALITY AS x(b, i)
+                      WHERE x.b = bk ORDER BY sids[x.i] COLLATE "C", x.i);
+        IF submission THEN
+            got := gridha.bucket_report_submissions(bk, instance_id,
+                     ARRAY(SELECT ROW(sids[x.p], bids[x.p], eps[x.p], words[x.p]::gridha.submission_outcome,
+                                      NULL)::gridha.submission_report
+                             FROM pg_catalog.unnest(pos) WITH ORDINALITY AS x(p, o) ORDER BY x.o));
+        ELSE
+            got := gridha.bucket_report_statuses(bk, instance_id,
+                     ARRAY(SELECT ROW(sids[x.p], bids[x.p], eps[x.p], words[x.p]::gridha.ledger_status,
+                                      NULL)::gridha.status_report
+                             FROM pg_catalog.unnest(pos) WITH ORDINALITY AS x(p, o) ORDER BY x.o));
+        END IF;
+        FOR j IN 1 .. pg_catalog.cardinality(pos) LOOP
+            st[pos[j]] := (got[j]).status;
+            codes[pos[j]] := (got[j]).sqlstate;
+            msgs[pos[j]] := (got[j]).message;
+        END LOOP;
+    END LOOP;
+    RETURN QUERY SELECT sids[g.r], bids[g.r], st[g.r], codes[g.r], msgs[g.r] FROM pg_catalog.generate_series(1, n) AS g(r);
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_report_many(uuid, boolean, anyarray) IS
+'Citus mode: what the batched reports share: the rows checked, grouped by bucket, one batched per-bucket report per bucket in bucket order; one result row per report, in the order given';
+
+-- PL/pgSQL, not SQL: the C entry point hands its set-result information
+-- over to these, and a PL/pgSQL function answers a set in one call
+-- (materialized), where an SQL one would answer a row per call.
+CREATE FUNCTION gridha_internal.citus_report_submissions(instance_id uuid, reports gridha.submission_report[])
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM gridha_internal.citus_report_many(instance_id, true, reports);
+END
+$$;
+
+CREATE FUNCTION gridha_internal.citus_report_statuses(instance_id uuid, reports gridha.status_report[])
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM gridha_internal.citus_report_many(instance_id, false, reports);
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_report_submissions(uuid, gridha.submission_report[]) IS
+'Citus mode: gridha.report_submissions: one batched per-bucket report per bucket, in bucket order; one row per report, in the order given';
+COMMENT ON FUNCTION gridha_internal.citus_report_statuses(uuid, gridha.status_report[]) IS
+'Citus mode: gridha.report_statuses: one batched per-bucket report per bucket, in bucket order; one row per report, in the order given';
+
+-- The read calls, with the mode's branch: on one server the first branch
+-- is the statement of 1.3 above, the second is not run (its one-time
+-- filter is false); in the mode gridha's local tables are empty and the
+-- second branch reads the bucket tables.
+CREATE OR REPLACE FUNCTION gridha.claimed_batches(instance_id uuid, max_batches integer DEFAULT 100)
+RETURNS TABLE (service_id text, batch_id text, seq bigint, status gridha.batch_status, epoch bigint)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT gridha_internal.instance_check($1, $2);
+(SELECT c.service_id, h.batch_id, h.seq, h.status, c.epoch
+  FROM (SELECT c.service_id, c.head_seq, c.epoch, c.ready_at
+          FROM gridha.service_claims c
+         WHERE c.claimant = $1 AND c.head_seq IS NOT NULL
+         ORDER BY c.ready_at, c.service_id
+         LIMIT $2) c
+ CROSS JOIN LATERAL (
+  SELECT b.batch_id, b.seq, b.status FROM gridha.batches b
+   WHERE b.service_id = c.service_id AND b.seq = c.head_seq
+   LIMIT 1) h
+ ORDER BY c.ready_at, c.service_id)
+UNION ALL
+SELECT m.service_id, m.batch_id, m.seq, m.status, m.epoch
+  FROM gridha_internal.citus_claimed_batches($1, $2) m
+ WHERE gridha_internal.citus_mode()
+$$;
+
+CREATE OR REPLACE FUNCTION gridha.verify_batch(instance_id uuid, service_id text, batch_id text, epoch bigint)
+RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT gridha_internal.instance_check($1, $2, $3, $4);
+SELECT CASE WHEN gridha_internal.citus_mode() THEN gridha_internal.citus_verify_batch($1, $2, $3, $4)
+       ELSE coalesce((SELECT c.claimant = $1 AND c.epoch = $4
+                        AND least(c.hard_expiry, i.hard_expiry) > now()
+                        AND b.seq = c.head_seq AND b.status = 'submitting' AND b.epoch = $4
+                        AND b.instance_id = $1
+                   FROM gridha.service_claims c
+                   JOIN gridha.batches b ON b.service_id = c.service_id AND b.batch_id = $3
+                   LEFT JOIN gridha.instances i ON i.instance_id = c.claimant
+                  WHERE c.service_id = $2), false) END
+$$;
+
+CREATE OR REPLACE FUNCTION gridha.pending_batches(instance_id uuid, max_batches integer DEFAULT 100)
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, epoch bigint, submitted_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT gridha_internal.instance_check($1, $2);
+(SELECT c.service_id, h.batch_id, h.status, c.epoch, h.submitted_at
+  FROM gridha.service_claims c
+ CROSS JOIN LATERAL (
+  SELECT b.batch_id, b.status, b.submitted_at FROM gridha.batches b
+   WHERE b.service_id = c.service_id AND b.seq = c.head_seq
+     AND b.status IN ('pending', 'valid')
+   LIMIT 1) h
+ WHERE c.claimant = $1 AND c.in_flight
+ ORDER BY h.submitted_at, c.service_id
+ LIMIT $2)
+UNION ALL
+SELECT m.service_id, m.batch_id, m.status, m.epoch, m.submitted_at
+  FROM gridha_internal.citus_pending_batches($1, $2) m
+ WHERE gridha_internal.citus_mode()
+$$;
+
+REVOKE ALL ON FUNCTION
+    gridha_internal.citus_mode(),
+    gridha_internal.citus_owner_check(uuid),
+    gridha_internal.citus_instance_check(uuid, integer),
+    gridha_internal.citus_instance_check(uuid, text, text, bigint),
+    gridha_internal.citus_claimed_batches(uuid, integer),
+    gridha_internal.citus_pending_batches(uuid, integer),
+    gridha_internal.citus_verify_batch(uuid, text, text, bigint),
+    gridha_internal.citus_report_many(uuid, boolean, anyarray),
+    gridha_internal.citus_report_submissions(uuid, gridha.submission_report[]),
+    gridha_internal.citus_report_statuses(uuid, gridha.status_report[])
+FROM PUBLIC;
 
 -- --- issue 42.1: instance rows and worker registration as SQL (h1) ---
 -- The statements of src/instances.c and src/worker.c that run off the

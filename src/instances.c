@@ -860,7 +860,9 @@ PG_FUNCTION_INFO_V1(gridha_instance_check_sql);
  * checks of the read-only calls whose statement is SQL (claimed_batches,
  * pending_batches, verify_batch): their arguments, in their order and with
  * the messages of the C calls' checks (22004, 22023), then
- * gridha_instance_check. Returns nothing.
+ * gridha_instance_check; in the Citus mode, after the arguments, the
+ * mode's check of the owner (gridha_internal.citus_instance_check).
+ * Returns nothing.
  */
 Datum
 gridha_instance_check_sql(PG_FUNCTION_ARGS)
@@ -875,6 +877,8 @@ gridha_instance_check_sql(PG_FUNCTION_ARGS)
 		(void) gridha_arg_id(fcinfo, 2, "batch_id");
 		(void) gridha_arg_epoch(fcinfo, 3);
 	}
+	/* the Citus mode: gridha_internal.citus_instance_check (the owner) */
+	GRIDHA_CITUS_HANDOVER(fcinfo);
 	SPI_connect();
 	gridha_instance_check(instance_id);
 	SPI_finish();

@@ -242,7 +242,7 @@ gridha_check_tables(void)
 			ereport(ERROR,
 					(errcode(ERRCODE_GRIDHA_CITUS_MODE),
 					 errmsg("gridha is in Citus mode, where this function does not run"),
-					 errdetail("gridha.citus_setup laid gridha out by bucket in this database; there, the per-bucket functions and the instance calls next_batch, next_batches, renew_claims, acquire_claims, release_claims, report_submission and report_status serve it."),
+					 errdetail("gridha.citus_setup laid gridha out by bucket in this database; there, the per-bucket functions and the instance calls next_batch, next_batches, renew_claims, acquire_claims, release_claims, report_submission, report_status, report_submissions, report_statuses, claimed_batches, pending_batches and verify_batch serve it."),
 					 errhint("Enqueue with gridha.bucket_enqueue; submit through gridha.next_batch and the reports, or the per-bucket functions and their batched forms, each called as a statement of its own (docs/citus.md).")));
 		}
 	}
@@ -315,6 +315,19 @@ gridha_citus_mode(void)
 	result = list_member_oid(citus, mode);
 	list_free(citus);
 	return result;
+}
+
+PG_FUNCTION_INFO_V1(gridha_citus_mode_sql);
+
+/*
+ * gridha_citus_mode_sql: SQL gridha_internal.citus_mode(): whether this
+ * database is in the Citus mode. On one server, once gridha's tables were
+ * found plain (the read calls' check ran first), one test of the flag.
+ */
+Datum
+gridha_citus_mode_sql(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(!gridha_tables_plain && gridha_citus_mode());
 }
 
 /*

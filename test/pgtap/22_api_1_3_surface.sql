@@ -107,8 +107,18 @@ SELECT set_eq(
              ('gridha_internal.citus_report_submission(uuid,text,text,bigint,text,text)'),
              ('gridha_internal.citus_report_submission(uuid,text,text,bigint,gridha.submission_outcome,text)'),
              ('gridha_internal.citus_report_status(uuid,text,text,bigint,text,text)'),
-             ('gridha_internal.citus_report_status(uuid,text,text,bigint,gridha.ledger_status,text)')$$,
-    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers, the targets'' load and a refused report''s diagnosis (issue 42.1), and the Citus mode''s six helpers (issue 43.2; the batched reports'' one, 43.4) and the thirteen functions of its instance calls (issue 43.2)');
+             ('gridha_internal.citus_report_status(uuid,text,text,bigint,gridha.ledger_status,text)'),
+             -- issue 43: the Citus mode's batched reports and reads
+             ('gridha_internal.citus_mode()'), ('gridha_internal.citus_owner_check(uuid)'),
+             ('gridha_internal.citus_instance_check(uuid,integer)'),
+             ('gridha_internal.citus_instance_check(uuid,text,text,bigint)'),
+             ('gridha_internal.citus_claimed_batches(uuid,integer)'),
+             ('gridha_internal.citus_pending_batches(uuid,integer)'),
+             ('gridha_internal.citus_verify_batch(uuid,text,text,bigint)'),
+             ('gridha_internal.citus_report_many(uuid,boolean,anyarray)'),
+             ('gridha_internal.citus_report_submissions(uuid,gridha.submission_report[])'),
+             ('gridha_internal.citus_report_statuses(uuid,gridha.status_report[])')$$,
+    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers, the targets'' load and a refused report''s diagnosis (issue 42.1), and the Citus mode''s six helpers (issue 43.2; the batched reports'' one, 43.4) and the thirteen functions of its instance calls (issue 43.2), and the ten of its batched reports and reads (issue 43)');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass

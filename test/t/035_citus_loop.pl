@@ -1,9 +1,11 @@
-# test/t/035_citus_loop.pl: the Citus mode's instance calls (issue 43,
-# item 2; docs/citus.md, "Built: the instance calls"): three instances on
-# the coordinator call gridha.next_batch, gridha.report_submission and
-# gridha.report_status (not the per-bucket functions) over 60 services in
-# 64 buckets; the buckets are balanced between them, and the buckets of an
-# instance that stops are taken over by the others.
+# test/t/035_citus_loop.pl: the Citus mode's instance calls (issue 43;
+# docs/citus.md, "Built: the instance calls" and "Built: the batched
+# reports and the read calls"): three instances on the coordinator call
+# gridha.next_batch, the reports (single and batched) and the reads
+# claimed_batches, pending_batches and verify_batch (not the per-bucket
+# functions) over 60 services in 64 buckets; the buckets are balanced
+# between them, and the buckets of an instance that stops are taken over
+# by the others.
 #
 # Citus exists for PostgreSQL 15 only. As test/t/032_citus_mode.pl: the
 # PostgreSQL 15 GRIDHA_CITUS_PG_CONFIG names (default: the system's), used
@@ -35,6 +37,20 @@
 #             B at a higher epoch
 #   owner     a role that did not take A's buckets is refused next_batch
 #             as A (RG008)
+#   reads     two more batches enqueued into each service; A is handed 8
+#             (in several buckets); claimed_batches, verify_batch and then
+#             pending_batches of A compared with the bucket tables read as
+#             their owner (rows, order, max_batches); a batched
+#             report_submissions whose third row names the next epoch:
+#             that row refused (RG001) and unchanged, the others pending,
+#             one result row per report in the order given; another role
+#             refused each read and batched report as A (RG008), nothing
+#             changed; bad input refused with the single server's
+#             SQLSTATEs, whole call (22004, 22023, 25006) or row alone
+#             (22004, 22023, RG004), nothing changed; gridha_admin reads
+#             the bucket tables but not the payload, a submitter none
+#             (42501); the 8 committed through report_statuses and the
+#             array forms
 #   end       every batch committed once, each service's in seq order;
 #             release_claims gives back A's and B's buckets
 #
@@ -53,7 +69,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-my $NTESTS = 13;
+my $NTESTS = 22;
 my %ID = (
 	A => 'aaaaaaaa-0000-0000-0000-000000000035',
 	B => 'bbbbbbbb-0000-0000-0000-000000000035',
@@ -253,6 +269,210 @@ $coord->psql('c35', "SELECT * FROM gridha.next_batch('$ID{A}')",
 ok($other =~ /ERROR:  RG008: role "r35" does not own instance $ID{A}/,
 	'owner: a role that did not take A\'s buckets is refused next_batch as A (RG008)')
   or diag($other);
+
+# ---------------------------------------------------------------------------
+# reads and batched reports: claimed_batches, pending_batches, verify_batch
+# and the batched reports in the mode, checked against the bucket tables
+
+# code(SQL, ROLE): the SQLSTATE of the first error of SQL (as ROLE when
+# given), or 'ok'
+sub code
+{
+	my ($sql, $role) = @_;
+	my $out = citus_psql($coord, 'c35', $sql, '-v', 'VERBOSITY=verbose',
+		defined $role ? ('-U', $role) : ());
+	return $out =~ /ERROR:  ([0-9A-Z]{5}):/ ? $1 : 'ok';
+}
+
+# bucket_state(X): X's buckets read from the bucket tables as their owner:
+# bucket -> epoch, and per service of those buckets its head
+# (service, batch, seq, status, bucket epoch, ready_at, in_flight,
+# submitted_at; the times in microseconds since 1970)
+sub bucket_state
+{
+	my ($x) = @_;
+	my @rows;
+	foreach my $l (split /\n/, one(qq{SELECT concat_ws('|', s.service_id, b.batch_id, b.seq, b.status, c.epoch,
+	         coalesce((extract(epoch FROM s.ready_at) * 1000000)::bigint::text, ''), s.in_flight,
+	         coalesce((extract(epoch FROM b.submitted_at) * 1000000)::bigint::text, ''), c.bucket)
+	    FROM gridha.bucket_claims c, gridha.bucket_services s, gridha.bucket_batches b
+	   WHERE c.holder = '$ID{$x}' AND s.bucket = c.bucket AND s.head_seq <= s.tail_seq
+	     AND b.bucket = s.bucket AND b.service_id = s.service_id AND b.seq = s.head_seq}))
+	{
+		my @f = split /\|/, $l, -1;
+		push @rows, { s => $f[0], b => $f[1], q => $f[2], st => $f[3], e => $f[4], ready => $f[5],
+			fl => $f[6], sub => $f[7], k => $f[8] };
+	}
+	return @rows;
+}
+
+# two more batches into each service (ids <service>-<seq>, as above), so
+# that A has work in many buckets whatever the rounds above left
+my $more = run(q{DO $$ BEGIN
+PERFORM gridha.bucket_enqueue(gridha.bucket_of(s, 64), s, s || '-' || j, '\x35')
+  FROM (SELECT 'c' || lpad(i::text, 2, '0') AS s FROM generate_series(1, 60) i) x,
+       generate_series(4, 5) j ORDER BY j, s;
+END $$;});
+diag("enqueue: $more") if $more =~ /ERROR/;
+$NBATCHES = 5;
+my @a_got = handout('A', 8);
+my %a_batch = map { $_->[1] => $_ } @a_got;
+my %a_bucket = map { $bucket_of{ $_->[0] } => 1 } @a_got;
+
+# claimed_batches: every head of A's buckets, ready ones first (by when
+# they became ready), then those in flight; by service within a time
+my @st = bucket_state('A');
+my @want = map { join('|', $_->{s}, $_->{b}, $_->{q}, $_->{st}, $_->{e}) }
+  sort {
+	($a->{ready} eq '') <=> ($b->{ready} eq '')
+	  or ($a->{ready} eq '' ? 0 : $a->{ready} <=> $b->{ready})
+	  or $a->{s} cmp $b->{s}
+  } @st;
+my $claimed = one("SELECT concat_ws('|', service_id, batch_id, seq, status, epoch)
+  FROM gridha.claimed_batches('$ID{A}', 1000)");
+my $claimed3 = one("SELECT concat_ws('|', service_id, batch_id, seq, status, epoch)
+  FROM gridha.claimed_batches('$ID{A}', 3)");
+my $in_claimed = grep { my $bb = $_; grep { /^[^|]+\|\Q$bb\E\|\d+\|submitting\|/ } @want } keys %a_batch;
+ok(@a_got == 8 && $claimed eq join("\n", @want) && $claimed3 eq join("\n", @want[0 .. 2])
+	  && $in_claimed == 8,
+	'reads: claimed_batches(A) is the head of each service of A\'s buckets with the bucket\'s epoch, ready ones first, as the bucket tables hold them; max_batches 3 gives the first 3')
+  or diag("got " . scalar(@a_got) . " batches\nclaimed:\n$claimed\nwant:\n" . join("\n", @want) . "\nfirst 3:\n$claimed3");
+
+# verify_batch: true for A's batches at their epoch, false at another
+# epoch and for another instance
+my ($v_ok, $v_epoch, $v_other) = ('', '', '');
+foreach my $g (@a_got)
+{
+	my ($s, $b, $e) = @$g;
+	$v_ok .= one("SELECT gridha.verify_batch('$ID{A}', '$s', '$b', $e)");
+	$v_epoch .= one("SELECT gridha.verify_batch('$ID{A}', '$s', '$b', " . ($e + 1) . ")");
+	$v_other .= one("SELECT gridha.verify_batch('$ID{B}', '$s', '$b', $e)");
+}
+ok($v_ok eq 't' x 8 && $v_epoch eq 'f' x 8 && $v_other eq 'f' x 8,
+	'reads: verify_batch is true for each of A\'s 8 batches in flight at its epoch, false at the next epoch and for instance B')
+  or diag("$v_ok / $v_epoch / $v_other");
+
+# a batched report with a stale row: the third row names the next epoch
+my $stale = $a_got[2][1];
+my $before_stale = one("SELECT concat_ws('/', status, epoch, attempts) FROM gridha.bucket_batches WHERE batch_id = '$stale'");
+my $sub_rows = join(', ', map {
+		my ($s, $b, $e) = @{ $a_got[$_] };
+		"ROW('$s', '$b', " . ($_ == 2 ? $e + 1 : $e) . ", 'accepted', NULL)::gridha.submission_report"
+} 0 .. $#a_got);
+my $sub = run("SELECT concat_ws('|', service_id, batch_id, coalesce(status::text, '-'), coalesce(sqlstate, '-'))
+  FROM gridha.report_submissions('$ID{A}', ARRAY[$sub_rows])");
+my $want_sub = join("\n", map {
+		my ($s, $b) = @{ $a_got[$_] };
+		$_ == 2 ? "$s|$b|-|RG001" : "$s|$b|pending|-"
+} 0 .. $#a_got);
+my $after_stale = one("SELECT concat_ws('/', status, epoch, attempts) FROM gridha.bucket_batches WHERE batch_id = '$stale'");
+my $pending_now = one("SELECT count(*) FROM gridha.bucket_batches WHERE status = 'pending' AND batch_id IN ("
+	  . join(', ', map { "'$_->[1]'" } @a_got) . ")");
+ok($sub eq $want_sub && $before_stale eq $after_stale && $before_stale =~ /^submitting\// && $pending_now eq '7'
+	  && keys %a_bucket > 1,
+	'batched: report_submissions over ' . scalar(keys %a_bucket) . ' buckets answers one row per report in the order given: the stale row (next epoch) refused with RG001 and unchanged, the 7 others pending')
+  or diag("$sub\nwant:\n$want_sub\n$before_stale -> $after_stale, pending $pending_now");
+
+# pending_batches: A's pending and valid heads, oldest submission first
+@st = bucket_state('A');
+@want = map { join('|', $_->{s}, $_->{b}, $_->{st}, $_->{e}) }
+  sort { $a->{sub} <=> $b->{sub} or $a->{s} cmp $b->{s} }
+  grep { $_->{fl} eq 't' && ($_->{st} eq 'pending' || $_->{st} eq 'valid') } @st;
+my $pending = one("SELECT concat_ws('|', service_id, batch_id, status, epoch)
+  FROM gridha.pending_batches('$ID{A}', 1000)");
+my $pending2 = one("SELECT concat_ws('|', service_id, batch_id, status, epoch)
+  FROM gridha.pending_batches('$ID{A}', 2)");
+my $v_pending = one("SELECT gridha.verify_batch('$ID{A}', '$a_got[0][0]', '$a_got[0][1]', $a_got[0][2])");
+ok(@want == 7 && $pending eq join("\n", @want) && $pending2 eq join("\n", @want[0 .. 1]) && $v_pending eq 'f',
+	'reads: pending_batches(A) is the 7 batches accepted, oldest submission first, as the bucket tables hold them (max_batches 2: the first 2); verify_batch is false once accepted')
+  or diag("pending:\n$pending\nwant:\n" . join("\n", @want) . "\nfirst 2:\n$pending2\nverify: $v_pending");
+
+# the owner: another role is refused each call as A, and nothing changes
+my $snap = q{SELECT string_agg(concat_ws('/', batch_id, status, epoch, attempts), ',' ORDER BY batch_id) FROM gridha.bucket_batches};
+my $before_r = one($snap);
+my ($s0, $b0, $e0) = @{ $a_got[0] };
+my ($s2, $b2, $e2) = @{ $a_got[2] };
+my @r35 = map { code($_, 'r35') } (
+	"SELECT * FROM gridha.claimed_batches('$ID{A}')",
+	"SELECT * FROM gridha.pending_batches('$ID{A}')",
+	"SELECT gridha.verify_batch('$ID{A}', '$s2', '$b2', $e2)",
+	"SELECT * FROM gridha.report_submissions('$ID{A}', ARRAY[ROW('$s2', '$b2', $e2, 'accepted', NULL)::gridha.submission_report])",
+	"SELECT * FROM gridha.report_statuses('$ID{A}', ARRAY[ROW('$s0', '$b0', $e0, 'committed', NULL)::gridha.status_report])",
+	"SELECT * FROM gridha.report_statuses('$ID{A}', ARRAY['$s0'], ARRAY['$b0'], ARRAY[$e0]::bigint[], ARRAY['committed'])");
+my $after_r = one($snap);
+ok(join(',', @r35) eq join(',', ('RG008') x 6) && $before_r eq $after_r,
+	'owner: a role that did not take A\'s buckets is refused claimed_batches, pending_batches, verify_batch and the batched reports (both forms) as A (RG008), and nothing changes')
+  or diag(join(',', @r35));
+
+# bad input: the whole call's SQLSTATEs, as on one server
+my $one_row = "ARRAY[ROW('$s2', '$b2', $e2, 'accepted', NULL)::gridha.submission_report]";
+my @whole = map { code($_) } (
+	"SELECT * FROM gridha.report_submissions(NULL, $one_row)",
+	"SELECT * FROM gridha.report_submissions('$ID{A}', NULL::gridha.submission_report[])",
+	"SELECT * FROM gridha.report_statuses('$ID{A}', ARRAY[[ROW('$s0', '$b0', $e0, 'committed', NULL)::gridha.status_report]])",
+	"SELECT * FROM gridha.report_submissions('$ID{A}', ARRAY['$s2'], ARRAY['$b2', 'x'], ARRAY[$e2]::bigint[], ARRAY['accepted'])",
+	"BEGIN READ ONLY; SELECT * FROM gridha.report_submissions('$ID{A}', $one_row); ROLLBACK",
+	"SELECT * FROM gridha.claimed_batches('$ID{A}', -1)",
+	"SELECT * FROM gridha.pending_batches('$ID{A}', NULL)",
+	"SELECT gridha.verify_batch('$ID{A}', '', '$b2', $e2)",
+	"SELECT gridha.verify_batch(NULL, '$s2', '$b2', $e2)");
+my $after_w = one($snap);
+ok(join(',', @whole) eq '22004,22004,22023,22023,25006,22023,22004,22023,22004' && $after_w eq $before_r,
+	'bad input: NULL instance or reports (22004), two dimensions or arrays of different lengths (22023), a read-only transaction (25006), a negative or NULL max_batches (22023, 22004), an empty or NULL id for verify_batch (22023, 22004), as on one server; nothing changes')
+  or diag(join(',', @whole));
+
+# bad rows: each refused alone with its SQLSTATE, in the order given
+my $bad = run("SELECT concat_ws('|', coalesce(service_id, '-'), coalesce(status::text, '-'), sqlstate, message)
+  FROM gridha.report_submissions('$ID{A}', ARRAY[ROW('$s2', NULL, $e2, 'accepted', NULL)::gridha.submission_report,
+    ROW('', '$b2', $e2, 'accepted', NULL)::gridha.submission_report,
+    ROW('$s2', '$b2', -1, 'accepted', NULL)::gridha.submission_report,
+    ROW('$s2', '$b2', $e2, NULL, NULL)::gridha.submission_report,
+    NULL::gridha.submission_report]);
+SELECT concat_ws('|', service_id, coalesce(status::text, '-'), sqlstate, message)
+  FROM gridha.report_submissions('$ID{A}', ARRAY['$s2'], ARRAY['$b2'], ARRAY[$e2]::bigint[], ARRAY['maybe'])");
+my $after_b = one($snap);
+my $want_bad = join("\n",
+	"$s2|-|22004|batch_id must not be null",
+	"|-|22023|service_id must not be empty",
+	"$s2|-|22023|epoch must not be negative",
+	"$s2|-|22004|outcome must not be null",
+	"-|-|22004|service_id must not be null",
+	"$s2|-|RG004|unknown submission outcome \"maybe\"");
+ok($bad eq $want_bad && $after_b eq $before_r,
+	'bad rows: a NULL batch_id, an empty service_id, a negative epoch, a NULL outcome, a NULL row, an unknown outcome (array form) are each refused alone with the single server\'s SQLSTATE and message; nothing changes')
+  or diag("$bad\nwant:\n$want_bad");
+
+# an operator (gridha_admin) reads the bucket tables, every column but the
+# payload, and writes none; a submitter reads none of them
+$coord->safe_psql('c35', q{CREATE ROLE r35admin LOGIN IN ROLE gridha_admin;});
+my $counts = q{SELECT concat_ws('/', (SELECT count(*) FROM gridha.bucket_claims WHERE holder IS NOT NULL),
+       (SELECT count(*) FROM gridha.bucket_services),
+       (SELECT count(status) FROM gridha.bucket_batches WHERE status = 'committed'))};
+my $owner_counts = one($counts);
+my $admin_counts = '';
+$coord->psql('c35', $counts, stdout => \$admin_counts, extra_params => [ '-U', 'r35admin' ]);
+my @denied = map { code(@$_) } (
+	[ 'SELECT payload FROM gridha.bucket_batches LIMIT 1', 'r35admin' ],
+	[ 'UPDATE gridha.bucket_claims SET epoch = epoch WHERE bucket = 0', 'r35admin' ],
+	[ "SELECT * FROM gridha.claimed_batches('$ID{A}')", 'r35admin' ],
+	[ 'SELECT count(*) FROM gridha.bucket_claims', 'r35' ],
+	[ 'SELECT count(status) FROM gridha.bucket_batches', 'r35' ]);
+ok($admin_counts eq $owner_counts && $owner_counts =~ m{^\d+/60/\d+$} && join(',', @denied) eq join(',', ('42501') x 5),
+	'monitor: gridha_admin reads bucket_claims, bucket_services and bucket_batches (as their owner does) but not the payload, writes none of them and calls no instance call; a submitter reads none of them (42501)')
+  or diag("admin $admin_counts, owner $owner_counts; " . join(',', @denied));
+
+# the end of these batches: the 7 committed by report_statuses, the stale
+# one reported again at its epoch through the array forms
+my $st_rows = join(', ', map { "ROW('$_->[0]', '$_->[1]', $_->[2], 'committed', NULL)::gridha.status_report" }
+	  @a_got[ 0, 1, 3 .. 7 ]);
+my $fin = run("SELECT string_agg(coalesce(status::text, sqlstate), ',') FROM gridha.report_statuses('$ID{A}', ARRAY[$st_rows]);
+SELECT string_agg(coalesce(status::text, sqlstate), ',') FROM gridha.report_submissions('$ID{A}', ARRAY['$s2'], ARRAY['$b2'], ARRAY[$e2]::bigint[], ARRAY['ACCEPTED']);
+SELECT string_agg(coalesce(status::text, sqlstate), ',') FROM gridha.report_statuses('$ID{A}', ARRAY['$s2'], ARRAY['$b2'], ARRAY[$e2]::bigint[], ARRAY['Committed']);");
+my $committed = one("SELECT count(*) FROM gridha.bucket_batches WHERE status = 'committed' AND batch_id IN ("
+	  . join(', ', map { "'$_->[1]'" } @a_got) . ")");
+ok($fin eq join(',', ('committed') x 7) . "\npending\ncommitted" && $committed eq '8',
+	'batched: report_statuses commits the 7, the array forms of report_submissions and report_statuses report the eighth (words in any case): all 8 committed')
+  or diag("$fin / $committed");
 
 # ---------------------------------------------------------------------------
 # to the end
