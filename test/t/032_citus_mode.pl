@@ -241,15 +241,15 @@ my $mode = '';
 foreach my $call (
 	"SELECT gridha.enqueue('s01', 'x', '\\x00')",
 	"SELECT gridha.register_instance()",
-	"SELECT * FROM gridha.claimed_batches('$A')",
-	"SELECT * FROM gridha.report_submissions('$A', ARRAY[]::gridha.submission_report[])")
+	"SELECT gridha.lead('$A')",
+	"SELECT gridha.next_id('x')")
 {
 	$mode .= run($coord, $call) . "\n";
 }
 diag("library calls in the mode:\n$mode");
 my @rg035 = ($mode =~ /ERROR:  RG035: gridha is in Citus mode, where this function does not run/g);
 ok(@rg035 == 4 && $mode =~ /HINT:  Enqueue with gridha.bucket_enqueue; submit through gridha.next_batch/,
-	'layout: enqueue, register_instance, claimed_batches and the batched report_submissions of the library are refused in the mode (RG035), naming the calls that serve it'
+	'layout: enqueue, register_instance, lead and next_id of the library are refused in the mode (RG035), naming the calls that serve it'
 );
 
 # ---------------------------------------------------------------------------
