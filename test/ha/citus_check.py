@@ -92,8 +92,9 @@ def main():
     for e in events:
         if e.get('kind') == 'crash':
             bad('lost', 'a client crashed: %s %s' % (e['who'], e.get('message')))
-        if 'outcome' in e and e.get('kind') not in ('connect', 'drop', 'adopt', 'pause', 'resume', 'exit',
-                                                    'producer-done', 'crash'):
+        if 'outcome' in e and e.get('kind') not in ('connect', 'drop', 'adopt', 'hold', 'pause', 'resume', 'exit',
+                                                    'producer-done', 'crash') \
+                and not (e.get('kind') == 'next' and e.get('contract')):
             calls[e['kind']][e['outcome']] += 1
     fig['calls'] = {k: dict(v) for k, v in sorted(calls.items())}
     fig['connects'] = sum(1 for e in events if e.get('kind') == 'connect')
@@ -122,6 +123,16 @@ def main():
         seen_k.add(sk)
         if r['payload'] != '%s:%d' % (r['service_id'], int(r['batch_id'].rsplit('-', 1)[1])):
             bad('lost', 'batch %s payload %s' % (r['batch_id'], r['payload']))
+    # a transaction whose answer was lost is there whole or not at all
+    partial = 0
+    for e in events:
+        if e.get('kind') == 'enqueue' and e['outcome'] == 'unknown' and e.get('sent', True):
+            there = sum(1 for i in e['items'] if i['batch'] in byid)
+            if 0 < there < len(e['items']):
+                partial += 1
+                bad('lost', 'enqueue of %s (answer lost) half there: %d of %d rows'
+                    % (e['who'], there, len(e['items'])))
+    fig['enqueue_unknown_partial'] = partial
     lost = [b for b in acked if b not in byid]
     for b in lost:
         bad('lost', 'acknowledged %s missing' % b)
@@ -171,7 +182,15 @@ def main():
     handouts = defaultdict(list)
     for e in events:
         v = e.get('value') or ''
-        if e.get('kind') == 'next' and e['outcome'] == 'ok' and v.startswith('(') and v.endswith(')') \
+        if e.get('kind') == 'next' and e.get('contract') and e['outcome'] == 'ok':
+            # a hand-out of the contract calls: its seq from the table
+            r = byid.get(e['batch'])
+            if r is None:
+                ooo += 1
+                bad('order', '%s handed out by %s but not in the table' % (e['batch'], e['who']))
+                continue
+            handouts[e['service']].append((int(r['seq']), int(e['epoch']), e['who'], e['batch']))
+        elif e.get('kind') == 'next' and e['outcome'] == 'ok' and v.startswith('(') and v.endswith(')') \
                 and len(v[1:-1].split(',')) >= 6 and v[1:-1].split(',')[0] != '':
             inner = v[1:-1].split(',')
             handouts[inner[0].strip('"')].append((int(inner[2]), int(e['epoch']), e['who'], inner[1].strip('"')))
@@ -222,12 +241,13 @@ def main():
                 if ep != 'NULL':
                     own(int(b), int(ep), e['who'], e['t1'])
                     takes += 1
-        elif k == 'adopt':
+        elif k in ('adopt', 'hold'):
             own(int(e['bucket']), int(e['epoch']), e['who'], e['t1'])
     fig['takes'] = takes
     fig['takeovers'] = sum(1 for e in events if e.get('kind') == 'takeover' and e['outcome'] == 'ok'
                            and e['value'] != '<null>')
     fig['adoptions'] = sum(1 for e in events if e.get('kind') == 'adopt')
+    fig['contract_holds'] = len({(e['bucket'], e['epoch']) for e in events if e.get('kind') == 'hold'})
     fig['epoch_given_twice'] = twice
     # samples: per process, in order
     seqs = defaultdict(list)
@@ -290,6 +310,9 @@ def main():
             bad('stale', 'batch %s final at bucket %d epoch %d by %s, given to %s'
                 % (r['batch_id'], k[0], k[1], r['instance_id'], owner.get(k)))
     fig['writes_accepted'] = accepted
+    fig['contract_writes_accepted'] = sum(1 for e in events if e.get('contract') and e.get('kind') in WRITES
+                                          and e['outcome'] == 'ok')
+    fig['contract_handouts'] = sum(1 for e in events if e.get('contract') and e.get('kind') == 'next')
     fig['stale_accepted'] = stale
     fig['refused'] = {}
     for e in events:
