@@ -427,6 +427,7 @@ sub tpc_fault
 	my $mine = "gid LIKE 'citus\\_%\\_${pid}\\_%'";
 	$r{prepared} = join('/', map { ask($_, "SELECT count(*) FROM pg_prepared_xacts WHERE $mine", 30) // '?' } @nodes[ 1, 2 ]);
 	$r{postmaster_gone} = kill(0, $postmaster) ? 0 : 1;
+	$coord->{_pid} = undef;    # killed behind the node's back (as its kill9 does)
 	my $up = 0;
 	for my $i (1 .. 30)
 	{
