@@ -5,7 +5,8 @@ prints one JSON object: the figures and, per property, the count of
 violations with examples (0 = holds).
 
 Sources (in the run directory):
-  *.log           every client's calls and answers (test/ha/citus_client.py)
+  *.log           every client's calls and answers (test/ha/citus_client.py;
+                  tpc.log: the test's own enqueues of the 2pc faults)
   samples.jsonl   the test's own samples of every bucket's epoch
   ids.json        each client's name and its instance id
   batches.csv     gridha.bucket_batches at the end: bucket, service_id,
@@ -16,7 +17,8 @@ Properties:
   lost          every batch whose enqueue was answered is in the table,
                 exactly once (by service and k), and final; every row is one
                 the producer sent (answered or unknown: an unknown one may
-                be there or not, counted); no row is not final; (also
+                be there or not, counted, but a transaction whose answer was
+                lost is there whole or not at all); no row is not final; (also
                 counted here) no client ended on an error of its own
   order         per service, k rises with seq, seqs are 1..n, each batch
                 was handed out (last) after the previous one was final and
@@ -25,9 +27,10 @@ Properties:
                 one epoch, nor a later batch at a lower epoch than an
                 earlier one
   epochs        no bucket's epoch was given to two instances (answered
-                acquisitions and take-overs, and adoptions from the claims
-                read); every process's samples of a bucket's epoch (each
-                instance's claims reads in order, the test's samples in
+                acquisitions and take-overs, adoptions from the claims
+                read, and the buckets the contract instance held when its
+                next_batch committed, kind hold); every process's samples
+                of a bucket's epoch (each instance's claims reads in order, the test's samples in
                 order) never go down
   stale         no write was accepted from an instance that did not hold
                 the bucket at that epoch at that moment: every accepted

@@ -36,6 +36,11 @@ report that stays unanswered, makes it release the bucket (its services in
 flight go out again at a higher epoch). While --pause-file exists, right
 after a hand-out it stops (no renewal, no call), then, once the file is
 gone, reports that batch: its late reports (logged late) must be refused.
+
+Instance of the contract calls (--mode contract): gridha.next_batch (in a
+transaction with a read of the buckets it holds, logged as kind hold),
+then gridha.report_submission and gridha.report_status of what it got;
+see contract() below. The lease is gridha.hard_expiry (--lease).
 """
 
 import argparse

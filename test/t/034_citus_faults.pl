@@ -17,13 +17,18 @@
 #             buckets' shards, two-phase when both workers are written),
 #             batch <service>-<k> with the service's own k in the payload;
 #             three instances (the same program) acquire free buckets
-#             (several in one transaction), take over buckets whose lease
-#             (5 s) ran out, renew what they hold, and run the cycle per
-#             bucket (bucket_next_batch, bucket_report_submission,
-#             bucket_report_status); every call and its answer, refused or
-#             lost ones included, go to their logs
+#             (several in one transaction, up to a quarter of the buckets
+#             each), take over buckets whose lease (5 s) ran out, renew
+#             what they hold, and run the cycle per bucket
+#             (bucket_next_batch, bucket_report_submission,
+#             bucket_report_status); a fourth instance (ci) through the
+#             contract calls, gridha.next_batch, gridha.report_submission,
+#             gridha.report_status, which in the mode run a pass over the
+#             buckets on the coordinator (5 s lease: gridha.hard_expiry);
+#             every call and its answer, refused or lost ones included, go
+#             to their logs
 #   faults    in this order, each once, while the load runs (pause,
-#             coordinator, move, rebalance, worker):
+#             coordinator, 2pc commit, 2pc abort, move, rebalance, worker):
 #             pause     one instance stops right after a hand-out (no
 #                       renewal, no call) until the others took over every
 #                       bucket it held, then tries its late reports
@@ -35,9 +40,19 @@
 #             worker    kill -9 of a worker's postmaster, then start
 #             coordinator  an immediate stop of the coordinator while a
 #                       statement over several buckets runs there (seen in
-#                       pg_stat_activity), then start; the prepared
-#                       transactions left on the workers are counted, then
-#                       resolved by recover_prepared_transactions()
+#                       pg_stat_activity: ci's next_batch first), then
+#                       start; the prepared transactions left on the
+#                       workers are counted, then resolved by
+#                       recover_prepared_transactions()
+#             2pc       the coordinator killed (-9) inside the two-phase
+#                       commit of the test's own enqueue into four buckets
+#                       (two on each worker), held there by gdb: after the
+#                       coordinator's commit record, before COMMIT PREPARED
+#                       (commit), or after the workers' PREPARE, before the
+#                       coordinator's commit (abort); started again, then
+#                       recover_prepared_transactions(): the first's rows
+#                       in every bucket, none of the second's (skipped when
+#                       gdb is missing or cannot attach)
 #   drain     the producer stops, the instances stop (releasing what they
 #             hold), a fresh instance serves what is left (bounded)
 #   checks    test/ha/citus_check.py over the logs, the test's epoch
@@ -46,7 +61,7 @@
 #             given twice or gone down; here: the coordinator's shells
 #             empty, no prepared transaction on any node, no crash
 #
-# 17 tests. Bounded: every wait has its bound; the clients stop by
+# 23 tests. Bounded: every wait has its bound; the clients stop by
 # themselves (a stop file, then at most --max-seconds) and are killed at
 # the end. Run by `make test` (test/run.sh, part 034_citus_faults) and by
 # `make prove_installcheck`, as any user but root.
