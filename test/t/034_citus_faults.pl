@@ -366,8 +366,8 @@ sub gdb_probe
 sub tpc_fault
 {
 	my ($variant, $k) = @_;
-	my %r = (variant => $variant);
 	my @items = map { { service => $_->[0], bucket => $_->[1], k => $k, batch => sprintf('%s-%05d', $_->[0], $k) } } @tpc;
+	my %r = (variant => $variant, of => scalar @items, rows => 'not read');
 	my ($in, $out, $err) = ('', '', '');
 	my $ps = IPC::Run::start([ $PSQL, '-X', '-q', '-A', '-t', '-d', $coord->connstr($DB) ],
 		'<', \$in, '>', \$out, '2>', \$err, IPC::Run::timeout(180));
@@ -455,7 +455,6 @@ sub tpc_fault
 	$r{prepared_after} = join('/', map { ask($_, "SELECT count(*) FROM pg_prepared_xacts WHERE $mine", 30) // '?' } @nodes[ 1, 2 ]);
 	$r{rows} = ask($coord, sprintf(q{SELECT count(DISTINCT bucket) FROM gridha.bucket_batches WHERE batch_id IN (%s)},
 			join(',', map { "'$_->{batch}'" } @items)), 60) // '?';
-	$r{of} = scalar @items;
 	$r{pid} = $pid;
 	return \%r;
 }
