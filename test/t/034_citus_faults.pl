@@ -379,6 +379,22 @@ sub tpc_fault
 	my $postmaster = <$pf>;
 	close $pf;
 	chomp $postmaster;
+	# the coordinator's postmaster and every process of it killed (-9) at
+	# once, as when its machine dies (with the postmaster alone killed, an
+	# orphaned backend inside a subtransaction of a multi-bucket call
+	# errored again in its abort, Citus's "postmaster was shut down", and
+	# ended in PANIC: ERRORDATA_STACK_SIZE exceeded)
+	open my $kf, '>', "$run/kill-node.sh" or die;
+	print $kf q{pm=$1
+kids=
+for f in /proc/[0-9]*/status; do
+	case $(sed -n 's/^PPid:[[:space:]]*//p' "$f" 2>/dev/null) in
+		"$pm") kids="$kids ${f#/proc/}" ;;
+	esac
+done
+kill -9 "$pm" $(printf '%s\n' $kids | sed 's,/status$,,')
+};
+	close $kf;
 	my $ready = "$run/gdb-ready-$variant";
 	my $hit = "$run/gdb-hit-$variant";
 	my $cmds = "$run/gdb-$variant.cmd";
@@ -393,7 +409,7 @@ sub tpc_fault
 		($variant eq 'commit' ? () : ('finish')),
 		'if $_isvoid($_exitcode)',
 		"  shell touch $hit",
-		"  shell kill -9 $postmaster",
+		"  shell sh $run/kill-node.sh $postmaster",
 		'  kill',
 		'end', '');
 	close $cf;
@@ -441,7 +457,14 @@ sub tpc_fault
 	# backend (Citus names them citus_<group>_<pid>_<transaction>_<connection>)
 	my $mine = "gid LIKE 'citus\\_%\\_${pid}\\_%'";
 	$r{prepared} = join('/', map { ask($_, "SELECT count(*) FROM pg_prepared_xacts WHERE $mine", 30) // '?' } @nodes[ 1, 2 ]);
-	$r{postmaster_gone} = kill(0, $postmaster) ? 0 : 1;
+	# the postmaster gone (or a zombie not yet reaped), within 10 s
+	my $gone = sub {
+		my $st = slurp("/proc/$postmaster/stat");
+		return !kill(0, $postmaster) || $st =~ /^\d+ \(.*\) Z /;
+	};
+	$end = time + 10;
+	usleep(100_000) while !$gone->() && time < $end;
+	$r{postmaster_gone} = $gone->() ? 1 : 0;
 	$coord->{_pid} = undef;    # killed behind the node's back (as its kill9 does)
 	my $up = 0;
 	for my $i (1 .. 30)
