@@ -355,7 +355,7 @@ $$}, stdout => \$so, stderr => \$se, timeout => 60, timed_out => \$sto);
 # gdb, or when gdb cannot attach (ptrace refused), these 6 tests are
 # skipped.
 
-my $GDB = '/usr/bin/gdb';
+my $GDB = $ENV{GRIDHA_GDB} // '/usr/bin/gdb';    # another gdb, or one that cannot attach, for the skip
 # gdb_probe(): undef when gdb is there, else why not (whether it can attach
 # shows at the first attach)
 sub gdb_probe
