@@ -51,6 +51,8 @@ done
 # The Debian packages single suites need, each checked by dpkg (installed
 # or not); the suites check again and say which is missing.
 PACKAGES=(
+	# 034_citus_faults: gdb holds a coordinator backend inside the two-phase commit
+	gdb
 	# 80_dist: make dist (git archive), pgxn load of the bundle
 	git pgxnclient
 	# 026_metrics: the exporter and Prometheus scraping gridha's metrics

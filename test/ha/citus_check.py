@@ -5,7 +5,8 @@ prints one JSON object: the figures and, per property, the count of
 violations with examples (0 = holds).
 
 Sources (in the run directory):
-  *.log           every client's calls and answers (test/ha/citus_client.py)
+  *.log           every client's calls and answers (test/ha/citus_client.py;
+                  tpc.log: the test's own enqueues of the 2pc faults)
   samples.jsonl   the test's own samples of every bucket's epoch
   ids.json        each client's name and its instance id
   batches.csv     gridha.bucket_batches at the end: bucket, service_id,
@@ -16,7 +17,8 @@ Properties:
   lost          every batch whose enqueue was answered is in the table,
                 exactly once (by service and k), and final; every row is one
                 the producer sent (answered or unknown: an unknown one may
-                be there or not, counted); no row is not final; (also
+                be there or not, counted, but a transaction whose answer was
+                lost is there whole or not at all); no row is not final; (also
                 counted here) no client ended on an error of its own
   order         per service, k rises with seq, seqs are 1..n, each batch
                 was handed out (last) after the previous one was final and
@@ -25,9 +27,10 @@ Properties:
                 one epoch, nor a later batch at a lower epoch than an
                 earlier one
   epochs        no bucket's epoch was given to two instances (answered
-                acquisitions and take-overs, and adoptions from the claims
-                read); every process's samples of a bucket's epoch (each
-                instance's claims reads in order, the test's samples in
+                acquisitions and take-overs, adoptions from the claims
+                read, and the buckets the contract instance held when its
+                next_batch committed, kind hold); every process's samples
+                of a bucket's epoch (each instance's claims reads in order, the test's samples in
                 order) never go down
   stale         no write was accepted from an instance that did not hold
                 the bucket at that epoch at that moment: every accepted
@@ -92,8 +95,9 @@ def main():
     for e in events:
         if e.get('kind') == 'crash':
             bad('lost', 'a client crashed: %s %s' % (e['who'], e.get('message')))
-        if 'outcome' in e and e.get('kind') not in ('connect', 'drop', 'adopt', 'pause', 'resume', 'exit',
-                                                    'producer-done', 'crash'):
+        if 'outcome' in e and e.get('kind') not in ('connect', 'drop', 'adopt', 'hold', 'pause', 'resume', 'exit',
+                                                    'producer-done', 'crash') \
+                and not (e.get('kind') == 'next' and e.get('contract')):
             calls[e['kind']][e['outcome']] += 1
     fig['calls'] = {k: dict(v) for k, v in sorted(calls.items())}
     fig['connects'] = sum(1 for e in events if e.get('kind') == 'connect')
@@ -122,6 +126,16 @@ def main():
         seen_k.add(sk)
         if r['payload'] != '%s:%d' % (r['service_id'], int(r['batch_id'].rsplit('-', 1)[1])):
             bad('lost', 'batch %s payload %s' % (r['batch_id'], r['payload']))
+    # a transaction whose answer was lost is there whole or not at all
+    partial = 0
+    for e in events:
+        if e.get('kind') == 'enqueue' and e['outcome'] == 'unknown' and e.get('sent', True):
+            there = sum(1 for i in e['items'] if i['batch'] in byid)
+            if 0 < there < len(e['items']):
+                partial += 1
+                bad('lost', 'enqueue of %s (answer lost) half there: %d of %d rows'
+                    % (e['who'], there, len(e['items'])))
+    fig['enqueue_unknown_partial'] = partial
     lost = [b for b in acked if b not in byid]
     for b in lost:
         bad('lost', 'acknowledged %s missing' % b)
@@ -171,7 +185,15 @@ def main():
     handouts = defaultdict(list)
     for e in events:
         v = e.get('value') or ''
-        if e.get('kind') == 'next' and e['outcome'] == 'ok' and v.startswith('(') and v.endswith(')') \
+        if e.get('kind') == 'next' and e.get('contract') and e['outcome'] == 'ok':
+            # a hand-out of the contract calls: its seq from the table
+            r = byid.get(e['batch'])
+            if r is None:
+                ooo += 1
+                bad('order', '%s handed out by %s but not in the table' % (e['batch'], e['who']))
+                continue
+            handouts[e['service']].append((int(r['seq']), int(e['epoch']), e['who'], e['batch']))
+        elif e.get('kind') == 'next' and e['outcome'] == 'ok' and v.startswith('(') and v.endswith(')') \
                 and len(v[1:-1].split(',')) >= 6 and v[1:-1].split(',')[0] != '':
             inner = v[1:-1].split(',')
             handouts[inner[0].strip('"')].append((int(inner[2]), int(e['epoch']), e['who'], inner[1].strip('"')))
@@ -222,12 +244,13 @@ def main():
                 if ep != 'NULL':
                     own(int(b), int(ep), e['who'], e['t1'])
                     takes += 1
-        elif k == 'adopt':
+        elif k in ('adopt', 'hold'):
             own(int(e['bucket']), int(e['epoch']), e['who'], e['t1'])
     fig['takes'] = takes
     fig['takeovers'] = sum(1 for e in events if e.get('kind') == 'takeover' and e['outcome'] == 'ok'
                            and e['value'] != '<null>')
     fig['adoptions'] = sum(1 for e in events if e.get('kind') == 'adopt')
+    fig['contract_holds'] = len({(e['bucket'], e['epoch']) for e in events if e.get('kind') == 'hold'})
     fig['epoch_given_twice'] = twice
     # samples: per process, in order
     seqs = defaultdict(list)
@@ -290,6 +313,9 @@ def main():
             bad('stale', 'batch %s final at bucket %d epoch %d by %s, given to %s'
                 % (r['batch_id'], k[0], k[1], r['instance_id'], owner.get(k)))
     fig['writes_accepted'] = accepted
+    fig['contract_writes_accepted'] = sum(1 for e in events if e.get('contract') and e.get('kind') in WRITES
+                                          and e['outcome'] == 'ok')
+    fig['contract_handouts'] = sum(1 for e in events if e.get('contract') and e.get('kind') == 'next')
     fig['stale_accepted'] = stale
     fig['refused'] = {}
     for e in events:

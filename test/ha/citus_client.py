@@ -36,6 +36,11 @@ report that stays unanswered, makes it release the bucket (its services in
 flight go out again at a higher epoch). While --pause-file exists, right
 after a hand-out it stops (no renewal, no call), then, once the file is
 gone, reports that batch: its late reports (logged late) must be refused.
+
+Instance of the contract calls (--mode contract): gridha.next_batch (in a
+transaction with a read of the buckets it holds, logged as kind hold),
+then gridha.report_submission and gridha.report_status of what it got;
+see contract() below. The lease is gridha.hard_expiry (--lease).
 """
 
 import argparse
@@ -51,9 +56,10 @@ import time
 class Session:
     """A psql session on the coordinator; call() sends one statement."""
 
-    def __init__(self, psql, conn, errlog):
+    def __init__(self, psql, conn, errlog, init=()):
         self.args = [psql, '-X', '-q', '-A', '-t', '-P', 'null=<null>', '-v', 'ON_ERROR_STOP=0', '-d', conn]
         self.errlog = errlog
+        self.init = list(init)
         self.p = None
         self.buf = b''
 
@@ -62,10 +68,11 @@ class Session:
         self.p = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=self.errlog)
         self.buf = b''
-        ok, _, _, _ = self.call("SET statement_timeout = '30s'", timeout=15)
-        if ok is not True:
-            self.close()
-            return False
+        for sql in ["SET statement_timeout = '30s'"] + self.init:
+            ok, _, _, _ = self.call(sql, timeout=15)
+            if ok is not True:
+                self.close()
+                return False
         return True
 
     def close(self):
@@ -100,9 +107,7 @@ class Session:
         (None, None, None, why) when the session died or did not answer."""
         if self.p is None or self.p.poll() is not None:
             return None, None, None, 'no session'
-        text = (sql.rstrip().rstrip(';') + ';\n'
-                '\\if :ERROR\n\\echo @@ERR :LAST_ERROR_SQLSTATE :LAST_ERROR_MESSAGE\n'
-                '\\else\n\\echo @@OK\n\\endif\n')
+        text = self.marked(sql)
         try:
             self.p.stdin.write(text.encode())
             self.p.stdin.flush()
@@ -123,13 +128,64 @@ class Session:
                 return False, None, parts[1], parts[2] if len(parts) > 2 else ''
             lines.append(line)
 
+    @staticmethod
+    def marked(sql):
+        return (sql.rstrip().rstrip(';') + ';\n'
+                '\\if :ERROR\n\\echo @@ERR :LAST_ERROR_SQLSTATE :LAST_ERROR_MESSAGE\n'
+                '\\else\n\\echo @@OK\n\\endif\n')
+
+    def call_txn(self, sqls, timeout=60):
+        """The statements in one transaction (BEGIN, each, COMMIT): (True,
+        [values], None, None) when COMMIT answered and every statement
+        passed; (False, None, sqlstate, message) for the first statement
+        refused (the transaction rolled back); (None, None, None, why) when
+        the session died or did not answer (COMMIT's answer lost: it may have
+        committed)."""
+        if self.p is None or self.p.poll() is not None:
+            return None, None, None, 'no session'
+        stmts = ['BEGIN'] + list(sqls) + ['COMMIT']
+        try:
+            self.p.stdin.write(''.join(self.marked(s) for s in stmts).encode())
+            self.p.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self.close()
+            return None, None, None, 'session died'
+        deadline = time.time() + timeout
+        values, lines, first_err = [], [], None
+        for i in range(len(stmts)):
+            while True:
+                line = self.readline(deadline)
+                if line is None:
+                    self.close()
+                    return None, None, None, 'session died or timed out'
+                if line.startswith('@@OK'):
+                    values.append('\n'.join(lines))
+                    break
+                if line.startswith('@@ERR '):
+                    parts = line.split(' ', 2)
+                    if first_err is None:
+                        first_err = (parts[1], parts[2] if len(parts) > 2 else '')
+                    values.append(None)
+                    break
+                lines.append(line)
+            lines = []
+        if first_err is not None:
+            return False, None, first_err[0], first_err[1]
+        return True, values[1:-1], None, None
+
 
 class Client:
     def __init__(self, a):
         self.a = a
         self.log = open(a.log, 'a', buffering=1)
         self.err = open(a.log + '.psql.err', 'a')
-        self.db = Session(a.psql, a.conn, self.err)
+        init = ["SET application_name = %s" % lit('c34-' + a.name)]
+        if a.mode == 'contract':
+            # the mode's lease is gridha.hard_expiry; renewals every
+            # gridha.renew_interval (at most half the lease)
+            init += ["SET gridha.soft_expiry = '%gs'" % a.lease, "SET gridha.hard_expiry = '%gs'" % a.lease,
+                     "SET gridha.renew_interval = '%gs'" % (a.lease / 3)]
+        self.db = Session(a.psql, a.conn, self.err, init)
         self.connected = False
 
     def rec(self, **kw):
@@ -154,7 +210,10 @@ class Client:
             self.rec(kind=kind, t0=t0, t1=time.time(), outcome='unknown', value=None,
                      sqlstate=None, message='no session', sent=False, **meta)
             return 'unsent', None, None
-        ok, value, state, msg = self.db.call(sql)
+        if isinstance(sql, list):
+            ok, value, state, msg = self.db.call_txn(sql)
+        else:
+            ok, value, state, msg = self.db.call(sql)
         t1 = time.time()
         if ok is True:
             outcome = 'ok'
@@ -382,9 +441,100 @@ def instance(c, a):
     c.rec(kind='exit', t0=time.time(), t1=time.time(), outcome='ok')
 
 
+def contract(c, a):
+    """An instance through the contract calls (--mode contract), which in
+    the mode run a pass over the buckets on the coordinator
+    (gridha_internal.citus_*): gridha.next_batch, then
+    gridha.report_submission (accepted) and gridha.report_status
+    (committed) of what it handed out.
+
+    Each next_batch runs in a transaction with a read of the buckets the
+    instance holds (gridha.bucket_claims), so that when COMMIT is answered
+    the log has, besides the hand-out, the buckets and epochs the instance
+    held when it committed (kind hold: the epochs the call's pass took,
+    which the checker adds to the history as it does acquisitions). A
+    hand-out whose answer was lost (or a report that stays unanswered)
+    makes it read what it has in flight (gridha.bucket_batches, instance
+    and status; logged as kind inflight) and report each again at its epoch
+    (a report at an epoch the bucket no longer has is refused, RG001).
+    When told to stop: gridha.release_claims."""
+    me = a.instance_id
+    bucket_of = {s.split(':')[0]: int(s.split(':')[1]) for s in a.services.split(',') if s}
+    deadline = time.time() + a.max_seconds
+    recover = False
+
+    def report(b, e, sid, bid, kind, fn, word):
+        for _ in range(a.report_tries):
+            outcome, _, state = c.call(
+                kind, 'SELECT gridha.%s(%s, %s, %s, %d, %s::text, NULL::text)' % (fn, lit(me), lit(sid), lit(bid), e, lit(word)),
+                bucket=b, epoch=e, service=sid, batch=bid, late=False, contract=True)
+            if outcome == 'ok':
+                return True
+            if outcome == 'refused':
+                return False
+            time.sleep(0.3)
+        return None
+
+    while not c.stopping() and time.time() < deadline:
+        if recover:
+            outcome, value, _ = c.call(
+                'inflight', "SELECT string_agg(bucket || '|' || service_id || '|' || batch_id || '|' || epoch || '|' "
+                "|| status, ',') FROM gridha.bucket_batches WHERE instance_id = %s "
+                "AND status IN ('submitting', 'pending', 'valid')" % lit(me))
+            if outcome != 'ok':
+                time.sleep(0.3)
+                continue
+            recover = False
+            for part in (value or '').split(','):
+                f = part.split('|')
+                if len(f) != 5 or part == '<null>':
+                    continue
+                b, sid, bid, e, st = int(f[0]), f[1], f[2], int(f[3]), f[4]
+                ok = True
+                if st == 'submitting':
+                    ok = report(b, e, sid, bid, 'report-submission', 'report_submission', 'accepted')
+                if ok:
+                    ok = report(b, e, sid, bid, 'report-status', 'report_status', 'committed')
+                if ok is None:
+                    recover = True
+            continue
+        t0 = time.time()
+        outcome, values, state = c.call(
+            'next-contract', [
+                'SELECT n.service_id || \'|\' || n.batch_id || \'|\' || n.epoch || \'|\' || n.attempts '
+                'FROM gridha.next_batch(%s) n' % lit(me),
+                "SELECT string_agg(bucket || ':' || epoch, ',' ORDER BY bucket) FROM gridha.bucket_claims "
+                "WHERE holder = %s" % lit(me)])
+        if outcome != 'ok':
+            if outcome == 'unknown':
+                recover = True
+            time.sleep(0.3)
+            continue
+        t1 = time.time()
+        for part in (values[1] or '').split(','):
+            f = part.split(':')
+            if len(f) == 2 and f[0].isdigit() and f[1].isdigit():
+                c.rec(kind='hold', t0=t1, t1=t1, outcome='ok', bucket=int(f[0]), epoch=int(f[1]))
+        got = (values[0] or '').split('|')
+        if len(got) != 4:
+            time.sleep(0.2)
+            continue
+        sid, bid, e = got[0], got[1], int(got[2])
+        b = bucket_of.get(sid)
+        c.rec(kind='next', t0=t0, t1=t1, outcome='ok', bucket=b, epoch=e, service=sid, batch=bid,
+              attempts=int(got[3]), contract=True)
+        ok = report(b, e, sid, bid, 'report-submission', 'report_submission', 'accepted')
+        if ok:
+            ok = report(b, e, sid, bid, 'report-status', 'report_status', 'committed')
+        if ok is None:
+            recover = True
+    c.call('release-claims', 'SELECT gridha.release_claims(%s)' % lit(me))
+    c.rec(kind='exit', t0=time.time(), t1=time.time(), outcome='ok')
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument('--mode', choices=('producer', 'instance'), required=True)
+    p.add_argument('--mode', choices=('producer', 'instance', 'contract'), required=True)
     p.add_argument('--psql', required=True)
     p.add_argument('--conn', required=True)
     p.add_argument('--name', required=True)
@@ -392,7 +542,7 @@ def main():
     p.add_argument('--stop-file', required=True)
     p.add_argument('--pause-file', default='/nonexistent')
     p.add_argument('--seed', type=int, default=1)
-    p.add_argument('--services', default='', help='service:bucket,... (producer)')
+    p.add_argument('--services', default='', help='service:bucket,... (producer, contract)')
     p.add_argument('--per-service', type=int, default=10)
     p.add_argument('--per-txn', type=int, default=6)
     p.add_argument('--pace', type=float, default=0.1)
@@ -409,6 +559,8 @@ def main():
         if a.mode == 'producer':
             producer(c, a)
             c.rec(kind='exit', t0=time.time(), t1=time.time(), outcome='ok')
+        elif a.mode == 'contract':
+            contract(c, a)
         else:
             instance(c, a)
     except Exception as ex:  # logged, then the end: the test sees no exit record

@@ -17,13 +17,18 @@
 #             buckets' shards, two-phase when both workers are written),
 #             batch <service>-<k> with the service's own k in the payload;
 #             three instances (the same program) acquire free buckets
-#             (several in one transaction), take over buckets whose lease
-#             (5 s) ran out, renew what they hold, and run the cycle per
-#             bucket (bucket_next_batch, bucket_report_submission,
-#             bucket_report_status); every call and its answer, refused or
-#             lost ones included, go to their logs
+#             (several in one transaction, up to a quarter of the buckets
+#             each), take over buckets whose lease (5 s) ran out, renew
+#             what they hold, and run the cycle per bucket
+#             (bucket_next_batch, bucket_report_submission,
+#             bucket_report_status); a fourth instance (ci) through the
+#             contract calls, gridha.next_batch, gridha.report_submission,
+#             gridha.report_status, which in the mode run a pass over the
+#             buckets on the coordinator (5 s lease: gridha.hard_expiry);
+#             every call and its answer, refused or lost ones included, go
+#             to their logs
 #   faults    in this order, each once, while the load runs (pause,
-#             coordinator, move, rebalance, worker):
+#             coordinator, 2pc commit, 2pc abort, move, rebalance, worker):
 #             pause     one instance stops right after a hand-out (no
 #                       renewal, no call) until the others took over every
 #                       bucket it held, then tries its late reports
@@ -35,9 +40,19 @@
 #             worker    kill -9 of a worker's postmaster, then start
 #             coordinator  an immediate stop of the coordinator while a
 #                       statement over several buckets runs there (seen in
-#                       pg_stat_activity), then start; the prepared
-#                       transactions left on the workers are counted, then
-#                       resolved by recover_prepared_transactions()
+#                       pg_stat_activity: ci's next_batch first), then
+#                       start; the prepared transactions left on the
+#                       workers are counted, then resolved by
+#                       recover_prepared_transactions()
+#             2pc       the coordinator killed (-9) inside the two-phase
+#                       commit of the test's own enqueue into four buckets
+#                       (two on each worker), held there by gdb: after the
+#                       coordinator's commit record, before COMMIT PREPARED
+#                       (commit), or after the workers' PREPARE, before the
+#                       coordinator's commit (abort); started again, then
+#                       recover_prepared_transactions(): the first's rows
+#                       in every bucket, none of the second's (skipped when
+#                       gdb is missing or cannot attach)
 #   drain     the producer stops, the instances stop (releasing what they
 #             hold), a fresh instance serves what is left (bounded)
 #   checks    test/ha/citus_check.py over the logs, the test's epoch
@@ -46,7 +61,7 @@
 #             given twice or gone down; here: the coordinator's shells
 #             empty, no prepared transaction on any node, no crash
 #
-# 17 tests. Bounded: every wait has its bound; the clients stop by
+# 23 tests. Bounded: every wait has its bound; the clients stop by
 # themselves (a stop file, then at most --max-seconds) and are killed at
 # the end. Run by `make test` (test/run.sh, part 034_citus_faults) and by
 # `make prove_installcheck`, as any user but root.
@@ -64,13 +79,13 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my $NTESTS = 17;
+my $NTESTS = 23;
 my $NSERVICES = 60;
 my $LEASE = 5;
 my $DB = 'c34';
 my $REPO = "$FindBin::RealBin/../..";
-my @IDS = map { sprintf('%08d-0000-4000-8000-000000000034', $_) } 1 .. 4;
-my @NAMES = qw(i1 i2 i3 drain);
+my @IDS = map { sprintf('%08d-0000-4000-8000-000000000034', $_) } 1 .. 5;
+my @NAMES = qw(i1 i2 i3 drain ci);
 
 plan tests => $NTESTS;
 
@@ -114,9 +129,37 @@ my %per_bucket;
 $per_bucket{ $bucket_of{$_} }++ foreach @services;
 my @buckets = sort { $a <=> $b } keys %per_bucket;
 my ($busy) = sort { $per_bucket{$b} <=> $per_bucket{$a} || $a <=> $b } @buckets;
-my $share = int((@buckets + 2) / 3);
-diag(sprintf('%d services in %d buckets (busiest %d: %d services); each instance takes up to %d free buckets',
+# the per-bucket instances leave about a quarter of the buckets to the
+# instance of the contract calls
+my $share = int((@buckets + 3) / 4);
+diag(sprintf('%d services in %d buckets (busiest %d: %d services); each per-bucket instance takes up to %d free buckets',
 		$NSERVICES, scalar @buckets, $busy, $per_bucket{$busy}, $share));
+
+# the services of the two-phase commit faults: four, of four of those
+# buckets, two on each worker (the producer does not enqueue into them)
+my %on_port = map { split /\|/ } split /\n/, $coord->safe_psql($DB, sprintf(q{
+SELECT b || '|' || p.nodeport FROM unnest(ARRAY[%s]) b
+  JOIN pg_dist_shard_placement p ON p.shardid = get_shard_id_for_distribution_column('gridha.bucket_batches', b)},
+		join(',', @buckets)));
+my @tpc;    # [service, bucket]
+{
+	my %cand = map { split /\|/ } split /\n/, $coord->safe_psql($DB,
+		join(' UNION ALL ', map { sprintf(q{SELECT 'tpc%02d|' || gridha.bucket_of('tpc%02d', 64)}, $_, $_) } 1 .. 99));
+	my %used;
+	foreach my $port ($nodes[1]->port, $nodes[2]->port)
+	{
+		my $n = 0;
+		foreach my $s (sort keys %cand)
+		{
+			my $b = $cand{$s};
+			next unless defined $on_port{$b} && $on_port{$b} == $port && !$used{$b};
+			$used{$b} = 1;
+			push @tpc, [ $s, $b ];
+			last if ++$n == 2;
+		}
+	}
+}
+diag('two-phase commit faults: services ' . join(', ', map { "$_->[0] (bucket $_->[1], port $on_port{$_->[1]})" } @tpc));
 
 # what gridha's own tables hold after the setup (on the coordinator)
 my $LOCAL_SQL = q{SELECT string_agg(c.relname || ':' || (xpath('/row/n/text()',
@@ -160,7 +203,7 @@ sub sample
 
 {
 	open my $fh, '>', "$run/ids.json" or die;
-	print $fh encode_json({ map { $NAMES[$_] => $IDS[$_] } 0 .. 3 });
+	print $fh encode_json({ map { $NAMES[$_] => $IDS[$_] } 0 .. 4 });
 	close $fh;
 }
 
@@ -186,6 +229,7 @@ END
 
 sample();
 my $services_arg = join(',', map { "$_:$bucket_of{$_}" } @services);
+my $services_all = join(',', $services_arg, map { "$_->[0]:$_->[1]" } @tpc);
 client('producer', '--mode', 'producer', '--services', $services_arg, '--per-service', 12,
 	'--per-txn', 5, '--pace', 0.8, '--stop-file', "$run/stop-producer", '--seed', 34);
 my @inst;
@@ -196,6 +240,10 @@ foreach my $i (0 .. 2)
 		'--stop-file', "$run/stop-instances", '--pause-file', "$run/pause-$NAMES[$i]",
 		'--seed', 340 + $i, '--max-seconds', 600);
 }
+# the instance of the contract calls (gridha.next_batch and the reports,
+# each a pass over the buckets on the coordinator)
+push @inst, client('ci', '--mode', 'contract', '--instance-id', $IDS[4], '--services', $services_all,
+	'--lease', $LEASE, '--stop-file', "$run/stop-instances", '--max-seconds', 600);
 
 # wait_until(SECONDS, SUB): SUB's true answer, or undef when the time ran out
 sub wait_until
@@ -217,8 +265,8 @@ sub holders
 	return ask($coord, sprintf(q{SELECT count(DISTINCT holder) FROM gridha.bucket_claims WHERE bucket IN (%s)},
 			join(',', @buckets)), 30) // 0;
 }
-my $started = wait_until(60, sub { holders() == 3 });
-diag('the three instances hold buckets: ' . ($started ? 'yes' : 'no'));
+my $started = wait_until(60, sub { holders() >= 3 });
+diag('the instances hold buckets: ' . ($started ? 'yes' : 'no') . ' (' . holders() . ' holders)');
 sleep 3;
 
 # ---------------------------------------------------------------------------
@@ -255,17 +303,22 @@ DECLARE q text;
 BEGIN
     FOR i IN 1 .. 600 LOOP
         PERFORM pg_stat_clear_snapshot();
+        -- the contract instance's next_batch (a pass over the buckets) first,
+        -- after 300 rounds a multi-bucket enqueue or acquisition too
         SELECT query INTO q FROM pg_stat_activity
          WHERE state = 'active' AND pid <> pg_backend_pid()
-           AND (query LIKE 'SELECT ARRAY[gridha.bucket_enqueue%' OR query LIKE 'SELECT ARRAY[gridha.bucket_acquire%')
+           AND (query LIKE '%gridha.next_batch(%'
+                OR (i > 300 AND (query LIKE 'SELECT ARRAY[gridha.bucket_enqueue%'
+                                 OR query LIKE 'SELECT ARRAY[gridha.bucket_acquire%')))
          LIMIT 1;
         EXIT WHEN q IS NOT NULL;
         PERFORM pg_sleep(0.02);
     END LOOP;
-    RAISE NOTICE 'seen: %', left(coalesce(q, '(none)'), 60);
+    RAISE NOTICE 'seen: %', CASE WHEN q LIKE '%gridha.next_batch(%' THEN 'gridha.next_batch'
+                                 ELSE left(coalesce(q, '(none)'), 60) END;
 END
 $$}, stdout => \$so, stderr => \$se, timeout => 60, timed_out => \$sto);
-	my $seen = $se =~ /seen: (SELECT ARRAY\[gridha\.bucket_\w+)/ ? $1 : undef;
+	my $seen = $se =~ /seen: (gridha\.next_batch|SELECT ARRAY\[gridha\.bucket_\w+)/ ? $1 : undef;
 	my ($o, $e) = ('', '');
 	my $t0 = time;
 	$coord->stop('immediate');
@@ -279,9 +332,204 @@ $$}, stdout => \$so, stderr => \$se, timeout => 60, timed_out => \$sto);
 		recovered => $rec // '?', prepared_after => $prepared_after);
 	diag(sprintf('coordinator: a statement over several buckets was running: %s; stopped (immediate), started after %.1f s; '
 			  . 'prepared transactions left on the workers: %s; recover_prepared_transactions(): %s; then on every node: %s',
-			  defined $seen ? 'yes' : 'no', time - $t0, $prepared_left, $rec // 'failed', $prepared_after));
+			  $seen // 'no', time - $t0, $prepared_left, $rec // 'failed', $prepared_after));
 	ok(defined $seen && defined $rec && $coord->safe_psql($DB, 'SELECT 1') eq '1',
 		'coordinator: stopped (immediate) while a statement over several buckets ran there, started again; its prepared transactions resolved by recover_prepared_transactions()');
+}
+
+# ---------------------------------------------------------------------------
+# 2pc: the coordinator killed inside the two-phase commit, deterministically.
+# The test's own session enqueues into the four tpc services (buckets on
+# both workers: a two-phase commit) while gdb, attached to that session's
+# backend, holds it at a breakpoint in Citus: at
+# CoordinatedRemoteTransactionsCommit (commit: the workers PREPAREd, the
+# coordinator's commit record, its pg_dist_transaction rows included,
+# written, COMMIT PREPARED not sent), or on the return from
+# CoordinatedRemoteTransactionsPrepare (abort: the workers PREPAREd, the
+# coordinator's transaction not committed). There gdb kills the
+# coordinator's postmaster (-9) and then the held backend; the coordinator
+# is started again and Citus's recovery (recover_prepared_transactions(),
+# called by the test: the maintenance daemon's own recovery is off,
+# citus.recover_2pc_interval = -1, for these two faults) must commit the
+# first transaction's prepared parts and roll back the second's. Without
+# gdb, or when gdb cannot attach (ptrace refused), these 6 tests are
+# skipped.
+
+my $GDB = $ENV{GRIDHA_GDB} // '/usr/bin/gdb';    # another gdb, or one that cannot attach, for the skip
+# gdb_probe(): undef when gdb is there, else why not (whether it can attach
+# shows at the first attach)
+sub gdb_probe
+{
+	return -x $GDB ? undef : "no $GDB (the Debian package gdb)";
+}
+
+sub tpc_fault
+{
+	my ($variant, $k) = @_;
+	my @items = map { { service => $_->[0], bucket => $_->[1], k => $k, batch => sprintf('%s-%05d', $_->[0], $k) } } @tpc;
+	my %r = (variant => $variant, of => scalar @items, rows => 'not read');
+	my ($in, $out, $err) = ('', '', '');
+	my $ps = IPC::Run::start([ $PSQL, '-X', '-q', '-A', '-t', '-d', $coord->connstr($DB) ],
+		'<', \$in, '>', \$out, '2>', \$err, IPC::Run::timeout(180));
+	$in .= "SET application_name = 'c34-tpc';\nSELECT 'pid:' || pg_backend_pid();\n";
+	my $end = time + 30;
+	eval { $ps->pump while time < $end && $out !~ /pid:(\d+)/ };
+	my ($pid) = $out =~ /pid:(\d+)/;
+	open my $pf, '<', $coord->data_dir . '/postmaster.pid' or die;
+	my $postmaster = <$pf>;
+	close $pf;
+	chomp $postmaster;
+	# the coordinator's postmaster and every process of it killed (-9) at
+	# once, as when its machine dies (with the postmaster alone killed, an
+	# orphaned backend inside a subtransaction of a multi-bucket call
+	# errored again in its abort, Citus's "postmaster was shut down", and
+	# ended in PANIC: ERRORDATA_STACK_SIZE exceeded)
+	open my $kf, '>', "$run/kill-node.sh" or die;
+	print $kf q{pm=$1
+kids=
+for f in /proc/[0-9]*/status; do
+	case $(sed -n 's/^PPid:[[:space:]]*//p' "$f" 2>/dev/null) in
+		"$pm") kids="$kids ${f#/proc/}" ;;
+	esac
+done
+kill -9 "$pm" $(printf '%s\n' $kids | sed 's,/status$,,')
+};
+	close $kf;
+	my $ready = "$run/gdb-ready-$variant";
+	my $hit = "$run/gdb-hit-$variant";
+	my $cmds = "$run/gdb-$variant.cmd";
+	open my $cf, '>', $cmds or die;
+	print $cf join("\n",
+		'set pagination off', 'set confirm off',
+		'handle all nostop noprint pass', 'handle SIGINT nostop noprint pass',
+		($variant eq 'commit' ? 'break CoordinatedRemoteTransactionsCommit' : 'break CoordinatedRemoteTransactionsPrepare'),
+		'info proc',    # fails when not attached: the rest of the file is not run
+		"shell touch $ready",
+		'continue',
+		($variant eq 'commit' ? () : ('finish')),
+		'if $_isvoid($_exitcode)',
+		"  shell touch $hit",
+		"  shell sh $run/kill-node.sh $postmaster",
+		'  kill',
+		'end', '');
+	close $cf;
+	my ($gout, $gerr) = ('', '');
+	my $g = IPC::Run::start([ 'timeout', '90', $GDB, '-q', '-nx', '-batch', '-p', $pid, '-x', $cmds ],
+		'<', \undef, '>', \$gout, '2>&1');
+	$end = time + 60;
+	while (time < $end && !-e $ready && $g->pumpable)
+	{
+		$g->pump_nb;
+		usleep(100_000);
+	}
+	if (!-e $ready)
+	{
+		eval { $g->finish };
+		eval { $ps->kill_kill(grace => 1) };
+		$r{attach} = ($gout =~ /ptrace|Operation not permitted|Could not attach/i) ? 'refused' : 'failed';
+		$r{gdb} = substr($gout, -400);
+		return \%r;
+	}
+	$r{attach} = 'ok';
+	my $t0 = time;
+	$in .= 'SELECT ARRAY[' . join(', ', map {
+		sprintf(q{gridha.bucket_enqueue(%d, '%s', '%s', convert_to('%s:%d', 'UTF8'))},
+			$_->{bucket}, $_->{service}, $_->{batch}, $_->{service}, $_->{k}) } @items) . "]::text;\n";
+	while ($g->pumpable)
+	{
+		eval { $ps->pump_nb };
+		$g->pump_nb;
+		usleep(50_000);
+	}
+	eval { $g->finish };    # gdb ends: the process killed, or its 90 s
+	my $t1 = time;
+	$r{hit} = -e $hit ? 1 : 0;
+	$r{breakpoint} = $gout =~ /Breakpoint 1, .*CoordinatedRemoteTransactions(Commit|Prepare)/ ? 1 : 0;
+	eval { $ps->finish };
+	eval { $ps->kill_kill(grace => 1) };
+	# the history for the checker: an enqueue whose answer was lost
+	open my $lf, '>>', "$run/tpc.log" or die;
+	print $lf encode_json({ who => 'tpc', kind => 'enqueue', t0 => $t0, t1 => $t1, outcome => 'unknown',
+			value => undef, sqlstate => undef, message => "coordinator killed inside the two-phase commit ($variant)",
+			sent => JSON::PP::true, items => \@items }) . "\n";
+	close $lf;
+	# the coordinator is down: the workers' prepared transactions of that
+	# backend (Citus names them citus_<group>_<pid>_<transaction>_<connection>)
+	my $mine = "gid LIKE 'citus\\_%\\_${pid}\\_%'";
+	$r{prepared} = join('/', map { ask($_, "SELECT count(*) FROM pg_prepared_xacts WHERE $mine", 30) // '?' } @nodes[ 1, 2 ]);
+	# the postmaster gone (or a zombie not yet reaped), within 10 s
+	my $gone = sub {
+		my $st = slurp("/proc/$postmaster/stat");
+		return !kill(0, $postmaster) || $st =~ /^\d+ \(.*\) Z /;
+	};
+	$end = time + 10;
+	usleep(100_000) while !$gone->() && time < $end;
+	$r{postmaster_gone} = $gone->() ? 1 : 0;
+	$coord->{_pid} = undef;    # killed behind the node's back (as its kill9 does)
+	my $up = 0;
+	for my $i (1 .. 30)
+	{
+		if ($coord->start(fail_ok => 1)) { $up = 1; last; }
+		sleep 1;
+	}
+	$r{up} = $up;
+	$r{dist_transaction} = ask($coord, "SELECT count(*) FROM pg_dist_transaction WHERE $mine", 60) // '?';
+	$r{recovered} = ask($coord, 'SELECT recover_prepared_transactions()', 120) // '?';
+	$r{prepared_after} = join('/', map { ask($_, "SELECT count(*) FROM pg_prepared_xacts WHERE $mine", 30) // '?' } @nodes[ 1, 2 ]);
+	$r{rows} = ask($coord, sprintf(q{SELECT count(DISTINCT bucket) FROM gridha.bucket_batches WHERE batch_id IN (%s)},
+			join(',', map { "'$_->{batch}'" } @items)), 60) // '?';
+	$r{pid} = $pid;
+	return \%r;
+}
+
+{
+	$coord->safe_psql($DB, 'ALTER SYSTEM SET citus.recover_2pc_interval = -1');
+	$coord->reload;
+	my @res;
+	my $why = gdb_probe();
+	foreach my $v ([ 'commit', 1 ], [ 'abort', 2 ])
+	{
+		last if defined $why;
+		my $r = tpc_fault(@$v);
+		if ($r->{attach} eq 'refused')
+		{
+			$why = "gdb could not attach to the backend: $r->{gdb}";
+			last;
+		}
+		push @res, $r;
+		fault("2pc-$v->[0]", map { $_ => $r->{$_} } grep { $_ ne 'gdb' } sort keys %$r);
+		diag(sprintf('2pc %s: gdb attached to backend %s: %s, breakpoint hit: %s; coordinator killed (-9, postmaster gone: %s), '
+				  . 'started: %s; prepared transactions of that backend on the workers: %s; its pg_dist_transaction rows: %s; '
+				  . 'recover_prepared_transactions(): %s; then left: %s; buckets with its rows: %s of %s',
+				  $v->[0], $r->{pid} // '?', $r->{attach}, $r->{breakpoint} // '?', $r->{postmaster_gone} // '?',
+				  $r->{up} // '?', $r->{prepared} // '?', $r->{dist_transaction} // '?', $r->{recovered} // '?',
+				  $r->{prepared_after} // '?', $r->{rows} // '?', $r->{of} // '?'));
+		diag("gdb: $r->{gdb}") if $r->{attach} ne 'ok';
+	}
+	$coord->safe_psql($DB, 'ALTER SYSTEM RESET citus.recover_2pc_interval');
+	$coord->reload;
+  SKIP:
+	{
+		skip "2pc: $why", 6 if defined $why;
+		my ($c, $a) = @res;
+		my $in_window = sub {
+			my ($r, $rows_kept) = @_;
+			my @p = split m{/}, $r->{prepared} // '';
+			return $r->{attach} eq 'ok' && $r->{hit} && $r->{breakpoint} && $r->{postmaster_gone}
+			  && @p == 2 && $p[0] =~ /^\d+$/ && $p[0] >= 1 && $p[1] =~ /^\d+$/ && $p[1] >= 1
+			  && ($rows_kept ? $r->{dist_transaction} =~ /^[1-9]\d*$/ : $r->{dist_transaction} eq '0');
+		};
+		ok($in_window->($c, 1),
+			'2pc commit: the coordinator killed (-9) after its commit record, before COMMIT PREPARED: prepared transactions of that transaction on both workers, its pg_dist_transaction rows kept');
+		ok($c->{up} && $c->{recovered} =~ /^\d+$/ && $c->{recovered} >= 2 && $c->{prepared_after} eq '0/0',
+			'2pc commit: recover_prepared_transactions() on the coordinator resolved them: none left on either worker');
+		is($c->{rows}, $c->{of}, '2pc commit: the transaction\'s rows are present in every bucket it wrote (committed on both workers)');
+		ok($in_window->($a, 0),
+			'2pc abort: the coordinator killed (-9) after the workers PREPAREd, before its own commit: prepared transactions on both workers, no pg_dist_transaction row of it');
+		ok($a->{up} && $a->{recovered} =~ /^\d+$/ && $a->{recovered} >= 2 && $a->{prepared_after} eq '0/0',
+			'2pc abort: recover_prepared_transactions() on the coordinator resolved them: none left on either worker');
+		is($a->{rows}, '0', '2pc abort: none of the transaction\'s rows is present (rolled back on both workers)');
+	}
 }
 
 # ---------------------------------------------------------------------------
@@ -391,7 +639,7 @@ my $producer_exit = wait_until(60, sub { slurp("$run/producer.log") =~ /"kind": 
 eval { $clients[0]->kill_kill(grace => 2) };
 open my $si, '>', "$run/stop-instances" or die;
 close $si;
-my $instances_exit = wait_until(90, sub { 3 == grep { slurp("$run/$_.log") =~ /"kind": "exit"/ } @NAMES[0 .. 2] });
+my $instances_exit = wait_until(90, sub { 4 == grep { slurp("$run/$_.log") =~ /"kind": "exit"/ } @NAMES[ 0 .. 2, 4 ] });
 eval { $_->kill_kill(grace => 2) } foreach @inst;
 sample();
 my $drain = client('drain', '--mode', 'instance', '--instance-id', $IDS[3], '--buckets', join(',', @buckets),
