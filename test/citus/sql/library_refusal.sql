@@ -2,20 +2,17 @@
 -- library that the mode does not serve refuses (RG035), with a hint naming
 -- what serves it, and changes nothing: gridha's local tables stay empty.
 -- (The instance calls the mode serves, next_batch, next_batches, the
--- claims' calls and the single reports: test/t/035_citus_loop.pl.)
+-- claims' calls and the single reports: test/t/035_citus_loop.pl; enqueue
+-- and register_instance: producers.sql.)
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 \set A aaaaaaaa-0000-0000-0000-00000000000a
-SELECT gridha.enqueue('s1', 'b1', '\x01');
+SELECT gridha.lead(:'A');
 \echo :LAST_ERROR_SQLSTATE
 \set VERBOSITY terse
 SELECT * FROM gridha.report_submissions(:'A', ARRAY['s1'], ARRAY['b1'], ARRAY[1]::bigint[], ARRAY['accepted']);
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM gridha.report_statuses(:'A', ARRAY['s1'], ARRAY['b1'], ARRAY[1]::bigint[], ARRAY['committed']);
-\echo :LAST_ERROR_SQLSTATE
-SELECT gridha.register_instance(:'A');
-\echo :LAST_ERROR_SQLSTATE
-SELECT gridha.lead(:'A');
 \echo :LAST_ERROR_SQLSTATE
 SELECT gridha.run_maintenance(:'A');
 \echo :LAST_ERROR_SQLSTATE
