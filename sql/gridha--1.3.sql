@@ -3325,7 +3325,7 @@ GRANT SELECT ON gridha.metrics TO gridha_submitter, gridha_admin;
 -- by bucket and co-located (gridha.bucket_claims, gridha.bucket_services,
 -- gridha.bucket_batches; created by the call, so that Citus creates and
 -- keeps them on every node, which it does not do for an extension's own
--- tables), and the per-bucket functions below made Citus distributed
+-- tables; and the instances' reference table gridha.bucket_instances), and the per-bucket functions below made Citus distributed
 -- functions with the bucket as distribution argument: `SELECT f(bucket,
 -- ...)` as a statement of its own is sent whole to the node holding the
 -- bucket, where every statement of f reads and locks that bucket's shard

@@ -3,7 +3,7 @@
 -- what serves it, and changes nothing: gridha's local tables stay empty.
 -- (The instance calls the mode serves, next_batch, next_batches, the
 -- claims' calls and the single reports: test/t/035_citus_loop.pl; enqueue
--- and register_instance: producers.sql.)
+-- and register_instance: test/t/032_citus_mode.pl.)
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 \set A aaaaaaaa-0000-0000-0000-00000000000a
