@@ -3907,6 +3907,7 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
+#variable_conflict use_column
 DECLARE
     r name := session_user;
     io name;

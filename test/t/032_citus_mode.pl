@@ -26,12 +26,14 @@
 #             buckets while a second call at the same time waits for it
 #             and is refused (RG034)
 #   layout    the three bucket tables distributed by bucket and co-located,
+#             gridha.bucket_instances a reference table on both workers,
 #             the eleven per-bucket functions distributed by bucket with
 #             them, a call sent whole to a worker (citus.log_remote_commands);
-#             enqueue, register_instance, claimed_batches and the batched
+#             claimed_batches and the batched
 #             report_submissions of gridha's library refused in the mode
 #             (RG035; next_batch and the single reports serve the mode:
-#             test/t/035_citus_loop.pl)
+#             test/t/035_citus_loop.pl; enqueue and register_instance:
+#             below)
 #   run       services s01..s24; a producer enqueues 10 batches into each
 #             (2 before the instances start, 8 while they run); instance A
 #             takes half of the services' buckets, B the other half
@@ -75,6 +77,21 @@
 #             report of a batch not accepted are refused with their
 #             SQLSTATEs while the other rows pass
 #
+#   move      two take-overs issued while a shard move holds its locks:
+#             exactly one gets the new epoch, with a lease counted from the
+#             clock after its wait (hard_expiry >= the move's commit + the
+#             lease; from now() it fell short by the wait)
+#   producers gridha.enqueue: seqs and the service's bucket; NULL, empty,
+#             too long and ".." ids, an empty target (22004, 22023), a
+#             target (RG038), a duplicate batch id (23505), no row changed
+#   instances gridha.register_instance as the login role c32_other (owner,
+#             label; serves: RG039); its next_batch and reports in order;
+#             c32_intruder (not a member) refused (RG008) by bucket_acquire,
+#             bucket_takeover and next_batch naming it, nothing changed; an
+#             id never registered registered by its first next_batch, then
+#             refused to c32_intruder (RG008); with gridha.unknown_instance
+#             = refuse, an unknown id refused (RG024)
+#
 # Runs on PostgreSQL's TAP framework (PostgreSQL::Test::Cluster). Run by
 # `make test` (test/run.sh, part 032_citus_mode) and by `make
 # prove_installcheck`, as any user but root.
@@ -91,7 +108,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-my $NTESTS = 29;
+my $NTESTS = 30;
 my $A = 'aaaaaaaa-0000-0000-0000-000000000032';
 my $B = 'bbbbbbbb-0000-0000-0000-000000000032';
 my $NSERVICES = 24;
@@ -947,6 +964,23 @@ my @rg008i = ($intr =~ /ERROR:  RG008: role "c32_intruder" does not own instance
 diag("c32_intruder naming $I:\n$intr\nbuckets $free and $pqb: $owner_before -> $owner_after");
 ok(@rg008i == 3 && $owner_before eq $owner_after && $owner_before =~ /(^|,)$free:-\//,
 	'instances: another role (not a member of the owner, no superuser) naming the instance is refused (RG008) by bucket_acquire of a free bucket, bucket_takeover of the instance\'s bucket and gridha.next_batch; both buckets and the service\'s batches stay as they were');
+
+# an instance id never registered: the first next_batch registers it,
+# owned by the caller (as on one server); then another role is refused
+# (RG008); with gridha.unknown_instance = refuse, next_batch refuses an
+# unknown id (RG024) and registers nothing
+my $U = 'dddddddd-0000-0000-0000-000000000032';
+my $V = 'eeeeeeee-0000-0000-0000-000000000032';
+my $first = as_role('c32_other', "SELECT count(*) FROM gridha.next_batch('$U')");
+my $u_row = one("SELECT owner || '/' || (label IS NULL) FROM gridha.bucket_instances WHERE instance_id = '$U'");
+my $u_other = as_role('c32_intruder', "SELECT count(*) FROM gridha.next_batch('$U')");
+my $refuse = run($coord, "SET gridha.unknown_instance = refuse;\nSELECT count(*) FROM gridha.next_batch('$V');");
+my $v_rows = one("SELECT count(*) FROM gridha.bucket_instances WHERE instance_id = '$V'");
+diag("first use of $U as c32_other: $first\nrow: $u_row\nas c32_intruder: $u_other\nunknown $V with refuse: $refuse\nits rows: $v_rows");
+ok($first !~ /ERROR/ && $u_row eq 'c32_other/t'
+	  && $u_other =~ /ERROR:  RG008: role "c32_intruder" does not own instance $U/
+	  && sqlstate_of($refuse) eq 'RG024' && $v_rows eq '0',
+	'instances: an id never registered is registered by its first next_batch, owned by the caller (c32_other); another role naming it is then refused (RG008); with gridha.unknown_instance = refuse an unknown id is refused (RG024) and not registered');
 
 my $logs = join('', map { slurp($_->logfile) } @nodes);
 my @crash = grep { /server process .* was terminated|PANIC/ } split /\n/, $logs;
