@@ -977,7 +977,7 @@ my $u_other = as_role('c32_intruder', "SELECT count(*) FROM gridha.next_batch('$
 my $refuse = run($coord, "SET gridha.unknown_instance = refuse;\nSELECT count(*) FROM gridha.next_batch('$V');");
 my $v_rows = one("SELECT count(*) FROM gridha.bucket_instances WHERE instance_id = '$V'");
 diag("first use of $U as c32_other: $first\nrow: $u_row\nas c32_intruder: $u_other\nunknown $V with refuse: $refuse\nits rows: $v_rows");
-ok($first !~ /ERROR/ && $u_row eq 'c32_other/t'
+ok($first !~ /ERROR/ && $u_row eq 'c32_other/true'
 	  && $u_other =~ /ERROR:  RG008: role "c32_intruder" does not own instance $U/
 	  && sqlstate_of($refuse) eq 'RG024' && $v_rows eq '0',
 	'instances: an id never registered is registered by its first next_batch, owned by the caller (c32_other); another role naming it is then refused (RG008); with gridha.unknown_instance = refuse an unknown id is refused (RG024) and not registered');
