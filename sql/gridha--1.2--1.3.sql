@@ -2209,7 +2209,7 @@ REVOKE ALL ON FUNCTION gridha_internal.epoch_band_trylock(), gridha_internal.epo
 -- by bucket and co-located (gridha.bucket_claims, gridha.bucket_services,
 -- gridha.bucket_batches; created by the call, so that Citus creates and
 -- keeps them on every node, which it does not do for an extension's own
--- tables), and the per-bucket functions below made Citus distributed
+-- tables; and the instances' reference table gridha.bucket_instances), and the per-bucket functions below made Citus distributed
 -- functions with the bucket as distribution argument: `SELECT f(bucket,
 -- ...)` as a statement of its own is sent whole to the node holding the
 -- bucket, where every statement of f reads and locks that bucket's shard
@@ -2374,6 +2374,20 @@ BEGIN
     PERFORM create_distributed_table('gridha.bucket_claims', 'bucket', colocate_with => 'none');
     PERFORM create_distributed_table('gridha.bucket_services', 'bucket', colocate_with => 'gridha.bucket_claims');
     PERFORM create_distributed_table('gridha.bucket_batches', 'bucket', colocate_with => 'gridha.bucket_claims');
+    -- The mode's instances: a reference table, so that every node holds
+    -- it whole and a per-bucket function reads an instance's owner
+    -- locally, where it runs (gridha.register_instance writes it, and the
+    -- instance calls on first use)
+    CREATE TABLE gridha.bucket_instances (
+        instance_id   uuid PRIMARY KEY,
+        owner         name NOT NULL,
+        label         text,
+        registered_at timestamptz NOT NULL
+    );
+    COMMENT ON TABLE gridha.bucket_instances IS
+    'Citus mode: one row per registered instance, with the role that owns it (a reference table: on every node)';
+    REVOKE ALL ON gridha.bucket_instances FROM PUBLIC;
+    PERFORM create_reference_table('gridha.bucket_instances');
     INSERT INTO gridha.bucket_claims (bucket, buckets)
     SELECT b, citus_setup.buckets FROM pg_catalog.generate_series(0, citus_setup.buckets - 1) AS b;
 
@@ -2426,6 +2440,7 @@ DECLARE
     hr name;
     e bigint;
     hx timestamptz;
+    t timestamptz;
 BEGIN
     -- First a write of the bucket's claim row that changes nothing:
     -- Citus takes a shard's metadata lock for a write, not for a read
@@ -2444,8 +2459,12 @@ BEGIN
             USING ERRCODE = 'RG036',
                   HINT = 'Buckets are numbered from 0 to the count gridha.citus_setup laid out, minus one.';
     END IF;
+    -- the clock, read once the row is locked (not the transaction's
+    -- start: a call that waited for a shard move compares with the time
+    -- it goes on), as leases are set (bucket_take, bucket_renew)
+    t := pg_catalog.clock_timestamp();
     IF h IS NOT DISTINCT FROM bucket_fence.instance_id AND e = bucket_fence.epoch
-       AND live AND hx < pg_catalog.now() THEN
+       AND live AND hx < t THEN
         RAISE EXCEPTION 'stale claim on bucket %', bucket_fence.bucket
             USING ERRCODE = 'RG001',
                   DETAIL = format('Instance %s holds the bucket at epoch %s, its lease ran out at %s; nobody took it over yet.',
@@ -2457,7 +2476,7 @@ BEGIN
             USING ERRCODE = 'RG001',
                   DETAIL = format('Instance %s holds the bucket at epoch %s%s; the call carried epoch %s of instance %s.',
                                   coalesce(h::text, '(none)'), e,
-                                  CASE WHEN hx < pg_catalog.now() THEN ', its lease ran out' ELSE '' END,
+                                  CASE WHEN hx < t THEN ', its lease ran out' ELSE '' END,
                                   bucket_fence.epoch, bucket_fence.instance_id),
                   HINT = 'Drop what you hold of this bucket: it changed hands, and its holder hands its batches out again.';
     END IF;
@@ -2567,7 +2586,8 @@ DECLARE
     e bigint;
     hx timestamptz;
     r name := session_user;
-    t timestamptz := pg_catalog.now();
+    io name;
+    t timestamptz;
 BEGIN
     IF lease <= interval '0' THEN
         RAISE EXCEPTION 'a lease must be longer than zero' USING ERRCODE = '22023';
@@ -2589,6 +2609,29 @@ BEGIN
             USING ERRCODE = 'RG036',
                   HINT = 'Buckets are numbered from 0 to the count gridha.citus_setup laid out, minus one.';
     END IF;
+    -- A registered instance (gridha.bucket_instances, a reference table
+    -- read here, on the node the call runs on): only its owner, a member
+    -- of it or a superuser may take a bucket for it (RG008). An id never
+    -- registered: refused (RG024) when gridha.unknown_instance is refuse;
+    -- otherwise it passes, and the bucket's own holder_role rules it.
+    SELECT i.owner INTO io FROM gridha.bucket_instances i WHERE i.instance_id = bucket_take.instance_id;
+    IF FOUND THEN
+        IF NOT gridha_internal.bucket_may_act(r, io) THEN
+            RAISE EXCEPTION 'role "%" does not own instance %', r, bucket_take.instance_id
+                USING ERRCODE = 'RG008',
+                      DETAIL = format('The instance is registered to role "%s" (gridha.bucket_instances).', io),
+                      HINT = 'Act as an instance your role registered (gridha.register_instance), or as a member of its owner.';
+        END IF;
+    ELSIF pg_catalog.current_setting('gridha.unknown_instance', true) = 'refuse' THEN
+        RAISE EXCEPTION 'unknown instance %', bucket_take.instance_id
+            USING ERRCODE = 'RG024',
+                  DETAIL = 'gridha.unknown_instance is refuse: a call does not take a bucket for an instance id gridha.bucket_instances does not hold.',
+                  HINT = 'Register the instance first: SELECT gridha.register_instance(''label''), and use the id it returns.';
+    END IF;
+    -- the lease from the clock, read once the row is locked: a call that
+    -- waited (for a shard move, another take-over) gets its whole lease
+    -- from the time it goes on, not from its transaction's start
+    t := pg_catalog.clock_timestamp();
     IF h = bucket_take.instance_id AND NOT takeover THEN
         IF NOT pg_catalog.pg_has_role(session_user, hr, 'MEMBER') THEN
             RAISE EXCEPTION 'role "%" does not own instance %', session_user, bucket_take.instance_id
@@ -2656,13 +2699,15 @@ SET search_path = pg_catalog, gridha, pg_temp
 SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
-    t timestamptz := pg_catalog.now();
+    t timestamptz;
 BEGIN
     PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text, lease::text]);
     IF lease <= interval '0' THEN
         RAISE EXCEPTION 'a lease must be longer than zero' USING ERRCODE = '22023';
     END IF;
     PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, false);
+    -- the lease from the clock once the row is locked (bucket_take)
+    t := pg_catalog.clock_timestamp();
     UPDATE gridha.bucket_claims c SET soft_expiry = t + lease / 2, hard_expiry = t + lease
      WHERE c.bucket = bucket_renew.bucket;
     RETURN t + lease;
@@ -3422,6 +3467,10 @@ DECLARE
     new_owner name;
     new_id    uuid;
 BEGIN
+    -- the Citus mode (gridha.citus_setup): its own path, gridha.bucket_instances
+    IF pg_catalog.to_regclass('gridha.bucket_claims') IS NOT NULL THEN
+        RETURN gridha_internal.citus_register_instance(register_instance.label, register_instance.serves);
+    END IF;
     new_owner := gridha_internal.register_check(register_instance.serves);
     INSERT INTO gridha.instances AS i (instance_id, label, kind, owner)
     VALUES (pg_catalog.gen_random_uuid(), register_instance.label, 'external', new_owner)
@@ -3807,12 +3856,12 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 DECLARE
-    t timestamptz := pg_catalog.now();
+    t timestamptz;
     lease interval := pg_catalog.current_setting('gridha.hard_expiry')::interval;
     every interval := least(pg_catalog.current_setting('gridha.renew_interval')::interval,
                             pg_catalog.current_setting('gridha.soft_expiry')::interval / 2, lease / 2);
     me name := session_user;
-    bs gridha_internal.citus_bucket[] := gridha_internal.citus_buckets();
+    bs gridha_internal.citus_bucket[];
     b gridha_internal.citus_bucket;
     e bigint;
     live uuid[];
@@ -3833,6 +3882,11 @@ BEGIN
     IF instance_id IS NULL THEN
         RAISE EXCEPTION 'instance_id must not be null' USING ERRCODE = '22004';
     END IF;
+    -- the instance's owner (RG008), or its registration on first use
+    PERFORM gridha_internal.citus_instance(instance_id);
+    bs := gridha_internal.citus_buckets();
+    -- leases from the clock, as the per-bucket functions set them
+    t := pg_catalog.clock_timestamp();
     held := '{}';
     taken := '{}';
     FOREACH b IN ARRAY bs LOOP
@@ -4209,4 +4263,145 @@ REVOKE ALL ON FUNCTION
     gridha_internal.citus_report_submission(uuid, text, text, bigint, gridha.submission_outcome, text),
     gridha_internal.citus_report_status(uuid, text, text, bigint, text, text),
     gridha_internal.citus_report_status(uuid, text, text, bigint, gridha.ledger_status, text)
+FROM PUBLIC;
+
+-- --- issue 43: producers and instances in the Citus mode (enqueue, register_instance, owners) ---
+--
+-- docs/citus.md, "Built: producers and instances". In the Citus mode the C
+-- entry point of gridha.enqueue checks its arguments as on one server, then
+-- hands the call over (src/tables.c, gridha_citus_handover) to
+-- gridha_internal.citus_enqueue; gridha.register_instance calls
+-- gridha_internal.citus_register_instance. An instance's owner is kept in
+-- gridha.bucket_instances (a reference table citus_setup creates), which
+-- bucket_acquire and bucket_takeover read on the node they run on.
+
+/*
+ * bucket_may_act(role, owner): whether role may act as an instance owner
+ * owns: a superuser, or a member of owner (a role that no longer exists
+ * owns nothing anyone but a superuser may use), as on one server.
+ */
+CREATE FUNCTION gridha_internal.bucket_may_act(role name, owner name)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT coalesce((SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.rolname = $1), false)
+    OR CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_roles a WHERE a.rolname = $2)
+            THEN pg_catalog.pg_has_role($1, $2, 'MEMBER') ELSE false END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.bucket_may_act(name, name) IS
+'Citus mode: whether a role may act as an instance another role owns (a superuser, or a member of the owner)';
+
+/*
+ * citus_instance(instance): what the instance calls check first in the
+ * mode: the calling role (session_user) may act as the instance (RG008
+ * otherwise); an id gridha.bucket_instances does not hold is registered,
+ * owned by the calling role, as on one server (refused with RG024 when
+ * gridha.unknown_instance is refuse). Runs on the coordinator.
+ */
+CREATE FUNCTION gridha_internal.citus_instance(instance_id uuid)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r name := session_user;
+    io name;
+    t timestamptz;
+BEGIN
+    SELECT i.owner INTO io FROM gridha.bucket_instances i WHERE i.instance_id = citus_instance.instance_id;
+    IF NOT FOUND THEN
+        IF pg_catalog.current_setting('gridha.unknown_instance', true) = 'refuse' THEN
+            RAISE EXCEPTION 'unknown instance %', citus_instance.instance_id
+                USING ERRCODE = 'RG024',
+                      DETAIL = 'gridha.unknown_instance is refuse: a call does not register an instance id it names.',
+                      HINT = 'Register the instance first: SELECT gridha.register_instance(''label''), and use the id it returns.';
+        END IF;
+        t := pg_catalog.clock_timestamp();
+        INSERT INTO gridha.bucket_instances AS i (instance_id, owner, registered_at)
+        VALUES (citus_instance.instance_id, r, t)
+        ON CONFLICT (instance_id) DO NOTHING;
+        -- another session may have registered it meanwhile: its owner
+        SELECT i.owner INTO io FROM gridha.bucket_instances i WHERE i.instance_id = citus_instance.instance_id;
+    END IF;
+    IF NOT gridha_internal.bucket_may_act(r, io) THEN
+        RAISE EXCEPTION 'role "%" does not own instance %', r, citus_instance.instance_id
+            USING ERRCODE = 'RG008',
+                  DETAIL = format('The instance is registered to role "%s" (gridha.bucket_instances).', io),
+                  HINT = 'Act as an instance your role registered (gridha.register_instance), or as a member of its owner.';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_instance(uuid) IS
+'Citus mode: the calling role may act as the instance (RG008 otherwise); an unknown id is registered, owned by it (RG024 when gridha.unknown_instance is refuse)';
+
+/*
+ * citus_enqueue(...): gridha.enqueue in the mode, after the C entry point
+ * checked the ids as on one server: the service's bucket under the layout
+ * (the count every bucket row carries), then bucket_enqueue. The mode has
+ * no targets: a target is refused (RG038) and nothing is written.
+ */
+CREATE FUNCTION gridha_internal.citus_enqueue(service_id text, batch_id text, payload bytea, target text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    n integer;
+BEGIN
+    IF target IS NOT NULL THEN
+        RAISE EXCEPTION 'the Citus mode has no targets: cannot enqueue service "%" on target "%"',
+                        citus_enqueue.service_id, citus_enqueue.target
+            USING ERRCODE = 'RG038',
+                  DETAIL = 'In the Citus mode a batch has no target yet; gridha.targets is not read there.',
+                  HINT = 'Enqueue without a target (target => NULL, the default).';
+    END IF;
+    SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = 0;
+    RETURN gridha.bucket_enqueue(gridha.bucket_of(citus_enqueue.service_id, n), citus_enqueue.service_id,
+                                 citus_enqueue.batch_id, citus_enqueue.payload);
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_enqueue(text, text, bytea, text) IS
+'Citus mode: gridha.enqueue: the service''s bucket under the layout, then gridha.bucket_enqueue; a target is refused (RG038)';
+
+/*
+ * citus_register_instance(label, serves): gridha.register_instance in the
+ * mode: a new instance in gridha.bucket_instances, owned by the calling
+ * role (session_user, the role the mode's checks read). serves cannot be
+ * honoured (the mode has no targets): refused (RG039), nothing written.
+ */
+CREATE FUNCTION gridha_internal.citus_register_instance(label text, serves text[])
+RETURNS uuid
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    id uuid := pg_catalog.gen_random_uuid();
+    t timestamptz := pg_catalog.clock_timestamp();
+    r name := session_user;
+BEGIN
+    IF serves IS NOT NULL THEN
+        RAISE EXCEPTION 'the Citus mode has no targets: an instance cannot declare what it serves'
+            USING ERRCODE = 'RG039',
+                  DETAIL = 'serves names kinds of target; in the Citus mode a batch has no target yet, and every instance serves every bucket.',
+                  HINT = 'Register without serves (serves => NULL, the default).';
+    END IF;
+    INSERT INTO gridha.bucket_instances (instance_id, owner, label, registered_at)
+    VALUES (id, r, citus_register_instance.label, t);
+    RETURN id;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_register_instance(text, text[]) IS
+'Citus mode: gridha.register_instance: a new instance in gridha.bucket_instances, owned by the calling role; serves is refused (RG039)';
+
+REVOKE ALL ON FUNCTION
+    gridha_internal.bucket_may_act(name, name),
+    gridha_internal.citus_instance(uuid),
+    gridha_internal.citus_enqueue(text, text, bytea, text),
+    gridha_internal.citus_register_instance(text, text[])
 FROM PUBLIC;

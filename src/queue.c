@@ -894,7 +894,8 @@ PG_FUNCTION_INFO_V1(gridha_enqueue);
 
 /*
  * gridha_enqueue: SQL gridha.enqueue(service_id, batch_id, payload, target)
- * -> seq.
+ * -> seq. In the Citus mode, after the checks of its arguments, the call is
+ * handed over to gridha_internal.citus_enqueue (docs/citus.md).
  *
  * A given target must exist; a new service is created on it, and an
  * existing service must be on it already (RG013 otherwise: moving a
@@ -906,17 +907,22 @@ gridha_enqueue(PG_FUNCTION_ARGS)
 {
 	text	   *service_id = gridha_arg_new_id(fcinfo, 0, "service_id");
 	text	   *batch_id = gridha_arg_new_id(fcinfo, 1, "batch_id");
+	text	   *target = PG_ARGISNULL(3) ? NULL : gridha_arg_id(fcinfo, 3, "target");
 	Datum		args[3];
 	char		nulls[4] = "   ";
 	int64		seq;
 
+	/*
+	 * The Citus mode: the ids were checked as here (same SQLSTATEs), then
+	 * gridha_internal.citus_enqueue routes the batch to its bucket
+	 */
+	GRIDHA_CITUS_HANDOVER(fcinfo);
 	gridha_require_writable("enqueue()");
 	gridha_require_safe_schema();
 	SPI_connect();
 
-	if (!PG_ARGISNULL(3))
+	if (target != NULL)
 	{
-		text	   *target = gridha_arg_id(fcinfo, 3, "target");
 		int			tries;
 
 		/*

@@ -230,8 +230,9 @@ gridha_check_tables(void)
 
 	/*
 	 * The Citus mode (gridha.citus_setup): gridha.bucket_claims is a Citus
-	 * table. Only the per-bucket functions (SQL, not this library) run
-	 * there; every entry point of the library refuses (RG035).
+	 * table. The per-bucket functions (SQL, not this library) run there,
+	 * and the entry points that hand over (GRIDHA_CITUS_HANDOVER); every
+	 * other entry point of the library refuses (RG035).
 	 */
 	{
 		Oid			mode = get_relname_relid("bucket_claims", nsp);
@@ -242,8 +243,8 @@ gridha_check_tables(void)
 			ereport(ERROR,
 					(errcode(ERRCODE_GRIDHA_CITUS_MODE),
 					 errmsg("gridha is in Citus mode, where this function does not run"),
-					 errdetail("gridha.citus_setup laid gridha out by bucket in this database; there, the per-bucket functions and the instance calls next_batch, next_batches, renew_claims, acquire_claims, release_claims, report_submission, report_status, report_submissions, report_statuses, claimed_batches, pending_batches and verify_batch serve it."),
-					 errhint("Enqueue with gridha.bucket_enqueue; submit through gridha.next_batch and the reports, or the per-bucket functions and their batched forms, each called as a statement of its own (docs/citus.md).")));
+					 errdetail("gridha.citus_setup laid gridha out by bucket in this database; there, the per-bucket functions, enqueue, register_instance and the instance calls next_batch, next_batches, renew_claims, acquire_claims, release_claims, report_submission, report_status, report_submissions, report_statuses, claimed_batches, pending_batches and verify_batch serve it."),
+					 errhint("Enqueue with gridha.enqueue or gridha.bucket_enqueue; submit through gridha.next_batch and the reports, or the per-bucket functions and their batched forms, each called as a statement of its own (docs/citus.md).")));
 		}
 	}
 

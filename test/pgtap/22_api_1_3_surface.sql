@@ -117,8 +117,12 @@ SELECT set_eq(
              ('gridha_internal.citus_verify_batch(uuid,text,text,bigint)'),
              ('gridha_internal.citus_report_many(uuid,boolean,anyarray)'),
              ('gridha_internal.citus_report_submissions(uuid,gridha.submission_report[])'),
-             ('gridha_internal.citus_report_statuses(uuid,gridha.status_report[])')$$,
-    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers, the targets'' load and a refused report''s diagnosis (issue 42.1), and the Citus mode''s six helpers (issue 43.2; the batched reports'' one, 43.4) and the thirteen functions of its instance calls (issue 43.2), and the ten of its batched reports and reads (issue 43)');
+             ('gridha_internal.citus_report_statuses(uuid,gridha.status_report[])'),
+             -- issue 43: producers and instances in the Citus mode
+             ('gridha_internal.bucket_may_act(name,name)'), ('gridha_internal.citus_instance(uuid)'),
+             ('gridha_internal.citus_enqueue(text,text,bytea,text)'),
+             ('gridha_internal.citus_register_instance(text,text[])')$$,
+    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers, the targets'' load and a refused report''s diagnosis (issue 42.1), and the Citus mode''s six helpers (issue 43.2; the batched reports'' one, 43.4) and the thirteen functions of its instance calls (issue 43.2), the ten of its batched reports and reads (issue 43), and its owner check, instance check, enqueue and register_instance (issue 43)');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass

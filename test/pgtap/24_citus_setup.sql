@@ -12,11 +12,12 @@
 --   cluster);
 --   in the mode (gridha.bucket_claims known to Citus: a
 --   pg_catalog.pg_dist_partition made here, as Citus's own catalog is),
---   next_batch's entry point hands the call over to the mode's path, the
---   entry points the mode does not serve refuse with RG035; after the
+--   next_batch's, enqueue's and register_instance's entry points hand the
+--   call over to the mode's path (enqueue after the single server's checks
+--   of its ids; a target refused with RG038, serves with RG039); after the
 --   rollback gridha runs again.
 BEGIN;
-SELECT plan(11);
+SELECT plan(14);
 
 \o /dev/null
 SELECT gridha.expiry_settings();        -- loads the library
@@ -76,17 +77,32 @@ INSERT INTO pg_catalog.pg_dist_partition VALUES ('gridha.bucket_claims', 'h');
 -- what citus_setup does last (and what makes every backend look again)
 REVOKE INSERT (service_id, batch_id, payload) ON gridha.batches FROM gridha_producer;
 -- next_batch is one of the instance calls the mode serves: its entry point
--- hands the call to gridha_internal.citus_next_batch, which reads the
--- bucket tables (this fake layout has only bucket_claims)
+-- hands the call to gridha_internal.citus_next_batch, which first reads
+-- the instance's owner in gridha.bucket_instances (this fake layout has
+-- only bucket_claims)
 SELECT is(pg_temp.error_of('SELECT * FROM gridha.next_batch(''aaaaaaaa-0000-0000-0000-000000000024'')'),
-          '42P01|relation "gridha.bucket_services" does not exist',
-          'in the mode, next_batch is handed over to the mode''s path (gridha_internal.citus_next_batch reads the bucket tables)');
+          '42P01|relation "gridha.bucket_instances" does not exist',
+          'in the mode, next_batch is handed over to the mode''s path (gridha_internal.citus_next_batch reads the instance''s owner in gridha.bucket_instances first)');
+-- enqueue: its entry point checks the ids as on one server, then hands the
+-- call to gridha_internal.citus_enqueue, which refuses a target (RG038)
+-- and reads the layout's bucket count (this fake bucket_claims has none)
 SELECT is(pg_temp.error_of('SELECT gridha.enqueue(''m1'', ''b1'', ''\x01'')'),
-          'RG035|gridha is in Citus mode, where this function does not run',
-          'in the mode, enqueue is refused (RG035)');
+          '42703|column c.buckets does not exist',
+          'in the mode, enqueue is handed over to the mode''s path (gridha_internal.citus_enqueue reads the bucket count of the layout)');
+SELECT is(pg_temp.error_of('SELECT gridha.enqueue(NULL, ''b1'', ''\x01'')'),
+          '22004|service_id must not be null',
+          'in the mode, enqueue refuses a NULL service id as on one server (22004)');
+SELECT is(pg_temp.error_of('SELECT gridha.enqueue(''m1'', ''b1'', ''\x01'', ''ledger'')'),
+          'RG038|the Citus mode has no targets: cannot enqueue service "m1" on target "ledger"',
+          'in the mode, enqueue with a target is refused (RG038)');
+-- register_instance: the mode's path writes gridha.bucket_instances
+-- (which this fake layout lacks); serves is refused first (RG039)
 SELECT is(pg_temp.error_of('SELECT gridha.register_instance(''aaaaaaaa-0000-0000-0000-000000000024'')'),
-          'RG035|gridha is in Citus mode, where this function does not run',
-          'in the mode, register_instance (not served there) is refused (RG035)');
+          '42P01|relation "gridha.bucket_instances" does not exist',
+          'in the mode, register_instance is handed over to the mode''s path (gridha_internal.citus_register_instance writes gridha.bucket_instances)');
+SELECT is(pg_temp.error_of('SELECT gridha.register_instance(''l'', ARRAY[''submit_url''])'),
+          'RG039|the Citus mode has no targets: an instance cannot declare what it serves',
+          'in the mode, register_instance with serves is refused (RG039)');
 ROLLBACK TO SAVEPOINT mode;
 
 SELECT is(gridha.enqueue('m1', 'b1', '\x01'), 1::bigint,

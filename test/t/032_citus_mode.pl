@@ -26,12 +26,14 @@
 #             buckets while a second call at the same time waits for it
 #             and is refused (RG034)
 #   layout    the three bucket tables distributed by bucket and co-located,
+#             gridha.bucket_instances a reference table on both workers,
 #             the eleven per-bucket functions distributed by bucket with
 #             them, a call sent whole to a worker (citus.log_remote_commands);
-#             enqueue, register_instance, claimed_batches and the batched
+#             claimed_batches and the batched
 #             report_submissions of gridha's library refused in the mode
 #             (RG035; next_batch and the single reports serve the mode:
-#             test/t/035_citus_loop.pl)
+#             test/t/035_citus_loop.pl; enqueue and register_instance:
+#             below)
 #   run       services s01..s24; a producer enqueues 10 batches into each
 #             (2 before the instances start, 8 while they run); instance A
 #             takes half of the services' buckets, B the other half
@@ -75,6 +77,21 @@
 #             report of a batch not accepted are refused with their
 #             SQLSTATEs while the other rows pass
 #
+#   move      two take-overs issued while a shard move holds its locks:
+#             exactly one gets the new epoch, with a lease counted from the
+#             clock after its wait (hard_expiry >= the move's commit + the
+#             lease; from now() it fell short by the wait)
+#   producers gridha.enqueue: seqs and the service's bucket; NULL, empty,
+#             too long and ".." ids, an empty target (22004, 22023), a
+#             target (RG038), a duplicate batch id (23505), no row changed
+#   instances gridha.register_instance as the login role c32_other (owner,
+#             label; serves: RG039); its next_batch and reports in order;
+#             c32_intruder (not a member) refused (RG008) by bucket_acquire,
+#             bucket_takeover and next_batch naming it, nothing changed; an
+#             id never registered registered by its first next_batch, then
+#             refused to c32_intruder (RG008); with gridha.unknown_instance
+#             = refuse, an unknown id refused (RG024)
+#
 # Runs on PostgreSQL's TAP framework (PostgreSQL::Test::Cluster). Run by
 # `make test` (test/run.sh, part 032_citus_mode) and by `make
 # prove_installcheck`, as any user but root.
@@ -91,7 +108,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-my $NTESTS = 23;
+my $NTESTS = 30;
 my $A = 'aaaaaaaa-0000-0000-0000-000000000032';
 my $B = 'bbbbbbbb-0000-0000-0000-000000000032';
 my $NSERVICES = 24;
@@ -210,7 +227,14 @@ ok($set =~ /^64$/m && $set =~ /^waited: 1$/m && sqlstate_of($again) eq 'RG034' &
 my $layout = one(q{
 SELECT string_agg(logicalrelid::text || '/' || partmethod::text || '/' || column_to_column_name(logicalrelid, partkey), ',' ORDER BY logicalrelid::text)
        || ' ' || count(DISTINCT colocationid)
-  FROM pg_dist_partition});
+  FROM pg_dist_partition WHERE partmethod <> 'n'});
+# the instances' reference table, with a placement on each worker
+my $reference = one(q{
+SELECT string_agg(p.logicalrelid::text || '/' || p.partmethod::text, ',')
+       || ' ' || (SELECT count(DISTINCT n.nodeport) FROM pg_dist_shard s JOIN pg_dist_placement pl USING (shardid)
+                    JOIN pg_dist_node n ON n.groupid = pl.groupid
+                   WHERE s.logicalrelid = 'gridha.bucket_instances'::regclass AND n.groupid <> 0)
+  FROM pg_dist_partition p WHERE p.partmethod = 'n'});
 my $functions = one(q{
 SELECT count(*) || ' ' || bool_and(o.distribution_argument_index = 0
                                    AND o.colocationid = (SELECT colocationid FROM pg_dist_partition
@@ -225,22 +249,21 @@ SELECT gridha.bucket_renew(0, 'cccccccc-0000-0000-0000-000000000032', 1);
 SELECT gridha.bucket_renew(gridha.bucket_of('probe', 64), 'cccccccc-0000-0000-0000-000000000032', 1);
 });
 my $probe = one(q{SELECT gridha.bucket_of('probe', 64)});
-diag("layout: $layout\nfunctions: $functions\n$delegated");
+diag("layout: $layout\nreference: $reference\nfunctions: $functions\n$delegated");
 ok( $layout eq
 	  'gridha.bucket_batches/h/bucket,gridha.bucket_claims/h/bucket,gridha.bucket_services/h/bucket 1'
+	  && $reference eq 'gridha.bucket_instances/n 2'
 	  && $functions eq '11 true'
 	  && $delegated =~ /issuing SELECT gridha\.bucket_renew\(0, 'cccccccc-0000-0000-0000-000000000032'::uuid/
 	  && $delegated =~ /on server postgres\@localhost:(\d+)/
 	  && $1 != $coord->port
 	  && $delegated =~ /ERROR:  RG001: stale claim on bucket 0/
 	  && $delegated =~ /issuing SELECT gridha\.bucket_renew\($probe, 'cccccccc-0000-0000-0000-000000000032'::uuid/,
-	'layout: the three bucket tables distributed by bucket, co-located; the eleven per-bucket functions distributed by bucket with them; a call is sent whole to a worker, with gridha.bucket_of(...) folded to its bucket'
+	'layout: the three bucket tables distributed by bucket, co-located, and gridha.bucket_instances a reference table on both workers; the eleven per-bucket functions distributed by bucket with them; a call is sent whole to a worker, with gridha.bucket_of(...) folded to its bucket'
 );
 
 my $mode = '';
 foreach my $call (
-	"SELECT gridha.enqueue('s01', 'x', '\\x00')",
-	"SELECT gridha.register_instance()",
 	"SELECT gridha.lead('$A')",
 	"SELECT gridha.next_id('x')")
 {
@@ -248,8 +271,8 @@ foreach my $call (
 }
 diag("library calls in the mode:\n$mode");
 my @rg035 = ($mode =~ /ERROR:  RG035: gridha is in Citus mode, where this function does not run/g);
-ok(@rg035 == 4 && $mode =~ /HINT:  Enqueue with gridha.bucket_enqueue; submit through gridha.next_batch/,
-	'layout: enqueue, register_instance, lead and next_id of the library are refused in the mode (RG035), naming the calls that serve it'
+ok(@rg035 == 2 && $mode =~ /HINT:  Enqueue with gridha.enqueue or gridha.bucket_enqueue; submit through gridha.next_batch/,
+	'layout: lead and next_id of the library are refused in the mode (RG035), naming the calls that serve it'
 );
 
 # ---------------------------------------------------------------------------
@@ -788,7 +811,7 @@ ok( $s1 =~ /^rep pending,RG001,invalid,RG003,22004$/m
 	my $mshard = one("SELECT get_shard_id_for_distribution_column('gridha.bucket_claims', $mb)");
 	my $mfrom = one("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $mshard");
 	my $mto = $mfrom == $nodes[1]->port ? $nodes[2]->port : $nodes[1]->port;
-	my $mv = psql_script("BEGIN;\nSELECT citus_move_shard_placement($mshard, 'localhost', $mfrom, 'localhost', $mto, shard_transfer_mode => 'block_writes');\nSELECT pg_sleep(8) AS move_holds;\nCOMMIT;\n");
+	my $mv = psql_script("BEGIN;\nSELECT citus_move_shard_placement($mshard, 'localhost', $mfrom, 'localhost', $mto, shard_transfer_mode => 'block_writes');\nSELECT pg_sleep(8) AS move_holds;\nSELECT 'moved at ' || (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;\nCOMMIT;\n");
 	my $holding = 0;
 	foreach (1 .. 600)
 	{
@@ -807,17 +830,157 @@ ok( $s1 =~ /^rep pending,RG001,invalid,RG003,22004$/m
 	my ($mout, $merr) = psql_finish($mv);
 	my @got = map { my ($o, $e) = psql_finish($_); $o =~ s/\s+$//; $o . ($e ne '' ? " [$e]" : '') } @t;
 	my $row = one("SELECT holder || '/' || epoch FROM gridha.bucket_claims WHERE bucket = $mb");
+	# the lease the take-over got, from the clock after its wait: its
+	# hard expiry is at least the move's commit (the clock read just
+	# before it) plus the 10 min asked (from the transaction's start, now(),
+	# it would be earlier: the take-over's transaction began before)
+	my ($moved_at) = $mout =~ /^moved at (\d+)$/m;
+	my $hard = one("SELECT (extract(epoch FROM hard_expiry) * 1000000)::bigint FROM gridha.bucket_claims WHERE bucket = $mb");
+	my $lease_ok = defined $moved_at && $hard >= $moved_at + 600 * 1000000;
 	my $mnow = one("SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = $mshard");
 	my $e1 = $e0 + 1;
 	my @winners = grep { $got[$_] eq "$e1" } (0, 1);
 	my @losers = grep { $got[$_] eq '' } (0, 1);
 	diag("take-overs during a move: bucket $mb (shard $mshard, $mfrom -> $mto, now on $mnow), epoch $e0 before;"
 		  . " the move held its locks: $holding; take-overs waiting: $waiting; answers: Q '$got[0]', R '$got[1]'; bucket now $row; move: $merr");
+	diag(sprintf('the move committed at %s (µs), the winner\'s hard expiry %s: %s after the commit plus 10 min',
+			$moved_at // '(not read)', $hard, defined $moved_at ? ($hard - $moved_at - 600 * 1000000) . ' µs' : '?'));
 	ok( $holding == 1 && $waiting == 2 && $mnow == $mto
 		  && @winners == 1 && @losers == 1
 		  && $row eq ($winners[0] == 0 ? $Q : $R) . "/$e1",
 		'take-overs during a shard move: two take-overs of a bucket whose lease ran out, issued while a move of its shard (block_writes) holds its locks, wait for it; after its commit exactly one gets the new epoch and holds the bucket, the other gets nothing (NULL)');
+	ok($lease_ok,
+		'lease from the clock: the take-over that waited for the move got a lease ending at least 10 min (what it asked) after the move\'s commit, not 10 min after its own transaction began (clock_timestamp(), not now())');
 }
+
+# ---------------------------------------------------------------------------
+# producers and instances (docs/citus.md, "Built: producers and
+# instances"): gridha.enqueue and gridha.register_instance in the mode, an
+# instance's owner checked by the per-bucket functions and next_batch
+
+# as(ROLE, SQL): what psql prints as that login role (verbose errors)
+sub as_role
+{
+	my ($role, $sql) = @_;
+	my ($o, $e) = ('', '');
+	$coord->psql('c32', $sql, stdout => \$o, stderr => \$e, on_error_stop => 0,
+		extra_params => [ '-U', $role, '-v', 'VERBOSITY=verbose' ]);
+	return "$o\n$e";
+}
+
+# a service in a bucket nobody holds
+my $pq;
+foreach my $i (1 .. 400)
+{
+	$pq = "pq$i";
+	last if one("SELECT holder IS NULL FROM gridha.bucket_claims WHERE bucket = gridha.bucket_of('$pq', 64)") eq 't';
+}
+my $pqb = one("SELECT gridha.bucket_of('$pq', 64)");
+my $enq = join(',', map { one("SELECT gridha.enqueue('$pq', 'q$_', '\\x0$_')") } 1 .. 3);
+my $pq_rows = one("SELECT string_agg(bucket || '/' || batch_id || '/' || seq || '/' || status, ',' ORDER BY seq)
+  FROM gridha.bucket_batches WHERE service_id = '$pq'");
+diag("enqueue: $pq in bucket $pqb: seqs $enq; rows $pq_rows");
+ok($enq eq '1,2,3' && $pq_rows eq "$pqb/q1/1/queued,$pqb/q2/2/queued,$pqb/q3/3/queued",
+	'producers: gridha.enqueue in the mode returns each batch\'s seq (1, 2, 3) and puts it in the service\'s bucket (gridha.bucket_of(service_id, 64)), queued');
+
+# bad input: the single server's SQLSTATEs; a target: RG038; nothing written
+my $state = sub {
+	one("SELECT count(*) || '/' || coalesce(sum(tail_seq), 0) FROM gridha.bucket_services")
+	  . '/' . one('SELECT count(*) FROM gridha.bucket_batches');
+};
+my $before_bad = $state->();
+my $long = 'x' x 513;
+my @bad = (
+	[ "SELECT gridha.enqueue(NULL, 'b', '\\x01')", '22004', 'service_id must not be null' ],
+	[ "SELECT gridha.enqueue('', 'b', '\\x01')", '22023', 'service_id must not be empty' ],
+	[ "SELECT gridha.enqueue('$pq', NULL, '\\x01')", '22004', 'batch_id must not be null' ],
+	[ "SELECT gridha.enqueue('$pq', '', '\\x01')", '22023', 'batch_id must not be empty' ],
+	[ "SELECT gridha.enqueue('$long', 'b', '\\x01')", '22023', 'service_id is too long' ],
+	[ "SELECT gridha.enqueue('$pq', '..', '\\x01')", '22023', 'batch_id must not be "\.\."' ],
+	[ "SELECT gridha.enqueue('$pq', 'q9', '\\x01', '')", '22023', 'target must not be empty' ],
+	[ "SELECT gridha.enqueue('$pq', 'q9', '\\x01', 'ledger')", 'RG038', 'the Citus mode has no targets: cannot enqueue service "' . $pq . '" on target "ledger"' ],
+	[ "SELECT gridha.enqueue('$pq', 'q2', '\\x02')", '23505', 'duplicate key value' ]);
+my ($bad_ok, $bad_out) = (1, '');
+foreach my $b (@bad)
+{
+	my $o = run($coord, $b->[0]);
+	$bad_out .= "$o\n";
+	$bad_ok = 0 unless sqlstate_of($o) eq $b->[1] && $o =~ /ERROR:  $b->[1]: $b->[2]/;
+}
+my $after_bad = $state->();
+diag("enqueue refusals (services/tails/batches $before_bad -> $after_bad):\n$bad_out");
+ok($bad_ok && $before_bad eq $after_bad && $bad_out =~ /HINT:  Enqueue without a target/,
+	'producers: gridha.enqueue refuses NULL, empty, too long and "." ids and an empty target with the single server\'s SQLSTATEs (22004, 22023), a target with RG038 (the mode has none) and a batch id its service has with 23505; no row of the bucket tables changed');
+
+# register_instance: owned by the calling role; serves refused (RG039)
+$coord->safe_psql('c32', 'CREATE ROLE c32_intruder LOGIN IN ROLE gridha_submitter');
+my $reg = as_role('c32_other', "SELECT gridha.register_instance('c32 worker')");
+my ($I) = $reg =~ /^([0-9a-f-]{36})$/m;
+$I //= '00000000-0000-0000-0000-000000000000';
+my $reg_row = one("SELECT owner || '/' || label FROM gridha.bucket_instances WHERE instance_id = '$I'");
+my $serves = as_role('c32_other', "SELECT gridha.register_instance('s', ARRAY['submit_url'])");
+my $ninst = one('SELECT count(*) FROM gridha.bucket_instances');
+diag("register_instance as c32_other: $reg\nrow: $reg_row\nwith serves: $serves\ninstances: $ninst");
+ok($reg_row eq 'c32_other/c32 worker' && sqlstate_of($serves) eq 'RG039' && $serves =~ /HINT:  Register without serves/
+	  && one("SELECT count(*) FROM gridha.bucket_instances WHERE label = 's'") eq '0',
+	'instances: gridha.register_instance in the mode returns a new instance, in gridha.bucket_instances owned by the calling role (c32_other) with its label; with serves it is refused (RG039) and registers nothing');
+
+# the owner serves through next_batch and the reports, in order
+my $cycle = as_role('c32_other', qq{
+SELECT service_id, batch_id, epoch FROM gridha.next_batch('$I') \\gset n_
+\\echo got :n_service_id/:n_batch_id
+SELECT gridha.report_submission('$I', :'n_service_id', :'n_batch_id', :n_epoch, 'accepted');
+SELECT gridha.report_status('$I', :'n_service_id', :'n_batch_id', :n_epoch, 'committed');
+SELECT service_id, batch_id, epoch FROM gridha.next_batch('$I') \\gset n_
+\\echo got :n_service_id/:n_batch_id
+SELECT gridha.report_submission('$I', :'n_service_id', :'n_batch_id', :n_epoch, 'accepted');
+SELECT service_id, batch_id, epoch FROM gridha.next_batch('$I') \\gset m_
+\\echo nothing more while q2 is in flight: :{?m_service_id}
+});
+my $held = one("SELECT holder || '/' || holder_role FROM gridha.bucket_claims WHERE bucket = $pqb");
+my @got = $cycle =~ /^got (\S+)$/mg;
+diag("c32_other's instance $I:\n$cycle\nbucket $pqb: $held");
+ok("@got" eq "$pq/q1 $pq/q2" && $cycle =~ /^pending\ncommitted$/m && $cycle =~ /^nothing more while q2 is in flight: FALSE$/m
+	  && $held eq "$I/c32_other",
+	'instances: the owner\'s gridha.next_batch takes the service\'s bucket and hands its batches out in order (q1, then q2 once q1 was committed through the reports), one in flight');
+
+# another role (not a member of c32_other, no superuser) naming that
+# instance: refused (RG008) by bucket_acquire (a free bucket),
+# bucket_takeover (the instance's bucket) and next_batch; nothing changes
+my $free = one("SELECT min(bucket) FROM gridha.bucket_claims WHERE holder IS NULL");
+my $rows_of = sub {
+	one("SELECT string_agg(bucket || ':' || coalesce(holder::text, '-') || '/' || epoch || '/' || coalesce(holder_role, '-') || '/' || coalesce(hard_expiry::text, '-'), ',' ORDER BY bucket)
+	       FROM gridha.bucket_claims WHERE bucket IN ($free, $pqb)")
+	  . ' ' . one("SELECT string_agg(batch_id || '/' || status || '/' || attempts, ',' ORDER BY seq) FROM gridha.bucket_batches WHERE service_id = '$pq'");
+};
+my $owner_before = $rows_of->();
+my $intr = '';
+$intr .= as_role('c32_intruder', $_) . "\n" foreach (
+	"SELECT gridha.bucket_acquire($free, '$I', '10 min')",
+	"SELECT gridha.bucket_takeover($pqb, '$I', '10 min')",
+	"SELECT * FROM gridha.next_batch('$I')");
+my $owner_after = $rows_of->();
+my @rg008i = ($intr =~ /ERROR:  RG008: role "c32_intruder" does not own instance $I/g);
+diag("c32_intruder naming $I:\n$intr\nbuckets $free and $pqb: $owner_before -> $owner_after");
+ok(@rg008i == 3 && $owner_before eq $owner_after && $owner_before =~ /(^|,)$free:-\//,
+	'instances: another role (not a member of the owner, no superuser) naming the instance is refused (RG008) by bucket_acquire of a free bucket, bucket_takeover of the instance\'s bucket and gridha.next_batch; both buckets and the service\'s batches stay as they were');
+
+# an instance id never registered: the first next_batch registers it,
+# owned by the caller (as on one server); then another role is refused
+# (RG008); with gridha.unknown_instance = refuse, next_batch refuses an
+# unknown id (RG024) and registers nothing
+my $U = 'dddddddd-0000-0000-0000-000000000032';
+my $V = 'eeeeeeee-0000-0000-0000-000000000032';
+my $first = as_role('c32_other', "SELECT count(*) FROM gridha.next_batch('$U')");
+my $u_row = one("SELECT owner || '/' || (label IS NULL) FROM gridha.bucket_instances WHERE instance_id = '$U'");
+my $u_other = as_role('c32_intruder', "SELECT count(*) FROM gridha.next_batch('$U')");
+my $refuse = run($coord, "SET gridha.unknown_instance = refuse;\nSELECT count(*) FROM gridha.next_batch('$V');");
+my $v_rows = one("SELECT count(*) FROM gridha.bucket_instances WHERE instance_id = '$V'");
+diag("first use of $U as c32_other: $first\nrow: $u_row\nas c32_intruder: $u_other\nunknown $V with refuse: $refuse\nits rows: $v_rows");
+ok($first !~ /ERROR/ && $u_row eq 'c32_other/true'
+	  && $u_other =~ /ERROR:  RG008: role "c32_intruder" does not own instance $U/
+	  && sqlstate_of($refuse) eq 'RG024' && $v_rows eq '0',
+	'instances: an id never registered is registered by its first next_batch, owned by the caller (c32_other); another role naming it is then refused (RG008); with gridha.unknown_instance = refuse an unknown id is refused (RG024) and not registered');
 
 my $logs = join('', map { slurp($_->logfile) } @nodes);
 my @crash = grep { /server process .* was terminated|PANIC/ } split /\n/, $logs;

@@ -3,17 +3,14 @@
 -- what serves it, and changes nothing: gridha's local tables stay empty.
 -- (The instance calls the mode serves, next_batch, next_batches, the
 -- claims' calls, the reports, single and batched, and the reads
--- claimed_batches, pending_batches, verify_batch: test/t/035_citus_loop.pl.)
+-- claimed_batches, pending_batches, verify_batch: test/t/035_citus_loop.pl;
+-- enqueue and register_instance: test/t/032_citus_mode.pl.)
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 \set A aaaaaaaa-0000-0000-0000-00000000000a
-SELECT gridha.enqueue('s1', 'b1', '\x01');
-\echo :LAST_ERROR_SQLSTATE
-\set VERBOSITY terse
-SELECT gridha.register_instance(:'A');
-\echo :LAST_ERROR_SQLSTATE
 SELECT gridha.lead(:'A');
 \echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY terse
 SELECT gridha.run_maintenance(:'A');
 \echo :LAST_ERROR_SQLSTATE
 SELECT gridha.create_id_sequence('ids');

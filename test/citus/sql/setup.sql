@@ -74,10 +74,11 @@ SELECT gridha.citus_setup();
 SELECT gridha.citus_setup(128);
 \echo :LAST_ERROR_SQLSTATE
 
-\echo '--- the layout: three tables distributed by bucket, co-located; 64 buckets at epoch 0, free'
+\echo '--- the layout: three tables distributed by bucket, co-located (and the instances'' reference table); 64 buckets at epoch 0, free'
 SELECT logicalrelid, partmethod, column_to_column_name(logicalrelid, partkey) AS by
-  FROM pg_dist_partition ORDER BY logicalrelid::text;
-SELECT count(DISTINCT colocationid) AS colocation_groups FROM pg_dist_partition;
+  FROM pg_dist_partition WHERE partmethod <> 'n' ORDER BY logicalrelid::text;
+SELECT count(DISTINCT colocationid) AS colocation_groups FROM pg_dist_partition WHERE partmethod <> 'n';
+SELECT logicalrelid, partmethod FROM pg_dist_partition WHERE partmethod = 'n';
 SELECT count(*) AS buckets, min(bucket), max(bucket), min(buckets) AS count_min, max(buckets) AS count_max,
        max(epoch) AS max_epoch, count(holder) AS held
   FROM gridha.bucket_claims;
