@@ -465,10 +465,13 @@ kill -9 "$pm" $(printf '%s\n' $kids | sed 's,/status$,,')
 	$end = time + 10;
 	usleep(100_000) while !$gone->() && time < $end;
 	$r{postmaster_gone} = $gone->() ? 1 : 0;
-	$coord->{_pid} = undef;    # killed behind the node's back (as its kill9 does)
 	my $up = 0;
 	for my $i (1 .. 30)
 	{
+		# killed behind the node's back (as its kill9 does); again before
+		# each try, as a failed start reads the pid file (the old
+		# postmaster's, while its process is not reaped) into it
+		$coord->{_pid} = undef;
 		if ($coord->start(fail_ok => 1)) { $up = 1; last; }
 		sleep 1;
 	}
