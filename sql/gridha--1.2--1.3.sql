@@ -2957,10 +2957,12 @@ COMMENT ON FUNCTION gridha_internal.citus_mode() IS
 
 /*
  * citus_owner_check(instance): the calling role (session_user) may act as
- * the instance: it is a member of the role that took each bucket the
- * instance holds (RG008 otherwise, as citus_cycle checks). An instance
- * that holds no bucket passes: it owns nothing. One read over every shard,
- * without a lock.
+ * the instance under the instance calls' rule (bucket_may_act: a superuser,
+ * or a member): as its owner in gridha.bucket_instances, when registered,
+ * and as the role that took each bucket it holds (RG008 otherwise). An
+ * instance neither registered nor holding a bucket passes: it owns
+ * nothing. Two reads without a lock: one router read of the reference
+ * table, one over every shard.
  */
 CREATE FUNCTION gridha_internal.citus_owner_check(instance_id uuid)
 RETURNS void
@@ -2970,11 +2972,20 @@ SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     me name := session_user;
+    io name;
     b record;
 BEGIN
+    -- the owner the instance calls check (gridha_internal.citus_instance);
+    -- a read does not register an id it names
+    SELECT i.owner INTO io FROM gridha.bucket_instances i WHERE i.instance_id = citus_owner_check.instance_id;
+    IF FOUND AND NOT gridha_internal.bucket_may_act(me, io) THEN
+        RAISE EXCEPTION 'role "%" does not own instance %', me, instance_id
+            USING ERRCODE = 'RG008',
+                  DETAIL = format('The instance is registered to role "%s" (gridha.bucket_instances).', io);
+    END IF;
     FOR b IN SELECT c.bucket, c.holder_role FROM gridha.bucket_claims c
               WHERE c.holder = citus_owner_check.instance_id ORDER BY c.bucket LOOP
-        IF NOT pg_catalog.pg_has_role(me, b.holder_role, 'MEMBER') THEN
+        IF NOT gridha_internal.bucket_may_act(me, b.holder_role) THEN
             RAISE EXCEPTION 'role "%" does not own instance %', me, instance_id
                 USING ERRCODE = 'RG008',
                       DETAIL = format('Role "%s" took bucket %s for that instance.', b.holder_role, b.bucket);
@@ -2984,7 +2995,7 @@ END
 $$;
 
 COMMENT ON FUNCTION gridha_internal.citus_owner_check(uuid) IS
-'Citus mode: RG008 unless the calling role is a member of the role that took every bucket the instance holds';
+'Citus mode: RG008 unless the calling role may act as the instance''s registered owner and as the role that took every bucket it holds (a superuser, or a member; the same rule as the instance calls)';
 
 -- The read calls' check in the mode (gridha_internal.instance_check hands
 -- over to these once the C part checked the arguments): the owner.
