@@ -69,7 +69,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-my $NTESTS = 22;
+my $NTESTS = 23;
 my %ID = (
 	A => 'aaaaaaaa-0000-0000-0000-000000000035',
 	B => 'bbbbbbbb-0000-0000-0000-000000000035',
@@ -403,6 +403,18 @@ my $after_r = one($snap);
 ok(join(',', @r35) eq join(',', ('RG008') x 6) && $before_r eq $after_r,
 	'owner: a role that did not take A\'s buckets is refused claimed_batches, pending_batches, verify_batch and the batched reports (both forms) as A (RG008), and nothing changes')
   or diag(join(',', @r35));
+
+# the registered owner counts for the reads too, as for the instance calls:
+# an instance registered by another role that holds no bucket yet
+my $idle = one(q{SELECT gridha.register_instance('idle, holds nothing')});
+my @r35i = map { code($_, 'r35') } (
+	"SELECT * FROM gridha.claimed_batches('$idle')",
+	"SELECT * FROM gridha.pending_batches('$idle')",
+	"SELECT * FROM gridha.report_submissions('$idle', ARRAY[ROW('$s2', '$b2', $e2, 'accepted', NULL)::gridha.submission_report])");
+my $own = code("SELECT * FROM gridha.claimed_batches('$idle')");
+ok(join(',', @r35i) eq 'RG008,RG008,RG008' && $own eq 'ok',
+	'owner: an instance registered by another role and holding no bucket is refused to r35 (claimed_batches, pending_batches, a batched report: RG008, the registered owner as the instance calls check it) and answered to its owner')
+  or diag(join(',', @r35i) . " / owner: $own");
 
 # bad input: the whole call's SQLSTATEs, as on one server
 my $one_row = "ARRAY[ROW('$s2', '$b2', $e2, 'accepted', NULL)::gridha.submission_report]";
