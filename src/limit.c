@@ -191,8 +191,17 @@ gridha_limit_feedback(GridhaLimit *l, const GridhaHttpDone *d, TimestampTz start
 			if (l->streak_min_ms < 0 || elapsed < l->streak_min_ms)
 				l->streak_min_ms = elapsed;
 			l->slow_streak++;
-			/* the first slow answer ends the slow start (the average judges a halving) */
-			l->slow_start = false;
+
+			/*
+			 * A slow answer to a request that opened a connection ends the
+			 * slow start (an accept queue that overflowed: the next
+			 * doubling would lose more), and so does a second slow answer
+			 * in a row; one slow answer over a kept-alive connection is
+			 * noise (a busy machine, a pause of the ledger's), which the
+			 * average judges. Either way the average judges a halving.
+			 */
+			if (d->connects > 0 || l->slow_streak >= 2)
+				l->slow_start = false;
 		}
 		else
 		{

@@ -202,7 +202,8 @@ static long submit_conn_host = 0;	/* the multi's connection bounds now */
 static long submit_conn_total = 0;
 static List *submit_submissions = NIL;	/* SubmitReport *, in submit_cxt */
 static List *submit_statuses = NIL;
-static TimestampTz submit_last_monitor = 0;
+static TimestampTz submit_next_monitor = 0;	/* when the next monitor round
+												 * is due */
 static TimestampTz submit_last_maintenance = 0;
 static bool submit_orphans_due = true;	/* look for orphans next cycle */
 static long submit_slot_ms = -1;	/* ms until a rate-limited target of a
@@ -1037,15 +1038,36 @@ submit_maintenance_step(void *arg)
 
 /*
  * gridha_submit_wait_ms: how long an idle worker may sleep: max_ms, or less
- * when the last hand-out found ready heads waiting only for the next slot
- * of their rate-limited target, which opens sooner.
+ * when the next monitor round is due sooner, or when the last hand-out
+ * found ready heads waiting only for the next slot of their rate-limited
+ * target, which opens sooner.
  */
 long
 gridha_submit_wait_ms(long max_ms)
 {
+	long		due_ms = gridha_submit_monitor_due_ms();
+
+	if (due_ms < max_ms)
+		max_ms = due_ms;
 	if (submit_slot_ms >= 0 && submit_slot_ms < max_ms)
 		return submit_slot_ms;
 	return max_ms;
+}
+
+/*
+ * gridha_submit_monitor_due_ms: milliseconds until the next monitor round
+ * is due (0: now). A worker waiting for its requests or for work wakes for
+ * it: a round that waited for a worker's full idle wait would hold every
+ * batch whose ledger committed meanwhile that much longer.
+ */
+long
+gridha_submit_monitor_due_ms(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (submit_next_monitor <= now)
+		return 0;
+	return (long) ((submit_next_monitor - now + 999) / 1000);
 }
 
 /*
@@ -1087,7 +1109,9 @@ gridha_submit_cycle(void)
 	gridha_submit_poll(0);
 
 	now = GetCurrentTimestamp();
-	if (TimestampDifferenceExceeds(submit_last_monitor, now, gridha_monitor_interval_ms))
+	/* (a round more than an interval away: the interval was made shorter) */
+	if (now >= submit_next_monitor ||
+		submit_next_monitor - now > (TimestampTz) gridha_monitor_interval_ms * 1000)
 	{
 		/*
 		 * The answers of the last status runs go in first. A batch whose
@@ -1100,7 +1124,16 @@ gridha_submit_cycle(void)
 		 */
 		if (submit_flush() > 0)
 			busy = true;
-		submit_last_monitor = now;
+		/*
+		 * Rounds keep to a grid of gridha.monitor_interval: a round that
+		 * started late does not push the next ones later (a batch waits at
+		 * most one interval for its question), unless it is a whole
+		 * interval late.
+		 */
+		submit_next_monitor = TimestampTzPlusMilliseconds(submit_next_monitor,
+														  gridha_monitor_interval_ms);
+		if (submit_next_monitor <= now)
+			submit_next_monitor = TimestampTzPlusMilliseconds(now, gridha_monitor_interval_ms);
 		gridha_monitor_round(submit_instance_datum(), submit_multi);
 	}
 	if (submit_flush() > 0)

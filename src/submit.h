@@ -19,6 +19,7 @@ extern bool gridha_submit_cycle(void);
 extern int	gridha_submit_in_flight(void);
 extern int	gridha_submit_poll(long wait_ms);
 extern long gridha_submit_wait_ms(long max_ms);
+extern long gridha_submit_monitor_due_ms(void);
 extern void gridha_submit_drain(void);
 extern void gridha_submit_forget(void);
 extern void gridha_submit_shutdown(void);

@@ -522,7 +522,8 @@ worker_serve(void)
 			 * a ledger that hangs costs no cycle every 20 ms.
 			 */
 			TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-															Min(gridha_naptime_ms, gridha_monitor_interval_ms));
+															gridha_submit_wait_ms(Min(gridha_naptime_ms,
+																					  gridha_monitor_interval_ms)));
 
 			while (!worker_got_sigterm && gridha_submit_in_flight() > 0)
 			{

@@ -12,7 +12,7 @@ FAILED=0
 
 # shellcheck source-path=SCRIPTDIR source=../tap.sh
 . "$REPO/test/tap.sh"
-plan 68
+plan 71
 
 # built here (make rebuilds it when a source or the PostgreSQL changed)
 if [ -n "${PG_CONFIG:-}" ]; then

@@ -287,23 +287,29 @@ test_slow_start_http10(void)
 		   "once the connections are kept alive it doubles again (10 to 20 to 40 to 80: the ceiling)");
 }
 
-/* one slow answer ends the slow start without halving the limit */
+/*
+ * a slow answer to a request that opened a connection ends the slow start
+ * without halving the limit; over a kept-alive connection one slow answer
+ * does not, a second in a row does
+ */
 static void
 test_slow_start_slow_answer(void)
 {
 	GridhaLimit l = fresh(CEILING, 0);
 	GridhaHttpDone fast = done(GRIDHA_LOAD_ANSWERED, 20);
 	GridhaHttpDone slow = done(GRIDHA_LOAD_ANSWERED, 500);
+	GridhaHttpDone slow_connect = done(GRIDHA_LOAD_ANSWERED, 500);
 	int			i;
 
+	slow_connect.connects = 1;
 	l.in_flight = 4;
 	clock_now += 20 * MS;
 	gridha_limit_feedback(&l, &fast, clock_now - 20 * MS, clock_now, 0, CEILING);
 	is_int((long) l.limit, 5, "slow start: an answer in time adds one");
 	l.in_flight = 5;
 	clock_now += 500 * MS;
-	gridha_limit_feedback(&l, &slow, clock_now - 500 * MS, clock_now, 0, CEILING);
-	ok(!l.slow_start, "an answer slower than 4 x the fastest + 50 ms ends the slow start");
+	gridha_limit_feedback(&l, &slow_connect, clock_now - 500 * MS, clock_now, 0, CEILING);
+	ok(!l.slow_start, "an answer slower than 4 x the fastest + 50 ms that opened a connection ends the slow start");
 	is_int((long) l.limit, 5, "... without halving the limit (the average, 116 ms, is in time)");
 	for (i = 0; i < 5; i++)
 	{
@@ -312,6 +318,20 @@ test_slow_start_slow_answer(void)
 		gridha_limit_feedback(&l, &fast, clock_now - 20 * MS, clock_now, 0, CEILING);
 	}
 	is_int((long) l.limit, 6, "... and from then on one more a limit's worth of answers in time");
+
+	l = fresh(CEILING, 0);
+	l.in_flight = 4;
+	clock_now += 20 * MS;
+	gridha_limit_feedback(&l, &fast, clock_now - 20 * MS, clock_now, 0, CEILING);
+	l.in_flight = 5;
+	clock_now += 500 * MS;
+	gridha_limit_feedback(&l, &slow, clock_now - 500 * MS, clock_now, 0, CEILING);
+	ok(l.slow_start, "one slow answer over a kept-alive connection leaves the slow start on");
+	is_int((long) l.limit, 5, "... and the limit where it was (not in time: nothing added)");
+	l.in_flight = 5;
+	clock_now += 500 * MS;
+	gridha_limit_feedback(&l, &slow, clock_now - 500 * MS, clock_now, 0, CEILING);
+	ok(!l.slow_start, "a second slow answer in a row ends it");
 }
 
 /* answers that leave the limit less than half used do not double it */
