@@ -60,6 +60,7 @@
 #include "postgres.h"
 
 #include "catalog/pg_collation.h"
+#include "common/pg_prng.h"
 #include "catalog/pg_type.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
@@ -1133,7 +1134,19 @@ gridha_submit_cycle(void)
 		submit_next_monitor = TimestampTzPlusMilliseconds(submit_next_monitor,
 														  gridha_monitor_interval_ms);
 		if (submit_next_monitor <= now)
-			submit_next_monitor = TimestampTzPlusMilliseconds(now, gridha_monitor_interval_ms);
+		{
+			/*
+			 * The grid starts again (the first round, or one a whole
+			 * interval late) half an interval to an interval and a half
+			 * from now, at random: workers started together keep to grids
+			 * of their own instead of asking, and then POSTing, at the
+			 * same moments (a ledger with a short accept queue would meet
+			 * all their bursts at once).
+			 */
+			submit_next_monitor = TimestampTzPlusMilliseconds(now, gridha_monitor_interval_ms / 2 +
+															  (long) pg_prng_uint64_range(&pg_global_prng_state, 0,
+																						  Max(gridha_monitor_interval_ms, 1) - 1));
+		}
 		gridha_monitor_round(submit_instance_datum(), submit_multi);
 	}
 	if (submit_flush() > 0)
