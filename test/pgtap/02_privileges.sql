@@ -139,6 +139,8 @@ INSERT INTO tap_grants VALUES
  ('producer', 'column',   'gridha.batches(batch_id)', 'INSERT'),
  ('producer', 'column',   'gridha.batches(payload)', 'INSERT'),
  ('producer', 'view',     'gridha.queue_progress', 'SELECT'),
+ -- the views' check of the Citus mode (RG035 there), called through them
+ ('producer', 'function', 'gridha_internal.citus_view_check()', 'EXECUTE'),
  ('producer', 'view',     'gridha.id_sequence_status', 'SELECT'),
  -- submitter: the instance API; reads what it needs to submit
  ('submitter', 'schema',   'gridha', 'USAGE'),
@@ -201,6 +203,10 @@ INSERT INTO tap_grants VALUES
  ('submitter', 'view',     'gridha.metrics', 'SELECT'),
  ('submitter', 'view',     'gridha.id_sequence_status', 'SELECT'),
  ('submitter', 'view',     'gridha.target_rates', 'SELECT'),
+ -- the Citus mode (issue 43): what gridha.metrics and the views call
+ ('submitter', 'function', 'gridha_internal.citus_mode()', 'EXECUTE'),
+ ('submitter', 'function', 'gridha_internal.citus_metrics()', 'EXECUTE'),
+ ('submitter', 'function', 'gridha_internal.citus_view_check()', 'EXECUTE'),
  -- admin: the targets, the workers, the ID sequences; the views
  ('admin', 'schema',   'gridha', 'USAGE'),
  ('admin', 'table',    'gridha.targets', 'SELECT'),
@@ -226,6 +232,12 @@ INSERT INTO tap_grants VALUES
  ('admin', 'view',     'gridha.metrics', 'SELECT'),
  ('admin', 'view',     'gridha.id_sequence_status', 'SELECT'),
  ('admin', 'view',     'gridha.target_rates', 'SELECT'),
+ -- the Citus mode (issue 43): what gridha.metrics and the views call, and
+ -- what maintenance pruned
+ ('admin', 'function', 'gridha_internal.citus_mode()', 'EXECUTE'),
+ ('admin', 'function', 'gridha_internal.citus_metrics()', 'EXECUTE'),
+ ('admin', 'function', 'gridha_internal.citus_view_check()', 'EXECUTE'),
+ ('admin', 'table',    'gridha.pruned_totals', 'SELECT'),
  -- admin: every column of gridha.batches but payload (issue 40)
  ('admin', 'column',   'gridha.batches(service_id)', 'SELECT'),
  ('admin', 'column',   'gridha.batches(batch_id)', 'SELECT'),
