@@ -68,7 +68,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $NTESTS = 14;
+my $NTESTS = 17;
 my $A = 'aaaaaaaa-0000-0000-0000-000000000036';
 my $B = 'bbbbbbbb-0000-0000-0000-000000000036';
 
@@ -95,7 +95,7 @@ sub one
 sub sqlstates
 {
 	my ($out) = @_;
-	return join(',', $out =~ /^ERROR:  ([0-9A-Z]{5}):/mg);
+	return join(',', $out =~ /ERROR:  ([0-9A-Z]{5}):/g);
 }
 
 # the batches as they are: "service/batch:status:attempts", sorted
@@ -232,9 +232,9 @@ sub expected
 	my ($c, $i, $r) = @_;
 	my $g = one(q{SELECT sum(tail_seq - head_seq + 1) || '|' || count(*) FILTER (WHERE in_flight) || '|'
 	  || sum(tail_seq) FROM gridha.bucket_services});
-	my $inst = one(qq{SELECT count(*) || '|' || (SELECT count(*) FROM gridha.bucket_services s
-	    JOIN gridha.bucket_claims c USING (bucket) WHERE c.holder = '$A' AND s.in_flight)
-	  FROM gridha.bucket_claims WHERE holder = '$A'});
+	my $inst = one(qq{SELECT count(*) FROM gridha.bucket_claims WHERE holder = '$A'}) . '|'
+	  . one(qq{SELECT count(*) FROM gridha.bucket_services s JOIN gridha.bucket_claims c USING (bucket)
+	            WHERE c.holder = '$A' AND s.in_flight});
 	my ($backlog, $flight, $enq) = split /\|/, $g;
 	my ($held, $iflight) = split /\|/, $inst;
 	# the target row's oldest_ready_age_seconds is never NULL; A's buckets
@@ -257,7 +257,7 @@ my $p2 = run(q{SET gridha.retention = '1h'; SELECT gridha.prune_batches(2);});
 my $after2 = batches();
 my %b2 = map { (split /:/)[0] => $_ } split /,/, $after2;
 my @gone2 = grep { !exists $b2{ (split /:/)[0] } } split /,/, $before;
-ok($p2 =~ /^2$/m && @gone2 == 2 && !grep { !$old{ (split /:/)[0] } } @gone2,
+ok($p2 =~ /^2$/m && @gone2 == 2 && !(grep { !$old{ (split /:/)[0] } } @gone2),
 	'prune: gridha.prune_batches(2) removes 2 batches, both final and finished past the retention')
   or diag("$p2\ngone: @gone2");
 
@@ -282,7 +282,7 @@ my $mb = run(qq{SET gridha.retention = '1h';
 SELECT outcome || '|' || coalesce(term::text, '') || '|' || pruned_batches FROM gridha.run_maintenance('$B');});
 my $lease = one(q{SELECT duty || '|' || leader || '|' || term || '|' || (expires_at > now()) FROM gridha.leases});
 my $ticks = one(q{SELECT count(*) || '|' || sum(pruned_batches) FROM gridha.maintenance_ticks});
-ok($mb =~ /^not_leader\|\|0$/m && $lease eq "gridha.maintenance|$A|1|t" && $ticks eq '1|16' && batches() eq $after,
+ok($mb =~ /^not_leader\|\|0$/m && $lease eq "gridha.maintenance|$A|1|true" && $ticks eq '1|16' && batches() eq $after,
 	'lease: while A leads gridha.maintenance (its lease on the coordinator\'s gridha.leases), run_maintenance(B) is not the leader and prunes nothing; one tick recorded')
   or diag("$mb\n$lease\n$ticks");
 
@@ -349,6 +349,71 @@ my $status2 = by_status();
 ok($ret =~ /^off 0$/m && $ret =~ /^on 6$/m && $status2 eq 'pending:12,queued:12',
 	'retention: with gridha.retention = -1 nothing is pruned; with 1 h, the 6 batches now finished past it; pending and queued stay')
   or diag("$ret\n$status2");
+
+# ---------------------------------------------------------------------------
+# where: a pass's statements, as Citus sends them
+
+my $log = run(q{SET gridha.retention = '1h';
+SET citus.log_remote_commands = on;
+SET client_min_messages = notice;
+SELECT 'pass ' || gridha.prune_batches(1000);});
+my @sent;
+while ($log =~ /issuing ((?:UPDATE gridha\.bucket_claims_|WITH d AS \(DELETE FROM gridha\.bucket_batches_)[^\n]*)\n[^\n]*on server [^\n:]+:(\d+)/g)
+{
+	push @sent, [ $1, $2 ];
+}
+my (@order, @where_bad);
+my %port_of = map { split /\|/ } split /\n/, one(q{
+SELECT b || '|' || (SELECT s.nodeport FROM citus_shards s
+                     WHERE s.table_name = 'gridha.bucket_batches'::regclass
+                       AND s.shardid = get_shard_id_for_distribution_column('gridha.bucket_batches', b))
+  FROM generate_series(0, 63) b});
+for (my $i = 0; $i < @sent; $i += 2)
+{
+	my ($upd, $port) = @{ $sent[$i] };
+	my ($del, $dport) = @{ $sent[ $i + 1 ] // [ '', 0 ] };
+	my ($k) = ($upd =~ /WHERE \(\(bucket OPERATOR\(pg_catalog\.=\) (\d+)\)/);
+	push @order, $k // '?';
+	push @where_bad, "bucket " . ($k // '?') . " on $port/$dport, lives on " . ($port_of{ $k // '' } // '?')
+	  unless defined $k && $del =~ /^WITH d AS \(DELETE FROM gridha\.bucket_batches_\d+ b WHERE/
+	  && $port == $dport && $port == ($port_of{$k} // 0);
+}
+ok($log =~ /^pass 0$/m && join(',', @order) eq join(',', 0 .. 63) && !@where_bad,
+	'where: a prune pass goes over the buckets in ascending order, each bucket\'s two statements (the write that changes nothing, then the delete) sent to the node holding the bucket\'s shards, each within that shard')
+  or diag("order @order\n@where_bad\n" . substr($log, 0, 3000));
+
+# ---------------------------------------------------------------------------
+# wait: a prune's open transaction holds no lock the cycle on its bucket
+# waits for. m01's third batch committed and aged; a session prunes it and
+# stays in its transaction; meanwhile, in m01's bucket, its fourth batch is
+# handed out, accepted and committed, the deleted batch's report repeated,
+# and a fifth enqueued, each call bounded (a call that waited would run
+# into the bound and fail the test); then the prune commits.
+
+my $K = one(q{SELECT gridha.bucket_of('m01', 64)});
+my $E = one(qq{SELECT epoch FROM gridha.bucket_claims WHERE bucket = $K});
+my $prep = run(qq{SELECT gridha.bucket_report_status($K, '$A', 'm01', 'm01-3', $E, 'committed');})
+  . age(q{batch_id = 'm01-3'}, 'false', 'true');
+my $bg = $coord->background_psql('c36', on_error_stop => 0);
+my $held = $bg->query(q{SET gridha.retention = '1h'; BEGIN; SELECT 'held ' || gridha.prune_batches();});
+my ($cycle, $cycle_err, $bound) = ('', '', 0);
+$coord->psql('c36', qq{
+SELECT (gridha.bucket_next_batch($K, '$A', $E)).batch_id;
+SELECT gridha.bucket_report_submission($K, '$A', 'm01', 'm01-4', $E, 'accepted');
+SELECT gridha.bucket_report_status($K, '$A', 'm01', 'm01-4', $E, 'committed');
+SELECT gridha.bucket_report_status($K, '$A', 'm01', 'm01-3', $E, 'committed');
+SELECT gridha.bucket_enqueue($K, 'm01', 'm01-5', '\\x36');},
+	stdout => \$cycle, stderr => \$cycle_err, on_error_stop => 0, timeout => 120, timed_out => \$bound);
+my $still = one(q{SELECT count(*) FROM gridha.bucket_batches WHERE batch_id = 'm01-3'});
+$bg->query(q{COMMIT;});
+$bg->quit;
+my $m01 = one(q{SELECT string_agg(batch_id || ':' || status, ',' ORDER BY seq) FROM gridha.bucket_batches
+  WHERE service_id = 'm01'});
+ok($prep !~ /ERROR/ && $held =~ /^held 1$/m && !$bound && $cycle_err eq ''
+	  && $cycle eq "m01-4\npending\ncommitted\ncommitted\n5"
+	  && $still eq '1' && $m01 eq 'm01-4:committed,m01-5:queued',
+	'wait: while a prune of its bucket is open, the bucket\'s hand-out, reports (one repeating the report of the batch being deleted) and an enqueue all answer at once; the prune then commits: m01\'s third batch gone, the fourth committed, the fifth queued')
+  or diag("prep $prep\nheld $held\nbound $bound\n$cycle\n$cycle_err\nstill $still\n$m01");
 
 # ---------------------------------------------------------------------------
 # shells
