@@ -470,8 +470,9 @@ SELECT set_eq(
              ('gridha.bucket_report_status(integer, uuid, text, text, bigint, text)'),
              ('gridha.bucket_next_batches(integer, uuid, bigint, integer)'),
              ('gridha.bucket_report_submissions(integer, uuid, gridha.submission_report[])'),
-             ('gridha.bucket_report_statuses(integer, uuid, gridha.status_report[])')$$,
-    'the SECURITY DEFINER functions are the API (the Citus mode''s per-bucket functions too), the enqueue trigger, the rate-state trigger, the trigger that removes the windows of deleted ID sequences, the one that locks the services before a target rename or delete and the one that moves a target''s totals with it');
+             ('gridha.bucket_report_statuses(integer, uuid, gridha.status_report[])'),
+             ('gridha_internal.citus_metrics()'), ('gridha_internal.citus_view_check()')$$,
+    'the SECURITY DEFINER functions are the API (the Citus mode''s per-bucket functions too, and what gridha.metrics and the views call in it), the enqueue trigger, the rate-state trigger, the trigger that removes the windows of deleted ID sequences, the one that locks the services before a target rename or delete and the one that moves a target''s totals with it');
 
 SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)
              FROM tap_grants g JOIN tap_objects o ON o.obj = g.obj AND o.kind = 'function'
@@ -480,10 +481,10 @@ SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)
           ARRAY['gridha.bucket_of(text, integer)', 'gridha.expiry_settings()',
                 'gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[])',
                 'gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[])',
-                'gridha.resign(uuid, text)', 'gridha.try_lead(uuid, text)',
+                'gridha.resign(uuid, text)', 'gridha.try_lead(uuid, text)', 'gridha_internal.citus_mode()',
                 'gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[])',
                 'gridha_internal.worker_limit_slots()', 'gridha_internal.worker_slots()'],
-          'every granted function is SECURITY DEFINER but the five that read no table (bucket_of, expiry_settings, worker_limit_slots, worker_slots, report_arrays_check) and the 1.2 forms that call the API as the caller (try_lead, resign, the five-array reports)');
+          'every granted function is SECURITY DEFINER but the six that read no table (bucket_of, citus_mode, expiry_settings, worker_limit_slots, worker_slots, report_arrays_check) and the 1.2 forms that call the API as the caller (try_lead, resign, the five-array reports)');
 
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
              FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
