@@ -2358,6 +2358,9 @@ BEGIN
         PRIMARY KEY (bucket, service_id, batch_id),
         UNIQUE (bucket, service_id, seq)
     ) WITH (fillfactor = 70);
+    -- maintenance's prune walks a bucket's batches by creation (run_maintenance);
+    -- no rewrite of a batch changes created_at, so they stay HOT updates
+    CREATE INDEX bucket_batches_created ON gridha.bucket_batches (bucket, created_at);
     COMMENT ON TABLE gridha.bucket_claims IS
     'Citus mode: one row per bucket: its holder (an instance, and the role that took it), its epoch (rises whenever it changes hands) and its lease';
     COMMENT ON TABLE gridha.bucket_services IS
@@ -4416,3 +4419,681 @@ REVOKE ALL ON FUNCTION
     gridha_internal.citus_enqueue(text, text, bytea, text),
     gridha_internal.citus_register_instance(text, text[])
 FROM PUBLIC;
+
+-- --- issue 43: maintenance and metrics in the Citus mode ---
+--
+-- docs/citus.md, "Built: maintenance and metrics". In the Citus mode
+-- gridha.run_maintenance and gridha.prune_batches prune the bucket tables,
+-- one bucket at a time in ascending order (gridha_internal.bucket_prune:
+-- every statement a router statement on the bucket's shard, run on the
+-- node holding it), and gridha.metrics reads the bucket tables. The
+-- maintenance lease and its ticks stay where one server keeps them,
+-- gridha.leases and gridha.maintenance_ticks, plain tables of the
+-- coordinator, where every contract call of the mode runs (off the
+-- coordinator run_maintenance and prune_batches refuse, RG043). What a
+-- prune removed is added to gridha.pruned_totals (on the coordinator, in
+-- the prune's transaction), so that metrics' running totals never go down.
+-- The views that read gridha's tables of one server (empty in the mode)
+-- refuse there (RG035) instead of showing nothing.
+
+CREATE TABLE gridha.pruned_totals (
+    bucket      integer PRIMARY KEY,
+    batches     bigint NOT NULL DEFAULT 0,
+    committed   bigint NOT NULL DEFAULT 0,
+    invalid     bigint NOT NULL DEFAULT 0,
+    resubmitted bigint NOT NULL DEFAULT 0
+);
+
+COMMENT ON TABLE gridha.pruned_totals IS
+'Citus mode: per bucket, what maintenance pruned so far (batches, of which committed and invalid, and their hand-outs after the first): a plain table of the coordinator, written in the prune''s transaction; gridha.metrics adds it to what the bucket tables hold';
+
+REVOKE ALL ON gridha.pruned_totals FROM PUBLIC;
+GRANT SELECT ON gridha.pruned_totals TO gridha_admin;
+SELECT pg_catalog.pg_extension_config_dump('gridha.pruned_totals', '');
+
+/*
+ * bucket_prune(bucket, cutoff, max_batches): deletes at most max_batches
+ * final batches (committed, invalid) of the bucket finished before cutoff,
+ * created first first; returns how many, of which committed and invalid,
+ * and the hand-outs after the first they had. Every statement reads and
+ * writes that bucket's shard only (a router statement, run on the node
+ * holding it), the first a write that changes nothing, as in the fence
+ * (a move of the shard under way makes it wait, and what follows runs on
+ * the placement after the move). The delete re-checks the status on the
+ * row it deletes: a batch that is not final is never removed. It locks
+ * only final batches, which no instance call writes or waits for.
+ */
+CREATE FUNCTION gridha_internal.bucket_prune(bucket integer, cutoff timestamptz, max_batches bigint,
+                                             OUT pruned bigint, OUT committed bigint, OUT invalid bigint,
+                                             OUT resubmitted bigint)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+BEGIN
+    UPDATE gridha.bucket_claims c SET epoch = c.epoch
+     WHERE c.bucket = bucket_prune.bucket AND c.epoch < 0;
+    WITH d AS (
+        DELETE FROM gridha.bucket_batches b
+         WHERE b.bucket = bucket_prune.bucket
+           AND (b.service_id, b.batch_id) IN (
+                SELECT x.service_id, x.batch_id FROM gridha.bucket_batches x
+                 WHERE x.bucket = bucket_prune.bucket AND x.created_at < bucket_prune.cutoff
+                   AND x.status IN ('committed', 'invalid') AND x.finished_at < bucket_prune.cutoff
+                 ORDER BY x.created_at
+                 LIMIT bucket_prune.max_batches)
+           AND b.status IN ('committed', 'invalid') AND b.finished_at < bucket_prune.cutoff
+        RETURNING b.status, b.attempts
+    )
+    SELECT pg_catalog.count(*), pg_catalog.count(*) FILTER (WHERE d.status = 'committed'),
+           pg_catalog.count(*) FILTER (WHERE d.status = 'invalid'),
+           pg_catalog.sum(greatest(d.attempts - 1, 0))
+      INTO pruned, committed, invalid, resubmitted
+      FROM d;
+    resubmitted := coalesce(resubmitted, 0);
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.bucket_prune(integer, timestamptz, bigint) IS
+'Citus mode: deletes at most max_batches committed or invalid batches of the bucket finished before cutoff, oldest first, in the bucket''s shard only; how many, of which committed and invalid, and their hand-outs after the first';
+
+/*
+ * citus_coordinator(call): RG043 unless this node is the coordinator of
+ * the Citus cluster: the mode's maintenance keeps its lease, ticks and
+ * pruned totals there.
+ */
+CREATE FUNCTION gridha_internal.citus_coordinator(call text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    coordinator boolean;
+BEGIN
+    EXECUTE 'SELECT pg_catalog.citus_is_coordinator()' INTO coordinator;
+    IF NOT coordinator THEN
+        RAISE EXCEPTION 'gridha.% runs on the coordinator in Citus mode, and this node is not it', call
+            USING ERRCODE = 'RG043',
+                  DETAIL = 'The Citus mode keeps its maintenance lease, ticks and pruned totals on the coordinator (gridha.leases, gridha.maintenance_ticks, gridha.pruned_totals); a run elsewhere would hold a lease of its own.',
+                  HINT = 'Call it on the coordinator.';
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_coordinator(text) IS
+'Citus mode: RG043 unless this node is the Citus coordinator (the mode''s maintenance runs there)';
+
+/*
+ * citus_prune(max_batches): one prune pass of the mode: the buckets in
+ * ascending order (one lock order for every pass), each pruned by
+ * bucket_prune until max_batches batches are gone in all (so a bucket
+ * with more to prune than that holds the later ones back to the next
+ * pass); what each bucket lost is added to gridha.pruned_totals, in the
+ * same transaction. None while gridha.retention is -1. Returns how many.
+ */
+CREATE FUNCTION gridha_internal.citus_prune(max_batches bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    s record;
+    r record;
+    n integer;
+    k integer;
+    cutoff timestamptz;
+    left_ bigint := max_batches;
+BEGIN
+    SELECT * INTO s FROM gridha_internal.lease_settings();
+    IF s.retention_s < 0 OR max_batches <= 0 THEN
+        RETURN 0;
+    END IF;
+    cutoff := pg_catalog.now() - s.retention_s * interval '1 second';
+    SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = 0;
+    FOR k IN 0 .. coalesce(n, 0) - 1 LOOP
+        EXIT WHEN left_ <= 0;
+        SELECT * INTO r FROM gridha_internal.bucket_prune(k, cutoff, left_);
+        CONTINUE WHEN r.pruned = 0;
+        INSERT INTO gridha.pruned_totals AS t (bucket, batches, committed, invalid, resubmitted)
+        VALUES (k, r.pruned, r.committed, r.invalid, r.resubmitted)
+        ON CONFLICT (bucket) DO UPDATE
+           SET batches = t.batches + EXCLUDED.batches, committed = t.committed + EXCLUDED.committed,
+               invalid = t.invalid + EXCLUDED.invalid, resubmitted = t.resubmitted + EXCLUDED.resubmitted;
+        left_ := left_ - r.pruned;
+    END LOOP;
+    RETURN max_batches - left_;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_prune(bigint) IS
+'Citus mode: one prune pass: the buckets in ascending order, at most max_batches final batches past gridha.retention in all, what each bucket lost added to gridha.pruned_totals; returns how many';
+
+/*
+ * citus_run_maintenance(instance, duty): gridha.run_maintenance in the
+ * mode, with its checks, result and outcomes. The arguments are checked
+ * as on one server (22004, 22023, RG025, 25006), the node must be the
+ * coordinator (RG043), the calling role may act as the instance (RG008;
+ * an id never registered is registered, owned by it, as the instance
+ * calls do, or RG024). The lease and the tick are one server's, on the
+ * coordinator's gridha.leases and gridha.maintenance_ticks: one leader per
+ * duty, a tick at most once per gridha.maintenance_interval. The tick's
+ * duty is one prune pass (citus_prune, gridha.prune_chunk); the sweep of
+ * instances, the ID windows, the hand-out log and the service counts do
+ * not apply to the mode (docs/citus.md): swept_instances and
+ * opened_windows are 0.
+ */
+CREATE FUNCTION gridha_internal.citus_run_maintenance(
+    instance_id uuid,
+    duty text,
+    OUT term bigint,
+    OUT tick bigint,
+    OUT outcome gridha.maintenance_outcome,
+    OUT swept_instances integer,
+    OUT pruned_batches bigint,
+    OUT opened_windows integer)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    s        record;
+    latest   bigint;
+    lease_ok boolean;
+    tick_run bigint;
+BEGIN
+    IF citus_run_maintenance.instance_id IS NULL THEN
+        RAISE EXCEPTION 'instance_id must not be null' USING ERRCODE = '22004';
+    ELSIF citus_run_maintenance.duty IS NULL THEN
+        RAISE EXCEPTION 'duty must not be null' USING ERRCODE = '22004';
+    ELSIF citus_run_maintenance.duty = '' THEN
+        RAISE EXCEPTION 'duty must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute run_maintenance() in a read-only transaction'
+            USING ERRCODE = '25006', HINT = 'Call it in a read-write transaction.';
+    END IF;
+    IF citus_run_maintenance.duty = 'maintenance' THEN
+        RAISE EXCEPTION 'gridha''s maintenance duty is "gridha.maintenance", not "maintenance"'
+            USING ERRCODE = '22023',
+                  DETAIL = 'Since gridha 1.3, "maintenance" is a name like any other for a user''s duty, and gridha''s own maintenance runs under "gridha.maintenance".',
+                  HINT = 'Call gridha.run_maintenance(instance_id) without a duty, or name the duty "gridha.maintenance".';
+    ELSIF citus_run_maintenance.duty <> 'gridha.maintenance'
+          AND pg_catalog.left(citus_run_maintenance.duty, 7) = 'gridha.' THEN
+        RAISE EXCEPTION 'duty "%" is reserved for gridha', citus_run_maintenance.duty
+            USING ERRCODE = 'RG025',
+                  DETAIL = 'Duties whose names begin with "gridha." are gridha''s own; gridha''s maintenance runs under "gridha.maintenance".',
+                  HINT = 'Name your duty otherwise; to run gridha''s maintenance, call gridha.run_maintenance.';
+    END IF;
+    PERFORM gridha_internal.citus_coordinator('run_maintenance');
+    PERFORM gridha_internal.citus_instance(citus_run_maintenance.instance_id);
+    swept_instances := 0;
+    pruned_batches := 0;
+    opened_windows := 0;
+    term := gridha_internal.lease_take(citus_run_maintenance.instance_id, citus_run_maintenance.duty, false, false);
+    IF term IS NULL THEN
+        outcome := 'not_leader';
+        RETURN;
+    END IF;
+    SELECT * INTO s FROM gridha_internal.lease_settings();
+    -- the tick, as maintenance_tick writes it: once, past every stored
+    -- tick of the duty, under a lease the instance holds at this term
+    INSERT INTO gridha.maintenance_ticks AS m (duty, tick, term, leader, started_at)
+    SELECT citus_run_maintenance.duty, t.tick, citus_run_maintenance.term,
+           citus_run_maintenance.instance_id, pg_catalog.now()
+      FROM (SELECT (pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.now()) * 1000 / s.interval_ms)
+                    * s.interval_ms)::int8 AS tick) t
+     WHERE EXISTS (SELECT 1 FROM gridha.leases l
+                    WHERE l.duty = citus_run_maintenance.duty AND l.leader = citus_run_maintenance.instance_id
+                      AND l.term = citus_run_maintenance.term AND l.expires_at > pg_catalog.now())
+       AND NOT EXISTS (SELECT 1 FROM gridha.maintenance_ticks p
+                        WHERE p.duty = citus_run_maintenance.duty AND p.tick >= t.tick)
+    ON CONFLICT (duty, tick) DO NOTHING
+    RETURNING m.tick INTO tick_run;
+    IF tick_run IS NOT NULL THEN
+        pruned_batches := gridha_internal.citus_prune(s.prune_chunk);
+        DELETE FROM gridha.maintenance_ticks m
+         WHERE m.duty = citus_run_maintenance.duty AND m.tick < tick_run
+           AND m.started_at < pg_catalog.now() - interval '1 day';
+        UPDATE gridha.maintenance_ticks m
+           SET finished_at = pg_catalog.clock_timestamp(), swept_instances = 0,
+               pruned_batches = citus_run_maintenance.pruned_batches, opened_windows = 0
+         WHERE m.duty = citus_run_maintenance.duty AND m.tick = tick_run;
+        tick := tick_run;
+        outcome := 'ran';
+        RETURN;
+    END IF;
+    -- why no tick ran: the current tick, the highest stored, the lease
+    SELECT t.tick,
+           (SELECT pg_catalog.max(p.tick) FROM gridha.maintenance_ticks p WHERE p.duty = citus_run_maintenance.duty),
+           EXISTS (SELECT 1 FROM gridha.leases l
+                    WHERE l.duty = citus_run_maintenance.duty AND l.leader = citus_run_maintenance.instance_id
+                      AND l.term = citus_run_maintenance.term AND l.expires_at > pg_catalog.now())
+      INTO tick, latest, lease_ok
+      FROM (SELECT (pg_catalog.floor(EXTRACT(epoch FROM pg_catalog.now()) * 1000 / s.interval_ms)
+                    * s.interval_ms)::int8 AS tick) t;
+    outcome := CASE WHEN NOT lease_ok THEN 'lost_lease'
+                    WHEN latest > tick THEN 'clock_behind'
+                    ELSE 'already_run' END;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_run_maintenance(uuid, text) IS
+'Citus mode: gridha.run_maintenance: the duty''s lease and tick on the coordinator, as on one server, and a prune pass over the buckets in ascending order';
+
+/*
+ * citus_prune_batches(max_batches): gridha.prune_batches in the mode: one
+ * prune pass by hand (citus_prune), without the lease, as on one server;
+ * at most max_batches (NULL: gridha.prune_chunk) batches.
+ */
+CREATE FUNCTION gridha_internal.citus_prune_batches(max_batches integer)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF max_batches < 0 THEN
+        RAISE EXCEPTION 'max_batches must not be negative'
+            USING ERRCODE = '22023', DETAIL = format('The value given was %s.', max_batches);
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute prune_batches() in a read-only transaction'
+            USING ERRCODE = '25006', HINT = 'Call it in a read-write transaction.';
+    END IF;
+    PERFORM gridha_internal.citus_coordinator('prune_batches');
+    RETURN gridha_internal.citus_prune(coalesce(max_batches::bigint,
+                                                (SELECT s.prune_chunk FROM gridha_internal.lease_settings() s)));
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_prune_batches(integer) IS
+'Citus mode: gridha.prune_batches: one prune pass over the buckets in ascending order, by hand (no lease)';
+
+/*
+ * citus_metrics(): gridha.metrics' rows in the mode (none outside it), the
+ * same columns as on one server, read from the bucket tables over every
+ * shard without a lock. The mode's batches have no target: one row of
+ * scope target, for target 'default' (where one server puts a batch
+ * enqueued without one): backlog, oldest_ready_age_seconds and in_flight
+ * from gridha.bucket_services, enqueued_total the services' tail_seq,
+ * committed_total, invalid_total and resubmitted_total what
+ * gridha.bucket_batches holds plus what maintenance pruned
+ * (gridha.pruned_totals); the counters the mode does not keep
+ * (claims_taken_over_total, stale_writes_refused_total,
+ * heads_repaired_total, status_omitted_total) are NULL. One row of scope
+ * instance per instance holding a bucket: in_flight in its buckets,
+ * claims_held the buckets it holds, lease_remaining_seconds until the
+ * first of their leases runs out (then they may be taken over).
+ */
+CREATE FUNCTION gridha_internal.citus_metrics()
+RETURNS TABLE (scope text, target text, instance_id uuid, label text, backlog bigint,
+               oldest_ready_age_seconds float8, in_flight bigint, claims_held bigint,
+               lease_remaining_seconds float8, enqueued_total bigint, committed_total bigint,
+               invalid_total bigint, resubmitted_total bigint, claims_taken_over_total bigint,
+               stale_writes_refused_total bigint, heads_repaired_total bigint, status_omitted_total bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    t timestamptz := pg_catalog.now();
+    q record;
+    f record;
+    p record;
+BEGIN
+    IF NOT gridha_internal.citus_mode() THEN
+        RETURN;
+    END IF;
+    SELECT pg_catalog.sum(s.tail_seq - s.head_seq + 1) AS backlog,
+           pg_catalog.min(s.ready_at) FILTER (WHERE NOT s.in_flight) AS oldest,
+           pg_catalog.count(*) FILTER (WHERE s.in_flight) AS in_flight,
+           pg_catalog.sum(s.tail_seq) AS enqueued
+      INTO q FROM gridha.bucket_services s;
+    SELECT pg_catalog.count(*) FILTER (WHERE b.status = 'committed') AS committed,
+           pg_catalog.count(*) FILTER (WHERE b.status = 'invalid') AS invalid,
+           pg_catalog.sum(b.attempts - 1) FILTER (WHERE b.attempts > 1) AS resubmitted
+      INTO f FROM gridha.bucket_batches b;
+    SELECT pg_catalog.sum(x.committed) AS committed, pg_catalog.sum(x.invalid) AS invalid,
+           pg_catalog.sum(x.resubmitted) AS resubmitted
+      INTO p FROM gridha.pruned_totals x;
+    RETURN QUERY SELECT 'target'::text, 'default'::text, NULL::uuid, NULL::text,
+        coalesce(q.backlog, 0)::bigint,
+        coalesce(greatest(EXTRACT(epoch FROM t - q.oldest), 0), 0)::float8,
+        coalesce(q.in_flight, 0)::bigint, NULL::bigint, NULL::float8,
+        coalesce(q.enqueued, 0)::bigint,
+        (coalesce(f.committed, 0) + coalesce(p.committed, 0))::bigint,
+        (coalesce(f.invalid, 0) + coalesce(p.invalid, 0))::bigint,
+        (coalesce(f.resubmitted, 0) + coalesce(p.resubmitted, 0))::bigint,
+        NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint;
+    RETURN QUERY
+    SELECT 'instance'::text, NULL::text, h.holder, i.label, NULL::bigint, NULL::float8,
+           coalesce(h.in_flight, 0)::bigint, h.buckets::bigint,
+           greatest(EXTRACT(epoch FROM h.expiry - t), 0)::float8,
+           NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint,
+           NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint
+      FROM (SELECT c.holder, pg_catalog.count(*) AS buckets, pg_catalog.min(c.hard_expiry) AS expiry,
+                   pg_catalog.sum(w.n) AS in_flight
+              FROM gridha.bucket_claims c
+              LEFT JOIN (SELECT s.bucket, pg_catalog.count(*) AS n
+                           FROM gridha.bucket_services s
+                          WHERE s.in_flight
+                          GROUP BY s.bucket) w ON w.bucket = c.bucket
+             WHERE c.holder IS NOT NULL
+             GROUP BY c.holder) h
+      LEFT JOIN gridha.bucket_instances i ON i.instance_id = h.holder
+     ORDER BY h.holder;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_metrics() IS
+'Citus mode: gridha.metrics'' rows (none outside the mode): target default''s gauges and running totals from the bucket tables and gridha.pruned_totals, one row per instance holding a bucket';
+
+/*
+ * citus_view_check(): true outside the Citus mode; in it, RG035: the
+ * views that read gridha's tables of one server (claims, instance_health,
+ * service_queues and through it queue_progress) would show nothing there,
+ * which is not the mode's state.
+ */
+CREATE FUNCTION gridha_internal.citus_view_check()
+RETURNS boolean
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF gridha_internal.citus_mode() THEN
+        RAISE EXCEPTION 'gridha is in Citus mode, where this view does not run'
+            USING ERRCODE = 'RG035',
+                  DETAIL = 'gridha.claims, gridha.instance_health, gridha.service_queues and gridha.queue_progress read gridha''s tables of one server, which stay empty in the Citus mode.',
+                  HINT = 'Read gridha.metrics, or the bucket tables (gridha.bucket_claims, gridha.bucket_services, gridha.bucket_batches) as gridha_admin (docs/citus.md).';
+    END IF;
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_view_check() IS
+'true outside the Citus mode; RG035 in it, for the views that read gridha''s tables of one server';
+
+CREATE OR REPLACE FUNCTION gridha.run_maintenance(
+    instance_id uuid,
+    duty text DEFAULT 'gridha.maintenance',
+    OUT term bigint,
+    OUT tick bigint,
+    OUT outcome gridha.maintenance_outcome,
+    OUT swept_instances integer,
+    OUT pruned_batches bigint,
+    OUT opened_windows integer)
+RETURNS record
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r        record;
+    s        record;
+    latest   bigint;
+    lease_ok boolean;
+BEGIN
+    IF gridha_internal.citus_mode() THEN
+        -- the Citus mode: the same lease and tick, a prune pass by bucket
+        SELECT * INTO r FROM gridha_internal.citus_run_maintenance(run_maintenance.instance_id, run_maintenance.duty);
+        term := r.term;
+        tick := r.tick;
+        outcome := r.outcome;
+        swept_instances := r.swept_instances;
+        pruned_batches := r.pruned_batches;
+        opened_windows := r.opened_windows;
+        RETURN;
+    END IF;
+    PERFORM gridha_internal.lease_call('run_maintenance()', run_maintenance.instance_id, run_maintenance.duty);
+    swept_instances := 0;
+    pruned_batches := 0;
+    opened_windows := 0;
+    term := gridha_internal.lease_take(run_maintenance.instance_id, run_maintenance.duty, false, false);
+    IF term IS NULL THEN
+        outcome := 'not_leader';
+    ELSE
+        SELECT * INTO r
+          FROM gridha_internal.maintenance_tick(run_maintenance.instance_id, run_maintenance.duty, term, true);
+        IF r.tick_run IS NOT NULL THEN
+            tick := r.tick_run;
+            swept_instances := r.swept;
+            pruned_batches := r.pruned;
+            opened_windows := r.opened;
+            outcome := 'ran';
+        ELSE
+            -- why no tick ran: the current tick, the highest stored, the lease
+            SELECT * INTO s FROM gridha_internal.lease_settings();
+            SELECT t.tick,
+                   (SELECT max(p.tick) FROM gridha.maintenance_ticks p WHERE p.duty = run_maintenance.duty),
+                   EXISTS (SELECT 1 FROM gridha.leases l
+                            WHERE l.duty = run_maintenance.duty AND l.leader = run_maintenance.instance_id
+                              AND l.term = run_maintenance.term AND l.expires_at > now())
+              INTO tick, latest, lease_ok
+              FROM (SELECT (floor(extract(epoch FROM now()) * 1000 / s.interval_ms) * s.interval_ms)::int8 AS tick) t;
+            outcome := CASE WHEN NOT lease_ok THEN 'lost_lease'
+                            WHEN latest > tick THEN 'clock_behind'
+                            ELSE 'already_run' END;
+        END IF;
+    END IF;
+    PERFORM gridha_internal.lease_done(run_maintenance.instance_id);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION gridha.prune_batches(max_batches integer DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF gridha_internal.citus_mode() THEN
+        RETURN gridha_internal.citus_prune_batches(max_batches);
+    END IF;
+    RETURN gridha_internal.prune_step(gridha_internal.lease_call('prune_batches()', NULL, NULL, max_batches));
+END
+$$;
+
+-- gridha.metrics: one server's statement, which reads gridha's own tables
+-- (not run in the mode: its one-time filter is false there), then the
+-- mode's rows (none on one server).
+CREATE OR REPLACE VIEW gridha.metrics AS
+SELECT o.* FROM (
+WITH RECURSIVE claimants(id) AS (
+    (SELECT c.claimant FROM gridha.service_claims c
+      WHERE c.claimant IS NOT NULL
+      ORDER BY c.claimant
+      LIMIT 1)
+    UNION ALL
+    SELECT (SELECT c.claimant FROM gridha.service_claims c
+             WHERE c.claimant > k.id
+             ORDER BY c.claimant
+             LIMIT 1)
+      FROM claimants k
+     WHERE k.id IS NOT NULL
+),
+busy AS (
+    SELECT w.* FROM claimants k
+    CROSS JOIN LATERAL (
+        SELECT c.target, c.head_seq, c.tail_seq, c.ready_at, c.in_flight,
+               c.tail_seq - c.settled_seq AS enqueued,
+               c.committed_total - c.settled_committed AS committed,
+               c.invalid_total - c.settled_invalid AS invalid,
+               c.resubmitted_total - c.settled_resubmitted AS resubmitted
+          FROM gridha.service_claims c
+         WHERE c.claimant = k.id AND c.ready_at IS NOT NULL) w
+    UNION ALL
+    SELECT c.target, c.head_seq, c.tail_seq, c.ready_at, c.in_flight,
+           c.tail_seq - c.settled_seq, c.committed_total - c.settled_committed,
+           c.invalid_total - c.settled_invalid, c.resubmitted_total - c.settled_resubmitted
+      FROM gridha.service_claims c
+     WHERE c.claimant IS NULL AND c.ready_at IS NOT NULL
+    UNION ALL
+    SELECT c.target, c.head_seq, c.tail_seq, c.ready_at, c.in_flight,
+           c.tail_seq - c.settled_seq, c.committed_total - c.settled_committed,
+           c.invalid_total - c.settled_invalid, c.resubmitted_total - c.settled_resubmitted
+      FROM gridha.service_claims c
+     WHERE c.in_flight AND c.ready_at IS NULL
+)
+SELECT 'target'::text AS scope,
+       t.target,
+       NULL::uuid AS instance_id,
+       NULL::text AS label,
+       coalesce(s.backlog, 0)::bigint AS backlog,
+       coalesce(greatest(extract(epoch FROM now() - s.oldest_ready_at), 0), 0)::float8 AS oldest_ready_age_seconds,
+       coalesce(s.in_flight, 0)::bigint AS in_flight,
+       NULL::bigint AS claims_held,
+       NULL::float8 AS lease_remaining_seconds,
+       (coalesce(x.enqueued, 0) + coalesce(s.enqueued, 0))::bigint AS enqueued_total,
+       (coalesce(x.committed, 0) + coalesce(s.committed, 0))::bigint AS committed_total,
+       (coalesce(x.invalid, 0) + coalesce(s.invalid, 0))::bigint AS invalid_total,
+       (coalesce(x.resubmitted, 0) + coalesce(s.resubmitted, 0))::bigint AS resubmitted_total,
+       coalesce(x.taken_over, 0)::bigint AS claims_taken_over_total,
+       coalesce(x.stale, 0)::bigint AS stale_writes_refused_total,
+       coalesce(x.repaired, 0)::bigint AS heads_repaired_total,
+       coalesce(x.omitted, 0)::bigint AS status_omitted_total
+FROM gridha.targets t
+LEFT JOIN (
+    SELECT b.target,
+           sum(coalesce(b.tail_seq - b.head_seq + 1, 0)) AS backlog,
+           min(b.ready_at) FILTER (WHERE NOT b.in_flight) AS oldest_ready_at,
+           count(*) FILTER (WHERE b.in_flight) AS in_flight,
+           sum(b.enqueued) AS enqueued,
+           sum(b.committed) AS committed,
+           sum(b.invalid) AS invalid,
+           sum(b.resubmitted) AS resubmitted
+      FROM busy b
+     GROUP BY b.target) s ON s.target = t.target
+LEFT JOIN LATERAL (
+    SELECT sum(o.claims_taken_over) AS taken_over, sum(o.stale_writes_refused) AS stale,
+           sum(o.settled_enqueued) AS enqueued, sum(o.settled_committed) AS committed,
+           sum(o.settled_invalid) AS invalid, sum(o.settled_resubmitted) AS resubmitted,
+           sum(o.heads_repaired) AS repaired, sum(o.status_omitted) AS omitted
+      FROM gridha.target_totals o
+     WHERE o.target = t.target) x ON true
+UNION ALL
+SELECT 'instance'::text,
+       NULL::text,
+       i.instance_id,
+       i.label,
+       NULL::bigint,
+       NULL::float8,
+       (SELECT count(*) FROM gridha.service_claims c
+         WHERE c.claimant = i.instance_id AND c.in_flight)::bigint,
+       i.held::bigint,
+       greatest(extract(epoch FROM i.soft_expiry - now()), 0)::float8,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint,
+       NULL::bigint
+FROM gridha.instances i
+WHERE i.soft_expiry IS NOT NULL
+) o
+WHERE NOT gridha_internal.citus_mode()
+UNION ALL
+SELECT m.* FROM gridha_internal.citus_metrics() m;
+
+-- The views of one server's tables: refused in the mode (RG035) rather
+-- than empty; on one server the check is a one-time filter, true.
+CREATE OR REPLACE VIEW gridha.claims AS
+SELECT o.* FROM (
+SELECT c.service_id,
+       c.target,
+       c.claimant,
+       c.epoch,
+       e.soft_expiry,
+       e.hard_expiry,
+       CASE
+           WHEN c.claimant IS NULL THEN 'free'
+           WHEN e.soft_expiry > now() THEN 'held'
+           WHEN e.hard_expiry IS NULL OR e.hard_expiry <= now() THEN 'hard_expired'
+           WHEN h.submitting THEN 'slow'
+           ELSE 'soft_expired'
+       END::gridha.claim_state AS state,
+       c.head_seq,
+       c.tail_seq,
+       c.in_flight AS has_in_flight,
+       h.submitting,
+       c.ready_at
+FROM gridha.service_claims c
+LEFT JOIN gridha.instances i ON i.instance_id = c.claimant
+CROSS JOIN LATERAL (
+    SELECT least(c.soft_expiry, i.soft_expiry) AS soft_expiry,
+           least(c.hard_expiry, i.hard_expiry) AS hard_expiry) e
+CROSS JOIN LATERAL (
+    SELECT c.in_flight AND EXISTS (
+               SELECT 1 FROM gridha.batches b
+                WHERE b.service_id = c.service_id AND b.seq = c.head_seq
+                  AND b.status = 'submitting') AS submitting) h
+) o
+WHERE gridha_internal.citus_view_check();
+
+CREATE OR REPLACE VIEW gridha.instance_health AS
+SELECT o.* FROM (
+SELECT i.instance_id,
+       i.label,
+       i.kind,
+       i.last_seen_at,
+       i.held::bigint AS claims_held,
+       coalesce(x.submitting, false) AS submitting,
+       CASE
+           WHEN i.stopped_at IS NOT NULL AND (i.last_seen_at IS NULL OR i.stopped_at >= i.last_seen_at)
+                AND (i.soft_expiry IS NULL OR i.soft_expiry <= i.stopped_at) THEN 'stopped'
+           WHEN i.last_seen_at IS NULL THEN 'new'
+           WHEN i.soft_expiry IS NULL OR i.hard_expiry <= now() THEN 'failed'
+           WHEN i.soft_expiry > now() THEN 'healthy'
+           WHEN coalesce(x.submitting, false) THEN 'slow'
+           ELSE 'failed'
+       END::gridha.health_state AS health,
+       i.soft_expiry,
+       i.hard_expiry
+FROM gridha.instances i
+LEFT JOIN LATERAL (
+    SELECT bool_or(c.submitting) AS submitting
+      FROM gridha.claims c
+     WHERE c.claimant = i.instance_id AND c.has_in_flight) x ON true
+) o
+WHERE gridha_internal.citus_view_check();
+
+CREATE OR REPLACE VIEW gridha.service_queues AS
+SELECT o.* FROM (
+SELECT c.service_id,
+       c.target,
+       c.claimant,
+       c.epoch,
+       h.batch_id AS head_batch_id,
+       h.status AS head_status,
+       coalesce(c.tail_seq - c.head_seq + 1, 0) - q.in_flight - q.retrying AS queued,
+       q.in_flight,
+       q.retrying,
+       c.committed_total AS committed,
+       c.invalid_total AS invalid,
+       CASE WHEN h.status = 'queued' THEN h.created_at ELSE n.created_at END AS oldest_queued_at
+FROM gridha.service_claims c
+LEFT JOIN gridha.batches h ON h.service_id = c.service_id AND h.seq = c.head_seq
+LEFT JOIN gridha.batches n ON n.service_id = c.service_id AND n.seq = c.head_seq + 1
+                          AND c.head_seq < c.tail_seq
+CROSS JOIN LATERAL (
+    SELECT coalesce((h.status IN ('submitting', 'pending', 'valid'))::int, 0)::bigint AS in_flight,
+           coalesce((h.status IN ('delayed', 'unknown'))::int, 0)::bigint AS retrying) q
+) o
+WHERE gridha_internal.citus_view_check();
+
+REVOKE ALL ON FUNCTION
+    gridha_internal.bucket_prune(integer, timestamptz, bigint),
+    gridha_internal.citus_coordinator(text),
+    gridha_internal.citus_prune(bigint),
+    gridha_internal.citus_run_maintenance(uuid, text),
+    gridha_internal.citus_prune_batches(integer),
+    gridha_internal.citus_metrics(),
+    gridha_internal.citus_view_check()
+FROM PUBLIC;
+-- the views' readers call these through them (a function a view calls is
+-- checked against the reader)
+GRANT EXECUTE ON FUNCTION gridha_internal.citus_mode(), gridha_internal.citus_metrics()
+TO gridha_submitter, gridha_admin;
+GRANT EXECUTE ON FUNCTION gridha_internal.citus_view_check()
+TO gridha_producer, gridha_submitter, gridha_admin;

@@ -68,6 +68,12 @@
  */
 #define ERRCODE_GRIDHA_CITUS_NO_TARGET	MAKE_SQLSTATE('R','G','0','3','8')
 #define ERRCODE_GRIDHA_CITUS_NO_SERVES	MAKE_SQLSTATE('R','G','0','3','9')
+/*
+ * 1.3, issue 43: run_maintenance or prune_batches in the Citus mode off the
+ * coordinator (its maintenance lease and ticks are the coordinator's);
+ * raised in SQL
+ */
+#define ERRCODE_GRIDHA_CITUS_NOT_COORDINATOR	MAKE_SQLSTATE('R','G','0','4','3')
 /* 1.3: a service's head had no batch row (or a final one): repaired */
 #define ERRCODE_GRIDHA_HEAD_REPAIRED		MAKE_SQLSTATE('R','G','0','2','0')
 

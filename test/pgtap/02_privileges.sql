@@ -139,6 +139,8 @@ INSERT INTO tap_grants VALUES
  ('producer', 'column',   'gridha.batches(batch_id)', 'INSERT'),
  ('producer', 'column',   'gridha.batches(payload)', 'INSERT'),
  ('producer', 'view',     'gridha.queue_progress', 'SELECT'),
+ -- the views' check of the Citus mode (RG035 there), called through them
+ ('producer', 'function', 'gridha_internal.citus_view_check()', 'EXECUTE'),
  ('producer', 'view',     'gridha.id_sequence_status', 'SELECT'),
  -- submitter: the instance API; reads what it needs to submit
  ('submitter', 'schema',   'gridha', 'USAGE'),
@@ -201,6 +203,10 @@ INSERT INTO tap_grants VALUES
  ('submitter', 'view',     'gridha.metrics', 'SELECT'),
  ('submitter', 'view',     'gridha.id_sequence_status', 'SELECT'),
  ('submitter', 'view',     'gridha.target_rates', 'SELECT'),
+ -- the Citus mode (issue 43): what gridha.metrics and the views call
+ ('submitter', 'function', 'gridha_internal.citus_mode()', 'EXECUTE'),
+ ('submitter', 'function', 'gridha_internal.citus_metrics()', 'EXECUTE'),
+ ('submitter', 'function', 'gridha_internal.citus_view_check()', 'EXECUTE'),
  -- admin: the targets, the workers, the ID sequences; the views
  ('admin', 'schema',   'gridha', 'USAGE'),
  ('admin', 'table',    'gridha.targets', 'SELECT'),
@@ -226,6 +232,12 @@ INSERT INTO tap_grants VALUES
  ('admin', 'view',     'gridha.metrics', 'SELECT'),
  ('admin', 'view',     'gridha.id_sequence_status', 'SELECT'),
  ('admin', 'view',     'gridha.target_rates', 'SELECT'),
+ -- the Citus mode (issue 43): what gridha.metrics and the views call, and
+ -- what maintenance pruned
+ ('admin', 'function', 'gridha_internal.citus_mode()', 'EXECUTE'),
+ ('admin', 'function', 'gridha_internal.citus_metrics()', 'EXECUTE'),
+ ('admin', 'function', 'gridha_internal.citus_view_check()', 'EXECUTE'),
+ ('admin', 'table',    'gridha.pruned_totals', 'SELECT'),
  -- admin: every column of gridha.batches but payload (issue 40)
  ('admin', 'column',   'gridha.batches(service_id)', 'SELECT'),
  ('admin', 'column',   'gridha.batches(batch_id)', 'SELECT'),
@@ -458,8 +470,9 @@ SELECT set_eq(
              ('gridha.bucket_report_status(integer, uuid, text, text, bigint, text)'),
              ('gridha.bucket_next_batches(integer, uuid, bigint, integer)'),
              ('gridha.bucket_report_submissions(integer, uuid, gridha.submission_report[])'),
-             ('gridha.bucket_report_statuses(integer, uuid, gridha.status_report[])')$$,
-    'the SECURITY DEFINER functions are the API (the Citus mode''s per-bucket functions too), the enqueue trigger, the rate-state trigger, the trigger that removes the windows of deleted ID sequences, the one that locks the services before a target rename or delete and the one that moves a target''s totals with it');
+             ('gridha.bucket_report_statuses(integer, uuid, gridha.status_report[])'),
+             ('gridha_internal.citus_metrics()'), ('gridha_internal.citus_view_check()')$$,
+    'the SECURITY DEFINER functions are the API (the Citus mode''s per-bucket functions too, and what gridha.metrics and the views call in it), the enqueue trigger, the rate-state trigger, the trigger that removes the windows of deleted ID sequences, the one that locks the services before a target rename or delete and the one that moves a target''s totals with it');
 
 SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)
              FROM tap_grants g JOIN tap_objects o ON o.obj = g.obj AND o.kind = 'function'
@@ -468,10 +481,10 @@ SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)
           ARRAY['gridha.bucket_of(text, integer)', 'gridha.expiry_settings()',
                 'gridha.report_statuses(uuid, text[], text[], bigint[], text[], text[])',
                 'gridha.report_submissions(uuid, text[], text[], bigint[], text[], text[])',
-                'gridha.resign(uuid, text)', 'gridha.try_lead(uuid, text)',
+                'gridha.resign(uuid, text)', 'gridha.try_lead(uuid, text)', 'gridha_internal.citus_mode()',
                 'gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[])',
                 'gridha_internal.worker_limit_slots()', 'gridha_internal.worker_slots()'],
-          'every granted function is SECURITY DEFINER but the five that read no table (bucket_of, expiry_settings, worker_limit_slots, worker_slots, report_arrays_check) and the 1.2 forms that call the API as the caller (try_lead, resign, the five-array reports)');
+          'every granted function is SECURITY DEFINER but the six that read no table (bucket_of, citus_mode, expiry_settings, worker_limit_slots, worker_slots, report_arrays_check) and the 1.2 forms that call the API as the caller (try_lead, resign, the five-array reports)');
 
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
              FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner

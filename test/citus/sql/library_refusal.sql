@@ -4,15 +4,14 @@
 -- (The instance calls the mode serves, next_batch, next_batches, the
 -- claims' calls, the reports, single and batched, and the reads
 -- claimed_batches, pending_batches, verify_batch: test/t/035_citus_loop.pl;
--- enqueue and register_instance: test/t/032_citus_mode.pl.)
+-- enqueue and register_instance: test/t/032_citus_mode.pl; run_maintenance
+-- and prune_batches: test/t/036_citus_maint.pl.)
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 \set A aaaaaaaa-0000-0000-0000-00000000000a
 SELECT gridha.lead(:'A');
 \echo :LAST_ERROR_SQLSTATE
 \set VERBOSITY terse
-SELECT gridha.run_maintenance(:'A');
-\echo :LAST_ERROR_SQLSTATE
 SELECT gridha.create_id_sequence('ids');
 \echo :LAST_ERROR_SQLSTATE
 SELECT gridha.reserve_ids('ids', 10);
