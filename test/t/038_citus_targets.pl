@@ -111,7 +111,7 @@ my $setup = run(qq{
 INSERT INTO gridha.targets (target, submit_url) VALUES ('pre', '$URL');
 SELECT gridha.citus_setup(64);});
 my @t = targets_everywhere();
-my $kind = one(q{SELECT partmethod || '/' || repmodel FROM pg_dist_partition
+my $kind = one(q{SELECT partmethod::text || '/' || repmodel::text FROM pg_dist_partition
   WHERE logicalrelid = 'gridha.bucket_targets'::regclass});
 ok($setup =~ /^64$/m && $kind eq 'n/t' && $t[0] eq "default|||||{400,422}|\npre|$URL||||{400,422}|"
 	  && $t[1] eq $t[0] && $t[2] eq $t[0],
