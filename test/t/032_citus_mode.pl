@@ -753,7 +753,7 @@ SET client_min_messages = notice;
 SELECT $call AS h \\gset
 RESET citus.log_remote_commands;
 SELECT 'got ' || coalesce(string_agg(service_id || '/' || batch_id || '/' || epoch || '/' || attempts, ',' ORDER BY o), '')
-  FROM unnest(:'h'::gridha.bucket_batch[]) WITH ORDINALITY AS x(service_id, batch_id, seq, payload, epoch, attempts, o);
+  FROM unnest(:'h'::gridha.bucket_batch[]) WITH ORDINALITY AS x(service_id, batch_id, seq, payload, epoch, attempts, target, o);
 };
 }
 my $b1 = run($coord, handed_sql("gridha.bucket_next_batches($hb, '$A', $he1, 2)"));
