@@ -65,7 +65,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $NTESTS = 23;
+my $NTESTS = 22;
 
 plan tests => $NTESTS;
 
