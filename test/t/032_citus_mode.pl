@@ -26,8 +26,9 @@
 #             buckets while a second call at the same time waits for it
 #             and is refused (RG034)
 #   layout    the three bucket tables distributed by bucket and co-located,
-#             gridha.bucket_instances a reference table on both workers,
-#             the eleven per-bucket functions distributed by bucket with
+#             gridha.bucket_instances and gridha.bucket_targets reference
+#             tables on both workers, the twelve per-bucket functions (two
+#             forms of bucket_enqueue) distributed by bucket with
 #             them, a call sent whole to a worker (citus.log_remote_commands);
 #             claimed_batches and the batched
 #             report_submissions of gridha's library refused in the mode
@@ -232,11 +233,12 @@ SELECT string_agg(logicalrelid::text || '/' || partmethod::text || '/' || column
   FROM pg_dist_partition WHERE partmethod <> 'n'});
 # the instances' reference table, with a placement on each worker
 my $reference = one(q{
-SELECT string_agg(p.logicalrelid::text || '/' || p.partmethod::text, ',')
+SELECT string_agg(p.logicalrelid::text || '/' || p.partmethod::text, ',' ORDER BY p.logicalrelid::text)
        || ' ' || (SELECT count(DISTINCT n.nodeport) FROM pg_dist_shard s JOIN pg_dist_placement pl USING (shardid)
                     JOIN pg_dist_node n ON n.groupid = pl.groupid
                    WHERE s.logicalrelid = 'gridha.bucket_instances'::regclass AND n.groupid <> 0)
   FROM pg_dist_partition p WHERE p.partmethod = 'n'});
+# (and the targets' reference table: test/t/038_citus_targets.pl)
 my $functions = one(q{
 SELECT count(*) || ' ' || bool_and(o.distribution_argument_index = 0
                                    AND o.colocationid = (SELECT colocationid FROM pg_dist_partition
@@ -254,14 +256,14 @@ my $probe = one(q{SELECT gridha.bucket_of('probe', 64)});
 diag("layout: $layout\nreference: $reference\nfunctions: $functions\n$delegated");
 ok( $layout eq
 	  'gridha.bucket_batches/h/bucket,gridha.bucket_claims/h/bucket,gridha.bucket_services/h/bucket 1'
-	  && $reference eq 'gridha.bucket_instances/n 2'
-	  && $functions eq '11 true'
+	  && $reference eq 'gridha.bucket_instances/n,gridha.bucket_targets/n 2'
+	  && $functions eq '12 true'
 	  && $delegated =~ /issuing SELECT gridha\.bucket_renew\(0, 'cccccccc-0000-0000-0000-000000000032'::uuid/
 	  && $delegated =~ /on server postgres\@localhost:(\d+)/
 	  && $1 != $coord->port
 	  && $delegated =~ /ERROR:  RG001: stale claim on bucket 0/
 	  && $delegated =~ /issuing SELECT gridha\.bucket_renew\($probe, 'cccccccc-0000-0000-0000-000000000032'::uuid/,
-	'layout: the three bucket tables distributed by bucket, co-located, and gridha.bucket_instances a reference table on both workers; the eleven per-bucket functions distributed by bucket with them; a call is sent whole to a worker, with gridha.bucket_of(...) folded to its bucket'
+	'layout: the three bucket tables distributed by bucket, co-located, and gridha.bucket_instances and gridha.bucket_targets reference tables on both workers; the twelve per-bucket functions distributed by bucket with them; a call is sent whole to a worker, with gridha.bucket_of(...) folded to its bucket'
 );
 
 my $mode = '';
@@ -582,7 +584,7 @@ $call->($rsub->('fb5', 'accepted'));
 $call->($rstat->('fb5', 'committed'));
 my $rrows = one("SELECT string_agg(batch_id || '/' || status || '/' || attempts, ',' ORDER BY seq)
   FROM gridha.bucket_batches WHERE bucket = $fb AND service_id = '$f' AND seq >= 3");
-$rep =~ s/\("?$f"?,(fb\d),\d+,"[^"]*",\d+,(\d+)\)/$1#$2/g;
+$rep =~ s/\("?$f"?,(fb\d),\d+,"[^"]*",\d+,(\d+),default\)/$1#$2/g;
 diag("reports: $rep\nnever handed out: $never\nunknown outcome: $badword\nrows: $rrows");
 ok( $rep eq 'fb3#1;delayed;fb3#2;invalid;invalid;fb4#1;pending;unknown;fb4#2;pending;committed;fb5#1;pending;committed;'
 	  && sqlstate_of($never) eq 'RG023'
@@ -900,7 +902,7 @@ my @bad = (
 	[ "SELECT gridha.enqueue('$long', 'b', '\\x01')", '22023', 'service_id is too long' ],
 	[ "SELECT gridha.enqueue('$pq', '..', '\\x01')", '22023', 'batch_id must not be "\.\."' ],
 	[ "SELECT gridha.enqueue('$pq', 'q9', '\\x01', '')", '22023', 'target must not be empty' ],
-	[ "SELECT gridha.enqueue('$pq', 'q9', '\\x01', 'ledger')", 'RG006', 'unknown target "ledger"' ],
+	[ "SELECT gridha.enqueue('${pq}new', 'q9', '\\x01', 'ledger')", 'RG006', 'unknown target "ledger"' ],
 	[ "SELECT gridha.enqueue('$pq', 'q2', '\\x02')", '23505', 'duplicate key value' ]);
 my ($bad_ok, $bad_out) = (1, '');
 foreach my $b (@bad)
