@@ -30,7 +30,9 @@
 #             that exists (23505), a rate limit (RG040); an UPDATE reaches
 #             every node; a rename carries its services along; the DELETE
 #             of a target a service is on is refused (23503), of an unused
-#             one removes it everywhere
+#             one removes it everywhere; a member of gridha_admin (no
+#             superuser) writes targets too, a role outside it is refused
+#             (42501)
 #   enqueue   gridha.enqueue with a target: a new service on it, one
 #             without on 'default'; a later batch naming the service's
 #             target accepted; another target refused (RG013), an unknown
@@ -65,7 +67,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $NTESTS = 22;
+my $NTESTS = 23;
 
 plan tests => $NTESTS;
 
@@ -198,6 +200,24 @@ ok($upd !~ /ERROR/ && $t[0] =~ /^spare\|\Q$URL\E\|\|\|\|\{400,409\}\|$/m && $t[0
 	  && $t[1] eq $t[0] && $t[2] eq $t[0],
 	'admin: an UPDATE of a target and the DELETE of an unused one reach gridha.bucket_targets on every node')
   or diag("$upd\n" . join("\n--\n", @t));
+
+# an administrator who is no superuser (a member of gridha_admin) writes
+# targets the same way; a role outside it is refused (42501)
+one(q{CREATE ROLE c38_admin LOGIN IN ROLE gridha_admin; CREATE ROLE c38_nobody LOGIN});
+sub as_role
+{
+	my ($role, $sql) = @_;
+	return citus_psql($coord, 'c38', $sql, '-U', $role, '-v', 'VERBOSITY=verbose');
+}
+my $by_admin = as_role('c38_admin', qq{INSERT INTO gridha.targets (target, submit_url) VALUES ('byadmin', '$URL');
+UPDATE gridha.targets SET reject_codes = '{400}' WHERE target = 'byadmin';});
+my $before_nobody = join("\n--\n", targets_everywhere());
+my $by_nobody = as_role('c38_nobody', qq{INSERT INTO gridha.targets (target, submit_url) VALUES ('bynobody', '$URL')});
+@t = targets_everywhere();
+ok($by_admin !~ /ERROR/ && $t[0] =~ /^byadmin\|\Q$URL\E\|\|\|\|\{400\}\|$/m && $t[1] eq $t[0] && $t[2] eq $t[0]
+	  && sqlstate_of($by_nobody) eq '42501' && $before_nobody eq join("\n--\n", @t),
+	'admin: a member of gridha_admin (no superuser) writes a target that reaches every node; a role outside it is refused (42501) and nothing is written')
+  or diag("$by_admin\n$by_nobody\n" . join("\n--\n", @t));
 
 # ---------------------------------------------------------------------------
 # enqueue
