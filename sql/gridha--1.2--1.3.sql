@@ -204,7 +204,7 @@ BEGIN
         RAISE EXCEPTION 'gridha is in Citus mode, where this function does not run'
             USING ERRCODE = 'RG035',
                   DETAIL = 'gridha.citus_setup laid gridha out by bucket in this database; gridha.service_claims, which this function reads, stays empty there.',
-                  HINT = 'The Citus mode has no targets yet: its services are not moved (docs/citus.md).';
+                  HINT = 'In the Citus mode a service stays on the target it was created on: its services are not moved (docs/citus.md).';
     END IF;
     IF move_service.service_id IS NULL OR move_service.target IS NULL THEN
         RAISE EXCEPTION 'service_id and target must not be null' USING ERRCODE = '22004';
@@ -2391,6 +2391,8 @@ BEGIN
     'Citus mode: one row per registered instance, with the role that owns it (a reference table: on every node)';
     REVOKE ALL ON gridha.bucket_instances FROM PUBLIC;
     PERFORM create_reference_table('gridha.bucket_instances');
+    -- targets: the service's target, what an instance serves, gridha.bucket_targets
+    PERFORM gridha_internal.citus_setup_targets();
     INSERT INTO gridha.bucket_claims (bucket, buckets)
     SELECT b, citus_setup.buckets FROM pg_catalog.generate_series(0, citus_setup.buckets - 1) AS b;
 
@@ -3898,7 +3900,8 @@ BEGIN
     END IF;
     -- the instance's owner (RG008), or its registration on first use
     PERFORM gridha_internal.citus_instance(instance_id);
-    bs := gridha_internal.citus_buckets();
+    -- the heads ready counted for the targets the instance serves
+    bs := gridha_internal.citus_buckets(instance_id);
     -- leases from the clock, as the per-bucket functions set them
     t := pg_catalog.clock_timestamp();
     held := '{}';
@@ -5097,3 +5100,526 @@ GRANT EXECUTE ON FUNCTION gridha_internal.citus_mode(), gridha_internal.citus_me
 TO gridha_submitter, gridha_admin;
 GRANT EXECUTE ON FUNCTION gridha_internal.citus_view_check()
 TO gridha_producer, gridha_submitter, gridha_admin;
+
+-- --- issue 43: targets in the Citus mode (the targets' reference table, enqueue's target, serves) ---
+--
+-- docs/citus.md, "Built: targets". gridha.citus_setup calls
+-- gridha_internal.citus_setup_targets, which adds a service's target to
+-- gridha.bucket_services and what an instance serves to
+-- gridha.bucket_instances, creates gridha.bucket_targets (a reference
+-- table: every node holds the targets, read where a per-bucket function
+-- runs) with the rows of gridha.targets, and distributes the enqueue with
+-- a target. An administrator keeps writing gridha.targets on the
+-- coordinator, as on one server: its own triggers and constraints check
+-- the row (same SQLSTATEs), then the trigger targets_citus_mirror (on that
+-- local table, not on a Citus table) writes the row to
+-- gridha.bucket_targets. Rate limits are not applied in the mode (RG040).
+
+/*
+ * citus_setup_targets(): citus_setup's part for targets, in its
+ * transaction (after the bucket tables and gridha.bucket_instances were
+ * distributed). A target with a rate limit refuses the setup (RG040).
+ */
+CREATE FUNCTION gridha_internal.citus_setup_targets()
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    limited text;
+BEGIN
+    SELECT t.target INTO limited FROM gridha.targets t WHERE t.rate_interval IS NOT NULL ORDER BY t.target LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'target "%" has a rate limit, which the Citus mode does not apply', limited
+            USING ERRCODE = 'RG040',
+                  DETAIL = 'In the Citus mode the hand-out does not count a target''s batches across instances; a limit would be silently ignored.',
+                  HINT = 'Clear it first (UPDATE gridha.targets SET rate_interval = NULL), or keep that ledger on one server.';
+    END IF;
+    ALTER TABLE gridha.bucket_services ADD COLUMN target text NOT NULL DEFAULT 'default';
+    ALTER TABLE gridha.bucket_instances ADD COLUMN serves text[];
+    CREATE TABLE gridha.bucket_targets (
+        target          text PRIMARY KEY,
+        submit_url      text,
+        status_url      text,
+        submit_function text,
+        status_function text,
+        reject_codes    integer[] NOT NULL,
+        request_headers jsonb
+    );
+    COMMENT ON TABLE gridha.bucket_targets IS
+    'Citus mode: the targets (a reference table: on every node), written from gridha.targets on the coordinator (trigger targets_citus_mirror)';
+    REVOKE ALL ON gridha.bucket_targets FROM PUBLIC;
+    -- as gridha.targets on one server: submitters and administrators read it
+    GRANT SELECT ON gridha.bucket_targets TO gridha_submitter, gridha_admin;
+    PERFORM create_reference_table('gridha.bucket_targets');
+    INSERT INTO gridha.bucket_targets (target, submit_url, status_url, submit_function, status_function,
+                                       reject_codes, request_headers)
+    SELECT t.target, t.submit_url, t.status_url, t.submit_function, t.status_function,
+           t.reject_codes, t.request_headers
+      FROM gridha.targets t;
+    PERFORM create_distributed_function('gridha.bucket_enqueue(integer,text,text,bytea,text)'::regprocedure,
+                                        distribution_arg_name => 'bucket',
+                                        colocate_with => 'gridha.bucket_claims');
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_setup_targets() IS
+'Citus mode: what gridha.citus_setup lays out for targets: the service''s target, what an instance serves, gridha.bucket_targets (a reference table) filled from gridha.targets; RG040 for a target with a rate limit';
+
+/*
+ * targets_citus_mirror: in the Citus mode, a row written to gridha.targets
+ * on the coordinator (checked by that table's own triggers and
+ * constraints, as on one server) is written to gridha.bucket_targets.
+ * Refused there: a rate limit (RG040); the delete of a target a service is
+ * on (23503, as the single server's foreign key); a rename carries the
+ * services along (as ON UPDATE CASCADE does). On one server: nothing.
+ */
+CREATE FUNCTION gridha_internal.targets_citus_mirror()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    used text;
+BEGIN
+    IF pg_catalog.to_regclass('gridha.bucket_targets') IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.rate_interval IS NOT NULL THEN
+        RAISE EXCEPTION 'the Citus mode does not apply rate limits: target "%" cannot have one', NEW.target
+            USING ERRCODE = 'RG040',
+                  DETAIL = 'In the Citus mode the hand-out does not count a target''s batches across instances; a limit would be silently ignored.',
+                  HINT = 'Leave rate_interval NULL in the Citus mode.';
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO gridha.bucket_targets (target, submit_url, status_url, submit_function, status_function,
+                                           reject_codes, request_headers)
+        VALUES (NEW.target, NEW.submit_url, NEW.status_url, NEW.submit_function, NEW.status_function,
+                NEW.reject_codes, NEW.request_headers);
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'DELETE' OR OLD.target <> NEW.target THEN
+        SELECT s.service_id INTO used FROM gridha.bucket_services s WHERE s.target = OLD.target LIMIT 1;
+        IF FOUND AND TG_OP = 'DELETE' THEN
+            RAISE EXCEPTION 'update or delete on table "targets" violates foreign key constraint "service_claims_target_fkey" on table "service_claims"'
+                USING ERRCODE = '23503',
+                      DETAIL = format('Key (target)=(%s) is still referenced from table "bucket_services" (service "%s").',
+                                      OLD.target, used);
+        END IF;
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        DELETE FROM gridha.bucket_targets t WHERE t.target = OLD.target;
+        RETURN NULL;
+    END IF;
+    UPDATE gridha.bucket_targets t
+       SET target = NEW.target, submit_url = NEW.submit_url, status_url = NEW.status_url,
+           submit_function = NEW.submit_function, status_function = NEW.status_function,
+           reject_codes = NEW.reject_codes, request_headers = NEW.request_headers
+     WHERE t.target = OLD.target;
+    IF OLD.target <> NEW.target AND used IS NOT NULL THEN
+        UPDATE gridha.bucket_services s SET target = NEW.target WHERE s.target = OLD.target;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.targets_citus_mirror() IS
+'trigger: in the Citus mode, writes a row of gridha.targets to gridha.bucket_targets (RG040 for a rate limit; 23503 for the delete of a target a service is on; a rename carries its services along)';
+
+CREATE TRIGGER targets_citus_mirror
+    AFTER INSERT OR UPDATE OR DELETE ON gridha.targets
+    FOR EACH ROW EXECUTE FUNCTION gridha_internal.targets_citus_mirror();
+
+/*
+ * bucket_servable(serves): the targets an instance that declared serves
+ * (kinds of target source) can serve, as one server judges them: the
+ * target's submit kind and its status kind (if any) among serves; a
+ * target without a submit source is served by none. NULL when serves is
+ * NULL (an instance that declared nothing serves every target). Reads
+ * gridha.bucket_targets where it runs.
+ */
+CREATE FUNCTION gridha_internal.bucket_servable(serves text[])
+RETURNS text[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+SELECT CASE WHEN $1 IS NULL THEN NULL ELSE coalesce(
+  (SELECT pg_catalog.array_agg(t.target ORDER BY t.target)
+     FROM gridha.bucket_targets t
+    WHERE ((t.submit_url IS NOT NULL AND 'submit_url' = ANY ($1))
+           OR (t.submit_function IS NOT NULL AND 'submit_function' = ANY ($1)))
+      AND ((t.status_url IS NULL AND t.status_function IS NULL)
+           OR (t.status_url IS NOT NULL AND 'status_url' = ANY ($1))
+           OR (t.status_function IS NOT NULL AND 'status_function' = ANY ($1)))), '{}') END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.bucket_servable(text[]) IS
+'Citus mode: the targets an instance that serves these kinds can serve (NULL: every target)';
+
+/*
+ * bucket_serves_check(serves): serves as one server checks it: no NULL,
+ * only the four kind words (22023).
+ */
+CREATE FUNCTION gridha_internal.bucket_serves_check(serves text[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    w text;
+BEGIN
+    IF serves IS NULL THEN
+        RETURN;
+    END IF;
+    FOREACH w IN ARRAY serves LOOP
+        IF w IS NULL THEN
+            RAISE EXCEPTION 'serves must not contain NULL' USING ERRCODE = '22023';
+        END IF;
+        IF w NOT IN ('submit_url', 'submit_function', 'status_url', 'status_function') THEN
+            RAISE EXCEPTION 'unknown target kind "%"', w
+                USING ERRCODE = '22023',
+                      HINT = 'Use submit_url, submit_function, status_url and status_function.';
+        END IF;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.bucket_serves_check(text[]) IS
+'Citus mode: 22023 for a NULL or an unknown word in serves, as on one server';
+
+-- A batch handed out by the per-bucket functions carries its service's target.
+ALTER TYPE gridha.bucket_batch ADD ATTRIBUTE target text;
+
+COMMENT ON TYPE gridha.bucket_batch IS
+'a batch handed out by gridha.bucket_next_batch (Citus mode): its service, id, place in the queue, payload, the bucket''s epoch, how often it was handed out, and its service''s target';
+
+/*
+ * bucket_enqueue_target(...): the per-bucket enqueue with a target. A
+ * target given must be in gridha.bucket_targets (RG006); a new service is
+ * created on it ('default' without one); an existing service must be on
+ * it already (RG013). Both checked before anything is written.
+ */
+CREATE FUNCTION gridha_internal.bucket_enqueue_target(bucket integer, service_id text, batch_id text, payload bytea,
+                                                      target text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    n integer;
+    q bigint;
+    cur text;
+    t timestamptz := pg_catalog.now();
+BEGIN
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, service_id, batch_id]);
+    IF service_id = '' OR batch_id = '' OR pg_catalog.octet_length(service_id) > 512
+       OR pg_catalog.octet_length(batch_id) > 512 THEN
+        RAISE EXCEPTION 'a service or batch id must be 1 to 512 bytes' USING ERRCODE = '22023';
+    END IF;
+    IF target = '' THEN
+        RAISE EXCEPTION 'target must not be empty' USING ERRCODE = '22023';
+    END IF;
+    SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = bucket_enqueue_target.bucket;
+    IF NOT FOUND OR gridha.bucket_of(bucket_enqueue_target.service_id, n) <> bucket_enqueue_target.bucket THEN
+        RAISE EXCEPTION 'service "%" is not in bucket %', bucket_enqueue_target.service_id, bucket_enqueue_target.bucket
+            USING ERRCODE = 'RG036',
+                  DETAIL = CASE WHEN n IS NULL THEN 'There is no such bucket in this layout.'
+                                ELSE format('Its bucket is %s (gridha.bucket_of(service_id, %s)).',
+                                            gridha.bucket_of(bucket_enqueue_target.service_id, n), n) END,
+                  HINT = 'Pass gridha.bucket_of(service_id, buckets) as the bucket, with the count gridha.citus_setup laid out.';
+    END IF;
+    IF target IS NOT NULL THEN
+        SELECT s.target INTO cur FROM gridha.bucket_services s
+         WHERE s.bucket = bucket_enqueue_target.bucket AND s.service_id = bucket_enqueue_target.service_id;
+        IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM gridha.bucket_targets x WHERE x.target = bucket_enqueue_target.target) THEN
+            RAISE EXCEPTION 'unknown target "%"', target
+                USING ERRCODE = 'RG006',
+                      HINT = 'Add it first: INSERT INTO gridha.targets (target, ...) VALUES (...).';
+        END IF;
+    END IF;
+    INSERT INTO gridha.bucket_services (bucket, service_id, target)
+    VALUES (bucket_enqueue_target.bucket, bucket_enqueue_target.service_id, coalesce(bucket_enqueue_target.target, 'default'))
+    ON CONFLICT DO NOTHING;
+    -- the service's row, locked: its target is the one it has (a
+    -- concurrent enqueue may have created it on another)
+    SELECT s.target INTO cur FROM gridha.bucket_services s
+     WHERE s.bucket = bucket_enqueue_target.bucket AND s.service_id = bucket_enqueue_target.service_id
+       FOR UPDATE;
+    IF target IS NOT NULL AND cur <> target THEN
+        RAISE EXCEPTION 'service "%" is on target "%", not "%"', service_id, cur, target
+            USING ERRCODE = 'RG013',
+                  DETAIL = 'A service''s target is set when the service is created.',
+                  HINT = 'Enqueue without a target; in the Citus mode a service is not moved (gridha.move_service is refused there).';
+    END IF;
+    UPDATE gridha.bucket_services s
+       SET tail_seq = s.tail_seq + 1,
+           ready_at = CASE WHEN NOT s.in_flight AND s.head_seq = s.tail_seq + 1 THEN t
+                           ELSE s.ready_at END
+     WHERE s.bucket = bucket_enqueue_target.bucket AND s.service_id = bucket_enqueue_target.service_id
+    RETURNING s.tail_seq INTO q;
+    INSERT INTO gridha.bucket_batches (bucket, service_id, batch_id, seq, payload, created_at)
+    VALUES (bucket_enqueue_target.bucket, bucket_enqueue_target.service_id, bucket_enqueue_target.batch_id, q,
+            bucket_enqueue_target.payload, t);
+    RETURN q;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.bucket_enqueue_target(integer, text, text, bytea, text) IS
+'Citus mode: what both forms of gridha.bucket_enqueue share: appends a batch to its service''s queue in its bucket, the service created on the target given (default without); RG006 for an unknown target, RG013 for another target than the service''s';
+
+CREATE OR REPLACE FUNCTION gridha.bucket_enqueue(bucket integer, service_id text, batch_id text, payload bytea)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+BEGIN
+    RETURN gridha_internal.bucket_enqueue_target(bucket, service_id, batch_id, payload, NULL);
+END
+$$;
+
+CREATE FUNCTION gridha.bucket_enqueue(bucket integer, service_id text, batch_id text, payload bytea, target text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+BEGIN
+    RETURN gridha_internal.bucket_enqueue_target(bucket, service_id, batch_id, payload, target);
+END
+$$;
+
+COMMENT ON FUNCTION gridha.bucket_enqueue(integer, text, text, bytea, text) IS
+'Citus mode: appends a batch to its service''s queue in the service''s bucket, the service created on target (NULL: default) when new; RG006 for an unknown target, RG013 for another target than the service''s; returns its seq';
+
+/*
+ * bucket_next_batch, bucket_next_batches: as above, handing out only the
+ * heads of services whose target the instance serves (its serves in
+ * gridha.bucket_instances, read where the call runs; an instance not
+ * registered, or that declared nothing, serves every target), each with
+ * its service's target.
+ */
+CREATE OR REPLACE FUNCTION gridha.bucket_next_batch(bucket integer, instance_id uuid, epoch bigint)
+RETURNS gridha.bucket_batch
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    sid text;
+    h bigint;
+    tg text;
+    sv text[];
+    ok text[];
+    r gridha.bucket_batch;
+    t timestamptz := pg_catalog.now();
+BEGIN
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text]);
+    PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, true);
+    SELECT i.serves INTO sv FROM gridha.bucket_instances i WHERE i.instance_id = bucket_next_batch.instance_id;
+    ok := gridha_internal.bucket_servable(sv);
+    SELECT s.service_id, s.head_seq, s.target INTO sid, h, tg
+      FROM gridha.bucket_services s
+     WHERE s.bucket = bucket_next_batch.bucket AND s.ready_at <= t
+       AND (ok IS NULL OR s.target = ANY (ok))
+     ORDER BY s.ready_at, s.service_id
+     LIMIT 1
+       FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    UPDATE gridha.bucket_services s SET in_flight = true, ready_at = NULL
+     WHERE s.bucket = bucket_next_batch.bucket AND s.service_id = sid;
+    UPDATE gridha.bucket_batches b
+       SET status = 'submitting', epoch = bucket_next_batch.epoch, attempts = b.attempts + 1,
+           instance_id = bucket_next_batch.instance_id, handed_out_at = t, submitted_at = NULL
+     WHERE b.bucket = bucket_next_batch.bucket AND b.service_id = sid AND b.seq = h
+    RETURNING b.service_id, b.batch_id, b.seq, b.payload, b.epoch, b.attempts, tg INTO r;
+    RETURN r;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION gridha.bucket_next_batches(bucket integer, instance_id uuid, epoch bigint,
+                                                      max_batches integer DEFAULT 100)
+RETURNS gridha.bucket_batch[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    sids text[];
+    sv text[];
+    ok text[];
+    r gridha.bucket_batch[];
+    t timestamptz := pg_catalog.now();
+BEGIN
+    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text, max_batches::text]);
+    IF max_batches < 0 THEN
+        RAISE EXCEPTION 'max_batches must not be negative' USING ERRCODE = '22023';
+    END IF;
+    PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, true);
+    SELECT i.serves INTO sv FROM gridha.bucket_instances i WHERE i.instance_id = bucket_next_batches.instance_id;
+    ok := gridha_internal.bucket_servable(sv);
+    SELECT pg_catalog.array_agg(p.service_id ORDER BY p.ready_at, p.service_id) INTO sids
+      FROM (SELECT s.service_id, s.ready_at
+              FROM gridha.bucket_services s
+             WHERE s.bucket = bucket_next_batches.bucket AND s.ready_at <= t
+               AND (ok IS NULL OR s.target = ANY (ok))
+             ORDER BY s.ready_at, s.service_id
+             LIMIT max_batches
+               FOR UPDATE SKIP LOCKED) AS p;
+    IF sids IS NULL THEN
+        RETURN '{}';
+    END IF;
+    UPDATE gridha.bucket_services s SET in_flight = true, ready_at = NULL
+     WHERE s.bucket = bucket_next_batches.bucket AND s.service_id = ANY (sids);
+    WITH u AS (
+        UPDATE gridha.bucket_batches b
+           SET status = 'submitting', epoch = bucket_next_batches.epoch, attempts = b.attempts + 1,
+               instance_id = bucket_next_batches.instance_id, handed_out_at = t, submitted_at = NULL
+          FROM gridha.bucket_services s
+         WHERE s.bucket = bucket_next_batches.bucket AND s.service_id = ANY (sids)
+           AND b.bucket = bucket_next_batches.bucket AND b.service_id = s.service_id
+           AND b.seq = s.head_seq
+        RETURNING b.service_id, b.batch_id, b.seq, b.payload, b.epoch, b.attempts, s.target)
+    SELECT pg_catalog.array_agg(ROW(u.service_id, u.batch_id, u.seq, u.payload, u.epoch, u.attempts,
+                                    u.target)::gridha.bucket_batch
+                                ORDER BY pg_catalog.array_position(sids, u.service_id))
+      INTO r FROM u;
+    RETURN coalesce(r, '{}');
+END
+$$;
+
+/*
+ * citus_buckets(instance): as citus_buckets(), the heads ready counted
+ * only for services whose target the instance serves (its serves in
+ * gridha.bucket_instances), so that its claim cycle counts as work only
+ * what it can hand out: a bucket whose ready heads it cannot serve is
+ * given back, and another instance that serves them takes it.
+ */
+CREATE FUNCTION gridha_internal.citus_buckets(instance_id uuid)
+RETURNS gridha_internal.citus_bucket[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    sv text[];
+    ok text[];
+    r gridha_internal.citus_bucket[];
+BEGIN
+    SELECT i.serves INTO sv FROM gridha.bucket_instances i WHERE i.instance_id = citus_buckets.instance_id;
+    ok := gridha_internal.bucket_servable(sv);
+    IF ok IS NULL THEN
+        RETURN gridha_internal.citus_buckets();
+    END IF;
+    SELECT pg_catalog.array_agg(ROW(c.bucket, c.holder, c.holder_role, c.epoch, c.hard_expiry,
+                                    coalesce(w.ready, 0), coalesce(w.flying, 0), w.oldest)::gridha_internal.citus_bucket
+                                ORDER BY c.bucket)
+      INTO r
+      FROM gridha.bucket_claims c
+      LEFT JOIN (SELECT s.bucket,
+                        pg_catalog.count(*) FILTER (WHERE s.ready_at IS NOT NULL AND s.target = ANY (ok))::integer AS ready,
+                        pg_catalog.count(*) FILTER (WHERE s.in_flight)::integer AS flying,
+                        pg_catalog.min(s.ready_at) FILTER (WHERE s.target = ANY (ok)) AS oldest
+                   FROM gridha.bucket_services s
+                  WHERE s.ready_at IS NOT NULL OR s.in_flight
+                  GROUP BY s.bucket) w ON w.bucket = c.bucket;
+    RETURN coalesce(r, '{}');
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_buckets(uuid) IS
+'Citus mode: every bucket with its holder and work, the heads ready counted only for targets the instance serves; read without a lock over every shard';
+
+/*
+ * citus_enqueue(...): gridha.enqueue in the mode, after the C entry point
+ * checked the ids as on one server: the service's bucket under the layout,
+ * then bucket_enqueue with the target (RG006, RG013 as on one server;
+ * nothing written then).
+ */
+CREATE OR REPLACE FUNCTION gridha_internal.citus_enqueue(service_id text, batch_id text, payload bytea, target text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    n integer;
+BEGIN
+    SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = 0;
+    RETURN gridha.bucket_enqueue(gridha.bucket_of(citus_enqueue.service_id, n), citus_enqueue.service_id,
+                                 citus_enqueue.batch_id, citus_enqueue.payload, citus_enqueue.target);
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_enqueue(text, text, bytea, text) IS
+'Citus mode: gridha.enqueue: the service''s bucket under the layout, then gridha.bucket_enqueue with the target';
+
+/*
+ * citus_register_instance(label, serves): gridha.register_instance in the
+ * mode: a new instance in gridha.bucket_instances, owned by the calling
+ * role (session_user), with what it serves (checked as on one server:
+ * 22023; NULL: every target).
+ */
+CREATE OR REPLACE FUNCTION gridha_internal.citus_register_instance(label text, serves text[])
+RETURNS uuid
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    id uuid := pg_catalog.gen_random_uuid();
+    t timestamptz := pg_catalog.clock_timestamp();
+    r name := session_user;
+BEGIN
+    PERFORM gridha_internal.bucket_serves_check(serves);
+    INSERT INTO gridha.bucket_instances (instance_id, owner, label, registered_at, serves)
+    VALUES (id, r, citus_register_instance.label, t, citus_register_instance.serves);
+    RETURN id;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_register_instance(text, text[]) IS
+'Citus mode: gridha.register_instance: a new instance in gridha.bucket_instances, owned by the calling role, with the kinds of target it serves';
+
+/*
+ * citus_acquire_claims(instance, serves): as before; with serves, first
+ * (re)declares what the instance serves (22023 for a bad word, as on one
+ * server), after the owner check.
+ */
+CREATE OR REPLACE FUNCTION gridha_internal.citus_acquire_claims(instance_id uuid, serves text[])
+RETURNS TABLE (service_id text, epoch bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    c record;
+    b gridha_internal.citus_bucket;
+BEGIN
+    IF serves IS NOT NULL AND instance_id IS NOT NULL THEN
+        PERFORM gridha_internal.bucket_serves_check(serves);
+        PERFORM gridha_internal.citus_instance(instance_id);
+        UPDATE gridha.bucket_instances i SET serves = citus_acquire_claims.serves
+         WHERE i.instance_id = citus_acquire_claims.instance_id
+           AND i.serves IS DISTINCT FROM citus_acquire_claims.serves;
+    END IF;
+    c := gridha_internal.citus_cycle(instance_id, true);
+    FOREACH b IN ARRAY c.held LOOP
+        CONTINUE WHEN NOT b.bucket = ANY (c.taken);
+        RETURN QUERY SELECT s.service_id, b.epoch FROM gridha.bucket_services s
+                      WHERE s.bucket = b.bucket ORDER BY s.service_id;
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_acquire_claims(uuid, text[]) IS
+'Citus mode: gridha.acquire_claims: (re)declares serves when given, then the claim cycle by bucket now; one row per service of each bucket taken, with the bucket''s epoch';
+
+REVOKE ALL ON FUNCTION
+    gridha_internal.citus_setup_targets(),
+    gridha_internal.targets_citus_mirror(),
+    gridha_internal.bucket_servable(text[]),
+    gridha_internal.bucket_serves_check(text[]),
+    gridha_internal.bucket_enqueue_target(integer, text, text, bytea, text),
+    gridha.bucket_enqueue(integer, text, text, bytea, text),
+    gridha_internal.citus_buckets(uuid)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION gridha.bucket_enqueue(integer, text, text, bytea, text) TO gridha_producer;

@@ -64,10 +64,16 @@
 #define ERRCODE_GRIDHA_NOT_CITUS_MODE	MAKE_SQLSTATE('R','G','0','3','7')
 /*
  * 1.3, issue 43: gridha.enqueue with a target, and gridha.register_instance
- * with serves, in the Citus mode (no targets there); raised in SQL
+ * with serves, in the Citus mode while it had no targets; no longer raised
+ * (reserved)
  */
 #define ERRCODE_GRIDHA_CITUS_NO_TARGET	MAKE_SQLSTATE('R','G','0','3','8')
 #define ERRCODE_GRIDHA_CITUS_NO_SERVES	MAKE_SQLSTATE('R','G','0','3','9')
+/*
+ * 1.3, issue 43: a rate limit in the Citus mode, which does not apply them
+ * (a row of gridha.targets, or citus_setup); raised in SQL
+ */
+#define ERRCODE_GRIDHA_CITUS_RATE_LIMIT	MAKE_SQLSTATE('R','G','0','4','0')
 /*
  * 1.3, issue 43: run_maintenance or prune_batches in the Citus mode off the
  * coordinator (its maintenance lease and ticks are the coordinator's);

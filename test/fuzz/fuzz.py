@@ -159,6 +159,7 @@ F = {
     "bucket_of": "gridha.bucket_of(text,integer)",
     "citus_setup": "gridha.citus_setup(integer)",
     "b_enqueue": "gridha.bucket_enqueue(integer,text,text,bytea)",
+    "b_enqueue_t": "gridha.bucket_enqueue(integer,text,text,bytea,text)",
     "b_acquire": "gridha.bucket_acquire(integer,uuid,interval)",
     "b_takeover": "gridha.bucket_takeover(integer,uuid,interval)",
     "b_renew": "gridha.bucket_renew(integer,uuid,bigint,interval)",
@@ -1441,6 +1442,8 @@ class Gen:
         c("citus_setup", "citus_setup", "SELECT gridha.citus_setup(64)", [])
         c("bucket_enqueue", "b_enqueue", "SELECT gridha.bucket_enqueue(gridha.bucket_of('fz-tour', 64), 'fz-tour',"
           " 'tour-b-%s', '\\x01')" % tag, [])
+        c("bucket_enqueue", "b_enqueue_t", "SELECT gridha.bucket_enqueue(gridha.bucket_of('fz-tour', 64), 'fz-tour',"
+          " 'tour-t-%s', '\\x01', 'default')" % tag, [])
         c("bucket_acquire", "b_acquire", "SELECT gridha.bucket_acquire(0, :'ri', '30 s')", [ri])
         c("bucket_takeover", "b_takeover", "SELECT gridha.bucket_takeover(0, :'ri', '30 s')", [ri])
         c("bucket_renew", "b_renew", "SELECT gridha.bucket_renew(0, :'ri', 1, '30 s')", [ri])

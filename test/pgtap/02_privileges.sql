@@ -131,6 +131,7 @@ INSERT INTO tap_grants VALUES
  ('producer', 'function', 'gridha.enqueue(text, text, bytea, text)', 'EXECUTE'),
  -- the Citus mode (issue 43.2): its enqueue, and the buckets' hash
  ('producer', 'function', 'gridha.bucket_enqueue(integer, text, text, bytea)', 'EXECUTE'),
+ ('producer', 'function', 'gridha.bucket_enqueue(integer, text, text, bytea, text)', 'EXECUTE'),
  ('producer', 'function', 'gridha.bucket_of(text, integer)', 'EXECUTE'),
  ('producer', 'function', 'gridha.expiry_settings()', 'EXECUTE'),
  ('producer', 'function', 'gridha.reserve_ids(text, integer)', 'EXECUTE'),
@@ -463,6 +464,8 @@ SELECT set_eq(
              ('gridha_internal.id_sequences_changed()'), ('gridha_internal.targets_name_change()'),
              ('gridha_internal.targets_totals_follow()'),
              ('gridha.bucket_enqueue(integer, text, text, bytea)'),
+             ('gridha.bucket_enqueue(integer, text, text, bytea, text)'),
+             ('gridha_internal.targets_citus_mirror()'),
              ('gridha.bucket_acquire(integer, uuid, interval)'), ('gridha.bucket_takeover(integer, uuid, interval)'),
              ('gridha.bucket_renew(integer, uuid, bigint, interval)'), ('gridha.bucket_release(integer, uuid, bigint)'),
              ('gridha.bucket_next_batch(integer, uuid, bigint)'),
@@ -472,7 +475,7 @@ SELECT set_eq(
              ('gridha.bucket_report_submissions(integer, uuid, gridha.submission_report[])'),
              ('gridha.bucket_report_statuses(integer, uuid, gridha.status_report[])'),
              ('gridha_internal.citus_metrics()'), ('gridha_internal.citus_view_check()')$$,
-    'the SECURITY DEFINER functions are the API (the Citus mode''s per-bucket functions too, and what gridha.metrics and the views call in it), the enqueue trigger, the rate-state trigger, the trigger that removes the windows of deleted ID sequences, the one that locks the services before a target rename or delete and the one that moves a target''s totals with it');
+    'the SECURITY DEFINER functions are the API (the Citus mode''s per-bucket functions too, and what gridha.metrics and the views call in it), the enqueue trigger, the rate-state trigger, the trigger that removes the windows of deleted ID sequences, the one that locks the services before a target rename or delete, the one that moves a target''s totals with it and the one that writes a target to the Citus mode''s targets');
 
 SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)
              FROM tap_grants g JOIN tap_objects o ON o.obj = g.obj AND o.kind = 'function'

@@ -127,8 +127,13 @@ SELECT set_eq(
              ('gridha_internal.citus_coordinator(text)'), ('gridha_internal.citus_prune(bigint)'),
              ('gridha_internal.citus_run_maintenance(uuid,text)'),
              ('gridha_internal.citus_prune_batches(integer)'), ('gridha_internal.citus_metrics()'),
-             ('gridha_internal.citus_view_check()')$$,
-    'gridha_internal holds the 17 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers, the targets'' load and a refused report''s diagnosis (issue 42.1), and the Citus mode''s six helpers (issue 43.2; the batched reports'' one, 43.4) and the thirteen functions of its instance calls (issue 43.2), the ten of its batched reports and reads (issue 43), its owner check, instance check, enqueue and register_instance (issue 43), and the seven of its maintenance, metrics and views (issue 43)');
+             ('gridha_internal.citus_view_check()'),
+             -- issue 43: targets in the Citus mode
+             ('gridha_internal.citus_setup_targets()'), ('gridha_internal.targets_citus_mirror()'),
+             ('gridha_internal.bucket_servable(text[])'), ('gridha_internal.bucket_serves_check(text[])'),
+             ('gridha_internal.bucket_enqueue_target(integer,text,text,bytea,text)'),
+             ('gridha_internal.citus_buckets(uuid)')$$,
+    'gridha_internal holds the 18 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers, the targets'' load and a refused report''s diagnosis (issue 42.1), and the Citus mode''s six helpers (issue 43.2; the batched reports'' one, 43.4) and the thirteen functions of its instance calls (issue 43.2), the ten of its batched reports and reads (issue 43), its owner check, instance check, enqueue and register_instance (issue 43), the seven of its maintenance, metrics and views (issue 43), and its six functions for targets (issue 43)');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass

@@ -14,8 +14,8 @@
 --   pg_catalog.pg_dist_partition made here, as Citus's own catalog is),
 --   next_batch's, enqueue's and register_instance's entry points hand the
 --   call over to the mode's path (enqueue after the single server's checks
---   of its ids; a target refused with RG038, serves with RG039); after the
---   rollback gridha runs again.
+--   of its ids, with a target too; serves checked as on one server); after
+--   the rollback gridha runs again.
 BEGIN;
 SELECT plan(14);
 
@@ -84,8 +84,8 @@ SELECT is(pg_temp.error_of('SELECT * FROM gridha.next_batch(''aaaaaaaa-0000-0000
           '42P01|relation "gridha.bucket_instances" does not exist',
           'in the mode, next_batch is handed over to the mode''s path (gridha_internal.citus_next_batch reads the instance''s owner in gridha.bucket_instances first)');
 -- enqueue: its entry point checks the ids as on one server, then hands the
--- call to gridha_internal.citus_enqueue, which refuses a target (RG038)
--- and reads the layout's bucket count (this fake bucket_claims has none)
+-- call to gridha_internal.citus_enqueue, which reads the layout's bucket
+-- count (this fake bucket_claims has none), with a target or without
 SELECT is(pg_temp.error_of('SELECT gridha.enqueue(''m1'', ''b1'', ''\x01'')'),
           '42703|column c.buckets does not exist',
           'in the mode, enqueue is handed over to the mode''s path (gridha_internal.citus_enqueue reads the bucket count of the layout)');
@@ -93,16 +93,16 @@ SELECT is(pg_temp.error_of('SELECT gridha.enqueue(NULL, ''b1'', ''\x01'')'),
           '22004|service_id must not be null',
           'in the mode, enqueue refuses a NULL service id as on one server (22004)');
 SELECT is(pg_temp.error_of('SELECT gridha.enqueue(''m1'', ''b1'', ''\x01'', ''ledger'')'),
-          'RG038|the Citus mode has no targets: cannot enqueue service "m1" on target "ledger"',
-          'in the mode, enqueue with a target is refused (RG038)');
+          '42703|column c.buckets does not exist',
+          'in the mode, enqueue with a target is handed over to the mode''s path too (gridha_internal.citus_enqueue reads the bucket count of the layout)');
 -- register_instance: the mode's path writes gridha.bucket_instances
--- (which this fake layout lacks); serves is refused first (RG039)
+-- (which this fake layout lacks); serves is checked first (22023)
 SELECT is(pg_temp.error_of('SELECT gridha.register_instance(''aaaaaaaa-0000-0000-0000-000000000024'')'),
           '42P01|relation "gridha.bucket_instances" does not exist',
           'in the mode, register_instance is handed over to the mode''s path (gridha_internal.citus_register_instance writes gridha.bucket_instances)');
-SELECT is(pg_temp.error_of('SELECT gridha.register_instance(''l'', ARRAY[''submit_url''])'),
-          'RG039|the Citus mode has no targets: an instance cannot declare what it serves',
-          'in the mode, register_instance with serves is refused (RG039)');
+SELECT is(pg_temp.error_of('SELECT gridha.register_instance(''l'', ARRAY[''submit_url'', ''bogus''])'),
+          '22023|unknown target kind "bogus"',
+          'in the mode, register_instance checks serves as on one server (22023 for an unknown kind) before it writes');
 ROLLBACK TO SAVEPOINT mode;
 
 SELECT is(gridha.enqueue('m1', 'b1', '\x01'), 1::bigint,

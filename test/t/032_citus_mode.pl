@@ -26,8 +26,9 @@
 #             buckets while a second call at the same time waits for it
 #             and is refused (RG034)
 #   layout    the three bucket tables distributed by bucket and co-located,
-#             gridha.bucket_instances a reference table on both workers,
-#             the eleven per-bucket functions distributed by bucket with
+#             gridha.bucket_instances and gridha.bucket_targets reference
+#             tables on both workers, the twelve per-bucket functions (two
+#             forms of bucket_enqueue) distributed by bucket with
 #             them, a call sent whole to a worker (citus.log_remote_commands);
 #             claimed_batches and the batched
 #             report_submissions of gridha's library refused in the mode
@@ -82,10 +83,12 @@
 #             clock after its wait (hard_expiry >= the move's commit + the
 #             lease; from now() it fell short by the wait)
 #   producers gridha.enqueue: seqs and the service's bucket; NULL, empty,
-#             too long and ".." ids, an empty target (22004, 22023), a
-#             target (RG038), a duplicate batch id (23505), no row changed
+#             too long and ".." ids, an empty target (22004, 22023), an
+#             unknown target (RG006), a duplicate batch id (23505), no row
+#             changed (targets themselves: 038_citus_targets)
 #   instances gridha.register_instance as the login role c32_other (owner,
-#             label; serves: RG039); its next_batch and reports in order;
+#             label; an unknown kind in serves: 22023, nothing
+#             registered); its next_batch and reports in order;
 #             c32_intruder (not a member) refused (RG008) by bucket_acquire,
 #             bucket_takeover and next_batch naming it, nothing changed; an
 #             id never registered registered by its first next_batch, then
@@ -230,11 +233,12 @@ SELECT string_agg(logicalrelid::text || '/' || partmethod::text || '/' || column
   FROM pg_dist_partition WHERE partmethod <> 'n'});
 # the instances' reference table, with a placement on each worker
 my $reference = one(q{
-SELECT string_agg(p.logicalrelid::text || '/' || p.partmethod::text, ',')
+SELECT string_agg(p.logicalrelid::text || '/' || p.partmethod::text, ',' ORDER BY p.logicalrelid::text)
        || ' ' || (SELECT count(DISTINCT n.nodeport) FROM pg_dist_shard s JOIN pg_dist_placement pl USING (shardid)
                     JOIN pg_dist_node n ON n.groupid = pl.groupid
                    WHERE s.logicalrelid = 'gridha.bucket_instances'::regclass AND n.groupid <> 0)
   FROM pg_dist_partition p WHERE p.partmethod = 'n'});
+# (and the targets' reference table: test/t/038_citus_targets.pl)
 my $functions = one(q{
 SELECT count(*) || ' ' || bool_and(o.distribution_argument_index = 0
                                    AND o.colocationid = (SELECT colocationid FROM pg_dist_partition
@@ -252,14 +256,14 @@ my $probe = one(q{SELECT gridha.bucket_of('probe', 64)});
 diag("layout: $layout\nreference: $reference\nfunctions: $functions\n$delegated");
 ok( $layout eq
 	  'gridha.bucket_batches/h/bucket,gridha.bucket_claims/h/bucket,gridha.bucket_services/h/bucket 1'
-	  && $reference eq 'gridha.bucket_instances/n 2'
-	  && $functions eq '11 true'
+	  && $reference eq 'gridha.bucket_instances/n,gridha.bucket_targets/n 2'
+	  && $functions eq '12 true'
 	  && $delegated =~ /issuing SELECT gridha\.bucket_renew\(0, 'cccccccc-0000-0000-0000-000000000032'::uuid/
 	  && $delegated =~ /on server postgres\@localhost:(\d+)/
 	  && $1 != $coord->port
 	  && $delegated =~ /ERROR:  RG001: stale claim on bucket 0/
 	  && $delegated =~ /issuing SELECT gridha\.bucket_renew\($probe, 'cccccccc-0000-0000-0000-000000000032'::uuid/,
-	'layout: the three bucket tables distributed by bucket, co-located, and gridha.bucket_instances a reference table on both workers; the eleven per-bucket functions distributed by bucket with them; a call is sent whole to a worker, with gridha.bucket_of(...) folded to its bucket'
+	'layout: the three bucket tables distributed by bucket, co-located, and gridha.bucket_instances and gridha.bucket_targets reference tables on both workers; the twelve per-bucket functions distributed by bucket with them; a call is sent whole to a worker, with gridha.bucket_of(...) folded to its bucket'
 );
 
 my $mode = '';
@@ -580,7 +584,7 @@ $call->($rsub->('fb5', 'accepted'));
 $call->($rstat->('fb5', 'committed'));
 my $rrows = one("SELECT string_agg(batch_id || '/' || status || '/' || attempts, ',' ORDER BY seq)
   FROM gridha.bucket_batches WHERE bucket = $fb AND service_id = '$f' AND seq >= 3");
-$rep =~ s/\("?$f"?,(fb\d),\d+,"[^"]*",\d+,(\d+)\)/$1#$2/g;
+$rep =~ s/\("?$f"?,(fb\d),\d+,"[^"]*",\d+,(\d+),default\)/$1#$2/g;
 diag("reports: $rep\nnever handed out: $never\nunknown outcome: $badword\nrows: $rrows");
 ok( $rep eq 'fb3#1;delayed;fb3#2;invalid;invalid;fb4#1;pending;unknown;fb4#2;pending;committed;fb5#1;pending;committed;'
 	  && sqlstate_of($never) eq 'RG023'
@@ -751,7 +755,7 @@ SET client_min_messages = notice;
 SELECT $call AS h \\gset
 RESET citus.log_remote_commands;
 SELECT 'got ' || coalesce(string_agg(service_id || '/' || batch_id || '/' || epoch || '/' || attempts, ',' ORDER BY o), '')
-  FROM unnest(:'h'::gridha.bucket_batch[]) WITH ORDINALITY AS x(service_id, batch_id, seq, payload, epoch, attempts, o);
+  FROM unnest(:'h'::gridha.bucket_batch[]) WITH ORDINALITY AS x(service_id, batch_id, seq, payload, epoch, attempts, target, o);
 };
 }
 my $b1 = run($coord, handed_sql("gridha.bucket_next_batches($hb, '$A', $he1, 2)"));
@@ -883,7 +887,7 @@ diag("enqueue: $pq in bucket $pqb: seqs $enq; rows $pq_rows");
 ok($enq eq '1,2,3' && $pq_rows eq "$pqb/q1/1/queued,$pqb/q2/2/queued,$pqb/q3/3/queued",
 	'producers: gridha.enqueue in the mode returns each batch\'s seq (1, 2, 3) and puts it in the service\'s bucket (gridha.bucket_of(service_id, 64)), queued');
 
-# bad input: the single server's SQLSTATEs; a target: RG038; nothing written
+# bad input: the single server's SQLSTATEs (an unknown target: RG006); nothing written
 my $state = sub {
 	one("SELECT count(*) || '/' || coalesce(sum(tail_seq), 0) FROM gridha.bucket_services")
 	  . '/' . one('SELECT count(*) FROM gridha.bucket_batches');
@@ -898,7 +902,7 @@ my @bad = (
 	[ "SELECT gridha.enqueue('$long', 'b', '\\x01')", '22023', 'service_id is too long' ],
 	[ "SELECT gridha.enqueue('$pq', '..', '\\x01')", '22023', 'batch_id must not be "\.\."' ],
 	[ "SELECT gridha.enqueue('$pq', 'q9', '\\x01', '')", '22023', 'target must not be empty' ],
-	[ "SELECT gridha.enqueue('$pq', 'q9', '\\x01', 'ledger')", 'RG038', 'the Citus mode has no targets: cannot enqueue service "' . $pq . '" on target "ledger"' ],
+	[ "SELECT gridha.enqueue('${pq}new', 'q9', '\\x01', 'ledger')", 'RG006', 'unknown target "ledger"' ],
 	[ "SELECT gridha.enqueue('$pq', 'q2', '\\x02')", '23505', 'duplicate key value' ]);
 my ($bad_ok, $bad_out) = (1, '');
 foreach my $b (@bad)
@@ -909,21 +913,21 @@ foreach my $b (@bad)
 }
 my $after_bad = $state->();
 diag("enqueue refusals (services/tails/batches $before_bad -> $after_bad):\n$bad_out");
-ok($bad_ok && $before_bad eq $after_bad && $bad_out =~ /HINT:  Enqueue without a target/,
-	'producers: gridha.enqueue refuses NULL, empty, too long and "." ids and an empty target with the single server\'s SQLSTATEs (22004, 22023), a target with RG038 (the mode has none) and a batch id its service has with 23505; no row of the bucket tables changed');
+ok($bad_ok && $before_bad eq $after_bad && $bad_out =~ /HINT:  Add it first: INSERT INTO gridha.targets/,
+	'producers: gridha.enqueue refuses NULL, empty, too long and "." ids and an empty target with the single server\'s SQLSTATEs (22004, 22023), an unknown target with RG006 and a batch id its service has with 23505; no row of the bucket tables changed');
 
-# register_instance: owned by the calling role; serves refused (RG039)
+# register_instance: owned by the calling role; serves checked as on one server (22023)
 $coord->safe_psql('c32', 'CREATE ROLE c32_intruder LOGIN IN ROLE gridha_submitter');
 my $reg = as_role('c32_other', "SELECT gridha.register_instance('c32 worker')");
 my ($I) = $reg =~ /^([0-9a-f-]{36})$/m;
 $I //= '00000000-0000-0000-0000-000000000000';
 my $reg_row = one("SELECT owner || '/' || label FROM gridha.bucket_instances WHERE instance_id = '$I'");
-my $serves = as_role('c32_other', "SELECT gridha.register_instance('s', ARRAY['submit_url'])");
+my $serves = as_role('c32_other', "SELECT gridha.register_instance('s', ARRAY['submit_url', 'bogus'])");
 my $ninst = one('SELECT count(*) FROM gridha.bucket_instances');
 diag("register_instance as c32_other: $reg\nrow: $reg_row\nwith serves: $serves\ninstances: $ninst");
-ok($reg_row eq 'c32_other/c32 worker' && sqlstate_of($serves) eq 'RG039' && $serves =~ /HINT:  Register without serves/
+ok($reg_row eq 'c32_other/c32 worker' && sqlstate_of($serves) eq '22023' && $serves =~ /ERROR:  22023: unknown target kind "bogus"/
 	  && one("SELECT count(*) FROM gridha.bucket_instances WHERE label = 's'") eq '0',
-	'instances: gridha.register_instance in the mode returns a new instance, in gridha.bucket_instances owned by the calling role (c32_other) with its label; with serves it is refused (RG039) and registers nothing');
+	'instances: gridha.register_instance in the mode returns a new instance, in gridha.bucket_instances owned by the calling role (c32_other) with its label; with an unknown kind in serves it is refused (22023, as on one server) and registers nothing');
 
 # the owner serves through next_batch and the reports, in order
 my $cycle = as_role('c32_other', qq{

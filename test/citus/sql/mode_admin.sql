@@ -1,6 +1,6 @@
 -- mode_admin: the administrators' SQL functions that work on gridha's
 -- local tables refuse in the Citus mode (RG035), where those tables stay
--- empty: move_service (the mode has no targets yet) and
+-- empty: move_service (a service stays on the target it was created on) and
 -- set_instance_owner (no instances table; a bucket's holder is the role
 -- that took it). The mode is checked before the arguments.
 \set VERBOSITY default

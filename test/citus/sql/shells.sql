@@ -12,7 +12,8 @@ SELECT c AS shell, (pg_stat_file(pg_relation_filepath(c))).size AS bytes
 \echo '--- the shards: on the workers only (none placed on the coordinator)'
 SELECT count(*) AS shards, count(*) FILTER (WHERE n.groupid = 0) AS on_coordinator, count(DISTINCT n.nodeport) AS nodes
   FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid) JOIN pg_dist_node n ON n.groupid = p.groupid
- WHERE s.logicalrelid::text LIKE 'gridha.bucket\_%' AND s.logicalrelid <> 'gridha.bucket_instances'::regclass;
+ WHERE s.logicalrelid::text LIKE 'gridha.bucket\_%'
+   AND s.logicalrelid NOT IN ('gridha.bucket_instances'::regclass, 'gridha.bucket_targets'::regclass);
 \echo '--- what the suite left, read through the shards: one batch queued (bucket 4), the others final, none in flight, no bucket held'
 SELECT status, count(*) FROM gridha.bucket_batches GROUP BY status ORDER BY status;
 SELECT count(*) FILTER (WHERE in_flight) AS in_flight, count(*) AS services FROM gridha.bucket_services;
