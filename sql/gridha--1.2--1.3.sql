@@ -4440,15 +4440,17 @@ FROM PUBLIC;
 -- refuse there (RG035) instead of showing nothing.
 
 CREATE TABLE gridha.pruned_totals (
-    bucket      integer PRIMARY KEY,
+    bucket      integer NOT NULL,
+    target      text NOT NULL DEFAULT 'default',
     batches     bigint NOT NULL DEFAULT 0,
     committed   bigint NOT NULL DEFAULT 0,
     invalid     bigint NOT NULL DEFAULT 0,
-    resubmitted bigint NOT NULL DEFAULT 0
+    resubmitted bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (bucket, target)
 );
 
 COMMENT ON TABLE gridha.pruned_totals IS
-'Citus mode: per bucket, what maintenance pruned so far (batches, of which committed and invalid, and their hand-outs after the first): a plain table of the coordinator, written in the prune''s transaction; gridha.metrics adds it to what the bucket tables hold';
+'Citus mode: per bucket and target (the target of the batches'' service), what maintenance pruned so far (batches, of which committed and invalid, and their hand-outs after the first): a plain table of the coordinator, written in the prune''s transaction; gridha.metrics adds it to what the bucket tables hold';
 
 REVOKE ALL ON gridha.pruned_totals FROM PUBLIC;
 GRANT SELECT ON gridha.pruned_totals TO gridha_admin;
@@ -4465,10 +4467,12 @@ SELECT pg_catalog.pg_extension_config_dump('gridha.pruned_totals', '');
  * the placement after the move). The delete re-checks the status on the
  * row it deletes: a batch that is not final is never removed. It locks
  * only final batches, which no instance call writes or waits for.
+ * per_target splits the counts by the target of the batches' service
+ * (a JSON array of {target, pruned, committed, invalid, resubmitted}).
  */
 CREATE FUNCTION gridha_internal.bucket_prune(bucket integer, cutoff timestamptz, max_batches bigint,
                                              OUT pruned bigint, OUT committed bigint, OUT invalid bigint,
-                                             OUT resubmitted bigint)
+                                             OUT resubmitted bigint, OUT per_target jsonb)
 RETURNS record
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, gridha, pg_temp
@@ -4487,14 +4491,22 @@ BEGIN
                  ORDER BY x.created_at
                  LIMIT bucket_prune.max_batches)
            AND b.status IN ('committed', 'invalid') AND b.finished_at < bucket_prune.cutoff
-        RETURNING b.status, b.attempts
+        RETURNING b.service_id, b.status, b.attempts
+    ), t AS (
+        SELECT coalesce(s.target, 'default') AS target, pg_catalog.count(*) AS pruned,
+               pg_catalog.count(*) FILTER (WHERE d.status = 'committed') AS committed,
+               pg_catalog.count(*) FILTER (WHERE d.status = 'invalid') AS invalid,
+               coalesce(pg_catalog.sum(greatest(d.attempts - 1, 0)), 0) AS resubmitted
+          FROM d
+          LEFT JOIN gridha.bucket_services s
+            ON s.bucket = bucket_prune.bucket AND s.service_id = d.service_id
+         GROUP BY 1
     )
-    SELECT pg_catalog.count(*), pg_catalog.count(*) FILTER (WHERE d.status = 'committed'),
-           pg_catalog.count(*) FILTER (WHERE d.status = 'invalid'),
-           pg_catalog.sum(greatest(d.attempts - 1, 0))
-      INTO pruned, committed, invalid, resubmitted
-      FROM d;
-    resubmitted := coalesce(resubmitted, 0);
+    SELECT coalesce(pg_catalog.sum(t.pruned), 0), coalesce(pg_catalog.sum(t.committed), 0),
+           coalesce(pg_catalog.sum(t.invalid), 0), coalesce(pg_catalog.sum(t.resubmitted), 0),
+           coalesce(pg_catalog.jsonb_agg(pg_catalog.to_jsonb(t) ORDER BY t.target), '[]')
+      INTO pruned, committed, invalid, resubmitted, per_target
+      FROM t;
 END
 $$;
 
@@ -4558,9 +4570,11 @@ BEGIN
         EXIT WHEN left_ <= 0;
         SELECT * INTO r FROM gridha_internal.bucket_prune(k, cutoff, left_);
         CONTINUE WHEN r.pruned = 0;
-        INSERT INTO gridha.pruned_totals AS t (bucket, batches, committed, invalid, resubmitted)
-        VALUES (k, r.pruned, r.committed, r.invalid, r.resubmitted)
-        ON CONFLICT (bucket) DO UPDATE
+        INSERT INTO gridha.pruned_totals AS t (bucket, target, batches, committed, invalid, resubmitted)
+        SELECT k, x.target, x.pruned, x.committed, x.invalid, x.resubmitted
+          FROM pg_catalog.jsonb_to_recordset(r.per_target)
+               AS x(target text, pruned bigint, committed bigint, invalid bigint, resubmitted bigint)
+        ON CONFLICT (bucket, target) DO UPDATE
            SET batches = t.batches + EXCLUDED.batches, committed = t.committed + EXCLUDED.committed,
                invalid = t.invalid + EXCLUDED.invalid, resubmitted = t.resubmitted + EXCLUDED.resubmitted;
         left_ := left_ - r.pruned;
@@ -4716,10 +4730,11 @@ COMMENT ON FUNCTION gridha_internal.citus_prune_batches(integer) IS
 /*
  * citus_metrics(): gridha.metrics' rows in the mode (none outside it), the
  * same columns as on one server, read from the bucket tables over every
- * shard without a lock. The mode's batches have no target: one row of
- * scope target, for target 'default' (where one server puts a batch
- * enqueued without one): backlog, oldest_ready_age_seconds and in_flight
- * from gridha.bucket_services, enqueued_total the services' tail_seq,
+ * shard without a lock. One row of scope target per target of
+ * gridha.bucket_targets (as one server has one per row of gridha.targets),
+ * its figures those of the services on it (gridha.bucket_services.target):
+ * backlog, oldest_ready_age_seconds and in_flight from
+ * gridha.bucket_services, enqueued_total the services' tail_seq,
  * committed_total, invalid_total and resubmitted_total what
  * gridha.bucket_batches holds plus what maintenance pruned
  * (gridha.pruned_totals); the counters the mode does not keep
@@ -4741,34 +4756,41 @@ AS $$
 #variable_conflict use_column
 DECLARE
     t timestamptz := pg_catalog.now();
-    q record;
-    f record;
-    p record;
 BEGIN
     IF NOT gridha_internal.citus_mode() THEN
         RETURN;
     END IF;
-    SELECT pg_catalog.sum(s.tail_seq - s.head_seq + 1) AS backlog,
-           pg_catalog.min(s.ready_at) FILTER (WHERE NOT s.in_flight) AS oldest,
-           pg_catalog.count(*) FILTER (WHERE s.in_flight) AS in_flight,
-           pg_catalog.sum(s.tail_seq) AS enqueued
-      INTO q FROM gridha.bucket_services s;
-    SELECT pg_catalog.count(*) FILTER (WHERE b.status = 'committed') AS committed,
-           pg_catalog.count(*) FILTER (WHERE b.status = 'invalid') AS invalid,
-           pg_catalog.sum(b.attempts - 1) FILTER (WHERE b.attempts > 1) AS resubmitted
-      INTO f FROM gridha.bucket_batches b;
-    SELECT pg_catalog.sum(x.committed) AS committed, pg_catalog.sum(x.invalid) AS invalid,
-           pg_catalog.sum(x.resubmitted) AS resubmitted
-      INTO p FROM gridha.pruned_totals x;
-    RETURN QUERY SELECT 'target'::text, 'default'::text, NULL::uuid, NULL::text,
-        coalesce(q.backlog, 0)::bigint,
-        coalesce(greatest(EXTRACT(epoch FROM t - q.oldest), 0), 0)::float8,
-        coalesce(q.in_flight, 0)::bigint, NULL::bigint, NULL::float8,
-        coalesce(q.enqueued, 0)::bigint,
-        (coalesce(f.committed, 0) + coalesce(p.committed, 0))::bigint,
-        (coalesce(f.invalid, 0) + coalesce(p.invalid, 0))::bigint,
-        (coalesce(f.resubmitted, 0) + coalesce(p.resubmitted, 0))::bigint,
-        NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint;
+    RETURN QUERY
+    SELECT 'target'::text, g.target, NULL::uuid, NULL::text,
+           coalesce(q.backlog, 0)::bigint,
+           coalesce(greatest(EXTRACT(epoch FROM t - q.oldest), 0), 0)::float8,
+           coalesce(q.in_flight, 0)::bigint, NULL::bigint, NULL::float8,
+           coalesce(q.enqueued, 0)::bigint,
+           (coalesce(f.committed, 0) + coalesce(p.committed, 0))::bigint,
+           (coalesce(f.invalid, 0) + coalesce(p.invalid, 0))::bigint,
+           (coalesce(f.resubmitted, 0) + coalesce(p.resubmitted, 0))::bigint,
+           NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint
+      FROM gridha.bucket_targets g
+      LEFT JOIN (SELECT s.target,
+                        pg_catalog.sum(s.tail_seq - s.head_seq + 1) AS backlog,
+                        pg_catalog.min(s.ready_at) FILTER (WHERE NOT s.in_flight) AS oldest,
+                        pg_catalog.count(*) FILTER (WHERE s.in_flight) AS in_flight,
+                        pg_catalog.sum(s.tail_seq) AS enqueued
+                   FROM gridha.bucket_services s
+                  GROUP BY s.target) q ON q.target = g.target
+      LEFT JOIN (SELECT s.target,
+                        pg_catalog.count(*) FILTER (WHERE b.status = 'committed') AS committed,
+                        pg_catalog.count(*) FILTER (WHERE b.status = 'invalid') AS invalid,
+                        pg_catalog.sum(b.attempts - 1) FILTER (WHERE b.attempts > 1) AS resubmitted
+                   FROM gridha.bucket_batches b
+                   JOIN gridha.bucket_services s
+                     ON s.bucket = b.bucket AND s.service_id = b.service_id
+                  GROUP BY s.target) f ON f.target = g.target
+      LEFT JOIN (SELECT x.target, pg_catalog.sum(x.committed) AS committed,
+                        pg_catalog.sum(x.invalid) AS invalid, pg_catalog.sum(x.resubmitted) AS resubmitted
+                   FROM gridha.pruned_totals x
+                  GROUP BY x.target) p ON p.target = g.target
+     ORDER BY g.target;
     RETURN QUERY
     SELECT 'instance'::text, NULL::text, h.holder, i.label, NULL::bigint, NULL::float8,
            coalesce(h.in_flight, 0)::bigint, h.buckets::bigint,
@@ -4790,7 +4812,7 @@ END
 $$;
 
 COMMENT ON FUNCTION gridha_internal.citus_metrics() IS
-'Citus mode: gridha.metrics'' rows (none outside the mode): target default''s gauges and running totals from the bucket tables and gridha.pruned_totals, one row per instance holding a bucket';
+'Citus mode: gridha.metrics'' rows (none outside the mode): per target of gridha.bucket_targets, its services'' gauges and running totals from the bucket tables and gridha.pruned_totals; one row per instance holding a bucket';
 
 /*
  * citus_view_check(): true outside the Citus mode; in it, RG035: the
