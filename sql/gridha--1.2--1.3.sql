@@ -4438,9 +4438,10 @@ FROM PUBLIC;
  * the highest epoch its services had, so its next holder's epoch is above
  * every epoch handed out before, and a late write of a 1.2 claim is
  * refused (RG001); its heads in flight go out again at that epoch. Leader
- * leases and maintenance ticks are cleared (the mode has none). Refused
- * (RG046, nothing changed): ID sequences (the mode has none) and services
- * of a target other than 'default' (the mode has no targets).
+ * leases, maintenance ticks and dropped ID sequences are cleared (the
+ * mode has none). Refused (RG046, nothing changed): ID sequences not
+ * dropped (the mode has none) and services of a target other than
+ * 'default' (the mode has no targets).
  */
 CREATE FUNCTION gridha.citus_setup(move_rows boolean, buckets integer DEFAULT 64)
 RETURNS integer
@@ -4472,11 +4473,11 @@ BEGIN
     LOCK TABLE gridha.service_claims, gridha.batches, gridha.instances, gridha.leases, gridha.id_sequences,
                gridha.maintenance_ticks
         IN ACCESS EXCLUSIVE MODE;
-    IF EXISTS (SELECT 1 FROM gridha.id_sequences) THEN
+    IF EXISTS (SELECT 1 FROM gridha.id_sequences q WHERE NOT q.dropped) THEN
         RAISE EXCEPTION 'cannot move gridha.id_sequences into the Citus mode, which has no ID sequences'
             USING ERRCODE = 'RG046',
-                  DETAIL = format('gridha.id_sequences holds %s sequence(s); in the mode gridha.reserve_ids and gridha.next_id are refused (RG035), so their high water would be left behind.',
-                                  (SELECT count(*) FROM gridha.id_sequences)),
+                  DETAIL = format('gridha.id_sequences holds %s sequence(s) not dropped; in the mode gridha.reserve_ids and gridha.next_id are refused (RG035), so their high water would be left behind.',
+                                  (SELECT count(*) FROM gridha.id_sequences q WHERE NOT q.dropped)),
                   HINT = 'Keep ID sequences on one server, or drop them (gridha.drop_id_sequence) once no id of theirs is needed, then set up again. Nothing was changed.';
     END IF;
     SELECT c.service_id, c.target INTO sid, tg FROM gridha.service_claims c
@@ -4505,7 +4506,8 @@ BEGIN
     CREATE TEMP TABLE citus_move_instances ON COMMIT DROP AS
     SELECT i.instance_id, coalesce(i.owner, me) AS owner, i.label, i.registered_at
       FROM gridha.instances i;
-    TRUNCATE gridha.batches, gridha.service_claims, gridha.instances, gridha.leases, gridha.maintenance_ticks;
+    TRUNCATE gridha.batches, gridha.service_claims, gridha.instances, gridha.leases, gridha.maintenance_ticks,
+             gridha.id_sequences, gridha.id_windows;
 
     -- the layout, with every refusal of citus_setup (RG031 to RG034, and
     -- RG032 for any row left in gridha's tables)
@@ -4666,7 +4668,7 @@ BEGIN
         RAISE EXCEPTION 'the restored bucket tables are not one layout: %', bad
             USING ERRCODE = 'RG048',
                   DETAIL = 'gridha.citus_restore checks the restored rows before it distributes them: each bucket once, each service in its bucket, each batch beside its service''s queue. Nothing was changed.',
-                  HINT = 'Restore a dump taken while no call could write the bucket tables (docs/citus.md, "Lifecycle"): LOCK TABLE gridha.bucket_claims, gridha.bucket_services, gridha.bucket_batches, gridha.bucket_instances IN SHARE MODE in a session held open across pg_dump.';
+                  HINT = 'Restore a dump taken while nothing wrote the bucket tables: stop every producer and instance before pg_dump (docs/citus.md, "Lifecycle").';
     END IF;
 
     -- the layout again, as citus_setup makes it (one connection per node)
