@@ -3,15 +3,17 @@
 # coordinator of a Citus cluster updated to 1.3 and laid out by bucket
 # with its rows moved in (gridha.citus_setup(move_rows => true)); then a
 # pg_dump of it from the coordinator restored into a second, fresh Citus
-# cluster and laid out again there (gridha.citus_restore()).
+# cluster and laid out again there (gridha.citus_restore()); then that
+# cluster upgraded with pg_upgrade, node by node, within PostgreSQL 15.
 #
 # Citus exists for PostgreSQL 15 only. As test/t/032_citus_mode.pl: the
 # PostgreSQL 15 GRIDHA_CITUS_PG_CONFIG names (default: the system's), used
 # as it is when the run's programs are that tree's with gridha installed,
 # otherwise a copy of it with gridha built from this source tree; without
 # Citus there every test is reported skipped, with the reason
-# (test/t/lib/GridhaCitus.pm). pg_upgrade is not run: the Citus build
-# exists for one major only, and docs/citus.md gives the procedure.
+# (test/t/lib/GridhaCitus.pm). pg_upgrade runs from PostgreSQL 15 to the
+# same 15 (the Citus build exists for one major only): it shows Citus's
+# procedure and gridha's state through it, not a change of major.
 #
 # Steps, in the order they run:
 #
@@ -60,6 +62,14 @@
 #             is refused (RG001); then B drains every batch through the
 #             instance calls, in order, and no bucket's epoch is below the
 #             dumped one
+#   upgrade   one more batch in flight; citus_prepare_pg_upgrade() on every
+#             node, each node stopped and upgraded by pg_upgrade into a new
+#             data directory on the same port (u0, u1, u2),
+#             citus_finish_pg_upgrade() on every node: the same layout and
+#             distributed functions, every row as before, the shells
+#             empty; the batch in flight reported at its epoch through the
+#             per-bucket functions on a worker, and next_batch hands out
+#             the service's next batch at the same epoch
 #
 # Runs on PostgreSQL's TAP framework (PostgreSQL::Test::Cluster). Run by
 # `make test` (test/run.sh, part 037_citus_lifecycle) and by `make
@@ -71,12 +81,13 @@ use warnings FATAL => 'all';
 use FindBin;
 use lib "$FindBin::RealBin/lib";
 use GridhaCitus;
+use File::Copy ();
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $NTESTS = 17;
+my $NTESTS = 19;
 plan tests => $NTESTS;
 
 my ($CFG, $CBIN, $CLIB) = citus_tree();
@@ -405,7 +416,101 @@ diag("B's hand-outs: @got2\nerrors: @errs2\nper service: $order2\nstatuses: $all
 ok(!@errs2 && $order2 eq $want2 && $fb eq 'b4' && $all2 eq '24/24' && !@down,
 	'after: B drains every batch left through next_batch and the reports, in seq order per service (the batch in flight at the dump again first), and no bucket\'s epoch is below its dumped one');
 
-my $logs = join('', map { slurp($_->logfile) } @nodes, @rnodes);
+
+# ---------------------------------------------------------------------------
+# pg_upgrade of the restored cluster, within one major (Citus exists here
+# for PostgreSQL 15 only: no newer major to upgrade to), node by node, with
+# Citus's citus_prepare_pg_upgrade() and citus_finish_pg_upgrade() around
+# it; each new node on its old node's port (the workers are known by port)
+
+one($rc, q{SELECT gridha.enqueue('s4', 'b4', '\x04'); SELECT gridha.enqueue('s4', 'b5', '\x05')});
+my ($us, $ub, $ue) = split /\|/, one($rc, "SELECT service_id, batch_id, epoch FROM gridha.next_batch('$B')", 'c37_sub');
+my $uk = one($rc, "SELECT gridha.bucket_of('$us', 64)");
+my %pre = (
+	claims => one($rc, $CLAIMS),
+	queues => one($rc, $QUEUES_FULL),
+	batches => one($rc, $BATCHES_FULL),
+	instances => one($rc, $INSTANCES_BUCKET),
+	functions => one($rc, $FUNCTIONS),
+	layout => one($rc, $LAYOUT));
+my $bindir = $BIN // $CBIN;
+my $upg_ok = 1;
+my $upg_out = '';
+$upg_out .= $_->safe_psql('c37', 'SELECT citus_prepare_pg_upgrade()') . "\n" foreach @rnodes;
+$_->stop('fast') foreach @rnodes;
+my @unodes;
+foreach my $i (0 .. 2)
+{
+	my $old = $rnodes[$i];
+	my $new = PostgreSQL::Test::Cluster->new("u$i", port => $old->port,
+		defined $install_path ? (install_path => $install_path) : ());
+	$new->init(extra => [ '--encoding=UTF8', '--locale=C.UTF-8' ]);
+	$new->append_conf('postgresql.conf', q{
+listen_addresses = 'localhost'
+shared_preload_libraries = 'citus,gridha'
+max_prepared_transactions = 20
+max_worker_processes = 32
+synchronous_commit = off
+full_page_writes = off
+});
+	my $wd = "$tmp/upgrade$i";
+	mkdir $wd;
+	my ($o, $e) = ('', '');
+	IPC::Run::run([ prog('pg_upgrade'), '-b', $bindir, '-B', $bindir, '-d', $old->data_dir, '-D', $new->data_dir,
+			'-p', $old->port, '-P', $new->port, '-s', $new->host ],
+		'<', \undef, '>', \$o, '2>', \$e, init => sub { chdir $wd or die });
+	my $ok = $? == 0;
+	# what pg_upgrade does not carry: CREATE EXTENSION citus turned SSL on
+	# (ALTER SYSTEM, a self-signed certificate in the data directory), and
+	# Citus's connections between nodes require it
+	foreach my $f (qw(postgresql.auto.conf server.crt server.key))
+	{
+		$ok &&= File::Copy::copy($old->data_dir . "/$f", $new->data_dir . "/$f");
+	}
+	chmod 0600, $new->data_dir . '/server.key';
+	$upg_ok &&= $ok;
+	$upg_out .= "node $i: pg_upgrade " . ($ok ? 'done' : "failed:\n$o\n$e") . "\n";
+	unless ($ok)
+	{
+		$upg_out .= slurp($_) foreach glob("$wd/*.log $new->{_basedir}/pgdata/pg_upgrade_output.d/*/log/*.log");
+	}
+	push @unodes, $new;
+}
+if ($upg_ok)
+{
+	$_->start foreach @unodes;
+	$upg_out .= $_->safe_psql('c37', 'SELECT citus_finish_pg_upgrade()') . "\n" foreach @unodes;
+}
+my $uc = $unodes[0];
+my %post = $upg_ok ? (
+	claims => one($uc, $CLAIMS),
+	queues => one($uc, $QUEUES_FULL),
+	batches => one($uc, $BATCHES_FULL),
+	instances => one($uc, $INSTANCES_BUCKET),
+	functions => one($uc, $FUNCTIONS),
+	layout => one($uc, $LAYOUT)) : ();
+my @udiffer = grep { ($post{$_} // '') ne $pre{$_} } sort keys %pre;
+my $ushells = $upg_ok ? one($uc, $SHELLS) : '';
+diag("pg_upgrade: $upg_out\ndiffer after it: " . (@udiffer ? "@udiffer" : 'nothing') . "\nshells: $ushells");
+ok($upg_ok && !@udiffer && $ushells eq 'gridha.bucket_batches:0,gridha.bucket_claims:0,gridha.bucket_services:0'
+	  && $pre{batches} =~ m{/$us/$ub/\d+/submitting/},
+	'pg_upgrade: citus_prepare_pg_upgrade() on every node, pg_upgrade of each node (within PostgreSQL 15), citus_finish_pg_upgrade(): the same layout and distributed functions, every batch, queue, instance and bucket (holder, role, epoch, lease) as before, the shells empty');
+
+my $ucyc = $upg_ok ? run($uc, qq{
+SET citus.log_remote_commands = on;
+SET client_min_messages = notice;
+SELECT gridha.bucket_report_submission($uk, '$B', '$us', '$ub', $ue, 'accepted');
+SELECT gridha.bucket_report_status($uk, '$B', '$us', '$ub', $ue, 'committed');
+}, 'c37_sub') : '';
+my $unext = $upg_ok ? run($uc, "SELECT service_id || '/' || batch_id || '/' || epoch FROM gridha.next_batch('$B')", 'c37_sub') : '';
+my $uports = join('|', map { $_->port } @unodes[1, 2]);
+diag("after pg_upgrade: $ucyc\nnext: $unext");
+ok( $ucyc =~ /\Apending\ncommitted\n/
+	  && $ucyc =~ /issuing SELECT gridha\.bucket_report_submission\($uk,.{0,400}?on server \w+\@localhost:($uports)\b/s
+	  && $unext =~ /^$us\/b5\/$ue$/m,
+	'pg_upgrade: afterwards the per-bucket functions run on a worker (B\'s batch in flight reported at its epoch, committed) and next_batch hands out the service\'s next batch at the same epoch');
+
+my $logs = join('', map { slurp($_->logfile) } @nodes, @rnodes, @unodes);
 my @crash = grep { /server process .* was terminated|PANIC/ } split /\n/, $logs;
 ok(!@crash, 'no node of either cluster crashed and no PANIC in the logs');
 diag(join("\n", @crash)) if @crash;
