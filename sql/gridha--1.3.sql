@@ -5302,9 +5302,10 @@ FROM PUBLIC;
  * leases, maintenance ticks and dropped ID sequences are cleared (the
  * mode has none). Refused (RG046, nothing changed): ID sequences not
  * dropped (the mode has none) and services of a target other than
- * 'default' (the mode has no targets).
+ * 'default' (the mode has no targets). No default for buckets: with one
+ * argument, citus_setup(NULL) would not know which function it calls.
  */
-CREATE FUNCTION gridha.citus_setup(move_rows boolean, buckets integer DEFAULT 64)
+CREATE FUNCTION gridha.citus_setup(move_rows boolean, buckets integer)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, gridha, pg_temp

@@ -1,7 +1,7 @@
 # test/t/037_citus_lifecycle.pl: the Citus mode's lifecycle (issue 43;
 # docs/citus.md, "Lifecycle"): a database that ran gridha 1.2 on the
 # coordinator of a Citus cluster updated to 1.3 and laid out by bucket
-# with its rows moved in (gridha.citus_setup(move_rows => true)); then a
+# with its rows moved in (gridha.citus_setup(move_rows => true, buckets => 64)); then a
 # pg_dump of it from the coordinator restored into a second, fresh Citus
 # cluster and laid out again there (gridha.citus_restore()); then that
 # cluster upgraded with pg_upgrade, node by node, within PostgreSQL 15.
@@ -29,7 +29,7 @@
 #   update    ALTER EXTENSION gridha UPDATE: 1.3 on the coordinator and
 #             both workers, the rows unchanged
 #   refusals  citus_setup() refused (RG032, its hint naming move_rows);
-#             citus_setup(move_rows => true) refused while the ID
+#             citus_setup(move_rows => true, buckets => 64) refused while the ID
 #             sequence exists (RG046), nothing changed
 #   move      after the sequence is dropped, citus_setup(move_rows =>
 #             true): every batch, queue and instance in the bucket tables
@@ -174,7 +174,7 @@ ok("@versions" eq '1.3 1.3 1.3'
 # refusals
 
 my $plain = run($coord, 'SELECT gridha.citus_setup()');
-my $ids = run($coord, 'SELECT gridha.citus_setup(move_rows => true)');
+my $ids = run($coord, 'SELECT gridha.citus_setup(move_rows => true, buckets => 64)');
 my $after_ids = one($coord, q{SELECT (to_regclass('gridha.bucket_claims') IS NULL) || '/' || (SELECT count(*) FROM gridha.id_sequences)})
   . '/' . (one($coord, $BATCHES_LOCAL) eq $b12 ? 'same' : 'changed');
 diag("citus_setup(): $plain\nwith an ID sequence: $ids\nafter: $after_ids");
@@ -183,7 +183,7 @@ ok( sqlstate_of($plain) eq 'RG032'
 	  && sqlstate_of($ids) eq 'RG046'
 	  && $ids =~ /cannot move gridha\.id_sequences into the Citus mode/
 	  && $after_ids eq 'true/1/same',
-	'refusals: citus_setup() refused (RG032) with a hint naming move_rows; citus_setup(move_rows => true) refused while an ID sequence exists (RG046), nothing changed');
+	'refusals: citus_setup() refused (RG032) with a hint naming move_rows; citus_setup(move_rows => true, buckets => 64) refused while an ID sequence exists (RG046), nothing changed');
 
 # ---------------------------------------------------------------------------
 # move
@@ -205,7 +205,7 @@ ok( $moved =~ /^64$/m
 	  && $bm eq $b12 && $qm eq $q12 && $im eq $i12 && $misplaced eq '0'
 	  && $own eq '0'
 	  && $shells eq 'gridha.bucket_batches:0,gridha.bucket_claims:0,gridha.bucket_services:0',
-	'move: citus_setup(move_rows => true) moves every batch (status, seq, epoch, attempts, instance, payload), every queue and the instance with its owner into the buckets; gridha\'s local tables and the shells are empty');
+	'move: citus_setup(move_rows => true, buckets => 64) moves every batch (status, seq, epoch, attempts, instance, payload), every queue and the instance with its owner into the buckets; gridha\'s local tables and the shells are empty');
 
 my %bucket_state = map { my ($s, $e, $h) = split /:/; ($s => [ $e, $h ]) } split /,/, one($coord, q{
 SELECT string_agg(s.service_id || ':' || c.epoch || ':' || coalesce(c.holder::text, '-'), ',')
