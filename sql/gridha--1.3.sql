@@ -3427,7 +3427,7 @@ BEGIN
                 RAISE EXCEPTION 'gridha.% holds rows; gridha.citus_setup needs a fresh database', t
                     USING ERRCODE = 'RG032',
                           DETAIL = 'The Citus mode keeps its batches and claims in tables of its own; rows in gridha''s tables of one server would be left behind, unseen.',
-                          HINT = 'Set up the Citus mode in a new database (CREATE EXTENSION citus; CREATE EXTENSION gridha) and enqueue there.';
+                          HINT = 'Move them into the buckets in the same step: SELECT gridha.citus_setup(move_rows => true, buckets => ...) (docs/citus.md, "Lifecycle"); or set up the Citus mode in a new database.';
             END IF;
         END IF;
     END LOOP;
@@ -6506,3 +6506,291 @@ REVOKE ALL ON FUNCTION
     gridha_internal.citus_buckets(uuid)
 FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION gridha.bucket_enqueue(integer, text, text, bytea, text) TO gridha_producer;
+
+-- --- issue 43: the Citus mode's lifecycle (rows moved in at setup, a dump restored) ---
+--
+-- docs/citus.md, "Lifecycle". gridha.citus_setup(move_rows => true, ...)
+-- lays a database out by bucket and moves into the buckets what gridha 1.2
+-- or 1.3 kept on the coordinator before (batches, services' queues,
+-- instances); gridha.citus_restore() makes the bucket tables a restored
+-- dump brought back as plain tables the mode's layout again.
+
+/*
+ * citus_setup(move_rows, buckets): citus_setup(buckets), and with
+ * move_rows the rows of gridha's local tables moved into the buckets in
+ * the same transaction, instead of the refusal RG032. What moves: every
+ * batch (status, seq, payload, attempts, epoch, instance, timestamps; not
+ * detail or not_before, which the mode's batches do not have), every
+ * service's queue (head, tail, when its head became ready, whether it is
+ * in flight) and its target, every instance with its owner (an instance
+ * without one is registered to the calling role), label and serves (the
+ * targets themselves are laid out by citus_setup: RG040 for a rate limit). Claims do not move (a bucket
+ * holds services several instances claimed): every bucket starts free, at
+ * the highest epoch its services had, so its next holder's epoch is above
+ * every epoch handed out before, and a late write of a 1.2 claim is
+ * refused (RG001); its heads in flight go out again at that epoch. Leader
+ * leases, maintenance ticks and dropped ID sequences are cleared (the
+ * mode has none). Refused (RG046, nothing changed): ID sequences not
+ * dropped (the mode has none). No default for buckets: with one
+ * argument, citus_setup(NULL) would not know which function it calls.
+ */
+CREATE FUNCTION gridha.citus_setup(move_rows boolean, buckets integer)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    n integer;
+    t timestamptz := pg_catalog.clock_timestamp();
+    me name := session_user;
+    nb bigint;
+    ns bigint;
+    ni bigint;
+    r record;
+BEGIN
+    IF move_rows IS NULL THEN
+        RAISE EXCEPTION 'move_rows must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    -- nothing to move, or no Citus, not the coordinator, in the mode
+    -- already: citus_setup's own answer (and its refusals)
+    IF NOT move_rows OR pg_catalog.to_regclass('gridha.bucket_claims') IS NOT NULL
+       OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'citus') THEN
+        RETURN gridha.citus_setup(buckets);
+    END IF;
+    -- no write of gridha's tables from here to the commit (the lock order
+    -- of citus_setup, stronger: the rows are read, then removed)
+    LOCK TABLE gridha.service_claims, gridha.batches, gridha.instances, gridha.leases, gridha.id_sequences,
+               gridha.maintenance_ticks
+        IN ACCESS EXCLUSIVE MODE;
+    IF EXISTS (SELECT 1 FROM gridha.id_sequences q WHERE NOT q.dropped) THEN
+        RAISE EXCEPTION 'cannot move gridha.id_sequences into the Citus mode, which has no ID sequences'
+            USING ERRCODE = 'RG046',
+                  DETAIL = format('gridha.id_sequences holds %s sequence(s) not dropped; in the mode gridha.reserve_ids and gridha.next_id are refused (RG035), so their high water would be left behind.',
+                                  (SELECT count(*) FROM gridha.id_sequences q WHERE NOT q.dropped)),
+                  HINT = 'Keep ID sequences on one server, or drop them (gridha.drop_id_sequence) once no id of theirs is needed, then set up again. Nothing was changed.';
+    END IF;
+
+    -- the rows, kept for this transaction, then gridha's tables emptied
+    -- (in one statement: the instances' truncate checks that no claim is
+    -- held, and the claims go with them)
+    CREATE TEMP TABLE citus_move_services ON COMMIT DROP AS
+    SELECT c.service_id, c.target, coalesce(c.head_seq, c.tail_seq + 1) AS head_seq, c.tail_seq,
+           CASE WHEN c.head_seq IS NOT NULL AND NOT c.in_flight THEN coalesce(c.ready_at, t) END AS ready_at,
+           c.head_seq IS NOT NULL AND c.in_flight AS in_flight,
+           greatest(c.epoch, coalesce((SELECT max(b.epoch) FROM gridha.batches b WHERE b.service_id = c.service_id), 0)) AS epoch
+      FROM gridha.service_claims c;
+    CREATE TEMP TABLE citus_move_batches ON COMMIT DROP AS
+    SELECT b.service_id, b.batch_id, b.seq, b.payload, b.status, b.created_at, b.epoch, b.attempts,
+           b.instance_id, b.handed_out_at, b.submitted_at, b.finished_at
+      FROM gridha.batches b;
+    CREATE TEMP TABLE citus_move_instances ON COMMIT DROP AS
+    SELECT i.instance_id, coalesce(i.owner, me) AS owner, i.label, i.registered_at, i.serves
+      FROM gridha.instances i;
+    TRUNCATE gridha.batches, gridha.service_claims, gridha.instances, gridha.leases, gridha.maintenance_ticks,
+             gridha.id_sequences, gridha.id_windows;
+
+    -- the layout, with every refusal of citus_setup (RG031 to RG034, and
+    -- RG032 for any row left in gridha's tables)
+    n := gridha.citus_setup(buckets);
+
+    INSERT INTO gridha.bucket_instances (instance_id, owner, label, registered_at, serves)
+    SELECT m.instance_id, m.owner, m.label, m.registered_at, m.serves FROM citus_move_instances m;
+    INSERT INTO gridha.bucket_services (bucket, service_id, target, head_seq, tail_seq, ready_at, in_flight)
+    SELECT gridha.bucket_of(m.service_id, n), m.service_id, m.target, m.head_seq, m.tail_seq, m.ready_at,
+           m.in_flight
+      FROM citus_move_services m;
+    INSERT INTO gridha.bucket_batches (bucket, service_id, batch_id, seq, payload, status, created_at, epoch,
+                                       attempts, instance_id, handed_out_at, submitted_at, finished_at)
+    SELECT gridha.bucket_of(m.service_id, n), m.service_id, m.batch_id, m.seq, m.payload, m.status, m.created_at,
+           m.epoch, m.attempts, m.instance_id, m.handed_out_at, m.submitted_at, m.finished_at
+      FROM citus_move_batches m;
+    -- every bucket at the highest epoch its services had (free: its next
+    -- holder takes it at one more)
+    FOR r IN SELECT gridha.bucket_of(m.service_id, n) AS bucket, max(m.epoch) AS epoch
+               FROM citus_move_services m GROUP BY 1 HAVING max(m.epoch) > 0 ORDER BY 1 LOOP
+        UPDATE gridha.bucket_claims c SET epoch = r.epoch WHERE c.bucket = r.bucket;
+    END LOOP;
+    SELECT count(*) INTO nb FROM citus_move_batches;
+    SELECT count(*) INTO ns FROM citus_move_services;
+    SELECT count(*) INTO ni FROM citus_move_instances;
+    RAISE NOTICE 'gridha moved % batch(es) of % service(s) and % instance(s) into % buckets', nb, ns, ni, n
+        USING DETAIL = 'Every bucket is free, at the highest epoch of its services; the heads that were in flight go out again when an instance takes their bucket.';
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.citus_setup(boolean, integer) IS
+'Citus mode: citus_setup(buckets), and with move_rows the batches, queues and instances of gridha''s local tables moved into the buckets (every bucket free, at the highest epoch of its services); RG046 for what cannot move';
+
+/*
+ * citus_restore(): after a dump of a database in Citus mode is restored on
+ * the coordinator of a new Citus cluster (workers added first): the
+ * restore brought the bucket tables back as plain tables of the
+ * coordinator, with their rows; this distributes them again as
+ * citus_setup laid them out (by bucket, co-located; gridha.bucket_instances
+ * a reference table), moves their rows into the shards (no row left in a
+ * shell), and makes the per-bucket functions distributed functions again.
+ * Rows are kept as they are: every batch and status, every bucket's epoch,
+ * holder and lease. First it checks that the restored rows are one layout
+ * (RG048 otherwise, nothing changed). Refuses without Citus or off the
+ * coordinator (RG031), without restored bucket tables (RG047), with tables
+ * already distributed (RG034), with rows in gridha's own tables (RG032).
+ * Returns the bucket count.
+ */
+CREATE FUNCTION gridha.citus_restore()
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    coordinator boolean;
+    t text;
+    n integer;
+    bad text;
+    has_rows boolean;
+    f regprocedure;
+    nf integer := 0;
+    nb bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_extension e WHERE e.extname = 'citus') THEN
+        RAISE EXCEPTION 'gridha.citus_restore needs Citus, which is not installed in database "%"',
+                        current_database()
+            USING ERRCODE = 'RG031',
+                  DETAIL = 'A dump of a database in Citus mode restores into the coordinator of a Citus cluster only.',
+                  HINT = 'Create the new cluster first (CREATE EXTENSION citus, citus_set_coordinator_host, citus_add_node for each worker), restore the dump into its coordinator, then call gridha.citus_restore() there.';
+    END IF;
+    EXECUTE 'SELECT pg_catalog.citus_is_coordinator()' INTO coordinator;
+    IF NOT coordinator THEN
+        RAISE EXCEPTION 'gridha.citus_restore runs on the coordinator of a Citus cluster, and this node is not one'
+            USING ERRCODE = 'RG031',
+                  DETAIL = 'This node is a worker, or no node has been added to its cluster.',
+                  HINT = 'Call it on the coordinator, after citus_set_coordinator_host and citus_add_node.';
+    END IF;
+    FOREACH t IN ARRAY ARRAY['bucket_claims', 'bucket_services', 'bucket_batches', 'bucket_instances',
+                             'bucket_targets'] LOOP
+        IF pg_catalog.to_regclass('gridha.' || t) IS NULL THEN
+            RAISE EXCEPTION 'nothing to restore: gridha.% does not exist', t
+                USING ERRCODE = 'RG047',
+                      DETAIL = 'gridha.citus_restore lays out again the bucket tables a restored dump of a database in Citus mode brought back; this database has none (or not all five).',
+                      HINT = 'Restore the whole dump first; for a database never in Citus mode, call gridha.citus_setup.';
+        END IF;
+    END LOOP;
+    -- a layout in place (citus_setup, or citus_restore before): nothing to do
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
+                WHERE p.logicalrelid IN ('gridha.bucket_claims'::regclass, 'gridha.bucket_services'::regclass,
+                                         'gridha.bucket_batches'::regclass, 'gridha.bucket_instances'::regclass,
+                                         'gridha.bucket_targets'::regclass)) THEN
+        RAISE EXCEPTION 'gridha is already in Citus mode in this database'
+            USING ERRCODE = 'RG034',
+                  DETAIL = 'The bucket tables are Citus tables already: gridha.citus_setup or gridha.citus_restore ran here.',
+                  HINT = 'Nothing to do.';
+    END IF;
+    LOCK TABLE gridha.service_claims, gridha.batches, gridha.instances, gridha.leases, gridha.id_sequences
+        IN SHARE ROW EXCLUSIVE MODE;
+    LOCK TABLE gridha.bucket_claims, gridha.bucket_services, gridha.bucket_batches, gridha.bucket_instances,
+               gridha.bucket_targets
+        IN ACCESS EXCLUSIVE MODE;
+    FOREACH t IN ARRAY ARRAY['batches', 'service_claims', 'instances', 'leases', 'id_sequences'] LOOP
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM gridha.%I)', t) INTO has_rows;
+        IF has_rows THEN
+            RAISE EXCEPTION 'gridha.% holds rows; gridha.citus_restore needs them empty', t
+                USING ERRCODE = 'RG032',
+                      DETAIL = 'In the Citus mode gridha''s own tables stay empty; rows there (written by a call made before this one) would be left behind, unseen.',
+                      HINT = 'Restore into a new database and call gridha.citus_restore() before any client connects.';
+        END IF;
+    END LOOP;
+
+    -- the restored rows are one layout, or nothing changes (a dump taken
+    -- while calls ran can hold a service's queue and its batches from
+    -- different moments)
+    SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = 0;
+    IF n IS NULL THEN
+        bad := 'gridha.bucket_claims has no bucket 0';
+    ELSIF n < 1 OR n > 16384 OR (n & (n - 1)) <> 0 THEN
+        bad := format('bucket 0 says %s buckets, not a power of two from 1 to 16384', n);
+    ELSIF (SELECT count(*) FROM gridha.bucket_claims) <> n
+          OR EXISTS (SELECT 1 FROM gridha.bucket_claims c WHERE c.buckets <> n OR c.bucket < 0 OR c.bucket >= n) THEN
+        bad := format('gridha.bucket_claims does not hold buckets 0 to %s, each once, each of %s buckets', n - 1, n);
+    ELSIF EXISTS (SELECT 1 FROM gridha.bucket_claims c
+                   WHERE c.epoch < 0 OR (c.holder IS NULL) <> (c.holder_role IS NULL)) THEN
+        bad := (SELECT format('bucket %s has a negative epoch, or a holder without its role', min(c.bucket))
+                  FROM gridha.bucket_claims c WHERE c.epoch < 0 OR (c.holder IS NULL) <> (c.holder_role IS NULL));
+    ELSE
+        SELECT format('service "%s" is in bucket %s, not in its bucket %s', s.service_id, s.bucket,
+                      gridha.bucket_of(s.service_id, n))
+          INTO bad FROM gridha.bucket_services s
+         WHERE s.bucket <> gridha.bucket_of(s.service_id, n) ORDER BY s.service_id LIMIT 1;
+        IF bad IS NULL THEN
+            SELECT format('batch "%s" of service "%s" (seq %s) %s', b.batch_id, b.service_id, b.seq,
+                          CASE WHEN s.service_id IS NULL THEN 'has no service row'
+                               WHEN b.bucket <> s.bucket THEN 'is not in its service''s bucket'
+                               WHEN b.seq > s.tail_seq THEN format('is past its service''s tail (%s)', s.tail_seq)
+                               WHEN b.seq >= s.head_seq AND b.status IN ('committed', 'invalid')
+                                    THEN format('is %s at or past its service''s head (%s)', b.status, s.head_seq)
+                               WHEN b.seq < s.head_seq AND b.status NOT IN ('committed', 'invalid')
+                                    THEN format('is %s before its service''s head (%s)', b.status, s.head_seq)
+                               ELSE format('is %s, the head of a service whose in_flight is %s', b.status, s.in_flight) END)
+              INTO bad
+              FROM gridha.bucket_batches b
+              LEFT JOIN gridha.bucket_services s ON s.service_id = b.service_id
+             WHERE s.service_id IS NULL OR b.bucket <> s.bucket OR b.seq > s.tail_seq
+                OR (b.seq >= s.head_seq AND b.status IN ('committed', 'invalid'))
+                OR (b.seq < s.head_seq AND b.status NOT IN ('committed', 'invalid'))
+                OR (b.seq = s.head_seq AND (b.status IN ('submitting', 'pending', 'valid')) <> s.in_flight)
+             ORDER BY b.service_id, b.seq LIMIT 1;
+        END IF;
+        IF bad IS NULL THEN
+            SELECT format('service "%s" has its head %s (tail %s) without a batch row', s.service_id, s.head_seq, s.tail_seq)
+              INTO bad FROM gridha.bucket_services s
+             WHERE s.head_seq <= s.tail_seq
+               AND NOT EXISTS (SELECT 1 FROM gridha.bucket_batches b
+                                WHERE b.service_id = s.service_id AND b.seq = s.head_seq)
+             ORDER BY s.service_id LIMIT 1;
+        END IF;
+    END IF;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'the restored bucket tables are not one layout: %', bad
+            USING ERRCODE = 'RG048',
+                  DETAIL = 'gridha.citus_restore checks the restored rows before it distributes them: each bucket once, each service in its bucket, each batch beside its service''s queue. Nothing was changed.',
+                  HINT = 'Restore a dump taken while nothing wrote the bucket tables: stop every producer and instance before pg_dump (docs/citus.md, "Lifecycle").';
+    END IF;
+
+    -- the layout again, as citus_setup makes it (one connection per node)
+    PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
+    PERFORM create_distributed_table('gridha.bucket_claims', 'bucket', colocate_with => 'none');
+    PERFORM create_distributed_table('gridha.bucket_services', 'bucket', colocate_with => 'gridha.bucket_claims');
+    PERFORM create_distributed_table('gridha.bucket_batches', 'bucket', colocate_with => 'gridha.bucket_claims');
+    PERFORM create_reference_table('gridha.bucket_instances');
+    PERFORM create_reference_table('gridha.bucket_targets');
+    -- the restored rows are in the shards now: the shells are emptied
+    FOREACH t IN ARRAY ARRAY['bucket_claims', 'bucket_services', 'bucket_batches', 'bucket_instances',
+                             'bucket_targets'] LOOP
+        PERFORM truncate_local_data_after_distributing_table(('gridha.' || t)::regclass);
+    END LOOP;
+    -- every per-bucket function (in schema gridha, named bucket_..., its
+    -- first argument the bucket), distributed by it with the tables
+    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+              WHERE p.pronamespace = 'gridha'::regnamespace AND p.proname LIKE 'bucket\_%'
+                AND p.pronargs > 0 AND p.proargtypes[0] = 'integer'::regtype
+                AND p.proargnames[1] = 'bucket'
+              ORDER BY p.oid::regprocedure::text LOOP
+        PERFORM create_distributed_function(f, distribution_arg_name => 'bucket',
+                                            colocate_with => 'gridha.bucket_claims');
+        nf := nf + 1;
+    END LOOP;
+    -- producers enqueue through the mode (as citus_setup leaves it); this
+    -- also makes every backend look at gridha's tables again
+    REVOKE INSERT (service_id, batch_id, payload) ON gridha.batches FROM gridha_producer;
+    SELECT count(*) INTO nb FROM gridha.bucket_batches;
+    RAISE NOTICE 'gridha laid out % restored batch(es) in % buckets again, with % per-bucket functions', nb, n, nf;
+    RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION gridha.citus_restore() IS
+'Citus mode: after a dump of a database in Citus mode is restored on a new cluster''s coordinator: checks the restored bucket tables (RG048), distributes them again as citus_setup does, empties the shells, distributes the per-bucket functions; rows, epochs and holders kept';
+
+REVOKE ALL ON FUNCTION
+    gridha.citus_setup(boolean, integer),
+    gridha.citus_restore()
+FROM PUBLIC;

@@ -80,6 +80,15 @@
  * raised in SQL
  */
 #define ERRCODE_GRIDHA_CITUS_NOT_COORDINATOR	MAKE_SQLSTATE('R','G','0','4','3')
+/*
+ * 1.3, issue 43: the Citus mode's lifecycle (raised in SQL): rows of
+ * gridha's tables that citus_setup(move_rows => true) cannot move; no
+ * restored bucket tables for citus_restore; restored ones that are not one
+ * layout
+ */
+#define ERRCODE_GRIDHA_CITUS_CANNOT_MOVE	MAKE_SQLSTATE('R','G','0','4','6')
+#define ERRCODE_GRIDHA_CITUS_NOTHING_RESTORED	MAKE_SQLSTATE('R','G','0','4','7')
+#define ERRCODE_GRIDHA_CITUS_RESTORE_INCONSISTENT	MAKE_SQLSTATE('R','G','0','4','8')
 /* 1.3: a service's head had no batch row (or a final one): repaired */
 #define ERRCODE_GRIDHA_HEAD_REPAIRED		MAKE_SQLSTATE('R','G','0','2','0')
 

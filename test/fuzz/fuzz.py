@@ -158,6 +158,8 @@ F = {
     # per-bucket functions RG037; bucket_of is a hash
     "bucket_of": "gridha.bucket_of(text,integer)",
     "citus_setup": "gridha.citus_setup(integer)",
+    "citus_setup_move": "gridha.citus_setup(boolean,integer)",
+    "citus_restore": "gridha.citus_restore()",
     "b_enqueue": "gridha.bucket_enqueue(integer,text,text,bytea)",
     "b_enqueue_t": "gridha.bucket_enqueue(integer,text,text,bytea,text)",
     "b_acquire": "gridha.bucket_acquire(integer,uuid,interval)",
@@ -1440,6 +1442,8 @@ class Gen:
         c("set_instance_owner", "set_owner", "SELECT gridha.set_instance_owner(:'ri', current_user::regrole)", [ri])
         c("bucket_of", "bucket_of", "SELECT gridha.bucket_of('fz-tour', 64)", [])
         c("citus_setup", "citus_setup", "SELECT gridha.citus_setup(64)", [])
+        c("citus_setup", "citus_setup_move", "SELECT gridha.citus_setup(move_rows => true, buckets => 64)", [])
+        c("citus_restore", "citus_restore", "SELECT gridha.citus_restore()", [])
         c("bucket_enqueue", "b_enqueue", "SELECT gridha.bucket_enqueue(gridha.bucket_of('fz-tour', 64), 'fz-tour',"
           " 'tour-b-%s', '\\x01')" % tag, [])
         c("bucket_enqueue", "b_enqueue_t", "SELECT gridha.bucket_enqueue(gridha.bucket_of('fz-tour', 64), 'fz-tour',"

@@ -159,8 +159,9 @@ sub citus_build
 	return dirname("$dest$CBIN");
 }
 
-# citus_cluster(INSTALL_PATH, FILE, DB, SQL): one test, the cluster. A
-# coordinator (n0) and two workers (n1, n2) of INSTALL_PATH (undef: the
+# citus_cluster(INSTALL_PATH, FILE, DB, SQL, [PREFIX]): one test, the
+# cluster. A coordinator (n0) and two workers (n1, n2) (PREFIX instead of
+# n: a second cluster of the same test, r0, r1, r2) of INSTALL_PATH (undef: the
 # programs in PATH), citus then gridha preloaded (their postgresql.conf
 # names FILE); database DB with Citus on each; on the coordinator the
 # workers added, CREATE EXTENSION gridha, then SQL (the test's own
@@ -168,11 +169,12 @@ sub citus_build
 # not start skips the rest (skip_rest).
 sub citus_cluster
 {
-	my ($install_path, $file, $db, $extra_sql) = @_;
+	my ($install_path, $file, $db, $extra_sql, $prefix) = @_;
+	$prefix //= 'n';
 	my @nodes;
 	foreach my $n (0 .. 2)
 	{
-		my $node = PostgreSQL::Test::Cluster->new("n$n",
+		my $node = PostgreSQL::Test::Cluster->new("$prefix$n",
 			defined $install_path ? (install_path => $install_path) : ());
 		$node->init(extra => [ '--encoding=UTF8', '--locale=C.UTF-8' ]);
 		$node->append_conf('postgresql.conf', qq{
