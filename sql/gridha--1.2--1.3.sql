@@ -5194,7 +5194,8 @@ COMMENT ON FUNCTION gridha_internal.citus_setup_targets() IS
  * constraints, as on one server) is written to gridha.bucket_targets.
  * Refused there: a rate limit (RG040); the delete of a target a service is
  * on (23503, as the single server's foreign key); a rename carries the
- * services along (as ON UPDATE CASCADE does). On one server: nothing.
+ * services along (as ON UPDATE CASCADE does). Outside the mode (one
+ * server; a restored dump before gridha.citus_restore): nothing.
  */
 CREATE FUNCTION gridha_internal.targets_citus_mirror()
 RETURNS trigger
@@ -5204,7 +5205,9 @@ AS $$
 DECLARE
     used text;
 BEGIN
-    IF pg_catalog.to_regclass('gridha.bucket_targets') IS NULL THEN
+    -- (not in the mode: one server, or a restore before gridha.citus_restore,
+    -- whose dump brings gridha.bucket_targets' rows of its own)
+    IF pg_catalog.to_regclass('gridha.bucket_targets') IS NULL OR NOT gridha_internal.citus_mode() THEN
         RETURN NULL;
     END IF;
     IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.rate_interval IS NOT NULL THEN

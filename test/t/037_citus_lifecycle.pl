@@ -127,9 +127,12 @@ sub sqlstate_of
 # 1.2 on the coordinator's local tables
 
 my @services = map { "s$_" } 1 .. 6;
+# s6 on a target of its own (the others on default)
+one($coord, q{INSERT INTO gridha.targets (target, submit_url) VALUES ('c37t', 'http://127.0.0.1:9/submit')});
 one($coord, join('', map {
 			my $s = $_;
-			map { "SELECT gridha.enqueue('$s', 'b$_', '\\x0$_');\n" } 1 .. 3
+			my $t = $s eq 's6' ? ", 'c37t'" : '';
+			map { "SELECT gridha.enqueue('$s', 'b$_', '\\x0$_'$t);\n" } 1 .. 3
 		} @services));
 my $A = one($coord, q{SELECT gridha.register_instance('c37 old')}, 'c37_sub');
 my @h12;
@@ -199,13 +202,16 @@ my $bm = one($coord, $BATCHES_BUCKET);
 my $qm = one($coord, $QUEUES_BUCKET);
 my $im = one($coord, $INSTANCES_BUCKET);
 my $misplaced = one($coord, q{SELECT count(*) FROM gridha.bucket_batches WHERE bucket <> gridha.bucket_of(service_id, 64)});
-diag("move: $moved\nown rows left: $own; shells: $shells\nbatches: $bm\nqueues: $qm\ninstances: $im");
+my $targets_moved = one($coord, q{SELECT string_agg(service_id || '=' || target, ',' ORDER BY service_id) FROM gridha.bucket_services})
+  . ';' . one($coord, q{SELECT string_agg(target, ',' ORDER BY target) FROM gridha.bucket_targets});
+diag("move: $moved\nown rows left: $own; shells: $shells\nbatches: $bm\nqueues: $qm\ninstances: $im\ntargets: $targets_moved");
 ok( $moved =~ /^64$/m
 	  && $moved =~ /NOTICE:  00000: gridha moved 18 batch\(es\) of 6 service\(s\) and 1 instance\(s\) into 64 buckets/
 	  && $bm eq $b12 && $qm eq $q12 && $im eq $i12 && $misplaced eq '0'
+	  && $targets_moved eq 's1=default,s2=default,s3=default,s4=default,s5=default,s6=c37t;c37t,default'
 	  && $own eq '0'
 	  && $shells eq 'gridha.bucket_batches:0,gridha.bucket_claims:0,gridha.bucket_services:0',
-	'move: citus_setup(move_rows => true, buckets => 64) moves every batch (status, seq, epoch, attempts, instance, payload), every queue and the instance with its owner into the buckets; gridha\'s local tables and the shells are empty');
+	'move: citus_setup(move_rows => true, buckets => 64) moves every batch (status, seq, epoch, attempts, instance, payload), every queue with its target and the instance with its owner into the buckets; gridha\'s local tables and the shells are empty');
 
 my %bucket_state = map { my ($s, $e, $h) = split /:/; ($s => [ $e, $h ]) } split /,/, one($coord, q{
 SELECT string_agg(s.service_id || ':' || c.epoch || ':' || coalesce(c.holder::text, '-'), ',')

@@ -67,7 +67,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $NTESTS = 23;
+my $NTESTS = 24;
 
 plan tests => $NTESTS;
 
@@ -422,6 +422,25 @@ ok($acq !~ /ERROR/ && sqlstate_of($acq_bad) eq '22023'
 	  && one(qq{SELECT serves::text FROM gridha.bucket_instances WHERE instance_id = '$ID{U}'}, $nodes[1]) eq '{submit_function}',
 	'serves: acquire_claims with serves declares anew what the instance serves, on every node; an unknown kind refused (22023)')
   or diag("$acq\n$acq_bad");
+
+# ---------------------------------------------------------------------------
+# metrics: one row of scope target per target of gridha.bucket_targets, each
+# with the figures of the services on it (computed here from the bucket
+# tables: committed batches, batches not final)
+
+my $mrows = run(q{SELECT string_agg(target || '=' || committed_total || '/' || backlog, ',' ORDER BY target)
+  FROM gridha.metrics WHERE scope = 'target'});
+my $mwant = one(q{SELECT string_agg(t.target || '=' || coalesce(c.n, 0) || '/' || coalesce(c.b, 0), ',' ORDER BY t.target)
+  FROM gridha.bucket_targets t
+  LEFT JOIN (SELECT s.target, count(*) FILTER (WHERE b.status = 'committed') AS n,
+                    count(*) FILTER (WHERE b.status NOT IN ('committed', 'invalid')) AS b
+               FROM gridha.bucket_batches b
+               JOIN gridha.bucket_services s ON s.bucket = b.bucket AND s.service_id = b.service_id
+              GROUP BY s.target) c ON c.target = t.target});
+my $busy = () = $mwant =~ /=[1-9]\d*\//g;
+ok($mrows eq $mwant && $busy >= 2,
+	"metrics: one row of scope target per target of gridha.bucket_targets, its committed total and backlog those of the services on it ($busy targets with commits)")
+  or diag("metrics: $mrows\nwant:    $mwant");
 
 # ---------------------------------------------------------------------------
 # end
