@@ -352,19 +352,20 @@ ok( sqlstate_of($bad) eq 'RG048'
 
 my $laid = run($rc, q{SET client_min_messages = notice; SELECT gridha.citus_restore()});
 my $again = run($rc, 'SELECT gridha.citus_restore()');
-my $rshells = one($rc, $SHELLS) . ',' . one($rc, q{SELECT (pg_stat_file(pg_relation_filepath('gridha.bucket_instances'))).size});
+my $rshells = one($rc, $SHELLS) . ',' . one($rc, q{SELECT (pg_stat_file(pg_relation_filepath('gridha.bucket_instances'))).size})
+  . ',' . one($rc, q{SELECT (pg_stat_file(pg_relation_filepath('gridha.bucket_targets'))).size});
 my $rlayout = one($rc, $LAYOUT);
 my $rfunctions = one($rc, $FUNCTIONS);
 diag("citus_restore: $laid\nagain: $again\nlayout: $rlayout (old: $dumped{layout})\nfunctions: $rfunctions\nshells: $rshells");
 ok( $laid =~ /^64$/m
 	  && $laid =~ /NOTICE:  00000: gridha laid out 24 restored batch\(es\) in 64 buckets again/
 	  && $rlayout eq $dumped{layout}
-	  && $rlayout eq 'gridha.bucket_batches/h/bucket,gridha.bucket_claims/h/bucket,gridha.bucket_instances/n/-,gridha.bucket_services/h/bucket 1 2'
+	  && $rlayout eq 'gridha.bucket_batches/h/bucket,gridha.bucket_claims/h/bucket,gridha.bucket_instances/n/-,gridha.bucket_services/h/bucket,gridha.bucket_targets/n/- 1 2'
 	  && $rfunctions eq $dumped{functions}
 	  && ($rfunctions =~ tr/,//) >= 10
-	  && $rshells eq 'gridha.bucket_batches:0,gridha.bucket_claims:0,gridha.bucket_services:0,0'
+	  && $rshells eq 'gridha.bucket_batches:0,gridha.bucket_claims:0,gridha.bucket_services:0,0,0'
 	  && sqlstate_of($again) eq 'RG034',
-	'layout: citus_restore() lays the restored tables out as the old cluster had them (distributed by bucket, co-located, the reference table on both workers, the same distributed functions), the shells empty; a second call is refused (RG034)');
+	'layout: citus_restore() lays the restored tables out as the old cluster had them (distributed by bucket, co-located, the instances\' and targets\' reference tables on both workers, the same distributed functions), the shells empty; a second call is refused (RG034)');
 
 my %now = (
 	claims => one($rc, $CLAIMS),
