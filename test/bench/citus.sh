@@ -325,14 +325,18 @@ cq coord "SELECT citus_set_coordinator_host('127.0.0.1', ${PORT[coord]})" \
 cq coord "SET client_min_messages = warning" -c "CREATE EXTENSION gridha" -c "SELECT gridha.citus_setup(64)" >/dev/null
 cq one "CREATE EXTENSION gridha" >/dev/null
 cqd one cbsql "CREATE EXTENSION gridha" >/dev/null
-# (b): the bucket tables as gridha.citus_setup creates them (its own DDL,
-# read from the installed function), left local
-cqd one cbsql "SELECT pg_get_functiondef('gridha.citus_setup(integer)'::regprocedure)" |
-	awk '/CREATE TABLE gridha\.bucket_claims/ { on = 1 } /REVOKE ALL ON gridha\.bucket_claims/ { on = 0 } on' \
-	>"$DIR/bucket_tables.sql"
+# (b): the bucket tables as gridha.citus_setup creates them (the CREATE
+# TABLE, CREATE INDEX and ALTER TABLE statements on gridha.bucket_* of it
+# and of its part for targets, read from the installed functions), left
+# local; the default target, as the setup copies it from gridha.targets
+for f in 'gridha.citus_setup(integer)' 'gridha_internal.citus_setup_targets()'; do
+	cqd one cbsql "SELECT pg_get_functiondef('$f'::regprocedure)"
+done | awk '/^ *(CREATE TABLE gridha\.bucket_|CREATE (UNIQUE )?INDEX .* ON gridha\.bucket_|ALTER TABLE gridha\.bucket_)/ { on = 1 }
+	on { print } on && /;[[:space:]]*$/ { on = 0 }' >"$DIR/bucket_tables.sql"
 "$PSQL" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "${PORT[one]}" -U postgres -d cbsql \
 	-f "$DIR/bucket_tables.sql" >/dev/null
-cqd one cbsql "INSERT INTO gridha.bucket_claims (bucket, buckets) SELECT b, 64 FROM generate_series(0, 63) AS b" >/dev/null
+cqd one cbsql "INSERT INTO gridha.bucket_claims (bucket, buckets) SELECT b, 64 FROM generate_series(0, 63) AS b" \
+	-c "INSERT INTO gridha.bucket_targets (target, reject_codes) SELECT target, reject_codes FROM gridha.targets" >/dev/null
 CITUS_VERSION=$(cq coord "SELECT extversion FROM pg_extension WHERE extname = 'citus'")
 PG_VERSION=$(cq one "SHOW server_version")
 GRIDHA_VERSION=$(cq coord "SELECT extversion FROM pg_extension WHERE extname = 'gridha'")
