@@ -66,7 +66,7 @@
 #   CITUS_CLIENTS [4]       N: pgbench clients and instances; divides 64
 #   CITUS_ROUNDS [3]        rounds
 #   CITUS_SERVICES [128]    services per bucket (at least 100 for batch 100)
-#   CITUS_DEPTH [20]        batches queued per service (a run that may have
+#   CITUS_DEPTH [80]        batches queued per service (a run that may have
 #                           run dry is flagged: raise it)
 #   CITUS_SECONDS_1 [3]     length of a 1-client run
 #   CITUS_WARM_CALLS [2]    a client's first transactions, not counted in
@@ -84,7 +84,7 @@ CITUS_PORT=${CITUS_PORT:-56700}
 CITUS_CLIENTS=${CITUS_CLIENTS:-4}
 CITUS_ROUNDS=${CITUS_ROUNDS:-3}
 CITUS_SERVICES=${CITUS_SERVICES:-128}
-CITUS_DEPTH=${CITUS_DEPTH:-20}
+CITUS_DEPTH=${CITUS_DEPTH:-80}
 CITUS_SECONDS_1=${CITUS_SECONDS_1:-3}
 CITUS_WARM_CALLS=${CITUS_WARM_CALLS:-2}
 CITUS_WARM=${CITUS_WARM:-1}
