@@ -60,8 +60,8 @@
 #include "postgres.h"
 
 #include "catalog/pg_collation.h"
-#include "common/pg_prng.h"
 #include "catalog/pg_type.h"
+#include "common/pg_prng.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "mb/pg_wchar.h"
@@ -1072,6 +1072,23 @@ gridha_submit_monitor_due_ms(void)
 }
 
 /*
+ * submit_monitor_restart: the next monitor round, when the grid starts
+ * again (the first round, one a whole interval late, or an interval made
+ * shorter): half an interval to an interval and a half from now, at
+ * random, so that workers started together keep to grids of their own
+ * instead of asking, and then POSTing, at the same moments (a ledger with
+ * a short accept queue would meet all their bursts at once).
+ */
+static TimestampTz
+submit_monitor_restart(TimestampTz now)
+{
+	long		ms = Max(gridha_monitor_interval_ms, 1);
+
+	return TimestampTzPlusMilliseconds(now, ms / 2 +
+									   (long) pg_prng_uint64_range(&pg_global_prng_state, 0, ms - 1));
+}
+
+/*
  * gridha_submit_cycle: one cycle. Returns true when it did something that
  * may make more work ready at once (batches handed out, reports sent), so
  * the caller goes round again without sleeping.
@@ -1110,9 +1127,10 @@ gridha_submit_cycle(void)
 	gridha_submit_poll(0);
 
 	now = GetCurrentTimestamp();
-	/* (a round more than an interval away: the interval was made shorter) */
-	if (now >= submit_next_monitor ||
-		submit_next_monitor - now > (TimestampTz) gridha_monitor_interval_ms * 1000)
+	/* further away than a restart puts it: the interval was made shorter */
+	if (submit_next_monitor - now > (TimestampTz) gridha_monitor_interval_ms * 1500)
+		submit_next_monitor = submit_monitor_restart(now);
+	if (now >= submit_next_monitor)
 	{
 		/*
 		 * The answers of the last status runs go in first. A batch whose
@@ -1134,19 +1152,7 @@ gridha_submit_cycle(void)
 		submit_next_monitor = TimestampTzPlusMilliseconds(submit_next_monitor,
 														  gridha_monitor_interval_ms);
 		if (submit_next_monitor <= now)
-		{
-			/*
-			 * The grid starts again (the first round, or one a whole
-			 * interval late) half an interval to an interval and a half
-			 * from now, at random: workers started together keep to grids
-			 * of their own instead of asking, and then POSTing, at the
-			 * same moments (a ledger with a short accept queue would meet
-			 * all their bursts at once).
-			 */
-			submit_next_monitor = TimestampTzPlusMilliseconds(now, gridha_monitor_interval_ms / 2 +
-															  (long) pg_prng_uint64_range(&pg_global_prng_state, 0,
-																						  Max(gridha_monitor_interval_ms, 1) - 1));
-		}
+			submit_next_monitor = submit_monitor_restart(now);
 		gridha_monitor_round(submit_instance_datum(), submit_multi);
 	}
 	if (submit_flush() > 0)
