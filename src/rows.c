@@ -155,14 +155,15 @@ typedef struct RowsKeyDef
 	GridhaTable table;
 	int			nkeys;
 	AttrNumber	attnos[2];
+	bool		memo;			/* kept in the row memo (see there) */
 } RowsKeyDef;
 
 static const RowsKeyDef rows_keys[GRIDHA_NKEYS] = {
-	{GRIDHA_CLAIMS, 1, {CLAIM_SERVICE_ID}},
-	{GRIDHA_BATCHES, 2, {BATCH_SERVICE_ID, BATCH_BATCH_ID}},
-	{GRIDHA_BATCHES, 2, {BATCH_SERVICE_ID, BATCH_SEQ}},
-	{GRIDHA_INSTANCES, 1, {INSTANCE_ID}},
-	{GRIDHA_TOTALS, 2, {TOTALS_TARGET, TOTALS_SLOT}}
+	{GRIDHA_CLAIMS, 1, {CLAIM_SERVICE_ID}, true},
+	{GRIDHA_BATCHES, 2, {BATCH_SERVICE_ID, BATCH_BATCH_ID}, true},
+	{GRIDHA_BATCHES, 2, {BATCH_SERVICE_ID, BATCH_SEQ}, false},
+	{GRIDHA_INSTANCES, 1, {INSTANCE_ID}, true},
+	{GRIDHA_TOTALS, 2, {TOTALS_TARGET, TOTALS_SLOT}, true}
 };
 
 /* gridha.batch_status's labels and, once looked up, their OIDs */
@@ -1123,6 +1124,69 @@ rows_partial_is(Relation index, GridhaPartialIndex which, AttrNumber soft, AttrN
 }
 
 /*
+ * The comparison functions of the scan keys: an index column's operator
+ * family, type and strategy name one operator (pg_amop) whose function
+ * (pg_operator.oprcode) no ALTER OPERATOR changes. Two catalog lookups a
+ * key, on every fetch and scan of the hot path, were the same answer each
+ * time: kept here, and forgotten when pg_amop changes (an operator added
+ * to or dropped from a family, or dropped).
+ */
+typedef struct RowsOpProc
+{
+	Oid			opfamily;		/* InvalidOid: a free slot */
+	Oid			type;
+	StrategyNumber strategy;
+	RegProcedure proc;
+}			RowsOpProc;
+
+#define ROWS_OP_PROCS 8
+static RowsOpProc rows_op_procs[ROWS_OP_PROCS];
+static int	rows_op_procs_next = 0;
+static bool rows_op_procs_registered = false;
+
+static void
+rows_op_procs_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	memset(rows_op_procs, 0, sizeof(rows_op_procs));
+}
+
+/*
+ * rows_op_proc: the function of column i's operator of this strategy.
+ */
+static RegProcedure
+rows_op_proc(Relation index, int i, StrategyNumber strategy)
+{
+	Oid			opfamily = index->rd_opfamily[i];
+	Oid			type = index->rd_opcintype[i];
+	RowsOpProc *c;
+	Oid			op;
+	int			k;
+
+	for (k = 0; k < ROWS_OP_PROCS; k++)
+	{
+		c = &rows_op_procs[k];
+		if (c->opfamily == opfamily && c->type == type && c->strategy == strategy)
+			return c->proc;
+	}
+	if (!rows_op_procs_registered)
+	{
+		CacheRegisterSyscacheCallback(AMOPSTRATEGY, rows_op_procs_callback, (Datum) 0);
+		rows_op_procs_registered = true;
+	}
+	op = get_opfamily_member(opfamily, type, type, strategy);
+	if (!OidIsValid(op))
+		elog(ERROR, "gridha: no operator of strategy %d for column %d of index \"%s\"",
+			 strategy, i + 1, RelationGetRelationName(index));
+	c = &rows_op_procs[rows_op_procs_next];
+	rows_op_procs_next = (rows_op_procs_next + 1) % ROWS_OP_PROCS;
+	c->proc = get_opcode(op);
+	c->opfamily = opfamily;
+	c->type = type;
+	c->strategy = strategy;
+	return c->proc;
+}
+
+/*
  * rows_scan_keys: btree scan keys comparing the index's columns, in order,
  * with the values by the strategies (BTEqualStrategyNumber, ...;
  * GRIDHA_IS_NULL: the column is NULL, its value unused).
@@ -1136,7 +1200,6 @@ rows_scan_keys(Relation index, ScanKey skey, const StrategyNumber *strategies,
 	for (i = 0; i < n; i++)
 	{
 		Oid			type = index->rd_opcintype[i];
-		Oid			op;
 
 		if (strategies[i] == GRIDHA_IS_NULL)
 		{
@@ -1145,12 +1208,9 @@ rows_scan_keys(Relation index, ScanKey skey, const StrategyNumber *strategies,
 								   (Datum) 0);
 			continue;
 		}
-		op = get_opfamily_member(index->rd_opfamily[i], type, type, strategies[i]);
-		if (!OidIsValid(op))
-			elog(ERROR, "gridha: no operator of strategy %d for column %d of index \"%s\"",
-				 strategies[i], i + 1, RelationGetRelationName(index));
 		ScanKeyEntryInitialize(&skey[i], 0, i + 1, strategies[i], type,
-							   index->rd_indcollation[i], get_opcode(op), values[i]);
+							   index->rd_indcollation[i],
+							   rows_op_proc(index, i, strategies[i]), values[i]);
 	}
 }
 
@@ -1176,6 +1236,12 @@ rows_scan_keys(Relation index, ScanKey skey, const StrategyNumber *strategies,
  * index always, so that their predicate locks are the index scan's.
  *
  * Direct-mapped by a hash of the key: a collision replaces a slot.
+ *
+ * A batch's (service_id, seq) is not kept: it is asked for by the
+ * hand-out, of a head this backend has not written (a batch enqueued
+ * since), so its entry would nearly always miss, and noting it cost two
+ * more hashes at each of a cycle's three batch writes. A head handed out
+ * again (after a retry or a takeover) is found through the index.
  */
 #define ROWS_MEMO_SLOTS 1024
 
@@ -1270,7 +1336,7 @@ rows_memo_note(Relation rel, GridhaTable table, TupleTableSlot *slot)
 		uint32		h;
 		RowsMemo   *m;
 
-		if (def->table != table)
+		if (def->table != table || !def->memo)
 			continue;
 		for (i = 0; i < def->nkeys; i++)
 		{
@@ -1304,7 +1370,7 @@ rows_memo_fetch(GridhaRows *rows, GridhaRowsRel *r, GridhaKey key, const Datum *
 	ItemPointerData tid;
 	int			i;
 
-	if (IsolationIsSerializable() ||
+	if (!def->memo || IsolationIsSerializable() ||
 		!OidIsValid(rows_known_index(RelationGetRelid(rel), def->attnos, def->nkeys, true)->index))
 		return false;
 	h = rows_memo_hash(rel, key, values);
