@@ -2791,7 +2791,10 @@ COMMENT ON FUNCTION gridha.bucket_next_batch(integer, uuid, bigint) IS
 /*
  * bucket_report(...): the reports' common part. from: the statuses the
  * batch may be in; to: its new status; final: the service's next batch
- * becomes its head; delayed or unknown: the service's head goes out again.
+ * becomes its head; delayed or unknown: the service's head goes out again,
+ * delayed after the backoff of one server (250 ms after its first
+ * hand-out, 500 ms more for each further one, at most 60 s: the service's
+ * ready_at, which the pick compares with now).
  */
 CREATE FUNCTION gridha_internal.bucket_report(bucket integer, instance_id uuid, service_id text, batch_id text,
                                               epoch bigint, from_status gridha.batch_status[],
@@ -2816,7 +2819,7 @@ BEGIN
      WHERE b.bucket = bucket_report.bucket AND b.service_id = bucket_report.service_id
        AND b.batch_id = bucket_report.batch_id AND b.epoch = bucket_report.epoch
        AND b.instance_id = bucket_report.instance_id AND b.status = ANY (from_status)
-    RETURNING b.seq INTO q;
+    RETURNING b.seq, b.attempts INTO q, n;
     IF NOT FOUND THEN
         SELECT b.status, b.epoch, b.attempts INTO st, e, n FROM gridha.bucket_batches b
          WHERE b.bucket = bucket_report.bucket AND b.service_id = bucket_report.service_id
@@ -2838,7 +2841,10 @@ BEGIN
         UPDATE gridha.bucket_services s
            SET head_seq = CASE WHEN final THEN s.head_seq + 1 ELSE s.head_seq END,
                in_flight = false,
-               ready_at = CASE WHEN NOT final OR s.head_seq + 1 <= s.tail_seq THEN t END
+               ready_at = CASE WHEN to_status = 'delayed'
+                               THEN t + least(250 + 500 * greatest(n - 1, 0), 60000)
+                                        * interval '1 millisecond'
+                               WHEN NOT final OR s.head_seq + 1 <= s.tail_seq THEN t END
          WHERE s.bucket = bucket_report.bucket AND s.service_id = bucket_report.service_id
            AND s.head_seq = q AND s.in_flight;
     END IF;
@@ -2867,7 +2873,7 @@ END
 $$;
 
 COMMENT ON FUNCTION gridha.bucket_report_submission(integer, uuid, text, text, bigint, text) IS
-'Citus mode: the outcome of submitting a batch handed out at that epoch: accepted (pending), delayed (handed out again) or rejected (invalid, final); fenced by the bucket''s epoch';
+'Citus mode: the outcome of submitting a batch handed out at that epoch: accepted (pending), delayed (handed out again after the backoff) or rejected (invalid, final); fenced by the bucket''s epoch';
 
 CREATE FUNCTION gridha.bucket_report_status(bucket integer, instance_id uuid, service_id text, batch_id text,
                                             epoch bigint, status text)

@@ -58,8 +58,9 @@
 #             the bucket over: A's reports are accepted, its hand-out is
 #             refused (RG001, renew first); after a renewal the service's
 #             next batch is handed out
-#   reports   on the fence bucket, held by A again: a delayed batch and one
-#             whose ledger status is unknown go out again, a rejected one
+#   reports   on the fence bucket, held by A again: a delayed batch goes
+#             out again after its backoff (not at once), one whose ledger
+#             status is unknown goes out again at once, a rejected one
 #             ends invalid and its service's next batch follows; a repeated
 #             report changes nothing; a report of a batch never handed out
 #             (RG023) and an unknown outcome (RG004) are refused
@@ -568,6 +569,8 @@ my $next = "SELECT gridha.bucket_next_batch($fb, '$A', $e3)";
 one("SELECT gridha.bucket_enqueue($fb, '$f', 'fb$_', '\\x0$_')") foreach 3 .. 5;
 $call->($next);
 $call->($rsub->('fb3', 'delayed'));
+my $early = one("$next IS NULL");
+one("SELECT pg_sleep(0.3)");
 $call->($next);
 $call->($rsub->('fb3', 'rejected'));
 $call->($rsub->('fb3', 'rejected'));
@@ -585,12 +588,13 @@ $call->($rstat->('fb5', 'committed'));
 my $rrows = one("SELECT string_agg(batch_id || '/' || status || '/' || attempts, ',' ORDER BY seq)
   FROM gridha.bucket_batches WHERE bucket = $fb AND service_id = '$f' AND seq >= 3");
 $rep =~ s/\("?$f"?,(fb\d),\d+,"[^"]*",\d+,(\d+),default\)/$1#$2/g;
-diag("reports: $rep\nnever handed out: $never\nunknown outcome: $badword\nrows: $rrows");
-ok( $rep eq 'fb3#1;delayed;fb3#2;invalid;invalid;fb4#1;pending;unknown;fb4#2;pending;committed;fb5#1;pending;committed;'
+diag("reports: $rep\nnothing to hand out during the backoff: $early\nnever handed out: $never\nunknown outcome: $badword\nrows: $rrows");
+ok( $early eq 't'
+	  && $rep eq 'fb3#1;delayed;fb3#2;invalid;invalid;fb4#1;pending;unknown;fb4#2;pending;committed;fb5#1;pending;committed;'
 	  && sqlstate_of($never) eq 'RG023'
 	  && sqlstate_of($badword) eq 'RG004'
 	  && $rrows eq 'fb3/invalid/2,fb4/committed/2,fb5/committed/1',
-	'reports: delayed and a ledger status unknown hand the batch out again, rejected ends it invalid and the next batch follows, a repeated report changes nothing; never handed out (RG023) and an unknown outcome (RG004) are refused'
+	'reports: delayed hands the batch out again after its backoff (nothing during it), a ledger status unknown at once, rejected ends it invalid and the next batch follows, a repeated report changes nothing; never handed out (RG023) and an unknown outcome (RG004) are refused'
 );
 
 # ---------------------------------------------------------------------------

@@ -20,7 +20,8 @@
 #             buckets and, through the per-bucket functions, commits each
 #             service's first batch, rejects the second of the odd services
 #             (invalid) and hands the second of the even ones out twice
-#             (delayed, then committed), has the third accepted (pending,
+#             (delayed, then, in a second pass after its 250 ms backoff,
+#             committed), has the third accepted (pending,
 #             in flight); the fourth stays queued: 18 committed, 6 invalid,
 #             12 pending, 12 queued
 #   age       with gridha.retention = 1h: every first batch, and the
@@ -46,7 +47,9 @@
 #             queue_progress refused (RG035)
 #   worker    run_maintenance and prune_batches on a worker refused (RG043)
 #   refusals  bad input refused with the single server's SQLSTATEs (22004,
-#             22023, RG025, 25006), nothing changed
+#             22023, RG025, 25006), nothing changed; another role's
+#             instance (RG008), an unknown id when gridha.unknown_instance
+#             is refuse (RG024, not registered)
 #   retention the 6 second batches of m07..m12 aged too: with
 #             gridha.retention = -1 prune_batches removes none, with 1 h
 #             all 6
@@ -68,7 +71,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $NTESTS = 17;
+my $NTESTS = 18;
 my $A = 'aaaaaaaa-0000-0000-0000-000000000036';
 my $B = 'bbbbbbbb-0000-0000-0000-000000000036';
 
@@ -120,8 +123,12 @@ DO \$\$ BEGIN
 PERFORM gridha.bucket_enqueue(gridha.bucket_of(s, 64), s, s || '-' || j, '\\x36')
   FROM (SELECT 'm' || lpad(i::text, 2, '0') AS s FROM generate_series(1, 12) i) x,
        generate_series(1, 4) j ORDER BY j, s;
-END \$\$;
-DO \$\$
+END \$\$;});
+
+# A's pass over its buckets, twice: the first leaves the second batch of
+# each even service delayed, waiting its backoff (250 ms after a first
+# hand-out); the second, after it, hands them out again.
+my $pass = qq{DO \$\$
 DECLARE
     k integer;
     e bigint;
@@ -130,7 +137,10 @@ DECLARE
     odd boolean;
 BEGIN
     FOR k IN SELECT DISTINCT bucket FROM gridha.bucket_services ORDER BY bucket LOOP
-        e := gridha.bucket_acquire(k, '$A', '1 hour');
+        SELECT c.epoch INTO e FROM gridha.bucket_claims c WHERE c.bucket = k AND c.holder = '$A';
+        IF NOT FOUND THEN
+            e := gridha.bucket_acquire(k, '$A', '1 hour');
+        END IF;
         FOR n IN 1 .. 100 LOOP
             r := gridha.bucket_next_batch(k, '$A', e);
             EXIT WHEN r IS NULL OR r.service_id IS NULL;
@@ -148,12 +158,20 @@ BEGIN
             END IF;
         END LOOP;
     END LOOP;
-END \$\$;});
+END \$\$;};
+$setup .= run($pass);
+my $delayed0 = one(q{SELECT count(*) FILTER (WHERE b.status = 'delayed') || '|'
+                         || count(*) FILTER (WHERE b.status = 'delayed' AND s.ready_at - b.submitted_at = interval '250 ms'
+                                               AND NOT s.in_flight AND s.head_seq = b.seq)
+                       FROM gridha.bucket_batches b
+                       JOIN gridha.bucket_services s ON s.bucket = b.bucket AND s.service_id = b.service_id});
+$setup .= run("SELECT pg_sleep(0.3)") . run($pass);
 my $status0 = by_status();
 my $resub0 = one(q{SELECT sum(attempts - 1) FILTER (WHERE attempts > 1) FROM gridha.bucket_batches});
-ok($setup =~ /^64$/m && $setup !~ /ERROR/ && $status0 eq 'committed:18,invalid:6,pending:12,queued:12' && $resub0 eq '6',
-	'setup: 12 services of 4 batches in their buckets, held by A: 18 committed, 6 invalid, 12 pending, 12 queued; 6 hand-outs after the first')
-  or diag("$setup\n$status0 resubmitted $resub0");
+ok($setup =~ /^64$/m && $setup !~ /ERROR/ && $delayed0 eq '6|6'
+	  && $status0 eq 'committed:18,invalid:6,pending:12,queued:12' && $resub0 eq '6',
+	'setup: 12 services of 4 batches in their buckets, held by A: a delayed batch waits its backoff (its service ready 250 ms after the report, not handed out before), then 18 committed, 6 invalid, 12 pending, 12 queued; 6 hand-outs after the first')
+  or diag("$setup\ndelayed after the first pass (all, with the backoff) $delayed0\n$status0 resubmitted $resub0");
 
 # ---------------------------------------------------------------------------
 # age
@@ -336,6 +354,24 @@ ok(sqlstates($bad) eq '22004,22004,22023,22023,RG025,25006,22023,25006'
 	  && one(q{SELECT string_agg(duty || leader || term, ',') FROM gridha.leases}) eq $lease_before,
 	'refusals: a NULL instance or duty (22004), an empty duty or 1.2\'s "maintenance" (22023), a reserved duty (RG025), a read-only transaction (25006), a negative max_batches (22023): nothing pruned, the lease unchanged')
   or diag($bad);
+
+# the instance checks of run_maintenance in the mode: another login role
+# naming A (RG008), an id never registered with gridha.unknown_instance =
+# refuse (RG024, not registered); nothing pruned, the lease unchanged
+$coord->safe_psql('c36', 'CREATE ROLE c36_other LOGIN IN ROLE gridha_submitter');
+my $stranger = '00000000-0000-4000-8000-0000000036ff';
+my $other = citus_psql($coord, 'c36', qq{SET gridha.retention = 0; SELECT gridha.run_maintenance('$A');},
+	'-U', 'c36_other', '-v', 'VERBOSITY=verbose');
+my $unknown = run(qq{SET gridha.retention = 0; SET gridha.unknown_instance = refuse;
+SELECT gridha.run_maintenance('$stranger');});
+my $registered = one(qq{SELECT count(*) FROM gridha.bucket_instances WHERE instance_id = '$stranger'});
+ok( sqlstates($other) eq 'RG008'
+	  && sqlstates($unknown) eq 'RG024'
+	  && $registered eq '0'
+	  && batches() eq $after
+	  && one(q{SELECT string_agg(duty || leader || term, ',') FROM gridha.leases}) eq $lease_before,
+	'refusals: run_maintenance naming an instance another role owns (RG008), and an id never registered with gridha.unknown_instance = refuse (RG024, not registered): nothing pruned, the lease unchanged')
+  or diag("other role: $other\nunknown: $unknown\nregistered: $registered");
 
 # ---------------------------------------------------------------------------
 # retention

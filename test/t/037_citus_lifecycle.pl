@@ -49,7 +49,8 @@
 #             node, the bucket tables plain local tables of the
 #             coordinator holding every row, no distributed function
 #   layout    a restore made inconsistent (a service's tail below its last
-#             batch) refused (RG048), nothing changed; then
+#             batch) refused (RG048), nothing changed; on a worker
+#             refused (RG031), with a row in gridha.leases (RG032); then
 #             citus_restore(): the layout of the old cluster (tables
 #             distributed by bucket, co-located, the reference table on
 #             both workers, the same distributed functions), the shells
@@ -87,7 +88,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $NTESTS = 19;
+my $NTESTS = 20;
 plan tests => $NTESTS;
 
 my ($CFG, $CBIN, $CLIB) = citus_tree();
@@ -349,6 +350,23 @@ ok( sqlstate_of($bad) eq 'RG048'
 	  && $bad =~ /the restored bucket tables are not one layout: batch "b5" of service "$fs" \(seq 5\) is past its service's tail \(4\)/
 	  && $still eq '0',
 	'layout: citus_restore() of bucket tables that are not one layout (a service\'s tail below its last batch) is refused (RG048), nothing distributed');
+
+# the restore's other refusals: on a worker (RG031); with a row in one of
+# gridha's own tables, which stay empty in the mode (RG032); nothing
+# distributed by either
+my $onworker = run($rnodes[1], 'SELECT gridha.citus_restore()');
+my $withrows = run($rc, q{BEGIN;
+INSERT INTO gridha.leases (duty) VALUES ('c37.early');
+SELECT gridha.citus_restore();
+ROLLBACK;});
+my $still2 = one($rc, q{SELECT count(*) FROM pg_dist_partition WHERE logicalrelid::text LIKE 'gridha.bucket\_%'});
+diag("on a worker: $onworker\nwith a row in gridha.leases: $withrows\nCitus tables after: $still2");
+ok( sqlstate_of($onworker) eq 'RG031'
+	  && $onworker =~ /gridha\.citus_restore runs on the coordinator of a Citus cluster, and this node is not one/
+	  && sqlstate_of($withrows) eq 'RG032'
+	  && $withrows =~ /gridha\.leases holds rows; gridha\.citus_restore needs them empty/
+	  && $still2 eq '0',
+	'refusals: citus_restore() on a worker is refused (RG031), and on the coordinator while one of gridha\'s own tables holds a row (RG032); nothing distributed');
 
 my $laid = run($rc, q{SET client_min_messages = notice; SELECT gridha.citus_restore()});
 my $again = run($rc, 'SELECT gridha.citus_restore()');

@@ -52,8 +52,13 @@ SELECT gridha.bucket_next_batch(6, :'A', 1);
 \echo '--- rejected: invalid, final (s53 has nothing more)'
 SELECT gridha.bucket_report_submission(6, :'A', 's53', 'b1', 1, 'rejected');
 
-\echo '--- delayed: the batch goes out again at once; a ledger status unknown too'
+\echo '--- delayed: the batch goes out again after its backoff (250 ms after a first hand-out), not before; a ledger status unknown at once'
 SELECT gridha.bucket_report_submission(6, :'A', 's52', 'b2', 1, 'delayed');
+SELECT gridha.bucket_next_batch(6, :'A', 1) IS NULL AS waiting;
+SELECT s.ready_at - b.submitted_at = interval '250 ms' AS backoff_250ms, s.in_flight
+  FROM gridha.bucket_services s JOIN gridha.bucket_batches b ON b.bucket = s.bucket AND b.service_id = s.service_id
+ WHERE s.bucket = 6 AND s.service_id = 's52' AND b.batch_id = 'b2';
+SELECT pg_sleep(0.3);
 SELECT gridha.bucket_next_batch(6, :'A', 1);
 SELECT gridha.bucket_report_submission(6, :'A', 's52', 'b2', 1, 'accepted');
 SELECT gridha.bucket_report_status(6, :'A', 's52', 'b2', 1, 'unknown');
