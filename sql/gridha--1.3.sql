@@ -4183,6 +4183,7 @@ DECLARE
     n integer;
     final boolean := to_status IN ('committed', 'invalid');
     t timestamptz := pg_catalog.now();
+    back timestamptz;
 BEGIN
     PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, false);
     UPDATE gridha.bucket_batches b
@@ -4211,12 +4212,15 @@ BEGIN
                   DETAIL = format('It is %s, handed out last at epoch %s.', st, e);
     END IF;
     IF final OR to_status IN ('delayed', 'unknown') THEN
+        -- the backoff computed here: Citus refuses a STABLE expression
+        -- (timestamptz + interval) in the statement's CASE
+        IF to_status = 'delayed' THEN
+            back := t + least(250 + 500 * greatest(n - 1, 0), 60000) * interval '1 millisecond';
+        END IF;
         UPDATE gridha.bucket_services s
            SET head_seq = CASE WHEN final THEN s.head_seq + 1 ELSE s.head_seq END,
                in_flight = false,
-               ready_at = CASE WHEN to_status = 'delayed'
-                               THEN t + least(250 + 500 * greatest(n - 1, 0), 60000)
-                                        * interval '1 millisecond'
+               ready_at = CASE WHEN to_status = 'delayed' THEN back
                                WHEN NOT final OR s.head_seq + 1 <= s.tail_seq THEN t END
          WHERE s.bucket = bucket_report.bucket AND s.service_id = bucket_report.service_id
            AND s.head_seq = q AND s.in_flight;
