@@ -327,101 +327,6 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE VIEW gridha.metrics AS
-WITH RECURSIVE claimants(id) AS (
-    (SELECT c.claimant FROM gridha.service_claims c
-      WHERE c.claimant IS NOT NULL
-      ORDER BY c.claimant
-      LIMIT 1)
-    UNION ALL
-    SELECT (SELECT c.claimant FROM gridha.service_claims c
-             WHERE c.claimant > k.id
-             ORDER BY c.claimant
-             LIMIT 1)
-      FROM claimants k
-     WHERE k.id IS NOT NULL
-),
-busy AS (
-    SELECT w.* FROM claimants k
-    CROSS JOIN LATERAL (
-        SELECT c.target, c.head_seq, c.tail_seq, c.ready_at, c.in_flight,
-               c.tail_seq - c.settled_seq AS enqueued,
-               c.committed_total - c.settled_committed AS committed,
-               c.invalid_total - c.settled_invalid AS invalid,
-               c.resubmitted_total - c.settled_resubmitted AS resubmitted
-          FROM gridha.service_claims c
-         WHERE c.claimant = k.id AND c.ready_at IS NOT NULL) w
-    UNION ALL
-    SELECT c.target, c.head_seq, c.tail_seq, c.ready_at, c.in_flight,
-           c.tail_seq - c.settled_seq, c.committed_total - c.settled_committed,
-           c.invalid_total - c.settled_invalid, c.resubmitted_total - c.settled_resubmitted
-      FROM gridha.service_claims c
-     WHERE c.claimant IS NULL AND c.ready_at IS NOT NULL
-    UNION ALL
-    SELECT c.target, c.head_seq, c.tail_seq, c.ready_at, c.in_flight,
-           c.tail_seq - c.settled_seq, c.committed_total - c.settled_committed,
-           c.invalid_total - c.settled_invalid, c.resubmitted_total - c.settled_resubmitted
-      FROM gridha.service_claims c
-     WHERE c.in_flight AND c.ready_at IS NULL
-)
-SELECT 'target'::text AS scope,
-       t.target,
-       NULL::uuid AS instance_id,
-       NULL::text AS label,
-       coalesce(s.backlog, 0)::bigint AS backlog,
-       coalesce(greatest(extract(epoch FROM now() - s.oldest_ready_at), 0), 0)::float8 AS oldest_ready_age_seconds,
-       coalesce(s.in_flight, 0)::bigint AS in_flight,
-       NULL::bigint AS claims_held,
-       NULL::float8 AS lease_remaining_seconds,
-       (coalesce(x.enqueued, 0) + coalesce(s.enqueued, 0))::bigint AS enqueued_total,
-       (coalesce(x.committed, 0) + coalesce(s.committed, 0))::bigint AS committed_total,
-       (coalesce(x.invalid, 0) + coalesce(s.invalid, 0))::bigint AS invalid_total,
-       (coalesce(x.resubmitted, 0) + coalesce(s.resubmitted, 0))::bigint AS resubmitted_total,
-       coalesce(x.taken_over, 0)::bigint AS claims_taken_over_total,
-       coalesce(x.stale, 0)::bigint AS stale_writes_refused_total,
-       coalesce(x.repaired, 0)::bigint AS heads_repaired_total,
-       coalesce(x.omitted, 0)::bigint AS status_omitted_total
-FROM gridha.targets t
-LEFT JOIN (
-    SELECT b.target,
-           sum(coalesce(b.tail_seq - b.head_seq + 1, 0)) AS backlog,
-           min(b.ready_at) FILTER (WHERE NOT b.in_flight) AS oldest_ready_at,
-           count(*) FILTER (WHERE b.in_flight) AS in_flight,
-           sum(b.enqueued) AS enqueued,
-           sum(b.committed) AS committed,
-           sum(b.invalid) AS invalid,
-           sum(b.resubmitted) AS resubmitted
-      FROM busy b
-     GROUP BY b.target) s ON s.target = t.target
-LEFT JOIN LATERAL (
-    SELECT sum(o.claims_taken_over) AS taken_over, sum(o.stale_writes_refused) AS stale,
-           sum(o.settled_enqueued) AS enqueued, sum(o.settled_committed) AS committed,
-           sum(o.settled_invalid) AS invalid, sum(o.settled_resubmitted) AS resubmitted,
-           sum(o.heads_repaired) AS repaired, sum(o.status_omitted) AS omitted
-      FROM gridha.target_totals o
-     WHERE o.target = t.target) x ON true
-UNION ALL
-SELECT 'instance'::text,
-       NULL::text,
-       i.instance_id,
-       i.label,
-       NULL::bigint,
-       NULL::float8,
-       (SELECT count(*) FROM gridha.service_claims c
-         WHERE c.claimant = i.instance_id AND c.in_flight)::bigint,
-       i.held::bigint,
-       greatest(extract(epoch FROM i.soft_expiry - now()), 0)::float8,
-       NULL::bigint,
-       NULL::bigint,
-       NULL::bigint,
-       NULL::bigint,
-       NULL::bigint,
-       NULL::bigint,
-       NULL::bigint,
-       NULL::bigint
-FROM gridha.instances i
-WHERE i.soft_expiry IS NOT NULL;
-
 COMMENT ON VIEW gridha.metrics IS
 'Prometheus-style metrics: one row per target (gauges backlog, oldest_ready_age_seconds, in_flight; running totals enqueued_total, committed_total, invalid_total, resubmitted_total, claims_taken_over_total, stale_writes_refused_total, heads_repaired_total, status_omitted_total) and one per instance with a lease (gauges in_flight, claims_held, lease_remaining_seconds); reads no batch';
 
@@ -631,9 +536,26 @@ DROP FUNCTION gridha.register_instance(text);
 
 CREATE OR REPLACE FUNCTION gridha.register_instance(label text DEFAULT NULL, serves text[] DEFAULT NULL)
 RETURNS uuid
-AS 'MODULE_PATHNAME', 'gridha_register_instance'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    new_owner name;
+    new_id    uuid;
+BEGIN
+    -- the Citus mode (gridha.citus_setup): its own path, gridha.bucket_instances
+    IF pg_catalog.to_regclass('gridha.bucket_claims') IS NOT NULL THEN
+        RETURN gridha_internal.citus_register_instance(register_instance.label, register_instance.serves);
+    END IF;
+    new_owner := gridha_internal.register_check(register_instance.serves);
+    INSERT INTO gridha.instances AS i (instance_id, label, kind, owner)
+    VALUES (pg_catalog.gen_random_uuid(), register_instance.label, 'external', new_owner)
+    RETURNING i.instance_id INTO new_id;
+    PERFORM gridha_internal.register_touch(new_id, register_instance.serves);
+    RETURN new_id;
+END
+$$;
 
 COMMENT ON FUNCTION gridha.register_instance(text, text[]) IS
 'registers a new external instance, owned by the calling role, and returns its id; serves, when given, declares the kinds of target it serves (submit_url, submit_function, status_url, status_function), NULL: any';
@@ -678,25 +600,8 @@ LANGUAGE plpgsql VOLATILE ROWS 100
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 DECLARE
-    n integer := 0;
-    a record;
+    n integer := gridha_internal.report_arrays_check(service_ids, batch_ids, epochs, 'outcomes', outcomes, details);
 BEGIN
-    FOR a IN SELECT * FROM (VALUES (1, 'service_ids', service_ids), (2, 'batch_ids', batch_ids),
-                                   (3, 'epochs', epochs::text[]), (4, 'outcomes', outcomes),
-                                   (5, 'details', details)) v(i, name, arr) ORDER BY i LOOP
-        CONTINUE WHEN a.i = 5 AND a.arr IS NULL;
-        IF a.arr IS NULL THEN
-            RAISE EXCEPTION '% must not be null', a.name USING ERRCODE = '22004';
-        END IF;
-        IF array_ndims(a.arr) > 1 THEN
-            RAISE EXCEPTION '% must be a one-dimensional array', a.name USING ERRCODE = '22023';
-        END IF;
-        IF a.i > 1 AND cardinality(a.arr) <> n THEN
-            RAISE EXCEPTION '% has % elements, service_ids has %', a.name, cardinality(a.arr), n
-                USING ERRCODE = '22023', DETAIL = 'Each array holds one element per batch reported.';
-        END IF;
-        n := cardinality(a.arr);
-    END LOOP;
     RETURN QUERY
     SELECT r.service_id, r.batch_id, r.status,
            CASE WHEN u.w IS NOT NULL AND r.message = 'outcome must not be null' THEN 'RG004' ELSE r.sqlstate END,
@@ -838,25 +743,8 @@ LANGUAGE plpgsql VOLATILE ROWS 100
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 DECLARE
-    n integer := 0;
-    a record;
+    n integer := gridha_internal.report_arrays_check(service_ids, batch_ids, epochs, 'statuses', statuses, details);
 BEGIN
-    FOR a IN SELECT * FROM (VALUES (1, 'service_ids', service_ids), (2, 'batch_ids', batch_ids),
-                                   (3, 'epochs', epochs::text[]), (4, 'statuses', statuses),
-                                   (5, 'details', details)) v(i, name, arr) ORDER BY i LOOP
-        CONTINUE WHEN a.i = 5 AND a.arr IS NULL;
-        IF a.arr IS NULL THEN
-            RAISE EXCEPTION '% must not be null', a.name USING ERRCODE = '22004';
-        END IF;
-        IF array_ndims(a.arr) > 1 THEN
-            RAISE EXCEPTION '% must be a one-dimensional array', a.name USING ERRCODE = '22023';
-        END IF;
-        IF a.i > 1 AND cardinality(a.arr) <> n THEN
-            RAISE EXCEPTION '% has % elements, service_ids has %', a.name, cardinality(a.arr), n
-                USING ERRCODE = '22023', DETAIL = 'Each array holds one element per batch reported.';
-        END IF;
-        n := cardinality(a.arr);
-    END LOOP;
     RETURN QUERY
     SELECT r.service_id, r.batch_id, r.status,
            CASE WHEN u.w IS NOT NULL AND r.message = 'status must not be null' THEN 'RG005' ELSE r.sqlstate END,
@@ -917,7 +805,142 @@ GRANT EXECUTE ON FUNCTION
     gridha.run_maintenance(uuid, text)
 TO gridha_submitter;
 
+-- The Citus mode's side of the read calls and views (docs/citus.md), before
+-- the calls and views that use it; the rest of the mode is further down.
+
+-- Whether this database is in the Citus mode: false at once on one server
+-- once gridha's tables were found plain (the flag the hot path tests).
+CREATE FUNCTION gridha_internal.citus_mode()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'gridha_citus_mode_sql'
+LANGUAGE C STABLE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.citus_mode() IS
+'whether gridha.citus_setup laid this database out by bucket (the Citus mode); the read calls choose their statement by it';
+
+/*
+ * citus_claimed_batches(instance, max_batches): claimed_batches in the
+ * mode: the head batch of each service of every bucket the instance holds
+ * (its lease running or not, as a claim is the instance's until taken
+ * over), with the bucket's epoch, the services whose head is ready first
+ * (by when it became ready), then those in flight; one read over every
+ * shard without a lock.
+ */
+CREATE FUNCTION gridha_internal.citus_claimed_batches(instance_id uuid, max_batches integer)
+RETURNS TABLE (service_id text, batch_id text, seq bigint, status gridha.batch_status, epoch bigint)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT s.service_id, b.batch_id, b.seq, b.status, c.epoch
+      FROM gridha.bucket_claims c
+      JOIN gridha.bucket_services s ON s.bucket = c.bucket
+      JOIN gridha.bucket_batches b ON b.bucket = s.bucket AND b.service_id = s.service_id AND b.seq = s.head_seq
+     WHERE c.holder = citus_claimed_batches.instance_id AND s.head_seq <= s.tail_seq
+     ORDER BY s.ready_at, s.service_id
+     LIMIT citus_claimed_batches.max_batches;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_claimed_batches(uuid, integer) IS
+'Citus mode: gridha.claimed_batches: the head batch of each service of the buckets the instance holds, ready ones first, with the bucket''s epoch; read without a lock';
+
+/*
+ * citus_pending_batches(instance, max_batches): pending_batches in the
+ * mode: the heads in flight that the ledger accepted (pending, valid) in
+ * the buckets the instance holds, oldest submission first, with the
+ * bucket's epoch; one read over every shard without a lock.
+ */
+CREATE FUNCTION gridha_internal.citus_pending_batches(instance_id uuid, max_batches integer)
+RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, epoch bigint, submitted_at timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT s.service_id, b.batch_id, b.status, c.epoch, b.submitted_at
+      FROM gridha.bucket_claims c
+      JOIN gridha.bucket_services s ON s.bucket = c.bucket
+      JOIN gridha.bucket_batches b ON b.bucket = s.bucket AND b.service_id = s.service_id AND b.seq = s.head_seq
+     WHERE c.holder = citus_pending_batches.instance_id AND s.in_flight
+       AND b.status IN ('pending', 'valid')
+     ORDER BY b.submitted_at, s.service_id
+     LIMIT citus_pending_batches.max_batches;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_pending_batches(uuid, integer) IS
+'Citus mode: gridha.pending_batches: the pending and valid heads of the services of the buckets the instance holds, oldest submission first; read without a lock';
+
+/*
+ * citus_verify_batch(instance, service, batch, epoch): verify_batch in the
+ * mode: true only while the instance holds the service's bucket at this
+ * epoch, the bucket's lease has not run out, and the batch is the
+ * service's head, submitting, handed out to the instance at this epoch.
+ * One read of the service's bucket (a router query), without a lock.
+ */
+CREATE FUNCTION gridha_internal.citus_verify_batch(instance_id uuid, service_id text, batch_id text, epoch bigint)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    t timestamptz := pg_catalog.now();
+    n integer;
+    k integer;
+    ok boolean;
+BEGIN
+    SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = 0;
+    k := gridha.bucket_of(citus_verify_batch.service_id, n);
+    SELECT c.holder = citus_verify_batch.instance_id AND c.epoch = citus_verify_batch.epoch
+           AND c.hard_expiry > t
+           AND b.seq = s.head_seq AND b.status = 'submitting' AND b.epoch = citus_verify_batch.epoch
+           AND b.instance_id = citus_verify_batch.instance_id
+      INTO ok
+      FROM gridha.bucket_claims c
+      JOIN gridha.bucket_services s ON s.bucket = c.bucket AND s.service_id = citus_verify_batch.service_id
+      JOIN gridha.bucket_batches b ON b.bucket = c.bucket AND b.service_id = citus_verify_batch.service_id
+                                  AND b.batch_id = citus_verify_batch.batch_id
+     WHERE c.bucket = k;
+    RETURN ok IS TRUE;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_verify_batch(uuid, text, text, bigint) IS
+'Citus mode: gridha.verify_batch: true while the instance holds the service''s bucket at this epoch (lease running) and the batch is its head, submitting under it; read without a lock';
+
+/*
+ * citus_view_check(): true outside the Citus mode; in it, RG035: the
+ * views that read gridha's tables of one server (claims, instance_health,
+ * service_queues and through it queue_progress) would show nothing there,
+ * which is not the mode's state.
+ */
+CREATE FUNCTION gridha_internal.citus_view_check()
+RETURNS boolean
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    IF gridha_internal.citus_mode() THEN
+        RAISE EXCEPTION 'gridha is in Citus mode, where this view does not run'
+            USING ERRCODE = 'RG035',
+                  DETAIL = 'gridha.claims, gridha.instance_health, gridha.service_queues and gridha.queue_progress read gridha''s tables of one server, which stay empty in the Citus mode.',
+                  HINT = 'Read gridha.metrics, or the bucket tables (gridha.bucket_claims, gridha.bucket_services, gridha.bucket_batches) as gridha_admin (docs/citus.md).';
+    END IF;
+    RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_view_check() IS
+'true outside the Citus mode; RG035 in it, for the views that read gridha''s tables of one server';
+
 CREATE VIEW gridha.claims AS
+SELECT o.* FROM (
 SELECT c.service_id,
        c.target,
        c.claimant,
@@ -945,12 +968,15 @@ CROSS JOIN LATERAL (
     SELECT c.in_flight AND EXISTS (
                SELECT 1 FROM gridha.batches b
                 WHERE b.service_id = c.service_id AND b.seq = c.head_seq
-                  AND b.status = 'submitting') AS submitting) h;
+                  AND b.status = 'submitting') AS submitting) h
+) o
+WHERE gridha_internal.citus_view_check();
 
 COMMENT ON VIEW gridha.claims IS
 'each claim with its effective expiries (its claimant''s lease, or the claim''s own when earlier) and its state: free, held, slow (soft-expired but submitting: not taken), soft_expired (takeover possible), hard_expired (takeover regardless); has_in_flight: its head is handed out (submitting, pending or valid)';
 
 CREATE VIEW gridha.instance_health AS
+SELECT o.* FROM (
 SELECT i.instance_id,
        i.label,
        i.kind,
@@ -972,7 +998,9 @@ FROM gridha.instances i
 LEFT JOIN LATERAL (
     SELECT bool_or(c.submitting) AS submitting
       FROM gridha.claims c
-     WHERE c.claimant = i.instance_id AND c.has_in_flight) x ON true;
+     WHERE c.claimant = i.instance_id AND c.has_in_flight) x ON true
+) o
+WHERE gridha_internal.citus_view_check();
 
 COMMENT ON VIEW gridha.instance_health IS
 'each instance''s health by the decision tree, from its lease: registered and never seen new; within its lease healthy; past its soft expiry and mid-submission slow (assumed healthy); past it and idle, or past its hard expiry, failed; released its claims since its last cycle: stopped';
@@ -1036,18 +1064,32 @@ UPDATE gridha.maintenance_ticks SET role = 'gridha.maintenance' WHERE role = 'ma
 
 CREATE OR REPLACE FUNCTION gridha.lead(instance_id uuid, duty text DEFAULT 'default')
 RETURNS bigint
-AS 'MODULE_PATHNAME', 'gridha_lead'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    t bigint;
+BEGIN
+    PERFORM gridha_internal.lease_call('lead()', lead.instance_id, lead.duty);
+    t := gridha_internal.lease_take(lead.instance_id, lead.duty, true, false);
+    PERFORM gridha_internal.lease_done(lead.instance_id);
+    RETURN t;
+END
+$$;
 
 COMMENT ON FUNCTION gridha.lead(uuid, text) IS
 'leads the duty (a new term when the leader changes) or renews this instance''s lease on it; returns the term, or NULL while another instance holds an unexpired lease; duties named gridha.* are gridha''s own and refused (RG025)';
 
 CREATE OR REPLACE FUNCTION gridha.resign_lead(instance_id uuid, duty text DEFAULT 'default')
 RETURNS boolean
-AS 'MODULE_PATHNAME', 'gridha_resign_lead'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    PERFORM gridha_internal.lease_call('resign_lead()', resign_lead.instance_id, resign_lead.duty);
+    RETURN gridha_internal.lease_resign(resign_lead.instance_id, resign_lead.duty);
+END
+$$;
 
 -- --- issue 40, API 1.3 (finish): one name for gridha's duty; duty, not role ---
 -- run_maintenance's default duty is gridha's own by its 1.3 name (1.2's
@@ -1065,9 +1107,61 @@ CREATE OR REPLACE FUNCTION gridha.run_maintenance(
     OUT pruned_batches bigint,
     OUT opened_windows integer)
 RETURNS record
-AS 'MODULE_PATHNAME', 'gridha_run_maintenance'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r        record;
+    s        record;
+    latest   bigint;
+    lease_ok boolean;
+BEGIN
+    IF gridha_internal.citus_mode() THEN
+        -- the Citus mode: the same lease and tick, a prune pass by bucket
+        SELECT * INTO r FROM gridha_internal.citus_run_maintenance(run_maintenance.instance_id, run_maintenance.duty);
+        term := r.term;
+        tick := r.tick;
+        outcome := r.outcome;
+        swept_instances := r.swept_instances;
+        pruned_batches := r.pruned_batches;
+        opened_windows := r.opened_windows;
+        RETURN;
+    END IF;
+    PERFORM gridha_internal.lease_call('run_maintenance()', run_maintenance.instance_id, run_maintenance.duty);
+    swept_instances := 0;
+    pruned_batches := 0;
+    opened_windows := 0;
+    term := gridha_internal.lease_take(run_maintenance.instance_id, run_maintenance.duty, false, false);
+    IF term IS NULL THEN
+        outcome := 'not_leader';
+    ELSE
+        SELECT * INTO r
+          FROM gridha_internal.maintenance_tick(run_maintenance.instance_id, run_maintenance.duty, term, true);
+        IF r.tick_run IS NOT NULL THEN
+            tick := r.tick_run;
+            swept_instances := r.swept;
+            pruned_batches := r.pruned;
+            opened_windows := r.opened;
+            outcome := 'ran';
+        ELSE
+            -- why no tick ran: the current tick, the highest stored, the lease
+            SELECT * INTO s FROM gridha_internal.lease_settings();
+            SELECT t.tick,
+                   (SELECT max(p.tick) FROM gridha.maintenance_ticks p WHERE p.duty = run_maintenance.duty),
+                   EXISTS (SELECT 1 FROM gridha.leases l
+                            WHERE l.duty = run_maintenance.duty AND l.leader = run_maintenance.instance_id
+                              AND l.term = run_maintenance.term AND l.expires_at > now())
+              INTO tick, latest, lease_ok
+              FROM (SELECT (floor(extract(epoch FROM now()) * 1000 / s.interval_ms) * s.interval_ms)::int8 AS tick) t;
+            outcome := CASE WHEN NOT lease_ok THEN 'lost_lease'
+                            WHEN latest > tick THEN 'clock_behind'
+                            ELSE 'already_run' END;
+        END IF;
+    END IF;
+    PERFORM gridha_internal.lease_done(run_maintenance.instance_id);
+END
+$$;
 
 COMMENT ON FUNCTION gridha.run_maintenance(uuid, text) IS
 'leads the duty (by default gridha''s own, gridha.maintenance; 1.2''s name maintenance is refused) if it can and runs the current tick once: sweeps long-gone instances, prunes final batches past gridha.retention, tops up ID windows; outcome ran, not_leader, already_run, clock_behind or lost_lease';
@@ -1131,63 +1225,6 @@ REVOKE ALL ON FUNCTION gridha_internal.report_arrays_check(text[], text[], bigin
 GRANT EXECUTE ON FUNCTION gridha_internal.report_arrays_check(text[], text[], bigint[], text, text[], text[])
 TO gridha_submitter;
 
-CREATE OR REPLACE FUNCTION gridha.report_submissions(instance_id uuid, service_ids text[], batch_ids text[],
-                                                     epochs bigint[], outcomes text[], details text[] DEFAULT NULL)
-RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
-LANGUAGE plpgsql VOLATILE ROWS 100
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-DECLARE
-    n integer := gridha_internal.report_arrays_check(service_ids, batch_ids, epochs, 'outcomes', outcomes, details);
-BEGIN
-    RETURN QUERY
-    SELECT r.service_id, r.batch_id, r.status,
-           CASE WHEN u.w IS NOT NULL AND r.message = 'outcome must not be null' THEN 'RG004' ELSE r.sqlstate END,
-           CASE WHEN u.w IS NOT NULL AND r.message = 'outcome must not be null'
-                THEN format('unknown submission outcome "%s"', u.w) ELSE r.message END
-      FROM ROWS FROM (gridha.report_submissions(instance_id, ARRAY(
-               SELECT ROW(v.s, v.b, v.e,
-                          CASE lower(v.w COLLATE "C") WHEN 'accepted' THEN 'accepted' WHEN 'delayed' THEN 'delayed'
-                               WHEN 'rejected' THEN 'rejected' END::gridha.submission_outcome,
-                          v.d)::gridha.submission_report
-                 FROM unnest(service_ids, batch_ids, epochs, outcomes,
-                             coalesce(details, array_fill(NULL::text, ARRAY[n])))
-                      WITH ORDINALITY AS v(s, b, e, w, d, k)
-                ORDER BY v.k))) WITH ORDINALITY AS r(service_id, batch_id, status, sqlstate, message, k)
-      JOIN unnest(outcomes) WITH ORDINALITY AS u(w, k) ON u.k = r.k
-     ORDER BY r.k;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION gridha.report_statuses(instance_id uuid, service_ids text[], batch_ids text[],
-                                                  epochs bigint[], statuses text[], details text[] DEFAULT NULL)
-RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
-LANGUAGE plpgsql VOLATILE ROWS 100
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-DECLARE
-    n integer := gridha_internal.report_arrays_check(service_ids, batch_ids, epochs, 'statuses', statuses, details);
-BEGIN
-    RETURN QUERY
-    SELECT r.service_id, r.batch_id, r.status,
-           CASE WHEN u.w IS NOT NULL AND r.message = 'status must not be null' THEN 'RG005' ELSE r.sqlstate END,
-           CASE WHEN u.w IS NOT NULL AND r.message = 'status must not be null'
-                THEN format('unknown ledger status "%s"', u.w) ELSE r.message END
-      FROM ROWS FROM (gridha.report_statuses(instance_id, ARRAY(
-               SELECT ROW(v.s, v.b, v.e,
-                          CASE lower(v.w COLLATE "C") WHEN 'pending' THEN 'pending' WHEN 'valid' THEN 'valid'
-                               WHEN 'committed' THEN 'committed' WHEN 'invalid' THEN 'invalid'
-                               WHEN 'unknown' THEN 'unknown' END::gridha.ledger_status,
-                          v.d)::gridha.status_report
-                 FROM unnest(service_ids, batch_ids, epochs, statuses,
-                             coalesce(details, array_fill(NULL::text, ARRAY[n])))
-                      WITH ORDINALITY AS v(s, b, e, w, d, k)
-                ORDER BY v.k))) WITH ORDINALITY AS r(service_id, batch_id, status, sqlstate, message, k)
-      JOIN unnest(statuses) WITH ORDINALITY AS u(w, k) ON u.k = r.k
-     ORDER BY r.k;
-END
-$$;
-
 -- --- issue 42.1: instances, queues, status, totals, counts, targets, cold claims (SQL out of C) ---
 
 -- The checks of the read-only calls whose statement is SQL since 1.3
@@ -1219,14 +1256,17 @@ REVOKE ALL ON FUNCTION gridha_internal.instance_check(uuid, integer),
 -- The claims are picked first and each one's head is then looked up by its
 -- key (LATERAL ... LIMIT 1 keeps that a per-claim lookup whatever the
 -- statistics say): the cost follows the instance's claims, never the number
--- of batches.
+-- of batches. claimed_batches, verify_batch and pending_batches each have
+-- the Citus mode's branch: on one server it is not run (its one-time
+-- filter, citus_mode(), is false); in the mode gridha's tables of one
+-- server are empty and that branch reads the bucket tables.
 CREATE OR REPLACE FUNCTION gridha.claimed_batches(instance_id uuid, max_batches integer DEFAULT 100)
 RETURNS TABLE (service_id text, batch_id text, seq bigint, status gridha.batch_status, epoch bigint)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 SELECT gridha_internal.instance_check($1, $2);
-SELECT c.service_id, h.batch_id, h.seq, h.status, c.epoch
+(SELECT c.service_id, h.batch_id, h.seq, h.status, c.epoch
   FROM (SELECT c.service_id, c.head_seq, c.epoch, c.ready_at
           FROM gridha.service_claims c
          WHERE c.claimant = $1 AND c.head_seq IS NOT NULL
@@ -1236,7 +1276,11 @@ SELECT c.service_id, h.batch_id, h.seq, h.status, c.epoch
   SELECT b.batch_id, b.seq, b.status FROM gridha.batches b
    WHERE b.service_id = c.service_id AND b.seq = c.head_seq
    LIMIT 1) h
- ORDER BY c.ready_at, c.service_id
+ ORDER BY c.ready_at, c.service_id)
+UNION ALL
+SELECT m.service_id, m.batch_id, m.seq, m.status, m.epoch
+  FROM gridha_internal.citus_claimed_batches($1, $2) m
+ WHERE gridha_internal.citus_mode()
 $$;
 
 -- True only while this instance holds the claim at this epoch, the claim
@@ -1249,14 +1293,15 @@ LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 SELECT gridha_internal.instance_check($1, $2, $3, $4);
-SELECT coalesce((SELECT c.claimant = $1 AND c.epoch = $4
+SELECT CASE WHEN gridha_internal.citus_mode() THEN gridha_internal.citus_verify_batch($1, $2, $3, $4)
+       ELSE coalesce((SELECT c.claimant = $1 AND c.epoch = $4
                         AND least(c.hard_expiry, i.hard_expiry) > now()
                         AND b.seq = c.head_seq AND b.status = 'submitting' AND b.epoch = $4
                         AND b.instance_id = $1
                    FROM gridha.service_claims c
                    JOIN gridha.batches b ON b.service_id = c.service_id AND b.batch_id = $3
                    LEFT JOIN gridha.instances i ON i.instance_id = c.claimant
-                  WHERE c.service_id = $2), false)
+                  WHERE c.service_id = $2), false) END
 $$;
 
 -- Each in-flight claim's head is looked up by its key (LATERAL ... LIMIT 1
@@ -1268,7 +1313,7 @@ LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 SELECT gridha_internal.instance_check($1, $2);
-SELECT c.service_id, h.batch_id, h.status, c.epoch, h.submitted_at
+(SELECT c.service_id, h.batch_id, h.status, c.epoch, h.submitted_at
   FROM gridha.service_claims c
  CROSS JOIN LATERAL (
   SELECT b.batch_id, b.status, b.submitted_at FROM gridha.batches b
@@ -1277,7 +1322,11 @@ SELECT c.service_id, h.batch_id, h.status, c.epoch, h.submitted_at
    LIMIT 1) h
  WHERE c.claimant = $1 AND c.in_flight
  ORDER BY h.submitted_at, c.service_id
- LIMIT $2
+ LIMIT $2)
+UNION ALL
+SELECT m.service_id, m.batch_id, m.status, m.epoch, m.submitted_at
+  FROM gridha_internal.citus_pending_batches($1, $2) m
+ WHERE gridha_internal.citus_mode()
 $$;
 
 -- --- issue 42.1: leader, ID sequences, rate limits (SQL out of C) ---
@@ -1739,93 +1788,15 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION gridha.run_maintenance(
-    instance_id uuid,
-    duty text DEFAULT 'gridha.maintenance',
-    OUT term bigint,
-    OUT tick bigint,
-    OUT outcome gridha.maintenance_outcome,
-    OUT swept_instances integer,
-    OUT pruned_batches bigint,
-    OUT opened_windows integer)
-RETURNS record
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    r        record;
-    s        record;
-    latest   bigint;
-    lease_ok boolean;
-BEGIN
-    PERFORM gridha_internal.lease_call('run_maintenance()', run_maintenance.instance_id, run_maintenance.duty);
-    swept_instances := 0;
-    pruned_batches := 0;
-    opened_windows := 0;
-    term := gridha_internal.lease_take(run_maintenance.instance_id, run_maintenance.duty, false, false);
-    IF term IS NULL THEN
-        outcome := 'not_leader';
-    ELSE
-        SELECT * INTO r
-          FROM gridha_internal.maintenance_tick(run_maintenance.instance_id, run_maintenance.duty, term, true);
-        IF r.tick_run IS NOT NULL THEN
-            tick := r.tick_run;
-            swept_instances := r.swept;
-            pruned_batches := r.pruned;
-            opened_windows := r.opened;
-            outcome := 'ran';
-        ELSE
-            -- why no tick ran: the current tick, the highest stored, the lease
-            SELECT * INTO s FROM gridha_internal.lease_settings();
-            SELECT t.tick,
-                   (SELECT max(p.tick) FROM gridha.maintenance_ticks p WHERE p.duty = run_maintenance.duty),
-                   EXISTS (SELECT 1 FROM gridha.leases l
-                            WHERE l.duty = run_maintenance.duty AND l.leader = run_maintenance.instance_id
-                              AND l.term = run_maintenance.term AND l.expires_at > now())
-              INTO tick, latest, lease_ok
-              FROM (SELECT (floor(extract(epoch FROM now()) * 1000 / s.interval_ms) * s.interval_ms)::int8 AS tick) t;
-            outcome := CASE WHEN NOT lease_ok THEN 'lost_lease'
-                            WHEN latest > tick THEN 'clock_behind'
-                            ELSE 'already_run' END;
-        END IF;
-    END IF;
-    PERFORM gridha_internal.lease_done(run_maintenance.instance_id);
-END
-$$;
-
-CREATE OR REPLACE FUNCTION gridha.lead(instance_id uuid, duty text DEFAULT 'default')
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-DECLARE
-    t bigint;
-BEGIN
-    PERFORM gridha_internal.lease_call('lead()', lead.instance_id, lead.duty);
-    t := gridha_internal.lease_take(lead.instance_id, lead.duty, true, false);
-    PERFORM gridha_internal.lease_done(lead.instance_id);
-    RETURN t;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION gridha.resign_lead(instance_id uuid, duty text DEFAULT 'default')
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-BEGIN
-    PERFORM gridha_internal.lease_call('resign_lead()', resign_lead.instance_id, resign_lead.duty);
-    RETURN gridha_internal.lease_resign(resign_lead.instance_id, resign_lead.duty);
-END
-$$;
-
 CREATE OR REPLACE FUNCTION gridha.prune_batches(max_batches integer DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 BEGIN
+    IF gridha_internal.citus_mode() THEN
+        RETURN gridha_internal.citus_prune_batches(max_batches);
+    END IF;
     RETURN gridha_internal.prune_step(gridha_internal.lease_call('prune_batches()', NULL, NULL, max_batches));
 END
 $$;
@@ -2235,18 +2206,20 @@ COMMENT ON FUNCTION gridha.bucket_of(text, integer) IS
 'the bucket of a service among buckets (the count gridha.citus_setup laid out): an immutable hash of the id, the same on every node and release';
 
 -- What a per-bucket hand-out returns: one value (Citus delegates only a
--- lone SELECT f(...), so the hand-out cannot return a set).
+-- lone SELECT f(...), so the hand-out cannot return a set), with its
+-- service's target.
 CREATE TYPE gridha.bucket_batch AS (
     service_id text,
     batch_id   text,
     seq        bigint,
     payload    bytea,
     epoch      bigint,
-    attempts   integer
+    attempts   integer,
+    target     text
 );
 
 COMMENT ON TYPE gridha.bucket_batch IS
-'a batch handed out by gridha.bucket_next_batch (Citus mode): its service, id, place in the queue, payload, the bucket''s epoch and how often it was handed out';
+'a batch handed out by gridha.bucket_next_batch (Citus mode): its service, id, place in the queue, payload, the bucket''s epoch, how often it was handed out, and its service''s target';
 
 /*
  * citus_setup(buckets): the Citus mode, once, on the coordinator of a
@@ -2526,7 +2499,10 @@ COMMENT ON FUNCTION gridha_internal.bucket_args(text[]) IS
 /*
  * bucket_enqueue(bucket, service, batch, payload): appends a batch to the
  * service's queue in its bucket (bucket = gridha.bucket_of(service_id,
- * buckets), else RG036); returns its seq.
+ * buckets), else RG036); returns its seq. A new service is created on
+ * target default; the form with a target, and what both share
+ * (gridha_internal.bucket_enqueue_target), are with the mode's targets
+ * below.
  */
 CREATE FUNCTION gridha.bucket_enqueue(bucket integer, service_id text, batch_id text, payload bytea)
 RETURNS bigint
@@ -2534,37 +2510,8 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp
 SET plan_cache_mode = force_custom_plan
 AS $$
-DECLARE
-    n integer;
-    q bigint;
-    t timestamptz := pg_catalog.now();
 BEGIN
-    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, service_id, batch_id]);
-    IF service_id = '' OR batch_id = '' OR pg_catalog.octet_length(service_id) > 512
-       OR pg_catalog.octet_length(batch_id) > 512 THEN
-        RAISE EXCEPTION 'a service or batch id must be 1 to 512 bytes' USING ERRCODE = '22023';
-    END IF;
-    SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = bucket_enqueue.bucket;
-    IF NOT FOUND OR gridha.bucket_of(bucket_enqueue.service_id, n) <> bucket_enqueue.bucket THEN
-        RAISE EXCEPTION 'service "%" is not in bucket %', bucket_enqueue.service_id, bucket_enqueue.bucket
-            USING ERRCODE = 'RG036',
-                  DETAIL = CASE WHEN n IS NULL THEN 'There is no such bucket in this layout.'
-                                ELSE format('Its bucket is %s (gridha.bucket_of(service_id, %s)).',
-                                            gridha.bucket_of(bucket_enqueue.service_id, n), n) END,
-                  HINT = 'Pass gridha.bucket_of(service_id, buckets) as the bucket, with the count gridha.citus_setup laid out.';
-    END IF;
-    INSERT INTO gridha.bucket_services (bucket, service_id)
-    VALUES (bucket_enqueue.bucket, bucket_enqueue.service_id) ON CONFLICT DO NOTHING;
-    UPDATE gridha.bucket_services s
-       SET tail_seq = s.tail_seq + 1,
-           ready_at = CASE WHEN NOT s.in_flight AND s.head_seq = s.tail_seq + 1 THEN t
-                           ELSE s.ready_at END
-     WHERE s.bucket = bucket_enqueue.bucket AND s.service_id = bucket_enqueue.service_id
-    RETURNING s.tail_seq INTO q;
-    INSERT INTO gridha.bucket_batches (bucket, service_id, batch_id, seq, payload, created_at)
-    VALUES (bucket_enqueue.bucket, bucket_enqueue.service_id, bucket_enqueue.batch_id, q,
-            bucket_enqueue.payload, t);
-    RETURN q;
+    RETURN gridha_internal.bucket_enqueue_target(bucket, service_id, batch_id, payload, NULL);
 END
 $$;
 
@@ -2749,7 +2696,10 @@ COMMENT ON FUNCTION gridha.bucket_release(integer, uuid, bigint) IS
  * bucket_next_batch(bucket, instance, epoch): the head of the bucket's
  * service that has waited longest, handed out (submitting, at the epoch);
  * NULL when none is ready. Fenced. The pick is FOR UPDATE SKIP LOCKED
- * within the bucket's shard.
+ * within the bucket's shard. Only the heads of services whose target the
+ * instance serves are handed out (its serves in gridha.bucket_instances,
+ * read where the call runs; an instance not registered, or that declared
+ * nothing, serves every target), each with its service's target.
  */
 CREATE FUNCTION gridha.bucket_next_batch(bucket integer, instance_id uuid, epoch bigint)
 RETURNS gridha.bucket_batch
@@ -2760,14 +2710,20 @@ AS $$
 DECLARE
     sid text;
     h bigint;
+    tg text;
+    sv text[];
+    ok text[];
     r gridha.bucket_batch;
     t timestamptz := pg_catalog.now();
 BEGIN
     PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text]);
     PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, true);
-    SELECT s.service_id, s.head_seq INTO sid, h
+    SELECT i.serves INTO sv FROM gridha.bucket_instances i WHERE i.instance_id = bucket_next_batch.instance_id;
+    ok := gridha_internal.bucket_servable(sv);
+    SELECT s.service_id, s.head_seq, s.target INTO sid, h, tg
       FROM gridha.bucket_services s
      WHERE s.bucket = bucket_next_batch.bucket AND s.ready_at <= t
+       AND (ok IS NULL OR s.target = ANY (ok))
      ORDER BY s.ready_at, s.service_id
      LIMIT 1
        FOR UPDATE SKIP LOCKED;
@@ -2780,7 +2736,7 @@ BEGIN
        SET status = 'submitting', epoch = bucket_next_batch.epoch, attempts = b.attempts + 1,
            instance_id = bucket_next_batch.instance_id, handed_out_at = t, submitted_at = NULL
      WHERE b.bucket = bucket_next_batch.bucket AND b.service_id = sid AND b.seq = h
-    RETURNING b.service_id, b.batch_id, b.seq, b.payload, b.epoch, b.attempts INTO r;
+    RETURNING b.service_id, b.batch_id, b.seq, b.payload, b.epoch, b.attempts, tg INTO r;
     RETURN r;
 END
 $$;
@@ -2810,6 +2766,7 @@ DECLARE
     n integer;
     final boolean := to_status IN ('committed', 'invalid');
     t timestamptz := pg_catalog.now();
+    back timestamptz;
 BEGIN
     PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, false);
     UPDATE gridha.bucket_batches b
@@ -2838,12 +2795,15 @@ BEGIN
                   DETAIL = format('It is %s, handed out last at epoch %s.', st, e);
     END IF;
     IF final OR to_status IN ('delayed', 'unknown') THEN
+        -- the backoff computed here: Citus refuses a STABLE expression
+        -- (timestamptz + interval) in the statement's CASE
+        IF to_status = 'delayed' THEN
+            back := t + least(250 + 500 * greatest(n - 1, 0), 60000) * interval '1 millisecond';
+        END IF;
         UPDATE gridha.bucket_services s
            SET head_seq = CASE WHEN final THEN s.head_seq + 1 ELSE s.head_seq END,
                in_flight = false,
-               ready_at = CASE WHEN to_status = 'delayed'
-                               THEN t + least(250 + 500 * greatest(n - 1, 0), 60000)
-                                        * interval '1 millisecond'
+               ready_at = CASE WHEN to_status = 'delayed' THEN back
                                WHEN NOT final OR s.head_seq + 1 <= s.tail_seq THEN t END
          WHERE s.bucket = bucket_report.bucket AND s.service_id = bucket_report.service_id
            AND s.head_seq = q AND s.in_flight;
@@ -2952,19 +2912,7 @@ TO gridha_submitter;
 -- verify_batch stay SQL: their check (gridha_internal.instance_check, C)
 -- hands over to gridha_internal.citus_instance_check in the mode, and
 -- their statement reads the bucket tables there (gridha_internal.citus_mode
--- says which), without a lock. They replace the definitions above with the
--- same statement and the mode's branch.
-
--- Whether this database is in the Citus mode: false at once on one server
--- once gridha's tables were found plain (the flag the hot path tests).
-CREATE FUNCTION gridha_internal.citus_mode()
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'gridha_citus_mode_sql'
-LANGUAGE C STABLE
-SET search_path = pg_catalog, gridha, pg_temp;
-
-COMMENT ON FUNCTION gridha_internal.citus_mode() IS
-'whether gridha.citus_setup laid this database out by bucket (the Citus mode); the read calls choose their statement by it';
+-- says which), without a lock; that branch is defined with them, above.
 
 /*
  * citus_owner_check(instance): the calling role (session_user) may act as
@@ -3026,101 +2974,6 @@ COMMENT ON FUNCTION gridha_internal.citus_instance_check(uuid, integer) IS
 'Citus mode: the check of claimed_batches and pending_batches after their arguments: the calling role may act as the instance (RG008)';
 COMMENT ON FUNCTION gridha_internal.citus_instance_check(uuid, text, text, bigint) IS
 'Citus mode: the check of verify_batch after its arguments: the calling role may act as the instance (RG008)';
-
-/*
- * citus_claimed_batches(instance, max_batches): claimed_batches in the
- * mode: the head batch of each service of every bucket the instance holds
- * (its lease running or not, as a claim is the instance's until taken
- * over), with the bucket's epoch, the services whose head is ready first
- * (by when it became ready), then those in flight; one read over every
- * shard without a lock.
- */
-CREATE FUNCTION gridha_internal.citus_claimed_batches(instance_id uuid, max_batches integer)
-RETURNS TABLE (service_id text, batch_id text, seq bigint, status gridha.batch_status, epoch bigint)
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, gridha, pg_temp
-SET plan_cache_mode = force_custom_plan
-AS $$
-BEGIN
-    RETURN QUERY
-    SELECT s.service_id, b.batch_id, b.seq, b.status, c.epoch
-      FROM gridha.bucket_claims c
-      JOIN gridha.bucket_services s ON s.bucket = c.bucket
-      JOIN gridha.bucket_batches b ON b.bucket = s.bucket AND b.service_id = s.service_id AND b.seq = s.head_seq
-     WHERE c.holder = citus_claimed_batches.instance_id AND s.head_seq <= s.tail_seq
-     ORDER BY s.ready_at, s.service_id
-     LIMIT citus_claimed_batches.max_batches;
-END
-$$;
-
-COMMENT ON FUNCTION gridha_internal.citus_claimed_batches(uuid, integer) IS
-'Citus mode: gridha.claimed_batches: the head batch of each service of the buckets the instance holds, ready ones first, with the bucket''s epoch; read without a lock';
-
-/*
- * citus_pending_batches(instance, max_batches): pending_batches in the
- * mode: the heads in flight that the ledger accepted (pending, valid) in
- * the buckets the instance holds, oldest submission first, with the
- * bucket's epoch; one read over every shard without a lock.
- */
-CREATE FUNCTION gridha_internal.citus_pending_batches(instance_id uuid, max_batches integer)
-RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, epoch bigint, submitted_at timestamptz)
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, gridha, pg_temp
-SET plan_cache_mode = force_custom_plan
-AS $$
-BEGIN
-    RETURN QUERY
-    SELECT s.service_id, b.batch_id, b.status, c.epoch, b.submitted_at
-      FROM gridha.bucket_claims c
-      JOIN gridha.bucket_services s ON s.bucket = c.bucket
-      JOIN gridha.bucket_batches b ON b.bucket = s.bucket AND b.service_id = s.service_id AND b.seq = s.head_seq
-     WHERE c.holder = citus_pending_batches.instance_id AND s.in_flight
-       AND b.status IN ('pending', 'valid')
-     ORDER BY b.submitted_at, s.service_id
-     LIMIT citus_pending_batches.max_batches;
-END
-$$;
-
-COMMENT ON FUNCTION gridha_internal.citus_pending_batches(uuid, integer) IS
-'Citus mode: gridha.pending_batches: the pending and valid heads of the services of the buckets the instance holds, oldest submission first; read without a lock';
-
-/*
- * citus_verify_batch(instance, service, batch, epoch): verify_batch in the
- * mode: true only while the instance holds the service's bucket at this
- * epoch, the bucket's lease has not run out, and the batch is the
- * service's head, submitting, handed out to the instance at this epoch.
- * One read of the service's bucket (a router query), without a lock.
- */
-CREATE FUNCTION gridha_internal.citus_verify_batch(instance_id uuid, service_id text, batch_id text, epoch bigint)
-RETURNS boolean
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, gridha, pg_temp
-SET plan_cache_mode = force_custom_plan
-AS $$
-DECLARE
-    t timestamptz := pg_catalog.now();
-    n integer;
-    k integer;
-    ok boolean;
-BEGIN
-    SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = 0;
-    k := gridha.bucket_of(citus_verify_batch.service_id, n);
-    SELECT c.holder = citus_verify_batch.instance_id AND c.epoch = citus_verify_batch.epoch
-           AND c.hard_expiry > t
-           AND b.seq = s.head_seq AND b.status = 'submitting' AND b.epoch = citus_verify_batch.epoch
-           AND b.instance_id = citus_verify_batch.instance_id
-      INTO ok
-      FROM gridha.bucket_claims c
-      JOIN gridha.bucket_services s ON s.bucket = c.bucket AND s.service_id = citus_verify_batch.service_id
-      JOIN gridha.bucket_batches b ON b.bucket = c.bucket AND b.service_id = citus_verify_batch.service_id
-                                  AND b.batch_id = citus_verify_batch.batch_id
-     WHERE c.bucket = k;
-    RETURN ok IS TRUE;
-END
-$$;
-
-COMMENT ON FUNCTION gridha_internal.citus_verify_batch(uuid, text, text, bigint) IS
-'Citus mode: gridha.verify_batch: true while the instance holds the service''s bucket at this epoch (lease running) and the batch is its head, submitting under it; read without a lock';
 
 /*
  * citus_report_many(instance, submission, reports): the batched reports
@@ -3265,72 +3118,6 @@ COMMENT ON FUNCTION gridha_internal.citus_report_submissions(uuid, gridha.submis
 'Citus mode: gridha.report_submissions: one batched per-bucket report per bucket, in bucket order; one row per report, in the order given';
 COMMENT ON FUNCTION gridha_internal.citus_report_statuses(uuid, gridha.status_report[]) IS
 'Citus mode: gridha.report_statuses: one batched per-bucket report per bucket, in bucket order; one row per report, in the order given';
-
--- The read calls, with the mode's branch: on one server the first branch
--- is the statement of 1.3 above, the second is not run (its one-time
--- filter is false); in the mode gridha's local tables are empty and the
--- second branch reads the bucket tables.
-CREATE OR REPLACE FUNCTION gridha.claimed_batches(instance_id uuid, max_batches integer DEFAULT 100)
-RETURNS TABLE (service_id text, batch_id text, seq bigint, status gridha.batch_status, epoch bigint)
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-SELECT gridha_internal.instance_check($1, $2);
-(SELECT c.service_id, h.batch_id, h.seq, h.status, c.epoch
-  FROM (SELECT c.service_id, c.head_seq, c.epoch, c.ready_at
-          FROM gridha.service_claims c
-         WHERE c.claimant = $1 AND c.head_seq IS NOT NULL
-         ORDER BY c.ready_at, c.service_id
-         LIMIT $2) c
- CROSS JOIN LATERAL (
-  SELECT b.batch_id, b.seq, b.status FROM gridha.batches b
-   WHERE b.service_id = c.service_id AND b.seq = c.head_seq
-   LIMIT 1) h
- ORDER BY c.ready_at, c.service_id)
-UNION ALL
-SELECT m.service_id, m.batch_id, m.seq, m.status, m.epoch
-  FROM gridha_internal.citus_claimed_batches($1, $2) m
- WHERE gridha_internal.citus_mode()
-$$;
-
-CREATE OR REPLACE FUNCTION gridha.verify_batch(instance_id uuid, service_id text, batch_id text, epoch bigint)
-RETURNS boolean
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-SELECT gridha_internal.instance_check($1, $2, $3, $4);
-SELECT CASE WHEN gridha_internal.citus_mode() THEN gridha_internal.citus_verify_batch($1, $2, $3, $4)
-       ELSE coalesce((SELECT c.claimant = $1 AND c.epoch = $4
-                        AND least(c.hard_expiry, i.hard_expiry) > now()
-                        AND b.seq = c.head_seq AND b.status = 'submitting' AND b.epoch = $4
-                        AND b.instance_id = $1
-                   FROM gridha.service_claims c
-                   JOIN gridha.batches b ON b.service_id = c.service_id AND b.batch_id = $3
-                   LEFT JOIN gridha.instances i ON i.instance_id = c.claimant
-                  WHERE c.service_id = $2), false) END
-$$;
-
-CREATE OR REPLACE FUNCTION gridha.pending_batches(instance_id uuid, max_batches integer DEFAULT 100)
-RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, epoch bigint, submitted_at timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-SELECT gridha_internal.instance_check($1, $2);
-(SELECT c.service_id, h.batch_id, h.status, c.epoch, h.submitted_at
-  FROM gridha.service_claims c
- CROSS JOIN LATERAL (
-  SELECT b.batch_id, b.status, b.submitted_at FROM gridha.batches b
-   WHERE b.service_id = c.service_id AND b.seq = c.head_seq
-     AND b.status IN ('pending', 'valid')
-   LIMIT 1) h
- WHERE c.claimant = $1 AND c.in_flight
- ORDER BY h.submitted_at, c.service_id
- LIMIT $2)
-UNION ALL
-SELECT m.service_id, m.batch_id, m.status, m.epoch, m.submitted_at
-  FROM gridha_internal.citus_pending_batches($1, $2) m
- WHERE gridha_internal.citus_mode()
-$$;
 
 REVOKE ALL ON FUNCTION
     gridha_internal.citus_mode(),
@@ -3479,29 +3266,6 @@ REVOKE ALL ON FUNCTION gridha_internal.instance_insert(uuid, name), gridha_inter
     gridha_internal.instance_declare(uuid, text[]), gridha_internal.register_check(text[]),
     gridha_internal.register_touch(uuid, text[]) FROM PUBLIC;
 
-CREATE OR REPLACE FUNCTION gridha.register_instance(label text DEFAULT NULL, serves text[] DEFAULT NULL)
-RETURNS uuid
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    new_owner name;
-    new_id    uuid;
-BEGIN
-    -- the Citus mode (gridha.citus_setup): its own path, gridha.bucket_instances
-    IF pg_catalog.to_regclass('gridha.bucket_claims') IS NOT NULL THEN
-        RETURN gridha_internal.citus_register_instance(register_instance.label, register_instance.serves);
-    END IF;
-    new_owner := gridha_internal.register_check(register_instance.serves);
-    INSERT INTO gridha.instances AS i (instance_id, label, kind, owner)
-    VALUES (pg_catalog.gen_random_uuid(), register_instance.label, 'external', new_owner)
-    RETURNING i.instance_id INTO new_id;
-    PERFORM gridha_internal.register_touch(new_id, register_instance.serves);
-    RETURN new_id;
-END
-$$;
-
 COMMENT ON FUNCTION gridha.register_instance(text, text[]) IS
 'registers a new external instance, owned by the calling role, and returns its id; serves, when given, declares the kinds of target it serves (submit_url, submit_function, status_url, status_function), NULL: any';
 
@@ -3627,11 +3391,12 @@ COMMENT ON TYPE gridha.bucket_report_result IS
  * bucket_next_batches(bucket, instance, epoch, max_batches): up to
  * max_batches heads of the bucket's ready services, the services that
  * waited longest first (one per service), handed out as bucket_next_batch
- * does; an empty array when none is ready. Fenced once for the call. The
- * pick is one FOR UPDATE SKIP LOCKED within the bucket's shard.
+ * does (of the targets the instance serves, each with its target); an
+ * empty array when none is ready. Fenced once for the call. The pick is
+ * one FOR UPDATE SKIP LOCKED within the bucket's shard.
  */
 CREATE FUNCTION gridha.bucket_next_batches(bucket integer, instance_id uuid, epoch bigint,
-                                           max_batches integer DEFAULT 100)
+                                                      max_batches integer DEFAULT 100)
 RETURNS gridha.bucket_batch[]
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp
@@ -3639,6 +3404,8 @@ SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     sids text[];
+    sv text[];
+    ok text[];
     r gridha.bucket_batch[];
     t timestamptz := pg_catalog.now();
 BEGIN
@@ -3647,10 +3414,13 @@ BEGIN
         RAISE EXCEPTION 'max_batches must not be negative' USING ERRCODE = '22023';
     END IF;
     PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, true);
+    SELECT i.serves INTO sv FROM gridha.bucket_instances i WHERE i.instance_id = bucket_next_batches.instance_id;
+    ok := gridha_internal.bucket_servable(sv);
     SELECT pg_catalog.array_agg(p.service_id ORDER BY p.ready_at, p.service_id) INTO sids
       FROM (SELECT s.service_id, s.ready_at
               FROM gridha.bucket_services s
              WHERE s.bucket = bucket_next_batches.bucket AND s.ready_at <= t
+               AND (ok IS NULL OR s.target = ANY (ok))
              ORDER BY s.ready_at, s.service_id
              LIMIT max_batches
                FOR UPDATE SKIP LOCKED) AS p;
@@ -3667,8 +3437,9 @@ BEGIN
          WHERE s.bucket = bucket_next_batches.bucket AND s.service_id = ANY (sids)
            AND b.bucket = bucket_next_batches.bucket AND b.service_id = s.service_id
            AND b.seq = s.head_seq
-        RETURNING b.service_id, b.batch_id, b.seq, b.payload, b.epoch, b.attempts)
-    SELECT pg_catalog.array_agg(ROW(u.service_id, u.batch_id, u.seq, u.payload, u.epoch, u.attempts)::gridha.bucket_batch
+        RETURNING b.service_id, b.batch_id, b.seq, b.payload, b.epoch, b.attempts, s.target)
+    SELECT pg_catalog.array_agg(ROW(u.service_id, u.batch_id, u.seq, u.payload, u.epoch, u.attempts,
+                                    u.target)::gridha.bucket_batch
                                 ORDER BY pg_catalog.array_position(sids, u.service_id))
       INTO r FROM u;
     RETURN coalesce(r, '{}');
@@ -4148,15 +3919,29 @@ $$;
 COMMENT ON FUNCTION gridha_internal.citus_renew_claims(uuid) IS
 'Citus mode: gridha.renew_claims: renews every bucket the instance holds (gridha.hard_expiry as the lease); returns how many';
 
+/*
+ * citus_acquire_claims(instance, serves): gridha.acquire_claims in the
+ * mode: with serves, first (re)declares what the instance serves (22023
+ * for a bad word, as on one server), after the owner check; then the claim
+ * cycle by bucket now.
+ */
 CREATE FUNCTION gridha_internal.citus_acquire_claims(instance_id uuid, serves text[])
 RETURNS TABLE (service_id text, epoch bigint)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 DECLARE
-    c record := gridha_internal.citus_cycle(instance_id, true);
+    c record;
     b gridha_internal.citus_bucket;
 BEGIN
+    IF serves IS NOT NULL AND instance_id IS NOT NULL THEN
+        PERFORM gridha_internal.bucket_serves_check(serves);
+        PERFORM gridha_internal.citus_instance(instance_id);
+        UPDATE gridha.bucket_instances i SET serves = citus_acquire_claims.serves
+         WHERE i.instance_id = citus_acquire_claims.instance_id
+           AND i.serves IS DISTINCT FROM citus_acquire_claims.serves;
+    END IF;
+    c := gridha_internal.citus_cycle(instance_id, true);
     FOREACH b IN ARRAY c.held LOOP
         CONTINUE WHEN NOT b.bucket = ANY (c.taken);
         RETURN QUERY SELECT s.service_id, b.epoch FROM gridha.bucket_services s
@@ -4166,7 +3951,7 @@ END
 $$;
 
 COMMENT ON FUNCTION gridha_internal.citus_acquire_claims(uuid, text[]) IS
-'Citus mode: gridha.acquire_claims: the claim cycle by bucket now; one row per service of each bucket taken, with the bucket''s epoch';
+'Citus mode: gridha.acquire_claims: (re)declares serves when given, then the claim cycle by bucket now; one row per service of each bucket taken, with the bucket''s epoch';
 
 /*
  * citus_release_claims(instance): gives back every bucket of the instance
@@ -4364,8 +4149,8 @@ COMMENT ON FUNCTION gridha_internal.citus_instance(uuid) IS
 /*
  * citus_enqueue(...): gridha.enqueue in the mode, after the C entry point
  * checked the ids as on one server: the service's bucket under the layout
- * (the count every bucket row carries), then bucket_enqueue. The mode has
- * no targets: a target is refused (RG038) and nothing is written.
+ * (the count every bucket row carries), then bucket_enqueue with the
+ * target (RG006, RG013 as on one server; nothing written then).
  */
 CREATE FUNCTION gridha_internal.citus_enqueue(service_id text, batch_id text, payload bytea, target text)
 RETURNS bigint
@@ -4375,27 +4160,20 @@ AS $$
 DECLARE
     n integer;
 BEGIN
-    IF target IS NOT NULL THEN
-        RAISE EXCEPTION 'the Citus mode has no targets: cannot enqueue service "%" on target "%"',
-                        citus_enqueue.service_id, citus_enqueue.target
-            USING ERRCODE = 'RG038',
-                  DETAIL = 'In the Citus mode a batch has no target yet; gridha.targets is not read there.',
-                  HINT = 'Enqueue without a target (target => NULL, the default).';
-    END IF;
     SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = 0;
     RETURN gridha.bucket_enqueue(gridha.bucket_of(citus_enqueue.service_id, n), citus_enqueue.service_id,
-                                 citus_enqueue.batch_id, citus_enqueue.payload);
+                                 citus_enqueue.batch_id, citus_enqueue.payload, citus_enqueue.target);
 END
 $$;
 
 COMMENT ON FUNCTION gridha_internal.citus_enqueue(text, text, bytea, text) IS
-'Citus mode: gridha.enqueue: the service''s bucket under the layout, then gridha.bucket_enqueue; a target is refused (RG038)';
+'Citus mode: gridha.enqueue: the service''s bucket under the layout, then gridha.bucket_enqueue with the target';
 
 /*
  * citus_register_instance(label, serves): gridha.register_instance in the
  * mode: a new instance in gridha.bucket_instances, owned by the calling
- * role (session_user, the role the mode's checks read). serves cannot be
- * honoured (the mode has no targets): refused (RG039), nothing written.
+ * role (session_user, the role the mode's checks read), with what it
+ * serves (checked as on one server: 22023; NULL: every target).
  */
 CREATE FUNCTION gridha_internal.citus_register_instance(label text, serves text[])
 RETURNS uuid
@@ -4407,20 +4185,15 @@ DECLARE
     t timestamptz := pg_catalog.clock_timestamp();
     r name := session_user;
 BEGIN
-    IF serves IS NOT NULL THEN
-        RAISE EXCEPTION 'the Citus mode has no targets: an instance cannot declare what it serves'
-            USING ERRCODE = 'RG039',
-                  DETAIL = 'serves names kinds of target; in the Citus mode a batch has no target yet, and every instance serves every bucket.',
-                  HINT = 'Register without serves (serves => NULL, the default).';
-    END IF;
-    INSERT INTO gridha.bucket_instances (instance_id, owner, label, registered_at)
-    VALUES (id, r, citus_register_instance.label, t);
+    PERFORM gridha_internal.bucket_serves_check(serves);
+    INSERT INTO gridha.bucket_instances (instance_id, owner, label, registered_at, serves)
+    VALUES (id, r, citus_register_instance.label, t, citus_register_instance.serves);
     RETURN id;
 END
 $$;
 
 COMMENT ON FUNCTION gridha_internal.citus_register_instance(text, text[]) IS
-'Citus mode: gridha.register_instance: a new instance in gridha.bucket_instances, owned by the calling role; serves is refused (RG039)';
+'Citus mode: gridha.register_instance: a new instance in gridha.bucket_instances, owned by the calling role, with the kinds of target it serves';
 
 REVOKE ALL ON FUNCTION
     gridha_internal.bucket_may_act(name, name),
@@ -4820,110 +4593,6 @@ $$;
 COMMENT ON FUNCTION gridha_internal.citus_metrics() IS
 'Citus mode: gridha.metrics'' rows (none outside the mode): per target of gridha.bucket_targets, its services'' gauges and running totals from the bucket tables and gridha.pruned_totals; one row per instance holding a bucket';
 
-/*
- * citus_view_check(): true outside the Citus mode; in it, RG035: the
- * views that read gridha's tables of one server (claims, instance_health,
- * service_queues and through it queue_progress) would show nothing there,
- * which is not the mode's state.
- */
-CREATE FUNCTION gridha_internal.citus_view_check()
-RETURNS boolean
-LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-BEGIN
-    IF gridha_internal.citus_mode() THEN
-        RAISE EXCEPTION 'gridha is in Citus mode, where this view does not run'
-            USING ERRCODE = 'RG035',
-                  DETAIL = 'gridha.claims, gridha.instance_health, gridha.service_queues and gridha.queue_progress read gridha''s tables of one server, which stay empty in the Citus mode.',
-                  HINT = 'Read gridha.metrics, or the bucket tables (gridha.bucket_claims, gridha.bucket_services, gridha.bucket_batches) as gridha_admin (docs/citus.md).';
-    END IF;
-    RETURN true;
-END
-$$;
-
-COMMENT ON FUNCTION gridha_internal.citus_view_check() IS
-'true outside the Citus mode; RG035 in it, for the views that read gridha''s tables of one server';
-
-CREATE OR REPLACE FUNCTION gridha.run_maintenance(
-    instance_id uuid,
-    duty text DEFAULT 'gridha.maintenance',
-    OUT term bigint,
-    OUT tick bigint,
-    OUT outcome gridha.maintenance_outcome,
-    OUT swept_instances integer,
-    OUT pruned_batches bigint,
-    OUT opened_windows integer)
-RETURNS record
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    r        record;
-    s        record;
-    latest   bigint;
-    lease_ok boolean;
-BEGIN
-    IF gridha_internal.citus_mode() THEN
-        -- the Citus mode: the same lease and tick, a prune pass by bucket
-        SELECT * INTO r FROM gridha_internal.citus_run_maintenance(run_maintenance.instance_id, run_maintenance.duty);
-        term := r.term;
-        tick := r.tick;
-        outcome := r.outcome;
-        swept_instances := r.swept_instances;
-        pruned_batches := r.pruned_batches;
-        opened_windows := r.opened_windows;
-        RETURN;
-    END IF;
-    PERFORM gridha_internal.lease_call('run_maintenance()', run_maintenance.instance_id, run_maintenance.duty);
-    swept_instances := 0;
-    pruned_batches := 0;
-    opened_windows := 0;
-    term := gridha_internal.lease_take(run_maintenance.instance_id, run_maintenance.duty, false, false);
-    IF term IS NULL THEN
-        outcome := 'not_leader';
-    ELSE
-        SELECT * INTO r
-          FROM gridha_internal.maintenance_tick(run_maintenance.instance_id, run_maintenance.duty, term, true);
-        IF r.tick_run IS NOT NULL THEN
-            tick := r.tick_run;
-            swept_instances := r.swept;
-            pruned_batches := r.pruned;
-            opened_windows := r.opened;
-            outcome := 'ran';
-        ELSE
-            -- why no tick ran: the current tick, the highest stored, the lease
-            SELECT * INTO s FROM gridha_internal.lease_settings();
-            SELECT t.tick,
-                   (SELECT max(p.tick) FROM gridha.maintenance_ticks p WHERE p.duty = run_maintenance.duty),
-                   EXISTS (SELECT 1 FROM gridha.leases l
-                            WHERE l.duty = run_maintenance.duty AND l.leader = run_maintenance.instance_id
-                              AND l.term = run_maintenance.term AND l.expires_at > now())
-              INTO tick, latest, lease_ok
-              FROM (SELECT (floor(extract(epoch FROM now()) * 1000 / s.interval_ms) * s.interval_ms)::int8 AS tick) t;
-            outcome := CASE WHEN NOT lease_ok THEN 'lost_lease'
-                            WHEN latest > tick THEN 'clock_behind'
-                            ELSE 'already_run' END;
-        END IF;
-    END IF;
-    PERFORM gridha_internal.lease_done(run_maintenance.instance_id);
-END
-$$;
-
-CREATE OR REPLACE FUNCTION gridha.prune_batches(max_batches integer DEFAULT NULL)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-BEGIN
-    IF gridha_internal.citus_mode() THEN
-        RETURN gridha_internal.citus_prune_batches(max_batches);
-    END IF;
-    RETURN gridha_internal.prune_step(gridha_internal.lease_call('prune_batches()', NULL, NULL, max_batches));
-END
-$$;
-
 -- gridha.metrics: one server's statement, which reads gridha's own tables
 -- (not run in the mode: its one-time filter is false there), then the
 -- mode's rows (none on one server).
@@ -5028,67 +4697,8 @@ UNION ALL
 SELECT m.* FROM gridha_internal.citus_metrics() m;
 
 -- The views of one server's tables: refused in the mode (RG035) rather
--- than empty; on one server the check is a one-time filter, true.
-CREATE OR REPLACE VIEW gridha.claims AS
-SELECT o.* FROM (
-SELECT c.service_id,
-       c.target,
-       c.claimant,
-       c.epoch,
-       e.soft_expiry,
-       e.hard_expiry,
-       CASE
-           WHEN c.claimant IS NULL THEN 'free'
-           WHEN e.soft_expiry > now() THEN 'held'
-           WHEN e.hard_expiry IS NULL OR e.hard_expiry <= now() THEN 'hard_expired'
-           WHEN h.submitting THEN 'slow'
-           ELSE 'soft_expired'
-       END::gridha.claim_state AS state,
-       c.head_seq,
-       c.tail_seq,
-       c.in_flight AS has_in_flight,
-       h.submitting,
-       c.ready_at
-FROM gridha.service_claims c
-LEFT JOIN gridha.instances i ON i.instance_id = c.claimant
-CROSS JOIN LATERAL (
-    SELECT least(c.soft_expiry, i.soft_expiry) AS soft_expiry,
-           least(c.hard_expiry, i.hard_expiry) AS hard_expiry) e
-CROSS JOIN LATERAL (
-    SELECT c.in_flight AND EXISTS (
-               SELECT 1 FROM gridha.batches b
-                WHERE b.service_id = c.service_id AND b.seq = c.head_seq
-                  AND b.status = 'submitting') AS submitting) h
-) o
-WHERE gridha_internal.citus_view_check();
-
-CREATE OR REPLACE VIEW gridha.instance_health AS
-SELECT o.* FROM (
-SELECT i.instance_id,
-       i.label,
-       i.kind,
-       i.last_seen_at,
-       i.held::bigint AS claims_held,
-       coalesce(x.submitting, false) AS submitting,
-       CASE
-           WHEN i.stopped_at IS NOT NULL AND (i.last_seen_at IS NULL OR i.stopped_at >= i.last_seen_at)
-                AND (i.soft_expiry IS NULL OR i.soft_expiry <= i.stopped_at) THEN 'stopped'
-           WHEN i.last_seen_at IS NULL THEN 'new'
-           WHEN i.soft_expiry IS NULL OR i.hard_expiry <= now() THEN 'failed'
-           WHEN i.soft_expiry > now() THEN 'healthy'
-           WHEN coalesce(x.submitting, false) THEN 'slow'
-           ELSE 'failed'
-       END::gridha.health_state AS health,
-       i.soft_expiry,
-       i.hard_expiry
-FROM gridha.instances i
-LEFT JOIN LATERAL (
-    SELECT bool_or(c.submitting) AS submitting
-      FROM gridha.claims c
-     WHERE c.claimant = i.instance_id AND c.has_in_flight) x ON true
-) o
-WHERE gridha_internal.citus_view_check();
-
+-- than empty; on one server the check is a one-time filter, true (claims
+-- and instance_health are created with it above).
 CREATE OR REPLACE VIEW gridha.service_queues AS
 SELECT o.* FROM (
 SELECT c.service_id,
@@ -5318,12 +4928,6 @@ $$;
 COMMENT ON FUNCTION gridha_internal.bucket_serves_check(text[]) IS
 'Citus mode: 22023 for a NULL or an unknown word in serves, as on one server';
 
--- A batch handed out by the per-bucket functions carries its service's target.
-ALTER TYPE gridha.bucket_batch ADD ATTRIBUTE target text;
-
-COMMENT ON TYPE gridha.bucket_batch IS
-'a batch handed out by gridha.bucket_next_batch (Citus mode): its service, id, place in the queue, payload, the bucket''s epoch, how often it was handed out, and its service''s target';
-
 /*
  * bucket_enqueue_target(...): the per-bucket enqueue with a target. A
  * target given must be in gridha.bucket_targets (RG006); a new service is
@@ -5398,17 +5002,6 @@ $$;
 COMMENT ON FUNCTION gridha_internal.bucket_enqueue_target(integer, text, text, bytea, text) IS
 'Citus mode: what both forms of gridha.bucket_enqueue share: appends a batch to its service''s queue in its bucket, the service created on the target given (default without); RG006 for an unknown target, RG013 for another target than the service''s';
 
-CREATE OR REPLACE FUNCTION gridha.bucket_enqueue(bucket integer, service_id text, batch_id text, payload bytea)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp
-SET plan_cache_mode = force_custom_plan
-AS $$
-BEGIN
-    RETURN gridha_internal.bucket_enqueue_target(bucket, service_id, batch_id, payload, NULL);
-END
-$$;
-
 CREATE FUNCTION gridha.bucket_enqueue(bucket integer, service_id text, batch_id text, payload bytea, target text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -5422,104 +5015,6 @@ $$;
 
 COMMENT ON FUNCTION gridha.bucket_enqueue(integer, text, text, bytea, text) IS
 'Citus mode: appends a batch to its service''s queue in the service''s bucket, the service created on target (NULL: default) when new; RG006 for an unknown target, RG013 for another target than the service''s; returns its seq';
-
-/*
- * bucket_next_batch, bucket_next_batches: as above, handing out only the
- * heads of services whose target the instance serves (its serves in
- * gridha.bucket_instances, read where the call runs; an instance not
- * registered, or that declared nothing, serves every target), each with
- * its service's target.
- */
-CREATE OR REPLACE FUNCTION gridha.bucket_next_batch(bucket integer, instance_id uuid, epoch bigint)
-RETURNS gridha.bucket_batch
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp
-SET plan_cache_mode = force_custom_plan
-AS $$
-DECLARE
-    sid text;
-    h bigint;
-    tg text;
-    sv text[];
-    ok text[];
-    r gridha.bucket_batch;
-    t timestamptz := pg_catalog.now();
-BEGIN
-    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text]);
-    PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, true);
-    SELECT i.serves INTO sv FROM gridha.bucket_instances i WHERE i.instance_id = bucket_next_batch.instance_id;
-    ok := gridha_internal.bucket_servable(sv);
-    SELECT s.service_id, s.head_seq, s.target INTO sid, h, tg
-      FROM gridha.bucket_services s
-     WHERE s.bucket = bucket_next_batch.bucket AND s.ready_at <= t
-       AND (ok IS NULL OR s.target = ANY (ok))
-     ORDER BY s.ready_at, s.service_id
-     LIMIT 1
-       FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    UPDATE gridha.bucket_services s SET in_flight = true, ready_at = NULL
-     WHERE s.bucket = bucket_next_batch.bucket AND s.service_id = sid;
-    UPDATE gridha.bucket_batches b
-       SET status = 'submitting', epoch = bucket_next_batch.epoch, attempts = b.attempts + 1,
-           instance_id = bucket_next_batch.instance_id, handed_out_at = t, submitted_at = NULL
-     WHERE b.bucket = bucket_next_batch.bucket AND b.service_id = sid AND b.seq = h
-    RETURNING b.service_id, b.batch_id, b.seq, b.payload, b.epoch, b.attempts, tg INTO r;
-    RETURN r;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION gridha.bucket_next_batches(bucket integer, instance_id uuid, epoch bigint,
-                                                      max_batches integer DEFAULT 100)
-RETURNS gridha.bucket_batch[]
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp
-SET plan_cache_mode = force_custom_plan
-AS $$
-DECLARE
-    sids text[];
-    sv text[];
-    ok text[];
-    r gridha.bucket_batch[];
-    t timestamptz := pg_catalog.now();
-BEGIN
-    PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text, max_batches::text]);
-    IF max_batches < 0 THEN
-        RAISE EXCEPTION 'max_batches must not be negative' USING ERRCODE = '22023';
-    END IF;
-    PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, true);
-    SELECT i.serves INTO sv FROM gridha.bucket_instances i WHERE i.instance_id = bucket_next_batches.instance_id;
-    ok := gridha_internal.bucket_servable(sv);
-    SELECT pg_catalog.array_agg(p.service_id ORDER BY p.ready_at, p.service_id) INTO sids
-      FROM (SELECT s.service_id, s.ready_at
-              FROM gridha.bucket_services s
-             WHERE s.bucket = bucket_next_batches.bucket AND s.ready_at <= t
-               AND (ok IS NULL OR s.target = ANY (ok))
-             ORDER BY s.ready_at, s.service_id
-             LIMIT max_batches
-               FOR UPDATE SKIP LOCKED) AS p;
-    IF sids IS NULL THEN
-        RETURN '{}';
-    END IF;
-    UPDATE gridha.bucket_services s SET in_flight = true, ready_at = NULL
-     WHERE s.bucket = bucket_next_batches.bucket AND s.service_id = ANY (sids);
-    WITH u AS (
-        UPDATE gridha.bucket_batches b
-           SET status = 'submitting', epoch = bucket_next_batches.epoch, attempts = b.attempts + 1,
-               instance_id = bucket_next_batches.instance_id, handed_out_at = t, submitted_at = NULL
-          FROM gridha.bucket_services s
-         WHERE s.bucket = bucket_next_batches.bucket AND s.service_id = ANY (sids)
-           AND b.bucket = bucket_next_batches.bucket AND b.service_id = s.service_id
-           AND b.seq = s.head_seq
-        RETURNING b.service_id, b.batch_id, b.seq, b.payload, b.epoch, b.attempts, s.target)
-    SELECT pg_catalog.array_agg(ROW(u.service_id, u.batch_id, u.seq, u.payload, u.epoch, u.attempts,
-                                    u.target)::gridha.bucket_batch
-                                ORDER BY pg_catalog.array_position(sids, u.service_id))
-      INTO r FROM u;
-    RETURN coalesce(r, '{}');
-END
-$$;
 
 /*
  * citus_buckets(instance): as citus_buckets(), the heads ready counted
@@ -5561,88 +5056,6 @@ $$;
 
 COMMENT ON FUNCTION gridha_internal.citus_buckets(uuid) IS
 'Citus mode: every bucket with its holder and work, the heads ready counted only for targets the instance serves; read without a lock over every shard';
-
-/*
- * citus_enqueue(...): gridha.enqueue in the mode, after the C entry point
- * checked the ids as on one server: the service's bucket under the layout,
- * then bucket_enqueue with the target (RG006, RG013 as on one server;
- * nothing written then).
- */
-CREATE OR REPLACE FUNCTION gridha_internal.citus_enqueue(service_id text, batch_id text, payload bytea, target text)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-DECLARE
-    n integer;
-BEGIN
-    SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = 0;
-    RETURN gridha.bucket_enqueue(gridha.bucket_of(citus_enqueue.service_id, n), citus_enqueue.service_id,
-                                 citus_enqueue.batch_id, citus_enqueue.payload, citus_enqueue.target);
-END
-$$;
-
-COMMENT ON FUNCTION gridha_internal.citus_enqueue(text, text, bytea, text) IS
-'Citus mode: gridha.enqueue: the service''s bucket under the layout, then gridha.bucket_enqueue with the target';
-
-/*
- * citus_register_instance(label, serves): gridha.register_instance in the
- * mode: a new instance in gridha.bucket_instances, owned by the calling
- * role (session_user), with what it serves (checked as on one server:
- * 22023; NULL: every target).
- */
-CREATE OR REPLACE FUNCTION gridha_internal.citus_register_instance(label text, serves text[])
-RETURNS uuid
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-DECLARE
-    id uuid := pg_catalog.gen_random_uuid();
-    t timestamptz := pg_catalog.clock_timestamp();
-    r name := session_user;
-BEGIN
-    PERFORM gridha_internal.bucket_serves_check(serves);
-    INSERT INTO gridha.bucket_instances (instance_id, owner, label, registered_at, serves)
-    VALUES (id, r, citus_register_instance.label, t, citus_register_instance.serves);
-    RETURN id;
-END
-$$;
-
-COMMENT ON FUNCTION gridha_internal.citus_register_instance(text, text[]) IS
-'Citus mode: gridha.register_instance: a new instance in gridha.bucket_instances, owned by the calling role, with the kinds of target it serves';
-
-/*
- * citus_acquire_claims(instance, serves): as before; with serves, first
- * (re)declares what the instance serves (22023 for a bad word, as on one
- * server), after the owner check.
- */
-CREATE OR REPLACE FUNCTION gridha_internal.citus_acquire_claims(instance_id uuid, serves text[])
-RETURNS TABLE (service_id text, epoch bigint)
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, gridha, pg_temp
-AS $$
-DECLARE
-    c record;
-    b gridha_internal.citus_bucket;
-BEGIN
-    IF serves IS NOT NULL AND instance_id IS NOT NULL THEN
-        PERFORM gridha_internal.bucket_serves_check(serves);
-        PERFORM gridha_internal.citus_instance(instance_id);
-        UPDATE gridha.bucket_instances i SET serves = citus_acquire_claims.serves
-         WHERE i.instance_id = citus_acquire_claims.instance_id
-           AND i.serves IS DISTINCT FROM citus_acquire_claims.serves;
-    END IF;
-    c := gridha_internal.citus_cycle(instance_id, true);
-    FOREACH b IN ARRAY c.held LOOP
-        CONTINUE WHEN NOT b.bucket = ANY (c.taken);
-        RETURN QUERY SELECT s.service_id, b.epoch FROM gridha.bucket_services s
-                      WHERE s.bucket = b.bucket ORDER BY s.service_id;
-    END LOOP;
-END
-$$;
-
-COMMENT ON FUNCTION gridha_internal.citus_acquire_claims(uuid, text[]) IS
-'Citus mode: gridha.acquire_claims: (re)declares serves when given, then the claim cycle by bucket now; one row per service of each bucket taken, with the bucket''s epoch';
 
 REVOKE ALL ON FUNCTION
     gridha_internal.citus_setup_targets(),
