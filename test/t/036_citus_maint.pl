@@ -360,7 +360,7 @@ ok(sqlstates($bad) eq '22004,22004,22023,22023,RG025,25006,22023,25006'
 # refuse (RG024, not registered); nothing pruned, the lease unchanged
 $coord->safe_psql('c36', 'CREATE ROLE c36_other LOGIN IN ROLE gridha_submitter');
 my $stranger = '00000000-0000-4000-8000-0000000036ff';
-my $other = citus_psql($coord, 'c36', qq{SET gridha.retention = 0; SELECT gridha.run_maintenance('$A');},
+my $other = citus_psql($coord, 'c36', qq{SELECT gridha.run_maintenance('$A');},
 	'-U', 'c36_other', '-v', 'VERBOSITY=verbose');
 my $unknown = run(qq{SET gridha.retention = 0; SET gridha.unknown_instance = refuse;
 SELECT gridha.run_maintenance('$stranger');});
