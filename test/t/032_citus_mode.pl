@@ -569,7 +569,7 @@ my $next = "SELECT gridha.bucket_next_batch($fb, '$A', $e3)";
 one("SELECT gridha.bucket_enqueue($fb, '$f', 'fb$_', '\\x0$_')") foreach 3 .. 5;
 $call->($next);
 $call->($rsub->('fb3', 'delayed'));
-my $early = one("$next IS NULL");
+my $waiting = one("$next IS NULL");
 one("SELECT pg_sleep(0.3)");
 $call->($next);
 $call->($rsub->('fb3', 'rejected'));
@@ -588,8 +588,8 @@ $call->($rstat->('fb5', 'committed'));
 my $rrows = one("SELECT string_agg(batch_id || '/' || status || '/' || attempts, ',' ORDER BY seq)
   FROM gridha.bucket_batches WHERE bucket = $fb AND service_id = '$f' AND seq >= 3");
 $rep =~ s/\("?$f"?,(fb\d),\d+,"[^"]*",\d+,(\d+),default\)/$1#$2/g;
-diag("reports: $rep\nnothing to hand out during the backoff: $early\nnever handed out: $never\nunknown outcome: $badword\nrows: $rrows");
-ok( $early eq 't'
+diag("reports: $rep\nnothing to hand out during the backoff: $waiting\nnever handed out: $never\nunknown outcome: $badword\nrows: $rrows");
+ok( $waiting eq 't'
 	  && $rep eq 'fb3#1;delayed;fb3#2;invalid;invalid;fb4#1;pending;unknown;fb4#2;pending;committed;fb5#1;pending;committed;'
 	  && sqlstate_of($never) eq 'RG023'
 	  && sqlstate_of($badword) eq 'RG004'
