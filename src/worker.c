@@ -840,7 +840,7 @@ gridha_start_worker(PG_FUNCTION_ARGS)
 				 errmsg("gridha workers cannot be started in binary-upgrade mode"),
 				 errdetail("The server was started by pg_upgrade (postgres -b)."),
 				 errhint("Start workers once pg_upgrade is done and the server runs normally.")));
-	gridha_require_writable("start_worker()");
+	gridha_require_writable_served("start_worker()");
 
 	worker_fill(&bgw);
 	start = (GridhaWorkerStart *) bgw.bgw_extra;
@@ -924,7 +924,7 @@ gridha_worker_register_check(FunctionCallInfo fcinfo, NameData *owner)
 				 errhint("Use gridha.register_instance() for an external instance.")));
 	(void) gridha_arg_uuid(fcinfo, 0, "instance_id");
 	namestrcpy(owner, GetUserNameFromId(GetOuterUserId(), false));
-	gridha_require_writable("worker_register()");
+	gridha_require_writable_served("worker_register()");
 }
 
 PG_FUNCTION_INFO_V1(gridha_worker_owner);
