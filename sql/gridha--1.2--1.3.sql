@@ -2810,6 +2810,7 @@ DECLARE
     n integer;
     final boolean := to_status IN ('committed', 'invalid');
     t timestamptz := pg_catalog.now();
+    backoff timestamptz;
 BEGIN
     PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, false);
     UPDATE gridha.bucket_batches b
@@ -2838,12 +2839,15 @@ BEGIN
                   DETAIL = format('It is %s, handed out last at epoch %s.', st, e);
     END IF;
     IF final OR to_status IN ('delayed', 'unknown') THEN
+        -- computed here, not in the CASE: timestamptz + interval is not
+        -- immutable, which Citus refuses in a CASE on a distributed table
+        -- when the statement is planned on the coordinator (a contract
+        -- call's report, a background worker's)
+        backoff := t + least(250 + 500 * greatest(n - 1, 0), 60000) * interval '1 millisecond';
         UPDATE gridha.bucket_services s
            SET head_seq = CASE WHEN final THEN s.head_seq + 1 ELSE s.head_seq END,
                in_flight = false,
-               ready_at = CASE WHEN to_status = 'delayed'
-                               THEN t + least(250 + 500 * greatest(n - 1, 0), 60000)
-                                        * interval '1 millisecond'
+               ready_at = CASE WHEN to_status = 'delayed' THEN backoff
                                WHEN NOT final OR s.head_seq + 1 <= s.tail_seq THEN t END
          WHERE s.bucket = bucket_report.bucket AND s.service_id = bucket_report.service_id
            AND s.head_seq = q AND s.in_flight;
@@ -5591,13 +5595,15 @@ DECLARE
     n integer;
 BEGIN
     SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = 0;
+    -- the background workers on the coordinator are woken at the commit
+    PERFORM gridha_internal.workers_wake();
     RETURN gridha.bucket_enqueue(gridha.bucket_of(citus_enqueue.service_id, n), citus_enqueue.service_id,
                                  citus_enqueue.batch_id, citus_enqueue.payload, citus_enqueue.target);
 END
 $$;
 
 COMMENT ON FUNCTION gridha_internal.citus_enqueue(text, text, bytea, text) IS
-'Citus mode: gridha.enqueue: the service''s bucket under the layout, then gridha.bucket_enqueue with the target';
+'Citus mode: gridha.enqueue: the service''s bucket under the layout, then gridha.bucket_enqueue with the target; wakes the background workers at the commit';
 
 /*
  * citus_register_instance(label, serves): gridha.register_instance in the
@@ -6035,6 +6041,23 @@ $$;
 
 COMMENT ON FUNCTION gridha_internal.citus_worker_pending(uuid, integer) IS
 'Citus mode: a background worker''s ledger monitor: the pending and valid heads of the buckets the instance holds, with their services'' targets (the instance checked as pending_batches checks it)';
+
+/*
+ * workers_wake(): the background workers are woken when the calling
+ * transaction commits (nothing without preload), as the trigger on
+ * gridha.batches wakes them on one server; the mode's enqueue
+ * (citus_enqueue) calls it.
+ */
+CREATE FUNCTION gridha_internal.workers_wake()
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_workers_wake'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.workers_wake() IS
+'wakes the background workers when the calling transaction commits (the Citus mode''s enqueue); nothing without preload';
+
+REVOKE ALL ON FUNCTION gridha_internal.workers_wake() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION
     gridha_internal.citus_service_targets(text[]),
