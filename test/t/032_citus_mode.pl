@@ -569,7 +569,7 @@ my $next = "SELECT gridha.bucket_next_batch($fb, '$A', $e3)";
 one("SELECT gridha.bucket_enqueue($fb, '$f', 'fb$_', '\\x0$_')") foreach 3 .. 5;
 $call->($next);
 $call->($rsub->('fb3', 'delayed'));
-my $early = one("$next IS NULL");
+$early = one("$next IS NULL");
 one("SELECT pg_sleep(0.3)");
 $call->($next);
 $call->($rsub->('fb3', 'rejected'));
