@@ -34,8 +34,8 @@
 static bool spi_schema_safe = false;
 static bool spi_schema_callbacks = false;
 
-static int	spi_exec_kept(GridhaStatement *stmt, Datum *values, const char *nulls,
-						  bool read_only);
+static inline int spi_exec_kept(GridhaStatement *stmt, Datum *values, const char *nulls,
+								 bool read_only);
 static void spi_require_safe_schema(void);
 static void spi_require_writable(const char *what);
 
@@ -74,9 +74,9 @@ gridha_exec_served(GridhaStatement *stmt, Datum *values, const char *nulls, bool
 
 /*
  * spi_exec_kept: runs a kept statement (prepared on first use) and
- * returns SPI's result code.
+ * returns SPI's result code. Inlined: gridha_exec costs what it did.
  */
-static int
+static pg_attribute_always_inline int
 spi_exec_kept(GridhaStatement *stmt, Datum *values, const char *nulls, bool read_only)
 {
 	int			rc;

@@ -49,7 +49,10 @@
  * before its POSTs start, and their outcomes are reported by later steps,
  * many in one transaction (gridha.report_submissions / report_statuses,
  * the forms that take gridha.submission_report[] / gridha.status_report[];
- * the worker calls only the API of SQL 1.3, which 1.2 has too).
+ * the worker calls only the API of SQL 1.3, which 1.2 has too). In the
+ * Citus mode the same calls run the mode's path on the coordinator; the
+ * statements that read tables themselves (the targets of a hand-out, the
+ * orphans) have the mode's branch.
  *
  * A target the worker cannot use when the batch is in hand (its function
  * was dropped, its row is malformed) makes that batch delayed with the

@@ -54,6 +54,12 @@
  * role. It speaks only the API of SQL 1.3 (which 1.2 has too: the library
  * serves both, generation.c).
  *
+ * In the Citus mode (gridha.citus_setup) the worker runs on the
+ * coordinator unchanged: the API it calls hands over to the mode there,
+ * its registration and the reads it makes itself have the mode's branch
+ * (SQL), and its statements let the mode pass (gridha_exec_served); see
+ * docs/citus.md, "Built: the workers".
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
