@@ -3129,6 +3129,7 @@ RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
+#variable_conflict use_column
 DECLARE
     r name := gridha_internal.worker_owner(worker_register.instance_id);
 BEGIN
