@@ -37,7 +37,7 @@ static bool spi_schema_callbacks = false;
 static inline int spi_exec_kept(GridhaStatement *stmt, Datum *values, const char *nulls,
 								 bool read_only);
 static void spi_require_safe_schema(void);
-static void spi_require_writable(const char *what);
+static inline void spi_require_writable(const char *what);
 
 /*
  * gridha_exec: runs a kept statement and returns SPI's result code.
@@ -304,9 +304,9 @@ gridha_require_writable_served(const char *what)
 
 /*
  * spi_require_writable: the rest of gridha_require_writable, after the
- * schema's check.
+ * schema's check. Inlined: gridha_require_writable costs what it did.
  */
-static void
+static pg_attribute_always_inline void
 spi_require_writable(const char *what)
 {
 	gridha_require_served();
