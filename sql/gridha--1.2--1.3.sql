@@ -3286,20 +3286,35 @@ COMMENT ON FUNCTION gridha_internal.worker_owner(uuid) IS
 
 CREATE OR REPLACE FUNCTION gridha_internal.worker_register(instance_id uuid, label text)
 RETURNS boolean
-LANGUAGE sql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
-WITH r AS (
+#variable_conflict use_column
+DECLARE
+    r name := gridha_internal.worker_owner(worker_register.instance_id);
+BEGIN
+    -- the Citus mode (docs/citus.md, "Built: the workers"): an instance of
+    -- gridha.bucket_instances (a reference table), owned by the worker's
+    -- role, serving every target (serves NULL); a read of the reference
+    -- table first, then the write (on every node, in this transaction)
+    IF gridha_internal.citus_mode() THEN
+        PERFORM 1 FROM gridha.bucket_instances i WHERE i.instance_id = worker_register.instance_id;
+        IF FOUND THEN
+            RETURN false;
+        END IF;
+        INSERT INTO gridha.bucket_instances (instance_id, owner, label, registered_at, serves)
+        VALUES (worker_register.instance_id, r, worker_register.label, pg_catalog.clock_timestamp(), NULL);
+        RETURN true;
+    END IF;
     INSERT INTO gridha.instances AS i (instance_id, label, kind, owner)
-    VALUES ($1, $2, 'worker', gridha_internal.worker_owner($1))
-    ON CONFLICT (instance_id) DO NOTHING
-    RETURNING 1
-)
-SELECT EXISTS (SELECT 1 FROM r)
+    VALUES (worker_register.instance_id, worker_register.label, 'worker', r)
+    ON CONFLICT (instance_id) DO NOTHING;
+    RETURN FOUND;
+END
 $$;
 
 COMMENT ON FUNCTION gridha_internal.worker_register(uuid, text) IS
-'registers the calling background worker''s instance (kind worker, owned by the worker''s role); refused outside a gridha worker; false when the id has a row already';
+'registers the calling background worker''s instance (kind worker, owned by the worker''s role; in the Citus mode in gridha.bucket_instances, serving every target); refused outside a gridha worker; false when the id has a row already';
 
 REVOKE ALL ON FUNCTION gridha_internal.worker_owner(uuid) FROM PUBLIC;
 
@@ -4161,6 +4176,8 @@ DECLARE
     n integer;
 BEGIN
     SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = 0;
+    -- the background workers on the coordinator are woken at the commit
+    PERFORM gridha_internal.workers_wake();
     RETURN gridha.bucket_enqueue(gridha.bucket_of(citus_enqueue.service_id, n), citus_enqueue.service_id,
                                  citus_enqueue.batch_id, citus_enqueue.payload, citus_enqueue.target);
 END
@@ -5355,3 +5372,142 @@ REVOKE ALL ON FUNCTION
     gridha.citus_setup(boolean, integer),
     gridha.citus_restore()
 FROM PUBLIC;
+
+-- --- the background workers in the Citus mode ---
+--
+-- docs/citus.md, "Built: the workers". gridha's background workers run on
+-- the coordinator and call the SQL API, whose entry points hand over to
+-- the mode (next_batches, the batched reports, pending_batches,
+-- release_claims, run_maintenance); their registration and their orphans
+-- have the mode's branch (worker_register, worker_orphans). Two reads of
+-- what one server's worker reads in gridha.service_claims: the targets of
+-- the services of handed-out batches, and the pending batches with their
+-- targets for the ledger monitor (each is the mode's branch of a worker
+-- statement, src/submit.c and src/monitor.c).
+
+/*
+ * citus_service_targets(service_ids): the target of each of these
+ * services (gridha.bucket_services.target), as one server's worker reads
+ * gridha.service_claims' service_id and target (which gridha_submitter
+ * may read). One read of the services' buckets (under the count laid out),
+ * without a lock; a service not found gives no row.
+ */
+CREATE FUNCTION gridha_internal.citus_service_targets(service_ids text[])
+RETURNS TABLE (service_id text, target text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+DECLARE
+    n integer;
+    ks integer[];
+BEGIN
+    IF service_ids IS NULL OR pg_catalog.cardinality(service_ids) = 0 THEN
+        RETURN;
+    END IF;
+    SELECT c.buckets INTO n FROM gridha.bucket_claims c WHERE c.bucket = 0;
+    SELECT pg_catalog.array_agg(DISTINCT gridha.bucket_of(u.s, n)) INTO ks
+      FROM pg_catalog.unnest(citus_service_targets.service_ids) AS u(s);
+    RETURN QUERY
+    SELECT s.service_id, s.target
+      FROM gridha.bucket_services s
+     WHERE s.bucket = ANY (ks) AND s.service_id = ANY (citus_service_targets.service_ids);
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_service_targets(text[]) IS
+'Citus mode: the target of each of these services (gridha.bucket_services), for a background worker''s hand-out';
+
+/*
+ * citus_worker_pending(instance, max_batches): what a background worker's
+ * ledger monitor asks about in the mode: pending_batches' rows (the
+ * pending and valid heads of the buckets the instance holds, oldest
+ * submission first) with each service's target. The instance is checked
+ * as pending_batches checks it (instance_check: RG008 for a caller that
+ * may not act as it), then one read over every shard without a lock.
+ */
+CREATE FUNCTION gridha_internal.citus_worker_pending(instance_id uuid, max_batches integer)
+RETURNS TABLE (service_id text, batch_id text, status text, epoch bigint, target text,
+               submitted_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $$
+BEGIN
+    PERFORM gridha_internal.instance_check(citus_worker_pending.instance_id,
+                                           citus_worker_pending.max_batches);
+    RETURN QUERY
+    SELECT s.service_id, b.batch_id, b.status::text, c.epoch, s.target, b.submitted_at
+      FROM gridha.bucket_claims c
+      JOIN gridha.bucket_services s ON s.bucket = c.bucket
+      JOIN gridha.bucket_batches b ON b.bucket = s.bucket AND b.service_id = s.service_id
+                                  AND b.seq = s.head_seq
+     WHERE c.holder = citus_worker_pending.instance_id AND s.in_flight
+       AND b.status IN ('pending', 'valid')
+     ORDER BY b.submitted_at, s.service_id
+     LIMIT citus_worker_pending.max_batches;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_worker_pending(uuid, integer) IS
+'Citus mode: a background worker''s ledger monitor: the pending and valid heads of the buckets the instance holds, with their services'' targets (the instance checked as pending_batches checks it)';
+
+/*
+ * workers_wake(): the background workers are woken when the calling
+ * transaction commits (nothing without preload), as the trigger on
+ * gridha.batches wakes them on one server; the mode's enqueue
+ * (citus_enqueue) calls it.
+ */
+CREATE FUNCTION gridha_internal.workers_wake()
+RETURNS void
+AS 'MODULE_PATHNAME', 'gridha_workers_wake'
+LANGUAGE C VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp;
+
+COMMENT ON FUNCTION gridha_internal.workers_wake() IS
+'wakes the background workers when the calling transaction commits (the Citus mode''s enqueue); nothing without preload';
+
+REVOKE ALL ON FUNCTION gridha_internal.workers_wake() FROM PUBLIC;
+
+REVOKE ALL ON FUNCTION
+    gridha_internal.citus_service_targets(text[]),
+    gridha_internal.citus_worker_pending(uuid, integer)
+FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    gridha_internal.citus_service_targets(text[]),
+    gridha_internal.citus_worker_pending(uuid, integer)
+TO gridha_submitter;
+
+-- worker_orphans (1.2's, moved to gridha_internal above) with the mode's branch
+CREATE OR REPLACE FUNCTION gridha_internal.worker_orphans(instance_id uuid)
+RETURNS TABLE (service_id text, batch_id text, epoch bigint)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    -- the Citus mode: the heads of the buckets the instance holds, handed
+    -- out to it at the bucket's epoch (one read over every shard, no lock)
+    IF gridha_internal.citus_mode() THEN
+        RETURN QUERY
+        SELECT s.service_id, b.batch_id, b.epoch
+          FROM gridha.bucket_claims c
+          JOIN gridha.bucket_services s ON s.bucket = c.bucket
+          JOIN gridha.bucket_batches b ON b.bucket = s.bucket AND b.service_id = s.service_id
+                                      AND b.seq = s.head_seq
+         WHERE c.holder = worker_orphans.instance_id AND s.in_flight
+           AND b.status = 'submitting' AND b.epoch = c.epoch
+           AND b.instance_id = worker_orphans.instance_id;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT b.service_id, b.batch_id, b.epoch
+      FROM gridha.service_claims c
+      JOIN gridha.batches b ON b.service_id = c.service_id AND b.seq = c.head_seq
+     WHERE c.claimant = worker_orphans.instance_id AND c.in_flight
+       AND b.status = 'submitting' AND b.epoch = c.epoch
+       AND b.instance_id = worker_orphans.instance_id;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.worker_orphans(uuid) IS
+'the heads an instance handed out that are still submitting under its claim and epoch (in the Citus mode: its buckets and their epochs); a worker reports those it does not have in hand delayed';

@@ -48,6 +48,7 @@
 
 #include "common.h"
 #include "dlt_http.h"
+#include "generation.h"
 #include "limit.h"
 #include "monitor.h"
 #include "settings.h"
@@ -69,11 +70,30 @@
 /* The status of an entry no well-formed answer spoke of yet (a GET failed) */
 #define MONITOR_NOT_ANSWERED		"?"
 
-static GridhaStatement monitor_pending_stmt = {
+static GridhaStatement monitor_pending_1_2_stmt = {
 	"SELECT p.service_id, p.batch_id, p.status::text, p.epoch, c.target"
 	"  FROM gridha.pending_batches($1, $2) p"
 	"  JOIN gridha.service_claims c ON c.service_id OPERATOR(pg_catalog.=) p.service_id"
 	" ORDER BY c.target, p.submitted_at",
+	2, {UUIDOID, INT4OID}
+};
+
+/*
+ * ... on 1.3's SQL, with the Citus mode's branch: each branch's one-time
+ * filter (citus_mode()) runs only the layout's own (one server's joins
+ * gridha.service_claims, the mode's reads the bucket tables after
+ * pending_batches' check of the instance)
+ */
+static GridhaStatement monitor_pending_stmt = {
+	"SELECT p.service_id, p.batch_id, p.status::text, p.epoch, c.target, p.submitted_at"
+	"  FROM gridha.pending_batches($1, $2) p"
+	"  JOIN gridha.service_claims c ON c.service_id OPERATOR(pg_catalog.=) p.service_id"
+	" WHERE NOT gridha_internal.citus_mode()"
+	" UNION ALL"
+	" SELECT m.service_id, m.batch_id, m.status, m.epoch, m.target, m.submitted_at"
+	"  FROM gridha_internal.citus_worker_pending($1, $2) m"
+	" WHERE gridha_internal.citus_mode()"
+	" ORDER BY 5, 6",
 	2, {UUIDOID, INT4OID}
 };
 
@@ -223,7 +243,8 @@ monitor_pending_step(void *arg)
 	gridha_targets_refresh();
 	args[0] = monitor_instance;
 	args[1] = Int32GetDatum(MONITOR_BATCHES);
-	gridha_exec(&monitor_pending_stmt, args, NULL, true);
+	gridha_exec_served(gridha_sql_generation() == GRIDHA_SQL_1_2 ? &monitor_pending_1_2_stmt :
+					   &monitor_pending_stmt, args, NULL, true);
 	old = MemoryContextSwitchTo(monitor_round_cxt);
 	for (i = 0; i < SPI_processed; i++)
 	{

@@ -671,6 +671,30 @@ gridha_batches_wake(PG_FUNCTION_ARGS)
 	return PointerGetDatum(NULL);
 }
 
+PG_FUNCTION_INFO_V1(gridha_workers_wake);
+
+/*
+ * gridha_workers_wake: SQL gridha_internal.workers_wake() (1.3): the
+ * workers are woken when the calling transaction commits, as after an
+ * INSERT into gridha.batches; the Citus mode's enqueue calls it (its
+ * batches go to the bucket tables, which have no trigger). Nothing
+ * without preload.
+ */
+Datum
+gridha_workers_wake(PG_FUNCTION_ARGS)
+{
+	if (slots_shared != NULL)
+	{
+		if (!slots_xact_callback_set)
+		{
+			RegisterXactCallback(slots_xact_callback, NULL);
+			slots_xact_callback_set = true;
+		}
+		slots_wake_at_commit = true;
+	}
+	PG_RETURN_VOID();
+}
+
 static const char *const slots_wait_names[GRIDHA_WAIT_COUNT] = {
 	"GridhaNap", "GridhaLedgerAnswer", "GridhaStatusPoll", "GridhaLimitWait"
 };

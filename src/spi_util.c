@@ -34,6 +34,11 @@
 static bool spi_schema_safe = false;
 static bool spi_schema_callbacks = false;
 
+static inline int spi_exec_kept(GridhaStatement *stmt, Datum *values, const char *nulls,
+								 bool read_only);
+static void spi_require_safe_schema(void);
+static inline void spi_require_writable(const char *what);
+
 /*
  * gridha_exec: runs a kept statement and returns SPI's result code.
  *
@@ -50,9 +55,32 @@ static bool spi_schema_callbacks = false;
 int
 gridha_exec(GridhaStatement *stmt, Datum *values, const char *nulls, bool read_only)
 {
+	gridha_require_safe_schema();
+	return spi_exec_kept(stmt, values, nulls, read_only);
+}
+
+/*
+ * gridha_exec_served: gridha_exec for a background worker's statements,
+ * which run in the Citus mode too: each calls the SQL API (whose entry
+ * points hand the call over in the mode) or has the mode's branch. Refuses
+ * what gridha_exec refuses but the mode (RG035).
+ */
+int
+gridha_exec_served(GridhaStatement *stmt, Datum *values, const char *nulls, bool read_only)
+{
+	gridha_require_safe_schema_served();
+	return spi_exec_kept(stmt, values, nulls, read_only);
+}
+
+/*
+ * spi_exec_kept: runs a kept statement (prepared on first use) and
+ * returns SPI's result code. Inlined: gridha_exec costs what it did.
+ */
+static pg_attribute_always_inline int
+spi_exec_kept(GridhaStatement *stmt, Datum *values, const char *nulls, bool read_only)
+{
 	int			rc;
 
-	gridha_require_safe_schema();
 	if (stmt->plan == NULL)
 	{
 		SPIPlanPtr	plan = SPI_prepare_cursor(stmt->sql, stmt->nargs, stmt->argtypes,
@@ -259,6 +287,28 @@ gridha_require_writable(const char *what)
 	 * then no 1.0 or 1.1 SQL (RG022)
 	 */
 	gridha_require_safe_schema();
+	spi_require_writable(what);
+}
+
+/*
+ * gridha_require_writable_served: gridha_require_writable for the
+ * background workers' calls that serve the Citus mode too (start_worker,
+ * a worker's registration): the mode is no refusal (RG035).
+ */
+void
+gridha_require_writable_served(const char *what)
+{
+	gridha_require_safe_schema_served();
+	spi_require_writable(what);
+}
+
+/*
+ * spi_require_writable: the rest of gridha_require_writable, after the
+ * schema's check. Inlined: gridha_require_writable costs what it did.
+ */
+static pg_attribute_always_inline void
+spi_require_writable(const char *what)
+{
 	gridha_require_served();
 	if (RecoveryInProgress())
 		ereport(ERROR,
@@ -434,6 +484,29 @@ gridha_require_safe_schema(void)
 	gridha_require_plain_tables();
 	if (spi_schema_safe)
 		return;
+	spi_require_safe_schema();
+}
+
+/*
+ * gridha_require_safe_schema_served: gridha_require_safe_schema, but the
+ * Citus mode passes (gridha_require_plain_tables_or_mode).
+ */
+void
+gridha_require_safe_schema_served(void)
+{
+	(void) gridha_require_plain_tables_or_mode();
+	if (spi_schema_safe)
+		return;
+	spi_require_safe_schema();
+}
+
+/*
+ * spi_require_safe_schema: the schemas' check of
+ * gridha_require_safe_schema, whose verdict it keeps.
+ */
+static void
+spi_require_safe_schema(void)
+{
 	if (!spi_schema_callbacks)
 	{
 		CacheRegisterSyscacheCallback(NAMESPACEOID, spi_schema_changed, (Datum) 0);

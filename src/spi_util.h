@@ -33,6 +33,9 @@ typedef struct GridhaStatement
 
 extern int	gridha_exec(GridhaStatement *stmt, Datum *values, const char *nulls,
 						bool read_only);
+/* ... for a worker's statement that serves the Citus mode too */
+extern int	gridha_exec_served(GridhaStatement *stmt, Datum *values, const char *nulls,
+							   bool read_only);
 
 /* Column accessors on SPI_tuptable row "row" (column numbers from 1) */
 extern Datum gridha_col(int row, int col, bool *isnull);
@@ -56,6 +59,8 @@ extern bool gridha_uuid_equal(Datum a, Datum b);
 
 /* Write paths refuse read-only transactions and hot standbys (25006) */
 extern void gridha_require_writable(const char *what);
+/* ... where the Citus mode is served too (the workers) */
+extern void gridha_require_writable_served(const char *what);
 
 /*
  * One step in a subtransaction of its own, with one setting changed for its
@@ -69,5 +74,6 @@ extern ErrorData *gridha_subxact_try(GridhaSubxactStep step, void *arg,
 /* Schemas gridha and (1.3) gridha_internal are a superuser's and nobody else
  * may create in them (RG015) */
 extern void gridha_require_safe_schema(void);
+extern void gridha_require_safe_schema_served(void);
 
 #endif							/* GRIDHA_SPI_UTIL_H */

@@ -49,7 +49,10 @@
  * before its POSTs start, and their outcomes are reported by later steps,
  * many in one transaction (gridha.report_submissions / report_statuses,
  * the forms that take gridha.submission_report[] / gridha.status_report[];
- * the worker calls only the API of SQL 1.3, which 1.2 has too).
+ * the worker calls only the API of SQL 1.3, which 1.2 has too). In the
+ * Citus mode the same calls run the mode's path on the coordinator; the
+ * statements that read tables themselves (the targets of a hand-out, the
+ * orphans) have the mode's branch.
  *
  * A target the worker cannot use when the batch is in hand (its function
  * was dropped, its row is malformed) makes that batch delayed with the
@@ -109,9 +112,23 @@ static GridhaStatement submit_handout_stmt = {
  * missing, the row lost and the batch left submitting under this worker's
  * claim.
  */
-static GridhaStatement submit_targets_stmt = {
+static GridhaStatement submit_targets_1_2_stmt = {
 	"SELECT service_id, target FROM gridha.service_claims"
 	" WHERE service_id OPERATOR(pg_catalog.=) ANY ($1)",
+	1, {TEXTARRAYOID}
+};
+
+/*
+ * ... on 1.3's SQL, with the Citus mode's branch (the services' targets
+ * in gridha.bucket_services; on one server its one-time filter is false
+ * and gridha.service_claims, read as before, is empty in the mode)
+ */
+static GridhaStatement submit_targets_stmt = {
+	"SELECT service_id, target FROM gridha.service_claims"
+	" WHERE service_id OPERATOR(pg_catalog.=) ANY ($1)"
+	" UNION ALL"
+	" SELECT t.service_id, t.target FROM gridha_internal.citus_service_targets($1) t"
+	"  WHERE gridha_internal.citus_mode()",
 	1, {TEXTARRAYOID}
 };
 
@@ -454,7 +471,7 @@ submit_handout_step(void *arg)
 	submit_slot_ms = -1;
 	args[0] = submit_instance_datum();
 	args[1] = Int32GetDatum(handout->max);
-	gridha_exec(&submit_handout_stmt, args, NULL, false);
+	gridha_exec_served(&submit_handout_stmt, args, NULL, false);
 	n = SPI_processed;
 	if (n == 0)
 	{
@@ -493,7 +510,8 @@ submit_handout_step(void *arg)
 
 	gridha_targets_refresh();
 	args[0] = gridha_text_array(sids, (int) n);
-	gridha_exec(&submit_targets_stmt, args, NULL, true);
+	gridha_exec_served(gridha_sql_generation() == GRIDHA_SQL_1_2 ? &submit_targets_1_2_stmt :
+					   &submit_targets_stmt, args, NULL, true);
 	for (k = 0; k < SPI_processed; k++)
 	{
 		char	   *sid = SPI_getvalue(SPI_tuptable->vals[k], SPI_tuptable->tupdesc, 1);
@@ -818,7 +836,7 @@ submit_flush_step(void *arg)
 	args[3] = gridha_int8_array(epochs, n);
 	args[4] = gridha_text_array(words, n);
 	args[5] = gridha_text_array(details, n);
-	gridha_exec(flush->status ? &submit_statuses_stmt : &submit_reports_stmt, args, NULL, false);
+	gridha_exec_served(flush->status ? &submit_statuses_stmt : &submit_reports_stmt, args, NULL, false);
 
 	for (i = 0; i < SPI_processed; i++)
 	{
@@ -945,7 +963,7 @@ submit_orphans_step(void *arg)
 	MemoryContext old;
 
 	args[0] = submit_instance_datum();
-	gridha_exec(gridha_sql_generation() == GRIDHA_SQL_1_2 ? &submit_orphans_1_2_stmt :
+	gridha_exec_served(gridha_sql_generation() == GRIDHA_SQL_1_2 ? &submit_orphans_1_2_stmt :
 				&submit_orphans_stmt, args, NULL, true);
 	old = MemoryContextSwitchTo(submit_cxt);
 	for (i = 0; i < SPI_processed; i++)
@@ -1034,7 +1052,7 @@ submit_maintenance_step(void *arg)
 	Datum		args[1];
 
 	args[0] = submit_instance_datum();
-	gridha_exec(&submit_maintenance_stmt, args, NULL, false);
+	gridha_exec_served(&submit_maintenance_stmt, args, NULL, false);
 }
 
 /*

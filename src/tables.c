@@ -26,7 +26,9 @@
  * it. In the Citus mode (gridha.citus_setup made gridha.bucket_claims a
  * Citus table) the refusal is RG035 instead, naming the calls that serve
  * that mode; the entry points the mode serves hand the call over to the
- * mode's path in SQL first (gridha_citus_handover).
+ * mode's path in SQL first (gridha_citus_handover), and the background
+ * workers' statements, which call only those and have the mode's branch,
+ * let the mode pass (gridha_check_tables_or_mode).
  *
  *-------------------------------------------------------------------------
  */
@@ -79,11 +81,14 @@ static int	tables_ncallbacks = 0;
 static bool tables_registered = false;
 
 bool		gridha_tables_plain = false;
+bool		gridha_tables_citus = false;
 
 /* The tables found plain last: a change of one of them checks again */
 static Oid *tables_watched = NULL;
 static int	tables_nwatched = 0;
 static int	tables_maxwatched = 0;
+
+static bool tables_check(bool allow_mode);
 
 /* Counts invalidations: one taken in while gridha_check_tables looks makes it look again */
 static uint64 tables_generation = 0;
@@ -100,12 +105,12 @@ tables_relcache_callback(Datum arg, Oid relid)
 
 	tables_generation++;
 	if (!OidIsValid(relid))
-		gridha_tables_plain = false;
+		gridha_tables_plain = gridha_tables_citus = false;
 	else
 		for (i = 0; i < tables_nwatched; i++)
 			if (tables_watched[i] == relid)
 			{
-				gridha_tables_plain = false;
+				gridha_tables_plain = gridha_tables_citus = false;
 				break;
 			}
 	for (i = 0; i < tables_ncallbacks; i++)
@@ -213,6 +218,16 @@ tables_refuse(const char *name, const char *what)
 void
 gridha_check_tables(void)
 {
+	(void) tables_check(false);
+}
+
+/*
+ * tables_check: gridha_check_tables; with allow_mode, the Citus mode
+ * returns true instead of refusing (RG035).
+ */
+static bool
+tables_check(bool allow_mode)
+{
 	Oid			nsp;
 	List	   *citus;
 	int			i;
@@ -223,7 +238,7 @@ gridha_check_tables(void)
 	tables_register();
 	nsp = get_namespace_oid("gridha", true);
 	if (!OidIsValid(nsp))
-		return;
+		return false;
 	generation = tables_generation;
 	citus = tables_citus();
 	tables_nwatched = 0;
@@ -240,10 +255,15 @@ gridha_check_tables(void)
 		if (OidIsValid(mode) && list_member_oid(citus, mode))
 		{
 			list_free(citus);
+			/* kept until gridha.bucket_claims changes (DROP EXTENSION) */
+			tables_watch(mode);
+			gridha_tables_citus = (generation == tables_generation);
+			if (allow_mode)
+				return true;
 			ereport(ERROR,
 					(errcode(ERRCODE_GRIDHA_CITUS_MODE),
 					 errmsg("gridha is in Citus mode, where this function does not run"),
-					 errdetail("gridha.citus_setup laid gridha out by bucket in this database; there, the per-bucket functions, enqueue, register_instance, the instance calls next_batch, next_batches, renew_claims, acquire_claims, release_claims, report_submission, report_status, report_submissions, report_statuses, claimed_batches, pending_batches and verify_batch, run_maintenance, prune_batches and gridha.metrics serve it."),
+					 errdetail("gridha.citus_setup laid gridha out by bucket in this database; there, the per-bucket functions, enqueue, register_instance, the instance calls next_batch, next_batches, renew_claims, acquire_claims, release_claims, report_submission, report_status, report_submissions, report_statuses, claimed_batches, pending_batches and verify_batch, run_maintenance, prune_batches, gridha.metrics, start_worker, stop_worker and the background workers serve it."),
 					 errhint("Enqueue with gridha.enqueue or gridha.bucket_enqueue; submit through gridha.next_batch and the reports, or the per-bucket functions and their batched forms, each called as a statement of its own (docs/citus.md).")));
 		}
 	}
@@ -291,6 +311,19 @@ gridha_check_tables(void)
 	}
 	/* a change taken in while looking: look again at the next call */
 	gridha_tables_plain = (generation == tables_generation);
+	return false;
+}
+
+/*
+ * gridha_check_tables_or_mode: gridha_check_tables, but the Citus mode
+ * is no refusal: true in the mode (the verdict kept in
+ * gridha_tables_citus), false when the tables are plain; RG030 for any
+ * other table that is not plain.
+ */
+bool
+gridha_check_tables_or_mode(void)
+{
+	return tables_check(true);
 }
 
 /*

@@ -19,7 +19,10 @@ extern void gridha_on_relcache(RelcacheCallbackFunction func, Datum arg);
 
 /* Whether the tables were found plain since one of them last changed */
 extern bool gridha_tables_plain;
+/* Whether the Citus mode was found since gridha.bucket_claims last changed */
+extern bool gridha_tables_citus;
 extern void gridha_check_tables(void);
+extern bool gridha_check_tables_or_mode(void);
 
 /*
  * gridha_require_plain_tables: refuses (RG030) to run while a table of
@@ -33,6 +36,23 @@ gridha_require_plain_tables(void)
 	if (likely(gridha_tables_plain))
 		return;
 	gridha_check_tables();
+}
+
+/*
+ * gridha_require_plain_tables_or_mode: as gridha_require_plain_tables, but
+ * lets the Citus mode pass: for the background worker's statements, which
+ * call only the SQL API (whose entry points hand over in the mode) and
+ * read what both layouts answer (each statement has the mode's branch).
+ * True in the mode. On one server, the same test of one flag.
+ */
+static inline bool
+gridha_require_plain_tables_or_mode(void)
+{
+	if (likely(gridha_tables_plain))
+		return false;
+	if (gridha_tables_citus)
+		return true;
+	return gridha_check_tables_or_mode();
 }
 
 /*

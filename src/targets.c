@@ -467,7 +467,7 @@ gridha_targets_refresh(void)
 	if (OidIsValid(owner))
 		SetUserIdAndSecContext(owner, save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	PushActiveSnapshot(GetLatestSnapshot());
-	gridha_exec(as_text ? &targets_load_call : &targets_load_oid_stmt, NULL, NULL, true);
+	gridha_exec_served(as_text ? &targets_load_call : &targets_load_oid_stmt, NULL, NULL, true);
 	PopActiveSnapshot();
 	SetUserIdAndSecContext(save_userid, save_sec_context);
 	rows = SPI_tuptable;

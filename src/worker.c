@@ -54,6 +54,12 @@
  * role. It speaks only the API of SQL 1.3 (which 1.2 has too: the library
  * serves both, generation.c).
  *
+ * In the Citus mode (gridha.citus_setup) the worker runs on the
+ * coordinator unchanged: the API it calls hands over to the mode there,
+ * its registration and the reads it makes itself have the mode's branch
+ * (SQL), and its statements let the mode pass (gridha_exec_served); see
+ * docs/citus.md, "Built: the workers".
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -840,7 +846,7 @@ gridha_start_worker(PG_FUNCTION_ARGS)
 				 errmsg("gridha workers cannot be started in binary-upgrade mode"),
 				 errdetail("The server was started by pg_upgrade (postgres -b)."),
 				 errhint("Start workers once pg_upgrade is done and the server runs normally.")));
-	gridha_require_writable("start_worker()");
+	gridha_require_writable_served("start_worker()");
 
 	worker_fill(&bgw);
 	start = (GridhaWorkerStart *) bgw.bgw_extra;
@@ -924,7 +930,7 @@ gridha_worker_register_check(FunctionCallInfo fcinfo, NameData *owner)
 				 errhint("Use gridha.register_instance() for an external instance.")));
 	(void) gridha_arg_uuid(fcinfo, 0, "instance_id");
 	namestrcpy(owner, GetUserNameFromId(GetOuterUserId(), false));
-	gridha_require_writable("worker_register()");
+	gridha_require_writable_served("worker_register()");
 }
 
 PG_FUNCTION_INFO_V1(gridha_worker_owner);

@@ -208,6 +208,9 @@ INSERT INTO tap_grants VALUES
  ('submitter', 'function', 'gridha_internal.citus_mode()', 'EXECUTE'),
  ('submitter', 'function', 'gridha_internal.citus_metrics()', 'EXECUTE'),
  ('submitter', 'function', 'gridha_internal.citus_view_check()', 'EXECUTE'),
+ -- the Citus mode: what a background worker's statements call
+ ('submitter', 'function', 'gridha_internal.citus_service_targets(text[])', 'EXECUTE'),
+ ('submitter', 'function', 'gridha_internal.citus_worker_pending(uuid, integer)', 'EXECUTE'),
  -- admin: the targets, the workers, the ID sequences; the views
  ('admin', 'schema',   'gridha', 'USAGE'),
  ('admin', 'table',    'gridha.targets', 'SELECT'),
@@ -453,6 +456,8 @@ SELECT set_eq(
              ('gridha.reserve_ids(text, integer)'), ('gridha.next_id(text)'),
              ('gridha_internal.worker_register(uuid, text)'), ('gridha_internal.worker_orphans(uuid)'),
              ('gridha_internal.rate_wait_ms(uuid)'),
+             ('gridha_internal.citus_service_targets(text[])'),
+             ('gridha_internal.citus_worker_pending(uuid, integer)'),
              ('gridha.move_service(text, text)'), ('gridha.set_instance_owner(uuid, regrole)'),
              ('gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text)'),
              ('gridha.report_status(uuid, text, text, bigint, gridha.ledger_status, text)'),

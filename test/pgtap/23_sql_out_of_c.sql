@@ -45,8 +45,8 @@ SELECT set_eq(
        WHERE p.oid IN ('gridha.register_instance(text, text[])'::regprocedure,
                        to_regprocedure('gridha_internal.worker_register(uuid, text)'))$$,
     $$VALUES ('gridha.register_instance(text,text[])', 'plpgsql', true, 'v', '{"search_path=pg_catalog, gridha, pg_temp"}'),
-             ('gridha_internal.worker_register(uuid,text)', 'sql', true, 'v', '{"search_path=pg_catalog, gridha, pg_temp"}')$$,
-    'register_instance and worker_register are functions of the script (PL/pgSQL, SQL), SECURITY DEFINER with search_path pinned');
+             ('gridha_internal.worker_register(uuid,text)', 'plpgsql', true, 'v', '{"search_path=pg_catalog, gridha, pg_temp"}')$$,
+    'register_instance and worker_register are functions of the script (PL/pgSQL both: worker_register has the Citus mode'' branch), SECURITY DEFINER with search_path pinned');
 
 SELECT is((SELECT array_agg(r || ' ' || p.oid::regprocedure::text ORDER BY r, p.oid::regprocedure::text)
              FROM pg_proc p,

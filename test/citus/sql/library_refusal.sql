@@ -5,7 +5,8 @@
 -- claims' calls, the reports, single and batched, and the reads
 -- claimed_batches, pending_batches, verify_batch: test/t/035_citus_loop.pl;
 -- enqueue and register_instance: test/t/032_citus_mode.pl; run_maintenance
--- and prune_batches: test/t/036_citus_maint.pl.)
+-- and prune_batches: test/t/036_citus_maint.pl; start_worker, stop_worker
+-- and the background workers: test/t/039_citus_workers.pl.)
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 \set A aaaaaaaa-0000-0000-0000-00000000000a
@@ -17,8 +18,6 @@ SELECT gridha.create_id_sequence('ids');
 SELECT gridha.reserve_ids('ids', 10);
 \echo :LAST_ERROR_SQLSTATE
 SELECT gridha.next_id('ids');
-\echo :LAST_ERROR_SQLSTATE
-SELECT gridha.start_worker();
 \echo :LAST_ERROR_SQLSTATE
 \set VERBOSITY default
 \echo '--- nothing entered gridha''s local tables'
