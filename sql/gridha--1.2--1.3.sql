@@ -4184,7 +4184,7 @@ END
 $$;
 
 COMMENT ON FUNCTION gridha_internal.citus_enqueue(text, text, bytea, text) IS
-'Citus mode: gridha.enqueue: the service''s bucket under the layout, then gridha.bucket_enqueue with the target';
+'Citus mode: gridha.enqueue: the service''s bucket under the layout, then gridha.bucket_enqueue with the target; wakes the background workers at the commit';
 
 /*
  * citus_register_instance(label, serves): gridha.register_instance in the
