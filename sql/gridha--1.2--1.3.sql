@@ -2314,6 +2314,10 @@ BEGIN
     ) WITH (fillfactor = 50);
     CREATE INDEX bucket_services_ready ON gridha.bucket_services (bucket, ready_at)
         WHERE ready_at IS NOT NULL;
+    -- the heads in flight of a holder's buckets (pending_batches, a
+    -- worker's ledger monitor): found without reading its idle services
+    CREATE INDEX bucket_services_in_flight ON gridha.bucket_services (bucket)
+        WHERE in_flight;
     CREATE TABLE gridha.bucket_batches (
         bucket        integer NOT NULL,
         service_id    text NOT NULL,
