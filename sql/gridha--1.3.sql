@@ -3677,7 +3677,8 @@ COMMENT ON TYPE gridha.bucket_batch IS
  * coordinator (RG031), a second time (RG034, also to a setup that waited
  * for a concurrent one), a bucket count that is not a power of two between
  * citus.shard_count and 16384 (RG033), and gridha tables that hold rows
- * (RG032; they stay locked against writes to the end of the setup).
+ * (RG032; they stay locked against writes to the end of the setup), the
+ * ID sequences excepted: they stay, served from the coordinator.
  * Returns the bucket count.
  */
 CREATE FUNCTION gridha.citus_setup(buckets integer DEFAULT 64)
@@ -3727,7 +3728,7 @@ BEGIN
                   DETAIL = format('The bucket count must be a power of two from citus.shard_count (%s here) to 16384.', shards),
                   HINT = 'Choose such a count (64 by default), or lower citus.shard_count for this call.';
     END IF;
-    FOREACH t IN ARRAY ARRAY['batches', 'service_claims', 'instances', 'leases', 'id_sequences'] LOOP
+    FOREACH t IN ARRAY ARRAY['batches', 'service_claims', 'instances', 'leases'] LOOP
         IF pg_catalog.to_regclass('gridha.' || t) IS NOT NULL THEN
             EXECUTE format('SELECT EXISTS (SELECT 1 FROM gridha.%I)', t) INTO has_rows;
             IF has_rows THEN
@@ -5598,10 +5599,11 @@ COMMENT ON FUNCTION gridha_internal.citus_prune(bigint) IS
  * calls do, or RG024). The lease and the tick are one server's, on the
  * coordinator's gridha.leases and gridha.maintenance_ticks: one leader per
  * duty, a tick at most once per gridha.maintenance_interval. The tick's
- * duty is one prune pass (citus_prune, gridha.prune_chunk); the sweep of
- * instances, the ID windows, the hand-out log and the service counts do
- * not apply to the mode (docs/citus.md): swept_instances and
- * opened_windows are 0.
+ * duty is one prune pass (citus_prune, gridha.prune_chunk) and the ID
+ * window agent (id_windows_top_up, on the coordinator's gridha.id_windows,
+ * as on one server); the sweep of instances, the hand-out log and the
+ * service counts do not apply to the mode (docs/citus.md):
+ * swept_instances is 0.
  */
 CREATE FUNCTION gridha_internal.citus_run_maintenance(
     instance_id uuid,
@@ -5673,12 +5675,14 @@ BEGIN
     RETURNING m.tick INTO tick_run;
     IF tick_run IS NOT NULL THEN
         pruned_batches := gridha_internal.citus_prune(s.prune_chunk);
+        opened_windows := gridha_internal.id_windows_top_up();
         DELETE FROM gridha.maintenance_ticks m
          WHERE m.duty = citus_run_maintenance.duty AND m.tick < tick_run
            AND m.started_at < pg_catalog.now() - interval '1 day';
         UPDATE gridha.maintenance_ticks m
            SET finished_at = pg_catalog.clock_timestamp(), swept_instances = 0,
-               pruned_batches = citus_run_maintenance.pruned_batches, opened_windows = 0
+               pruned_batches = citus_run_maintenance.pruned_batches,
+               opened_windows = citus_run_maintenance.opened_windows
          WHERE m.duty = citus_run_maintenance.duty AND m.tick = tick_run;
         tick := tick_run;
         outcome := 'ran';
@@ -5700,7 +5704,7 @@ END
 $$;
 
 COMMENT ON FUNCTION gridha_internal.citus_run_maintenance(uuid, text) IS
-'Citus mode: gridha.run_maintenance: the duty''s lease and tick on the coordinator, as on one server, and a prune pass over the buckets in ascending order';
+'Citus mode: gridha.run_maintenance: the duty''s lease and tick on the coordinator, as on one server, a prune pass over the buckets in ascending order and the ID windows topped up';
 
 /*
  * citus_prune_batches(max_batches): gridha.prune_batches in the mode: one
@@ -6100,10 +6104,10 @@ GRANT EXECUTE ON FUNCTION gridha.bucket_enqueue(integer, text, text, bytea, text
  * the highest epoch its services had, so its next holder's epoch is above
  * every epoch handed out before, and a late write of a 1.2 claim is
  * refused (RG001); its heads in flight go out again at that epoch. Leader
- * leases, maintenance ticks and dropped ID sequences are cleared (the
- * mode has none). Refused (RG046, nothing changed): ID sequences not
- * dropped (the mode has none). No default for buckets: with one
- * argument, citus_setup(NULL) would not know which function it calls.
+ * leases and maintenance ticks are cleared. The ID sequences and their
+ * windows stay as they are: the mode serves them from the coordinator's
+ * tables, which they are. No default for buckets: with one argument,
+ * citus_setup(NULL) would not know which function it calls.
  */
 CREATE FUNCTION gridha.citus_setup(move_rows boolean, buckets integer)
 RETURNS integer
@@ -6133,13 +6137,6 @@ BEGIN
     LOCK TABLE gridha.service_claims, gridha.batches, gridha.instances, gridha.leases, gridha.id_sequences,
                gridha.maintenance_ticks
         IN ACCESS EXCLUSIVE MODE;
-    IF EXISTS (SELECT 1 FROM gridha.id_sequences q WHERE NOT q.dropped) THEN
-        RAISE EXCEPTION 'cannot move gridha.id_sequences into the Citus mode, which has no ID sequences'
-            USING ERRCODE = 'RG046',
-                  DETAIL = format('gridha.id_sequences holds %s sequence(s) not dropped; in the mode gridha.reserve_ids and gridha.next_id are refused (RG035), so their high water would be left behind.',
-                                  (SELECT count(*) FROM gridha.id_sequences q WHERE NOT q.dropped)),
-                  HINT = 'Keep ID sequences on one server, or drop them (gridha.drop_id_sequence) once no id of theirs is needed, then set up again. Nothing was changed.';
-    END IF;
 
     -- the rows, kept for this transaction, then gridha's tables emptied
     -- (in one statement: the instances' truncate checks that no claim is
@@ -6157,8 +6154,7 @@ BEGIN
     CREATE TEMP TABLE citus_move_instances ON COMMIT DROP AS
     SELECT i.instance_id, coalesce(i.owner, me) AS owner, i.label, i.registered_at, i.serves
       FROM gridha.instances i;
-    TRUNCATE gridha.batches, gridha.service_claims, gridha.instances, gridha.leases, gridha.maintenance_ticks,
-             gridha.id_sequences, gridha.id_windows;
+    TRUNCATE gridha.batches, gridha.service_claims, gridha.instances, gridha.leases, gridha.maintenance_ticks;
 
     -- the layout, with every refusal of citus_setup (RG031 to RG034, and
     -- RG032 for any row left in gridha's tables)
@@ -6191,7 +6187,7 @@ END
 $$;
 
 COMMENT ON FUNCTION gridha.citus_setup(boolean, integer) IS
-'Citus mode: citus_setup(buckets), and with move_rows the batches, queues and instances of gridha''s local tables moved into the buckets (every bucket free, at the highest epoch of its services); RG046 for what cannot move';
+'Citus mode: citus_setup(buckets), and with move_rows the batches, queues and instances of gridha''s local tables moved into the buckets (every bucket free, at the highest epoch of its services); ID sequences stay on the coordinator, which serves them in the mode';
 
 /*
  * citus_restore(): after a dump of a database in Citus mode is restored on
@@ -6261,7 +6257,7 @@ BEGIN
     LOCK TABLE gridha.bucket_claims, gridha.bucket_services, gridha.bucket_batches, gridha.bucket_instances,
                gridha.bucket_targets
         IN ACCESS EXCLUSIVE MODE;
-    FOREACH t IN ARRAY ARRAY['batches', 'service_claims', 'instances', 'leases', 'id_sequences'] LOOP
+    FOREACH t IN ARRAY ARRAY['batches', 'service_claims', 'instances', 'leases'] LOOP
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM gridha.%I)', t) INTO has_rows;
         IF has_rows THEN
             RAISE EXCEPTION 'gridha.% holds rows; gridha.citus_restore needs them empty', t

@@ -75,18 +75,18 @@
  */
 #define ERRCODE_GRIDHA_CITUS_RATE_LIMIT	MAKE_SQLSTATE('R','G','0','4','0')
 /*
- * 1.3, issue 43: run_maintenance or prune_batches in the Citus mode off the
- * coordinator (its maintenance lease and ticks are the coordinator's);
- * raised in SQL
+ * 1.3, issue 43: run_maintenance, prune_batches or an ID sequence's call in
+ * the Citus mode off the coordinator (its maintenance lease and ticks, and
+ * the ID sequences, are the coordinator's); raised in SQL and by idseq.c
  */
 #define ERRCODE_GRIDHA_CITUS_NOT_COORDINATOR	MAKE_SQLSTATE('R','G','0','4','3')
 /*
- * 1.3, issue 43: the Citus mode's lifecycle (raised in SQL): rows of
- * gridha's tables that citus_setup(move_rows => true) cannot move; no
- * restored bucket tables for citus_restore; restored ones that are not one
- * layout
+ * 1.3, issue 43: the Citus mode's lifecycle (raised in SQL): no restored
+ * bucket tables for citus_restore; restored ones that are not one layout.
+ * (RG046, a refusal of citus_setup(move_rows => true) while ID sequences
+ * existed, was retired before 1.3 was released: they stay, served in the
+ * mode.)
  */
-#define ERRCODE_GRIDHA_CITUS_CANNOT_MOVE	MAKE_SQLSTATE('R','G','0','4','6')
 #define ERRCODE_GRIDHA_CITUS_NOTHING_RESTORED	MAKE_SQLSTATE('R','G','0','4','7')
 #define ERRCODE_GRIDHA_CITUS_RESTORE_INCONSISTENT	MAKE_SQLSTATE('R','G','0','4','8')
 /* 1.3: a service's head had no batch row (or a final one): repaired */

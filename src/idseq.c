@@ -117,6 +117,49 @@ static GridhaStatement idseq_orphans_stmt = {
 	0, {InvalidOid}
 };
 
+/* This node was found to be the Citus coordinator (idseq_require_writable) */
+static bool idseq_coordinator = false;
+
+/*
+ * idseq_require_coordinator: in the Citus mode, RG043 unless this node is
+ * the cluster's coordinator; remembered for the backend once it is.
+ */
+static void
+idseq_require_coordinator(const char *what)
+{
+	bool		isnull;
+	bool		coordinator;
+
+	SPI_connect();
+	if (SPI_execute("SELECT pg_catalog.citus_is_coordinator()", true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "gridha: could not ask Citus whether this node is the coordinator");
+	coordinator = DatumGetBool(gridha_col(0, 1, &isnull)) && !isnull;
+	SPI_finish();
+	if (!coordinator)
+		ereport(ERROR,
+				(errcode(ERRCODE_GRIDHA_CITUS_NOT_COORDINATOR),
+				 errmsg("gridha.%s runs on the coordinator in Citus mode, and this node is not it", what),
+				 errdetail("The Citus mode keeps the ID sequences and their windows in plain tables of the coordinator (gridha.id_sequences, gridha.id_windows), one for the cluster; this node's own would hand the same ids out again."),
+				 errhint("Call it on the coordinator.")));
+	idseq_coordinator = true;
+}
+
+/*
+ * idseq_require_writable: gridha_require_writable for the ID sequences'
+ * calls, which the Citus mode serves on its coordinator (RG043 elsewhere):
+ * there gridha.id_sequences and gridha.id_windows stay plain tables of the
+ * coordinator, where every call of the mode runs. On one server the same
+ * checks as gridha_require_writable.
+ */
+static void
+idseq_require_writable(const char *what)
+{
+	if (unlikely(gridha_require_plain_tables_or_mode()) && !idseq_coordinator)
+		idseq_require_coordinator(what);
+	gridha_require_writable_served(what);
+}
+
 /*
  * The backend's blocks for next_id, one per sequence name, in
  * TopMemoryContext.
@@ -301,7 +344,7 @@ idseq_lookup(text *name, int64 *serial, int64 *window_size)
 	Datum		args[1];
 
 	args[0] = PointerGetDatum(name);
-	gridha_exec(&idseq_lookup_stmt, args, NULL, true);
+	gridha_exec_served(&idseq_lookup_stmt, args, NULL, true);
 	if (SPI_processed == 0)
 		idseq_unknown(name);
 	*serial = gridha_col_int64(0, 1);
@@ -320,10 +363,10 @@ idseq_reserve(text *name, int32 count, int64 *lo, int64 *hi)
 
 	args[0] = PointerGetDatum(name);
 	args[1] = Int32GetDatum(count);
-	gridha_exec(&idseq_take_stmt, args, NULL, false);
+	gridha_exec_served(&idseq_take_stmt, args, NULL, false);
 	if (SPI_processed == 0)
 	{
-		gridha_exec(&idseq_open_stmt, args, NULL, false);
+		gridha_exec_served(&idseq_open_stmt, args, NULL, false);
 		if (SPI_processed == 0)
 			idseq_unknown(name);	/* dropped meanwhile */
 	}
@@ -380,7 +423,7 @@ gridha_id_sequence_call(PG_FUNCTION_ARGS)
 	}
 	else
 		(void) gridha_arg_id(fcinfo, 1, "name");
-	gridha_require_writable(call);
+	idseq_require_writable(call);
 	PG_RETURN_VOID();
 }
 
@@ -636,7 +679,7 @@ gridha_reserve_ids(PG_FUNCTION_ARGS)
 				 errmsg("count must be positive"),
 				 errdetail("The value given was %d.", count)));
 
-	gridha_require_writable("reserve_ids()");
+	idseq_require_writable("reserve_ids()");
 	SPI_connect();
 	idseq_lookup(name, &serial, &window_size);
 	if (count > window_size)
@@ -679,7 +722,7 @@ gridha_next_id(PG_FUNCTION_ARGS)
 	char	   *cname = text_to_cstring(name);
 	IdseqBlock *b;
 
-	gridha_require_writable("next_id()");
+	idseq_require_writable("next_id()");
 	b = idseq_block_for(cname);
 	if (b->checked != idseq_generation)
 	{
@@ -734,7 +777,7 @@ gridha_id_sequences_changed(PG_FUNCTION_ARGS)
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		elog(ERROR, "gridha: id_sequences_changed must be called as a trigger");
 	SPI_connect();
-	gridha_exec(&idseq_orphans_stmt, NULL, NULL, false);
+	gridha_exec_served(&idseq_orphans_stmt, NULL, NULL, false);
 	SPI_finish();
 	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
 	return PointerGetDatum(NULL);

@@ -263,7 +263,7 @@ tables_check(bool allow_mode)
 			ereport(ERROR,
 					(errcode(ERRCODE_GRIDHA_CITUS_MODE),
 					 errmsg("gridha is in Citus mode, where this function does not run"),
-					 errdetail("gridha.citus_setup laid gridha out by bucket in this database; there, the per-bucket functions, enqueue, register_instance, the instance calls next_batch, next_batches, renew_claims, acquire_claims, release_claims, report_submission, report_status, report_submissions, report_statuses, claimed_batches, pending_batches and verify_batch, run_maintenance, prune_batches, gridha.metrics, start_worker, stop_worker and the background workers serve it."),
+					 errdetail("gridha.citus_setup laid gridha out by bucket in this database; there, the per-bucket functions, enqueue, register_instance, the instance calls next_batch, next_batches, renew_claims, acquire_claims, release_claims, report_submission, report_status, report_submissions, report_statuses, claimed_batches, pending_batches and verify_batch, run_maintenance, prune_batches, gridha.metrics, the ID sequences (create_id_sequence, drop_id_sequence, reserve_ids, next_id, on the coordinator), start_worker, stop_worker and the background workers serve it."),
 					 errhint("Enqueue with gridha.enqueue or gridha.bucket_enqueue; submit through gridha.next_batch and the reports, or the per-bucket functions and their batched forms, each called as a statement of its own (docs/citus.md).")));
 		}
 	}

@@ -30,11 +30,12 @@
 #             tables on both workers, the twelve per-bucket functions (two
 #             forms of bucket_enqueue) distributed by bucket with
 #             them, a call sent whole to a worker (citus.log_remote_commands);
-#             claimed_batches and the batched
-#             report_submissions of gridha's library refused in the mode
-#             (RG035; next_batch and the single reports serve the mode:
+#             lead of gridha's library refused in the mode (RG035, naming
+#             what serves it; next_batch and the reports serve the mode:
 #             test/t/035_citus_loop.pl; enqueue and register_instance:
-#             below)
+#             below); the ID sequences' calls served on the coordinator
+#             (test/citus/sql/id_sequences.sql) and refused on a worker
+#             (RG043), writing nothing there
 #   run       services s01..s24; a producer enqueues 10 batches into each
 #             (2 before the instances start, 8 while they run); instance A
 #             takes half of the services' buckets, B the other half
@@ -267,17 +268,27 @@ ok( $layout eq
 	'layout: the three bucket tables distributed by bucket, co-located, and gridha.bucket_instances and gridha.bucket_targets reference tables on both workers; the twelve per-bucket functions distributed by bucket with them; a call is sent whole to a worker, with gridha.bucket_of(...) folded to its bucket'
 );
 
-my $mode = '';
-foreach my $call (
-	"SELECT gridha.lead('$A')",
-	"SELECT gridha.next_id('x')")
-{
-	$mode .= run($coord, $call) . "\n";
-}
-diag("library calls in the mode:\n$mode");
-my @rg035 = ($mode =~ /ERROR:  RG035: gridha is in Citus mode, where this function does not run/g);
-ok(@rg035 == 2 && $mode =~ /HINT:  Enqueue with gridha.enqueue or gridha.bucket_enqueue; submit through gridha.next_batch/,
-	'layout: lead and next_id of the library are refused in the mode (RG035), naming the calls that serve it'
+my $mode = run($coord, "SELECT gridha.lead('$A')");
+# the ID sequences: served on the coordinator (an unknown name is the
+# usual refusal, RG010), refused on a worker (RG043) before they write
+my $ids_coord = run($coord, "SELECT gridha.next_id('x')");
+my $ids_worker = join("\n",
+	map { run($nodes[1], $_) } (
+		"SELECT gridha.create_id_sequence('x')",
+		"SELECT gridha.reserve_ids('x', 1)",
+		"SELECT gridha.next_id('x')"));
+my $worker_rows = $nodes[1]->safe_psql('c32',
+	'SELECT (SELECT count(*) FROM gridha.id_sequences) + (SELECT count(*) FROM gridha.id_windows)');
+diag("library calls in the mode:\n$mode\n$ids_coord\non a worker:\n$ids_worker\nrows there: $worker_rows");
+my @rg043 = ($ids_worker =~ /ERROR:  RG043: gridha\.(\w+)\(\) runs on the coordinator in Citus mode, and this node is not it/g);
+ok( sqlstate_of($mode) eq 'RG035'
+	  && $mode =~ /HINT:  Enqueue with gridha.enqueue or gridha.bucket_enqueue; submit through gridha.next_batch/
+	  && $mode =~ /the ID sequences \(create_id_sequence, drop_id_sequence, reserve_ids, next_id, on the coordinator\)/
+	  && sqlstate_of($ids_coord) eq 'RG010'
+	  && "@rg043" eq 'create_id_sequence reserve_ids next_id'
+	  && $ids_worker =~ /DETAIL:  The Citus mode keeps the ID sequences and their windows in plain tables of the coordinator/
+	  && $worker_rows eq '0',
+	'layout: lead of the library is refused in the mode (RG035), naming the calls that serve it; the ID sequences are served on the coordinator (next_id of an unknown name: RG010) and refused on a worker (create_id_sequence, reserve_ids, next_id: RG043), nothing written there'
 );
 
 # ---------------------------------------------------------------------------

@@ -25,15 +25,17 @@
 #             services s1..s6, three batches each (enqueue); c37_sub
 #             registers instance A and takes three hand-outs (one
 #             committed, one accepted: pending, one left submitting); an
-#             ID sequence
+#             ID sequence, ids taken from it (next_id, reserve_ids)
 #   update    ALTER EXTENSION gridha UPDATE: 1.3 on the coordinator and
 #             both workers, the rows unchanged
-#   refusals  citus_setup() refused (RG032, its hint naming move_rows);
-#             citus_setup(move_rows => true, buckets => 64) refused while the ID
-#             sequence exists (RG046), nothing changed
-#   move      after the sequence is dropped, citus_setup(move_rows =>
-#             true): every batch, queue and instance in the bucket tables
-#             as it was, gridha's local tables and the shells empty
+#   refusals  citus_setup() refused (RG032, its hint naming move_rows),
+#             nothing changed
+#   move      citus_setup(move_rows => true): every batch, queue and
+#             instance in the bucket tables as it was, gridha's local
+#             tables of the claim cycle and the shells empty
+#   ids       the ID sequence and its windows left as they were on the
+#             coordinator; next_id and reserve_ids there, in the mode, give
+#             ids above every id of 1.2
 #   epochs    every bucket free, at an epoch no lower than its services'
 #             1.2 epochs
 #   calls     A's late 1.2 report refused (RG001); c37_sub drains every
@@ -56,19 +58,22 @@
 #             both workers, the same distributed functions), the shells
 #             empty; a second call refused (RG034)
 #   rows      every batch, queue, instance and bucket (holder, role,
-#             epoch, lease) as dumped
+#             epoch, lease), and the ID sequence with its windows, as
+#             dumped
 #   after     the per-bucket functions, delegated to a worker: A reports
 #             its batch in flight at its epoch, releases the bucket, a new
 #             instance B takes it (epoch + 1), A's report at the old epoch
 #             is refused (RG001); then B drains every batch through the
 #             instance calls, in order, and no bucket's epoch is below the
-#             dumped one
+#             dumped one; next_id gives an id above every id of the old
+#             cluster
 #   upgrade   one more batch in flight; citus_prepare_pg_upgrade() on every
 #             node, each node stopped and upgraded by pg_upgrade into a new
 #             data directory on the same port (u0, u1, u2),
 #             citus_finish_pg_upgrade() on every node: the same layout and
 #             distributed functions, every row as before, the shells
-#             empty; the batch in flight reported at its epoch through the
+#             empty, the ID sequence as before; the batch in flight
+#             reported at its epoch through the
 #             per-bucket functions on a worker, and next_batch hands out
 #             the service's next batch at the same epoch
 #
@@ -88,7 +93,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $NTESTS = 20;
+my $NTESTS = 21;
 plan tests => $NTESTS;
 
 my ($CFG, $CBIN, $CLIB) = citus_tree();
@@ -144,7 +149,15 @@ foreach my $k (1 .. 3)
 	one($coord, "SELECT gridha.report_submission('$A', '$s', '$b', $e, 'accepted')", 'c37_sub') if $k <= 2;
 	one($coord, "SELECT gridha.report_status('$A', '$s', '$b', $e, 'committed')", 'c37_sub') if $k == 1;
 }
-one($coord, q{SELECT gridha.create_id_sequence('c37ids')});
+one($coord, q{SELECT gridha.create_id_sequence('c37ids', window_size => 1000, min_open_windows => 2)});
+# ids of 1.2: a block of next_id, five of reserve_ids; the highest given
+my @ids12 = split /\n/, one($coord, q{SELECT gridha.next_id('c37ids'); SELECT gridha.next_id('c37ids');
+SELECT upper(gridha.reserve_ids('c37ids', 5)) - 1});
+my $IDS = q{SELECT (SELECT string_agg(concat_ws('/', name, serial, window_size, min_open_windows, high_water, dropped), ',' ORDER BY name)
+	FROM gridha.id_sequences) || ';' || coalesce((SELECT string_agg(concat_ws('/', name, window_start, window_end, next_id), ','
+	ORDER BY name, window_start) FROM gridha.id_windows), '-')};
+my $ids_before = one($coord, $IDS);
+my $top12 = (sort { $b <=> $a } @ids12)[0];
 my %old_epoch = map { split /\|/ } split /\n/, one($coord, q{SELECT service_id, epoch FROM gridha.service_claims});
 note('1.2 hand-outs: ' . join(', ', map { join('/', @$_) } @h12));
 
@@ -178,21 +191,17 @@ ok("@versions" eq '1.3 1.3 1.3'
 # refusals
 
 my $plain = run($coord, 'SELECT gridha.citus_setup()');
-my $ids = run($coord, 'SELECT gridha.citus_setup(move_rows => true, buckets => 64)');
-my $after_ids = one($coord, q{SELECT (to_regclass('gridha.bucket_claims') IS NULL) || '/' || (SELECT count(*) FROM gridha.id_sequences)})
-  . '/' . (one($coord, $BATCHES_LOCAL) eq $b12 ? 'same' : 'changed');
-diag("citus_setup(): $plain\nwith an ID sequence: $ids\nafter: $after_ids");
+my $after_plain = one($coord, q{SELECT (to_regclass('gridha.bucket_claims') IS NULL)})
+  . '/' . (one($coord, $BATCHES_LOCAL) eq $b12 ? 'same' : 'changed') . '/' . (one($coord, $IDS) eq $ids_before ? 'same' : 'changed');
+diag("citus_setup(): $plain\nafter: $after_plain");
 ok( sqlstate_of($plain) eq 'RG032'
 	  && $plain =~ /HINT:  Move them into the buckets in the same step: SELECT gridha\.citus_setup\(move_rows => true/
-	  && sqlstate_of($ids) eq 'RG046'
-	  && $ids =~ /cannot move gridha\.id_sequences into the Citus mode/
-	  && $after_ids eq 'true/1/same',
-	'refusals: citus_setup() refused (RG032) with a hint naming move_rows; citus_setup(move_rows => true, buckets => 64) refused while an ID sequence exists (RG046), nothing changed');
+	  && $after_plain eq 'true/same/same',
+	'refusals: citus_setup() refused (RG032) with a hint naming move_rows; nothing changed');
 
 # ---------------------------------------------------------------------------
 # move
 
-one($coord, q{SELECT gridha.drop_id_sequence('c37ids')});
 my $moved = run($coord, q{SET client_min_messages = notice; SELECT gridha.citus_setup(move_rows => true, buckets => 64)});
 my $own = one($coord, q{SELECT (SELECT count(*) FROM gridha.batches) + (SELECT count(*) FROM gridha.service_claims)
 	+ (SELECT count(*) FROM gridha.instances) + (SELECT count(*) FROM gridha.leases)});
@@ -223,6 +232,17 @@ diag('1.2 epochs: ' . join(' ', map { "$_:$old_epoch{$_}" } @services) . "\nbuck
 	  . join(' ', map { "$_:" . ($bucket_state{$_} ? $bucket_state{$_}[0] : '?') } @services));
 ok(!@low && $holders eq '0' && (grep { $old_epoch{$_} > 0 } @services) >= 1,
 	'epochs: every bucket free after the move, each service\'s bucket at an epoch no lower than the service\'s 1.2 epoch');
+
+# the ID sequence stays on the coordinator, served there in the mode
+my $ids_moved = one($coord, $IDS);
+my @ids13 = split /\n/, one($coord, q{SELECT gridha.next_id('c37ids'); SELECT gridha.next_id('c37ids');
+SELECT lower(gridha.reserve_ids('c37ids', 5)); SELECT upper(gridha.reserve_ids('c37ids', 1000)) - 1});
+my @below = grep { $_ <= $top12 } @ids13;
+my $top13 = (sort { $b <=> $a } @ids13)[0];
+diag("ID sequence before the move: $ids_before\nafter: $ids_moved\n1.2 ids: @ids12; in the mode: @ids13");
+ok( $ids_moved eq $ids_before && @ids13 == 4 && !@below
+	  && $ids13[1] == $ids13[0] + 1,
+	'ids: the move leaves the ID sequence and its windows as they were; in the mode next_id and reserve_ids on the coordinator give ids above every id of 1.2 (a window\'s worth too)');
 
 # ---------------------------------------------------------------------------
 # calls: A's late 1.2 report, then A drains everything through the mode
@@ -294,7 +314,8 @@ my %dumped = (
 	batches => one($coord, $BATCHES_FULL),
 	instances => one($coord, $INSTANCES_BUCKET),
 	functions => one($coord, $FUNCTIONS),
-	layout => one($coord, $LAYOUT));
+	layout => one($coord, $LAYOUT),
+	ids => one($coord, $IDS));
 my %dumped_epoch = map { split /\// } split /,/, one($coord, q{SELECT string_agg(bucket || '/' || epoch, ',') FROM gridha.bucket_claims});
 
 my $tmp = PostgreSQL::Test::Utils::tempdir('c37');
@@ -389,11 +410,12 @@ my %now = (
 	claims => one($rc, $CLAIMS),
 	queues => one($rc, $QUEUES_FULL),
 	batches => one($rc, $BATCHES_FULL),
-	instances => one($rc, $INSTANCES_BUCKET));
+	instances => one($rc, $INSTANCES_BUCKET),
+	ids => one($rc, $IDS));
 my @differ = grep { $now{$_} ne $dumped{$_} } sort keys %now;
 diag('differ from the dump: ' . (@differ ? "@differ" : 'nothing'));
 ok(!@differ && $dumped{batches} =~ m{/$fs/$fb/\d+/submitting/},
-	'rows: after citus_restore every batch (status, epoch, attempts, instance, timestamps, payload), queue, instance and bucket (holder, role, epoch, lease) is as dumped, the batch in flight included');
+	'rows: after citus_restore every batch (status, epoch, attempts, instance, timestamps, payload), queue, instance and bucket (holder, role, epoch, lease), and the ID sequence with its windows, is as dumped, the batch in flight included');
 
 # ---------------------------------------------------------------------------
 # after: the per-bucket functions and the instance calls on the new cluster
@@ -429,6 +451,7 @@ foreach my $i (1 .. 30)
 		  . "SELECT gridha.report_status('$B', '$s', '$b', $e, 'committed')", 'c37_sub');
 	push @errs2, $rep if $rep =~ /ERROR/;
 }
+my $rid = one($rc, q{SELECT gridha.next_id('c37ids')});
 my %per2;
 push @{ $per2{ (split m{/}, $_)[0] } }, (split m{/}, $_)[1] foreach @got2;
 my $order2 = join(' ', map { "$_:" . join(',', @{ $per2{$_} // [] }) } sort keys %per2);
@@ -437,9 +460,9 @@ my $want2 = join(' ', map { "$_:b4,b5" } sort @services[0 .. 2]);
 my $all2 = one($rc, q{SELECT count(*) FILTER (WHERE status = 'committed') || '/' || count(*) FROM gridha.bucket_batches});
 my @down = grep { my ($k, $e) = split m{/}; $e < $dumped_epoch{$k} }
   split /,/, one($rc, q{SELECT string_agg(bucket || '/' || epoch, ',') FROM gridha.bucket_claims});
-diag("B's hand-outs: @got2\nerrors: @errs2\nper service: $order2\nstatuses: $all2\nbuckets below their dumped epoch: @down");
-ok(!@errs2 && $order2 eq $want2 && $fb eq 'b4' && $all2 eq '24/24' && !@down,
-	'after: B drains every batch left through next_batch and the reports, in seq order per service (the batch in flight at the dump again first), and no bucket\'s epoch is below its dumped one');
+diag("B's hand-outs: @got2\nerrors: @errs2\nper service: $order2\nstatuses: $all2\nbuckets below their dumped epoch: @down\nnext_id: $rid (the old cluster's highest: $top13)");
+ok(!@errs2 && $order2 eq $want2 && $fb eq 'b4' && $all2 eq '24/24' && !@down && $rid > $top13,
+	'after: B drains every batch left through next_batch and the reports, in seq order per service (the batch in flight at the dump again first), and no bucket\'s epoch is below its dumped one; next_id gives an id above every id of the old cluster');
 
 
 # ---------------------------------------------------------------------------
@@ -457,7 +480,8 @@ my %pre = (
 	batches => one($rc, $BATCHES_FULL),
 	instances => one($rc, $INSTANCES_BUCKET),
 	functions => one($rc, $FUNCTIONS),
-	layout => one($rc, $LAYOUT));
+	layout => one($rc, $LAYOUT),
+	ids => one($rc, $IDS));
 my $bindir = $BIN // $CBIN;
 my $upg_ok = 1;
 my $upg_out = '';
@@ -513,13 +537,14 @@ my %post = $upg_ok ? (
 	batches => one($uc, $BATCHES_FULL),
 	instances => one($uc, $INSTANCES_BUCKET),
 	functions => one($uc, $FUNCTIONS),
-	layout => one($uc, $LAYOUT)) : ();
+	layout => one($uc, $LAYOUT),
+	ids => one($uc, $IDS)) : ();
 my @udiffer = grep { ($post{$_} // '') ne $pre{$_} } sort keys %pre;
 my $ushells = $upg_ok ? one($uc, $SHELLS) : '';
 diag("pg_upgrade: $upg_out\ndiffer after it: " . (@udiffer ? "@udiffer" : 'nothing') . "\nshells: $ushells");
 ok($upg_ok && !@udiffer && $ushells eq 'gridha.bucket_batches:0,gridha.bucket_claims:0,gridha.bucket_services:0'
 	  && $pre{batches} =~ m{/$us/$ub/\d+/submitting/},
-	'pg_upgrade: citus_prepare_pg_upgrade() on every node, pg_upgrade of each node (within PostgreSQL 15), citus_finish_pg_upgrade(): the same layout and distributed functions, every batch, queue, instance and bucket (holder, role, epoch, lease) as before, the shells empty');
+	'pg_upgrade: citus_prepare_pg_upgrade() on every node, pg_upgrade of each node (within PostgreSQL 15), citus_finish_pg_upgrade(): the same layout and distributed functions, every batch, queue, instance and bucket (holder, role, epoch, lease) and the ID sequence as before, the shells empty');
 
 my $ucyc = $upg_ok ? run($uc, qq{
 SET citus.log_remote_commands = on;

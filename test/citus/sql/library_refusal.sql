@@ -6,20 +6,13 @@
 -- claimed_batches, pending_batches, verify_batch: test/t/035_citus_loop.pl;
 -- enqueue and register_instance: test/t/032_citus_mode.pl; run_maintenance
 -- and prune_batches: test/t/036_citus_maint.pl; start_worker, stop_worker
--- and the background workers: test/t/039_citus_workers.pl.)
+-- and the background workers: test/t/039_citus_workers.pl; the ID
+-- sequences: id_sequences, next in the schedule.)
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 \set A aaaaaaaa-0000-0000-0000-00000000000a
 SELECT gridha.lead(:'A');
 \echo :LAST_ERROR_SQLSTATE
-\set VERBOSITY terse
-SELECT gridha.create_id_sequence('ids');
-\echo :LAST_ERROR_SQLSTATE
-SELECT gridha.reserve_ids('ids', 10);
-\echo :LAST_ERROR_SQLSTATE
-SELECT gridha.next_id('ids');
-\echo :LAST_ERROR_SQLSTATE
-\set VERBOSITY default
 \echo '--- nothing entered gridha''s local tables'
 SELECT (SELECT count(*) FROM gridha.batches) AS batches, (SELECT count(*) FROM gridha.service_claims) AS claims,
        (SELECT count(*) FROM gridha.instances) AS instances, (SELECT count(*) FROM gridha.leases) AS leases,

@@ -1,12 +1,17 @@
 -- shells: after the suite's cycles, nothing on the coordinator: gridha's
--- own tables hold no row, and the bucket tables' local shells (ordinary
--- tables of the coordinator, which Citus keeps empty) have empty files;
--- the rows are in the shards on the workers.
+-- own tables of the claim cycle hold no row, and the bucket tables' local
+-- shells (ordinary tables of the coordinator, which Citus keeps empty) have
+-- empty files; the rows are in the shards on the workers. The tables the
+-- mode keeps on the coordinator hold what id_sequences left: the
+-- maintenance lease and its tick, the dropped sequence's row (its high
+-- water), no window.
 \set VERBOSITY default
 \set SHOW_CONTEXT never
 SELECT (SELECT count(*) FROM gridha.batches) AS batches, (SELECT count(*) FROM gridha.service_claims) AS claims,
-       (SELECT count(*) FROM gridha.instances) AS instances, (SELECT count(*) FROM gridha.leases) AS leases,
-       (SELECT count(*) FROM gridha.id_sequences) AS id_sequences, (SELECT count(*) FROM gridha.service_counts) AS counts;
+       (SELECT count(*) FROM gridha.instances) AS instances, (SELECT count(*) FROM gridha.service_counts) AS counts;
+SELECT (SELECT count(*) FROM gridha.leases) AS leases, (SELECT count(*) FROM gridha.maintenance_ticks) AS ticks,
+       (SELECT count(*) FILTER (WHERE dropped) || '/' || count(*) FROM gridha.id_sequences) AS dropped_sequences,
+       (SELECT count(*) FROM gridha.id_windows) AS windows;
 SELECT c AS shell, (pg_stat_file(pg_relation_filepath(c))).size AS bytes
   FROM unnest(ARRAY['gridha.bucket_batches', 'gridha.bucket_claims', 'gridha.bucket_services']) AS c ORDER BY c;
 \echo '--- the shards: on the workers only (none placed on the coordinator)'
