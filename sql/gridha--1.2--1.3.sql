@@ -2311,6 +2311,11 @@ BEGIN
         tail_seq   bigint NOT NULL DEFAULT 0,
         ready_at   timestamptz,
         in_flight  boolean NOT NULL DEFAULT false,
+        -- running totals (gridha.metrics reads them, never the batches):
+        -- batches committed, invalid, and hand-outs after a batch's first
+        committed_total   bigint NOT NULL DEFAULT 0,
+        invalid_total     bigint NOT NULL DEFAULT 0,
+        resubmitted_total bigint NOT NULL DEFAULT 0,
         PRIMARY KEY (bucket, service_id)
     ) WITH (fillfactor = 50);
     CREATE INDEX bucket_services_ready ON gridha.bucket_services (bucket, ready_at)
@@ -2719,6 +2724,7 @@ DECLARE
     sv text[];
     ok text[];
     r gridha.bucket_batch;
+    again integer;
     t timestamptz := pg_catalog.now();
 BEGIN
     PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text]);
@@ -2735,13 +2741,17 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    UPDATE gridha.bucket_services s SET in_flight = true, ready_at = NULL
-     WHERE s.bucket = bucket_next_batch.bucket AND s.service_id = sid;
+    -- the batch first (its service's row is locked): a hand-out after
+    -- the batch's first counts in the service's resubmitted_total
     UPDATE gridha.bucket_batches b
        SET status = 'submitting', epoch = bucket_next_batch.epoch, attempts = b.attempts + 1,
            instance_id = bucket_next_batch.instance_id, handed_out_at = t, submitted_at = NULL
      WHERE b.bucket = bucket_next_batch.bucket AND b.service_id = sid AND b.seq = h
     RETURNING b.service_id, b.batch_id, b.seq, b.payload, b.epoch, b.attempts, tg INTO r;
+    again := CASE WHEN r.attempts > 1 THEN 1 ELSE 0 END;
+    UPDATE gridha.bucket_services s
+       SET in_flight = true, ready_at = NULL, resubmitted_total = s.resubmitted_total + again
+     WHERE s.bucket = bucket_next_batch.bucket AND s.service_id = sid;
     RETURN r;
 END
 $$;
@@ -2809,7 +2819,9 @@ BEGIN
            SET head_seq = CASE WHEN final THEN s.head_seq + 1 ELSE s.head_seq END,
                in_flight = false,
                ready_at = CASE WHEN to_status = 'delayed' THEN back
-                               WHEN NOT final OR s.head_seq + 1 <= s.tail_seq THEN t END
+                               WHEN NOT final OR s.head_seq + 1 <= s.tail_seq THEN t END,
+               committed_total = s.committed_total + CASE WHEN to_status = 'committed' THEN 1 ELSE 0 END,
+               invalid_total = s.invalid_total + CASE WHEN to_status = 'invalid' THEN 1 ELSE 0 END
          WHERE s.bucket = bucket_report.bucket AND s.service_id = bucket_report.service_id
            AND s.head_seq = q AND s.in_flight;
     END IF;
@@ -3427,6 +3439,7 @@ DECLARE
     sv text[];
     ok text[];
     r gridha.bucket_batch[];
+    again text[];
     t timestamptz := pg_catalog.now();
 BEGIN
     PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text, max_batches::text]);
@@ -3447,8 +3460,9 @@ BEGIN
     IF sids IS NULL THEN
         RETURN '{}';
     END IF;
-    UPDATE gridha.bucket_services s SET in_flight = true, ready_at = NULL
-     WHERE s.bucket = bucket_next_batches.bucket AND s.service_id = ANY (sids);
+    -- the batches first (their services' rows are locked), then the
+    -- services, a hand-out after a batch's first counted in its service's
+    -- resubmitted_total
     WITH u AS (
         UPDATE gridha.bucket_batches b
            SET status = 'submitting', epoch = bucket_next_batches.epoch, attempts = b.attempts + 1,
@@ -3462,6 +3476,12 @@ BEGIN
                                     u.target)::gridha.bucket_batch
                                 ORDER BY pg_catalog.array_position(sids, u.service_id))
       INTO r FROM u;
+    SELECT pg_catalog.array_agg(x.service_id) INTO again FROM pg_catalog.unnest(r) x WHERE x.attempts > 1;
+    UPDATE gridha.bucket_services s
+       SET in_flight = true, ready_at = NULL,
+           resubmitted_total = s.resubmitted_total
+                               + CASE WHEN s.service_id = ANY (again) THEN 1 ELSE 0 END
+     WHERE s.bucket = bucket_next_batches.bucket AND s.service_id = ANY (sids);
     RETURN coalesce(r, '{}');
 END
 $$;
@@ -4236,7 +4256,9 @@ FROM PUBLIC;
 -- coordinator, where every contract call of the mode runs (off the
 -- coordinator run_maintenance and prune_batches refuse, RG043). What a
 -- prune removed is added to gridha.pruned_totals (on the coordinator, in
--- the prune's transaction), so that metrics' running totals never go down.
+-- the prune's transaction), a record of it; gridha.metrics reads the
+-- services' running totals (gridha.bucket_services), which keep pruned
+-- batches counted.
 -- The views that read gridha's tables of one server (empty in the mode)
 -- refuse there (RG035) instead of showing nothing.
 
@@ -4251,7 +4273,7 @@ CREATE TABLE gridha.pruned_totals (
 );
 
 COMMENT ON TABLE gridha.pruned_totals IS
-'Citus mode: per bucket and target (the target of the batches'' service), what maintenance pruned so far (batches, of which committed and invalid, and their hand-outs after the first): a plain table of the coordinator, written in the prune''s transaction; gridha.metrics adds it to what the bucket tables hold';
+'Citus mode: per bucket and target (the target of the batches'' service), what maintenance pruned so far (batches, of which committed and invalid, and their hand-outs after the first): a plain table of the coordinator, written in the prune''s transaction: the record of what retention removed (gridha.metrics reads the services'' running totals, which keep pruned batches counted)';
 
 REVOKE ALL ON gridha.pruned_totals FROM PUBLIC;
 GRANT SELECT ON gridha.pruned_totals TO gridha_admin;
@@ -4539,9 +4561,9 @@ COMMENT ON FUNCTION gridha_internal.citus_prune_batches(integer) IS
  * its figures those of the services on it (gridha.bucket_services.target):
  * backlog, oldest_ready_age_seconds and in_flight from
  * gridha.bucket_services, enqueued_total the services' tail_seq,
- * committed_total, invalid_total and resubmitted_total what
- * gridha.bucket_batches holds plus what maintenance pruned
- * (gridha.pruned_totals); the counters the mode does not keep
+ * committed_total, invalid_total and resubmitted_total the services'
+ * running totals (kept by the reports and the hand-outs; pruned batches
+ * stay counted): no batch is read; the counters the mode does not keep
  * (claims_taken_over_total, stale_writes_refused_total,
  * heads_repaired_total, status_omitted_total) are NULL. One row of scope
  * instance per instance holding a bucket: in_flight in its buckets,
@@ -4570,30 +4592,21 @@ BEGIN
            coalesce(greatest(EXTRACT(epoch FROM t - q.oldest), 0), 0)::float8,
            coalesce(q.in_flight, 0)::bigint, NULL::bigint, NULL::float8,
            coalesce(q.enqueued, 0)::bigint,
-           (coalesce(f.committed, 0) + coalesce(p.committed, 0))::bigint,
-           (coalesce(f.invalid, 0) + coalesce(p.invalid, 0))::bigint,
-           (coalesce(f.resubmitted, 0) + coalesce(p.resubmitted, 0))::bigint,
+           coalesce(q.committed, 0)::bigint,
+           coalesce(q.invalid, 0)::bigint,
+           coalesce(q.resubmitted, 0)::bigint,
            NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint
       FROM gridha.bucket_targets g
       LEFT JOIN (SELECT s.target,
                         pg_catalog.sum(s.tail_seq - s.head_seq + 1) AS backlog,
                         pg_catalog.min(s.ready_at) FILTER (WHERE NOT s.in_flight) AS oldest,
                         pg_catalog.count(*) FILTER (WHERE s.in_flight) AS in_flight,
-                        pg_catalog.sum(s.tail_seq) AS enqueued
+                        pg_catalog.sum(s.tail_seq) AS enqueued,
+                        pg_catalog.sum(s.committed_total) AS committed,
+                        pg_catalog.sum(s.invalid_total) AS invalid,
+                        pg_catalog.sum(s.resubmitted_total) AS resubmitted
                    FROM gridha.bucket_services s
                   GROUP BY s.target) q ON q.target = g.target
-      LEFT JOIN (SELECT s.target,
-                        pg_catalog.count(*) FILTER (WHERE b.status = 'committed') AS committed,
-                        pg_catalog.count(*) FILTER (WHERE b.status = 'invalid') AS invalid,
-                        pg_catalog.sum(b.attempts - 1) FILTER (WHERE b.attempts > 1) AS resubmitted
-                   FROM gridha.bucket_batches b
-                   JOIN gridha.bucket_services s
-                     ON s.bucket = b.bucket AND s.service_id = b.service_id
-                  GROUP BY s.target) f ON f.target = g.target
-      LEFT JOIN (SELECT x.target, pg_catalog.sum(x.committed) AS committed,
-                        pg_catalog.sum(x.invalid) AS invalid, pg_catalog.sum(x.resubmitted) AS resubmitted
-                   FROM gridha.pruned_totals x
-                  GROUP BY x.target) p ON p.target = g.target
      ORDER BY g.target;
     RETURN QUERY
     SELECT 'instance'::text, NULL::text, h.holder, i.label, NULL::bigint, NULL::float8,
@@ -4616,7 +4629,7 @@ END
 $$;
 
 COMMENT ON FUNCTION gridha_internal.citus_metrics() IS
-'Citus mode: gridha.metrics'' rows (none outside the mode): per target of gridha.bucket_targets, its services'' gauges and running totals from the bucket tables and gridha.pruned_totals; one row per instance holding a bucket';
+'Citus mode: gridha.metrics'' rows (none outside the mode): per target of gridha.bucket_targets, its services'' gauges and running totals, from gridha.bucket_services alone (no batch is read); one row per instance holding a bucket';
 
 -- gridha.metrics: one server's statement, which reads gridha's own tables
 -- (not run in the mode: its one-time filter is false there), then the
@@ -5156,7 +5169,8 @@ BEGIN
     SELECT c.service_id, c.target, coalesce(c.head_seq, c.tail_seq + 1) AS head_seq, c.tail_seq,
            CASE WHEN c.head_seq IS NOT NULL AND NOT c.in_flight THEN coalesce(c.ready_at, t) END AS ready_at,
            c.head_seq IS NOT NULL AND c.in_flight AS in_flight,
-           greatest(c.epoch, coalesce((SELECT max(b.epoch) FROM gridha.batches b WHERE b.service_id = c.service_id), 0)) AS epoch
+           greatest(c.epoch, coalesce((SELECT max(b.epoch) FROM gridha.batches b WHERE b.service_id = c.service_id), 0)) AS epoch,
+           c.committed_total, c.invalid_total, c.resubmitted_total
       FROM gridha.service_claims c;
     CREATE TEMP TABLE citus_move_batches ON COMMIT DROP AS
     SELECT b.service_id, b.batch_id, b.seq, b.payload, b.status, b.created_at, b.epoch, b.attempts,
@@ -5173,9 +5187,10 @@ BEGIN
 
     INSERT INTO gridha.bucket_instances (instance_id, owner, label, registered_at, serves)
     SELECT m.instance_id, m.owner, m.label, m.registered_at, m.serves FROM citus_move_instances m;
-    INSERT INTO gridha.bucket_services (bucket, service_id, target, head_seq, tail_seq, ready_at, in_flight)
+    INSERT INTO gridha.bucket_services (bucket, service_id, target, head_seq, tail_seq, ready_at, in_flight,
+                                        committed_total, invalid_total, resubmitted_total)
     SELECT gridha.bucket_of(m.service_id, n), m.service_id, m.target, m.head_seq, m.tail_seq, m.ready_at,
-           m.in_flight
+           m.in_flight, m.committed_total, m.invalid_total, m.resubmitted_total
       FROM citus_move_services m;
     INSERT INTO gridha.bucket_batches (bucket, service_id, batch_id, seq, payload, status, created_at, epoch,
                                        attempts, instance_id, handed_out_at, submitted_at, finished_at)

@@ -95,7 +95,9 @@
 #             bucket_takeover and next_batch naming it, nothing changed; an
 #             id never registered registered by its first next_batch, then
 #             refused to c32_intruder (RG008); with gridha.unknown_instance
-#             = refuse, an unknown id refused (RG024)
+#             = refuse, an unknown id refused (RG024), by next_batch on the
+#             coordinator and, with the setting a role's on every node, by
+#             bucket_acquire and bucket_takeover on a worker
 #
 # Runs on PostgreSQL's TAP framework (PostgreSQL::Test::Cluster). Run by
 # `make test` (test/run.sh, part 032_citus_mode) and by `make
@@ -113,7 +115,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-my $NTESTS = 30;
+my $NTESTS = 31;
 my $A = 'aaaaaaaa-0000-0000-0000-000000000032';
 my $B = 'bbbbbbbb-0000-0000-0000-000000000032';
 my $NSERVICES = 24;
@@ -1000,6 +1002,34 @@ ok($first !~ /ERROR/ && $u_row eq 'c32_other/true'
 	  && $u_other =~ /ERROR:  RG008: role "c32_intruder" does not own instance $U/
 	  && sqlstate_of($refuse) eq 'RG024' && $v_rows eq '0',
 	'instances: an id never registered is registered by its first next_batch, owned by the caller (c32_other); another role naming it is then refused (RG008); with gridha.unknown_instance = refuse an unknown id is refused (RG024) and not registered');
+
+# the per-bucket functions do not register an id; with
+# gridha.unknown_instance = refuse on the node where the call runs (here a
+# role's setting, which Citus carries to every node), bucket_acquire and
+# bucket_takeover refuse an id never registered (RG024), on the worker
+# the call was sent to, and change nothing
+$coord->safe_psql('c32', q{CREATE ROLE c32_strict LOGIN IN ROLE gridha_submitter;
+ALTER ROLE c32_strict SET gridha.unknown_instance = 'refuse'});
+my $W = 'ffffffff-0000-0000-0000-000000000032';
+my $role_set = join(' ', map {
+		$_->safe_psql('c32', q{SELECT coalesce((SELECT array_to_string(s.setconfig, ',') FROM pg_db_role_setting s
+			JOIN pg_roles r ON r.oid = s.setrole WHERE r.rolname = 'c32_strict' AND s.setdatabase = 0), '-')})
+	} @nodes);
+my $strict_before = $rows_of->();
+my $strict = as_role('c32_strict', qq{SET citus.log_remote_commands = on;
+SET client_min_messages = notice;
+SELECT gridha.bucket_acquire($free, '$W', '10 min');
+SELECT gridha.bucket_takeover($pqb, '$W', '10 min');});
+my $strict_after = $rows_of->();
+my $w_rows = one("SELECT count(*) FROM gridha.bucket_instances WHERE instance_id = '$W'");
+my @rg024 = ($strict =~ /ERROR:  RG024: unknown instance $W/g);
+my $wports = join('|', map { $_->port } @nodes[1, 2]);
+diag("c32_strict's setting on each node: $role_set\nper-bucket calls naming $W:\n$strict\nbuckets: $strict_before -> $strict_after; its rows: $w_rows");
+ok( $role_set eq 'gridha.unknown_instance=refuse gridha.unknown_instance=refuse gridha.unknown_instance=refuse'
+	  && @rg024 == 2
+	  && $strict =~ /issuing SELECT gridha\.bucket_acquire\($free,.{0,300}?on server \w+\@localhost:($wports)\b/s
+	  && $strict_before eq $strict_after && $w_rows eq '0',
+	'instances: with gridha.unknown_instance = refuse (a role\'s setting, on every node), bucket_acquire of a free bucket and bucket_takeover, sent to a worker, refuse an id never registered (RG024); nothing changes, nothing registered');
 
 my $logs = join('', map { slurp($_->logfile) } @nodes);
 my @crash = grep { /server process .* was terminated|PANIC/ } split /\n/, $logs;

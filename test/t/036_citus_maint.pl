@@ -42,7 +42,9 @@
 #             leader meanwhile and prunes nothing
 #   totals    gridha.metrics after the prune: the gauges as the bucket
 #             tables give them, the running totals unchanged (pruned
-#             batches stay counted)
+#             batches stay counted); with every final batch deleted by
+#             hand (rolled back) the same: it reads the services' totals,
+#             no batch
 #   views     gridha.claims, instance_health, service_queues and
 #             queue_progress refused (RG035)
 #   worker    run_maintenance and prune_batches on a worker refused (RG043)
@@ -71,7 +73,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $NTESTS = 18;
+my $NTESTS = 19;
 my $A = 'aaaaaaaa-0000-0000-0000-000000000036';
 my $B = 'bbbbbbbb-0000-0000-0000-000000000036';
 
@@ -315,6 +317,20 @@ my $want1 = expected(18, 6, 6);
 ok($m1 eq $want1,
 	'metrics: after the prune, the gauges are the bucket tables\' and the running totals unchanged (committed 18, invalid 6, resubmitted 6: pruned batches stay counted)')
   or diag("got:\n$m1\nwant:\n$want1");
+
+# the running totals are the services' own (kept by the reports and the
+# hand-outs), not counted from the batches: with every final batch deleted
+# by hand (in a transaction rolled back), gridha.metrics answers the same
+my $m2 = one(qq{BEGIN;
+SELECT count(*) FROM gridha.bucket_batches WHERE status IN ('committed', 'invalid');
+DELETE FROM gridha.bucket_batches WHERE status IN ('committed', 'invalid');
+SELECT count(*) FROM gridha.bucket_batches WHERE status IN ('committed', 'invalid');
+$METRICS;
+ROLLBACK;});
+my $want2 = "6\n0\n$want1";
+ok($m2 eq $want2 && by_status() eq $status1,
+	'metrics: the running totals are kept on the services: with the 6 final batches left deleted by hand (rolled back), gridha.metrics answers the same (it reads no batch)')
+  or diag("got:\n$m2\nwant:\n$want2");
 
 # ---------------------------------------------------------------------------
 # views

@@ -32,10 +32,12 @@
 #             nothing changed
 #   move      citus_setup(move_rows => true): every batch, queue and
 #             instance in the bucket tables as it was, gridha's local
-#             tables of the claim cycle and the shells empty
+#             tables of the claim cycle and the shells empty, the running
+#             totals of gridha.metrics per target as before the move
 #   ids       the ID sequence and its windows left as they were on the
 #             coordinator; next_id and reserve_ids there, in the mode, give
-#             ids above every id of 1.2
+#             ids no call reserved before (each in a window at or past its
+#             next_id as the move left it)
 #   epochs    every bucket free, at an epoch no lower than its services'
 #             1.2 epochs
 #   calls     A's late 1.2 report refused (RG001); c37_sub drains every
@@ -65,8 +67,8 @@
 #             instance B takes it (epoch + 1), A's report at the old epoch
 #             is refused (RG001); then B drains every batch through the
 #             instance calls, in order, and no bucket's epoch is below the
-#             dumped one; next_id gives an id above every id of the old
-#             cluster
+#             dumped one; next_id gives an id the old cluster never
+#             reserved (in a window at or past its dumped next_id)
 #   upgrade   one more batch in flight; citus_prepare_pg_upgrade() on every
 #             node, each node stopped and upgraded by pg_upgrade into a new
 #             data directory on the same port (u0, u1, u2),
@@ -157,7 +159,20 @@ my $IDS = q{SELECT (SELECT string_agg(concat_ws('/', name, serial, window_size, 
 	FROM gridha.id_sequences) || ';' || coalesce((SELECT string_agg(concat_ws('/', name, window_start, window_end, next_id), ','
 	ORDER BY name, window_start) FROM gridha.id_windows), '-')};
 my $ids_before = one($coord, $IDS);
-my $top12 = (sort { $b <=> $a } @ids12)[0];
+
+# fresh(STATE, IDS): every id lies in a window of STATE (what $IDS
+# answered) at or past its next_id: no call reserved it before (ids below
+# a window's next_id, and every id of a retired window, were reserved)
+sub fresh
+{
+	my ($state, @ids) = @_;
+	my @windows = map { [ (split m{/})[ 1 .. 3 ] ] } split /,/, (split /;/, $state)[1];
+	foreach my $id (@ids)
+	{
+		return 0 unless grep { $id >= $_->[2] && $id < $_->[1] } @windows;
+	}
+	return scalar(@ids) > 0;
+}
 my %old_epoch = map { split /\|/ } split /\n/, one($coord, q{SELECT service_id, epoch FROM gridha.service_claims});
 note('1.2 hand-outs: ' . join(', ', map { join('/', @$_) } @h12));
 
@@ -191,7 +206,7 @@ ok("@versions" eq '1.3 1.3 1.3'
 # refusals
 
 my $plain = run($coord, 'SELECT gridha.citus_setup()');
-my $after_plain = one($coord, q{SELECT (to_regclass('gridha.bucket_claims') IS NULL)})
+my $after_plain = one($coord, q{SELECT (to_regclass('gridha.bucket_claims') IS NULL)::text})
   . '/' . (one($coord, $BATCHES_LOCAL) eq $b12 ? 'same' : 'changed') . '/' . (one($coord, $IDS) eq $ids_before ? 'same' : 'changed');
 diag("citus_setup(): $plain\nafter: $after_plain");
 ok( sqlstate_of($plain) eq 'RG032'
@@ -202,7 +217,12 @@ ok( sqlstate_of($plain) eq 'RG032'
 # ---------------------------------------------------------------------------
 # move
 
+# gridha.metrics' running totals per target, on one server before the move
+my $TOTALS = q{SELECT string_agg(concat_ws('/', target, enqueued_total, committed_total, invalid_total, resubmitted_total), ','
+	ORDER BY target) FROM gridha.metrics WHERE scope = 'target'};
+my $totals12 = one($coord, $TOTALS);
 my $moved = run($coord, q{SET client_min_messages = notice; SELECT gridha.citus_setup(move_rows => true, buckets => 64)});
+my $totals_moved = one($coord, $TOTALS);
 my $own = one($coord, q{SELECT (SELECT count(*) FROM gridha.batches) + (SELECT count(*) FROM gridha.service_claims)
 	+ (SELECT count(*) FROM gridha.instances) + (SELECT count(*) FROM gridha.leases)});
 my $SHELLS = q{SELECT string_agg(c || ':' || (pg_stat_file(pg_relation_filepath(c))).size, ',' ORDER BY c)
@@ -214,14 +234,16 @@ my $im = one($coord, $INSTANCES_BUCKET);
 my $misplaced = one($coord, q{SELECT count(*) FROM gridha.bucket_batches WHERE bucket <> gridha.bucket_of(service_id, 64)});
 my $targets_moved = one($coord, q{SELECT string_agg(service_id || '=' || target, ',' ORDER BY service_id) FROM gridha.bucket_services})
   . ';' . one($coord, q{SELECT string_agg(target, ',' ORDER BY target) FROM gridha.bucket_targets});
-diag("move: $moved\nown rows left: $own; shells: $shells\nbatches: $bm\nqueues: $qm\ninstances: $im\ntargets: $targets_moved");
+diag("move: $moved\nown rows left: $own; shells: $shells\nbatches: $bm\nqueues: $qm\ninstances: $im\ntargets: $targets_moved\n"
+	  . "metrics' totals before: $totals12\nafter: $totals_moved");
 ok( $moved =~ /^64$/m
 	  && $moved =~ /NOTICE:  00000: gridha moved 18 batch\(es\) of 6 service\(s\) and 1 instance\(s\) into 64 buckets/
 	  && $bm eq $b12 && $qm eq $q12 && $im eq $i12 && $misplaced eq '0'
 	  && $targets_moved eq 's1=default,s2=default,s3=default,s4=default,s5=default,s6=c37t;c37t,default'
 	  && $own eq '0'
-	  && $shells eq 'gridha.bucket_batches:0,gridha.bucket_claims:0,gridha.bucket_services:0',
-	'move: citus_setup(move_rows => true, buckets => 64) moves every batch (status, seq, epoch, attempts, instance, payload), every queue with its target and the instance with its owner into the buckets; gridha\'s local tables and the shells are empty');
+	  && $shells eq 'gridha.bucket_batches:0,gridha.bucket_claims:0,gridha.bucket_services:0'
+	  && $totals_moved eq $totals12 && $totals12 eq 'c37t/3/0/0/0,default/15/1/0/0',
+	'move: citus_setup(move_rows => true, buckets => 64) moves every batch (status, seq, epoch, attempts, instance, payload), every queue with its target and the instance with its owner into the buckets; gridha\'s local tables and the shells are empty; gridha.metrics\' running totals per target are those of one server before the move');
 
 my %bucket_state = map { my ($s, $e, $h) = split /:/; ($s => [ $e, $h ]) } split /,/, one($coord, q{
 SELECT string_agg(s.service_id || ':' || c.epoch || ':' || coalesce(c.holder::text, '-'), ',')
@@ -237,12 +259,10 @@ ok(!@low && $holders eq '0' && (grep { $old_epoch{$_} > 0 } @services) >= 1,
 my $ids_moved = one($coord, $IDS);
 my @ids13 = split /\n/, one($coord, q{SELECT gridha.next_id('c37ids'); SELECT gridha.next_id('c37ids');
 SELECT lower(gridha.reserve_ids('c37ids', 5)); SELECT upper(gridha.reserve_ids('c37ids', 1000)) - 1});
-my @below = grep { $_ <= $top12 } @ids13;
-my $top13 = (sort { $b <=> $a } @ids13)[0];
 diag("ID sequence before the move: $ids_before\nafter: $ids_moved\n1.2 ids: @ids12; in the mode: @ids13");
-ok( $ids_moved eq $ids_before && @ids13 == 4 && !@below
-	  && $ids13[1] == $ids13[0] + 1,
-	'ids: the move leaves the ID sequence and its windows as they were; in the mode next_id and reserve_ids on the coordinator give ids above every id of 1.2 (a window\'s worth too)');
+ok( $ids_moved eq $ids_before && @ids12 == 3 && @ids13 == 4 && fresh($ids_before, @ids13)
+	  && $ids13[1] == $ids13[0] + 1 && !(grep { my $x = $_; grep { $_ == $x } @ids12 } @ids13),
+	'ids: the move leaves the ID sequence and its windows as they were; in the mode next_id and reserve_ids on the coordinator (a window\'s worth too) give ids no call reserved before, none of 1.2\'s');
 
 # ---------------------------------------------------------------------------
 # calls: A's late 1.2 report, then A drains everything through the mode
@@ -460,9 +480,10 @@ my $want2 = join(' ', map { "$_:b4,b5" } sort @services[0 .. 2]);
 my $all2 = one($rc, q{SELECT count(*) FILTER (WHERE status = 'committed') || '/' || count(*) FROM gridha.bucket_batches});
 my @down = grep { my ($k, $e) = split m{/}; $e < $dumped_epoch{$k} }
   split /,/, one($rc, q{SELECT string_agg(bucket || '/' || epoch, ',') FROM gridha.bucket_claims});
-diag("B's hand-outs: @got2\nerrors: @errs2\nper service: $order2\nstatuses: $all2\nbuckets below their dumped epoch: @down\nnext_id: $rid (the old cluster's highest: $top13)");
-ok(!@errs2 && $order2 eq $want2 && $fb eq 'b4' && $all2 eq '24/24' && !@down && $rid > $top13,
-	'after: B drains every batch left through next_batch and the reports, in seq order per service (the batch in flight at the dump again first), and no bucket\'s epoch is below its dumped one; next_id gives an id above every id of the old cluster');
+diag("B's hand-outs: @got2\nerrors: @errs2\nper service: $order2\nstatuses: $all2\nbuckets below their dumped epoch: @down\nnext_id: $rid (dumped: $dumped{ids}; the old cluster's ids in the mode: @ids13)");
+ok(!@errs2 && $order2 eq $want2 && $fb eq 'b4' && $all2 eq '24/24' && !@down
+	  && fresh($dumped{ids}, $rid) && !(grep { $_ == $rid } @ids12, @ids13),
+	'after: B drains every batch left through next_batch and the reports, in seq order per service (the batch in flight at the dump again first), and no bucket\'s epoch is below its dumped one; next_id gives an id the old cluster never reserved');
 
 
 # ---------------------------------------------------------------------------
