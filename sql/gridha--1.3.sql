@@ -2915,6 +2915,42 @@ CREATE TRIGGER targets_rate_inval
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON gridha.targets
     FOR EACH STATEMENT EXECUTE FUNCTION gridha_internal.targets_rate_inval();
 
+/*
+ * citus_target_rates(): gridha.target_rates' rows in the Citus mode (none
+ * outside it): each target of gridha.bucket_targets with its limit, the
+ * slots taken and when its next slot opens, from the state the mode's
+ * hand-outs keep there (microseconds since the epoch).
+ */
+CREATE FUNCTION gridha_internal.citus_target_rates()
+RETURNS TABLE (target text, rate_interval interval, rate_burst integer, slots_taken bigint,
+               next_slot_at timestamptz)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF NOT gridha_internal.citus_mode() THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT x.target, x.rate_interval, x.rate_burst, x.rate_slots_taken,
+           CASE
+               WHEN x.rate_interval IS NULL THEN NULL
+               WHEN x.rate_burst = 0 THEN 'infinity'::timestamptz
+               ELSE greatest(pg_catalog.now(),
+                             pg_catalog.to_timestamp((x.rate_tat_us - (x.rate_burst - 1) * x.rate_interval_us)
+                                                     / 1000000.0::float8))
+           END
+      FROM gridha.bucket_targets x;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_target_rates() IS
+'Citus mode: gridha.target_rates'' rows (none outside the mode), from the rate state on gridha.bucket_targets';
+
+REVOKE ALL ON FUNCTION gridha_internal.citus_target_rates() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION gridha_internal.citus_target_rates() TO gridha_submitter, gridha_admin;
+
 CREATE VIEW gridha.target_rates AS
 SELECT t.target,
        t.rate_interval,
@@ -2926,10 +2962,13 @@ SELECT t.target,
            ELSE greatest(now(), coalesce(s.tat, '-infinity') - (t.rate_burst - 1) * t.rate_interval)
        END AS next_slot_at
 FROM gridha.targets t
-LEFT JOIN gridha.target_rate_state s ON s.target = t.target;
+LEFT JOIN gridha.target_rate_state s ON s.target = t.target
+WHERE NOT gridha_internal.citus_mode()
+UNION ALL
+SELECT r.* FROM gridha_internal.citus_target_rates() r;
 
 COMMENT ON VIEW gridha.target_rates IS
-'each target''s rate limit and when its next hand-out slot opens (NULL: not limited; infinity: rate_burst 0 pauses it)';
+'each target''s rate limit and when its next hand-out slot opens (NULL: not limited; infinity: rate_burst 0 pauses it); in the Citus mode from the state its hand-outs keep (gridha.bucket_targets)';
 
 /*
  * The rate limits' statements off the hand-out (issue 42.1: they were C
@@ -2940,20 +2979,35 @@ COMMENT ON VIEW gridha.target_rates IS
  */
 CREATE FUNCTION gridha_internal.rate_wait_ms(instance_id uuid)
 RETURNS bigint
-LANGUAGE sql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
-SELECT ceil(extract(epoch FROM min(r.next_slot_at) - clock_timestamp()) * 1000)::int8
-  FROM gridha.target_rates r
- WHERE r.next_slot_at < 'infinity'
-   AND EXISTS (SELECT 1 FROM gridha.service_claims c
-                WHERE c.claimant = $1 AND c.target = r.target
-                  AND c.ready_at <= now()
-                  AND coalesce(c.soft_expiry, 'infinity') > now())
+DECLARE
+    tg text[];
+BEGIN
+    IF NOT gridha_internal.citus_mode() THEN
+        RETURN (SELECT ceil(extract(epoch FROM min(r.next_slot_at) - clock_timestamp()) * 1000)::int8
+                  FROM gridha.target_rates r
+                 WHERE r.next_slot_at < 'infinity'
+                   AND EXISTS (SELECT 1 FROM gridha.service_claims c
+                                WHERE c.claimant = rate_wait_ms.instance_id AND c.target = r.target
+                                  AND c.ready_at <= now()
+                                  AND coalesce(c.soft_expiry, 'infinity') > now()));
+    END IF;
+    -- the Citus mode: the targets of the ready heads in the instance's
+    -- buckets (one read over the shards), then their rates
+    SELECT pg_catalog.array_agg(DISTINCT s.target) INTO tg
+      FROM gridha.bucket_services s
+      JOIN gridha.bucket_claims c ON c.bucket = s.bucket
+     WHERE c.holder = rate_wait_ms.instance_id AND s.ready_at <= now();
+    RETURN (SELECT ceil(extract(epoch FROM min(r.next_slot_at) - clock_timestamp()) * 1000)::int8
+              FROM gridha_internal.citus_target_rates() r
+             WHERE r.next_slot_at < 'infinity' AND r.target = ANY (tg));
+END
 $$;
 
 COMMENT ON FUNCTION gridha_internal.rate_wait_ms(uuid) IS
-'for an instance handed nothing: ms until the next slot opens for a rate-limited target of one of its ready heads (NULL: none); a worker sleeps no longer';
+'for an instance handed nothing: ms until the next slot opens for a rate-limited target of one of its ready heads (NULL: none), in the Citus mode too; a worker sleeps no longer';
 
 CREATE FUNCTION gridha_internal.rate_handouts_prune()
 RETURNS void
@@ -4144,13 +4198,80 @@ COMMENT ON FUNCTION gridha.bucket_release(integer, uuid, bigint) IS
 'Citus mode: hands back a bucket the instance holds at that epoch (RG001 when it changed hands); its batches in flight go out again under the next holder, at a higher epoch';
 
 /*
+ * bucket_rate_slot(target, t_us): a slot of a rate-limited target for a
+ * hand-out at t_us (microseconds since the epoch), taken when one
+ * conforms (t_us >= tat - (rate_burst - 1) * rate_interval; rate_burst 0
+ * pauses the target): its tat moves to greatest(tat, t_us) +
+ * rate_interval, under the lock of its row of gridha.bucket_targets, a
+ * reference table, so every hand-out of the target, on whichever node it
+ * runs, takes its slots one at a time under the same row's lock (the
+ * bound of one server, src/ratelimit.c). False when no slot conforms, and
+ * when another transaction holds the row: a hand-out never waits for a
+ * rate row, so no cycle of waits passes through one; its batch stays
+ * queued for a later call.
+ */
+CREATE FUNCTION gridha_internal.bucket_rate_slot(target text, t_us bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    got boolean;
+BEGIN
+    BEGIN
+        PERFORM 1 FROM gridha.bucket_targets x WHERE x.target = bucket_rate_slot.target FOR UPDATE NOWAIT;
+    EXCEPTION WHEN lock_not_available THEN
+        RETURN false;
+    END;
+    -- integers only: Citus refuses a STABLE operator (timestamptz -
+    -- interval) on a column in a distributed UPDATE
+    UPDATE gridha.bucket_targets x
+       SET rate_tat_us = greatest(x.rate_tat_us, bucket_rate_slot.t_us) + x.rate_interval_us,
+           rate_slots_taken = x.rate_slots_taken + 1
+     WHERE x.target = bucket_rate_slot.target AND x.rate_interval_us IS NOT NULL AND x.rate_burst > 0
+       AND bucket_rate_slot.t_us >= x.rate_tat_us - (x.rate_burst - 1) * x.rate_interval_us
+    RETURNING true INTO got;
+    RETURN coalesce(got, false);
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.bucket_rate_slot(text, bigint) IS
+'Citus mode: takes a slot of a rate-limited target for a hand-out at t_us (microseconds since the epoch) under the lock of its gridha.bucket_targets row, without waiting for it; false when none conforms or the row is locked';
+
+/*
+ * bucket_rate_closed(t_us): the rate-limited targets (limited) and those
+ * of them with no slot at t_us (closed: paused, or t_us before tat -
+ * (rate_burst - 1) * rate_interval), read where the hand-out runs.
+ */
+CREATE FUNCTION gridha_internal.bucket_rate_closed(t_us bigint, OUT limited text[], OUT closed text[])
+RETURNS record
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+BEGIN
+    SELECT pg_catalog.array_agg(x.target),
+           pg_catalog.array_agg(x.target) FILTER (WHERE x.rate_burst = 0
+                                      OR t_us < x.rate_tat_us - (x.rate_burst - 1) * x.rate_interval_us)
+      INTO limited, closed
+      FROM gridha.bucket_targets x WHERE x.rate_interval_us IS NOT NULL;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.bucket_rate_closed(bigint) IS
+'Citus mode: the rate-limited targets, and those of them with no slot at t_us (microseconds since the epoch)';
+
+/*
  * bucket_next_batch(bucket, instance, epoch): the head of the bucket's
  * service that has waited longest, handed out (submitting, at the epoch);
  * NULL when none is ready. Fenced. The pick is FOR UPDATE SKIP LOCKED
  * within the bucket's shard. Only the heads of services whose target the
  * instance serves are handed out (its serves in gridha.bucket_instances,
  * read where the call runs; an instance not registered, or that declared
- * nothing, serves every target), each with its service's target.
+ * nothing, serves every target), each with its service's target. A head
+ * of a rate-limited target goes out only with a slot of it
+ * (bucket_rate_slot): the pick skips the targets with none now, and a
+ * head whose target had no slot after all stays queued, the pick going on
+ * without that target.
  */
 CREATE FUNCTION gridha.bucket_next_batch(bucket integer, instance_id uuid, epoch bigint)
 RETURNS gridha.bucket_batch
@@ -4167,21 +4288,31 @@ DECLARE
     r gridha.bucket_batch;
     again integer;
     t timestamptz := pg_catalog.now();
+    t_us bigint := (EXTRACT(epoch FROM pg_catalog.now()) * 1000000)::int8;
+    rc record;
 BEGIN
     PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text]);
     PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, true);
     SELECT i.serves INTO sv FROM gridha.bucket_instances i WHERE i.instance_id = bucket_next_batch.instance_id;
     ok := gridha_internal.bucket_servable(sv);
-    SELECT s.service_id, s.head_seq, s.target INTO sid, h, tg
-      FROM gridha.bucket_services s
-     WHERE s.bucket = bucket_next_batch.bucket AND s.ready_at <= t
-       AND (ok IS NULL OR s.target = ANY (ok))
-     ORDER BY s.ready_at, s.service_id
-     LIMIT 1
-       FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
+    rc := gridha_internal.bucket_rate_closed(t_us);
+    LOOP
+        SELECT s.service_id, s.head_seq, s.target INTO sid, h, tg
+          FROM gridha.bucket_services s
+         WHERE s.bucket = bucket_next_batch.bucket AND s.ready_at <= t
+           AND (ok IS NULL OR s.target = ANY (ok))
+           AND (rc.closed IS NULL OR s.target <> ALL (rc.closed))
+         ORDER BY s.ready_at, s.service_id
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+        EXIT WHEN rc.limited IS NULL OR NOT tg = ANY (rc.limited)
+                  OR gridha_internal.bucket_rate_slot(tg, t_us);
+        -- no slot after all (another hand-out took it, or holds the row)
+        rc.closed := coalesce(rc.closed, '{}') || tg;
+    END LOOP;
     -- the batch first (its service's row is locked): a hand-out after
     -- the batch's first counts in the service's resubmitted_total
     UPDATE gridha.bucket_batches b
@@ -4342,6 +4473,8 @@ REVOKE ALL ON FUNCTION
     gridha.bucket_report_submission(integer, uuid, text, text, bigint, text),
     gridha.bucket_report_status(integer, uuid, text, text, bigint, text),
     gridha_internal.bucket_fence(integer, uuid, bigint, boolean),
+    gridha_internal.bucket_rate_slot(text, bigint),
+    gridha_internal.bucket_rate_closed(bigint),
     gridha_internal.bucket_args(text[]),
     gridha_internal.bucket_take(integer, uuid, interval, boolean),
     gridha_internal.bucket_report(integer, uuid, text, text, bigint, gridha.batch_status[], gridha.batch_status),
@@ -4399,11 +4532,17 @@ SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     sids text[];
+    tgs text[];
     sv text[];
     ok text[];
     r gridha.bucket_batch[];
     again text[];
     t timestamptz := pg_catalog.now();
+    t_us bigint := (EXTRACT(epoch FROM pg_catalog.now()) * 1000000)::int8;
+    rc record;
+    tg text;
+    i integer;
+    out_ boolean;
 BEGIN
     PERFORM gridha_internal.bucket_args(ARRAY[bucket::text, instance_id::text, epoch::text, max_batches::text]);
     IF max_batches < 0 THEN
@@ -4412,16 +4551,39 @@ BEGIN
     PERFORM gridha_internal.bucket_fence(bucket, instance_id, epoch, true);
     SELECT i.serves INTO sv FROM gridha.bucket_instances i WHERE i.instance_id = bucket_next_batches.instance_id;
     ok := gridha_internal.bucket_servable(sv);
-    SELECT pg_catalog.array_agg(p.service_id ORDER BY p.ready_at, p.service_id) INTO sids
-      FROM (SELECT s.service_id, s.ready_at
+    rc := gridha_internal.bucket_rate_closed(t_us);
+    SELECT pg_catalog.array_agg(p.service_id ORDER BY p.ready_at, p.service_id),
+           pg_catalog.array_agg(p.target ORDER BY p.ready_at, p.service_id) INTO sids, tgs
+      FROM (SELECT s.service_id, s.ready_at, s.target
               FROM gridha.bucket_services s
              WHERE s.bucket = bucket_next_batches.bucket AND s.ready_at <= t
                AND (ok IS NULL OR s.target = ANY (ok))
+               AND (rc.closed IS NULL OR s.target <> ALL (rc.closed))
              ORDER BY s.ready_at, s.service_id
              LIMIT max_batches
                FOR UPDATE SKIP LOCKED) AS p;
     IF sids IS NULL THEN
         RETURN '{}';
+    END IF;
+    -- a head of a rate-limited target goes out with a slot of it, taken in
+    -- pick order; once a target has none, its other heads stay queued
+    IF rc.limited IS NOT NULL THEN
+        FOR tg IN SELECT DISTINCT x.x FROM pg_catalog.unnest(tgs) x WHERE x.x = ANY (rc.limited) LOOP
+            out_ := false;
+            FOR i IN 1 .. pg_catalog.cardinality(sids) LOOP
+                CONTINUE WHEN tgs[i] IS DISTINCT FROM tg;
+                IF NOT out_ AND NOT gridha_internal.bucket_rate_slot(tg, t_us) THEN
+                    out_ := true;
+                END IF;
+                IF out_ THEN
+                    sids[i] := NULL;
+                END IF;
+            END LOOP;
+        END LOOP;
+        sids := pg_catalog.array_remove(sids, NULL);
+        IF pg_catalog.cardinality(sids) = 0 THEN
+            RETURN '{}';
+        END IF;
     END IF;
     -- the batches first (their services' rows are locked), then the
     -- services, a hand-out after a batch's first counted in its service's
@@ -5775,28 +5937,26 @@ TO gridha_producer, gridha_submitter, gridha_admin;
 -- coordinator, as on one server: its own triggers and constraints check
 -- the row (same SQLSTATEs), then the trigger targets_citus_mirror (on that
 -- local table, not on a Citus table) writes the row to
--- gridha.bucket_targets. Rate limits are not applied in the mode (RG040).
+-- gridha.bucket_targets, rate limits included: the limit's state (its
+-- theoretical arrival time and the slots taken) is kept on the target's
+-- row there, and every hand-out of a limited target takes its slot in an
+-- update of that row, wherever it runs (docs/citus.md, "Rate limits").
 
 /*
  * citus_setup_targets(): citus_setup's part for targets, in its
  * transaction (after the bucket tables and gridha.bucket_instances were
- * distributed). A target with a rate limit refuses the setup (RG040).
+ * distributed). A target's rate limit comes along with the state one
+ * server kept for it (gridha.target_rate_state), in microseconds since
+ * the epoch: the hand-out's arithmetic on them is integer arithmetic,
+ * which Citus runs in a distributed UPDATE (it refuses timestamptz -
+ * interval there, a STABLE operator, on a column).
  */
 CREATE FUNCTION gridha_internal.citus_setup_targets()
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
-DECLARE
-    limited text;
 BEGIN
-    SELECT t.target INTO limited FROM gridha.targets t WHERE t.rate_interval IS NOT NULL ORDER BY t.target LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'target "%" has a rate limit, which the Citus mode does not apply', limited
-            USING ERRCODE = 'RG040',
-                  DETAIL = 'In the Citus mode the hand-out does not count a target''s batches across instances; a limit would be silently ignored.',
-                  HINT = 'Clear it first (UPDATE gridha.targets SET rate_interval = NULL), or keep that ledger on one server.';
-    END IF;
     ALTER TABLE gridha.bucket_services ADD COLUMN target text NOT NULL DEFAULT 'default';
     ALTER TABLE gridha.bucket_instances ADD COLUMN serves text[];
     CREATE TABLE gridha.bucket_targets (
@@ -5806,19 +5966,32 @@ BEGIN
         submit_function text,
         status_function text,
         reject_codes    integer[] NOT NULL,
-        request_headers jsonb
+        request_headers jsonb,
+        -- the rate limit (as gridha.targets) and its state: the interval
+        -- in microseconds, the theoretical arrival time in microseconds
+        -- since the epoch, the slots taken
+        rate_interval    interval,
+        rate_burst       integer NOT NULL DEFAULT 1,
+        rate_interval_us bigint,
+        rate_tat_us      bigint NOT NULL DEFAULT 0,
+        rate_slots_taken bigint NOT NULL DEFAULT 0
     );
     COMMENT ON TABLE gridha.bucket_targets IS
-    'Citus mode: the targets (a reference table: on every node), written from gridha.targets on the coordinator (trigger targets_citus_mirror)';
+    'Citus mode: the targets (a reference table: on every node), written from gridha.targets on the coordinator (trigger targets_citus_mirror), with each rate limit''s state (rate_tat_us, rate_slots_taken), which the hand-outs write';
     REVOKE ALL ON gridha.bucket_targets FROM PUBLIC;
     -- as gridha.targets on one server: submitters and administrators read it
     GRANT SELECT ON gridha.bucket_targets TO gridha_submitter, gridha_admin;
     PERFORM create_reference_table('gridha.bucket_targets');
     INSERT INTO gridha.bucket_targets (target, submit_url, status_url, submit_function, status_function,
-                                       reject_codes, request_headers)
+                                       reject_codes, request_headers, rate_interval, rate_burst,
+                                       rate_interval_us, rate_tat_us, rate_slots_taken)
     SELECT t.target, t.submit_url, t.status_url, t.submit_function, t.status_function,
-           t.reject_codes, t.request_headers
-      FROM gridha.targets t;
+           t.reject_codes, t.request_headers, t.rate_interval, t.rate_burst,
+           (EXTRACT(epoch FROM t.rate_interval) * 1000000)::int8,
+           CASE WHEN pg_catalog.isfinite(r.tat) THEN (EXTRACT(epoch FROM r.tat) * 1000000)::int8 ELSE 0 END,
+           coalesce(r.slots_taken, 0)
+      FROM gridha.targets t
+      LEFT JOIN gridha.target_rate_state r ON r.target = t.target;
     PERFORM create_distributed_function('gridha.bucket_enqueue(integer,text,text,bytea,text)'::regprocedure,
                                         distribution_arg_name => 'bucket',
                                         colocate_with => 'gridha.bucket_claims');
@@ -5826,16 +5999,19 @@ END
 $$;
 
 COMMENT ON FUNCTION gridha_internal.citus_setup_targets() IS
-'Citus mode: what gridha.citus_setup lays out for targets: the service''s target, what an instance serves, gridha.bucket_targets (a reference table) filled from gridha.targets; RG040 for a target with a rate limit';
+'Citus mode: what gridha.citus_setup lays out for targets: the service''s target, what an instance serves, gridha.bucket_targets (a reference table) filled from gridha.targets, rate limits and their state included';
 
 /*
  * targets_citus_mirror: in the Citus mode, a row written to gridha.targets
  * on the coordinator (checked by that table's own triggers and
  * constraints, as on one server) is written to gridha.bucket_targets.
- * Refused there: a rate limit (RG040); the delete of a target a service is
- * on (23503, as the single server's foreign key); a rename carries the
- * services along (as ON UPDATE CASCADE does). Outside the mode (one
- * server; a restored dump before gridha.citus_restore): nothing.
+ * Refused there: the delete of a target a service is on (23503, as the
+ * single server's foreign key); a rename carries the services along (as
+ * ON UPDATE CASCADE does). A new rate applies at once, as on one server
+ * (targets_rate_changed): the time still owed under the old interval is
+ * scaled to the new one, under the lock of the target's row, which the
+ * hand-outs take their slots under. Outside the mode (one server; a
+ * restored dump before gridha.citus_restore): nothing.
  */
 CREATE FUNCTION gridha_internal.targets_citus_mirror()
 RETURNS trigger
@@ -5844,23 +6020,24 @@ SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 DECLARE
     used text;
+    tat bigint;
+    now_us bigint;
+    us bigint;
 BEGIN
     -- (not in the mode: one server, or a restore before gridha.citus_restore,
     -- whose dump brings gridha.bucket_targets' rows of its own)
     IF pg_catalog.to_regclass('gridha.bucket_targets') IS NULL OR NOT gridha_internal.citus_mode() THEN
         RETURN NULL;
     END IF;
-    IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.rate_interval IS NOT NULL THEN
-        RAISE EXCEPTION 'the Citus mode does not apply rate limits: target "%" cannot have one', NEW.target
-            USING ERRCODE = 'RG040',
-                  DETAIL = 'In the Citus mode the hand-out does not count a target''s batches across instances; a limit would be silently ignored.',
-                  HINT = 'Leave rate_interval NULL in the Citus mode.';
+    IF TG_OP IN ('INSERT', 'UPDATE') THEN
+        us := (EXTRACT(epoch FROM NEW.rate_interval) * 1000000)::int8;
     END IF;
     IF TG_OP = 'INSERT' THEN
         INSERT INTO gridha.bucket_targets (target, submit_url, status_url, submit_function, status_function,
-                                           reject_codes, request_headers)
+                                           reject_codes, request_headers, rate_interval, rate_burst,
+                                           rate_interval_us)
         VALUES (NEW.target, NEW.submit_url, NEW.status_url, NEW.submit_function, NEW.status_function,
-                NEW.reject_codes, NEW.request_headers);
+                NEW.reject_codes, NEW.request_headers, NEW.rate_interval, NEW.rate_burst, us);
         RETURN NULL;
     END IF;
     IF TG_OP = 'DELETE' OR OLD.target <> NEW.target THEN
@@ -5876,10 +6053,25 @@ BEGIN
         DELETE FROM gridha.bucket_targets t WHERE t.target = OLD.target;
         RETURN NULL;
     END IF;
+    -- the row locked first (a hand-out taking a slot waits), its state
+    -- read, the new rate's state computed here (integers: see
+    -- citus_setup_targets)
+    SELECT t.rate_tat_us INTO tat FROM gridha.bucket_targets t WHERE t.target = OLD.target FOR UPDATE;
+    IF OLD.rate_interval IS DISTINCT FROM NEW.rate_interval THEN
+        now_us := (EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::int8;
+        IF OLD.rate_interval IS NOT NULL AND NEW.rate_interval IS NOT NULL AND tat > now_us THEN
+            tat := now_us + ((tat - now_us) * (EXTRACT(epoch FROM NEW.rate_interval)
+                                               / EXTRACT(epoch FROM OLD.rate_interval)))::int8;
+        ELSE
+            tat := least(tat, now_us);
+        END IF;
+    END IF;
     UPDATE gridha.bucket_targets t
        SET target = NEW.target, submit_url = NEW.submit_url, status_url = NEW.status_url,
            submit_function = NEW.submit_function, status_function = NEW.status_function,
-           reject_codes = NEW.reject_codes, request_headers = NEW.request_headers
+           reject_codes = NEW.reject_codes, request_headers = NEW.request_headers,
+           rate_interval = NEW.rate_interval, rate_burst = NEW.rate_burst, rate_interval_us = us,
+           rate_tat_us = tat
      WHERE t.target = OLD.target;
     IF OLD.target <> NEW.target AND used IS NOT NULL THEN
         UPDATE gridha.bucket_services s SET target = NEW.target WHERE s.target = OLD.target;
@@ -5889,7 +6081,7 @@ END
 $$;
 
 COMMENT ON FUNCTION gridha_internal.targets_citus_mirror() IS
-'trigger: in the Citus mode, writes a row of gridha.targets to gridha.bucket_targets (RG040 for a rate limit; 23503 for the delete of a target a service is on; a rename carries its services along)';
+'trigger: in the Citus mode, writes a row of gridha.targets to gridha.bucket_targets (a new rate applies at once, as on one server; 23503 for the delete of a target a service is on; a rename carries its services along)';
 
 CREATE TRIGGER targets_citus_mirror
     AFTER INSERT OR UPDATE OR DELETE ON gridha.targets

@@ -286,7 +286,8 @@ gridha_ratelimit_wait_ms(Datum instance_id)
 	if (!gridha_targets_any_limited())
 		return -1;
 	args[0] = instance_id;
-	gridha_exec(&ratelimit_wait_stmt, args, NULL, true);
+	/* the Citus mode's workers ask too: the statement has the mode's branch */
+	gridha_exec_served(&ratelimit_wait_stmt, args, NULL, true);
 	if (SPI_processed == 0)
 		return -1;
 	d = gridha_col(0, 1, &isnull);
