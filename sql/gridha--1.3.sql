@@ -6304,7 +6304,7 @@ GRANT EXECUTE ON FUNCTION gridha.bucket_enqueue(integer, text, text, bytea, text
  * service's queue (head, tail, when its head became ready, whether it is
  * in flight) and its target, every instance with its owner (an instance
  * without one is registered to the calling role), label and serves (the
- * targets themselves are laid out by citus_setup: RG040 for a rate limit). Claims do not move (a bucket
+ * targets themselves, rate limits included, are laid out by citus_setup). Claims do not move (a bucket
  * holds services several instances claimed): every bucket starts free, at
  * the highest epoch its services had, so its next holder's epoch is above
  * every epoch handed out before, and a late write of a 1.2 claim is

@@ -70,10 +70,9 @@
 #define ERRCODE_GRIDHA_CITUS_NO_TARGET	MAKE_SQLSTATE('R','G','0','3','8')
 #define ERRCODE_GRIDHA_CITUS_NO_SERVES	MAKE_SQLSTATE('R','G','0','3','9')
 /*
- * 1.3, issue 43: a rate limit in the Citus mode, which does not apply them
- * (a row of gridha.targets, or citus_setup); raised in SQL
+ * (RG040, a rate limit refused in the Citus mode, was retired before 1.3
+ * was released: the mode applies them.)
  */
-#define ERRCODE_GRIDHA_CITUS_RATE_LIMIT	MAKE_SQLSTATE('R','G','0','4','0')
 /*
  * 1.3, issue 43: run_maintenance, prune_batches or an ID sequence's call in
  * the Citus mode off the coordinator (its maintenance lease and ticks, and

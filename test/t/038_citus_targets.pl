@@ -20,14 +20,14 @@
 #             gridha.citus_setup(64): gridha.bucket_targets a reference
 #             table holding 'default' and 'pre' on the coordinator and on
 #             both workers
-#   setup40   in a second database, a target with a rate limit makes
-#             citus_setup refuse (RG040) and lay nothing out
+#   setup40   in a second database, a target with a rate limit set before
+#             citus_setup is laid out with it on every node
 #   admin     INSERT INTO gridha.targets on the coordinator (a URL target,
 #             one with a status URL, a function target) reaches
 #             gridha.bucket_targets on every node; refused with the single
 #             server's SQLSTATEs and writing nothing: a malformed URL and
-#             two submit sources (RG007), an empty name (23514), a name
-#             that exists (23505), a rate limit (RG040); an UPDATE reaches
+#             two submit sources (RG007), an empty name and a negative rate
+#             interval (23514), a name that exists (23505); an UPDATE reaches
 #             every node; a rename carries its services along; the DELETE
 #             of a target a service is on is refused (23503), of an unused
 #             one removes it everywhere; a member of gridha_admin (no
@@ -50,6 +50,13 @@
 #             order; bucket_next_batch carries the batch's target and hands
 #             an instance nothing of a target it does not serve;
 #             acquire_claims with serves declares anew
+#   rate      in the second database: 'slow' at 200 ms, burst 2, three
+#             instances handing out at once (next_batches) give out its
+#             batches within the bound, not all, every batch of default
+#             out, the slots on every node equal to the hand-outs, shown by
+#             gridha.target_rates; bucket_next_batch sent to a worker takes
+#             the one slot (60 s, burst 1) and then hands out nothing;
+#             rate_burst 0 pauses it; a new interval scales what is owed
 #   end       gridha's own tables and the bucket tables' shells hold no
 #             row; no node crashed
 #
@@ -63,11 +70,12 @@ use warnings FATAL => 'all';
 use FindBin;
 use lib "$FindBin::RealBin/lib";
 use GridhaCitus;
+use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $NTESTS = 24;
+my $NTESTS = 27;
 
 plan tests => $NTESTS;
 
@@ -120,7 +128,9 @@ ok($setup =~ /^64$/m && $kind eq 'n/t' && $t[0] eq "default|||||{400,422}|\npre|
 	'setup: gridha.bucket_targets is a reference table holding gridha.targets\' rows (default and one written before the setup) on the coordinator and both workers')
   or diag("$setup\n$kind\n" . join("\n--\n", @t));
 
-# a second database: a rate limit refuses the setup (RG040), nothing laid out
+# a second database, whose target 'slow' has a rate limit before the
+# setup: laid out with its limit (the rate tests below run there)
+my $c38b_ok = 1;
 {
 	my $ok = 1;
 	foreach my $n (@nodes)
@@ -136,12 +146,14 @@ CREATE EXTENSION gridha;
 INSERT INTO gridha.targets (target, submit_url, rate_interval) VALUES ('slow', '%s', '1 s');
 SELECT gridha.citus_setup(64);}, $coord->port, $nodes[1]->port, $nodes[2]->port, $URL),
 		'-v', 'VERBOSITY=verbose');
-	my $after = $coord->safe_psql('c38b', q{SELECT (to_regclass('gridha.bucket_claims') IS NULL)::text || '/'
-	  || (to_regclass('gridha.bucket_targets') IS NULL)::text || '/' || count(*) FROM gridha.targets});
-	ok($ok && sqlstate_of($r) eq 'RG040' && $r =~ /target "slow" has a rate limit, which the Citus mode does not apply/
-		  && $after eq 'true/true/2',
-		'setup: a target with a rate limit makes citus_setup refuse (RG040) and lay nothing out')
-	  or diag("$r\n$after");
+	my @rates = map { $_->safe_psql('c38b', q{SELECT string_agg(concat_ws('|', target, coalesce(rate_interval::text, '-'),
+	  rate_burst, coalesce(rate_interval_us::text, '-'), rate_tat_us, rate_slots_taken), ',' ORDER BY target)
+	  FROM gridha.bucket_targets}) } @nodes;
+	$c38b_ok = $ok && $r =~ /^64$/m;
+	ok($c38b_ok && $rates[0] eq 'default|-|1|-|0|0,slow|00:00:01|1|1000000|0|0'
+		  && $rates[1] eq $rates[0] && $rates[2] eq $rates[0],
+		'setup: a target with a rate limit set before citus_setup is laid out with it: gridha.bucket_targets holds its interval and burst (and the state, in microseconds) on every node')
+	  or diag("$r\n" . join("\n", @rates));
 }
 
 # ---------------------------------------------------------------------------
@@ -176,10 +188,8 @@ my @bad = (
 		'RG007', 'target "two" has both submit_url and submit_function' ],
 	[ "INSERT INTO gridha.targets (target) VALUES ('')", '23514', 'new row for relation "targets" violates check constraint' ],
 	[ "INSERT INTO gridha.targets (target) VALUES ('url')", '23505', 'duplicate key value violates unique constraint "targets_pkey"' ],
-	[ "INSERT INTO gridha.targets (target, submit_url, rate_interval) VALUES ('lim', '$URL', '1 s')", 'RG040',
-		'the Citus mode does not apply rate limits: target "lim" cannot have one' ],
-	[ "UPDATE gridha.targets SET rate_interval = '1 s' WHERE target = 'url'", 'RG040',
-		'the Citus mode does not apply rate limits: target "url" cannot have one' ],
+	[ "INSERT INTO gridha.targets (target, submit_url, rate_interval) VALUES ('lim', '$URL', '-1 s')", '23514',
+		'new row for relation "targets" violates check constraint' ],
 	[ "UPDATE gridha.targets SET status_url = 'x' WHERE target = 'url'", 'RG007', 'invalid status_url of target "url"' ]);
 my ($bad_ok, $bad_out) = (1, '');
 foreach my $b (@bad)
@@ -190,7 +200,7 @@ foreach my $b (@bad)
 }
 my $after = join("\n--\n", targets_everywhere(), one('SELECT count(*) FROM gridha.targets'));
 ok($bad_ok && $before eq $after,
-	'admin: a malformed URL and two submit sources (RG007), an empty name (23514), a name that exists (23505) and a rate limit (RG040, INSERT and UPDATE) are refused with the single server\'s SQLSTATEs; gridha.targets and gridha.bucket_targets on every node unchanged')
+	'admin: a malformed URL and two submit sources (RG007), an empty name and a negative rate interval (23514), a name that exists (23505) are refused with the single server\'s SQLSTATEs; gridha.targets and gridha.bucket_targets on every node unchanged')
   or diag("$bad_out\nbefore:\n$before\nafter:\n$after");
 
 my $upd = run(q{UPDATE gridha.targets SET reject_codes = '{400,409}' WHERE target = 'spare';
@@ -441,6 +451,126 @@ my $busy = () = $mwant =~ /=[1-9]\d*\//g;
 ok($mrows eq $mwant && $busy >= 2,
 	"metrics: one row of scope target per target of gridha.bucket_targets, its committed total and backlog those of the services on it ($busy targets with commits)")
   or diag("metrics: $mrows\nwant:    $mwant");
+
+# ---------------------------------------------------------------------------
+# rate: a rate limit in the mode (database c38b), across instances and nodes
+
+sub oneb
+{
+	my ($sql, $node) = @_;
+	return ($node // $coord)->safe_psql('c38b', $sql);
+}
+sub runb
+{
+	my ($sql, @extra) = @_;
+	return citus_psql($coord, 'c38b', $sql, '-v', 'VERBOSITY=verbose', @extra);
+}
+my $PSQL = defined $install_path ? "$install_path/bin/psql" : 'psql';
+my $rtmp = PostgreSQL::Test::Utils::tempdir('c38rate');
+my $RATE = q{SELECT concat_ws('|', rate_interval_us, rate_burst, rate_tat_us, rate_slots_taken) FROM gridha.bucket_targets
+  WHERE target = 'slow'};
+# the hand-out times (microseconds) of the batches of 'slow' handed out,
+# and how often each was
+my $SLOW_TIMES = q{SELECT coalesce(string_agg((EXTRACT(epoch FROM b.handed_out_at) * 1000000)::int8::text || ':' || b.attempts,
+  ',' ORDER BY b.handed_out_at), '') FROM gridha.bucket_batches b
+  JOIN gridha.bucket_services s ON s.bucket = b.bucket AND s.service_id = b.service_id
+  WHERE s.target = 'slow' AND b.attempts > 0};
+
+# 'slow' at 200 ms, burst 2; 30 services on it and 10 on default, one
+# batch each; three instances hand out at once, each next_batches(4) every
+# 50 ms, 40 times
+my $R = 200_000;
+my $prep = runb(q{UPDATE gridha.targets SET rate_interval = '200 ms', rate_burst = 2 WHERE target = 'slow';}
+	  . join('', map { sprintf("SELECT gridha.enqueue('r%02d', 'rb', '\\x01', 'slow');\n", $_) } 1 .. 30)
+	  . join('', map { sprintf("SELECT gridha.enqueue('q%02d', 'qb', '\\x01');\n", $_) } 1 .. 10));
+my @sessions;
+foreach my $k (1 .. 3)
+{
+	my $f = "$rtmp/h$k";
+	open my $fh, '>', "$f.sql" or die;
+	print $fh "SELECT gridha.register_instance('rate $k') AS i \\gset\n";
+	print $fh "SELECT count(*) FROM gridha.next_batches(:'i', 4);\nSELECT pg_sleep(0.05);\n" foreach 1 .. 40;
+	close $fh;
+	push @sessions, [ IPC::Run::start([ $PSQL, '-X', '-q', '-A', '-t', '-v', 'VERBOSITY=verbose',
+				'-d', $coord->connstr('c38b'), '-f', "$f.sql" ], '<', \undef, '>', "$f.out", '2>', "$f.err"), $f ];
+}
+my ($herr, $hout) = ('', 0);
+foreach my $h (@sessions)
+{
+	$h->[0]->finish;
+	$herr .= slurp("$h->[1].err");
+	$hout += $_ foreach grep { /^\d+$/ } split /\n/, slurp("$h->[1].out");
+}
+my @slow = map { [ split /:/ ] } split /,/, oneb($SLOW_TIMES);
+my @ts = map { $_->[0] } @slow;
+my $nslow = scalar @ts;
+# the bound (src/ratelimit.c): the j-th hand-out after the i-th is at
+# least (j - i - (burst - 1)) intervals after it
+my @over;
+foreach my $i (0 .. $#ts)
+{
+	foreach my $j ($i + 1 .. $#ts)
+	{
+		push @over, "$i-$j" if $ts[$j] - $ts[$i] < ($j - $i - 1) * $R;
+	}
+}
+my $span = $nslow ? $ts[-1] - $ts[0] : 0;
+my $others = oneb(q{SELECT count(*) FILTER (WHERE b.attempts > 0) || '/' || count(*) FROM gridha.bucket_batches b
+  JOIN gridha.bucket_services s ON s.bucket = b.bucket AND s.service_id = b.service_id WHERE s.target = 'default'});
+my @state = map { oneb($RATE, $_) } @nodes;
+my $view = oneb(q{SELECT slots_taken || '|' || (next_slot_at IS NOT NULL) FROM gridha.target_rates WHERE target = 'slow'});
+my $again = grep { $_->[1] != 1 } @slow;
+diag("rate: $prep\nhanded out $hout in all; of slow: $nslow over " . ($span / 1e6) . " s, each once: " . ($again ? 'no' : 'yes')
+	  . "\nover the bound: @over\ndefault: $others\nstate per node: @state\nview: $view\nerrors: $herr");
+ok( $c38b_ok && $prep !~ /ERROR/ && $herr eq '' && !@over && !$again
+	  && $nslow >= 5 && $nslow < 30 && $nslow <= 2 + int($span / $R)
+	  && $others eq '10/10'
+	  && $state[0] =~ /^200000\|2\|\d+\|$nslow$/ && $state[1] eq $state[0] && $state[2] eq $state[0]
+	  && $view eq "$nslow|t",
+	'rate: with \'slow\' at 200 ms and burst 2, three instances handing out at once gave out its batches within the bound (the k-th after another at least k - 1 intervals later), some but not all of them, while every batch of default went out; the slots taken on every node equal the hand-outs, and gridha.target_rates shows them');
+
+# the per-bucket hand-out, sent to a worker: one slot, then none; paused;
+# a new interval scales what is owed
+oneb(q{SELECT gridha.release_claims(i.instance_id) FROM gridha.bucket_instances i WHERE i.label LIKE 'rate %'});
+oneb(join('', map { sprintf("SELECT gridha.enqueue('x%02d', 'xb', '\\x01', 'slow');\n", $_) } 1 .. 30));
+my $k = oneb(q{SELECT bucket FROM gridha.bucket_services WHERE ready_at IS NOT NULL GROUP BY bucket
+  HAVING count(*) FILTER (WHERE target = 'slow') >= 2 AND count(*) FILTER (WHERE target <> 'slow') = 0
+  ORDER BY bucket LIMIT 1});
+my $D = oneb(q{SELECT gridha.register_instance('rate direct')});
+my $e = oneb(qq{UPDATE gridha.targets SET rate_interval = NULL WHERE target = 'slow';
+UPDATE gridha.targets SET rate_interval = '60 s', rate_burst = 1 WHERE target = 'slow';
+SELECT gridha.bucket_acquire($k, '$D', '5 min')});
+my $s0 = oneb($RATE);
+my $rdirect = runb(qq{SET citus.log_remote_commands = on;
+SET client_min_messages = notice;
+SELECT 'first';
+SELECT gridha.bucket_next_batch($k, '$D', $e);
+SELECT 'second';
+SELECT gridha.bucket_next_batch($k, '$D', $e);
+SELECT 'end';});
+my $s1 = oneb($RATE);
+my $wports = join('|', map { $_->port } @nodes[1, 2]);
+my ($t0, $n0) = (split /\|/, $s0)[2, 3];
+my ($t1, $n1) = (split /\|/, $s1)[2, 3];
+diag("bucket $k, instance $D, epoch $e:\n$rdirect\nstate $s0 -> $s1");
+ok( $k =~ /^\d+$/ && $rdirect =~ /^first\n\([xr]\d\d,[xr]b,1,[^\n]*,slow\)\nsecond\n\nend$/m
+	  && $rdirect =~ /issuing SELECT gridha\.bucket_next_batch\($k,.{0,300}?on server \w+\@localhost:($wports)\b/s
+	  && $n1 == $n0 + 1 && $t1 >= $t0 + 60_000_000,
+	'rate: gridha.bucket_next_batch, sent whole to the bucket\'s worker, takes the one slot of \'slow\' (60 s, burst 1) there and hands its batch out; the next call at once hands out nothing (no other target in the bucket); the slot counted once');
+
+my $paused = runb(qq{UPDATE gridha.targets SET rate_burst = 0 WHERE target = 'slow';
+SELECT 'paused';
+SELECT gridha.bucket_next_batch($k, '$D', $e);
+SELECT 'end';
+SELECT next_slot_at FROM gridha.target_rates WHERE target = 'slow';
+UPDATE gridha.targets SET rate_burst = 1 WHERE target = 'slow';});
+my $t2 = (split /\|/, oneb($RATE))[2];
+oneb(q{UPDATE gridha.targets SET rate_interval = '120 s' WHERE target = 'slow'});
+my $t3 = (split /\|/, oneb($RATE))[2];
+diag("paused: $paused\ntat $t1 -> $t2 -> (120 s) $t3: owed " . (($t3 - $t2) / 1e6) . " s more");
+ok( $paused =~ /^paused\n\nend$/m && $paused =~ /^infinity$/m && $t2 == $t1
+	  && $t3 - $t2 > 40_000_000 && $t3 - $t2 <= 60_000_000,
+	'rate: rate_burst 0 pauses \'slow\' (nothing handed out, next slot at infinity) and keeps its state; a new interval (60 s to 120 s) doubles the time still owed, as on one server');
 
 # ---------------------------------------------------------------------------
 # end

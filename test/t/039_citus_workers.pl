@@ -32,8 +32,7 @@
 #             by c39_worker, serving every target (serves NULL)
 #   refusals  what the mode does not serve still refuses, changing
 #             nothing: worker_register called by a client (RG016), a
-#             library call of one server (gridha.lead: RG035), a target
-#             with a rate limit (RG040)
+#             library call of one server (gridha.lead: RG035)
 #   run       a producer enqueues 5 batches into each of 30 services
 #             (gridha.enqueue, a transaction per batch); every batch is
 #             committed, and both workers handed batches out
@@ -50,6 +49,10 @@
 #             ledger accepted each exactly once
 #   order     per service, the ledger received its batches in seq order:
 #             every submission of batch k before the first of batch k + 1
+#   rate      target led limited to one batch per 150 ms: 16 more batches
+#             (one per new service) are committed by the workers, handed
+#             out at least 150 ms apart each, one slot each (the workers
+#             wait for the next slot through the mode's rate_wait_ms)
 #   end       gridha's own tables and the bucket tables' shells on the
 #             coordinator hold no row; no worker step refused in the mode
 #             (RG035 in the coordinator's log) and no node crashed
@@ -69,7 +72,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-my $NTESTS = 12;
+my $NTESTS = 13;
 
 plan tests => $NTESTS;
 
@@ -233,15 +236,10 @@ ok($w1 ne '' && $w2 ne '' && $running && $registered && $inst[1] eq $inst[0] && 
 	my $before = one('SELECT count(*) FROM gridha.bucket_instances');
 	my $reg = run(q{SELECT gridha_internal.worker_register(gen_random_uuid(), 'fake')});
 	my $lead = run(q{SELECT gridha.lead('aaaaaaaa-0000-0000-0000-00000000000a')});
-	my $rate = run(q{INSERT INTO gridha.targets (target, submit_function, rate_interval)
-  VALUES ('slow', 'led.submit(text,text,bytea,bigint)', '1 s')});
-	my $after = one('SELECT count(*) FROM gridha.bucket_instances') . '/'
-	  . one(q{SELECT count(*) FROM gridha.targets WHERE target = 'slow'}) . '/'
-	  . one(q{SELECT count(*) FROM gridha.bucket_targets WHERE target = 'slow'});
-	ok(sqlstate_of($reg) eq 'RG016' && sqlstate_of($lead) eq 'RG035' && sqlstate_of($rate) eq 'RG040'
-		  && $after eq "$before/0/0",
-		'refusals: worker_register called by a client (RG016), gridha.lead (RG035) and a target with a rate limit (RG040) refused, nothing written')
-	  or diag("$reg\n$lead\n$rate\n$before -> $after");
+	my $after = one('SELECT count(*) FROM gridha.bucket_instances');
+	ok(sqlstate_of($reg) eq 'RG016' && sqlstate_of($lead) eq 'RG035' && $after eq $before,
+		'refusals: worker_register called by a client (RG016) and gridha.lead (RG035) refused, nothing written')
+	  or diag("$reg\n$lead\n$before -> $after");
 }
 
 # ---------------------------------------------------------------------------
@@ -325,6 +323,28 @@ my $resent = one(q{SELECT count(*) - count(DISTINCT batch_id) FROM led.received}
 ok($disorder eq '0' && $inversions eq '0',
 	"order: per service the ledger received the batches in seq order, every submission of a batch before the next batch's first ($resent submitted again)")
   or diag("disorder $disorder inversions $inversions");
+
+# ---------------------------------------------------------------------------
+# rate
+
+my $RI = 150_000;
+my $rset = run(q{UPDATE gridha.targets SET rate_interval = '150 ms', rate_burst = 1 WHERE target = 'led'});
+my $slots0 = one(q{SELECT rate_slots_taken FROM gridha.bucket_targets WHERE target = 'led'});
+my ($rout, $rerr) = ('', '');
+$coord->psql('c39', join('', map { sprintf("SELECT gridha.enqueue('z%02d', 'z%02d-1', 'r9'::bytea, 'led');\n", $_, $_) } 1 .. 16),
+	stdout => \$rout, stderr => \$rerr, on_error_stop => 1);
+my $rdone = wait_for(q{SELECT count(*) FROM gridha.bucket_batches WHERE payload = 'r9'::bytea AND status = 'committed'}, '16', 120);
+my ($rtimes, $rattempts) = split /\|/, one(q{SELECT string_agg((EXTRACT(epoch FROM handed_out_at) * 1000000)::int8::text, ','
+  ORDER BY handed_out_at) || '|' || sum(attempts) FROM gridha.bucket_batches WHERE payload = 'r9'::bytea});
+my @rt = split /,/, $rtimes // '';
+my @rclose = grep { $rt[$_] - $rt[$_ - 1] < $RI } 1 .. $#rt;
+my $slots1 = one(q{SELECT rate_slots_taken FROM gridha.bucket_targets WHERE target = 'led'});
+diag("rate: $rset $rerr\ncommitted: " . ($rdone ? 'all 16' : 'not all') . "; hand-outs " . scalar(@rt)
+	  . ', gaps (ms): ' . join(' ', map { int(($rt[$_] - $rt[$_ - 1]) / 1000) } 1 .. $#rt)
+	  . "\nattempts $rattempts, slots $slots0 -> $slots1");
+ok($rset !~ /ERROR/ && $rerr eq '' && $rdone && @rt == 16 && !@rclose && $slots1 - $slots0 == $rattempts,
+	'rate: with led limited to one batch per 150 ms (burst 1), the workers commit 16 more batches, handed out at least 150 ms apart, one slot per hand-out')
+  or diag('too close: ' . join(' ', @rclose));
 
 # ---------------------------------------------------------------------------
 # end

@@ -19,7 +19,7 @@ SELECT count(*) AS shards, count(*) FILTER (WHERE n.groupid = 0) AS on_coordinat
   FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid) JOIN pg_dist_node n ON n.groupid = p.groupid
  WHERE s.logicalrelid::text LIKE 'gridha.bucket\_%'
    AND s.logicalrelid NOT IN ('gridha.bucket_instances'::regclass, 'gridha.bucket_targets'::regclass);
-\echo '--- what the suite left, read through the shards: two batches queued (in bucket 4, and id_sequences' c33id-svc), the others final, none in flight, no bucket held'
+\echo '--- what the suite left, read through the shards: two batches queued (in bucket 4, and c33id-svc of id_sequences), the others final, none in flight, no bucket held'
 SELECT status, count(*) FROM gridha.bucket_batches GROUP BY status ORDER BY status;
 SELECT count(*) FILTER (WHERE in_flight) AS in_flight, count(*) AS services FROM gridha.bucket_services;
 SELECT count(holder) AS held, count(*) FILTER (WHERE epoch > 0) AS ever_held FROM gridha.bucket_claims;
