@@ -207,6 +207,7 @@ INSERT INTO tap_grants VALUES
  -- the Citus mode (issue 43): what gridha.metrics and the views call
  ('submitter', 'function', 'gridha_internal.citus_mode()', 'EXECUTE'),
  ('submitter', 'function', 'gridha_internal.citus_metrics()', 'EXECUTE'),
+ ('submitter', 'function', 'gridha_internal.citus_target_rates()', 'EXECUTE'),
  ('submitter', 'function', 'gridha_internal.citus_view_check()', 'EXECUTE'),
  -- the Citus mode: what a background worker's statements call
  ('submitter', 'function', 'gridha_internal.citus_service_targets(text[])', 'EXECUTE'),
@@ -240,6 +241,7 @@ INSERT INTO tap_grants VALUES
  -- what maintenance pruned
  ('admin', 'function', 'gridha_internal.citus_mode()', 'EXECUTE'),
  ('admin', 'function', 'gridha_internal.citus_metrics()', 'EXECUTE'),
+ ('admin', 'function', 'gridha_internal.citus_target_rates()', 'EXECUTE'),
  ('admin', 'function', 'gridha_internal.citus_view_check()', 'EXECUTE'),
  ('admin', 'table',    'gridha.pruned_totals', 'SELECT'),
  -- admin: every column of gridha.batches but payload (issue 40)
@@ -479,7 +481,8 @@ SELECT set_eq(
              ('gridha.bucket_next_batches(integer, uuid, bigint, integer)'),
              ('gridha.bucket_report_submissions(integer, uuid, gridha.submission_report[])'),
              ('gridha.bucket_report_statuses(integer, uuid, gridha.status_report[])'),
-             ('gridha_internal.citus_metrics()'), ('gridha_internal.citus_view_check()')$$,
+             ('gridha_internal.citus_metrics()'), ('gridha_internal.citus_view_check()'),
+             ('gridha_internal.citus_target_rates()')$$,
     'the SECURITY DEFINER functions are the API (the Citus mode''s per-bucket functions too, and what gridha.metrics and the views call in it), the enqueue trigger, the rate-state trigger, the trigger that removes the windows of deleted ID sequences, the one that locks the services before a target rename or delete, the one that moves a target''s totals with it and the one that writes a target to the Citus mode''s targets');
 
 SELECT is((SELECT array_agg(DISTINCT g.obj ORDER BY g.obj)

@@ -133,11 +133,14 @@ SELECT set_eq(
              ('gridha_internal.bucket_servable(text[])'), ('gridha_internal.bucket_serves_check(text[])'),
              ('gridha_internal.bucket_enqueue_target(integer,text,text,bytea,text)'),
              ('gridha_internal.citus_buckets(uuid)'),
+             -- rate limits in the Citus mode
+             ('gridha_internal.bucket_rate_slot(text,bigint)'), ('gridha_internal.bucket_rate_closed(bigint)'),
+             ('gridha_internal.citus_target_rates()'),
              -- the background workers in the Citus mode
              ('gridha_internal.citus_service_targets(text[])'),
              ('gridha_internal.citus_worker_pending(uuid,integer)'),
              ('gridha_internal.workers_wake()')$$,
-    'gridha_internal holds the 18 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers, the targets'' load and a refused report''s diagnosis (issue 42.1), and the Citus mode''s six helpers (issue 43.2; the batched reports'' one, 43.4) and the thirteen functions of its instance calls (issue 43.2), the ten of its batched reports and reads (issue 43), its owner check, instance check, enqueue and register_instance (issue 43), the seven of its maintenance, metrics and views (issue 43), its six functions for targets (issue 43), and the three its background workers call (the services'' targets, the monitor''s pending batches, the wake at enqueue)');
+    'gridha_internal holds the 18 trigger functions, the four worker functions, the array reports'' check, the two instance checks, release_claims'' check, the epoch band and the counts'' truncate helper, the lease, maintenance, ID sequence and rate limit functions with their helpers, and the instance rows'' functions with register_instance''s and worker_register''s helpers, the targets'' load and a refused report''s diagnosis (issue 42.1), and the Citus mode''s six helpers (issue 43.2; the batched reports'' one, 43.4) and the thirteen functions of its instance calls (issue 43.2), the ten of its batched reports and reads (issue 43), its owner check, instance check, enqueue and register_instance (issue 43), the seven of its maintenance, metrics and views (issue 43), its six functions for targets and the three of its rate limits (issue 43), and the three its background workers call (the services'' targets, the monitor''s pending batches, the wake at enqueue)');
 
 SELECT ok(EXISTS (SELECT FROM pg_depend d
                    WHERE d.classid = 'pg_namespace'::regclass
