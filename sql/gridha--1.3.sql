@@ -2919,7 +2919,7 @@ CREATE TRIGGER targets_rate_inval
  * citus_target_rates(): gridha.target_rates' rows in the Citus mode (none
  * outside it): each target of gridha.bucket_targets with its limit, the
  * slots taken and when its next slot opens, from the state the mode's
- * hand-outs keep there (microseconds since the epoch).
+ * hand-outs keep in gridha.bucket_rates (microseconds since the epoch).
  */
 CREATE FUNCTION gridha_internal.citus_target_rates()
 RETURNS TABLE (target text, rate_interval interval, rate_burst integer, slots_taken bigint,
@@ -2933,20 +2933,22 @@ BEGIN
         RETURN;
     END IF;
     RETURN QUERY
-    SELECT x.target, x.rate_interval, x.rate_burst, x.rate_slots_taken,
+    SELECT x.target, x.rate_interval, x.rate_burst, r.slots_taken,
            CASE
                WHEN x.rate_interval IS NULL THEN NULL
                WHEN x.rate_burst = 0 THEN 'infinity'::timestamptz
                ELSE greatest(pg_catalog.now(),
-                             pg_catalog.to_timestamp((x.rate_tat_us - (x.rate_burst - 1) * x.rate_interval_us)
+                             pg_catalog.to_timestamp((r.tat_us - (x.rate_burst - 1) * x.rate_interval_us)
                                                      / 1000000.0::float8))
            END
-      FROM gridha.bucket_targets x;
+      FROM gridha.bucket_rates r
+      JOIN gridha.bucket_targets x ON x.target = r.target
+     WHERE r.bucket = 0;
 END
 $$;
 
 COMMENT ON FUNCTION gridha_internal.citus_target_rates() IS
-'Citus mode: gridha.target_rates'' rows (none outside the mode), from the rate state on gridha.bucket_targets';
+'Citus mode: gridha.target_rates'' rows (none outside the mode), from the limits on gridha.bucket_targets and their state on gridha.bucket_rates';
 
 REVOKE ALL ON FUNCTION gridha_internal.citus_target_rates() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION gridha_internal.citus_target_rates() TO gridha_submitter, gridha_admin;
@@ -2968,7 +2970,7 @@ UNION ALL
 SELECT r.* FROM gridha_internal.citus_target_rates() r;
 
 COMMENT ON VIEW gridha.target_rates IS
-'each target''s rate limit and when its next hand-out slot opens (NULL: not limited; infinity: rate_burst 0 pauses it); in the Citus mode from the state its hand-outs keep (gridha.bucket_targets)';
+'each target''s rate limit and when its next hand-out slot opens (NULL: not limited; infinity: rate_burst 0 pauses it); in the Citus mode from the state its hand-outs keep (gridha.bucket_rates)';
 
 /*
  * The rate limits' statements off the hand-out (issue 42.1: they were C
@@ -4202,10 +4204,10 @@ COMMENT ON FUNCTION gridha.bucket_release(integer, uuid, bigint) IS
  * hand-out at t_us (microseconds since the epoch), taken when one
  * conforms (t_us >= tat - (rate_burst - 1) * rate_interval; rate_burst 0
  * pauses the target): its tat moves to greatest(tat, t_us) +
- * rate_interval, under the lock of its row of gridha.bucket_targets, a
- * reference table, so every hand-out of the target, on whichever node it
- * runs, takes its slots one at a time under the same row's lock (the
- * bound of one server, src/ratelimit.c). False when no slot conforms, and
+ * rate_interval, under the lock of its row of gridha.bucket_rates (bucket
+ * 0's shard, one placement), so every hand-out of the target, on whichever
+ * node it runs, takes its slots one at a time under the same row's lock
+ * (the bound of one server, src/ratelimit.c). False when no slot conforms, and
  * when another transaction holds the row: a hand-out never waits for a
  * rate row, so no cycle of waits passes through one; its batch stays
  * queued for a later call.
@@ -4217,31 +4219,40 @@ SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 DECLARE
     got boolean;
+    iv bigint;
+    bu integer;
 BEGIN
+    SELECT x.rate_interval_us, x.rate_burst INTO iv, bu
+      FROM gridha.bucket_targets x WHERE x.target = bucket_rate_slot.target;
+    IF iv IS NULL OR bu = 0 THEN
+        RETURN false;
+    END IF;
     BEGIN
-        PERFORM 1 FROM gridha.bucket_targets x WHERE x.target = bucket_rate_slot.target FOR UPDATE NOWAIT;
+        PERFORM 1 FROM gridha.bucket_rates r
+         WHERE r.bucket = 0 AND r.target = bucket_rate_slot.target FOR UPDATE NOWAIT;
     EXCEPTION WHEN lock_not_available THEN
         RETURN false;
     END;
     -- integers only: Citus refuses a STABLE operator (timestamptz -
     -- interval) on a column in a distributed UPDATE
-    UPDATE gridha.bucket_targets x
-       SET rate_tat_us = greatest(x.rate_tat_us, bucket_rate_slot.t_us) + x.rate_interval_us,
-           rate_slots_taken = x.rate_slots_taken + 1
-     WHERE x.target = bucket_rate_slot.target AND x.rate_interval_us IS NOT NULL AND x.rate_burst > 0
-       AND bucket_rate_slot.t_us >= x.rate_tat_us - (x.rate_burst - 1) * x.rate_interval_us
+    UPDATE gridha.bucket_rates r
+       SET tat_us = greatest(r.tat_us, bucket_rate_slot.t_us) + iv, slots_taken = r.slots_taken + 1
+     WHERE r.bucket = 0 AND r.target = bucket_rate_slot.target
+       AND bucket_rate_slot.t_us >= r.tat_us - (bu - 1) * iv
     RETURNING true INTO got;
     RETURN coalesce(got, false);
 END
 $$;
 
 COMMENT ON FUNCTION gridha_internal.bucket_rate_slot(text, bigint) IS
-'Citus mode: takes a slot of a rate-limited target for a hand-out at t_us (microseconds since the epoch) under the lock of its gridha.bucket_targets row, without waiting for it; false when none conforms or the row is locked';
+'Citus mode: takes a slot of a rate-limited target for a hand-out at t_us (microseconds since the epoch) under the lock of its gridha.bucket_rates row, without waiting for it; false when none conforms or the row is locked';
 
 /*
  * bucket_rate_closed(t_us): the rate-limited targets (limited) and those
  * of them with no slot at t_us (closed: paused, or t_us before tat -
- * (rate_burst - 1) * rate_interval), read where the hand-out runs.
+ * (rate_burst - 1) * rate_interval): the limits read where the hand-out
+ * runs (the reference table), and only when some target is limited, their
+ * state (bucket 0's shard).
  */
 CREATE FUNCTION gridha_internal.bucket_rate_closed(t_us bigint, OUT limited text[], OUT closed text[])
 RETURNS record
@@ -4249,11 +4260,16 @@ LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, gridha, pg_temp
 AS $$
 BEGIN
-    SELECT pg_catalog.array_agg(x.target),
-           pg_catalog.array_agg(x.target) FILTER (WHERE x.rate_burst = 0
-                                      OR t_us < x.rate_tat_us - (x.rate_burst - 1) * x.rate_interval_us)
-      INTO limited, closed
+    SELECT pg_catalog.array_agg(x.target) INTO limited
       FROM gridha.bucket_targets x WHERE x.rate_interval_us IS NOT NULL;
+    IF limited IS NULL THEN
+        RETURN;             -- none limited: nothing more read
+    END IF;
+    SELECT pg_catalog.array_agg(r.target) INTO closed
+      FROM gridha.bucket_rates r
+      JOIN gridha.bucket_targets x ON x.target = r.target
+     WHERE r.bucket = 0 AND r.target = ANY (limited)
+       AND (x.rate_burst = 0 OR t_us < r.tat_us - (x.rate_burst - 1) * x.rate_interval_us);
 END
 $$;
 
@@ -5938,18 +5954,25 @@ TO gridha_producer, gridha_submitter, gridha_admin;
 -- the row (same SQLSTATEs), then the trigger targets_citus_mirror (on that
 -- local table, not on a Citus table) writes the row to
 -- gridha.bucket_targets, rate limits included: the limit's state (its
--- theoretical arrival time and the slots taken) is kept on the target's
--- row there, and every hand-out of a limited target takes its slot in an
--- update of that row, wherever it runs (docs/citus.md, "Rate limits").
+-- theoretical arrival time and the slots taken) is a row of
+-- gridha.bucket_rates in bucket 0's shard, and every hand-out of a limited
+-- target takes its slot in an update of that row, wherever it runs
+-- (docs/citus.md, "Rate limits in the mode").
 
 /*
  * citus_setup_targets(): citus_setup's part for targets, in its
  * transaction (after the bucket tables and gridha.bucket_instances were
  * distributed). A target's rate limit comes along with the state one
- * server kept for it (gridha.target_rate_state), in microseconds since
- * the epoch: the hand-out's arithmetic on them is integer arithmetic,
+ * server kept for it (gridha.target_rate_state), in microseconds (since
+ * the epoch): the hand-out's arithmetic on them is integer arithmetic,
  * which Citus runs in a distributed UPDATE (it refuses timestamptz -
- * interval there, a STABLE operator, on a column).
+ * interval there, a STABLE operator, on a column). The state is not on
+ * the reference table: Citus serializes every write of a reference table
+ * cluster-wide under a lock of its whole shard, taken before the row's,
+ * which a hand-out would then wait for while holding its bucket's rows;
+ * gridha.bucket_rates is distributed by bucket with the others, every row
+ * in bucket 0, one placement: a write there waits for nothing but the
+ * row, which the hand-out locks without waiting (bucket_rate_slot).
  */
 CREATE FUNCTION gridha_internal.citus_setup_targets()
 RETURNS void
@@ -5972,22 +5995,35 @@ BEGIN
         -- since the epoch, the slots taken
         rate_interval    interval,
         rate_burst       integer NOT NULL DEFAULT 1,
-        rate_interval_us bigint,
-        rate_tat_us      bigint NOT NULL DEFAULT 0,
-        rate_slots_taken bigint NOT NULL DEFAULT 0
+        rate_interval_us bigint
     );
     COMMENT ON TABLE gridha.bucket_targets IS
-    'Citus mode: the targets (a reference table: on every node), written from gridha.targets on the coordinator (trigger targets_citus_mirror), with each rate limit''s state (rate_tat_us, rate_slots_taken), which the hand-outs write';
+    'Citus mode: the targets (a reference table: on every node), written from gridha.targets on the coordinator (trigger targets_citus_mirror), with their rate limits (rate_interval_us: the interval in microseconds)';
     REVOKE ALL ON gridha.bucket_targets FROM PUBLIC;
     -- as gridha.targets on one server: submitters and administrators read it
     GRANT SELECT ON gridha.bucket_targets TO gridha_submitter, gridha_admin;
     PERFORM create_reference_table('gridha.bucket_targets');
     INSERT INTO gridha.bucket_targets (target, submit_url, status_url, submit_function, status_function,
                                        reject_codes, request_headers, rate_interval, rate_burst,
-                                       rate_interval_us, rate_tat_us, rate_slots_taken)
+                                       rate_interval_us)
     SELECT t.target, t.submit_url, t.status_url, t.submit_function, t.status_function,
            t.reject_codes, t.request_headers, t.rate_interval, t.rate_burst,
-           (EXTRACT(epoch FROM t.rate_interval) * 1000000)::int8,
+           (EXTRACT(epoch FROM t.rate_interval) * 1000000)::int8
+      FROM gridha.targets t;
+    CREATE TABLE gridha.bucket_rates (
+        bucket      integer NOT NULL DEFAULT 0,
+        target      text NOT NULL,
+        tat_us      bigint NOT NULL DEFAULT 0,
+        slots_taken bigint NOT NULL DEFAULT 0,
+        PRIMARY KEY (bucket, target)
+    );
+    COMMENT ON TABLE gridha.bucket_rates IS
+    'Citus mode: each target''s rate-limit state, in bucket 0: its theoretical arrival time (tat_us, microseconds since the epoch) and the slots taken, written by the hand-outs of a limited target';
+    REVOKE ALL ON gridha.bucket_rates FROM PUBLIC;
+    GRANT SELECT ON gridha.bucket_rates TO gridha_admin;
+    PERFORM create_distributed_table('gridha.bucket_rates', 'bucket', colocate_with => 'gridha.bucket_claims');
+    INSERT INTO gridha.bucket_rates (bucket, target, tat_us, slots_taken)
+    SELECT 0, t.target,
            CASE WHEN pg_catalog.isfinite(r.tat) THEN (EXTRACT(epoch FROM r.tat) * 1000000)::int8 ELSE 0 END,
            coalesce(r.slots_taken, 0)
       FROM gridha.targets t
@@ -6038,6 +6074,7 @@ BEGIN
                                            rate_interval_us)
         VALUES (NEW.target, NEW.submit_url, NEW.status_url, NEW.submit_function, NEW.status_function,
                 NEW.reject_codes, NEW.request_headers, NEW.rate_interval, NEW.rate_burst, us);
+        INSERT INTO gridha.bucket_rates (bucket, target) VALUES (0, NEW.target);
         RETURN NULL;
     END IF;
     IF TG_OP = 'DELETE' OR OLD.target <> NEW.target THEN
@@ -6051,12 +6088,13 @@ BEGIN
     END IF;
     IF TG_OP = 'DELETE' THEN
         DELETE FROM gridha.bucket_targets t WHERE t.target = OLD.target;
+        DELETE FROM gridha.bucket_rates r WHERE r.bucket = 0 AND r.target = OLD.target;
         RETURN NULL;
     END IF;
-    -- the row locked first (a hand-out taking a slot waits), its state
-    -- read, the new rate's state computed here (integers: see
-    -- citus_setup_targets)
-    SELECT t.rate_tat_us INTO tat FROM gridha.bucket_targets t WHERE t.target = OLD.target FOR UPDATE;
+    -- the rate state's row locked first (a hand-out trying for a slot
+    -- meanwhile gets none), read, the new rate's state computed here
+    -- (integers: see citus_setup_targets)
+    SELECT r.tat_us INTO tat FROM gridha.bucket_rates r WHERE r.bucket = 0 AND r.target = OLD.target FOR UPDATE;
     IF OLD.rate_interval IS DISTINCT FROM NEW.rate_interval THEN
         now_us := (EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::int8;
         IF OLD.rate_interval IS NOT NULL AND NEW.rate_interval IS NOT NULL AND tat > now_us THEN
@@ -6070,9 +6108,10 @@ BEGIN
        SET target = NEW.target, submit_url = NEW.submit_url, status_url = NEW.status_url,
            submit_function = NEW.submit_function, status_function = NEW.status_function,
            reject_codes = NEW.reject_codes, request_headers = NEW.request_headers,
-           rate_interval = NEW.rate_interval, rate_burst = NEW.rate_burst, rate_interval_us = us,
-           rate_tat_us = tat
+           rate_interval = NEW.rate_interval, rate_burst = NEW.rate_burst, rate_interval_us = us
      WHERE t.target = OLD.target;
+    UPDATE gridha.bucket_rates r SET target = NEW.target, tat_us = coalesce(tat, 0)
+     WHERE r.bucket = 0 AND r.target = OLD.target;
     IF OLD.target <> NEW.target AND used IS NOT NULL THEN
         UPDATE gridha.bucket_services s SET target = NEW.target WHERE s.target = OLD.target;
     END IF;
@@ -6441,11 +6480,11 @@ BEGIN
                   HINT = 'Call it on the coordinator, after citus_set_coordinator_host and citus_add_node.';
     END IF;
     FOREACH t IN ARRAY ARRAY['bucket_claims', 'bucket_services', 'bucket_batches', 'bucket_instances',
-                             'bucket_targets'] LOOP
+                             'bucket_targets', 'bucket_rates'] LOOP
         IF pg_catalog.to_regclass('gridha.' || t) IS NULL THEN
             RAISE EXCEPTION 'nothing to restore: gridha.% does not exist', t
                 USING ERRCODE = 'RG047',
-                      DETAIL = 'gridha.citus_restore lays out again the bucket tables a restored dump of a database in Citus mode brought back; this database has none (or not all five).',
+                      DETAIL = 'gridha.citus_restore lays out again the bucket tables a restored dump of a database in Citus mode brought back; this database has none (or not all six).',
                       HINT = 'Restore the whole dump first; for a database never in Citus mode, call gridha.citus_setup.';
         END IF;
     END LOOP;
@@ -6453,7 +6492,7 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition p
                 WHERE p.logicalrelid IN ('gridha.bucket_claims'::regclass, 'gridha.bucket_services'::regclass,
                                          'gridha.bucket_batches'::regclass, 'gridha.bucket_instances'::regclass,
-                                         'gridha.bucket_targets'::regclass)) THEN
+                                         'gridha.bucket_targets'::regclass, 'gridha.bucket_rates'::regclass)) THEN
         RAISE EXCEPTION 'gridha is already in Citus mode in this database'
             USING ERRCODE = 'RG034',
                   DETAIL = 'The bucket tables are Citus tables already: gridha.citus_setup or gridha.citus_restore ran here.',
@@ -6462,7 +6501,7 @@ BEGIN
     LOCK TABLE gridha.service_claims, gridha.batches, gridha.instances, gridha.leases, gridha.id_sequences
         IN SHARE ROW EXCLUSIVE MODE;
     LOCK TABLE gridha.bucket_claims, gridha.bucket_services, gridha.bucket_batches, gridha.bucket_instances,
-               gridha.bucket_targets
+               gridha.bucket_targets, gridha.bucket_rates
         IN ACCESS EXCLUSIVE MODE;
     FOREACH t IN ARRAY ARRAY['batches', 'service_claims', 'instances', 'leases'] LOOP
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM gridha.%I)', t) INTO has_rows;
@@ -6536,9 +6575,10 @@ BEGIN
     PERFORM create_distributed_table('gridha.bucket_batches', 'bucket', colocate_with => 'gridha.bucket_claims');
     PERFORM create_reference_table('gridha.bucket_instances');
     PERFORM create_reference_table('gridha.bucket_targets');
+    PERFORM create_distributed_table('gridha.bucket_rates', 'bucket', colocate_with => 'gridha.bucket_claims');
     -- the restored rows are in the shards now: the shells are emptied
     FOREACH t IN ARRAY ARRAY['bucket_claims', 'bucket_services', 'bucket_batches', 'bucket_instances',
-                             'bucket_targets'] LOOP
+                             'bucket_targets', 'bucket_rates'] LOOP
         PERFORM truncate_local_data_after_distributing_table(('gridha.' || t)::regclass);
     END LOOP;
     -- every per-bucket function (in schema gridha, named bucket_..., its

@@ -349,7 +349,7 @@ my @data = sort map { /TABLE DATA gridha (bucket_\w+)/ ? $1 : () } split /\n/, $
 my @shards = grep { /bucket_\w+_\d{6,}/ } split /\n/, $toc;
 diag("pg_dump: rc $dump_rc $derr\ndata in the dump: @data\nshard entries: " . scalar(@shards) . "\n" . join("\n", @shards[0 .. ($#shards < 4 ? $#shards : 4)]));
 ok( $dump_rc == 0
-	  && "@data" eq 'bucket_batches bucket_claims bucket_instances bucket_services bucket_targets'
+	  && "@data" eq 'bucket_batches bucket_claims bucket_instances bucket_rates bucket_services bucket_targets'
 	  && !@shards,
 	'dump: pg_dump -Fc of the coordinator holds the data of the five bucket tables (Citus answers the COPY from every shard) and no shard table');
 
@@ -419,7 +419,7 @@ diag("citus_restore: $laid\nagain: $again\nlayout: $rlayout (old: $dumped{layout
 ok( $laid =~ /^64$/m
 	  && $laid =~ /NOTICE:  00000: gridha laid out 24 restored batch\(es\) in 64 buckets again/
 	  && $rlayout eq $dumped{layout}
-	  && $rlayout eq 'gridha.bucket_batches/h/bucket,gridha.bucket_claims/h/bucket,gridha.bucket_instances/n/-,gridha.bucket_services/h/bucket,gridha.bucket_targets/n/- 1 2'
+	  && $rlayout eq 'gridha.bucket_batches/h/bucket,gridha.bucket_claims/h/bucket,gridha.bucket_instances/n/-,gridha.bucket_rates/h/bucket,gridha.bucket_services/h/bucket,gridha.bucket_targets/n/- 1 2'
 	  && $rfunctions eq $dumped{functions}
 	  && ($rfunctions =~ tr/,//) >= 10
 	  && $rshells eq 'gridha.bucket_batches:0,gridha.bucket_claims:0,gridha.bucket_services:0,0,0'
