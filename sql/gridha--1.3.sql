@@ -5000,9 +5000,7 @@ COMMENT ON FUNCTION gridha_internal.citus_cycle(uuid, boolean) IS
  * citus_handout(instance, held, n): up to n batches of distinct services
  * from the instance's buckets, the bucket whose head waited longest
  * first, each through bucket_next_batch (fenced; RG001, a bucket taken
- * over meanwhile, is skipped, and so is a bucket whose hand-out Citus's
- * distributed deadlock detection cancelled, 40P01: its subtransaction
- * rolls back, which ends the cycle of waits, and the call goes on).
+ * over meanwhile, is skipped).
  */
 CREATE FUNCTION gridha_internal.citus_handout(instance_id uuid, held gridha_internal.citus_bucket[], n integer)
 RETURNS SETOF gridha.bucket_batch
@@ -5020,14 +5018,8 @@ BEGIN
             EXIT WHEN got >= n;
             BEGIN
                 r := gridha.bucket_next_batch(b.bucket, instance_id, b.epoch);
-            EXCEPTION
-                WHEN SQLSTATE 'RG001' THEN
-                    r := NULL;
-                WHEN deadlock_detected THEN
-                    -- Citus's distributed deadlock detection chose this
-                    -- hand-out's wait (seen when instances start at once
-                    -- on free buckets): the bucket is left for the next call
-                    r := NULL;
+            EXCEPTION WHEN SQLSTATE 'RG001' THEN
+                r := NULL;
             END;
             EXIT WHEN r IS NULL OR r.service_id IS NULL;
             got := got + 1;
