@@ -480,7 +480,7 @@ my $SLOW_TIMES = q{SELECT coalesce(string_agg((EXTRACT(epoch FROM b.handed_out_a
 # 'slow' at 200 ms, burst 2; 80 services on it (more than the limit lets
 # out while the instances run) and 10 on default, one batch each; three
 # instances hand out at once, each next_batches(4) every 50 ms, 40 times.
-# Each starts once the one before got the answer of its first call: three
+# Each starts once the one before holds buckets (its first call committed): three
 # first calls at the same moment on a layout none had used end one of them
 # with 40P01 (docs/citus.md, "Instances that start at once", found, not
 # fixed)
@@ -491,16 +491,17 @@ my $prep = runb(q{UPDATE gridha.targets SET rate_interval = '200 ms', rate_burst
 my @sessions;
 foreach my $k (1 .. 3)
 {
+	my $id = oneb("SELECT gridha.register_instance('rate $k')");
 	my $f = "$rtmp/h$k";
 	open my $fh, '>', "$f.sql" or die;
-	print $fh "SELECT gridha.register_instance('rate $k') AS i \\gset\n";
-	print $fh "SELECT count(*) FROM gridha.next_batches(:'i', 4);\nSELECT pg_sleep(0.05);\n" foreach 1 .. 40;
+	print $fh "SELECT count(*) FROM gridha.next_batches('$id', 4);\nSELECT pg_sleep(0.05);\n" foreach 1 .. 40;
 	close $fh;
 	push @sessions, [ IPC::Run::start([ $PSQL, '-X', '-q', '-A', '-t', '-v', 'VERBOSITY=verbose',
 				'-d', $coord->connstr('c38b'), '-f', "$f.sql" ], '<', \undef, '>', "$f.out", '2>', "$f.err"), $f ];
+	# the next starts once this one's first call committed (it holds buckets)
 	foreach (1 .. 600)
 	{
-		last if -s "$f.out" || -s "$f.err";
+		last if oneb("SELECT count(*) FROM gridha.bucket_claims WHERE holder = '$id'") > 0 || -s "$f.err";
 		select(undef, undef, undef, 0.1);
 	}
 }
