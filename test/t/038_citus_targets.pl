@@ -537,7 +537,7 @@ ok( $c38b_ok && $prep !~ /ERROR/ && $herr eq '' && !@over && !$again
 	  && $nslow >= 5 && $nslow < 80 && $nslow <= 2 + int($span / $R)
 	  && $others eq '10/10'
 	  && $state[0] =~ /^200000\|2\|\d+\|$nslow$/ && $state[1] eq $state[0] && $state[2] eq $state[0]
-	  && $view eq "$nslow|t",
+	  && $view eq "$nslow|true",
 	'rate: with \'slow\' at 200 ms and burst 2, three instances handing out at once gave out its batches within the bound (the k-th after another at least k - 1 intervals later), some but not all of them, while every batch of default went out, no call refused; the slots taken, read from every node, equal the hand-outs, and gridha.target_rates shows them');
 
 # the per-bucket hand-out, sent to a worker: one slot, then none; paused;
