@@ -267,7 +267,7 @@ ok( $layout eq
 	  && $1 != $coord->port
 	  && $delegated =~ /ERROR:  RG001: stale claim on bucket 0/
 	  && $delegated =~ /issuing SELECT gridha\.bucket_renew\($probe, 'cccccccc-0000-0000-0000-000000000032'::uuid/,
-	'layout: the three bucket tables and the rate limits' state distributed by bucket, co-located, and gridha.bucket_instances and gridha.bucket_targets reference tables on both workers; the twelve per-bucket functions distributed by bucket with them; a call is sent whole to a worker, with gridha.bucket_of(...) folded to its bucket'
+	'layout: the three bucket tables and the rate limits\' state distributed by bucket, co-located, and gridha.bucket_instances and gridha.bucket_targets reference tables on both workers; the twelve per-bucket functions distributed by bucket with them; a call is sent whole to a worker, with gridha.bucket_of(...) folded to its bucket'
 );
 
 my $mode = run($coord, "SELECT gridha.lead('$A')");

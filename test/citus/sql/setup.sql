@@ -74,7 +74,7 @@ SELECT gridha.citus_setup();
 SELECT gridha.citus_setup(128);
 \echo :LAST_ERROR_SQLSTATE
 
-\echo '--- the layout: three tables distributed by bucket, co-located (and the instances'' reference table); 64 buckets at epoch 0, free'
+\echo '--- the layout: four tables distributed by bucket (the rate limits'' state too), co-located (and the instances'' reference table); 64 buckets at epoch 0, free'
 SELECT logicalrelid, partmethod, column_to_column_name(logicalrelid, partkey) AS by
   FROM pg_dist_partition WHERE partmethod <> 'n' ORDER BY logicalrelid::text;
 SELECT count(DISTINCT colocationid) AS colocation_groups FROM pg_dist_partition WHERE partmethod <> 'n';
