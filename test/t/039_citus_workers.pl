@@ -329,7 +329,7 @@ ok($disorder eq '0' && $inversions eq '0',
 
 my $RI = 150_000;
 my $rset = run(q{UPDATE gridha.targets SET rate_interval = '150 ms', rate_burst = 1 WHERE target = 'led'});
-my $slots0 = one(q{SELECT rate_slots_taken FROM gridha.bucket_targets WHERE target = 'led'});
+my $slots0 = one(q{SELECT slots_taken FROM gridha.bucket_rates WHERE bucket = 0 AND target = 'led'});
 my ($rout, $rerr) = ('', '');
 $coord->psql('c39', join('', map { sprintf("SELECT gridha.enqueue('z%02d', 'z%02d-1', 'r9'::bytea, 'led');\n", $_, $_) } 1 .. 16),
 	stdout => \$rout, stderr => \$rerr, on_error_stop => 1);
@@ -338,7 +338,7 @@ my ($rtimes, $rattempts) = split /\|/, one(q{SELECT string_agg((EXTRACT(epoch FR
   ORDER BY handed_out_at) || '|' || sum(attempts) FROM gridha.bucket_batches WHERE payload = 'r9'::bytea});
 my @rt = split /,/, $rtimes // '';
 my @rclose = grep { $rt[$_] - $rt[$_ - 1] < $RI } 1 .. $#rt;
-my $slots1 = one(q{SELECT rate_slots_taken FROM gridha.bucket_targets WHERE target = 'led'});
+my $slots1 = one(q{SELECT slots_taken FROM gridha.bucket_rates WHERE bucket = 0 AND target = 'led'});
 diag("rate: $rset $rerr\ncommitted: " . ($rdone ? 'all 16' : 'not all') . "; hand-outs " . scalar(@rt)
 	  . ', gaps (ms): ' . join(' ', map { int(($rt[$_] - $rt[$_ - 1]) / 1000) } 1 .. $#rt)
 	  . "\nattempts $rattempts, slots $slots0 -> $slots1");
