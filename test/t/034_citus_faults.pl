@@ -726,7 +726,7 @@ SELECT string_agg(logicalrelid::text || ':' || (pg_stat_file(pg_relation_filepat
 my $local_after = $coord->safe_psql($DB, $LOCAL_SQL);
 diag("coordinator shells: $shells; gridha's own tables after the setup: $local_before; at the end: $local_after");
 my @nonempty = grep { !/:0$/ } split /,/, $local_after;
-ok( $shells eq 'gridha.bucket_batches:0,gridha.bucket_claims:0,gridha.bucket_instances:0,gridha.bucket_services:0,gridha.bucket_targets:0'
+ok( $shells eq 'gridha.bucket_batches:0,gridha.bucket_claims:0,gridha.bucket_instances:0,gridha.bucket_rates:0,gridha.bucket_services:0,gridha.bucket_targets:0'
 	  && $local_after eq $local_before
 	  && !(grep { /^(batches|service_claims|instances|leases|service_counts|id_windows|rate_handouts):/ } @nonempty),
 	'shells: on the coordinator the bucket tables\' local files (the instances\' and targets\' reference tables\' too) are empty and gridha\'s own tables hold what the setup left (no batch, claim, instance or lease)');
