@@ -1620,7 +1620,9 @@ COMMENT ON FUNCTION gridha_internal.prune_step(bigint) IS
  *   with check_counts (not when the tick runs inside someone else's
  *   transaction, a hand-out's poll duty: counts.c writes a transaction's
  *   counts at its commit, so one that created services before would be
- *   counted twice), at the first tick of a backend and then once an hour,
+ *   counted twice; nor in a transaction that created or removed services
+ *   before calling run_maintenance, for the same reason: counts_check_due
+ *   says so), at the first tick of a backend and then once an hour,
  *   the service counts checked against the services there are, and a
  *   count gone wrong repaired (counts.c explains how one can drift): the
  *   difference, as the statement's snapshot sees both, is added to shard

@@ -285,6 +285,19 @@ gridha_counts_unwritten(Datum *targets, Datum *deltas)
 }
 
 /*
+ * gridha_counts_pending: whether this transaction changed the counts and
+ * has not written them yet. A check of the counts against the services
+ * (the maintenance tick) waits for a transaction that has not: it would
+ * read the services this one created or removed but not their counts,
+ * repair the difference, and then count them a second time at commit.
+ */
+bool
+gridha_counts_pending(void)
+{
+	return counts_unwritten();
+}
+
+/*
  * counts_xact_callback: writes the deltas before commit (and before
  * PREPARE TRANSACTION); forgets them when the transaction ends.
  */

@@ -13,5 +13,6 @@
 #include "postgres.h"
 
 extern void gridha_counts_unwritten(Datum *targets, Datum *deltas);
+extern bool gridha_counts_pending(void);
 
 #endif							/* GRIDHA_COUNTS_H */

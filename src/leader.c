@@ -46,6 +46,7 @@
 #include "postgres.h"
 
 #include "common.h"
+#include "counts.h"
 #include "generation.h"
 #include "instances.h"
 #include "leader.h"
@@ -419,7 +420,12 @@ PG_FUNCTION_INFO_V1(gridha_counts_check_due);
  * its first call, then once an hour), and if so notes the check. The
  * check reads every claim row (50-70 ms at 200,000 services); a count
  * gone wrong strands no service meanwhile (claims.c takes free work
- * whatever the share), it only skews the shares.
+ * whatever the share), it only skews the shares. Not due in a
+ * transaction that changed the counts and has not written them yet
+ * (counts.c writes them at its commit): the check would read its services
+ * but not their counts, repair the difference, and the commit would then
+ * count them again (run_maintenance called after an enqueue of a new
+ * service in one transaction). Such a backend checks at a later tick.
  */
 Datum
 gridha_counts_check_due(PG_FUNCTION_ARGS)
@@ -428,6 +434,9 @@ gridha_counts_check_due(PG_FUNCTION_ARGS)
 
 	if (leader_counts_checked_at != 0 &&
 		!TimestampDifferenceExceeds(leader_counts_checked_at, now, LEADER_COUNTS_EVERY_MS))
+		PG_RETURN_BOOL(false);
+	/* this transaction's own count changes are not written yet: later */
+	if (gridha_counts_pending())
 		PG_RETURN_BOOL(false);
 	leader_counts_checked_at = now;
 	PG_RETURN_BOOL(true);

@@ -47,6 +47,7 @@
 #include "postgres.h"
 
 #include "common.h"
+#include "counts.h"
 #include "generation.h"
 #include "idseq.h"
 #include "instances.h"
@@ -585,10 +586,14 @@ static TimestampTz leader_counts_checked_at = 0;
 
 /*
  * leader_check_counts: repairs the service counts that do not match the
- * services there are (a log line names the targets). It reads every claim row (50-70 ms at 200,000 services), so a
+ * services there are (a log line names the targets). It reads every
+ * claim row (50-70 ms at 200,000 services), so a
  * backend does it at its first tick and then once an hour: a count gone
  * wrong strands no service meanwhile (claims.c takes free work whatever
- * the share), it only skews the shares.
+ * the share), it only skews the shares. A transaction that changed the
+ * counts and has not written them yet (counts.c writes them at its
+ * commit: run_maintenance called after an enqueue in one transaction)
+ * checks at a later tick.
  */
 static void
 leader_check_counts(void)
@@ -599,6 +604,9 @@ leader_check_counts(void)
 
 	if (leader_counts_checked_at != 0 &&
 		!TimestampDifferenceExceeds(leader_counts_checked_at, now, LEADER_COUNTS_EVERY_MS))
+		return;
+	/* this transaction's own count changes are not written yet: later */
+	if (gridha_counts_pending())
 		return;
 	gridha_exec(&leader_counts_stmt, NULL, NULL, false);
 	leader_counts_checked_at = now;
