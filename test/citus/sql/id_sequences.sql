@@ -5,6 +5,7 @@
 -- distributed enqueue too), the argument checks keep their SQLSTATEs,
 -- run_maintenance tops the windows up (opened_windows), drop_id_sequence
 -- keeps the high water and a name created again continues above it.
+-- A producer and a submitter that are not superusers take ids there too.
 -- Nothing enters the bucket tables. (Off the coordinator the calls refuse,
 -- RG043: test/t/032_citus_mode.pl.)
 \set VERBOSITY terse
@@ -48,5 +49,26 @@ SELECT gridha.next_id('c33ids');
 SELECT gridha.create_id_sequence('c33ids', window_size => 100, min_open_windows => 1);
 SELECT gridha.next_id('c33ids') AS after_recreate;
 SELECT name, high_water, open_windows FROM gridha.id_sequence_status ORDER BY name;
+\echo '--- a producer and a submitter, neither a superuser, take ids on the coordinator (a sequence new to this backend: its first next_id reserves a block); neither may create a sequence (42501)'
+DROP ROLE IF EXISTS regress_citus_ids_producer;
+DROP ROLE IF EXISTS regress_citus_ids_submitter;
+CREATE ROLE regress_citus_ids_producer IN ROLE gridha_producer;
+CREATE ROLE regress_citus_ids_submitter IN ROLE gridha_submitter;
+SELECT gridha.create_id_sequence('c33roles', window_size => 1000, min_open_windows => 1);
+SET ROLE regress_citus_ids_producer;
+SELECT gridha.reserve_ids('c33roles', 5) AS producer_range;
+SELECT gridha.next_id('c33roles') AS producer_id;
+SELECT gridha.create_id_sequence('c33prod');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SET ROLE regress_citus_ids_submitter;
+SELECT gridha.reserve_ids('c33roles', 3) AS submitter_range;
+SELECT gridha.drop_id_sequence('c33roles');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT name, window_start, window_end, next_id FROM gridha.id_windows WHERE name = 'c33roles';
+SELECT gridha.drop_id_sequence('c33roles');
+DROP ROLE regress_citus_ids_producer;
+DROP ROLE regress_citus_ids_submitter;
 SELECT gridha.drop_id_sequence('c33ids');
 \set VERBOSITY default

@@ -3,7 +3,7 @@
 -- shells (ordinary tables of the coordinator, which Citus keeps empty) have
 -- empty files; the rows are in the shards on the workers. The tables the
 -- mode keeps on the coordinator hold what id_sequences left: the
--- maintenance lease and its tick, the dropped sequence's row (its high
+-- maintenance lease and its tick, the dropped sequences' rows (their high
 -- water), no window.
 \set VERBOSITY default
 \set SHOW_CONTEXT never
