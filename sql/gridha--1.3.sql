@@ -4800,6 +4800,47 @@ COMMENT ON FUNCTION gridha_internal.citus_buckets() IS
 'Citus mode: every bucket with its holder and work, read without a lock over every shard';
 
 /*
+ * citus_take(bucket, instance, lease, takeover): bucket_acquire (a free
+ * bucket) or bucket_takeover (one whose holder's lease ran out) for the
+ * claim cycle, in a subtransaction that is undone when the bucket is not
+ * taken. bucket_take locks the bucket's row before it looks at it, and a
+ * row lock lasts to the end of the transaction: kept for a bucket another
+ * instance took meanwhile, it would make that instance's hand-out (its
+ * fence locks the row FOR SHARE) wait for this call while this call's
+ * cycle, going on in bucket order, waits for a row that instance locked
+ * further on: a cycle of waits across the workers, which Citus ends with
+ * 40P01 (three instances starting at once did). Undone, the look leaves no
+ * lock behind; the internal SQLSTATE RG049 that undoes it never leaves
+ * this function. Epoch taken, or NULL.
+ */
+CREATE FUNCTION gridha_internal.citus_take(bucket integer, instance_id uuid, lease interval, takeover boolean)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, gridha, pg_temp
+AS $$
+DECLARE
+    e bigint;
+BEGIN
+    BEGIN
+        IF takeover THEN
+            e := gridha.bucket_takeover(bucket, instance_id, lease);
+        ELSE
+            e := gridha.bucket_acquire(bucket, instance_id, lease);
+        END IF;
+        IF e IS NULL THEN
+            RAISE EXCEPTION 'bucket % was not taken', bucket USING ERRCODE = 'RG049';
+        END IF;
+    EXCEPTION WHEN SQLSTATE 'RG049' THEN
+        RETURN NULL;        -- the look at the row undone, with its lock
+    END;
+    RETURN e;
+END
+$$;
+
+COMMENT ON FUNCTION gridha_internal.citus_take(integer, uuid, interval, boolean) IS
+'Citus mode: the claim cycle''s take of a bucket (bucket_acquire, or bucket_takeover when takeover), undone with its row lock when the bucket is not taken; the epoch taken, or NULL';
+
+/*
  * citus_cycle(instance, force, taken): the claim cycle of an instance in
  * the mode, by bucket; returns the buckets it holds afterwards (with their
  * epochs) and, in taken, those it took in this call.
@@ -4811,7 +4852,8 @@ COMMENT ON FUNCTION gridha_internal.citus_buckets() IS
  * other's rows in one order): its own buckets renewed (gridha.hard_expiry
  * as the lease) or released, free buckets with work taken
  * (bucket_acquire) and buckets whose holder's lease ran out taken over
- * (bucket_takeover), up to its share.
+ * (bucket_takeover), up to its share; a bucket looked at and not taken
+ * keeps no lock (citus_take).
  *
  * The share: W buckets with work (a head ready or in flight), L live
  * holders (lease running, the caller counted), each instance holds
@@ -4948,11 +4990,7 @@ BEGIN
             END;
         ELSIF b.ready + b.flying > 0 AND (b.holder IS NULL OR b.hard_expiry < t)
               AND (mine < lo OR (mine < hi AND NOT needy) OR starved) THEN
-            IF b.holder IS NULL THEN
-                e := gridha.bucket_acquire(b.bucket, instance_id, lease);
-            ELSE
-                e := gridha.bucket_takeover(b.bucket, instance_id, lease);
-            END IF;
+            e := gridha_internal.citus_take(b.bucket, instance_id, lease, b.holder IS NOT NULL);
             IF e IS NOT NULL THEN
                 b.holder := instance_id;
                 b.holder_role := me;
@@ -4974,11 +5012,7 @@ BEGIN
         FOREACH b IN ARRAY bs LOOP
             CONTINUE WHEN b.holder IS NOT NULL AND b.hard_expiry >= t;
             CONTINUE WHEN b.holder = instance_id;
-            IF b.holder IS NULL THEN
-                e := gridha.bucket_acquire(b.bucket, instance_id, lease);
-            ELSE
-                e := gridha.bucket_takeover(b.bucket, instance_id, lease);
-            END IF;
+            e := gridha_internal.citus_take(b.bucket, instance_id, lease, b.holder IS NOT NULL);
             IF e IS NOT NULL THEN
                 b.holder := instance_id;
                 b.holder_role := me;
@@ -5243,6 +5277,7 @@ COMMENT ON FUNCTION gridha_internal.citus_report_status(uuid, text, text, bigint
 REVOKE ALL ON FUNCTION
     gridha_internal.citus_buckets(),
     gridha_internal.citus_cycle(uuid, boolean),
+    gridha_internal.citus_take(integer, uuid, interval, boolean),
     gridha_internal.citus_handout(uuid, gridha_internal.citus_bucket[], integer),
     gridha_internal.citus_next_batch(uuid),
     gridha_internal.citus_next_batches(uuid, integer),

@@ -88,6 +88,12 @@
  */
 #define ERRCODE_GRIDHA_CITUS_NOTHING_RESTORED	MAKE_SQLSTATE('R','G','0','4','7')
 #define ERRCODE_GRIDHA_CITUS_RESTORE_INCONSISTENT	MAKE_SQLSTATE('R','G','0','4','8')
+/*
+ * 1.3: internal to the Citus mode's claim cycle (raised and caught in SQL,
+ * gridha_internal.citus_take): a bucket looked at and not taken, its look
+ * undone with its row lock; never reaches a caller
+ */
+#define ERRCODE_GRIDHA_CITUS_NOT_TAKEN	MAKE_SQLSTATE('R','G','0','4','9')
 /* 1.3: a service's head had no batch row (or a final one): repaired */
 #define ERRCODE_GRIDHA_HEAD_REPAIRED		MAKE_SQLSTATE('R','G','0','2','0')
 

@@ -99,6 +99,7 @@ SELECT set_eq(
              ('gridha_internal.targets_load()'), ('gridha_internal.report_diagnose(text,text)'),
              -- issue 43.2: the Citus mode's instance calls
              ('gridha_internal.citus_buckets()'), ('gridha_internal.citus_cycle(uuid,boolean)'),
+             ('gridha_internal.citus_take(integer,uuid,interval,boolean)'),
              ('gridha_internal.citus_handout(uuid,gridha_internal.citus_bucket[],integer)'),
              ('gridha_internal.citus_next_batch(uuid)'), ('gridha_internal.citus_next_batches(uuid,integer)'),
              ('gridha_internal.citus_renew_claims(uuid)'), ('gridha_internal.citus_acquire_claims(uuid,text[])'),
