@@ -1140,9 +1140,13 @@ class Gen:
         """move expiries into the past, as tests do instead of waiting"""
         if self.chance(0.5):
             self.add(Stmt("expire",
-                          "UPDATE gridha.service_claims SET soft_expiry = now() - interval '1 s'%s"
-                          " WHERE service_id IN (SELECT c.service_id FROM gridha.service_claims c"
-                          " WHERE c.claimant IS NOT NULL ORDER BY random() LIMIT 3)"
+                          "UPDATE gridha.service_claims u SET soft_expiry = now() - interval '1 s'%s"
+                          " FROM (SELECT c.service_id FROM gridha.service_claims c"
+                          " WHERE c.service_id = ANY (ARRAY(SELECT x.service_id FROM gridha.service_claims x"
+                          " WHERE x.claimant IS NOT NULL ORDER BY random() LIMIT 3))"
+                          # rows locked in gridha's order (docs/concurrency.md): a lone call
+                          " ORDER BY c.service_id COLLATE \"C\" FOR NO KEY UPDATE) l"
+                          " WHERE u.service_id = l.service_id"
                           % (", hard_expiry = now() - interval '1 s'" if self.chance(0.3) else "")))
         else:
             self.add(Stmt("expire",
@@ -2394,8 +2398,16 @@ UPDATE gridha.instances i SET soft_expiry = now() - interval '1 s', hard_expiry 
         stalled_since = t0
         left = None
         while True:
-            # time passes for delayed batches: their backoff is over
-            psql(db, "UPDATE gridha.service_claims SET ready_at = now() WHERE ready_at > now()")
+            # time passes for delayed batches: their backoff is over (rows
+            # locked in service_id order, COLLATE "C", as gridha locks them:
+            # in heap order this statement once closed a cycle with a
+            # worker's batched report, which waits for its claims in that
+            # order; docs/concurrency.md)
+            psql(db, """
+UPDATE gridha.service_claims c SET ready_at = now()
+  FROM (SELECT x.service_id FROM gridha.service_claims x WHERE x.ready_at > now()
+         ORDER BY x.service_id COLLATE "C" FOR NO KEY UPDATE) l
+ WHERE c.service_id = l.service_id""")
             now_left = int(psql(db, "SELECT count(*) FROM gridha.batches WHERE status < 'committed'").strip())
             if left is None or now_left < left:
                 stalled_since = time.monotonic()
