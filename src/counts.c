@@ -259,10 +259,14 @@ counts_owner(void)
 }
 
 /*
- * counts_unwritten: whether a delta waits to be written.
+ * gridha_counts_pending: whether this transaction changed the counts and
+ * has not written them yet. A check of the counts against the services
+ * (the maintenance tick) waits for a transaction that has: it would read
+ * the services this one created or removed but not their counts, repair
+ * the difference, and then count them a second time at commit.
  */
-static bool
-counts_unwritten(void)
+bool
+gridha_counts_pending(void)
 {
 	int			i;
 
@@ -285,19 +289,6 @@ gridha_counts_unwritten(Datum *targets, Datum *deltas)
 }
 
 /*
- * gridha_counts_pending: whether this transaction changed the counts and
- * has not written them yet. A check of the counts against the services
- * (the maintenance tick) waits for a transaction that has not: it would
- * read the services this one created or removed but not their counts,
- * repair the difference, and then count them a second time at commit.
- */
-bool
-gridha_counts_pending(void)
-{
-	return counts_unwritten();
-}
-
-/*
  * counts_xact_callback: writes the deltas before commit (and before
  * PREPARE TRANSACTION); forgets them when the transaction ends.
  */
@@ -308,7 +299,7 @@ counts_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_PRE_COMMIT:
 		case XACT_EVENT_PRE_PREPARE:
-			if (counts_unwritten())
+			if (gridha_counts_pending())
 			{
 				Oid			owner = counts_owner();
 
