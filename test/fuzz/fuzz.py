@@ -65,7 +65,8 @@ Checks, each printed as TAP lines:
              server log)
 
 With --audit (FUZZ_AUDIT=1), a violation of an invariant is followed by the
-last changes of its instance or service, and the statements that made them
+last changes of its instance, service or target's counts, and the statements
+that made them
 (public.fz_audit, filled by triggers the setup creates).
 
 Usage: fuzz.py setup|run --db DB --work DIR [--seed N] [--seconds S] ...
@@ -1855,8 +1856,9 @@ CREATE TRIGGER fz_totals_gone BEFORE DELETE ON gridha.targets
 """
 
 
-# A debugging aid (--audit): every change of gridha.instances and
-# gridha.service_claims, with the statement that made it.
+# A debugging aid (--audit): every change of gridha.instances,
+# gridha.service_claims and gridha.service_counts, with the statement that
+# made it.
 AUDIT_SQL = r"""
 CREATE TABLE public.fz_audit (
     id   bigserial PRIMARY KEY,
@@ -1876,6 +1878,8 @@ $fz$;
 CREATE TRIGGER fz_audit AFTER INSERT OR UPDATE OR DELETE ON gridha.instances
     FOR EACH ROW EXECUTE FUNCTION public.fz_audit_row();
 CREATE TRIGGER fz_audit AFTER INSERT OR UPDATE OR DELETE ON gridha.service_claims
+    FOR EACH ROW EXECUTE FUNCTION public.fz_audit_row();
+CREATE TRIGGER fz_audit AFTER INSERT OR UPDATE OR DELETE ON gridha.service_counts
     FOR EACH ROW EXECUTE FUNCTION public.fz_audit_row();
 GRANT INSERT ON public.fz_audit TO PUBLIC;
 GRANT USAGE ON SEQUENCE public.fz_audit_id_seq TO PUBLIC;
@@ -2529,8 +2533,9 @@ SELECT t.target, coalesce(t.submit_url, '-'), coalesce(t.submit_function, '-'),
         return ok
 
     def audit_trail(self, keys):
-        """with --audit (FUZZ_AUDIT=1): the last changes of the instances and
-        services of the first violations, and the statements that made them"""
+        """with --audit (FUZZ_AUDIT=1): the last changes of the instances,
+        services and targets' counts of the first violations, and the
+        statements that made them"""
         if not self.a.audit or not keys:
             return
         for key in keys[:3]:
@@ -2540,6 +2545,15 @@ SELECT t.target, coalesce(t.submit_url, '-'), coalesce(t.submit_function, '-'),
                          " OR (a.tbl = 'service_claims' AND %s IN (a.old->>'claimant', a.new->>'claimant'))"
                          % (lit(ident), lit(ident)))
                 label = "instance " + ident
+            elif what == "service_counts counts the services":
+                # the target's count rows, and the claims that came, went
+                # or changed target (what the counts follow)
+                tgt = "convert_from(decode('%s', 'hex'), 'UTF8')" % ident
+                where = ("(a.tbl = 'service_counts' AND coalesce(a.new->>'target', a.old->>'target') = %s)"
+                         " OR (a.tbl = 'service_claims' AND %s IN (a.old->>'target', a.new->>'target')"
+                         " AND (a.op <> 'UPDATE' OR a.old->>'target' IS DISTINCT FROM a.new->>'target'))"
+                         % (tgt, tgt))
+                label = "target " + show(unhex(ident), 60)
             else:
                 sid = ident[0] if isinstance(ident, tuple) else ident
                 where = ("a.tbl = 'service_claims' AND coalesce(a.new->>'service_id', a.old->>'service_id')"
@@ -2549,7 +2563,8 @@ SELECT t.target, coalesce(t.submit_url, '-'), coalesce(t.submit_function, '-'),
                 trail = rows(self.db, """
 SELECT a.id, to_char(a.at, 'HH24:MI:SS.MS'), a.xid, a.app, a.tbl, a.op,
        coalesce(a.old->>'claimant', '-') || ' -> ' || coalesce(a.new->>'claimant', '-'),
-       coalesce(a.old->>'held', '-') || ' -> ' || coalesce(a.new->>'held', '-'),
+       coalesce(a.old->>'held', a.old->>'services', '-') || ' -> '
+       || coalesce(a.new->>'held', a.new->>'services', '-'),
        coalesce(a.old->>'epoch', '-') || ' -> ' || coalesce(a.new->>'epoch', '-'),
        encode(convert_to(regexp_replace(left(a.q, 200), '\s+', ' ', 'g'), 'UTF8'), 'hex')
   FROM (SELECT * FROM public.fz_audit a WHERE %s ORDER BY a.id DESC LIMIT 12) a
@@ -2557,8 +2572,8 @@ SELECT a.id, to_char(a.at, 'HH24:MI:SS.MS'), a.xid, a.app, a.tbl, a.op,
             except RuntimeError as e:
                 print("# audit trail of %s: %s" % (label, str(e).splitlines()[0]), flush=True)
                 continue
-            print("# audit trail of %s (%s), last %d changes (id, time, xid, session, table, op, claimant, held,"
-                  " epoch, statement):" % (label, what, len(trail)), flush=True)
+            print("# audit trail of %s (%s), last %d changes (id, time, xid, session, table, op, claimant, held"
+                  " or services, epoch, statement):" % (label, what, len(trail)), flush=True)
             for r in trail:
                 print("#   " + " | ".join(r[:9] + [show(unhex(r[9]), 200)]), flush=True)
 

@@ -41,8 +41,9 @@
 # names; FUZZ_KNOWN_BUGS=skip leaves out the statements that meet the bugs
 # being fixed in issue 38 (a development aid for the invariants' own
 # precision; make test never sets it). FUZZ_AUDIT=1 records every change of
-# gridha.instances and gridha.service_claims, with the statement that made
-# it, in public.fz_audit, and shows those of the first invariant violations.
+# gridha.instances, gridha.service_claims and gridha.service_counts, with
+# the statement that made it, in public.fz_audit, and shows those of the
+# first invariant violations (by instance, service, or target's counts).
 #
 # Runs on PostgreSQL's TAP framework (PostgreSQL::Test::Cluster), a cluster
 # of its own with gridha preloaded, the workers' role a member of
