@@ -700,8 +700,7 @@ DROP FUNCTION gridha.run_maintenance(uuid, text);
 CREATE FUNCTION gridha.next_batch(instance_id uuid)
 RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempts integer)
 AS 'MODULE_PATHNAME', 'gridha_next_batch'
-LANGUAGE C VOLATILE SECURITY DEFINER ROWS 1
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 1;
 
 COMMENT ON FUNCTION gridha.next_batch(uuid) IS
 'the queuer cycle: renews and acquires claims when due, hands out the submittable head that has waited longest among this instance''s services and marks it submitting; 0 or 1 row; attempts counts its hand-outs, this one included';
@@ -709,8 +708,7 @@ COMMENT ON FUNCTION gridha.next_batch(uuid) IS
 CREATE FUNCTION gridha.next_batches(instance_id uuid, max_batches integer DEFAULT 100)
 RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempts integer)
 AS 'MODULE_PATHNAME', 'gridha_next_batches'
-LANGUAGE C VOLATILE SECURITY DEFINER ROWS 10
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 10;
 
 COMMENT ON FUNCTION gridha.next_batches(uuid, integer) IS
 'like next_batch, up to max_batches batches of distinct services';
@@ -719,8 +717,7 @@ CREATE FUNCTION gridha.report_status(instance_id uuid, service_id text, batch_id
                                      status text, detail text DEFAULT NULL)
 RETURNS gridha.batch_status
 AS 'MODULE_PATHNAME', 'gridha_report_status'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE C VOLATILE SECURITY DEFINER;
 
 COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, text, text) IS
 'deprecated since 1.3 (use report_status(uuid, text, text, bigint, gridha.ledger_status, text)): records what the ledger says of an in-flight batch, the status as text: pending, valid, committed, invalid or unknown (any case), with an optional detail stored on the batch; refused for a stale epoch';
@@ -729,11 +726,19 @@ CREATE FUNCTION gridha.report_status(instance_id uuid, service_id text, batch_id
                                      status gridha.ledger_status, detail text DEFAULT NULL)
 RETURNS gridha.batch_status
 AS 'MODULE_PATHNAME', 'gridha_report_status_enum'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE C VOLATILE SECURITY DEFINER;
 
 COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, gridha.ledger_status, text) IS
 'records what the ledger says of an in-flight batch, the status typed: pending, valid, committed, invalid or unknown, with an optional detail stored on the batch; refused for a stale epoch';
+
+-- The claim cycle's C functions have no SET clause: they set gridha's
+-- search_path themselves, before their first statement (docs/security.md).
+-- The four made above are declared so; the 1.2 script's other four lose
+-- theirs.
+ALTER FUNCTION gridha.report_submission(uuid, text, text, bigint, text, text) RESET search_path;
+ALTER FUNCTION gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text) RESET search_path;
+ALTER FUNCTION gridha.report_submissions(uuid, gridha.submission_report[]) RESET search_path;
+ALTER FUNCTION gridha.report_statuses(uuid, gridha.status_report[]) RESET search_path;
 
 -- the deprecated array form: a wrapper over the typed rows (issue 40, surface)
 CREATE OR REPLACE FUNCTION gridha.report_statuses(instance_id uuid, service_ids text[], batch_ids text[],

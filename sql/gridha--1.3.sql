@@ -1264,11 +1264,17 @@ $$;
 COMMENT ON FUNCTION gridha.claimed_batches(uuid, integer) IS
 'read-only: the head batch of each service this instance holds, submittable ones first, with the claim''s epoch';
 
+-- The claim cycle's C functions (next_batch, next_batches, report_submission,
+-- report_status and their batched forms) have no SET clause: on
+-- PostgreSQL 15 the clause cost a tenth of a cycle, and most of their calls
+-- run no SQL statement. Their C code sets search_path = pg_catalog, gridha,
+-- pg_temp itself, in a nest level of the call's own, before the call's
+-- first statement, and resolves no name by the path before that
+-- (docs/security.md).
 CREATE FUNCTION gridha.next_batch(instance_id uuid)
 RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempts integer)
 AS 'MODULE_PATHNAME', 'gridha_next_batch'
-LANGUAGE C VOLATILE SECURITY DEFINER ROWS 1
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 1;
 
 COMMENT ON FUNCTION gridha.next_batch(uuid) IS
 'the queuer cycle: renews and acquires claims when due, hands out the submittable head that has waited longest among this instance''s services and marks it submitting; 0 or 1 row; attempts counts its hand-outs, this one included';
@@ -1276,8 +1282,7 @@ COMMENT ON FUNCTION gridha.next_batch(uuid) IS
 CREATE FUNCTION gridha.next_batches(instance_id uuid, max_batches integer DEFAULT 100)
 RETURNS TABLE (service_id text, batch_id text, payload bytea, epoch bigint, attempts integer)
 AS 'MODULE_PATHNAME', 'gridha_next_batches'
-LANGUAGE C VOLATILE SECURITY DEFINER ROWS 10
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 10;
 
 COMMENT ON FUNCTION gridha.next_batches(uuid, integer) IS
 'like next_batch, up to max_batches batches of distinct services';
@@ -1310,8 +1315,7 @@ CREATE FUNCTION gridha.report_submission(instance_id uuid, service_id text, batc
                                          outcome text, detail text DEFAULT NULL)
 RETURNS gridha.batch_status
 AS 'MODULE_PATHNAME', 'gridha_report_submission'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE C VOLATILE SECURITY DEFINER;
 
 COMMENT ON FUNCTION gridha.report_submission(uuid, text, text, bigint, text, text) IS
 'deprecated since 1.3 (use report_submission(uuid, text, text, bigint, gridha.submission_outcome, text)): records the result of submitting a batch: accepted -> pending, delayed -> delayed with backoff, rejected -> invalid; refused for a stale epoch';
@@ -1348,8 +1352,7 @@ CREATE FUNCTION gridha.report_status(instance_id uuid, service_id text, batch_id
                                      status text, detail text DEFAULT NULL)
 RETURNS gridha.batch_status
 AS 'MODULE_PATHNAME', 'gridha_report_status'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE C VOLATILE SECURITY DEFINER;
 
 COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, text, text) IS
 'deprecated since 1.3 (use report_status(uuid, text, text, bigint, gridha.ledger_status, text)): records what the ledger says of an in-flight batch, the status as text: pending, valid, committed, invalid or unknown (any case), with an optional detail stored on the batch; refused for a stale epoch';
@@ -3396,8 +3399,7 @@ CREATE FUNCTION gridha.report_submission(instance_id uuid, service_id text, batc
                                          outcome gridha.submission_outcome, detail text DEFAULT NULL)
 RETURNS gridha.batch_status
 AS 'MODULE_PATHNAME', 'gridha_report_submission_enum'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE C VOLATILE SECURITY DEFINER;
 
 COMMENT ON FUNCTION gridha.report_submission(uuid, text, text, bigint, gridha.submission_outcome, text) IS
 'records the result of submitting a batch, the outcome typed: accepted -> pending, delayed -> delayed with backoff, rejected -> invalid; refused for a stale epoch';
@@ -3406,8 +3408,7 @@ CREATE FUNCTION gridha.report_status(instance_id uuid, service_id text, batch_id
                                      status gridha.ledger_status, detail text DEFAULT NULL)
 RETURNS gridha.batch_status
 AS 'MODULE_PATHNAME', 'gridha_report_status_enum'
-LANGUAGE C VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE C VOLATILE SECURITY DEFINER;
 
 COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, gridha.ledger_status, text) IS
 'records what the ledger says of an in-flight batch, the status typed: pending, valid, committed, invalid or unknown, with an optional detail stored on the batch; refused for a stale epoch';
@@ -3415,8 +3416,7 @@ COMMENT ON FUNCTION gridha.report_status(uuid, text, text, bigint, gridha.ledger
 CREATE FUNCTION gridha.report_submissions(instance_id uuid, reports gridha.submission_report[])
 RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
 AS 'MODULE_PATHNAME', 'gridha_report_submission_rows'
-LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100;
 
 COMMENT ON FUNCTION gridha.report_submissions(uuid, gridha.submission_report[]) IS
 'many report_submission in one transaction, one row per batch: one result row per batch, in the order given, with its new status, or the SQLSTATE and message that refused it (a refused row does not undo the others)';
@@ -3424,8 +3424,7 @@ COMMENT ON FUNCTION gridha.report_submissions(uuid, gridha.submission_report[]) 
 CREATE FUNCTION gridha.report_statuses(instance_id uuid, reports gridha.status_report[])
 RETURNS TABLE (service_id text, batch_id text, status gridha.batch_status, sqlstate text, message text)
 AS 'MODULE_PATHNAME', 'gridha_report_status_rows'
-LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100
-SET search_path = pg_catalog, gridha, pg_temp;
+LANGUAGE C VOLATILE SECURITY DEFINER ROWS 100;
 
 COMMENT ON FUNCTION gridha.report_statuses(uuid, gridha.status_report[]) IS
 'many report_status in one transaction, one row per batch with an optional detail: one result row per batch with its new status, or the SQLSTATE and message that refused it';

@@ -18,6 +18,13 @@
 #include "utils/timestamp.h"
 
 /*
+ * The search_path every SQL function of gridha runs with: set by its SET
+ * clause, by gridha_pinned_call before the first statement of a claim-cycle
+ * call (spi_util.c), or by each step of a worker (step.c)
+ */
+#define GRIDHA_SEARCH_PATH "pg_catalog, gridha, pg_temp"
+
+/*
  * gridha's own SQLSTATE class "RG": not one PostgreSQL uses, so a client
  * can tell gridha's refusals apart from everything else.
  */

@@ -74,7 +74,8 @@ static bool counts_callbacks_registered = false;
 /*
  * The deltas not written yet, summed per target, to the shard's rows, in
  * target order. Written at commit, after the trigger function's own
- * search_path is gone: every name is schema-qualified.
+ * search_path is gone, with gridha's set again (gridha_pinned_run); every
+ * name is schema-qualified besides.
  */
 static GridhaStatement counts_write_stmt = {
 	"INSERT INTO gridha.service_counts AS c (target, shard, services)"
@@ -205,14 +206,16 @@ counts_sum(Datum *targets_array, Datum *deltas_array)
 
 /*
  * counts_write: writes the deltas not written yet, one row per target, and
- * marks them written in the current (sub)transaction. Inside SPI. It runs
- * at commit, after the function that made the change (enqueue, a SECURITY
+ * marks them written in the current (sub)transaction. Inside SPI, run by
+ * gridha_pinned_run (gridha's search_path for its statement). It runs at
+ * commit, after the function that made the change (enqueue, a SECURITY
  * DEFINER function) has returned: the rows are written as the owner of
- * gridha.service_counts, whose bookkeeping they are.
+ * gridha.service_counts (*arg), whose bookkeeping they are.
  */
 static void
-counts_write(Oid owner)
+counts_write(void *arg)
 {
+	Oid			owner = *(Oid *) arg;
 	Datum		args[3];
 	Oid			save_userid;
 	int			save_sec_context;
@@ -307,7 +310,7 @@ counts_xact_callback(XactEvent event, void *arg)
 					break;
 				PushActiveSnapshot(GetTransactionSnapshot());
 				SPI_connect();
-				counts_write(owner);
+				gridha_pinned_run(counts_write, &owner);
 				SPI_finish();
 				PopActiveSnapshot();
 			}

@@ -859,26 +859,22 @@ queue_next(FunctionCallInfo fcinfo, Datum instance_id, int32 max_batches)
 	SPI_finish();
 }
 
-PG_FUNCTION_INFO_V1(gridha_next_batch);
-
 /*
- * gridha_next_batch: SQL gridha.next_batch(instance_id), 0 or 1 row.
+ * queue_next_batch_call: SQL gridha.next_batch(instance_id), 0 or 1 row.
  */
-Datum
-gridha_next_batch(PG_FUNCTION_ARGS)
+static Datum
+queue_next_batch_call(PG_FUNCTION_ARGS)
 {
 	GRIDHA_CITUS_HANDOVER(fcinfo);
 	queue_next(fcinfo, gridha_arg_uuid(fcinfo, 0, "instance_id"), 1);
 	return (Datum) 0;
 }
 
-PG_FUNCTION_INFO_V1(gridha_next_batches);
-
 /*
- * gridha_next_batches: SQL gridha.next_batches(instance_id, max_batches).
+ * queue_next_batches_call: SQL gridha.next_batches(instance_id, max_batches).
  */
-Datum
-gridha_next_batches(PG_FUNCTION_ARGS)
+static Datum
+queue_next_batches_call(PG_FUNCTION_ARGS)
 {
 	Datum		instance_id;
 	int32		max_batches;
@@ -888,6 +884,25 @@ gridha_next_batches(PG_FUNCTION_ARGS)
 	max_batches = gridha_arg_count(fcinfo, 1, "max_batches");
 	queue_next(fcinfo, instance_id, max_batches);
 	return (Datum) 0;
+}
+
+/*
+ * The two hand-outs' C entry points: their SQL functions have no SET
+ * clause, gridha_pinned_call sets the path their statements need
+ * (spi_util.c).
+ */
+PG_FUNCTION_INFO_V1(gridha_next_batch);
+Datum
+gridha_next_batch(PG_FUNCTION_ARGS)
+{
+	return gridha_pinned_call(fcinfo, queue_next_batch_call);
+}
+
+PG_FUNCTION_INFO_V1(gridha_next_batches);
+Datum
+gridha_next_batches(PG_FUNCTION_ARGS)
+{
+	return gridha_pinned_call(fcinfo, queue_next_batches_call);
 }
 
 PG_FUNCTION_INFO_V1(gridha_enqueue);

@@ -811,15 +811,21 @@ status_report_one(FunctionCallInfo fcinfo, bool is_enum, bool submission)
  * The reports' four C entry points, one per overload of SQL
  * gridha.report_submission and gridha.report_status: the word as text
  * (any case), or as the 1.2 enum gridha.submission_outcome or
- * gridha.ledger_status (_enum).
+ * gridha.ledger_status (_enum). Their SQL functions have no SET clause:
+ * gridha_pinned_call sets the path their statements need (spi_util.c).
  */
 #define STATUS_ENTRY_POINT(name, is_enum, submission) \
+	static Datum \
+	name##_body(PG_FUNCTION_ARGS) \
+	{ \
+		GRIDHA_CITUS_HANDOVER(fcinfo); \
+		return status_report_one(fcinfo, is_enum, submission); \
+	} \
 	PG_FUNCTION_INFO_V1(name); \
 	Datum \
 	name(PG_FUNCTION_ARGS) \
 	{ \
-		GRIDHA_CITUS_HANDOVER(fcinfo); \
-		return status_report_one(fcinfo, is_enum, submission); \
+		return gridha_pinned_call(fcinfo, name##_body); \
 	}
 
 STATUS_ENTRY_POINT(gridha_report_submission, false, true)
@@ -1171,16 +1177,22 @@ status_report_composite(FunctionCallInfo fcinfo, bool submissions)
  * arrays of 1.2's SQL (service_ids, batch_ids, epochs, outcomes or
  * statuses, details; 1.3 wraps those in PL/pgSQL). Many reports in one
  * call, one row per batch: its new status, or the SQLSTATE that refused it
- * (a refused row does not undo the others).
+ * (a refused row does not undo the others). The SQL functions of the
+ * composite rows have no SET clause, as the single reports'.
  */
 #define STATUS_MANY_ENTRY_POINT(name, report, submissions) \
-	PG_FUNCTION_INFO_V1(name); \
-	Datum \
-	name(PG_FUNCTION_ARGS) \
+	static Datum \
+	name##_body(PG_FUNCTION_ARGS) \
 	{ \
 		GRIDHA_CITUS_HANDOVER(fcinfo); \
 		report(fcinfo, submissions); \
 		return (Datum) 0; \
+	} \
+	PG_FUNCTION_INFO_V1(name); \
+	Datum \
+	name(PG_FUNCTION_ARGS) \
+	{ \
+		return gridha_pinned_call(fcinfo, name##_body); \
 	}
 
 STATUS_MANY_ENTRY_POINT(gridha_report_submission_rows, status_report_composite, true)

@@ -265,8 +265,8 @@ gridha_step_pin_settings(void)
 	if (now == NULL || strcmp(now, value) != 0)
 		SetConfigOption("lock_timeout", value, PGC_SUSET, PGC_S_SESSION);
 	now = GetConfigOption("search_path", true, false);
-	if (now == NULL || strcmp(now, GRIDHA_WORKER_SEARCH_PATH) != 0)
-		SetConfigOption("search_path", GRIDHA_WORKER_SEARCH_PATH, PGC_USERSET, PGC_S_SESSION);
+	if (now == NULL || strcmp(now, GRIDHA_SEARCH_PATH) != 0)
+		SetConfigOption("search_path", GRIDHA_SEARCH_PATH, PGC_USERSET, PGC_S_SESSION);
 }
 
 /*

@@ -44,9 +44,8 @@ extern int	gridha_step_call_begin(const char *target);
 extern void gridha_step_call_end(int nest);
 extern Const *gridha_step_text_const(Oid type, Datum value, bool isnull);
 
-/* The search_path every statement of a worker runs with */
-#define GRIDHA_WORKER_SEARCH_PATH "pg_catalog, gridha, pg_temp"
-/* ... and a target function is called with */
+/* The search_path a target function is called with (a worker's own
+ * statements run with GRIDHA_SEARCH_PATH, common.h) */
 #define GRIDHA_TARGET_SEARCH_PATH "pg_catalog, pg_temp"
 
 #endif							/* GRIDHA_STEP_H */

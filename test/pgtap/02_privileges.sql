@@ -32,7 +32,7 @@
 -- (README, Security); here it is only checked that a submitter cannot
 -- call it.
 BEGIN;
-SELECT plan(101);
+SELECT plan(102);
 
 -- The tables are emptied (inside this transaction only) so the hand-outs
 -- below do not depend on what the database held before.
@@ -407,17 +407,39 @@ SELECT set_eq(
 -- search_path and SECURITY DEFINER
 -- ---------------------------------------------------------------------------
 
--- Two exceptions: the C trigger batches_guard_final, on every hand-out and
--- report, runs no SQL and resolves no name (see the install script); the C
--- trigger targets_check (1.3) runs no SQL and resolves only the function
--- names the writer gives, with the writer's search_path, as a regprocedure
--- cast in the writer's statement did. Neither is SECURITY DEFINER.
+-- Two exceptions without any path: the C trigger batches_guard_final, on
+-- every hand-out and report, runs no SQL and resolves no name (see the
+-- install script); the C trigger targets_check (1.3) runs no SQL and
+-- resolves only the function names the writer gives, with the writer's
+-- search_path, as a regprocedure cast in the writer's statement did.
+-- Neither is SECURITY DEFINER. And the claim cycle's C functions (1.3),
+-- whose C code sets the same path itself before its first statement
+-- (gridha_pinned_call, src/spi_util.c; 024_security, step path, runs them
+-- on a hostile path).
+CREATE TEMP TABLE cycle_functions (fn) AS
+VALUES ('gridha.next_batch(uuid)'),
+       ('gridha.next_batches(uuid,integer)'),
+       ('gridha.report_statuses(uuid,gridha.status_report[])'),
+       ('gridha.report_status(uuid,text,text,bigint,gridha.ledger_status,text)'),
+       ('gridha.report_status(uuid,text,text,bigint,text,text)'),
+       ('gridha.report_submissions(uuid,gridha.submission_report[])'),
+       ('gridha.report_submission(uuid,text,text,bigint,gridha.submission_outcome,text)'),
+       ('gridha.report_submission(uuid,text,text,bigint,text,text)');
+
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY p.oid::regprocedure::text)
              FROM pg_proc p
             WHERE p.pronamespace IN ('gridha'::regnamespace, 'gridha_internal'::regnamespace)
-              AND NOT coalesce('search_path=pg_catalog, gridha, pg_temp' = ANY (p.proconfig), false)),
+              AND NOT coalesce('search_path=pg_catalog, gridha, pg_temp' = ANY (p.proconfig), false)
+              AND p.oid::regprocedure::text NOT IN (SELECT fn FROM cycle_functions)),
           ARRAY['gridha_internal.batches_guard_final()', 'gridha_internal.targets_check()'],
-          'every function in schemas gridha and gridha_internal but the C triggers batches_guard_final and targets_check pins search_path = pg_catalog, gridha, pg_temp');
+          'every function in schemas gridha and gridha_internal but the C triggers batches_guard_final and targets_check and the claim cycle''s C functions pins search_path = pg_catalog, gridha, pg_temp');
+
+SELECT set_eq(
+    $$SELECT p.oid::regprocedure::text, l.lanname::text, p.prosecdef, p.proconfig IS NULL
+        FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+       WHERE p.oid::regprocedure::text IN (SELECT fn FROM cycle_functions)$$,
+    $$SELECT fn, 'c', true, true FROM cycle_functions$$,
+    'the claim cycle''s eight functions are C, SECURITY DEFINER, without a SET clause (their C code sets gridha''s search_path before its first statement)');
 
 SELECT ok((SELECT l.lanname = 'c' AND NOT p.prosecdef AND p.prorettype = 'trigger'::regtype
                   AND p.proconfig IS NULL
@@ -434,9 +456,10 @@ SELECT ok((SELECT l.lanname = 'c' AND NOT p.prosecdef AND p.prorettype = 'trigge
 SELECT is((SELECT array_agg(p.oid::regprocedure::text ORDER BY 1)
              FROM pg_proc p
             WHERE p.pronamespace IN ('gridha'::regnamespace, 'gridha_internal'::regnamespace) AND p.prosecdef
-              AND NOT coalesce('search_path=pg_catalog, gridha, pg_temp' = ANY (p.proconfig), false)),
+              AND NOT coalesce('search_path=pg_catalog, gridha, pg_temp' = ANY (p.proconfig), false)
+              AND p.oid::regprocedure::text NOT IN (SELECT fn FROM cycle_functions)),
           NULL,
-          'no SECURITY DEFINER function of gridha runs with a caller-controlled search_path');
+          'no SECURITY DEFINER function of gridha runs with a caller-controlled search_path (the claim cycle''s set gridha''s in C)');
 
 -- The API runs as its owner (callers need no table rights); so does the
 -- enqueue trigger, through which a producer's INSERT writes service_claims.
