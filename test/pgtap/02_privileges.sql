@@ -438,7 +438,7 @@ SELECT set_eq(
     $$SELECT p.oid::regprocedure::text, l.lanname::text, p.prosecdef, p.proconfig IS NULL
         FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
        WHERE p.oid::regprocedure::text IN (SELECT fn FROM cycle_functions)$$,
-    $$SELECT fn, 'c', true, true FROM cycle_functions$$,
+    $$SELECT fn, 'c'::text, true AS secdef, true AS unset FROM cycle_functions$$,
     'the claim cycle''s eight functions are C, SECURITY DEFINER, without a SET clause (their C code sets gridha''s search_path before its first statement)');
 
 SELECT ok((SELECT l.lanname = 'c' AND NOT p.prosecdef AND p.prorettype = 'trigger'::regtype

@@ -10,6 +10,15 @@
 #              is not upgraded (ALTER EXTENSION ... UPDATE refuses, the
 #              database stays on 1.1), and gridha's functions refuse to run
 #              there (RG015)
+#   path       the claim cycle's functions, which have no SET clause and set
+#              gridha's search_path in C before their first statement, run
+#              on a caller's hostile path (a schema before pg_catalog with
+#              its own comparison and arithmetic operators and now(), temp
+#              tables named like gridha's), in a session of their own, the
+#              caller a member of gridha_submitter: none of the caller's
+#              objects is ever used, every batch is committed, a refused
+#              report leaves the path as it found it, and the caller's own
+#              path is the caller's after every call
 #   superuser  with gridha.worker_role naming a superuser, a worker calls no
 #              target function: a batch of a function target waits,
 #              delayed, with the reason as detail, logged at most once a
@@ -103,6 +112,141 @@ ok( (run("ALTER SCHEMA gridha OWNER TO \"$su\""))[0] == 0
 	  && (run('ALTER EXTENSION gridha UPDATE'))[0] == 0
 	  && sql_is($version, "SELECT extversion FROM pg_extension WHERE extname = 'gridha'"),
 	'schema: once a superuser owns the schema again, the upgrade runs');
+
+# --- path: the claim cycle on a caller's hostile search_path ----------------
+fresh_db();
+my $caller = 'gridha_path_caller';
+$node->safe_psql($db, qq{
+SET client_min_messages = warning;
+CREATE EXTENSION gridha;
+DROP ROLE IF EXISTS $caller;
+CREATE ROLE $caller LOGIN IN ROLE gridha_submitter;
+GRANT CREATE, TEMPORARY ON DATABASE $db TO $caller;
+INSERT INTO gridha.batches (service_id, batch_id)
+SELECT 'p' || s, 'p' || s || '-b' || b FROM generate_series(1, 3) s, generate_series(1, 6) b ORDER BY s, b;
+});
+# The caller's traps: each operator and function logs who ran it (as
+# gridha's functions run as their owner, that would be a superuser) and
+# answers as pg_catalog's would; temp tables named like gridha's have no
+# column gridha uses.
+($rc, $out) = run(q{
+CREATE SCHEMA evil;
+CREATE TABLE evil.hits (what text, run_as text);
+GRANT USAGE ON SCHEMA evil TO PUBLIC;
+GRANT INSERT ON evil.hits TO PUBLIC;
+DO $do$
+DECLARE
+    t text;
+    o text;
+    n integer := 0;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['uuid', 'text', 'bigint', 'integer', 'timestamptz', 'boolean',
+                             'gridha.batch_status', 'gridha.instance_kind'] LOOP
+        FOREACH o IN ARRAY ARRAY['=', '<>', '<', '<=', '>', '>='] LOOP
+            n := n + 1;
+            EXECUTE format('CREATE FUNCTION evil.op%s(a %s, b %s) RETURNS boolean LANGUAGE sql '
+                           'AS $f$ INSERT INTO evil.hits VALUES (%L, current_user) '
+                           'RETURNING a OPERATOR(pg_catalog.%s) b $f$', n, t, t, o || ' ' || t, o);
+            EXECUTE format('CREATE OPERATOR evil.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = evil.op%s)',
+                           o, t, t, n);
+        END LOOP;
+    END LOOP;
+    FOREACH t IN ARRAY ARRAY['bigint', 'integer'] LOOP
+        FOREACH o IN ARRAY ARRAY['+', '-'] LOOP
+            n := n + 1;
+            EXECUTE format('CREATE FUNCTION evil.op%s(a %s, b %s) RETURNS %s LANGUAGE sql '
+                           'AS $f$ INSERT INTO evil.hits VALUES (%L, current_user) '
+                           'RETURNING a OPERATOR(pg_catalog.%s) b $f$', n, t, t, t, o || ' ' || t, o);
+            EXECUTE format('CREATE OPERATOR evil.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = evil.op%s)',
+                           o, t, t, n);
+        END LOOP;
+    END LOOP;
+    FOREACH o IN ARRAY ARRAY['+', '-'] LOOP
+        n := n + 1;
+        EXECUTE format('CREATE FUNCTION evil.op%s(a timestamptz, b interval) RETURNS timestamptz LANGUAGE sql '
+                       'AS $f$ INSERT INTO evil.hits VALUES (%L, current_user) '
+                       'RETURNING a OPERATOR(pg_catalog.%s) b $f$', n, o || ' timestamptz', o);
+        EXECUTE format('CREATE OPERATOR evil.%s (LEFTARG = timestamptz, RIGHTARG = interval, FUNCTION = evil.op%s)',
+                       o, n);
+    END LOOP;
+END
+$do$;
+CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE sql
+AS $f$ INSERT INTO evil.hits VALUES ('now()', current_user) RETURNING pg_catalog.now() $f$;
+}, user => $caller);
+ok($rc == 0, 'path: the caller makes its schema of traps') or diag($out);
+
+# The cycle, in a session of the caller's own from its first statement, on
+# its path; the caller's own statements use no operator of its schema
+my $cycle = q{
+SET search_path = evil, pg_catalog;
+CREATE TEMP TABLE service_claims (x int);
+CREATE TEMP TABLE batches (x int);
+CREATE TEMP TABLE instances (x int);
+CREATE TEMP TABLE targets (x int);
+CREATE TEMP TABLE target_totals (x int);
+CREATE TEMP TABLE service_counts (x int);
+CREATE TEMP TABLE paths (at text, path text);
+SELECT pg_catalog.set_config('gridha_test.id', gridha.register_instance('path-caller')::text, false) \gset
+DO $do$
+DECLARE
+    id uuid := pg_catalog.current_setting('gridha_test.id')::uuid;
+    r record;
+    subs gridha.submission_report[];
+    stats gridha.status_report[];
+    i integer;
+BEGIN
+    FOR i IN 1..6 LOOP
+        SELECT * INTO r FROM gridha.next_batch(id);
+        EXIT WHEN NOT FOUND;
+        INSERT INTO paths SELECT 'next_batch', pg_catalog.current_setting('search_path');
+        PERFORM gridha.report_submission(id, r.service_id, r.batch_id, r.epoch, 'accepted');
+        PERFORM gridha.report_status(id, r.service_id, r.batch_id, r.epoch, 'committed');
+        INSERT INTO paths SELECT 'reports (text)', pg_catalog.current_setting('search_path');
+        -- a refused report (a stale epoch), caught
+        BEGIN
+            PERFORM gridha.report_status(id, r.service_id, r.batch_id, 0::bigint,
+                                         'committed'::gridha.ledger_status);
+        EXCEPTION WHEN OTHERS THEN
+            INSERT INTO paths SELECT 'refused ' || SQLSTATE, pg_catalog.current_setting('search_path');
+        END;
+        SELECT * INTO r FROM gridha.next_batch(id);
+        EXIT WHEN NOT FOUND;
+        PERFORM gridha.report_submission(id, r.service_id, r.batch_id, r.epoch,
+                                         'accepted'::gridha.submission_outcome);
+        PERFORM gridha.report_status(id, r.service_id, r.batch_id, r.epoch,
+                                     'committed'::gridha.ledger_status);
+        INSERT INTO paths SELECT 'reports (typed)', pg_catalog.current_setting('search_path');
+    END LOOP;
+    FOR i IN 1..6 LOOP
+        SELECT pg_catalog.array_agg(ROW(n.service_id, n.batch_id, n.epoch, 'accepted', NULL)::gridha.submission_report),
+               pg_catalog.array_agg(ROW(n.service_id, n.batch_id, n.epoch, 'committed', NULL)::gridha.status_report)
+          INTO subs, stats
+          FROM gridha.next_batches(id, 3) n;
+        EXIT WHEN subs IS NULL;
+        PERFORM FROM gridha.report_submissions(id, subs);
+        PERFORM FROM gridha.report_statuses(id, stats);
+        INSERT INTO paths SELECT 'batched', pg_catalog.current_setting('search_path');
+    END LOOP;
+END
+$do$;
+SELECT pg_catalog.string_agg(DISTINCT path, '|'),
+       pg_catalog.count(*) FILTER (WHERE pg_catalog.starts_with(at, 'refused RG')),
+       pg_catalog.count(*) FILTER (WHERE pg_catalog.starts_with(at, 'batched'))
+  FROM paths;
+SELECT pg_catalog.count(*) FROM service_claims;
+};
+($rc, $out) = run($cycle, user => $caller);
+ok($rc == 0 && $out =~ /\Aevil, pg_catalog\|6\|[1-9]\d*\n0\z/,
+	'path: on the caller\'s path, the cycle (next_batch, both report forms, a refused report, next_batches and the batched reports) runs through, and after every call the path is the caller\'s again'
+) or diag($out);
+my $hits = $node->safe_psql($db, 'SELECT count(*) FROM evil.hits');
+ok($hits eq '0', "path: none of the caller's operators, functions or tables was used ($hits uses)")
+  or diag($node->safe_psql($db, 'SELECT what, run_as, count(*) FROM evil.hits GROUP BY 1, 2 ORDER BY 1, 2'));
+ok( sql_is(
+		'18|18', q{
+SELECT count(*) FILTER (WHERE status = 'committed') || '|' || count(*) FROM gridha.batches WHERE service_id LIKE 'p%'}),
+	'path: every batch was committed');
 
 # --- superuser: a worker connected as a superuser calls no target function --
 fresh_db();
