@@ -11,6 +11,7 @@
  */
 #include "postgres.h"
 
+#include "attached.h"
 #include "common.h"
 #include "generation.h"
 #include "spi_util.h"
@@ -44,8 +45,9 @@ static bool spi_schema_callbacks = false;
  * (spi_pin_path), and undoes it when the call returns; an error undoes it
  * with its (sub)transaction. Until then the call resolves no name by the
  * path: rows.c and tables.c look tables and functions up in their schema,
- * and the triggers its row writes fire are C or set their own path
- * (docs/security.md).
+ * and what its row writes run (triggers, constraints, index expressions)
+ * is gridha's own, C or with its own SET clause, or the path is set at
+ * once (attached.c, docs/security.md).
  */
 static int	spi_calls = 0;		/* gridha_pinned_call frames on the stack */
 static int	spi_pin_call = 0;	/* the frame whose nest level set the path,
@@ -168,7 +170,9 @@ spi_frame_leave(int call, bool failed)
 /*
  * gridha_pinned_call: runs body, the C entry point of an SQL function
  * declared without a SET clause, with gridha's search_path set before its
- * first statement (spi_pin_path) and undone on return.
+ * first statement (spi_pin_path) and undone on return; set on entry when
+ * anything but gridha's own is attached to the tables the call reads and
+ * writes directly (attached.c).
  */
 Datum
 gridha_pinned_call(FunctionCallInfo fcinfo, PGFunction body)
@@ -178,6 +182,12 @@ gridha_pinned_call(FunctionCallInfo fcinfo, PGFunction body)
 
 	PG_TRY();
 	{
+		/*
+		 * Something of an administrator's attached to the tables the call
+		 * writes could resolve a name by the path: the path at once.
+		 */
+		if (unlikely(!gridha_tables_bare()))
+			spi_pin_path();
 		result = body(fcinfo);
 	}
 	PG_CATCH();

@@ -18,7 +18,10 @@
 #              caller a member of gridha_submitter: none of the caller's
 #              objects is ever used, every batch is committed, a refused
 #              report leaves the path as it found it, and the caller's own
-#              path is the caller's after every call
+#              path is the caller's after every call; and the same once an
+#              administrator attached to gridha's tables a trigger, a CHECK
+#              constraint and an expression index whose functions resolve
+#              names by the path
 #   superuser  with gridha.worker_role naming a superuser, a worker calls no
 #              target function: a batch of a function target waits,
 #              delayed, with the reason as detail, logged at most once a
@@ -247,6 +250,38 @@ ok( sql_is(
 		'18|18', q{
 SELECT count(*) FILTER (WHERE status = 'committed') || '|' || count(*) FROM gridha.batches WHERE service_id LIKE 'p%'}),
 	'path: every batch was committed');
+
+# An administrator (the superuser) attaches to gridha's tables what calls
+# functions resolving names by the path: a trigger, a CHECK constraint, an
+# expression index (docs/security.md asks not to; gridha then sets the path
+# on each cycle call's entry, src/attached.c). The caller runs the cycle
+# again, in a new session.
+($rc, $out) = run(q{
+CREATE FUNCTION public.audit_batches() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+    PERFORM now();
+    RETURN NULL;
+END
+$f$;
+CREATE TRIGGER audit AFTER UPDATE ON gridha.batches FOR EACH ROW EXECUTE FUNCTION public.audit_batches();
+CREATE FUNCTION public.sane(t text) RETURNS boolean LANGUAGE sql AS $f$ SELECT t <> '' $f$;
+ALTER TABLE gridha.service_claims ADD CONSTRAINT sane CHECK (public.sane(service_id));
+CREATE FUNCTION public.norm(t text) RETURNS text LANGUAGE sql IMMUTABLE
+AS $f$ SELECT CASE WHEN t = '' THEN NULL ELSE t END $f$;
+CREATE INDEX claims_norm ON gridha.service_claims (public.norm(service_id));
+INSERT INTO gridha.batches (service_id, batch_id)
+SELECT 'q' || s, 'q' || s || '-b' || b FROM generate_series(1, 3) s, generate_series(1, 6) b ORDER BY s, b;
+});
+ok($rc == 0, 'path: an administrator attaches a trigger, a CHECK constraint and an expression index calling functions with unqualified names') or diag($out);
+($rc, $out) = run($cycle, user => $caller);
+$hits = $node->safe_psql($db, 'SELECT count(*) FROM evil.hits');
+ok( $rc == 0
+	  && $out =~ /\Aevil, pg_catalog\|6\|[1-9]\d*\n0\z/
+	  && $hits eq '0'
+	  && sql_is('18|18', q{
+SELECT count(*) FILTER (WHERE status = 'committed') || '|' || count(*) FROM gridha.batches WHERE service_id LIKE 'q%'}),
+	"path: with them attached, the cycle on the caller's path runs through, every batch committed, none of the caller's objects used ($hits uses)"
+) or diag($out, $node->safe_psql($db, 'SELECT what, run_as, count(*) FROM evil.hits GROUP BY 1, 2 ORDER BY 1, 2'));
 
 # --- superuser: a worker connected as a superuser calls no target function --
 fresh_db();
