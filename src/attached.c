@@ -28,14 +28,14 @@
  * does (a syscache invalidation of pg_proc, pg_type or pg_namespace).
  *
  * What counts as harmless:
- *   - a trigger whose function is gridha's (in schema gridha or
- *     gridha_internal) and is C or pins gridha's path, or one of
- *     PostgreSQL's own foreign-key trigger functions whose constraint's
- *     operators are built in;
+ *   - a trigger whose function is gridha's (a member of the extension) and
+ *     is C or pins gridha's path, or a built-in one (PostgreSQL's own
+ *     foreign-key triggers; their constraints' operators are built in);
  *   - in a trigger's WHEN clause, a CHECK constraint, an index expression
  *     or predicate: only built-in, immutable, internal functions and
  *     operators (built in: made by initdb, OID below FirstNormalObjectId);
- *   - index access methods and operator classes that are built in;
+ *   - table and index access methods and operator classes that are built
+ *     in;
  *   - columns of no domain type (a domain's CHECK would run on writes) and
  *     no generated column; no rules, no row-level security.
  *
@@ -51,6 +51,7 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/transam.h"
+#include "catalog/dependency.h"
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
@@ -60,6 +61,7 @@
 #include "catalog/pg_proc.h"
 #include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
 #include "nodes/nodeFuncs.h"
 #include "optimizer/optimizer.h"
 #include "utils/array.h"
@@ -82,7 +84,7 @@ static Oid	attached_relids[lengthof(attached_tables)];
 static bool attached_registered = false;
 
 static bool attached_check(void);
-static bool attached_table_bare(Relation rel, Oid nsp, Oid internal_nsp);
+static bool attached_table_bare(Relation rel, Oid extension);
 
 /* Any relcache invalidation of one of the tables (or of all) */
 static void
@@ -139,7 +141,7 @@ static bool
 attached_check(void)
 {
 	Oid			nsp = get_namespace_oid("gridha", true);
-	Oid			internal_nsp = get_namespace_oid("gridha_internal", true);
+	Oid			extension = get_extension_oid("gridha", true);
 	bool		bare = true;
 	int			i;
 
@@ -158,7 +160,7 @@ attached_check(void)
 		rel = try_table_open(relid, AccessShareLock);
 		if (rel == NULL)
 			return false;
-		bare = attached_table_bare(rel, nsp, internal_nsp);
+		bare = attached_table_bare(rel, extension);
 		table_close(rel, AccessShareLock);
 	}
 	return bare;
@@ -226,9 +228,12 @@ attached_operators_bare(Datum ops, bool isnull)
 	return true;
 }
 
-/* A trigger function: gridha's own (C, or its path pinned), or a built-in */
+/*
+ * A trigger function: gridha's own (a member of the extension: C, or its
+ * path pinned), or a built-in one
+ */
 static bool
-attached_trigger_function_bare(Oid funcid, Oid nsp, Oid internal_nsp)
+attached_trigger_function_bare(Oid funcid, Oid extension)
 {
 	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcid));
 	Form_pg_proc proc;
@@ -239,8 +244,8 @@ attached_trigger_function_bare(Oid funcid, Oid nsp, Oid internal_nsp)
 	proc = (Form_pg_proc) GETSTRUCT(tup);
 	if (funcid < FirstNormalObjectId)
 		ok = proc->prolang == INTERNALlanguageId;
-	else if (proc->pronamespace == nsp ||
-			 (OidIsValid(internal_nsp) && proc->pronamespace == internal_nsp))
+	else if (OidIsValid(extension) &&
+			 getExtensionOfObject(ProcedureRelationId, funcid) == extension)
 	{
 		if (proc->prolang == ClanguageId)
 			ok = true;
@@ -376,14 +381,15 @@ attached_indexes_bare(Relation rel)
 
 /* attached_table_bare: one table (see the header) */
 static bool
-attached_table_bare(Relation rel, Oid nsp, Oid internal_nsp)
+attached_table_bare(Relation rel, Oid extension)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	TriggerDesc *td = rel->trigdesc;
 	List	   *domains = NIL;
 	int			i;
 
-	if (rel->rd_rel->relhasrules || rel->rd_rel->relrowsecurity)
+	if (rel->rd_rel->relhasrules || rel->rd_rel->relrowsecurity ||
+		rel->rd_rel->relam >= FirstNormalObjectId)
 		return false;
 	for (i = 0; i < desc->natts; i++)
 	{
@@ -418,7 +424,7 @@ attached_table_bare(Relation rel, Oid nsp, Oid internal_nsp)
 	{
 		Trigger    *trig = &td->triggers[i];
 
-		if (!attached_trigger_function_bare(trig->tgfoid, nsp, internal_nsp))
+		if (!attached_trigger_function_bare(trig->tgfoid, extension))
 			return false;
 		if (trig->tgqual != NULL &&
 			attached_expr_walker((Node *) stringToNode(trig->tgqual), NULL))
