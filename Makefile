@@ -13,7 +13,7 @@ OBJS += src/dlt_http.o src/dlt_url.o src/dlt_json.o
 OBJS += src/slots.o src/worker.o src/submit.o src/monitor.o src/step.o src/limit.o src/targets.o
 # Section 7: leader lease, ID windows, rate limits
 OBJS += src/leader.o src/leader12.o src/idseq.o src/ratelimit.o src/totals.o src/lockcheck.o
-OBJS += src/sql12.o src/claims12.o src/instances12.o src/bands.o src/attached.o
+OBJS += src/sql12.o src/claims12.o src/instances12.o src/bands.o src/attached.o src/path.o
 # The version is gridha.control's, the scripts are whatever sql/ holds.
 EXTVERSION = $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" gridha.control)
 # PGXN's version is semantic (X.Y.Z): 1.1 -> 1.1.0

@@ -4,8 +4,8 @@
  *		Whether gridha's tables hold only what gridha attached to them.
  *
  * The claim cycle's SQL functions have no SET clause: a call sets gridha's
- * search_path right before its first statement (gridha_pinned_call,
- * spi_util.c), and most calls run none. Until then the call reads and
+ * search_path when it is first needed (gridha_pinned_call, path.c), and
+ * most calls run no statement. Until then the call reads and
  * writes gridha.service_claims, gridha.batches, gridha.instances and
  * gridha.target_totals directly (rows.c), and PostgreSQL runs what is
  * attached to those tables: their triggers and the triggers' WHEN clauses,
@@ -36,8 +36,14 @@
  *     operators (built in: made by initdb, OID below FirstNormalObjectId);
  *   - table and index access methods and operator classes that are built
  *     in;
- *   - columns of no domain type (a domain's CHECK would run on writes) and
- *     no generated column; no rules, no row-level security.
+ *   - columns, and values in those expressions, of built-in types or
+ *     gridha's own (a type of anyone else's may bring its own operator
+ *     class: a range's subtype, a composite's fields), domains whose CHECKs
+ *     hold only such functions, no generated column; no rules, no
+ *     row-level security.
+ * What the writer's AFTER triggers run (a foreign key's check queries the
+ * other table) runs with gridha's path: rows.c sets it before firing them
+ * (path.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -77,10 +83,12 @@ static const char *const attached_tables[] = {
 	"service_claims", "batches", "instances", "target_totals"
 };
 
-/* The verdict, while valid; and the tables' OIDs it was reached for */
+/* The verdict, while valid; and the tables' and extension's OIDs it was
+ * reached for */
 static bool attached_valid = false;
 static bool attached_bare = false;
 static Oid	attached_relids[lengthof(attached_tables)];
+static Oid	attached_extension = InvalidOid;
 static bool attached_registered = false;
 
 static bool attached_check(void);
@@ -141,26 +149,23 @@ static bool
 attached_check(void)
 {
 	Oid			nsp = get_namespace_oid("gridha", true);
-	Oid			extension = get_extension_oid("gridha", true);
 	bool		bare = true;
 	int			i;
 
+	attached_extension = get_extension_oid("gridha", true);
 	for (i = 0; i < lengthof(attached_tables); i++)
-		attached_relids[i] = InvalidOid;
-	if (!OidIsValid(nsp))
-		return false;
+		attached_relids[i] = OidIsValid(nsp) ?
+			get_relname_relid(attached_tables[i], nsp) : InvalidOid;
 	for (i = 0; i < lengthof(attached_tables) && bare; i++)
 	{
-		Oid			relid = get_relname_relid(attached_tables[i], nsp);
 		Relation	rel;
 
-		if (!OidIsValid(relid))
+		if (!OidIsValid(attached_relids[i]))
 			return false;
-		attached_relids[i] = relid;
-		rel = try_table_open(relid, AccessShareLock);
+		rel = try_table_open(attached_relids[i], AccessShareLock);
 		if (rel == NULL)
 			return false;
-		bare = attached_table_bare(rel, extension);
+		bare = attached_table_bare(rel, attached_extension);
 		table_close(rel, AccessShareLock);
 	}
 	return bare;
@@ -185,16 +190,89 @@ attached_builtin_function(Oid funcid, void *context)
 	return !ok;
 }
 
-/* Walker: true when the expression holds anything but such functions */
+/*
+ * attached_type_bare: a type gridha's writes may compare, hash or check
+ * without running code of anyone's: built in (arrays and ranges of built-in
+ * types included), gridha's own (a member of the extension: its enums,
+ * domains and row types), an array of such a type, a domain over one (its
+ * CHECKs are walked as constraints), or the row type of one of the tables.
+ * A type of anyone else's may bring its own operator class (a range's
+ * subtype, a composite's fields): not bare.
+ */
+static bool
+attached_type_bare(Oid type)
+{
+	for (;;)
+	{
+		HeapTuple	tup;
+		Form_pg_type t;
+		Oid			next = InvalidOid;
+		bool		ok = false;
+		int			i;
+
+		if (type < FirstNormalObjectId)
+			return true;
+		tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(type));
+		if (!HeapTupleIsValid(tup))
+			return false;
+		t = (Form_pg_type) GETSTRUCT(tup);
+		if (t->typtype == TYPTYPE_DOMAIN)
+			next = t->typbasetype;
+		else if (OidIsValid(get_element_type(type)))
+			next = t->typelem;
+		else if (OidIsValid(attached_extension) &&
+				 getExtensionOfObject(TypeRelationId, type) == attached_extension)
+			ok = true;
+		else if (t->typtype == TYPTYPE_COMPOSITE)
+			for (i = 0; i < lengthof(attached_relids); i++)
+				ok = ok || (OidIsValid(t->typrelid) && t->typrelid == attached_relids[i]);
+		ReleaseSysCache(tup);
+		if (!OidIsValid(next))
+			return ok;
+		type = next;
+	}
+}
+
+/*
+ * Walker: true when the expression holds anything but the node kinds
+ * below, a function or operator that is not a built-in, internal,
+ * immutable one, or a value of a type that is not bare
+ */
 static bool
 attached_expr_walker(Node *node, void *context)
 {
 	if (node == NULL)
 		return false;
-	/* a domain's CHECK, or a comparison by a type's own operator class */
-	if (IsA(node, SubLink) || IsA(node, Query) || IsA(node, CoerceToDomain) ||
-		(IsA(node, MinMaxExpr) && ((MinMaxExpr *) node)->minmaxtype >= FirstNormalObjectId))
-		return true;
+	switch (nodeTag(node))
+	{
+		case T_List:
+		case T_BoolExpr:
+		case T_NullTest:
+		case T_BooleanTest:
+		case T_CaseWhen:
+		case T_CaseTestExpr:
+		case T_CoerceToDomainValue:
+			break;
+		case T_Var:
+		case T_Const:
+		case T_FuncExpr:
+		case T_OpExpr:
+		case T_DistinctExpr:
+		case T_NullIfExpr:
+		case T_ScalarArrayOpExpr:
+		case T_RelabelType:
+		case T_CoerceViaIO:
+		case T_CollateExpr:
+		case T_CaseExpr:
+		case T_CoalesceExpr:
+		case T_ArrayExpr:
+		case T_MinMaxExpr:
+			if (!attached_type_bare(exprType(node)))
+				return true;
+			break;
+		default:
+			return true;
+	}
 	if (check_functions_in_node(node, attached_builtin_function, context))
 		return true;
 	return expression_tree_walker(node, attached_expr_walker, context);
@@ -399,7 +477,7 @@ attached_table_bare(Relation rel, Oid extension)
 
 		if (att->attisdropped)
 			continue;
-		if (att->attgenerated != '\0')
+		if (att->attgenerated != '\0' || !attached_type_bare(type))
 			return false;
 		/* a domain, its base domains, an array's element type's */
 		for (;;)

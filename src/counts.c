@@ -38,6 +38,7 @@
 #include "postgres.h"
 
 #include "counts.h"
+#include "path.h"
 #include "spi_util.h"
 
 #include "access/htup_details.h"

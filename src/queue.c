@@ -23,6 +23,7 @@
 
 #include "claims.h"
 #include "common.h"
+#include "path.h"
 #include "tables.h"
 #include "instances.h"
 #include "leader.h"
@@ -888,8 +889,7 @@ queue_next_batches_call(PG_FUNCTION_ARGS)
 
 /*
  * The two hand-outs' C entry points: their SQL functions have no SET
- * clause, gridha_pinned_call sets the path their statements need
- * (spi_util.c).
+ * clause: gridha_pinned_call sets the path when needed (path.c).
  */
 PG_FUNCTION_INFO_V1(gridha_next_batch);
 Datum

@@ -38,8 +38,10 @@
  */
 #include "postgres.h"
 
+#include "attached.h"
 #include "compat.h"
 #include "common.h"
+#include "path.h"
 #include "lockcheck.h"
 #include "rows.h"
 #include "tables.h"
@@ -929,6 +931,14 @@ rows_open(GridhaRows *rows, GridhaTable table)
 	if (!OidIsValid(relid))
 		elog(ERROR, "gridha: table gridha.%s does not exist", rows_tables[table]);
 	r->rel = table_open(relid, rows->write ? RowExclusiveLock : AccessShareLock);
+
+	/*
+	 * The lock took in what other sessions changed: if something other than
+	 * gridha's own is attached to its tables now, it must not run on a
+	 * caller's search_path (path.c).
+	 */
+	if (unlikely(!gridha_tables_bare()))
+		gridha_path_pin();
 	rows_check_layout(r->rel, table);
 	if (table == GRIDHA_BATCHES)
 		rows_load_statuses(r->rel);
@@ -1927,6 +1937,17 @@ gridha_rows_end(GridhaRows *rows)
 
 	if (rows->write)
 	{
+		/*
+		 * The AFTER triggers the writes queued (a foreign key's check plans
+		 * and runs a query on another table) run with gridha's path.
+		 */
+		for (i = 0; i < GRIDHA_NTABLES; i++)
+			if (rows->rels[i].rel != NULL &&
+				AfterTriggerPendingOnRel(RelationGetRelid(rows->rels[i].rel)))
+			{
+				gridha_path_pin();
+				break;
+			}
 		AfterTriggerEndQuery(rows->estate);
 		for (i = 0; i < GRIDHA_NTABLES; i++)
 			if (rows->rels[i].indexes_open)

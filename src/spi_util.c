@@ -11,9 +11,9 @@
  */
 #include "postgres.h"
 
-#include "attached.h"
 #include "common.h"
 #include "generation.h"
+#include "path.h"
 #include "spi_util.h"
 #include "tables.h"
 
@@ -35,30 +35,8 @@
 static bool spi_schema_safe = false;
 static bool spi_schema_callbacks = false;
 
-/*
- * The claim cycle's calls (next_batch, next_batches and the reports) are
- * declared without a SET clause: on PostgreSQL 15 the clause alone cost
- * about 30,000 instructions a call (docs/dev/benchmarks.md), and most of
- * these calls run no statement at all (rows.c reads and writes their rows).
- * gridha_pinned_call sets gridha's search_path, in a GUC nest level of the
- * call's own, right before the call's first statement is prepared or run
- * (spi_pin_path), and undoes it when the call returns; an error undoes it
- * with its (sub)transaction. Until then the call resolves no name by the
- * path: rows.c and tables.c look tables and functions up in their schema,
- * and what its row writes run (triggers, constraints, index expressions)
- * is gridha's own, C or with its own SET clause, or the path is set at
- * once (attached.c, docs/security.md).
- */
-static int	spi_calls = 0;		/* gridha_pinned_call frames on the stack */
-static int	spi_pin_call = 0;	/* the frame whose nest level set the path,
-								 * 0: none */
-static int	spi_pin_nest;		/* ... that nest level */
-static SubTransactionId spi_pin_subxact;	/* ... the subtransaction that
-											 * set it */
-
 static inline int spi_exec_kept(GridhaStatement *stmt, Datum *values, const char *nulls,
 								 bool read_only);
-static inline void spi_pin_path(void);
 static void spi_require_safe_schema(void);
 static inline void spi_require_writable(const char *what);
 
@@ -104,7 +82,7 @@ spi_exec_kept(GridhaStatement *stmt, Datum *values, const char *nulls, bool read
 {
 	int			rc;
 
-	spi_pin_path();
+	gridha_path_pin();
 	if (stmt->plan == NULL)
 	{
 		SPIPlanPtr	plan = SPI_prepare_cursor(stmt->sql, stmt->nargs, stmt->argtypes,
@@ -122,104 +100,6 @@ spi_exec_kept(GridhaStatement *stmt, Datum *values, const char *nulls, bool read
 	if (rc < 0)
 		elog(ERROR, "gridha: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
 	return rc;
-}
-
-/*
- * spi_pin_path: gridha's search_path for the statement about to be
- * prepared or run (a kept plan is parsed again whenever the path differs
- * from the one it was made with). Already set: by the called function's
- * SET clause, by a worker's step, or earlier in this call. Otherwise it is
- * set in a nest level of the innermost gridha_pinned_call, which undoes it;
- * a statement outside any such call would run on whatever path its caller
- * chose, so it is refused.
- */
-static pg_attribute_always_inline void
-spi_pin_path(void)
-{
-	if (likely(strcmp(namespace_search_path, GRIDHA_SEARCH_PATH) == 0))
-		return;
-	if (spi_calls == 0)
-		elog(ERROR, "gridha: a statement outside a call that sets gridha's search_path (now \"%s\")", namespace_search_path);
-	spi_pin_nest = NewGUCNestLevel();
-	(void) set_config_option("search_path", GRIDHA_SEARCH_PATH, PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	spi_pin_call = spi_calls;
-	spi_pin_subxact = GetCurrentSubTransactionId();
-}
-
-/*
- * spi_frame_leave: the end of a frame of gridha_pinned_call or
- * gridha_pinned_run (call: its number). A path set inside a subtransaction
- * of the frame that has ended was undone with it (a later statement set it
- * again); after an error (failed), the abort of the (sub)transaction that
- * catches it undoes the path.
- */
-static inline void
-spi_frame_leave(int call, bool failed)
-{
-	if (spi_pin_call >= call)
-	{
-		if (!failed && spi_pin_call == call &&
-			spi_pin_subxact == GetCurrentSubTransactionId())
-			AtEOXact_GUC(true, spi_pin_nest);
-		spi_pin_call = 0;
-	}
-	spi_calls = call - 1;
-}
-
-/*
- * gridha_pinned_call: runs body, the C entry point of an SQL function
- * declared without a SET clause, with gridha's search_path set before its
- * first statement (spi_pin_path) and undone on return; set on entry when
- * anything but gridha's own is attached to the tables the call reads and
- * writes directly (attached.c).
- */
-Datum
-gridha_pinned_call(FunctionCallInfo fcinfo, PGFunction body)
-{
-	int			call = ++spi_calls;
-	Datum		result;
-
-	PG_TRY();
-	{
-		/*
-		 * Something of an administrator's attached to the tables the call
-		 * writes could resolve a name by the path: the path at once.
-		 */
-		if (unlikely(!gridha_tables_bare()))
-			spi_pin_path();
-		result = body(fcinfo);
-	}
-	PG_CATCH();
-	{
-		spi_frame_leave(call, true);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	spi_frame_leave(call, false);
-	return result;
-}
-
-/*
- * gridha_pinned_run: runs body(arg), code that no SQL function called
- * (a transaction callback), as gridha_pinned_call runs an entry point.
- */
-void
-gridha_pinned_run(void (*body) (void *arg), void *arg)
-{
-	int			call = ++spi_calls;
-
-	PG_TRY();
-	{
-		body(arg);
-	}
-	PG_CATCH();
-	{
-		spi_frame_leave(call, true);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	spi_frame_leave(call, false);
 }
 
 /*

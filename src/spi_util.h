@@ -37,15 +37,6 @@ extern int	gridha_exec(GridhaStatement *stmt, Datum *values, const char *nulls,
 extern int	gridha_exec_served(GridhaStatement *stmt, Datum *values, const char *nulls,
 							   bool read_only);
 
-/*
- * The C entry point body of an SQL function declared without a SET clause,
- * run with gridha's search_path (GRIDHA_SEARCH_PATH) from its first
- * statement on
- */
-extern Datum gridha_pinned_call(FunctionCallInfo fcinfo, PGFunction body);
-/* ... and of code no SQL function called (a transaction callback) */
-extern void gridha_pinned_run(void (*body) (void *arg), void *arg);
-
 /* Column accessors on SPI_tuptable row "row" (column numbers from 1) */
 extern Datum gridha_col(int row, int col, bool *isnull);
 extern int64 gridha_col_int64(int row, int col);

@@ -48,6 +48,7 @@
 
 #include "compat.h"
 #include "common.h"
+#include "path.h"
 #include "tables.h"
 #include "generation.h"
 #include "instances.h"
@@ -812,7 +813,7 @@ status_report_one(FunctionCallInfo fcinfo, bool is_enum, bool submission)
  * gridha.report_submission and gridha.report_status: the word as text
  * (any case), or as the 1.2 enum gridha.submission_outcome or
  * gridha.ledger_status (_enum). Their SQL functions have no SET clause:
- * gridha_pinned_call sets the path their statements need (spi_util.c).
+ * gridha_pinned_call sets the path when needed (path.c).
  */
 #define STATUS_ENTRY_POINT(name, is_enum, submission) \
 	static Datum \

@@ -19,9 +19,12 @@
 #              objects is ever used, every batch is committed, a refused
 #              report leaves the path as it found it, and the caller's own
 #              path is the caller's after every call; and the same once an
-#              administrator attached to gridha's tables a trigger, a CHECK
-#              constraint and an expression index whose functions resolve
-#              names by the path
+#              administrator attached to gridha's tables, one kind at a
+#              time, what runs code resolving names by the path: a trigger
+#              (attached while the caller's transaction is open), a CHECK
+#              constraint with an expression index, a column of a range
+#              type whose operator class is an SQL function, a foreign key
+#              to a table with such an operator class
 #   superuser  with gridha.worker_role naming a superuser, a worker calls no
 #              target function: a batch of a function target waits,
 #              delayed, with the reason as detail, logged at most once a
@@ -176,6 +179,8 @@ END
 $do$;
 CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE sql
 AS $f$ INSERT INTO evil.hits VALUES ('now()', current_user) RETURNING pg_catalog.now() $f$;
+CREATE FUNCTION evil.lower(t text) RETURNS text LANGUAGE sql
+AS $f$ INSERT INTO evil.hits VALUES ('lower()', current_user) RETURNING pg_catalog.lower(t) $f$;
 }, user => $caller);
 ok($rc == 0, 'path: the caller makes its schema of traps') or diag($out);
 
@@ -252,11 +257,63 @@ SELECT count(*) FILTER (WHERE status = 'committed') || '|' || count(*) FROM grid
 	'path: every batch was committed');
 
 # An administrator (the superuser) attaches to gridha's tables what calls
-# functions resolving names by the path: a trigger, a CHECK constraint, an
-# expression index (docs/security.md asks not to; gridha then sets the path
-# on each cycle call's entry, src/attached.c). The caller runs the cycle
-# again, in a new session.
-($rc, $out) = run(q{
+# functions resolving names by the path (docs/security.md asks not to);
+# gridha then sets the path when such code may run (src/attached.c,
+# src/path.c). Each kind alone, then removed; the caller runs the cycle on
+# 18 new batches in a new session each time.
+sub enqueue18
+{
+	my ($prefix) = @_;
+	$node->safe_psql($db, qq{
+INSERT INTO gridha.batches (service_id, batch_id)
+SELECT '$prefix' || s, '$prefix' || s || '-b' || b FROM generate_series(1, 3) s, generate_series(1, 6) b ORDER BY s, b;
+});
+	return;
+}
+
+# attacked($prefix, $what): the cycle (as run above) on the caller's path
+# ran through, committed the prefix's 18 batches, and no trap ran
+sub attacked
+{
+	my ($prefix, $what) = @_;
+	my ($crc, $cout) = run($cycle, user => $caller);
+	my $n = $node->safe_psql($db, 'SELECT count(*) FROM evil.hits');
+	ok( $crc == 0
+		  && $cout =~ /\Aevil, pg_catalog\|6\|[1-9]\d*\n0\z/
+		  && $n eq '0'
+		  && sql_is('18|18', qq{
+SELECT count(*) FILTER (WHERE status = 'committed') || '|' || count(*) FROM gridha.batches WHERE service_id LIKE '$prefix%'}),
+		"path: $what, the cycle on the caller's path runs through, every batch committed, none of the caller's objects used ($n uses)"
+	) or diag($cout, $node->safe_psql($db, 'SELECT what, run_as, count(*) FROM evil.hits GROUP BY 1, 2 ORDER BY 1, 2'));
+	return;
+}
+
+# A trigger whose function resolves now() by the path, attached while the
+# caller is inside a transaction, after a cycle call of the same session
+# found the tables bare (the verdict is taken in again under the lock the
+# writer takes)
+$node->safe_psql($db, q{INSERT INTO gridha.batches (service_id, batch_id) VALUES ('x1', 'x1-b1'), ('x1', 'x1-b2')});
+my $one_cycle = q{
+DO $do$
+DECLARE
+    id uuid := pg_catalog.current_setting('gridha_test.id')::uuid;
+    r record;
+BEGIN
+    SELECT * INTO r FROM gridha.next_batch(id);
+    PERFORM gridha.report_submission(id, r.service_id, r.batch_id, r.epoch, 'accepted'::gridha.submission_outcome);
+    PERFORM gridha.report_status(id, r.service_id, r.batch_id, r.epoch, 'committed'::gridha.ledger_status);
+END
+$do$;
+};
+my $bg = $node->background_psql($db, on_error_stop => 0, extra_params => [ '-U', $caller ]);
+my $first = $bg->query(q{
+SET search_path = evil, pg_catalog;
+SELECT pg_catalog.set_config('gridha_test.id', gridha.register_instance('race')::text, false) IS NOT NULL;
+} . $one_cycle . q{
+BEGIN;
+SELECT 'open';
+});
+$node->safe_psql($db, q{
 CREATE FUNCTION public.audit_batches() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
     PERFORM now();
@@ -264,24 +321,68 @@ BEGIN
 END
 $f$;
 CREATE TRIGGER audit AFTER UPDATE ON gridha.batches FOR EACH ROW EXECUTE FUNCTION public.audit_batches();
+});
+my $second = $bg->query($one_cycle . q{
+COMMIT;
+SELECT pg_catalog.current_setting('search_path');
+});
+$bg->quit;
+$hits = $node->safe_psql($db, 'SELECT count(*) FROM evil.hits');
+ok( $first =~ /open/
+	  && $second =~ /evil, pg_catalog$/
+	  && $hits eq '0'
+	  && sql_is('committed,committed', q{SELECT string_agg(status::text, ',' ORDER BY seq) FROM gridha.batches WHERE service_id = 'x1'}),
+	"path: a trigger attached while the caller's transaction is open runs with gridha's path in the caller's next call in it ($hits uses)"
+) or diag("$first\n--\n$second\n", $node->safe_psql($db, 'SELECT what, run_as, count(*) FROM evil.hits GROUP BY 1, 2 ORDER BY 1, 2'));
+enqueue18('r');
+attacked('r', 'with that trigger attached');
+$node->safe_psql($db, 'DROP TRIGGER audit ON gridha.batches');
+
+# A CHECK constraint and an expression index calling SQL functions with
+# unqualified names
+$node->safe_psql($db, q{
 CREATE FUNCTION public.sane(t text) RETURNS boolean LANGUAGE sql AS $f$ SELECT t <> '' $f$;
 ALTER TABLE gridha.service_claims ADD CONSTRAINT sane CHECK (public.sane(service_id));
 CREATE FUNCTION public.norm(t text) RETURNS text LANGUAGE sql IMMUTABLE
 AS $f$ SELECT CASE WHEN t = '' THEN NULL ELSE t END $f$;
 CREATE INDEX claims_norm ON gridha.service_claims (public.norm(service_id));
-INSERT INTO gridha.batches (service_id, batch_id)
-SELECT 'q' || s, 'q' || s || '-b' || b FROM generate_series(1, 3) s, generate_series(1, 6) b ORDER BY s, b;
 });
-ok($rc == 0, 'path: an administrator attaches a trigger, a CHECK constraint and an expression index calling functions with unqualified names') or diag($out);
-($rc, $out) = run($cycle, user => $caller);
-$hits = $node->safe_psql($db, 'SELECT count(*) FROM evil.hits');
-ok( $rc == 0
-	  && $out =~ /\Aevil, pg_catalog\|6\|[1-9]\d*\n0\z/
-	  && $hits eq '0'
-	  && sql_is('18|18', q{
-SELECT count(*) FILTER (WHERE status = 'committed') || '|' || count(*) FROM gridha.batches WHERE service_id LIKE 'q%'}),
-	"path: with them attached, the cycle on the caller's path runs through, every batch committed, none of the caller's objects used ($hits uses)"
-) or diag($out, $node->safe_psql($db, 'SELECT what, run_as, count(*) FROM evil.hits GROUP BY 1, 2 ORDER BY 1, 2'));
+enqueue18('s');
+attacked('s', 'with a CHECK constraint and an expression index calling SQL functions attached');
+$node->safe_psql($db, 'ALTER TABLE gridha.service_claims DROP CONSTRAINT sane; DROP INDEX gridha.claims_norm');
+
+# A column of a range type whose subtype's operator class compares with an
+# SQL function resolving lower() by the path, and a CHECK of built-in range
+# operators on it
+$node->safe_psql($db, q{
+CREATE FUNCTION public.ci_cmp(a text, b text) RETURNS integer LANGUAGE sql IMMUTABLE STRICT
+AS $f$ SELECT pg_catalog.bttextcmp(lower(a), lower(b)) $f$;
+CREATE OPERATOR CLASS public.text_ci_ops FOR TYPE text USING btree AS
+    OPERATOR 1 <, OPERATOR 2 <=, OPERATOR 3 =, OPERATOR 4 >=, OPERATOR 5 >,
+    FUNCTION 1 public.ci_cmp(text, text);
+CREATE TYPE public.cirange AS RANGE (subtype = text, subtype_opclass = public.text_ci_ops);
+ALTER TABLE gridha.batches ADD COLUMN label_span public.cirange DEFAULT '[a,m)';
+ALTER TABLE gridha.batches ADD CONSTRAINT label_span_sane
+    CHECK (label_span <> 'empty' AND NOT label_span <@ '[x,y)');
+});
+enqueue18('t');
+attacked('t', 'with a column of a range type whose operator class is an SQL function, and a CHECK on it');
+$node->safe_psql($db, 'ALTER TABLE gridha.batches DROP COLUMN label_span');
+
+# A foreign key from gridha.batches to a table of the administrator's whose
+# unique index has an operator class of its own (the key's check queries
+# that table when a row written in the transaction is written again)
+$node->safe_psql($db, q{
+CREATE SCHEMA admin;
+CREATE TABLE admin.services (id text NOT NULL);
+CREATE UNIQUE INDEX services_id_ci ON admin.services (id public.text_ci_ops);
+INSERT INTO admin.services SELECT p || g FROM unnest(ARRAY['p', 'q', 'r', 's', 't', 'u']) p, generate_series(1, 3) g;
+ALTER TABLE gridha.batches ADD CONSTRAINT batches_service_known
+    FOREIGN KEY (service_id) REFERENCES admin.services (id);
+});
+enqueue18('u');
+attacked('u', 'with a foreign key to a table whose unique index compares with an SQL function');
+$node->safe_psql($db, 'ALTER TABLE gridha.batches DROP CONSTRAINT batches_service_known');
 
 # --- superuser: a worker connected as a superuser calls no target function --
 fresh_db();
