@@ -135,12 +135,15 @@ gridha_tables_bare(void)
 		attached_registered = true;
 	}
 	/*
-	 * Valid from here: an invalidation taken in during the check resets it;
-	 * an error leaves the cautious answer.
+	 * Valid from here: an invalidation taken in during the check resets it,
+	 * and the check runs again; an error leaves the cautious answer.
 	 */
-	attached_valid = true;
-	attached_bare = false;
-	attached_bare = attached_check();
+	do
+	{
+		attached_valid = true;
+		attached_bare = false;
+		attached_bare = attached_check();
+	} while (!attached_valid);
 	return attached_bare;
 }
 

@@ -59,6 +59,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_enum.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_language.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_trigger.h"
@@ -961,6 +962,24 @@ rows_open(GridhaRows *rows, GridhaTable table)
 }
 
 /*
+ * rows_index_guard: before the relcache builds an index's expressions or
+ * predicate (the first time after the index was created or its entry was
+ * made again: an invalidation, a concurrent CREATE INDEX CONCURRENTLY taken
+ * in by a lock), gridha's search_path: building them inlines SQL functions,
+ * parsed by the path of that moment, and folds constant calls, as the
+ * call's owner (path.c).
+ */
+static inline void
+rows_index_guard(Relation index)
+{
+	if ((index->rd_indexprs == NIL &&
+		 !heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, NULL)) ||
+		(index->rd_indpred == NIL &&
+		 !heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL)))
+		gridha_path_pin();
+}
+
+/*
  * rows_index_usable: whether an index is a plain btree index gridha may
  * scan: valid and ready, usable by this transaction (indcheckxmin: as the
  * planner judges it), on n key columns and nothing else (no INCLUDE), each
@@ -985,6 +1004,7 @@ rows_index_usable(Relation index, int n, bool unique, bool pred)
 	for (i = 0; i < n; i++)
 		if (index->rd_indoption[i] != 0)
 			return false;
+	rows_index_guard(index);
 	if (RelationGetIndexExpressions(index) != NIL)
 		return false;
 	return pred || RelationGetIndexPredicate(index) == NIL;
@@ -1121,6 +1141,7 @@ rows_partial_is(Relation index, GridhaPartialIndex which, AttrNumber soft, AttrN
 		index->rd_index->indkey.values[0] != soft)
 		return false;
 	/* filled on first use, then kept by the relcache (a copy otherwise) */
+	rows_index_guard(index);
 	pred = index->rd_indpred != NIL ? index->rd_indpred : RelationGetIndexPredicate(index);
 	if (list_length(pred) != 1)
 		return false;
@@ -1711,10 +1732,20 @@ rows_open_indexes(GridhaRows *rows, GridhaRowsRel *r, GridhaTable table)
 
 	if (set->relid != relid)
 	{
-		uint64		generation = rows_index_generation;
-		List	   *oids = RelationGetIndexList(r->rel);
+		uint64		generation;
+		List	   *oids;
 		MemoryContext cxt;
 		ListCell   *lc;
+
+		/*
+		 * The set is made again only after an invalidation, which may have
+		 * brought an index nobody judged yet (CREATE INDEX CONCURRENTLY does
+		 * not wait for this transaction's lock): its expressions, predicate
+		 * and operator class run with gridha's path (path.c).
+		 */
+		gridha_path_pin();
+		generation = rows_index_generation;
+		oids = RelationGetIndexList(r->rel);
 
 		rows_retire(set->cxt);
 		set->cxt = NULL;

@@ -22,7 +22,9 @@
 #              administrator attached to gridha's tables, one kind at a
 #              time, what runs code resolving names by the path: a trigger
 #              (attached while the caller's transaction is open), a CHECK
-#              constraint with an expression index, a column of a range
+#              constraint with an expression index, an expression index
+#              built concurrently inside the caller's open transaction, a
+#              column of a range
 #              type whose operator class is an SQL function, a foreign key
 #              to a table with such an operator class
 #   superuser  with gridha.worker_role naming a superuser, a worker calls no
@@ -140,6 +142,12 @@ CREATE SCHEMA evil;
 CREATE TABLE evil.hits (what text, run_as text);
 GRANT USAGE ON SCHEMA evil TO PUBLIC;
 GRANT INSERT ON evil.hits TO PUBLIC;
+-- a call the planner folds when its argument is a constant: the text "="
+-- below runs it when an expression using it is inlined, not only when run
+CREATE FUNCTION evil.log(w text) RETURNS boolean LANGUAGE sql
+AS $f$ INSERT INTO evil.hits VALUES (w, current_user) RETURNING true $f$;
+CREATE FUNCTION evil.trap(w text) RETURNS boolean LANGUAGE plpgsql IMMUTABLE
+AS $f$ BEGIN PERFORM evil.log(w); RETURN true; END $f$;
 DO $do$
 DECLARE
     t text;
@@ -150,9 +158,15 @@ BEGIN
                              'gridha.batch_status', 'gridha.instance_kind'] LOOP
         FOREACH o IN ARRAY ARRAY['=', '<>', '<', '<=', '>', '>='] LOOP
             n := n + 1;
-            EXECUTE format('CREATE FUNCTION evil.op%s(a %s, b %s) RETURNS boolean LANGUAGE sql '
-                           'AS $f$ INSERT INTO evil.hits VALUES (%L, current_user) '
-                           'RETURNING a OPERATOR(pg_catalog.%s) b $f$', n, t, t, o || ' ' || t, o);
+            IF t = 'text' AND o = '=' THEN
+                EXECUTE format('CREATE FUNCTION evil.op%s(a %s, b %s) RETURNS boolean LANGUAGE sql IMMUTABLE '
+                               'AS $f$ SELECT evil.trap(%L) AND a OPERATOR(pg_catalog.%s) b $f$',
+                               n, t, t, o || ' ' || t, o);
+            ELSE
+                EXECUTE format('CREATE FUNCTION evil.op%s(a %s, b %s) RETURNS boolean LANGUAGE sql '
+                               'AS $f$ INSERT INTO evil.hits VALUES (%L, current_user) '
+                               'RETURNING a OPERATOR(pg_catalog.%s) b $f$', n, t, t, o || ' ' || t, o);
+            END IF;
             EXECUTE format('CREATE OPERATOR evil.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = evil.op%s)',
                            o, t, t, n);
         END LOOP;
@@ -392,6 +406,53 @@ enqueue18('s');
 attacked('s', 'with a CHECK constraint and an expression index calling SQL functions attached');
 $node->safe_psql($db, 'ALTER TABLE gridha.service_claims DROP CONSTRAINT sane; DROP INDEX gridha.claims_norm');
 
+# An index whose expression calls an SQL function with unqualified names,
+# built CONCURRENTLY while the caller's transaction is open, between two
+# reports in it (made by another session than the hand-out's): the build
+# does not wait for the caller's locks, and the second report takes it in
+# mid-call, with the first lock on one of the table's indexes
+$node->safe_psql($db, q{INSERT INTO gridha.batches (service_id, batch_id) VALUES ('y1', 'y1-b1'), ('y2', 'y2-b1')});
+my $before_cic = $node->safe_psql($db, 'SELECT count(*) FROM evil.hits');
+my ($hrc, $hout) = run(q{
+SET search_path = evil, pg_catalog;
+CREATE TABLE evil.got AS
+SELECT i.id, n.* FROM (SELECT gridha.register_instance('cic') AS id) i, gridha.next_batches(i.id, 10) n;
+SELECT pg_catalog.count(*) FROM evil.got;
+}, user => $caller);
+my $att = $node->background_psql($db, on_error_stop => 0, extra_params => [ '-U', $caller ]);
+my $adm = $node->background_psql($db, on_error_stop => 0);
+my $cic1 = $att->query(q{
+SET search_path = evil, pg_catalog;
+BEGIN;
+SELECT gridha.report_submission(g.id, g.service_id, g.batch_id, g.epoch, 'accepted'::gridha.submission_outcome, 'one')
+  FROM (SELECT * FROM evil.got ORDER BY batch_id LIMIT 1) g;
+});
+$adm->query_until(qr/building/, q{
+\echo building
+CREATE INDEX CONCURRENTLY batches_detail_norm ON gridha.batches (public.norm(pg_catalog.left(detail, 100)));
+});
+my $visible = wait_until(30, sub { sql_is('1', q{SELECT count(*) FROM pg_class WHERE relname = 'batches_detail_norm'}) });
+my $cic2 = $att->query(q{
+SELECT gridha.report_submission(g.id, g.service_id, g.batch_id, g.epoch, 'accepted'::gridha.submission_outcome, 'two')
+  FROM (SELECT * FROM evil.got ORDER BY batch_id OFFSET 1 LIMIT 1) g;
+COMMIT;
+SELECT pg_catalog.current_setting('search_path');
+});
+my $built = $adm->query(q{SELECT 'built'});
+$att->quit;
+$adm->quit;
+my $cic_hits = $node->safe_psql($db, 'SELECT count(*) FROM evil.hits') - $before_cic;
+ok( $hrc == 0
+	  && $hout eq '2'
+	  && $visible
+	  && $cic1 =~ /\Apending\z/
+	  && $cic2 =~ /\Apending\nevil, pg_catalog\z/
+	  && $built =~ /built/
+	  && $cic_hits == 0,
+	"path: an expression index built concurrently between two reports of the caller's open transaction is built into with gridha's path ($cic_hits uses)"
+) or diag("$hout\n--\n$cic1\n--\n$cic2\n--\n$built\n", $node->safe_psql($db, 'SELECT what, run_as, count(*) FROM evil.hits GROUP BY 1, 2 ORDER BY 1, 2'));
+$node->safe_psql($db, 'DROP INDEX gridha.batches_detail_norm');
+
 # A column of a range type whose subtype's operator class compares with an
 # SQL function resolving lower() by the path, and a CHECK of built-in range
 # operators on it
@@ -417,7 +478,7 @@ $node->safe_psql($db, q{
 CREATE SCHEMA admin;
 CREATE TABLE admin.services (id text NOT NULL);
 CREATE UNIQUE INDEX services_id_ci ON admin.services (id public.text_ci_ops);
-INSERT INTO admin.services SELECT p || g FROM unnest(ARRAY['p', 'r', 's', 't', 'u', 'x']) p, generate_series(1, 3) g;
+INSERT INTO admin.services SELECT p || g FROM unnest(ARRAY['p', 'r', 's', 't', 'u', 'x', 'y']) p, generate_series(1, 3) g;
 ALTER TABLE gridha.batches ADD CONSTRAINT batches_service_known
     FOREIGN KEY (service_id) REFERENCES admin.services (id);
 });
