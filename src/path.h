@@ -17,6 +17,17 @@
  * it is needed on
  */
 extern Datum gridha_pinned_call(FunctionCallInfo fcinfo, PGFunction body);
+/*
+ * An SQL-callable C entry point name(), declared without a SET clause,
+ * whose body is name##_body
+ */
+#define GRIDHA_PINNED_ENTRY_POINT(name) \
+	PG_FUNCTION_INFO_V1(name); \
+	Datum \
+	name(PG_FUNCTION_ARGS) \
+	{ \
+		return gridha_pinned_call(fcinfo, name##_body); \
+	}
 /* ... and code no SQL function called (a transaction callback) */
 extern void gridha_pinned_run(void (*body) (void *arg), void *arg);
 /* gridha's search_path from here to the end of the call */

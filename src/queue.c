@@ -861,10 +861,10 @@ queue_next(FunctionCallInfo fcinfo, Datum instance_id, int32 max_batches)
 }
 
 /*
- * queue_next_batch_call: SQL gridha.next_batch(instance_id), 0 or 1 row.
+ * gridha_next_batch_body: SQL gridha.next_batch(instance_id), 0 or 1 row.
  */
 static Datum
-queue_next_batch_call(PG_FUNCTION_ARGS)
+gridha_next_batch_body(PG_FUNCTION_ARGS)
 {
 	GRIDHA_CITUS_HANDOVER(fcinfo);
 	queue_next(fcinfo, gridha_arg_uuid(fcinfo, 0, "instance_id"), 1);
@@ -872,10 +872,10 @@ queue_next_batch_call(PG_FUNCTION_ARGS)
 }
 
 /*
- * queue_next_batches_call: SQL gridha.next_batches(instance_id, max_batches).
+ * gridha_next_batches_body: SQL gridha.next_batches(instance_id, max_batches).
  */
 static Datum
-queue_next_batches_call(PG_FUNCTION_ARGS)
+gridha_next_batches_body(PG_FUNCTION_ARGS)
 {
 	Datum		instance_id;
 	int32		max_batches;
@@ -891,19 +891,8 @@ queue_next_batches_call(PG_FUNCTION_ARGS)
  * The two hand-outs' C entry points: their SQL functions have no SET
  * clause: gridha_pinned_call sets the path when needed (path.c).
  */
-PG_FUNCTION_INFO_V1(gridha_next_batch);
-Datum
-gridha_next_batch(PG_FUNCTION_ARGS)
-{
-	return gridha_pinned_call(fcinfo, queue_next_batch_call);
-}
-
-PG_FUNCTION_INFO_V1(gridha_next_batches);
-Datum
-gridha_next_batches(PG_FUNCTION_ARGS)
-{
-	return gridha_pinned_call(fcinfo, queue_next_batches_call);
-}
+GRIDHA_PINNED_ENTRY_POINT(gridha_next_batch)
+GRIDHA_PINNED_ENTRY_POINT(gridha_next_batches)
 
 PG_FUNCTION_INFO_V1(gridha_enqueue);
 

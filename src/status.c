@@ -822,12 +822,7 @@ status_report_one(FunctionCallInfo fcinfo, bool is_enum, bool submission)
 		GRIDHA_CITUS_HANDOVER(fcinfo); \
 		return status_report_one(fcinfo, is_enum, submission); \
 	} \
-	PG_FUNCTION_INFO_V1(name); \
-	Datum \
-	name(PG_FUNCTION_ARGS) \
-	{ \
-		return gridha_pinned_call(fcinfo, name##_body); \
-	}
+	GRIDHA_PINNED_ENTRY_POINT(name)
 
 STATUS_ENTRY_POINT(gridha_report_submission, false, true)
 STATUS_ENTRY_POINT(gridha_report_submission_enum, true, true)
@@ -1189,12 +1184,7 @@ status_report_composite(FunctionCallInfo fcinfo, bool submissions)
 		report(fcinfo, submissions); \
 		return (Datum) 0; \
 	} \
-	PG_FUNCTION_INFO_V1(name); \
-	Datum \
-	name(PG_FUNCTION_ARGS) \
-	{ \
-		return gridha_pinned_call(fcinfo, name##_body); \
-	}
+	GRIDHA_PINNED_ENTRY_POINT(name)
 
 STATUS_MANY_ENTRY_POINT(gridha_report_submission_rows, status_report_composite, true)
 STATUS_MANY_ENTRY_POINT(gridha_report_status_rows, status_report_composite, false)

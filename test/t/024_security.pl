@@ -285,6 +285,24 @@ SELECT '$prefix' || s, '$prefix' || s || '-b' || b FROM generate_series(1, 3) s,
 	return;
 }
 
+# report_step($function, $word): a DO block reporting the batch the last
+# next step handed out, if any, with gridha.$function and $word
+sub report_step
+{
+	my ($function, $word) = @_;
+	return qq{
+DO \$do\$
+BEGIN
+    IF pg_catalog.current_setting('gridha_test.have')::boolean THEN
+        PERFORM gridha.$function(pg_catalog.current_setting('gridha_test.id')::uuid,
+                    pg_catalog.current_setting('gridha_test.sid'), pg_catalog.current_setting('gridha_test.bid'),
+                    pg_catalog.current_setting('gridha_test.ep')::bigint, $word);
+    END IF;
+END
+\$do\$;
+};
+}
+
 # The cycle one call a transaction, as a client makes it: a call that runs
 # no statement of its own sets no path unless something attached to the
 # tables needs it (one transaction for the whole cycle would keep what the
@@ -306,26 +324,9 @@ BEGIN
 END
 $do$;
 },
-	report => q{
-DO $do$
-BEGIN
-    IF pg_catalog.current_setting('gridha_test.have')::boolean THEN
-        PERFORM gridha.report_submission(pg_catalog.current_setting('gridha_test.id')::uuid,
-                    pg_catalog.current_setting('gridha_test.sid'), pg_catalog.current_setting('gridha_test.bid'),
-                    pg_catalog.current_setting('gridha_test.ep')::bigint, 'accepted'::gridha.submission_outcome);
-    END IF;
-END
-$do$;
-DO $do$
-BEGIN
-    IF pg_catalog.current_setting('gridha_test.have')::boolean THEN
-        PERFORM gridha.report_status(pg_catalog.current_setting('gridha_test.id')::uuid,
-                    pg_catalog.current_setting('gridha_test.sid'), pg_catalog.current_setting('gridha_test.bid'),
-                    pg_catalog.current_setting('gridha_test.ep')::bigint, 'committed'::gridha.ledger_status);
-    END IF;
-END
-$do$;
-});
+	report => report_step('report_submission', q{'accepted'::gridha.submission_outcome})
+	  . report_step('report_status', q{'committed'::gridha.ledger_status}),
+);
 my $register = q{
 SET search_path = evil, pg_catalog;
 SELECT pg_catalog.set_config('gridha_test.id', gridha.register_instance('steps')::text, false) IS NOT NULL;
