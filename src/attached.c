@@ -21,7 +21,8 @@
  * gridha_tables_bare answers whether everything attached to those four
  * tables is of a kind that cannot resolve a name by the path; when
  * anything else is attached, or a table is missing, a cycle call sets the
- * path on entry, as a SET clause would (docs/security.md). The verdict is
+ * path when its writer opens one of them (rows.c), before anything attached
+ * can run, as a SET clause would (docs/security.md). The verdict is
  * kept until one of the tables changes (a relcache invalidation: a trigger,
  * index, constraint, rule or column added, dropped or altered, on it or on
  * a table whose foreign key points at it) or any function, type or schema
@@ -353,54 +354,83 @@ attached_trigger_function_bare(Oid funcid, Oid extension)
 	return ok;
 }
 
+/* One row of pg_constraint: what it makes the writer run is harmless */
+static bool
+attached_constraint_bare(HeapTuple tup, TupleDesc desc)
+{
+	Form_pg_constraint c = (Form_pg_constraint) GETSTRUCT(tup);
+	bool		isnull;
+	Datum		d;
+	bool		bare = true;
+
+	switch (c->contype)
+	{
+		case CONSTRAINT_CHECK:
+			d = heap_getattr(tup, Anum_pg_constraint_conbin, desc, &isnull);
+			bare = attached_expr_bare(d, isnull);
+			break;
+		case CONSTRAINT_FOREIGN:
+			d = heap_getattr(tup, Anum_pg_constraint_conpfeqop, desc, &isnull);
+			bare = attached_operators_bare(d, isnull);
+			d = heap_getattr(tup, Anum_pg_constraint_conppeqop, desc, &isnull);
+			bare = bare && attached_operators_bare(d, isnull);
+			d = heap_getattr(tup, Anum_pg_constraint_conffeqop, desc, &isnull);
+			bare = bare && attached_operators_bare(d, isnull);
+			break;
+		case CONSTRAINT_EXCLUSION:
+			d = heap_getattr(tup, Anum_pg_constraint_conexclop, desc, &isnull);
+			bare = attached_operators_bare(d, isnull);
+			break;
+		default:
+			break;
+	}
+	return bare;
+}
+
+/* The constraints whose column attno is key, through index indexid */
+static bool
+attached_constraints_by(Relation con, Oid indexid, AttrNumber attno, Oid key)
+{
+	ScanKeyData skey;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	bool		bare = true;
+
+	ScanKeyInit(&skey, attno, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(key));
+	scan = systable_beginscan(con, indexid, true, NULL, 1, &skey);
+	while (bare && HeapTupleIsValid(tup = systable_getnext(scan)))
+		bare = attached_constraint_bare(tup, RelationGetDescr(con));
+	systable_endscan(scan);
+	return bare;
+}
+
 /*
- * The constraints on the table, those whose foreign key points at it, and
- * those of the domains its columns are of (a domain's CHECK runs where a
- * value is cast to it: in a statement, after the path is set, but checked
- * all the same)
+ * The constraints on the table, those whose foreign key points at it
+ * (found through their triggers on it), and those of the domains its
+ * columns are of (a domain's CHECK runs where a value is cast to it: in a
+ * statement, after the path is set, but checked all the same); each looked
+ * up by index, so the check costs what the table has, not what the
+ * database holds
  */
 static bool
 attached_constraints_bare(Relation rel, List *domains)
 {
 	Relation	con = table_open(ConstraintRelationId, AccessShareLock);
-	SysScanDesc scan;
-	HeapTuple	tup;
-	bool		bare = true;
+	TriggerDesc *td = rel->trigdesc;
+	ListCell   *lc;
+	int			i;
+	bool		bare;
 
-	scan = systable_beginscan(con, InvalidOid, false, NULL, 0, NULL);
-	while (bare && HeapTupleIsValid(tup = systable_getnext(scan)))
-	{
-		Form_pg_constraint c = (Form_pg_constraint) GETSTRUCT(tup);
-		TupleDesc	desc = RelationGetDescr(con);
-		bool		isnull;
-		Datum		d;
-
-		if (c->conrelid != RelationGetRelid(rel) && c->confrelid != RelationGetRelid(rel) &&
-			!(OidIsValid(c->contypid) && list_member_oid(domains, c->contypid)))
-			continue;
-		switch (c->contype)
-		{
-			case CONSTRAINT_CHECK:
-				d = heap_getattr(tup, Anum_pg_constraint_conbin, desc, &isnull);
-				bare = attached_expr_bare(d, isnull);
-				break;
-			case CONSTRAINT_FOREIGN:
-				d = heap_getattr(tup, Anum_pg_constraint_conpfeqop, desc, &isnull);
-				bare = attached_operators_bare(d, isnull);
-				d = heap_getattr(tup, Anum_pg_constraint_conppeqop, desc, &isnull);
-				bare = bare && attached_operators_bare(d, isnull);
-				d = heap_getattr(tup, Anum_pg_constraint_conffeqop, desc, &isnull);
-				bare = bare && attached_operators_bare(d, isnull);
-				break;
-			case CONSTRAINT_EXCLUSION:
-				d = heap_getattr(tup, Anum_pg_constraint_conexclop, desc, &isnull);
-				bare = attached_operators_bare(d, isnull);
-				break;
-			default:
-				break;
-		}
-	}
-	systable_endscan(scan);
+	bare = attached_constraints_by(con, ConstraintRelidTypidNameIndexId,
+								   Anum_pg_constraint_conrelid, RelationGetRelid(rel));
+	foreach(lc, domains)
+		if (bare)
+			bare = attached_constraints_by(con, ConstraintTypidIndexId,
+										   Anum_pg_constraint_contypid, lfirst_oid(lc));
+	for (i = 0; bare && td != NULL && i < td->numtriggers; i++)
+		if (OidIsValid(td->triggers[i].tgconstraint))
+			bare = attached_constraints_by(con, ConstraintOidIndexId,
+										   Anum_pg_constraint_oid, td->triggers[i].tgconstraint);
 	table_close(con, AccessShareLock);
 	return bare;
 }

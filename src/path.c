@@ -13,8 +13,8 @@
  * when the call returns; an error undoes it with its (sub)transaction.
  * It is needed:
  *   - before a statement is prepared or run (spi_util.c);
- *   - on entry, and again whenever the row writer opens one of gridha's
- *     tables (which takes in the invalidations other sessions sent), while
+ *   - whenever the row writer opens one of gridha's tables (which takes
+ *     in the invalidations other sessions sent), while
  *     anything but gridha's own is attached to the tables the writer uses
  *     (attached.c): their triggers, constraints and indexes run as the
  *     call's owner;
@@ -28,7 +28,6 @@
  */
 #include "postgres.h"
 
-#include "attached.h"
 #include "common.h"
 #include "path.h"
 
@@ -88,41 +87,9 @@ path_frame_leave(int call, bool failed)
 }
 
 /*
- * gridha_pinned_call: runs body, the C entry point of an SQL function
- * declared without a SET clause, with gridha's search_path set before its
- * first statement (gridha_path_pin) and undone on return; set on entry when
- * anything but gridha's own is attached to the tables the call reads and
- * writes directly (attached.c).
- */
-Datum
-gridha_pinned_call(FunctionCallInfo fcinfo, PGFunction body)
-{
-	int			call = ++path_calls;
-	Datum		result;
-
-	PG_TRY();
-	{
-		/*
-		 * Something of an administrator's attached to the tables the call
-		 * writes could resolve a name by the path: the path at once.
-		 */
-		if (unlikely(!gridha_tables_bare()))
-			gridha_path_pin();
-		result = body(fcinfo);
-	}
-	PG_CATCH();
-	{
-		path_frame_leave(call, true);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	path_frame_leave(call, false);
-	return result;
-}
-
-/*
- * gridha_pinned_run: runs body(arg), code that no SQL function called
- * (a transaction callback), as gridha_pinned_call runs an entry point.
+ * gridha_pinned_run: runs body(arg), with gridha's search_path set when it
+ * is first needed (gridha_path_pin) and undone on return. For code no SQL
+ * function called (a transaction callback), and for gridha_pinned_call.
  */
 void
 gridha_pinned_run(void (*body) (void *arg), void *arg)
@@ -140,4 +107,36 @@ gridha_pinned_run(void (*body) (void *arg), void *arg)
 	}
 	PG_END_TRY();
 	path_frame_leave(call, false);
+}
+
+/* A call of an entry point's body, run by gridha_pinned_run */
+typedef struct PathCall
+{
+	FunctionCallInfo fcinfo;
+	PGFunction	body;
+	Datum		result;
+} PathCall;
+
+static void
+path_call(void *arg)
+{
+	PathCall   *c = (PathCall *) arg;
+
+	c->result = c->body(c->fcinfo);
+}
+
+/*
+ * gridha_pinned_call: runs body, the C entry point of an SQL function
+ * declared without a SET clause, as gridha_pinned_run runs its body. What
+ * is attached to the tables the call writes directly is judged where the
+ * writer opens them (rows.c), after the lock took in other sessions'
+ * changes: nothing of them runs before.
+ */
+Datum
+gridha_pinned_call(FunctionCallInfo fcinfo, PGFunction body)
+{
+	PathCall	c = {fcinfo, body, (Datum) 0};
+
+	gridha_pinned_run(path_call, &c);
+	return c.result;
 }
