@@ -58,6 +58,7 @@
 #include "catalog/index.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
+#include "catalog/pg_constraint.h"
 #include "catalog/pg_enum.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_language.h"
@@ -69,9 +70,11 @@
 #include "executor/spi.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
+#include "optimizer/optimizer.h"
 #include "parser/parsetree.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -268,10 +271,30 @@ typedef struct RowsIndexSet
 	int			n;
 	Oid		   *oids;
 	IndexInfo **infos;
+	ExprState **preds;			/* a partial index's predicate, ready to run
+								 * (rows_pred_keepable), or NULL */
 	MemoryContext cxt;			/* holds the above; NULL: none */
 } RowsIndexSet;
 
 static RowsIndexSet rows_index_sets[GRIDHA_NTABLES];
+
+/*
+ * When a table's AFTER UPDATE row triggers can fire (rows_after_update):
+ * always, when one names no column (and is not a foreign key's check) or
+ * a BEFORE UPDATE row trigger or a generated column may change more than
+ * the update names; else when the update names one of the columns they
+ * name, or, for a foreign key's check, one of its key's columns or a row
+ * this transaction inserted. PostgreSQL queues no event in the other cases
+ * either (TriggerEnabled, RI_FKey_fk_upd_check_required): the writer then
+ * skips ExecARUpdateTriggers, which would look at each trigger again for
+ * every row.
+ */
+typedef struct RowsAfterUpdate
+{
+	bool		always;
+	bool		fk;				/* a foreign key's check is among them */
+	Bitmapset  *cols;			/* offset by FirstLowInvalidHeapAttributeNumber */
+} RowsAfterUpdate;
 
 /*
  * Each table's triggers as a writer fires them (rows_take_guard: the
@@ -289,6 +312,7 @@ typedef struct RowsTriggerSet
 	TriggerDesc *desc;			/* NULL: the table has no trigger left */
 	Trigger		guard;			/* as GridhaRowsRel's */
 	bool		has_guard;
+	RowsAfterUpdate after;		/* its AFTER UPDATE row triggers */
 	MemoryContext cxt;
 } RowsTriggerSet;
 
@@ -298,6 +322,7 @@ static uint64 rows_index_generation = 0;	/* invalidations of sets taken in */
 static bool rows_index_xact_registered = false;
 
 static void rows_index_xact_callback(XactEvent event, void *arg);
+static Relation rows_index_desc(GridhaRowsRel *r, int i);
 
 /*
  * rows_known_index: the slot for this table, columns and uniqueness (a
@@ -849,6 +874,95 @@ rows_retire(MemoryContext cxt)
 }
 
 /*
+ * rows_fk_columns: adds the referencing columns of foreign key constraint
+ * conoid to *cols; false if they cannot be read.
+ */
+static bool
+rows_fk_columns(Oid conoid, Bitmapset **cols)
+{
+	HeapTuple	tup = SearchSysCache1(CONSTROID, ObjectIdGetDatum(conoid));
+	ArrayType  *keys;
+	bool		isnull;
+	Datum		d;
+	int			i;
+
+	if (!HeapTupleIsValid(tup))
+		return false;
+	d = SysCacheGetAttr(CONSTROID, tup, Anum_pg_constraint_conkey, &isnull);
+	keys = isnull ? NULL : DatumGetArrayTypeP(d);
+	if (keys == NULL || ARR_NDIM(keys) != 1 || ARR_HASNULL(keys) ||
+		ARR_ELEMTYPE(keys) != INT2OID)
+	{
+		ReleaseSysCache(tup);
+		return false;
+	}
+	for (i = 0; i < ARR_DIMS(keys)[0]; i++)
+		*cols = bms_add_member(*cols, ((int16 *) ARR_DATA_PTR(keys))[i] -
+							   FirstLowInvalidHeapAttributeNumber);
+	ReleaseSysCache(tup);
+	return true;
+}
+
+/*
+ * rows_after_update_make: when the set's AFTER UPDATE row triggers fire
+ * (RowsAfterUpdate), in the current memory context (the set's).
+ */
+static void
+rows_after_update_make(RowsTriggerSet *set, Relation rel)
+{
+	TriggerDesc *td = set->desc;
+	RowsAfterUpdate *a = &set->after;
+	int			i;
+	int			k;
+
+	memset(a, 0, sizeof(RowsAfterUpdate));
+	if (td == NULL || !td->trig_update_after_row)
+		return;
+	a->always = td->trig_update_before_row ||
+		(rel->rd_att->constr != NULL && rel->rd_att->constr->has_generated_stored);
+	for (i = 0; i < td->numtriggers && !a->always; i++)
+	{
+		Trigger    *t = &td->triggers[i];
+
+		if (!TRIGGER_TYPE_MATCHES(t->tgtype, TRIGGER_TYPE_ROW, TRIGGER_TYPE_AFTER,
+								  TRIGGER_TYPE_UPDATE))
+			continue;
+		if (t->tgoldtable != NULL || t->tgnewtable != NULL)
+			a->always = true;
+		else if (t->tgnattr > 0)
+			for (k = 0; k < t->tgnattr; k++)
+				a->cols = bms_add_member(a->cols, t->tgattr[k] - FirstLowInvalidHeapAttributeNumber);
+		else if (RI_FKey_trigger_type(t->tgfoid) == RI_TRIGGER_FK &&
+				 rows_fk_columns(t->tgconstraint, &a->cols))
+			a->fk = true;
+		else
+			a->always = true;
+	}
+}
+
+/*
+ * rows_after_update: whether an update of r's row that names the columns
+ * "updated" may queue an AFTER UPDATE row trigger's event (RowsAfterUpdate).
+ */
+static bool
+rows_after_update(GridhaRowsRel *r, Bitmapset *updated)
+{
+	const RowsAfterUpdate *a = r->after_update;
+	bool		isnull;
+	Datum		xmin;
+
+	if (r->rri->ri_TrigDesc == NULL || !r->rri->ri_TrigDesc->trig_update_after_row)
+		return false;
+	if (a == NULL || a->always || bms_overlap(updated, a->cols))
+		return true;
+	if (!a->fk)
+		return false;
+	/* a foreign key's check fires for a row inserted by this transaction */
+	xmin = slot_getsysattr(r->row, MinTransactionIdAttributeNumber, &isnull);
+	return isnull || TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin));
+}
+
+/*
  * rows_trigger_set: the writer's triggers of the table (see
  * RowsTriggerSet), made first if they are not known.
  */
@@ -873,10 +987,13 @@ rows_trigger_set(Relation rel, GridhaTable table)
 										 ALLOCSET_SMALL_SIZES);
 		old = MemoryContextSwitchTo(set->cxt);
 		set->desc = CopyTriggerDesc(rel->trigdesc);
-		MemoryContextSwitchTo(old);
 		if (table == GRIDHA_BATCHES)
 			rows_take_guard(set);
+		rows_after_update_make(set, rel);
+		MemoryContextSwitchTo(old);
 	}
+	else
+		memset(&set->after, 0, sizeof(RowsAfterUpdate));
 	/* known from now on unless an invalidation came in meanwhile */
 	if (generation == rows_index_generation)
 		set->relid = RelationGetRelid(rel);
@@ -909,6 +1026,7 @@ rows_init_result_rel(GridhaRowsRel *r, GridhaTable table)
 	PG_END_TRY();
 	r->guard = set->guard;
 	r->has_guard = set->has_guard;
+	r->after_update = &set->after;
 	if (td != NULL)
 	{
 		r->rri->ri_TrigDesc = td;
@@ -1058,8 +1176,14 @@ rows_index(GridhaRowsRel *r, const AttrNumber *attnos, int n, bool unique, bool 
 	*opened = false;
 	if (r->indexes_open)
 	{
+		/* those opened first, then any left for later */
 		for (i = 0; i < r->rri->ri_NumIndices; i++)
-			if (rows_index_on(r->rri->ri_IndexRelationDescs[i], attnos, n, unique))
+			if (r->rri->ri_IndexRelationDescs[i] != NULL &&
+				rows_index_on(r->rri->ri_IndexRelationDescs[i], attnos, n, unique))
+				return r->rri->ri_IndexRelationDescs[i];
+		for (i = 0; i < r->rri->ri_NumIndices; i++)
+			if (r->rri->ri_IndexRelationDescs[i] == NULL &&
+				rows_index_on(rows_index_desc(r, i), attnos, n, unique))
 				return r->rri->ri_IndexRelationDescs[i];
 	}
 	else
@@ -1524,7 +1648,7 @@ gridha_rows_scan_index(GridhaRows *rows, GridhaPartialIndex which,
 	if (r->indexes_open)
 	{
 		for (i = 0; i < r->rri->ri_NumIndices && index == NULL; i++)
-			if (rows_partial_is(r->rri->ri_IndexRelationDescs[i], which, soft, hard))
+			if (rows_partial_is(rows_index_desc(r, i), which, soft, hard))
 				index = r->rri->ri_IndexRelationDescs[i];
 	}
 	else
@@ -1716,6 +1840,69 @@ rows_index_xact_callback(XactEvent event, void *arg)
 }
 
 /*
+ * rows_pred_keepable: whether a partial index's predicate, made ready to
+ * run once, may serve every later command of the backend (until the index
+ * set is made again): only columns, constants, AND/OR/NOT, IS [NOT] NULL,
+ * IS [NOT] TRUE/FALSE and operators of built-in functions over columns and
+ * constants of built-in or enum types. Their evaluation keeps nothing in
+ * the command's memory and runs no code of a user's that could call gridha
+ * again while the state is in use. gridha's own predicates (in_flight;
+ * soft_expiry IS NOT NULL OR hard_expiry IS NOT NULL) are of this kind;
+ * any other is made ready by the executor in each command, as it would be
+ * without the writer.
+ */
+static bool
+rows_pred_arg_keepable(Node *node)
+{
+	Oid			type;
+
+	if (!IsA(node, Var) && !IsA(node, Const))
+		return false;
+	type = exprType(node);
+	return type < FirstGenbkiObjectId || type_is_enum(type);
+}
+
+static bool
+rows_pred_keepable(Node *node)
+{
+	ListCell   *lc;
+
+	if (node == NULL)
+		return true;
+	switch (nodeTag(node))
+	{
+		case T_List:
+			foreach(lc, (List *) node)
+				if (!rows_pred_keepable(lfirst(lc)))
+					return false;
+			return true;
+		case T_Var:
+		case T_Const:
+			return rows_pred_arg_keepable(node);
+		case T_BoolExpr:
+			return rows_pred_keepable((Node *) ((BoolExpr *) node)->args);
+		case T_NullTest:
+			return rows_pred_arg_keepable((Node *) ((NullTest *) node)->arg);
+		case T_BooleanTest:
+			return rows_pred_arg_keepable((Node *) ((BooleanTest *) node)->arg);
+		case T_OpExpr:
+			{
+				OpExpr	   *op = (OpExpr *) node;
+
+				set_opfuncid(op);
+				if (op->opfuncid >= FirstGenbkiObjectId || op->opretset)
+					return false;
+				foreach(lc, op->args)
+					if (!rows_pred_arg_keepable(lfirst(lc)))
+						return false;
+				return true;
+			}
+		default:
+			return false;
+	}
+}
+
+/*
  * rows_open_indexes: what ExecOpenIndices does for the writer's table
  * (each index opened and locked RowExclusiveLock, its IndexInfo in
  * r->rri), from the table's index set, made first if it is not known.
@@ -1757,6 +1944,7 @@ rows_open_indexes(GridhaRows *rows, GridhaRowsRel *r, GridhaTable table)
 		MemoryContextSwitchTo(cxt);
 		set->oids = palloc(sizeof(Oid) * Max(list_length(oids), 1));
 		set->infos = palloc(sizeof(IndexInfo *) * Max(list_length(oids), 1));
+		set->preds = palloc0(sizeof(ExprState *) * Max(list_length(oids), 1));
 		MemoryContextSwitchTo(rows->estate->es_query_cxt);
 		descs = palloc(sizeof(Relation) * Max(list_length(oids), 1));
 		i = 0;
@@ -1765,6 +1953,16 @@ rows_open_indexes(GridhaRows *rows, GridhaRowsRel *r, GridhaTable table)
 			descs[i] = index_open(lfirst_oid(lc), RowExclusiveLock);
 			MemoryContextSwitchTo(cxt);
 			set->infos[i] = BuildIndexInfo(descs[i]);
+
+			/*
+			 * What ExecPrepareQual makes of the predicate for each command,
+			 * made once: a partial index's predicate is run for every new
+			 * row version the writer stores out of place.
+			 */
+			if (set->infos[i]->ii_Predicate != NIL &&
+				rows_pred_keepable((Node *) set->infos[i]->ii_Predicate))
+				set->preds[i] = ExecInitQual((List *) expression_planner((Expr *) set->infos[i]->ii_Predicate),
+											 NULL);
 			MemoryContextSwitchTo(rows->estate->es_query_cxt);
 			set->oids[i] = lfirst_oid(lc);
 			set->n = ++i;
@@ -1777,22 +1975,35 @@ rows_open_indexes(GridhaRows *rows, GridhaRowsRel *r, GridhaTable table)
 	rri->ri_NumIndices = set->n;
 	if (set->n > 0)
 	{
+		/*
+		 * A partial index whose predicate is made ready once is opened (and
+		 * locked) only when a new row version is to have an entry in it
+		 * (rows_open_partial): a claim's hand-out and report never write to
+		 * service_claims_own_expiry, nor a report to
+		 * service_claims_in_flight. The executor passes over an index left
+		 * NULL. The set's OIDs outlive the command, as its templates do.
+		 */
 		if (descs == NULL)
 		{
-			descs = palloc(sizeof(Relation) * set->n);
+			descs = palloc0(sizeof(Relation) * set->n);
 			for (i = 0; i < set->n; i++)
-				descs[i] = index_open(set->oids[i], RowExclusiveLock);
+				if (set->preds[i] == NULL)
+					descs[i] = index_open(set->oids[i], RowExclusiveLock);
 		}
+		r->index_oids = set->oids;
 		rri->ri_IndexRelationDescs = descs;
 		rri->ri_IndexRelationInfo = palloc(sizeof(IndexInfo *) * set->n);
 		for (i = 0; i < set->n; i++)
 		{
 			IndexInfo  *info = palloc(sizeof(IndexInfo));
 
-			/* the command's own state: built by the executor as it needs it */
+			/*
+			 * The command's own state, built by the executor as it needs it;
+			 * a predicate made ready once is shared (rows_pred_keepable).
+			 */
 			memcpy(info, set->infos[i], sizeof(IndexInfo));
 			info->ii_ExpressionsState = NIL;
-			info->ii_PredicateState = NULL;
+			info->ii_PredicateState = set->preds[i];
 			info->ii_AmCache = NULL;
 			info->ii_Context = CurrentMemoryContext;
 			rri->ri_IndexRelationInfo[i] = info;
@@ -1815,10 +2026,52 @@ rows_close_indexes(GridhaRowsRel *r)
 
 	for (i = 0; i < rri->ri_NumIndices; i++)
 	{
+		if (rri->ri_IndexRelationDescs[i] == NULL)
+			continue;
 #if PG_VERSION_NUM >= 170000
 		index_insert_cleanup(rri->ri_IndexRelationDescs[i], rri->ri_IndexRelationInfo[i]);
 #endif
 		index_close(rri->ri_IndexRelationDescs[i], NoLock);
+	}
+}
+
+/*
+ * rows_index_desc: the writer's index i of the table, opened now if it
+ * was left for later (rows_open_indexes).
+ */
+static Relation
+rows_index_desc(GridhaRowsRel *r, int i)
+{
+	Relation   *descs = r->rri->ri_IndexRelationDescs;
+
+	if (descs[i] == NULL)
+		descs[i] = index_open(r->index_oids[i], RowExclusiveLock);
+	return descs[i];
+}
+
+/*
+ * rows_open_partial: opens each partial index left for later whose
+ * predicate holds for the new row version r->next, before the executor
+ * writes its entries.
+ */
+static void
+rows_open_partial(GridhaRows *rows, GridhaRowsRel *r)
+{
+	ResultRelInfo *rri = r->rri;
+	ExprContext *econtext = NULL;
+	int			i;
+
+	for (i = 0; i < rri->ri_NumIndices; i++)
+	{
+		if (rri->ri_IndexRelationDescs[i] != NULL)
+			continue;
+		if (econtext == NULL)
+		{
+			econtext = GetPerTupleExprContext(rows->estate);
+			econtext->ecxt_scantuple = r->next;
+		}
+		if (ExecQual(rri->ri_IndexRelationInfo[i]->ii_PredicateState, econtext))
+			rows_index_desc(r, i);
 	}
 }
 
@@ -1935,9 +2188,13 @@ gridha_rows_update(GridhaRows *rows, GridhaTable table, GridhaColumn *cols, int 
 		r->indexes_open = true;
 	}
 	if (r->rri->ri_NumIndices > 0 && update_indexes != TU_None)
+	{
+		rows_open_partial(rows, r);
 		recheck = ExecInsertIndexTuples_compat(r->rri, r->next, estate, true, false, NULL, NIL,
 												update_indexes == TU_Summarizing);
-	ExecARUpdateTriggers(estate, r->rri, NULL, NULL, &tid, NULL, r->next, recheck, NULL, false);
+	}
+	if (rows_after_update(r, updated))
+		ExecARUpdateTriggers(estate, r->rri, NULL, NULL, &tid, NULL, r->next, recheck, NULL, false);
 	list_free(recheck);
 	rows_memo_note(r->rel, table, r->next);
 	return GRIDHA_ROW_UPDATED;

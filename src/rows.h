@@ -110,7 +110,12 @@ typedef struct GridhaRowsRel
 	Index		rti;			/* its range table entry */
 	Trigger		guard;			/* batches_final, checked here (rows.c) */
 	bool		has_guard;		/* guard taken out of rri's triggers */
-	bool		indexes_open;	/* rri's indexes opened (an update needed them) */
+	bool		indexes_open;	/* rri's indexes opened (an update needed them;
+								 * a partial one may be left NULL until an
+								 * entry is written to it) */
+	const Oid  *index_oids;		/* rri's indexes' OIDs, when opened */
+	const struct RowsAfterUpdate *after_update; /* when its AFTER UPDATE row
+												 * triggers fire (rows.c) */
 } GridhaRowsRel;
 
 /* A set of reads and writes done as one command (see rows.c) */
