@@ -42,16 +42,15 @@
 #include "utils/tuplestore.h"
 
 /*
- * The hand-out is one command of rows.c's (two when a rate limit takes
- * slots between them): the pick walks the instance's ready claims in the
- * (claimant, ready_at) index, oldest ready first, and locks up to
- * max_batches of them as SELECT ... FOR UPDATE SKIP LOCKED would; the
- * write then marks their heads submitting and the claims in flight
- * (queue_write). The pick's index scan ends before anything is
- * written: a scan marks the dead entries it stepped over (each hand-out
- * and report leaves one behind in that index) only if their leaf page is
- * unchanged when it ends, and the claim's own new index entry would
- * change it first. Unmarked, every hand-out would step over all of
+ * The hand-out is two commands (rows.c): the pick walks the instance's
+ * ready claims in the (claimant, ready_at) index, oldest ready first, and
+ * locks up to max_batches of them as SELECT ... FOR UPDATE SKIP LOCKED
+ * would; the write then marks their heads submitting and the claims in
+ * flight (gridha_queue_write). Apart, the pick's index scan ends before
+ * anything is written: a scan marks the dead entries it stepped over (each
+ * hand-out and report leaves one behind in that index) only if their leaf
+ * page is unchanged when it ends, and the claim's own new index entry
+ * would change it first. Unmarked, every hand-out would step over all of
  * them again until the next vacuum.
  *
  * Two things can keep a locked claim's head from going out. Its target
@@ -134,7 +133,7 @@ static GridhaStatement queue_insert_stmt = {
 	3, {TEXTOID, TEXTOID, BYTEAOID}
 };
 
-/* A handed-out row kept until all are written (queue_write) */
+/* A handed-out row kept until all are written (gridha_queue_write) */
 typedef struct QueueOut
 {
 	bool		done;
@@ -296,7 +295,7 @@ queue_repair_head(GridhaRows *rows, Datum service_id, Datum *seq)
 }
 
 /*
- * queue_write: hands out the heads of n claims this transaction has
+ * gridha_queue_write: hands out the heads of n claims this transaction has
  * locked: service_ids (text), head_seqs and epochs (bigint), as the pick
  * returned them. Each head still waiting (queued, delayed, unknown, or
  * submitting under a revoked hand-out) becomes submitting under its
@@ -310,29 +309,23 @@ queue_repair_head(GridhaRows *rows, Datum service_id, Datum *seq)
  * They are written in service_id order, as every wait for batch rows is
  * (the lock order, claims.c), and returned in the order given.
  */
-static int
-queue_write(GridhaRows *begun, Datum instance_id, Datum *service_ids, Datum *head_seqs,
+int
+gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
 				   Datum *epochs, int n, ReturnSetInfo *rsinfo, Datum *batch_ids)
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	GridhaRows	own;
-	GridhaRows *r = begun != NULL ? begun : &own;
+	GridhaRows	rows;
 	int			done = 0;
 	int		   *order;
 	QueueOut   *outs = NULL;
 	int			k;
 
 	if (n == 0)
-	{
-		if (begun != NULL)
-			gridha_rows_end(begun);
 		return 0;
-	}
 	order = queue_service_order(service_ids, n);
 	if (n > 1)
 		outs = palloc0(sizeof(QueueOut) * n);
-	if (begun == NULL)
-		gridha_rows_begin(&own, true);
+	gridha_rows_begin(&rows, true);
 	for (k = 0; k < n; k++)
 	{
 		int			i = order[k];
@@ -354,38 +347,38 @@ queue_write(GridhaRows *begun, Datum instance_id, Datum *service_ids, Datum *hea
 			batch_ids[i] = (Datum) 0;
 		key[0] = service_ids[i];
 		key[1] = head_seqs[i];
-		if (!gridha_rows_fetch(r, GRIDHA_KEY_BATCH_SEQ, key) ||
-			queue_row_final(r))
+		if (!gridha_rows_fetch(&rows, GRIDHA_KEY_BATCH_SEQ, key) ||
+			queue_row_final(&rows))
 		{
 			/* never skipped in silence: the head moves to the next batch */
-			if (!queue_repair_head(r, service_ids[i], &key[1]))
+			if (!queue_repair_head(&rows, service_ids[i], &key[1]))
 				continue;
 			claim[nclaim++] = (GridhaColumn) {CLAIM_HEAD_SEQ, key[1], false};
 		}
 		do
 		{
-			status = gridha_status_of(gridha_rows_get(r, GRIDHA_BATCHES, BATCH_STATUS, &isnull));
+			status = gridha_status_of(gridha_rows_get(&rows, GRIDHA_BATCHES, BATCH_STATUS, &isnull));
 			if (status != GRIDHA_QUEUED && status != GRIDHA_DELAYED &&
 				status != GRIDHA_UNKNOWN && status != GRIDHA_SUBMITTING)
 				break;
-			attempts = DatumGetInt32(gridha_rows_get(r, GRIDHA_BATCHES, BATCH_ATTEMPTS, &isnull)) + 1;
+			attempts = DatumGetInt32(gridha_rows_get(&rows, GRIDHA_BATCHES, BATCH_ATTEMPTS, &isnull)) + 1;
 			batch[0] = (GridhaColumn) {BATCH_STATUS, gridha_status_datum(GRIDHA_SUBMITTING), false};
 			batch[1] = (GridhaColumn) {BATCH_EPOCH, epochs[i], false};
 			batch[2] = (GridhaColumn) {BATCH_ATTEMPTS, Int32GetDatum(attempts), false};
 			batch[3] = (GridhaColumn) {BATCH_INSTANCE_ID, instance_id, false};
 			batch[4] = (GridhaColumn) {BATCH_HANDED_OUT_AT, TimestampTzGetDatum(now), false};
 			batch[5] = (GridhaColumn) {BATCH_NOT_BEFORE, (Datum) 0, true};
-			res = gridha_rows_update(r, GRIDHA_BATCHES, batch, lengthof(batch));
+			res = gridha_rows_update(&rows, GRIDHA_BATCHES, batch, lengthof(batch));
 		} while (res == GRIDHA_ROW_CHANGED);
 		if (res != GRIDHA_ROW_UPDATED)
 			continue;
 
 		/* what was stored, as RETURNING would say (a trigger may change it) */
-		out[0] = gridha_rows_get_stored(r, GRIDHA_BATCHES, BATCH_SERVICE_ID, &outnull[0]);
-		out[1] = gridha_rows_get_stored(r, GRIDHA_BATCHES, BATCH_BATCH_ID, &outnull[1]);
-		out[2] = gridha_rows_get_stored(r, GRIDHA_BATCHES, BATCH_PAYLOAD, &outnull[2]);
-		out[3] = gridha_rows_get_stored(r, GRIDHA_BATCHES, BATCH_EPOCH, &outnull[3]);
-		out[4] = gridha_rows_get_stored(r, GRIDHA_BATCHES, BATCH_ATTEMPTS, &outnull[4]);
+		out[0] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_SERVICE_ID, &outnull[0]);
+		out[1] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_BATCH_ID, &outnull[1]);
+		out[2] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_PAYLOAD, &outnull[2]);
+		out[3] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_EPOCH, &outnull[3]);
+		out[4] = gridha_rows_get_stored(&rows, GRIDHA_BATCHES, BATCH_ATTEMPTS, &outnull[4]);
 		/* 1.2 declares attempt and attempts, the same count (1.3: attempts) */
 		out[5] = out[4];
 		outnull[5] = outnull[4];
@@ -408,27 +401,27 @@ queue_write(GridhaRows *begun, Datum instance_id, Datum *service_ids, Datum *hea
 			batch_ids[i] = datumCopy(out[1], false, -1);
 
 		/* the pick locked the claim: it is as this snapshot sees it */
-		if (!gridha_rows_fetch(r, GRIDHA_KEY_CLAIM, &service_ids[i]))
+		if (!gridha_rows_fetch(&rows, GRIDHA_KEY_CLAIM, &service_ids[i]))
 			elog(ERROR, "gridha: the claim on service \"%s\" changed during its hand-out",
 				 TextDatumGetCString(service_ids[i]));
 		if (attempts > 1)
 		{
 			/* a batch handed out again: the service's running total (1.2) */
-			AttrNumber	total = gridha_rows_attno(r, CLAIM_RESUBMITTED_TOTAL);
+			AttrNumber	total = gridha_rows_attno(&rows, CLAIM_RESUBMITTED_TOTAL);
 
 			if (total != 0)
 			{
-				Datum		d = gridha_rows_get(r, GRIDHA_CLAIMS, total, &isnull);
+				Datum		d = gridha_rows_get(&rows, GRIDHA_CLAIMS, total, &isnull);
 
 				claim[nclaim++] = (GridhaColumn) {total, Int64GetDatum((isnull ? 0 : DatumGetInt64(d)) + 1), false};
 			}
 		}
-		if (gridha_rows_update(r, GRIDHA_CLAIMS, claim, nclaim) != GRIDHA_ROW_UPDATED)
+		if (gridha_rows_update(&rows, GRIDHA_CLAIMS, claim, nclaim) != GRIDHA_ROW_UPDATED)
 			elog(ERROR, "gridha: the claim on service \"%s\" changed during its hand-out",
 				 TextDatumGetCString(service_ids[i]));
 		done++;
 	}
-	gridha_rows_end(r);
+	gridha_rows_end(&rows);
 	if (outs != NULL)
 		for (k = 0; k < n; k++)
 			if (outs[k].done)
@@ -698,7 +691,6 @@ queue_handout_once(Datum instance_id, int32 max_batches, const GridhaInstance *i
 	Datum		values[2];
 	QueuePick	pick;
 	GridhaRows	rows;
-	GridhaRows *begun = NULL;
 	bool		limited;
 	Datum	   *sids;
 	Datum	   *seqs;
@@ -731,16 +723,7 @@ queue_handout_once(Datum instance_id, int32 max_batches, const GridhaInstance *i
 
 	gridha_rows_begin(&rows, true);
 	gridha_rows_scan(&rows, GRIDHA_CLAIMS, attnos, strategies, values, 2, queue_pick_claim, &pick);
-
-	/*
-	 * The write goes on in the pick's command (its scan has ended), unless
-	 * a rate-limited target's slots are taken in between (ratelimit.c runs
-	 * statements of its own) or nothing was picked.
-	 */
-	if (pick.picked.n == 0 || limited)
-		gridha_rows_end(&rows);
-	else
-		begun = &rows;
+	gridha_rows_end(&rows);
 
 	if (pick.picked.n == 0)
 	{
@@ -767,7 +750,7 @@ queue_handout_once(Datum instance_id, int32 max_batches, const GridhaInstance *i
 	}
 	if (limited)
 		batch_ids = palloc(sizeof(Datum) * Max(n, 1));
-	done = queue_write(begun, instance_id, sids, seqs, epochs, n, rsinfo, batch_ids);
+	done = gridha_queue_write(instance_id, sids, seqs, epochs, n, rsinfo, batch_ids);
 	if (pick.aside.n > 0)
 		queue_set_aside(&pick);
 

@@ -13,6 +13,9 @@
 #include "nodes/execnodes.h"
 #include "instances.h"
 
+extern int	gridha_queue_write(Datum instance_id, Datum *service_ids, Datum *head_seqs,
+							   Datum *epochs, int n, ReturnSetInfo *rsinfo,
+							   Datum *batch_ids);
 extern int	gridha_queue_handout(Datum instance_id, int32 max_batches,
 								 const GridhaInstance *inst, ReturnSetInfo *rsinfo);
 

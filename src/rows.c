@@ -278,23 +278,6 @@ typedef struct RowsIndexSet
 
 static RowsIndexSet rows_index_sets[GRIDHA_NTABLES];
 
-/*
- * When a table's AFTER UPDATE row triggers can fire (rows_after_update):
- * always, when one names no column (and is not a foreign key's check) or
- * a BEFORE UPDATE row trigger or a generated column may change more than
- * the update names; else when the update names one of the columns they
- * name, or, for a foreign key's check, one of its key's columns or a row
- * this transaction inserted. PostgreSQL queues no event in the other cases
- * either (TriggerEnabled, RI_FKey_fk_upd_check_required): the writer then
- * skips ExecARUpdateTriggers, which would look at each trigger again for
- * every row.
- */
-typedef struct RowsAfterUpdate
-{
-	bool		always;
-	bool		fk;				/* a foreign key's check is among them */
-	Bitmapset  *cols;			/* offset by FirstLowInvalidHeapAttributeNumber */
-} RowsAfterUpdate;
 
 /*
  * Each table's triggers as a writer fires them (rows_take_guard: the
@@ -875,7 +858,7 @@ rows_retire(MemoryContext cxt)
 
 /*
  * rows_fk_columns: adds the referencing columns of foreign key constraint
- * conoid to *cols; false if they cannot be read.
+ * conoid to *cols; false if they cannot be read, or the key is MATCH FULL.
  */
 static bool
 rows_fk_columns(Oid conoid, Bitmapset **cols)
@@ -888,6 +871,16 @@ rows_fk_columns(Oid conoid, Bitmapset **cols)
 
 	if (!HeapTupleIsValid(tup))
 		return false;
+
+	/*
+	 * MATCH FULL checks a key that is partly NULL whether it changed or not
+	 * (RI_FKey_fk_upd_check_required): such a check always fires.
+	 */
+	if (((Form_pg_constraint) GETSTRUCT(tup))->confmatchtype == FKCONSTR_MATCH_FULL)
+	{
+		ReleaseSysCache(tup);
+		return false;
+	}
 	d = SysCacheGetAttr(CONSTROID, tup, Anum_pg_constraint_conkey, &isnull);
 	keys = isnull ? NULL : DatumGetArrayTypeP(d);
 	if (keys == NULL || ARR_NDIM(keys) != 1 || ARR_HASNULL(keys) ||
@@ -947,13 +940,13 @@ rows_after_update_make(RowsTriggerSet *set, Relation rel)
 static bool
 rows_after_update(GridhaRowsRel *r, Bitmapset *updated)
 {
-	const RowsAfterUpdate *a = r->after_update;
+	const RowsAfterUpdate *a = &r->after_update;
 	bool		isnull;
 	Datum		xmin;
 
 	if (r->rri->ri_TrigDesc == NULL || !r->rri->ri_TrigDesc->trig_update_after_row)
 		return false;
-	if (a == NULL || a->always || bms_overlap(updated, a->cols))
+	if (a->always || bms_overlap(updated, a->cols))
 		return true;
 	if (!a->fk)
 		return false;
@@ -1026,7 +1019,7 @@ rows_init_result_rel(GridhaRowsRel *r, GridhaTable table)
 	PG_END_TRY();
 	r->guard = set->guard;
 	r->has_guard = set->has_guard;
-	r->after_update = &set->after;
+	r->after_update = set->after;
 	if (td != NULL)
 	{
 		r->rri->ri_TrigDesc = td;

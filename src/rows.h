@@ -100,6 +100,25 @@ typedef enum GridhaOptionalColumn
 	GRIDHA_NOPTIONAL
 } GridhaOptionalColumn;
 
+/*
+ * When a table's AFTER UPDATE row triggers can fire (rows.c,
+ * rows_after_update): always, when one names no column (and is not a
+ * foreign key's check, or is a MATCH FULL one) or a BEFORE UPDATE row
+ * trigger or a generated column may change more than the update names;
+ * else when the update names one of the columns they name, or, for a
+ * foreign key's check, one of its key's columns or a row this transaction
+ * inserted. PostgreSQL queues no event in the other cases either
+ * (TriggerEnabled, RI_FKey_fk_upd_check_required): the writer then skips
+ * ExecARUpdateTriggers, which would look at each trigger again for every
+ * row. Copied into each command (a nested one may make the set again).
+ */
+typedef struct RowsAfterUpdate
+{
+	bool		always;
+	bool		fk;				/* a foreign key's check is among them */
+	Bitmapset  *cols;			/* offset by FirstLowInvalidHeapAttributeNumber */
+} RowsAfterUpdate;
+
 /* One table as a GridhaRows uses it */
 typedef struct GridhaRowsRel
 {
@@ -114,8 +133,7 @@ typedef struct GridhaRowsRel
 								 * a partial one may be left NULL until an
 								 * entry is written to it) */
 	const Oid  *index_oids;		/* rri's indexes' OIDs, when opened */
-	const struct RowsAfterUpdate *after_update; /* when its AFTER UPDATE row
-												 * triggers fire (rows.c) */
+	RowsAfterUpdate after_update;	/* when its AFTER UPDATE row triggers fire */
 } GridhaRowsRel;
 
 /* A set of reads and writes done as one command (see rows.c) */
