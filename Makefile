@@ -26,7 +26,7 @@ DOCS = README.md
 # (no --expecteddir), INPUTDIR/expected: test/expected is a symlink to
 # ../expected for 15; 16 and later are pointed at expected/ itself (below,
 # after PGXS), so they need no symlink. docs/testing.md says why.
-REGRESS = api claims lifecycle errors coordination plans counts invariants
+REGRESS = api claims lifecycle errors coordination plans counts invariants writer
 REGRESS_OPTS = --inputdir=test --load-extension=gridha
 
 # `make installcheck` runs, against the server PGHOST/PGPORT/PGUSER name

@@ -175,23 +175,33 @@ attached_check(void)
 	return bare;
 }
 
-/* A built-in function that is internal and immutable */
-static bool
-attached_builtin_function(Oid funcid, void *context)
+/*
+ * gridha_function_builtin: a built-in function that is internal and
+ * immutable (it runs no SQL and no code of anyone's)
+ */
+bool
+gridha_function_builtin(Oid funcid)
 {
 	HeapTuple	tup;
 	Form_pg_proc proc;
 	bool		ok;
 
 	if (funcid >= FirstNormalObjectId)
-		return true;			/* true: stop, found one that is not */
+		return false;
 	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcid));
 	if (!HeapTupleIsValid(tup))
-		return true;
+		return false;
 	proc = (Form_pg_proc) GETSTRUCT(tup);
 	ok = proc->prolang == INTERNALlanguageId && proc->provolatile == PROVOLATILE_IMMUTABLE;
 	ReleaseSysCache(tup);
-	return !ok;
+	return ok;
+}
+
+/* check_functions_in_node's callback: true for a function that is not */
+static bool
+attached_builtin_function(Oid funcid, void *context)
+{
+	return !gridha_function_builtin(funcid);
 }
 
 /*

@@ -13,4 +13,7 @@
  * resolve a name by the search_path */
 extern bool gridha_tables_bare(void);
 
+/* A built-in function that is internal and immutable */
+extern bool gridha_function_builtin(Oid funcid);
+
 #endif							/* GRIDHA_ATTACHED_H */

@@ -278,7 +278,6 @@ typedef struct RowsIndexSet
 
 static RowsIndexSet rows_index_sets[GRIDHA_NTABLES];
 
-
 /*
  * Each table's triggers as a writer fires them (rows_take_guard: the
  * relcache's descriptor, copied, batches_final taken out), kept from one
@@ -1169,14 +1168,10 @@ rows_index(GridhaRowsRel *r, const AttrNumber *attnos, int n, bool unique, bool 
 	*opened = false;
 	if (r->indexes_open)
 	{
-		/* those opened first, then any left for later */
+		/* one left unopened is partial: never a key's (rows_index_usable) */
 		for (i = 0; i < r->rri->ri_NumIndices; i++)
 			if (r->rri->ri_IndexRelationDescs[i] != NULL &&
 				rows_index_on(r->rri->ri_IndexRelationDescs[i], attnos, n, unique))
-				return r->rri->ri_IndexRelationDescs[i];
-		for (i = 0; i < r->rri->ri_NumIndices; i++)
-			if (r->rri->ri_IndexRelationDescs[i] == NULL &&
-				rows_index_on(rows_index_desc(r, i), attnos, n, unique))
 				return r->rri->ri_IndexRelationDescs[i];
 	}
 	else
@@ -1836,8 +1831,9 @@ rows_index_xact_callback(XactEvent event, void *arg)
  * rows_pred_keepable: whether a partial index's predicate, made ready to
  * run once, may serve every later command of the backend (until the index
  * set is made again): only columns, constants, AND/OR/NOT, IS [NOT] NULL,
- * IS [NOT] TRUE/FALSE and operators of built-in functions over columns and
- * constants of built-in or enum types. Their evaluation keeps nothing in
+ * IS [NOT] TRUE/FALSE and operators whose function is built in, internal
+ * and immutable (gridha_function_builtin) over columns and constants of
+ * built-in or enum types. Their evaluation keeps nothing in
  * the command's memory and runs no code of a user's that could call gridha
  * again while the state is in use. gridha's own predicates (in_flight;
  * soft_expiry IS NOT NULL OR hard_expiry IS NOT NULL) are of this kind;
@@ -1883,7 +1879,7 @@ rows_pred_keepable(Node *node)
 				OpExpr	   *op = (OpExpr *) node;
 
 				set_opfuncid(op);
-				if (op->opfuncid >= FirstGenbkiObjectId || op->opretset)
+				if (op->opretset || !gridha_function_builtin(op->opfuncid))
 					return false;
 				foreach(lc, op->args)
 					if (!rows_pred_arg_keepable(lfirst(lc)))
